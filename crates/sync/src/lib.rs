@@ -1,0 +1,1 @@
+//! Synchronisation primitives for scalevfs (placeholder; being written).
