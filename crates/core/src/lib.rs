@@ -1,6 +1,28 @@
 //! scalevfs: a multicore-scalable virtual filesystem engine.
+//!
+//! A [`Vfs`] holds mounted filesystems and the shared caches; a [`Task`] (a
+//! process-like context: credentials, umask, root, cwd, fd table) issues
+//! POSIX-shaped calls that return [`Errno`] on failure. See `docs/design.md`
+//! for the mechanisms, the lock order and the object lifetimes.
 #![warn(missing_debug_implementations)]
 
+pub mod dcache;
 pub mod errno;
+pub mod file;
+pub mod fs;
+pub mod inode;
+pub mod io;
+pub mod memfs;
+pub mod task;
+pub mod types;
+pub mod vfs;
+pub(crate) mod walk;
 
 pub use errno::{Errno, VfsResult};
+pub use fs::Filesystem;
+pub use memfs::{MemFs, MemFsOptions};
+pub use task::Task;
+pub use types::*;
+pub use vfs::{Vfs, VfsConfig, WalkMode};
+pub use dcache::{DcacheConfig, DcacheIndex, DentryLayout};
+pub use scalevfs_sync::LockRefVariant;

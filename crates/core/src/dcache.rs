@@ -1,0 +1,1158 @@
+//! The dentry cache: (parent, name) -> inode or negative, with lock-free
+//! lookups.
+//!
+//! LOCKING RULES
+//! - `Dcache::rename_lock` (spinlock + the global rename `SeqCount`): held by
+//!   every in-place move of a dentry (`d_move`, `d_exchange`). Lock-free
+//!   walkers sample the seqcount at the start and check it at the end.
+//! - `Dentry::children` (per-dir variant only): the per-directory ordered
+//!   index, a reader-writer lock; lookups take it shared, inserts/removals
+//!   exclusive.
+//! - `Bucket::lock`: protects the bucket's chain (`Dentry::next` links of
+//!   dentries in that chain) and, for a dentry in the chain, its `D_HASHED`
+//!   flag, `hash`, `parent` and name. Readers never take it.
+//! - `Dentry::lockref`'s lock half: protects the transition of the count to
+//!   and from 0 and to dead. Taken last.
+//! - `Dentry::seq` (d_seq): written (odd) while the dentry's name/parent/hash
+//!   change, under the bucket locks.
+//!
+//! Nesting order: rename_lock -> children (parent dirs, by address) ->
+//! bucket locks (by index) -> lockref lock. Nothing here is held across a
+//! filesystem call, and no epoch guard is *created* while one is held
+//! (pinning may run deferred frees, which take bucket and lockref locks).
+//!
+//! LIFETIMES
+//! - A dentry is a raw heap allocation. A counted reference (`DentryRef`) is
+//!   one unit of its LockRef count. Every hashed or unhashed live dentry holds
+//!   one counted reference on its parent (the root is its own parent).
+//! - At count 0 a hashed dentry stays cached ("unused") and a lookup can
+//!   revive it with `get_not_dead`. An unhashed dentry is killed when its
+//!   count reaches 0: marked dead under its lock, then its memory is freed
+//!   after an epoch grace period, so lock-free readers that still hold its
+//!   address under a guard stay safe.
+//! - `unhash` requires the caller to hold a counted reference, so the last
+//!   `dput` is the one that sees the dentry unhashed and kills it.
+//! - Reclaim (CLOCK): a sweep over the hash buckets evicts unused (count 0)
+//!   dentries that are not pinned (dentries of a filesystem whose dcache is
+//!   authoritative are pinned) and whose referenced bit is clear, clearing the
+//!   bit of the ones it skips. Eviction locks the bucket then the lockref,
+//!   checks count 0, marks dead, unhashes, then drops the parent reference.
+
+use std::collections::BTreeMap;
+use std::hash::{BuildHasher, Hasher};
+use std::ptr;
+use std::sync::{Arc, RwLock};
+
+use crossbeam_epoch::{self as epoch, Guard};
+use crossbeam_utils::CachePadded;
+use scalevfs_sync::lockstat::{self, Stat};
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use scalevfs_sync::{LockRef, LockRefVariant, SeqCount, SpinLock};
+
+use crate::inode::Inode;
+use crate::vfs::Super;
+
+/// Where a dentry's LockRef lives (seed 001).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum DentryLayout {
+    /// On its own cache line, away from the read-mostly fields (default).
+    #[default]
+    Separated,
+    /// Sharing the cache line with the name, as Linux had it before 2024.
+    Packed,
+}
+
+/// How a directory's children are found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum DcacheIndex {
+    /// One global hash table keyed by (parent, name); lock-free readers (default).
+    #[default]
+    GlobalHash,
+    /// A per-directory ordered index under a reader-writer lock (NetBSD 2020).
+    PerDir,
+}
+
+/// Dcache configuration.
+#[derive(Clone, Debug)]
+pub struct DcacheConfig {
+    pub layout: DentryLayout,
+    pub index: DcacheIndex,
+    pub lockref: LockRefVariant,
+    /// log2 of the number of hash buckets.
+    pub hash_bits: u32,
+    /// Reclaim unused dentries when more than this many are cached.
+    pub max_entries: usize,
+    /// At most this percentage of `max_entries` may be negative dentries.
+    pub negative_percent: u32,
+}
+
+impl Default for DcacheConfig {
+    fn default() -> Self {
+        DcacheConfig {
+            layout: DentryLayout::default(),
+            index: DcacheIndex::default(),
+            lockref: LockRefVariant::default(),
+            hash_bits: 16,
+            max_entries: 1 << 20,
+            negative_percent: 25,
+        }
+    }
+}
+
+// Dentry flags.
+/// In the lookup index (hash chain, and the parent's map in per-dir mode).
+pub const D_HASHED: u32 = 1 << 0;
+/// Something is mounted on this dentry.
+pub const D_MOUNTED: u32 = 1 << 1;
+/// CLOCK referenced bit.
+pub const D_REFERENCED: u32 = 1 << 2;
+/// Never evicted while hashed (its filesystem's dcache is authoritative).
+pub const D_PINNED: u32 = 1 << 3;
+/// Uses the packed LockRef slot.
+pub const D_PACKED: u32 = 1 << 4;
+/// Dead: freed after a grace period.
+pub const D_DEAD: u32 = 1 << 5;
+const D_VARIANT_SHIFT: u32 = 8;
+
+/// Names up to this length are stored inline in the dentry.
+pub const INLINE_NAME: usize = 32;
+const INLINE_WORDS: usize = INLINE_NAME / 8;
+
+/// A name with its hash, prepared once per path component.
+#[derive(Clone, Copy, Debug)]
+pub struct QName<'a> {
+    pub bytes: &'a [u8],
+    pub hash: u64,
+    words: [u64; INLINE_WORDS],
+}
+
+fn pack_words(b: &[u8]) -> [u64; INLINE_WORDS] {
+    let mut w = [0u64; INLINE_WORDS];
+    for (i, chunk) in b.chunks(8).take(INLINE_WORDS).enumerate() {
+        let mut x = [0u8; 8];
+        x[..chunk.len()].copy_from_slice(chunk);
+        w[i] = u64::from_le_bytes(x);
+    }
+    w
+}
+
+/// The read-mostly part: everything a lock-free lookup reads. Aligned to a
+/// cache line so it starts one.
+#[repr(C, align(64))]
+struct Hot {
+    seq: SeqCount,
+    flags: AtomicU32,
+    hash: AtomicU64,
+    parent: AtomicPtr<Dentry>,
+    next: AtomicPtr<Dentry>,
+    inode: Option<Arc<Inode>>,
+    name_len: AtomicU32,
+    name_long: AtomicPtr<Box<[u8]>>,
+    name: [AtomicU64; INLINE_WORDS],
+    /// The LockRef slot of the `packed` layout, right after the name.
+    lockref_packed: LockRef,
+}
+
+/// A directory entry in the cache.
+#[repr(C)]
+pub struct Dentry {
+    hot: Hot,
+    /// The LockRef slot of the `separated` layout, on its own line.
+    lockref_sep: CachePadded<LockRef>,
+    sb: Arc<Super>,
+    /// Per-dir variant: this directory's children by name.
+    children: RwLock<BTreeMap<Box<[u8]>, DPtr>>,
+}
+
+// The layout the seed asks for: the separated LockRef does not share a cache
+// line with the read-mostly fields, the packed one does share the name's.
+const _: () = {
+    assert!(core::mem::offset_of!(Dentry, hot) == 0);
+    assert!(core::mem::offset_of!(Dentry, lockref_sep) >= core::mem::size_of::<Hot>());
+    assert!(core::mem::offset_of!(Dentry, lockref_sep) % 64 == 0);
+    assert!(core::mem::offset_of!(Hot, lockref_packed) < 128);
+    assert!(core::mem::size_of::<LockRef>() == 8);
+};
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) struct DPtr(pub(crate) *const Dentry);
+// SAFETY: a DPtr is only dereferenced under an epoch guard or while a counted
+// reference is held; Dentry itself is Sync (all shared fields are atomics or
+// locks).
+unsafe impl Send for DPtr {}
+// SAFETY: as above.
+unsafe impl Sync for DPtr {}
+
+impl std::fmt::Debug for Dentry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dentry")
+            .field("name", &String::from_utf8_lossy(&self.name_vec()))
+            .field("count", &self.lockref().count())
+            .field("flags", &self.flags())
+            .finish()
+    }
+}
+
+impl Dentry {
+    #[inline]
+    pub fn flags(&self) -> u32 {
+        // Acquire: a reader that sees D_HASHED/D_MOUNTED then reads what the
+        // setter published before setting it.
+        self.hot.flags.load(Ordering::Acquire)
+    }
+    fn set_flag(&self, f: u32) {
+        // AcqRel: read-modify-write of a published flag word.
+        self.hot.flags.fetch_or(f, Ordering::AcqRel);
+    }
+    fn clear_flag(&self, f: u32) {
+        // AcqRel: as set_flag.
+        self.hot.flags.fetch_and(!f, Ordering::AcqRel);
+    }
+    #[inline]
+    pub fn is_hashed(&self) -> bool {
+        self.flags() & D_HASHED != 0
+    }
+    #[inline]
+    pub fn is_mounted(&self) -> bool {
+        self.flags() & D_MOUNTED != 0
+    }
+    #[inline]
+    fn variant(&self) -> LockRefVariant {
+        LockRefVariant::ALL[((self.flags() >> D_VARIANT_SHIFT) & 3) as usize]
+    }
+    #[inline]
+    pub fn lockref(&self) -> &LockRef {
+        if self.flags() & D_PACKED != 0 {
+            &self.hot.lockref_packed
+        } else {
+            &self.lockref_sep
+        }
+    }
+    /// The inode, `None` for a negative dentry. Fixed for the dentry's life.
+    #[inline]
+    pub fn inode(&self) -> Option<&Arc<Inode>> {
+        self.hot.inode.as_ref()
+    }
+    #[inline]
+    pub fn is_negative(&self) -> bool {
+        self.hot.inode.is_none()
+    }
+    #[inline]
+    pub fn seq(&self) -> &SeqCount {
+        &self.hot.seq
+    }
+    /// The superblock (filesystem instance) of this dentry.
+    pub fn sb(&self) -> &Arc<Super> {
+        &self.sb
+    }
+    /// Racy read of the parent pointer; validate with `seq` or hold the
+    /// rename lock.
+    #[inline]
+    pub(crate) fn parent_ptr(&self) -> *const Dentry {
+        // Acquire: the parent dentry's contents were published before the pointer.
+        self.hot.parent.load(Ordering::Acquire)
+    }
+    pub fn is_root(&self) -> bool {
+        ptr::eq(self.parent_ptr(), self)
+    }
+
+    fn name_eq(&self, q: &QName<'_>) -> bool {
+        // Relaxed loads: the caller validates with the dentry's seqcount.
+        if self.hot.name_len.load(Ordering::Relaxed) as usize != q.bytes.len() {
+            return false;
+        }
+        for i in 0..INLINE_WORDS {
+            if self.hot.name[i].load(Ordering::Relaxed) != q.words[i] {
+                return false;
+            }
+        }
+        if q.bytes.len() <= INLINE_NAME {
+            return true;
+        }
+        // Acquire: the long name's bytes were written before the pointer was published.
+        let p = self.hot.name_long.load(Ordering::Acquire);
+        if p.is_null() {
+            return false;
+        }
+        // SAFETY: name_long is freed only via the epoch (on rename or at
+        // dentry free), and callers hold a guard or the rename lock.
+        let long = unsafe { &*p };
+        long[..] == *q.bytes
+    }
+
+    /// A copy of the name. Racy against rename unless the caller holds the
+    /// rename lock or validates with `seq`.
+    pub fn name_vec(&self) -> Vec<u8> {
+        let len = self.hot.name_len.load(Ordering::Relaxed) as usize;
+        if len > INLINE_NAME {
+            // Acquire: see name_eq.
+            let p = self.hot.name_long.load(Ordering::Acquire);
+            if p.is_null() {
+                return Vec::new();
+            }
+            // SAFETY: as in name_eq; callers of name_vec hold a reference on
+            // the dentry and are pinned or hold the rename lock.
+            return unsafe { (*p).to_vec() };
+        }
+        let mut out = Vec::with_capacity(INLINE_NAME);
+        for w in &self.hot.name {
+            out.extend_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
+        }
+        out.truncate(len);
+        out
+    }
+
+    /// Store a name (dentry not yet visible, or d_seq write held).
+    fn store_name(&self, q: &QName<'_>, guard: Option<&Guard>) {
+        // Relaxed stores: ordered before publication by the Release of the
+        // chain insertion or the d_seq write_end.
+        self.hot.name_len.store(q.bytes.len() as u32, Ordering::Relaxed);
+        for (w, v) in self.hot.name.iter().zip(q.words) {
+            w.store(v, Ordering::Relaxed);
+        }
+        let new = if q.bytes.len() > INLINE_NAME {
+            Box::into_raw(Box::new(q.bytes.to_vec().into_boxed_slice()))
+        } else {
+            ptr::null_mut()
+        };
+        // AcqRel: publish the new long name, take ownership of the old one.
+        let old = self.hot.name_long.swap(new, Ordering::AcqRel);
+        if !old.is_null() {
+            let old = DPtrName(old);
+            match guard {
+                // SAFETY: old was produced by Box::into_raw and is no longer
+                // reachable from the dentry; readers that loaded it are pinned.
+                Some(g) => unsafe {
+                    g.defer_unchecked(move || drop(Box::from_raw(old.into_raw())))
+                },
+                // SAFETY: no guard means the dentry was never published.
+                None => drop(unsafe { Box::from_raw(old.0) }),
+            }
+        }
+    }
+}
+
+struct DPtrName(*mut Box<[u8]>);
+impl DPtrName {
+    fn into_raw(self) -> *mut Box<[u8]> {
+        self.0
+    }
+}
+// SAFETY: the pointed-to name is owned by this value once it has been
+// unlinked from its dentry.
+unsafe impl Send for DPtrName {}
+
+/// A counted reference on a dentry (one unit of its LockRef). Dropping it is
+/// `dput`.
+pub struct DentryRef {
+    ptr: ptr::NonNull<Dentry>,
+}
+
+// SAFETY: a counted reference keeps the dentry alive; Dentry is Sync.
+unsafe impl Send for DentryRef {}
+// SAFETY: as above.
+unsafe impl Sync for DentryRef {}
+
+impl std::ops::Deref for DentryRef {
+    type Target = Dentry;
+    #[inline]
+    fn deref(&self) -> &Dentry {
+        // SAFETY: we hold a count, so the dentry is not freed.
+        unsafe { self.ptr.as_ref() }
+    }
+}
+
+impl Clone for DentryRef {
+    fn clone(&self) -> Self {
+        self.lockref().get(self.variant());
+        DentryRef { ptr: self.ptr }
+    }
+}
+
+impl Drop for DentryRef {
+    fn drop(&mut self) {
+        dput(self.ptr.as_ptr());
+    }
+}
+
+impl std::fmt::Debug for DentryRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        (**self).fmt(f)
+    }
+}
+
+impl PartialEq for DentryRef {
+    fn eq(&self, o: &Self) -> bool {
+        self.ptr == o.ptr
+    }
+}
+impl Eq for DentryRef {}
+
+impl DentryRef {
+    /// Adopt one count that the caller already took on `d`.
+    ///
+    /// # Safety
+    /// The caller owns one unit of `d`'s count.
+    pub(crate) unsafe fn from_counted(d: *const Dentry) -> DentryRef {
+        DentryRef { ptr: ptr::NonNull::new(d as *mut Dentry).expect("non-null dentry") }
+    }
+    /// Take a counted reference on a dentry found under a guard; fails if it
+    /// is dead (being freed).
+    pub(crate) fn try_get(d: &Dentry) -> Option<DentryRef> {
+        if d.lockref().get_not_dead(d.variant()) {
+            // SAFETY: we just took a count.
+            Some(unsafe { DentryRef::from_counted(d) })
+        } else {
+            None
+        }
+    }
+    pub fn as_ptr(&self) -> *const Dentry {
+        self.ptr.as_ptr()
+    }
+    /// The parent, with a counted reference (Linux's dget_parent).
+    pub fn parent(&self) -> DentryRef {
+        let guard = epoch::pin();
+        loop {
+            let p = self.parent_ptr();
+            // SAFETY: the parent is kept alive by our child's reference on it
+            // or, if a rename just switched it, by the epoch guard.
+            let pd = unsafe { &*p };
+            if let Some(r) = DentryRef::try_get(pd) {
+                if ptr::eq(self.parent_ptr(), p) {
+                    return r;
+                }
+                drop(r);
+            }
+            lockstat::inc(Stat::SeqRetry);
+            let _ = &guard;
+        }
+    }
+}
+
+/// Release one counted reference (Linux's dput).
+fn dput(mut d: *mut Dentry) {
+    loop {
+        // SAFETY: the caller owns a count on d, so it is alive.
+        let dent = unsafe { &*d };
+        let v = dent.variant();
+        let lr = dent.lockref();
+        if lr.put_or_lock(v) {
+            return;
+        }
+        // Lock held, count <= 1: we are the last holder.
+        if dent.flags() & D_HASHED != 0 {
+            lr.dec_locked();
+            if dent.flags() & D_REFERENCED == 0 {
+                dent.set_flag(D_REFERENCED);
+            }
+            lr.unlock();
+            return;
+        }
+        lr.mark_dead_locked();
+        lr.unlock();
+        let parent = dent.parent_ptr() as *mut Dentry;
+        let is_root = ptr::eq(parent, d);
+        free_dentry(d);
+        if is_root {
+            return;
+        }
+        d = parent;
+    }
+}
+
+/// Free a dead, unhashed dentry after a grace period.
+fn free_dentry(d: *mut Dentry) {
+    // SAFETY: d is dead and unreachable from every index; only pinned readers
+    // may still hold its address.
+    let dent = unsafe { &*d };
+    dent.set_flag(D_DEAD);
+    let dc = &dent.sb.dc;
+    // Relaxed: statistics counters, read approximately.
+    dc.nr_dentry.fetch_sub(1, Ordering::Relaxed);
+    if dent.is_negative() {
+        dc.nr_negative.fetch_sub(1, Ordering::Relaxed);
+    }
+    let p = DPtr(d);
+    let guard = epoch::pin();
+    // SAFETY: d came from Box::into_raw in `alloc`, is unreachable, and is
+    // freed exactly once (only the thread that marked it dead gets here).
+    unsafe {
+        guard.defer_unchecked(move || {
+            let p = p;
+            let b = Box::from_raw(p.0 as *mut Dentry);
+            // Acquire: take ownership of the long name.
+            let long = b.hot.name_long.swap(ptr::null_mut(), Ordering::Acquire);
+            if !long.is_null() {
+                drop(Box::from_raw(long));
+            }
+            drop(b);
+        })
+    };
+}
+
+struct Bucket {
+    head: AtomicPtr<Dentry>,
+    lock: SpinLock<()>,
+}
+
+/// The dentry cache of one `Vfs`.
+pub struct Dcache {
+    pub(crate) config: DcacheConfig,
+    buckets: Box<[Bucket]>,
+    mask: usize,
+    hasher: ahash::RandomState,
+    /// Global rename lock and sequence counter.
+    rename_lock: SpinLock<()>,
+    rename_seq: SeqCount,
+    pub(crate) nr_dentry: CachePadded<AtomicUsize>,
+    pub(crate) nr_negative: CachePadded<AtomicUsize>,
+    clock_hand: AtomicUsize,
+    sweeping: SpinLock<()>,
+}
+
+impl std::fmt::Debug for Dcache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dcache")
+            .field("config", &self.config)
+            .field("entries", &self.nr_dentry.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+/// Result of a lock-free lookup.
+pub(crate) enum RcuLookup<'g> {
+    Hit(&'g Dentry),
+    Miss,
+    /// A concurrent change was seen; take the locked path.
+    Retry,
+}
+
+impl Dcache {
+    pub fn new(config: DcacheConfig) -> Dcache {
+        let bits = config.hash_bits.clamp(4, 28);
+        let n = 1usize << bits;
+        let buckets = (0..n)
+            .map(|_| Bucket {
+                head: AtomicPtr::new(ptr::null_mut()),
+                lock: SpinLock::with_class((), lockstat::LockClass::DcacheBucket),
+            })
+            .collect();
+        Dcache {
+            config,
+            buckets,
+            mask: n - 1,
+            // Seeded per instance: names chosen by an attacker cannot be
+            // aimed at one bucket.
+            hasher: ahash::RandomState::new(),
+            rename_lock: SpinLock::with_class((), lockstat::LockClass::RenameLock),
+            rename_seq: SeqCount::new(),
+            nr_dentry: CachePadded::new(AtomicUsize::new(0)),
+            nr_negative: CachePadded::new(AtomicUsize::new(0)),
+            clock_hand: AtomicUsize::new(0),
+            sweeping: SpinLock::new(()),
+        }
+    }
+
+    /// Number of cached dentries (approximate under concurrency).
+    pub fn len(&self) -> usize {
+        self.nr_dentry.load(Ordering::Relaxed)
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Number of cached negative dentries.
+    pub fn negative_len(&self) -> usize {
+        self.nr_negative.load(Ordering::Relaxed)
+    }
+
+    /// Hash a component for lookups under `parent`.
+    #[inline]
+    pub fn qname<'a>(&self, parent: *const Dentry, name: &'a [u8]) -> QName<'a> {
+        let mut h = self.hasher.build_hasher();
+        h.write_usize(parent as usize);
+        h.write(name);
+        QName { bytes: name, hash: h.finish(), words: pack_words(name) }
+    }
+
+    #[inline]
+    fn bucket(&self, hash: u64) -> &Bucket {
+        &self.buckets[hash as usize & self.mask]
+    }
+
+    /// Start of a lock-free walk: sample the rename sequence.
+    #[inline]
+    pub fn rename_read_begin(&self) -> u32 {
+        self.rename_seq.read_begin()
+    }
+    /// Whether a rename happened since `seq` (the walk must be redone).
+    #[inline]
+    pub fn rename_retry(&self, seq: u32) -> bool {
+        self.rename_seq.retry(seq)
+    }
+
+    /// Allocate a root dentry (its own parent, not hashed).
+    pub(crate) fn alloc_root(&self, sb: Arc<Super>, inode: Arc<Inode>) -> DentryRef {
+        let d = self.alloc(sb, ptr::null(), None, Some(inode));
+        // SAFETY: d is not yet published; we own it.
+        let dent = unsafe { &*d };
+        // Relaxed: not yet published.
+        dent.hot.parent.store(d as *mut Dentry, Ordering::Relaxed);
+        // SAFETY: alloc returned it with count 1, owned by us.
+        unsafe { DentryRef::from_counted(d) }
+    }
+
+    /// A new dentry with count 1, not hashed. Takes a reference on `parent`
+    /// (if non-null) for the child.
+    fn alloc(
+        &self,
+        sb: Arc<Super>,
+        parent: *const Dentry,
+        name: Option<&QName<'_>>,
+        inode: Option<Arc<Inode>>,
+    ) -> *mut Dentry {
+        let mut flags = (self.config.lockref as u32) << D_VARIANT_SHIFT;
+        if self.config.layout == DentryLayout::Packed {
+            flags |= D_PACKED;
+        }
+        if inode.is_some() && sb.fs.dcache_authoritative() {
+            flags |= D_PINNED;
+        }
+        let negative = inode.is_none();
+        let d = Box::new(Dentry {
+            hot: Hot {
+                seq: SeqCount::new(),
+                flags: AtomicU32::new(flags),
+                hash: AtomicU64::new(name.map_or(0, |q| q.hash)),
+                parent: AtomicPtr::new(parent as *mut Dentry),
+                next: AtomicPtr::new(ptr::null_mut()),
+                inode,
+                name_len: AtomicU32::new(0),
+                name_long: AtomicPtr::new(ptr::null_mut()),
+                name: Default::default(),
+                lockref_packed: LockRef::new(1),
+            },
+            lockref_sep: CachePadded::new(LockRef::new(1)),
+            sb,
+            children: RwLock::new(BTreeMap::new()),
+        });
+        if let Some(q) = name {
+            d.store_name(q, None);
+        }
+        if !parent.is_null() {
+            // SAFETY: the caller holds a counted reference on parent.
+            let p = unsafe { &*parent };
+            p.lockref().get(p.variant());
+        }
+        // Relaxed: statistics.
+        self.nr_dentry.fetch_add(1, Ordering::Relaxed);
+        if negative {
+            self.nr_negative.fetch_add(1, Ordering::Relaxed);
+        }
+        Box::into_raw(d)
+    }
+
+    /// A dentry for an unnamed inode (O_TMPFILE) under `parent`, never
+    /// hashed: it dies with its last reference.
+    pub(crate) fn alloc_unhashed(&self, parent: &DentryRef, q: &QName<'_>, inode: Arc<Inode>) -> DentryRef {
+        let d = self.alloc(parent.sb.clone(), parent.as_ptr(), Some(q), Some(inode));
+        // SAFETY: alloc returned it with count 1, owned by us.
+        unsafe { DentryRef::from_counted(d) }
+    }
+
+    /// Lock-free lookup of `q` under `parent`, under `guard`. Takes no lock
+    /// and writes nothing shared.
+    #[inline]
+    pub(crate) fn lookup_rcu<'g>(
+        &self,
+        parent: &'g Dentry,
+        q: &QName<'_>,
+        _guard: &'g Guard,
+    ) -> RcuLookup<'g> {
+        if self.config.index == DcacheIndex::PerDir {
+            return self.lookup_perdir(parent, q);
+        }
+        let b = self.bucket(q.hash);
+        // Acquire: pairs with the Release publication of a new chain head.
+        let mut p = b.head.load(Ordering::Acquire);
+        while !p.is_null() {
+            // SAFETY: chain members are freed only after a grace period and
+            // we are pinned by `_guard`.
+            let d: &'g Dentry = unsafe { &*p };
+            // Relaxed: validated by d_seq below.
+            if d.hot.hash.load(Ordering::Relaxed) == q.hash {
+                let s = d.hot.seq.raw_read_begin();
+                if s & 1 != 0 {
+                    return RcuLookup::Retry;
+                }
+                if ptr::eq(d.parent_ptr(), parent) && d.name_eq(q) && d.is_hashed() {
+                    if d.hot.seq.retry(s) {
+                        return RcuLookup::Retry;
+                    }
+                    return RcuLookup::Hit(d);
+                }
+            }
+            // Acquire: pairs with the Release store linking the next dentry.
+            p = d.hot.next.load(Ordering::Acquire);
+        }
+        RcuLookup::Miss
+    }
+
+    #[cold]
+    fn lookup_perdir<'g>(&self, parent: &'g Dentry, q: &QName<'_>) -> RcuLookup<'g> {
+        let map = parent.children.read().unwrap_or_else(|e| e.into_inner());
+        lockstat::inc(Stat::SharedWrite);
+        match map.get(q.bytes) {
+            // SAFETY: entries are removed from the map before the dentry is
+            // killed; the caller is pinned, so it is not freed yet.
+            Some(p) => RcuLookup::Hit(unsafe { &*p.0 }),
+            None => RcuLookup::Miss,
+        }
+    }
+
+    /// Locked lookup: returns a counted reference to the hashed dentry for
+    /// `q` under `parent`, if cached.
+    pub(crate) fn lookup_ref(&self, parent: &Dentry, q: &QName<'_>) -> Option<DentryRef> {
+        let _guard = epoch::pin();
+        if self.config.index == DcacheIndex::PerDir {
+            let map = parent.children.read().unwrap_or_else(|e| e.into_inner());
+            // SAFETY: as in lookup_perdir; we also hold the map lock.
+            return map.get(q.bytes).and_then(|p| DentryRef::try_get(unsafe { &*p.0 }));
+        }
+        let b = self.bucket(q.hash);
+        let _l = b.lock.lock();
+        // Relaxed: the chain is stable under the bucket lock.
+        let mut p = b.head.load(Ordering::Relaxed);
+        while !p.is_null() {
+            // SAFETY: chain members are alive while linked; we hold the lock.
+            let d = unsafe { &*p };
+            if d.hot.hash.load(Ordering::Relaxed) == q.hash
+                && ptr::eq(d.parent_ptr(), parent)
+                && d.name_eq(q)
+            {
+                return DentryRef::try_get(d);
+            }
+            p = d.hot.next.load(Ordering::Relaxed);
+        }
+        None
+    }
+
+    /// Make and hash a dentry for `q` under `parent` pointing at `inode`
+    /// (`None`: negative). If a hashed dentry for the name already exists it
+    /// is returned instead (a racing lookup added it first) unless it is
+    /// negative and we are adding a positive one, in which case the negative
+    /// one is unhashed and replaced.
+    pub(crate) fn add(
+        &self,
+        parent: &DentryRef,
+        q: &QName<'_>,
+        inode: Option<Arc<Inode>>,
+    ) -> DentryRef {
+        let _guard = epoch::pin();
+        let positive = inode.is_some();
+        let d = self.alloc(parent.sb.clone(), parent.as_ptr(), Some(q), inode);
+        // SAFETY: we own the count alloc gave us.
+        let new = unsafe { DentryRef::from_counted(d) };
+        let mut replaced = None;
+        {
+            let _map = self.lock_children(parent);
+            let b = self.bucket(q.hash);
+            let _l = b.lock.lock();
+            // Relaxed: stable under the bucket lock.
+            let mut p = b.head.load(Ordering::Relaxed);
+            while !p.is_null() {
+                // SAFETY: alive while linked; lock held.
+                let e = unsafe { &*p };
+                if e.hot.hash.load(Ordering::Relaxed) == q.hash
+                    && ptr::eq(e.parent_ptr(), parent.as_ptr())
+                    && e.name_eq(q)
+                {
+                    if positive && e.is_negative() {
+                        if let Some(r) = DentryRef::try_get(e) {
+                            replaced = Some(r);
+                        }
+                        break;
+                    }
+                    if let Some(r) = DentryRef::try_get(e) {
+                        drop(_l);
+                        drop(_map);
+                        // Unused new dentry: never hashed, so dropping kills it.
+                        drop(new);
+                        return r;
+                    }
+                    break;
+                }
+                p = e.hot.next.load(Ordering::Relaxed);
+            }
+            if let Some(old) = &replaced {
+                self.unhash_locked(b, old, _map.as_ref().map(|m| &**m));
+            }
+            self.hash_locked(b, &new, parent, _map);
+        }
+        drop(replaced);
+        self.maybe_reclaim();
+        new
+    }
+
+    fn lock_children<'a>(
+        &self,
+        parent: &'a Dentry,
+    ) -> Option<std::sync::RwLockWriteGuard<'a, BTreeMap<Box<[u8]>, DPtr>>> {
+        if self.config.index == DcacheIndex::PerDir {
+            Some(parent.children.write().unwrap_or_else(|e| e.into_inner()))
+        } else {
+            None
+        }
+    }
+
+    /// Link `d` into bucket `b` (and the parent's map). Bucket lock held.
+    fn hash_locked(
+        &self,
+        b: &Bucket,
+        d: &Dentry,
+        parent: &Dentry,
+        map: Option<std::sync::RwLockWriteGuard<'_, BTreeMap<Box<[u8]>, DPtr>>>,
+    ) {
+        let _ = parent;
+        if let Some(mut m) = map {
+            m.insert(d.name_vec().into_boxed_slice(), DPtr(d));
+        }
+        // Relaxed: we hold the bucket lock.
+        let head = b.head.load(Ordering::Relaxed);
+        // Relaxed: d is not yet reachable; the Release below publishes it.
+        d.hot.next.store(head, Ordering::Relaxed);
+        d.set_flag(D_HASHED);
+        // Release: publish d's initialised contents to lock-free readers.
+        b.head.store(d as *const Dentry as *mut Dentry, Ordering::Release);
+    }
+
+    /// Remove `d` from bucket `b`'s chain (and the parent's map). Bucket lock
+    /// (and map lock) held. `d`'s own `next` is left intact so readers that
+    /// stand on it can continue down the chain.
+    fn unhash_locked(
+        &self,
+        b: &Bucket,
+        d: &Dentry,
+        map: Option<&BTreeMap<Box<[u8]>, DPtr>>,
+    ) {
+        let _ = map;
+        let target = d as *const Dentry as *mut Dentry;
+        let mut link = &b.head;
+        loop {
+            // Relaxed: chain stable under the bucket lock.
+            let p = link.load(Ordering::Relaxed);
+            if p.is_null() {
+                break;
+            }
+            if p == target {
+                // Release: readers that load the new link see a fully linked successor.
+                link.store(d.hot.next.load(Ordering::Relaxed), Ordering::Release);
+                break;
+            }
+            // SAFETY: alive while linked; lock held.
+            link = unsafe { &(*p).hot.next };
+        }
+        d.clear_flag(D_HASHED);
+    }
+
+    /// Remove `d` from the lookup index (unlink, rmdir, invalidation). The
+    /// caller holds a counted reference; the dentry dies at the last `dput`.
+    pub(crate) fn unhash(&self, d: &DentryRef) {
+        let _guard = epoch::pin();
+        let parent = d.parent_ptr();
+        // SAFETY: the parent is kept alive by d's reference on it.
+        let pd = unsafe { &*parent };
+        let mut map = self.lock_children(pd);
+        let b = self.bucket(d.hot.hash.load(Ordering::Relaxed));
+        let _l = b.lock.lock();
+        if !d.is_hashed() {
+            return;
+        }
+        if let Some(m) = map.as_mut() {
+            m.remove(&d.name_vec()[..]);
+        }
+        self.unhash_locked(b, d, None);
+    }
+
+    /// Move `d` to (`new_parent`, `new_name`) in place: the rename of a name
+    /// that open files, cwds and children keep pointing at. `target`, if
+    /// given, is the dentry currently at the new name: it is unhashed.
+    pub(crate) fn d_move(
+        &self,
+        d: &DentryRef,
+        new_parent: &DentryRef,
+        new_name: &[u8],
+        target: Option<&DentryRef>,
+    ) {
+        let guard = epoch::pin();
+        let new_q = self.qname(new_parent.as_ptr(), new_name);
+        // The child's reference on its new parent.
+        new_parent.lockref().get(new_parent.variant());
+        let old_parent;
+        {
+            let _r = self.rename_lock.lock();
+            self.rename_seq.write_begin();
+            old_parent = d.parent_ptr();
+            // SAFETY: the old parent is kept alive by d's reference on it.
+            let op = unsafe { &*old_parent };
+            let (mut m1, mut m2) = self.lock_two_maps(op, new_parent);
+            let old_b = d.hot.hash.load(Ordering::Relaxed) as usize & self.mask;
+            let new_b = new_q.hash as usize & self.mask;
+            let tb = target.map(|t| t.hot.hash.load(Ordering::Relaxed) as usize & self.mask);
+            let _locks = self.lock_buckets(&[Some(old_b), Some(new_b), tb]);
+            if let Some(t) = target {
+                if t.is_hashed() {
+                    if let Some(m) = m2.as_mut().or(m1.as_mut()) {
+                        m.remove(&t.name_vec()[..]);
+                    }
+                    self.unhash_locked(&self.buckets[tb.unwrap_or(0)], t, None);
+                }
+            }
+            d.hot.seq.write_begin();
+            let was_hashed = d.is_hashed();
+            if was_hashed {
+                if let Some(m) = m1.as_mut() {
+                    m.remove(&d.name_vec()[..]);
+                }
+                self.unhash_locked(&self.buckets[old_b], d, None);
+            }
+            // Release: the new parent's contents are visible to readers of the pointer.
+            d.hot.parent.store(new_parent.as_ptr() as *mut Dentry, Ordering::Release);
+            // Relaxed: under d_seq write; published by its write_end.
+            d.hot.hash.store(new_q.hash, Ordering::Relaxed);
+            d.store_name(&new_q, Some(&guard));
+            if was_hashed {
+                let m = if m2.is_some() { m2.take() } else { m1.take() };
+                self.hash_locked(&self.buckets[new_b], d, new_parent, m);
+            }
+            d.hot.seq.write_end();
+            self.rename_seq.write_end();
+        }
+        // Drop the child's reference on its old parent, outside every lock.
+        // SAFETY: that count was owned by d's parent link, now transferred to us.
+        drop(unsafe { DentryRef::from_counted(old_parent) });
+    }
+
+    /// Swap two dentries' (parent, name) in place (RENAME_EXCHANGE).
+    pub(crate) fn d_exchange(&self, a: &DentryRef, b: &DentryRef) {
+        let guard = epoch::pin();
+        let _r = self.rename_lock.lock();
+        self.rename_seq.write_begin();
+        let pa = a.parent_ptr();
+        let pb = b.parent_ptr();
+        // SAFETY: parents are kept alive by their children's references.
+        let (pad, pbd) = unsafe { (&*pa, &*pb) };
+        let (mut m1, mut m2) = self.lock_two_maps(pad, pbd);
+        let ba = a.hot.hash.load(Ordering::Relaxed) as usize & self.mask;
+        let bb = b.hot.hash.load(Ordering::Relaxed) as usize & self.mask;
+        let name_a = a.name_vec();
+        let name_b = b.name_vec();
+        let qa = self.qname(pb, &name_b); // a's new key
+        let qb = self.qname(pa, &name_a); // b's new key
+        let na = qa.hash as usize & self.mask;
+        let nb = qb.hash as usize & self.mask;
+        let _locks = self.lock_buckets(&[Some(ba), Some(bb), Some(na), Some(nb)]);
+        a.hot.seq.write_begin();
+        b.hot.seq.write_begin();
+        let (ha, hb) = (a.is_hashed(), b.is_hashed());
+        if let Some(m) = m1.as_mut() {
+            m.remove(&name_a[..]);
+        }
+        if let Some(m) = m2.as_mut().or(m1.as_mut()) {
+            m.remove(&name_b[..]);
+        }
+        if ha {
+            self.unhash_locked(&self.buckets[ba], a, None);
+        }
+        if hb {
+            self.unhash_locked(&self.buckets[bb], b, None);
+        }
+        // Release: see d_move.
+        a.hot.parent.store(pb as *mut Dentry, Ordering::Release);
+        b.hot.parent.store(pa as *mut Dentry, Ordering::Release);
+        // Relaxed: under d_seq write.
+        a.hot.hash.store(qa.hash, Ordering::Relaxed);
+        b.hot.hash.store(qb.hash, Ordering::Relaxed);
+        a.store_name(&qa, Some(&guard));
+        b.store_name(&qb, Some(&guard));
+        if let Some(m) = m2.as_mut().or(m1.as_mut()) {
+            m.insert(name_b.clone().into_boxed_slice(), DPtr(a.as_ptr()));
+        }
+        if let Some(m) = m1.as_mut() {
+            m.insert(name_a.clone().into_boxed_slice(), DPtr(b.as_ptr()));
+        }
+        if ha {
+            self.hash_locked(&self.buckets[na], a, pbd, None);
+        }
+        if hb {
+            self.hash_locked(&self.buckets[nb], b, pad, None);
+        }
+        b.hot.seq.write_end();
+        a.hot.seq.write_end();
+        self.rename_seq.write_end();
+        // Parent references stay balanced: each parent keeps one child.
+    }
+
+    fn lock_two_maps<'a>(
+        &self,
+        a: &'a Dentry,
+        b: &'a Dentry,
+    ) -> (
+        Option<std::sync::RwLockWriteGuard<'a, BTreeMap<Box<[u8]>, DPtr>>>,
+        Option<std::sync::RwLockWriteGuard<'a, BTreeMap<Box<[u8]>, DPtr>>>,
+    ) {
+        if self.config.index != DcacheIndex::PerDir {
+            return (None, None);
+        }
+        if ptr::eq(a, b) {
+            return (self.lock_children(a), None);
+        }
+        // Lock order: by address.
+        if (a as *const Dentry) < (b as *const Dentry) {
+            let ga = self.lock_children(a);
+            let gb = self.lock_children(b);
+            (ga, gb)
+        } else {
+            let gb = self.lock_children(b);
+            let ga = self.lock_children(a);
+            (ga, gb)
+        }
+    }
+
+    fn lock_buckets(&self, idx: &[Option<usize>]) -> Vec<scalevfs_sync::SpinGuard<'_, ()>> {
+        let mut v: Vec<usize> = idx.iter().flatten().copied().collect();
+        v.sort_unstable();
+        v.dedup();
+        v.into_iter().map(|i| self.buckets[i].lock.lock()).collect()
+    }
+
+    /// Mark `d` as a mount point (or clear it).
+    pub(crate) fn set_mounted(&self, d: &Dentry, on: bool) {
+        if on {
+            d.set_flag(D_MOUNTED);
+        } else {
+            d.clear_flag(D_MOUNTED);
+        }
+    }
+
+    /// Run the CLOCK sweep if the cache is over its limits.
+    fn maybe_reclaim(&self) {
+        let total = self.len();
+        let neg = self.negative_len();
+        let neg_cap = self.config.max_entries / 100 * self.config.negative_percent as usize;
+        if total <= self.config.max_entries && neg <= neg_cap.max(1) {
+            return;
+        }
+        // One sweeper at a time; others go on (a lookup never waits for it).
+        let Some(_s) = self.sweeping.try_lock() else { return };
+        let want = total.saturating_sub(self.config.max_entries).max(neg.saturating_sub(neg_cap));
+        self.shrink(want.max(64), neg > neg_cap);
+    }
+
+    /// Evict up to `n` unused dentries by a CLOCK sweep; with
+    /// `negative_only`, only negative ones. Returns how many were evicted.
+    pub fn shrink(&self, n: usize, negative_only: bool) -> usize {
+        let mut evicted = 0;
+        let nb = self.buckets.len();
+        // Two full turns at most: the first clears referenced bits.
+        let mut steps = 0;
+        while evicted < n && steps < 2 * nb {
+            // Relaxed: the hand position is a hint.
+            let i = self.clock_hand.fetch_add(1, Ordering::Relaxed) & self.mask;
+            steps += 1;
+            evicted += self.sweep_bucket(i, n - evicted, negative_only, false);
+        }
+        lockstat::add(Stat::DcacheReclaim, evicted as u64);
+        evicted
+    }
+
+    fn sweep_bucket(&self, i: usize, max: usize, negative_only: bool, force: bool) -> usize {
+        let guard = epoch::pin();
+        let b = &self.buckets[i];
+        // Relaxed: a peek; rechecked under the lock.
+        if b.head.load(Ordering::Relaxed).is_null() {
+            return 0;
+        }
+        let mut victims: Vec<*mut Dentry> = Vec::new();
+        {
+            let _l = b.lock.lock();
+            let mut p = b.head.load(Ordering::Relaxed);
+            while !p.is_null() && victims.len() < max {
+                // SAFETY: alive while linked; lock held.
+                let d = unsafe { &*p };
+                let next = d.hot.next.load(Ordering::Relaxed);
+                let f = d.flags();
+                let eligible = (force || f & D_PINNED == 0)
+                    && (!negative_only || d.is_negative())
+                    && d.lockref().count() == 0;
+                if eligible {
+                    if f & D_REFERENCED != 0 && !force {
+                        d.clear_flag(D_REFERENCED);
+                    } else {
+                        let parent = d.parent_ptr();
+                        // SAFETY: parent kept alive by d's reference.
+                        let pd = unsafe { &*parent };
+                        // Lock order puts the parent's map before the bucket
+                        // lock, so here it is only tried; a busy directory's
+                        // child is skipped this turn.
+                        let map = if self.config.index == DcacheIndex::PerDir {
+                            match pd.children.try_write() {
+                                Ok(m) => Some(m),
+                                Err(_) => {
+                                    p = next;
+                                    continue;
+                                }
+                            }
+                        } else {
+                            None
+                        };
+                        let lr = d.lockref();
+                        lr.lock();
+                        if lr.count() == 0 {
+                            lr.mark_dead_locked();
+                            lr.unlock();
+                            if let Some(mut m) = map {
+                                m.remove(&d.name_vec()[..]);
+                            }
+                            self.unhash_locked(b, d, None);
+                            victims.push(p);
+                        } else {
+                            lr.unlock();
+                        }
+                    }
+                }
+                p = next;
+            }
+        }
+        drop(guard);
+        let n = victims.len();
+        for v in victims {
+            // SAFETY: v is dead, unhashed and owned by us now.
+            let parent = unsafe { (*v).parent_ptr() } as *mut Dentry;
+            free_dentry(v);
+            // The evicted child's reference on its parent.
+            dput(parent);
+        }
+        n
+    }
+
+    /// Make lock-free walkers in flight retry (mount table changes).
+    pub(crate) fn bump_rename_seq(&self) {
+        let _r = self.rename_lock.lock();
+        self.rename_seq.write_begin();
+        self.rename_seq.write_end();
+    }
+
+    /// Evict every unused dentry, pinned ones included (teardown).
+    pub fn shrink_all(&self) {
+        loop {
+            let before = self.len();
+            let mut evicted = 0;
+            for i in 0..self.buckets.len() {
+                evicted += self.sweep_bucket(i, usize::MAX, false, true);
+            }
+            if evicted == 0 || self.len() >= before {
+                break;
+            }
+        }
+    }
+}

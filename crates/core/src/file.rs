@@ -1,0 +1,342 @@
+//! Open file descriptions and fd tables.
+//!
+//! LOCKING RULES
+//! - `FdTable::lock` (mutex) serialises every change of the table (open,
+//!   close, dup, growth). Lookups take no lock: they load the slot under an
+//!   epoch guard and use the `File` without touching its reference count.
+//!   A closed file's `Arc` is dropped only after a grace period, so a
+//!   concurrent lookup that still sees it stays safe.
+//! - `File::pos` is an atomic (see `lseek`).
+//!
+//! Lifetime: a `File` is an `Arc`; each fd slot holding it owns one strong
+//! count (released through the epoch on close); `dup` adds one.
+
+use std::sync::{Arc, Mutex};
+
+use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned, Shared};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use crate::errno::{Errno, VfsResult};
+use crate::inode::Inode;
+use crate::types::{O_ACCMODE, O_APPEND, O_CLOEXEC, O_PATH, O_RDONLY, O_RDWR, O_WRONLY};
+use crate::vfs::PathRef;
+
+/// Default per-task limit on open files (RLIMIT_NOFILE's usual soft value).
+pub const DEFAULT_MAX_FDS: usize = 1024;
+
+/// An open file description.
+#[derive(Debug)]
+pub struct File {
+    pub(crate) path: PathRef,
+    pub(crate) inode: Arc<Inode>,
+    /// Open flags: access mode and status flags (O_APPEND, O_NONBLOCK, ...).
+    flags: AtomicU32,
+    /// The file position.
+    pub(crate) pos: AtomicU64,
+}
+
+impl File {
+    pub(crate) fn new(path: PathRef, flags: u32) -> File {
+        let inode = path.inode().clone();
+        File { path, inode, flags: AtomicU32::new(flags & !O_CLOEXEC), pos: AtomicU64::new(0) }
+    }
+    pub fn inode(&self) -> &Arc<Inode> {
+        &self.inode
+    }
+    pub fn path(&self) -> &PathRef {
+        &self.path
+    }
+    pub fn flags(&self) -> u32 {
+        // Relaxed: status flags are independent bits; no data is published through them.
+        self.flags.load(Ordering::Relaxed)
+    }
+    #[allow(dead_code)]
+    pub(crate) fn set_status_flags(&self, f: u32) {
+        // Relaxed: as `flags`.
+        self.flags.store(f, Ordering::Relaxed);
+    }
+    pub fn is_path_only(&self) -> bool {
+        self.flags() & O_PATH != 0
+    }
+    pub fn can_read(&self) -> bool {
+        let f = self.flags();
+        f & O_PATH == 0 && matches!(f & O_ACCMODE, O_RDONLY | O_RDWR)
+    }
+    pub fn can_write(&self) -> bool {
+        let f = self.flags();
+        f & O_PATH == 0 && matches!(f & O_ACCMODE, O_WRONLY | O_RDWR)
+    }
+    pub fn is_append(&self) -> bool {
+        self.flags() & O_APPEND != 0
+    }
+    /// Current position.
+    pub fn position(&self) -> u64 {
+        // Relaxed: a position is a value, not a publication of other data.
+        self.pos.load(Ordering::Relaxed)
+    }
+}
+
+struct Slot {
+    file: Atomic<Arc<File>>,
+    cloexec: std::sync::atomic::AtomicBool,
+}
+
+struct FdArray {
+    slots: Box<[Slot]>,
+}
+
+/// A task's fd table.
+pub struct FdTable {
+    arr: Atomic<FdArray>,
+    lock: Mutex<()>,
+    max: std::sync::atomic::AtomicUsize,
+    /// Lowest fd that might be free (a hint).
+    next_hint: AtomicU64,
+}
+
+impl std::fmt::Debug for FdTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FdTable").finish_non_exhaustive()
+    }
+}
+
+fn new_array(n: usize) -> FdArray {
+    FdArray {
+        slots: (0..n)
+            .map(|_| Slot { file: Atomic::null(), cloexec: Default::default() })
+            .collect(),
+    }
+}
+
+impl FdTable {
+    pub fn new() -> FdTable {
+        FdTable {
+            arr: Atomic::new(new_array(64)),
+            lock: Mutex::new(()),
+            max: std::sync::atomic::AtomicUsize::new(DEFAULT_MAX_FDS),
+            next_hint: AtomicU64::new(0),
+        }
+    }
+
+    /// Set the limit on open fds (RLIMIT_NOFILE).
+    pub fn set_max(&self, n: usize) {
+        self.max.store(n.max(1), std::sync::atomic::Ordering::Relaxed);
+    }
+    pub fn max(&self) -> usize {
+        self.max.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn array<'g>(&self, g: &'g Guard) -> &'g FdArray {
+        // Acquire: pairs with the Release publication of a grown array.
+        let p = self.arr.load(Ordering::Acquire, g);
+        // SAFETY: never null (set in new, replaced only by a valid array),
+        // freed after a grace period.
+        unsafe { p.deref() }
+    }
+
+    /// The file at `fd`, borrowed under `g`: no reference count is taken.
+    #[inline]
+    pub fn get<'g>(&self, fd: i32, g: &'g Guard) -> VfsResult<&'g Arc<File>> {
+        let arr = self.array(g);
+        let slot = usize::try_from(fd).ok().and_then(|i| arr.slots.get(i)).ok_or(Errno::EBADF)?;
+        // Acquire: the File's contents were published before its pointer.
+        let p = slot.file.load(Ordering::Acquire, g);
+        // SAFETY: a non-null slot pointer is a live Arc<File> box, freed only
+        // after a grace period.
+        unsafe { p.as_ref() }.ok_or(Errno::EBADF)
+    }
+
+    /// A counted handle on the file at `fd`.
+    pub fn get_arc(&self, fd: i32) -> VfsResult<Arc<File>> {
+        let g = epoch::pin();
+        self.get(fd, &g).cloned()
+    }
+
+    /// Install `file` at the lowest free fd >= `min`.
+    pub fn install(&self, file: Arc<File>, cloexec: bool, min: usize) -> VfsResult<i32> {
+        let g = epoch::pin();
+        let _l = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let max = self.max();
+        let mut arr = self.array(&g);
+        // Relaxed: a hint read under the table lock.
+        let hint = (self.next_hint.load(Ordering::Relaxed) as usize).max(min);
+        let mut fd = hint;
+        loop {
+            if fd >= max {
+                return Err(Errno::EMFILE);
+            }
+            if fd >= arr.slots.len() {
+                arr = self.grow(fd + 1, &g);
+            }
+            if arr.slots[fd].file.load(Ordering::Relaxed, &g).is_null() {
+                break;
+            }
+            fd += 1;
+        }
+        self.store_locked(arr, fd, file, cloexec, &g);
+        if min == 0 || hint == min {
+            // Relaxed: under the table lock.
+            self.next_hint.store(fd as u64 + 1, Ordering::Relaxed);
+        }
+        Ok(fd as i32)
+    }
+
+    fn store_locked(&self, arr: &FdArray, fd: usize, file: Arc<File>, cloexec: bool, g: &Guard) {
+        let slot = &arr.slots[fd];
+        slot.cloexec.store(cloexec, std::sync::atomic::Ordering::Relaxed);
+        // Release: publish the File to lock-free readers.
+        let old = slot.file.swap(Owned::new(file), Ordering::Release, g);
+        if !old.is_null() {
+            // SAFETY: the old pointer is unreachable now; pinned readers are waited for.
+            unsafe { g.defer_destroy(old) };
+        }
+    }
+
+    /// Install `file` at exactly `fd`, closing what was there (dup2).
+    pub fn install_at(&self, fd: i32, file: Arc<File>, cloexec: bool) -> VfsResult<()> {
+        let g = epoch::pin();
+        let _l = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let i = usize::try_from(fd).map_err(|_| Errno::EBADF)?;
+        if i >= self.max() {
+            return Err(Errno::EBADF);
+        }
+        let mut arr = self.array(&g);
+        if i >= arr.slots.len() {
+            arr = self.grow(i + 1, &g);
+        }
+        self.store_locked(arr, i, file, cloexec, &g);
+        Ok(())
+    }
+
+    fn grow<'g>(&self, need: usize, g: &'g Guard) -> &'g FdArray {
+        let old = self.array(g);
+        let n = need.next_power_of_two().max(old.slots.len() * 2);
+        let new = new_array(n);
+        for (o, s) in old.slots.iter().zip(new.slots.iter()) {
+            // Relaxed: under the table lock; published by the Release below.
+            s.file.store(o.file.load(Ordering::Relaxed, g), Ordering::Relaxed);
+            s.cloexec.store(o.cloexec.load(std::sync::atomic::Ordering::Relaxed), std::sync::atomic::Ordering::Relaxed);
+        }
+        // Release: publish the copied slots.
+        let prev = self.arr.swap(Owned::new(new), Ordering::Release, g);
+        // The old array's slots are now shared with the new one; free only
+        // the array itself (its Atomic fields do not own the files).
+        // SAFETY: unreachable now; pinned readers are waited for.
+        unsafe { g.defer_destroy(prev) };
+        self.array(g)
+    }
+
+    /// Close `fd`.
+    pub fn close(&self, fd: i32) -> VfsResult<()> {
+        let g = epoch::pin();
+        let _l = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let arr = self.array(&g);
+        let i = usize::try_from(fd).map_err(|_| Errno::EBADF)?;
+        let slot = arr.slots.get(i).ok_or(Errno::EBADF)?;
+        // AcqRel: take ownership of the file pointer.
+        let old = slot.file.swap(Shared::null(), Ordering::AcqRel, &g);
+        if old.is_null() {
+            return Err(Errno::EBADF);
+        }
+        // SAFETY: unreachable from the table now; pinned readers are waited for.
+        unsafe { g.defer_destroy(old) };
+        // Relaxed: under the table lock.
+        if (i as u64) < self.next_hint.load(Ordering::Relaxed) {
+            self.next_hint.store(i as u64, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    pub fn is_cloexec(&self, fd: i32) -> VfsResult<bool> {
+        let g = epoch::pin();
+        let arr = self.array(&g);
+        let i = usize::try_from(fd).map_err(|_| Errno::EBADF)?;
+        let slot = arr.slots.get(i).ok_or(Errno::EBADF)?;
+        if slot.file.load(Ordering::Acquire, &g).is_null() {
+            return Err(Errno::EBADF);
+        }
+        Ok(slot.cloexec.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    pub fn set_cloexec(&self, fd: i32, on: bool) -> VfsResult<()> {
+        let g = epoch::pin();
+        let _l = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let arr = self.array(&g);
+        let i = usize::try_from(fd).map_err(|_| Errno::EBADF)?;
+        let slot = arr.slots.get(i).ok_or(Errno::EBADF)?;
+        if slot.file.load(Ordering::Acquire, &g).is_null() {
+            return Err(Errno::EBADF);
+        }
+        slot.cloexec.store(on, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// A copy of the table (fork): same open file descriptions, new table.
+    pub fn fork(&self) -> FdTable {
+        let g = epoch::pin();
+        let _l = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let arr = self.array(&g);
+        let t = FdTable::new();
+        t.set_max(self.max());
+        {
+            let g2 = &g;
+            let mut dst = t.array(g2);
+            if dst.slots.len() < arr.slots.len() {
+                dst = t.grow(arr.slots.len(), g2);
+            }
+            for (i, s) in arr.slots.iter().enumerate() {
+                let p = s.file.load(Ordering::Acquire, g2);
+                // SAFETY: live while in the slot; we hold the table lock.
+                if let Some(f) = unsafe { p.as_ref() } {
+                    t.store_locked(dst, i, f.clone(), s.cloexec.load(std::sync::atomic::Ordering::Relaxed), g2);
+                }
+            }
+        }
+        t.next_hint.store(0, Ordering::Relaxed);
+        t
+    }
+
+    /// Close every fd marked close-on-exec.
+    pub fn close_on_exec(&self) {
+        let g = epoch::pin();
+        let n = self.array(&g).slots.len();
+        for fd in 0..n {
+            if self.is_cloexec(fd as i32) == Ok(true) {
+                let _ = self.close(fd as i32);
+            }
+        }
+    }
+
+    /// Number of open fds.
+    pub fn count(&self) -> usize {
+        let g = epoch::pin();
+        self.array(&g).slots.iter().filter(|s| !s.file.load(Ordering::Acquire, &g).is_null()).count()
+    }
+}
+
+impl Default for FdTable {
+    fn default() -> Self {
+        FdTable::new()
+    }
+}
+
+impl Drop for FdTable {
+    fn drop(&mut self) {
+        let g = epoch::pin();
+        // AcqRel: take ownership of the array.
+        let arr = self.arr.swap(Shared::null(), Ordering::AcqRel, &g);
+        // SAFETY: we own the table; pinned readers are waited for by the
+        // deferred destruction.
+        if let Some(a) = unsafe { arr.as_ref() } {
+            for s in a.slots.iter() {
+                let p = s.file.swap(Shared::null(), Ordering::AcqRel, &g);
+                if !p.is_null() {
+                    // SAFETY: unreachable now.
+                    unsafe { g.defer_destroy(p) };
+                }
+            }
+            // SAFETY: unreachable now.
+            unsafe { g.defer_destroy(arr) };
+        }
+    }
+}

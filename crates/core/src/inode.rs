@@ -1,0 +1,163 @@
+//! Inodes: the attribute block under a seqlock, read without locks.
+//!
+//! LOCKING RULES
+//! - `attr` is a `SeqLock<Attr>`: writers take its internal spinlock (innermost
+//!   lock of the whole VFS, never held across anything else); readers copy it
+//!   lock-free and retry on a concurrent write. `stat` never takes a lock.
+//! - `dir_lock` (directories only) is the namespace lock of the directory: name
+//!   operations inside it (create, unlink, rename of one name) take it SHARED,
+//!   so creates of different names do not serialise; operations that need the
+//!   directory's whole contents stable take it EXCLUSIVE (rmdir of this
+//!   directory, rename of a directory over it). Per-name exclusion comes from
+//!   the VFS name locks (see `vfs.rs`).
+//! - `data_lock`: held shared by reads that need the size stable, exclusive by
+//!   writers and truncate (see `file.rs`).
+//!
+//! Lifetime: `Arc<Inode>`. Positive dentries hold one; open files hold one
+//! through their dentry. The filesystem keeps its own (memfs: in directory
+//! entries). An inode whose `nlink` reaches 0 is freed when the last `Arc` goes.
+
+use std::any::Any;
+use std::sync::RwLock;
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use scalevfs_sync::SeqLock;
+
+use crate::types::{Attr, Cred, FileType, Stat, S_IFMT};
+
+/// Inode flag: a directory that was removed (rmdir); creates in it fail ENOENT.
+pub const I_DEAD: u32 = 1;
+
+/// An in-memory inode.
+pub struct Inode {
+    ino: u64,
+    dev: u64,
+    ftype: FileType,
+    attr: SeqLock<Attr>,
+    flags: AtomicU32,
+    pub(crate) dir_lock: RwLock<()>,
+    pub(crate) data_lock: RwLock<()>,
+    private: Box<dyn Any + Send + Sync>,
+}
+
+impl std::fmt::Debug for Inode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inode").field("ino", &self.ino).field("type", &self.ftype).finish()
+    }
+}
+
+impl Inode {
+    /// A new inode. `attr.mode` must carry a valid file type.
+    pub fn new(ino: u64, dev: u64, attr: Attr, private: Box<dyn Any + Send + Sync>) -> Inode {
+        let ftype = FileType::from_mode(attr.mode).unwrap_or(FileType::Regular);
+        Inode {
+            ino,
+            dev,
+            ftype,
+            attr: SeqLock::new(attr),
+            flags: AtomicU32::new(0),
+            dir_lock: RwLock::new(()),
+            data_lock: RwLock::new(()),
+            private,
+        }
+    }
+
+    #[inline]
+    pub fn ino(&self) -> u64 {
+        self.ino
+    }
+    #[inline]
+    pub fn dev(&self) -> u64 {
+        self.dev
+    }
+    #[inline]
+    pub fn file_type(&self) -> FileType {
+        self.ftype
+    }
+    #[inline]
+    pub fn is_dir(&self) -> bool {
+        self.ftype == FileType::Directory
+    }
+
+    /// A consistent copy of the attributes, read lock-free.
+    #[inline]
+    pub fn attr(&self) -> Attr {
+        self.attr.read()
+    }
+
+    /// Change the attributes under the seqlock's writer lock.
+    pub fn update_attr<R>(&self, f: impl FnOnce(&mut Attr) -> R) -> R {
+        self.attr.write(f)
+    }
+
+    /// The filesystem's private data, if it is of type `T`.
+    pub fn private<T: 'static>(&self) -> Option<&T> {
+        self.private.downcast_ref::<T>()
+    }
+
+    pub fn flags(&self) -> u32 {
+        // Relaxed: flags are advisory bits checked again under the locks that set them.
+        self.flags.load(Ordering::Relaxed)
+    }
+    pub(crate) fn set_flag(&self, f: u32) {
+        // Release: pairs with Acquire readers that then look at namespace state.
+        self.flags.fetch_or(f, Ordering::Release);
+    }
+    pub fn is_dead(&self) -> bool {
+        // Acquire: a dead directory's removal must be visible to a creator that sees the flag.
+        self.flags.load(Ordering::Acquire) & I_DEAD != 0
+    }
+
+    /// `struct stat` from a consistent attribute copy.
+    pub fn stat(&self) -> Stat {
+        let a = self.attr();
+        stat_from_attr(self.ino, self.dev, &a)
+    }
+}
+
+pub(crate) fn stat_from_attr(ino: u64, dev: u64, a: &Attr) -> Stat {
+    Stat {
+        dev,
+        ino,
+        mode: a.mode,
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        rdev: a.rdev,
+        size: a.size,
+        blksize: 4096,
+        blocks: a.blocks,
+        atime: a.atime(),
+        mtime: a.mtime(),
+        ctime: a.ctime(),
+    }
+}
+
+/// Permission check of Linux's `generic_permission`: `mask` is a combination
+/// of R_OK(4)/W_OK(2)/X_OK(1). Root passes read/write always and execute when
+/// any execute bit is set (or on directories).
+#[inline]
+pub fn permission_ok(a: &Attr, cred: &Cred, mask: u32) -> bool {
+    if mask == 0 {
+        return true;
+    }
+    let mode = a.mode;
+    // Fast path for the walk: search permission granted to everyone.
+    if mask == 1 && mode & 0o111 == 0o111 {
+        return true;
+    }
+    if cred.is_root() {
+        if mask & 1 == 0 {
+            return true;
+        }
+        return mode & S_IFMT == libc::S_IFDIR || mode & 0o111 != 0;
+    }
+    let bits = if cred.uid == a.uid {
+        (mode >> 6) & 7
+    } else if cred.in_group(a.gid) {
+        (mode >> 3) & 7
+    } else {
+        mode & 7
+    };
+    bits & mask == mask
+}

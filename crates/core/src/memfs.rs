@@ -1,0 +1,532 @@
+//! memfs: the in-memory filesystem type (tmpfs-like), the embedded default.
+//!
+//! LOCKING RULES
+//! - Directory contents are two concurrent skip lists (by name, by cookie):
+//!   creates and unlinks of different names in one directory run in parallel
+//!   and take no directory-wide lock. Operations on one name are serialised
+//!   by the VFS name locks, so the two lists are updated without a lock of
+//!   their own: insert into `by_cookie` then `by_name`; remove from
+//!   `by_name` then `by_cookie`.
+//! - File data: `MemFile::pages` (rwlock) protects the page map; the VFS
+//!   holds the inode's data lock exclusively around writes and truncates.
+//! - Attributes live in the VFS inode (its seqlock); memfs has no copy.
+//!
+//! By default memfs keeps every dentry in the dcache (`dcache_authoritative`),
+//! as tmpfs does: a cache miss is a definite ENOENT. With
+//! `authoritative: false` the dcache treats it as it would a disk
+//! filesystem (lookups on miss, negative dentries, eviction), which tests use
+//! to exercise the cache machinery.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+use crossbeam_skiplist::SkipMap;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
+use crate::errno::{Errno, VfsResult};
+use crate::fs::{Filesystem, NewNode};
+use crate::inode::Inode;
+use crate::types::{Attr, DirEntry, FileType, StatFs, Timespec, S_IFDIR, S_IFLNK};
+
+/// Page size of file data.
+pub const PAGE: usize = 4096;
+/// Size tmpfs charges per directory entry (`BOGO_DIRENT_SIZE`).
+const BOGO_DIRENT_SIZE: u64 = 20;
+/// First cookie of a real entry: 1 and 2 are "." and "..".
+pub const FIRST_COOKIE: u64 = 3;
+
+/// memfs mount options.
+#[derive(Clone, Debug)]
+pub struct MemFsOptions {
+    /// The dcache holds every name (a miss is ENOENT). Default true.
+    pub authoritative: bool,
+    /// Maximum number of inodes (ENOSPC past it).
+    pub max_inodes: u64,
+    /// Maximum bytes of file data (ENOSPC past it).
+    pub max_bytes: u64,
+    /// Maximum file size (EFBIG past it).
+    pub max_file_size: u64,
+}
+
+impl Default for MemFsOptions {
+    fn default() -> Self {
+        MemFsOptions {
+            authoritative: true,
+            max_inodes: 1 << 32,
+            max_bytes: 1 << 40,
+            max_file_size: i64::MAX as u64,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct MemStats {
+    live_inodes: AtomicI64,
+    used_pages: AtomicI64,
+}
+
+/// memfs's per-inode data.
+pub(crate) struct MemNode {
+    kind: MemKind,
+    stats: Arc<MemStats>,
+}
+
+enum MemKind {
+    Dir(MemDir),
+    File(MemFile),
+    Symlink(Box<[u8]>),
+    Special,
+}
+
+impl Drop for MemNode {
+    fn drop(&mut self) {
+        // Relaxed: statistics.
+        self.stats.live_inodes.fetch_sub(1, Ordering::Relaxed);
+        if let MemKind::File(f) = &self.kind {
+            let n = f.pages.read().unwrap_or_else(|e| e.into_inner()).len() as i64;
+            self.stats.used_pages.fetch_sub(n, Ordering::Relaxed);
+        }
+    }
+}
+
+struct DirSlot {
+    cookie: u64,
+    inode: Arc<Inode>,
+}
+
+#[derive(Default)]
+struct MemDir {
+    by_name: SkipMap<Box<[u8]>, DirSlot>,
+    by_cookie: SkipMap<u64, Box<[u8]>>,
+    next_cookie: AtomicU64,
+}
+
+#[derive(Default)]
+pub(crate) struct MemFile {
+    pages: RwLock<BTreeMap<u64, Box<[u8; PAGE]>>>,
+}
+
+/// The in-memory filesystem.
+pub struct MemFs {
+    dev: u64,
+    opts: MemFsOptions,
+    root: Arc<Inode>,
+    next_ino: AtomicU64,
+    stats: Arc<MemStats>,
+}
+
+impl std::fmt::Debug for MemFs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemFs").field("dev", &self.dev).finish()
+    }
+}
+
+fn node(inode: &Inode) -> &MemNode {
+    inode.private::<MemNode>().expect("memfs inode")
+}
+
+fn dir(inode: &Inode) -> VfsResult<&MemDir> {
+    match &node(inode).kind {
+        MemKind::Dir(d) => Ok(d),
+        _ => Err(Errno::ENOTDIR),
+    }
+}
+
+fn file(inode: &Inode) -> VfsResult<&MemFile> {
+    match &node(inode).kind {
+        MemKind::File(f) => Ok(f),
+        MemKind::Dir(_) => Err(Errno::EISDIR),
+        _ => Err(Errno::EINVAL),
+    }
+}
+
+impl MemFs {
+    /// A new, empty memfs with device number `dev`.
+    pub fn new(dev: u64, opts: MemFsOptions) -> MemFs {
+        let stats = Arc::new(MemStats::default());
+        let now = Timespec::now();
+        let mut a = Attr { mode: S_IFDIR | 0o1777, nlink: 2, size: 2 * BOGO_DIRENT_SIZE, ..Attr::default() };
+        a.set_atime(now);
+        a.touch_mc(now);
+        // Relaxed: statistics.
+        stats.live_inodes.fetch_add(1, Ordering::Relaxed);
+        let root = Arc::new(Inode::new(
+            1,
+            dev,
+            a,
+            Box::new(MemNode { kind: MemKind::Dir(MemDir::default()), stats: stats.clone() }),
+        ));
+        MemFs { dev, opts, root, next_ino: AtomicU64::new(2), stats }
+    }
+
+    /// Inodes alive (named or open), the root included.
+    pub fn live_inodes(&self) -> i64 {
+        // Relaxed: statistics.
+        self.stats.live_inodes.load(Ordering::Relaxed)
+    }
+
+    fn new_inode(&self, attr: Attr, kind: MemKind) -> VfsResult<Arc<Inode>> {
+        // Relaxed: a soft limit checked approximately, as tmpfs's nr_inodes.
+        if self.stats.live_inodes.load(Ordering::Relaxed) as u64 >= self.opts.max_inodes {
+            return Err(Errno::ENOSPC);
+        }
+        // Relaxed: only uniqueness of the number matters.
+        let ino = self.next_ino.fetch_add(1, Ordering::Relaxed);
+        self.stats.live_inodes.fetch_add(1, Ordering::Relaxed);
+        Ok(Arc::new(Inode::new(
+            ino,
+            self.dev,
+            attr,
+            Box::new(MemNode { kind, stats: self.stats.clone() }),
+        )))
+    }
+
+    fn insert(&self, d: &MemDir, dir_inode: &Inode, name: &[u8], inode: Arc<Inode>) {
+        // Relaxed: cookies only need to be unique and increasing per directory;
+        // the skip lists order their own publication.
+        let cookie = FIRST_COOKIE + d.next_cookie.fetch_add(1, Ordering::Relaxed);
+        d.by_cookie.insert(cookie, name.to_vec().into_boxed_slice());
+        d.by_name.insert(name.to_vec().into_boxed_slice(), DirSlot { cookie, inode });
+        dir_inode.update_attr(|a| a.size += BOGO_DIRENT_SIZE);
+    }
+
+    fn remove(&self, d: &MemDir, dir_inode: &Inode, name: &[u8]) -> Option<Arc<Inode>> {
+        let e = d.by_name.remove(name)?;
+        let slot = e.value();
+        d.by_cookie.remove(&slot.cookie);
+        dir_inode.update_attr(|a| a.size = a.size.saturating_sub(BOGO_DIRENT_SIZE));
+        Some(slot.inode.clone())
+    }
+}
+
+fn new_attr(mode: u32, owner: (u32, u32), nlink: u32, rdev: u64) -> Attr {
+    let now = Timespec::now();
+    let mut a = Attr { mode, uid: owner.0, gid: owner.1, nlink, rdev, ..Attr::default() };
+    a.set_atime(now);
+    a.touch_mc(now);
+    a
+}
+
+impl Filesystem for MemFs {
+    fn name(&self) -> &'static str {
+        "memfs"
+    }
+
+    fn root(&self) -> Arc<Inode> {
+        self.root.clone()
+    }
+
+    fn dcache_authoritative(&self) -> bool {
+        self.opts.authoritative
+    }
+
+    fn lookup(&self, d: &Arc<Inode>, name: &[u8]) -> VfsResult<Option<Arc<Inode>>> {
+        let md = dir(d)?;
+        Ok(md.by_name.get(name).map(|e| e.value().inode.clone()))
+    }
+
+    fn create(
+        &self,
+        d: &Arc<Inode>,
+        name: &[u8],
+        new: NewNode<'_>,
+        owner: (u32, u32),
+    ) -> VfsResult<Arc<Inode>> {
+        let md = dir(d)?;
+        let inode = match new {
+            NewNode::Dir { mode } => {
+                let mut a = new_attr(S_IFDIR | (mode & 0o7777), owner, 2, 0);
+                a.size = 2 * BOGO_DIRENT_SIZE;
+                let i = self.new_inode(a, MemKind::Dir(MemDir::default()))?;
+                d.update_attr(|a| a.nlink += 1);
+                i
+            }
+            NewNode::Symlink { target } => {
+                let mut a = new_attr(S_IFLNK | 0o777, owner, 1, 0);
+                a.size = target.len() as u64;
+                self.new_inode(a, MemKind::Symlink(target.to_vec().into_boxed_slice()))?
+            }
+            NewNode::Node { mode, rdev } => {
+                let kind = match FileType::from_mode(mode) {
+                    Some(FileType::Regular) => MemKind::File(MemFile::default()),
+                    Some(FileType::Directory) | Some(FileType::Symlink) | None => {
+                        return Err(Errno::EINVAL)
+                    }
+                    Some(_) => MemKind::Special,
+                };
+                self.new_inode(new_attr(mode, owner, 1, rdev), kind)?
+            }
+        };
+        self.insert(md, d, name, inode.clone());
+        let now = Timespec::now();
+        d.update_attr(|a| a.touch_mc(now));
+        Ok(inode)
+    }
+
+    fn create_tmpfile(&self, _d: &Arc<Inode>, mode: u32, owner: (u32, u32)) -> VfsResult<Arc<Inode>> {
+        let a = new_attr(crate::types::S_IFREG | (mode & 0o7777), owner, 0, 0);
+        self.new_inode(a, MemKind::File(MemFile::default()))
+    }
+
+    fn link(&self, d: &Arc<Inode>, name: &[u8], inode: &Arc<Inode>) -> VfsResult<()> {
+        let md = dir(d)?;
+        self.insert(md, d, name, inode.clone());
+        let now = Timespec::now();
+        inode.update_attr(|a| {
+            a.nlink += 1;
+            a.set_ctime(now);
+        });
+        d.update_attr(|a| a.touch_mc(now));
+        Ok(())
+    }
+
+    fn unlink(&self, d: &Arc<Inode>, name: &[u8], inode: &Arc<Inode>) -> VfsResult<()> {
+        let md = dir(d)?;
+        self.remove(md, d, name).ok_or(Errno::ENOENT)?;
+        let now = Timespec::now();
+        inode.update_attr(|a| {
+            a.nlink = a.nlink.saturating_sub(1);
+            a.set_ctime(now);
+        });
+        d.update_attr(|a| a.touch_mc(now));
+        Ok(())
+    }
+
+    fn rmdir(&self, d: &Arc<Inode>, name: &[u8], inode: &Arc<Inode>) -> VfsResult<()> {
+        let md = dir(d)?;
+        if !dir(inode)?.by_name.is_empty() {
+            return Err(Errno::ENOTEMPTY);
+        }
+        self.remove(md, d, name).ok_or(Errno::ENOENT)?;
+        let now = Timespec::now();
+        inode.update_attr(|a| {
+            a.nlink = 0;
+            a.set_ctime(now);
+        });
+        d.update_attr(|a| {
+            a.nlink = a.nlink.saturating_sub(1);
+            a.touch_mc(now);
+        });
+        Ok(())
+    }
+
+    fn rename(
+        &self,
+        old_dir: &Arc<Inode>,
+        old_name: &[u8],
+        new_dir: &Arc<Inode>,
+        new_name: &[u8],
+        moved: &Arc<Inode>,
+        replaced: Option<&Arc<Inode>>,
+        exchange: bool,
+    ) -> VfsResult<()> {
+        let od = dir(old_dir)?;
+        let nd = dir(new_dir)?;
+        let now = Timespec::now();
+        let cross = !Arc::ptr_eq(old_dir, new_dir);
+        if exchange {
+            let other = replaced.ok_or(Errno::EINVAL)?;
+            self.remove(od, old_dir, old_name);
+            self.remove(nd, new_dir, new_name);
+            self.insert(nd, new_dir, new_name, moved.clone());
+            self.insert(od, old_dir, old_name, other.clone());
+            if cross && moved.is_dir() != other.is_dir() {
+                let (gain, lose) = if moved.is_dir() { (new_dir, old_dir) } else { (old_dir, new_dir) };
+                gain.update_attr(|a| a.nlink += 1);
+                lose.update_attr(|a| a.nlink = a.nlink.saturating_sub(1));
+            }
+            other.update_attr(|a| a.set_ctime(now));
+        } else {
+            if let Some(r) = replaced {
+                if r.is_dir() && !dir(r)?.by_name.is_empty() {
+                    return Err(Errno::ENOTEMPTY);
+                }
+                self.remove(nd, new_dir, new_name);
+                r.update_attr(|a| {
+                    a.nlink = if r.is_dir() { 0 } else { a.nlink.saturating_sub(1) };
+                    a.set_ctime(now);
+                });
+                if r.is_dir() {
+                    new_dir.update_attr(|a| a.nlink = a.nlink.saturating_sub(1));
+                }
+            }
+            self.remove(od, old_dir, old_name);
+            self.insert(nd, new_dir, new_name, moved.clone());
+            if cross && moved.is_dir() {
+                old_dir.update_attr(|a| a.nlink = a.nlink.saturating_sub(1));
+                new_dir.update_attr(|a| a.nlink += 1);
+            }
+        }
+        moved.update_attr(|a| a.set_ctime(now));
+        old_dir.update_attr(|a| a.touch_mc(now));
+        if cross {
+            new_dir.update_attr(|a| a.touch_mc(now));
+        }
+        Ok(())
+    }
+
+    fn readlink(&self, inode: &Arc<Inode>) -> VfsResult<Vec<u8>> {
+        match &node(inode).kind {
+            MemKind::Symlink(t) => Ok(t.to_vec()),
+            _ => Err(Errno::EINVAL),
+        }
+    }
+
+    fn get_link_cached<'i>(&self, inode: &'i Inode) -> Option<&'i [u8]> {
+        // Immutable after creation, lives as long as the inode: fits the
+        // lock-free callback contract.
+        match &inode.private::<MemNode>()?.kind {
+            MemKind::Symlink(t) => Some(t),
+            _ => None,
+        }
+    }
+
+    fn readdir(
+        &self,
+        d: &Arc<Inode>,
+        cookie: u64,
+        emit: &mut dyn FnMut(DirEntry) -> bool,
+    ) -> VfsResult<()> {
+        let md = dir(d)?;
+        for e in md.by_cookie.range(cookie.max(FIRST_COOKIE)..) {
+            let c = *e.key();
+            let Some(slot) = md.by_name.get(&e.value()[..]) else { continue };
+            // The name may have been removed and re-created with a new cookie
+            // since: report it under its current cookie only.
+            if slot.value().cookie != c {
+                continue;
+            }
+            let ino = &slot.value().inode;
+            let ent = DirEntry {
+                ino: ino.ino(),
+                next_cookie: c + 1,
+                file_type: ino.file_type(),
+                name: e.value().to_vec(),
+            };
+            if !emit(ent) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn statfs(&self) -> StatFs {
+        // Relaxed: statistics.
+        let used = self.stats.used_pages.load(Ordering::Relaxed).max(0) as u64;
+        let files = self.stats.live_inodes.load(Ordering::Relaxed).max(0) as u64;
+        let blocks = self.opts.max_bytes / PAGE as u64;
+        StatFs {
+            fs_type: 0x0102_1994, // TMPFS_MAGIC
+            bsize: PAGE as u64,
+            blocks,
+            bfree: blocks.saturating_sub(used),
+            bavail: blocks.saturating_sub(used),
+            files: self.opts.max_inodes,
+            ffree: self.opts.max_inodes.saturating_sub(files),
+            namelen: 255,
+            frsize: PAGE as u64,
+            flags: 0,
+        }
+    }
+
+    fn max_file_size(&self) -> u64 {
+        self.opts.max_file_size
+    }
+
+    fn read(&self, inode: &Arc<Inode>, off: u64, buf: &mut [u8]) -> VfsResult<usize> {
+        let f = file(inode)?;
+        let size = inode.attr().size;
+        if off >= size || buf.is_empty() {
+            return Ok(0);
+        }
+        let n = buf.len().min((size - off) as usize);
+        let pages = f.pages.read().unwrap_or_else(|e| e.into_inner());
+        let mut done = 0;
+        while done < n {
+            let pos = off + done as u64;
+            let idx = pos / PAGE as u64;
+            let in_page = (pos % PAGE as u64) as usize;
+            let chunk = (PAGE - in_page).min(n - done);
+            match pages.get(&idx) {
+                Some(p) => buf[done..done + chunk].copy_from_slice(&p[in_page..in_page + chunk]),
+                None => buf[done..done + chunk].fill(0),
+            }
+            done += chunk;
+        }
+        Ok(n)
+    }
+
+    fn write(&self, inode: &Arc<Inode>, off: u64, buf: &[u8]) -> VfsResult<usize> {
+        let f = file(inode)?;
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let end = off.checked_add(buf.len() as u64).ok_or(Errno::EFBIG)?;
+        if end > self.opts.max_file_size {
+            return Err(Errno::EFBIG);
+        }
+        let mut pages = f.pages.write().unwrap_or_else(|e| e.into_inner());
+        let mut done = 0;
+        while done < buf.len() {
+            let pos = off + done as u64;
+            let idx = pos / PAGE as u64;
+            let in_page = (pos % PAGE as u64) as usize;
+            let chunk = (PAGE - in_page).min(buf.len() - done);
+            let page = match pages.get_mut(&idx) {
+                Some(p) => p,
+                None => {
+                    // Relaxed: a soft limit, as tmpfs's size= option.
+                    let used = self.stats.used_pages.load(Ordering::Relaxed) as u64;
+                    if (used + 1) * PAGE as u64 > self.opts.max_bytes {
+                        if done == 0 {
+                            return Err(Errno::ENOSPC);
+                        }
+                        break;
+                    }
+                    self.stats.used_pages.fetch_add(1, Ordering::Relaxed);
+                    pages.entry(idx).or_insert_with(|| Box::new([0u8; PAGE]))
+                }
+            };
+            page[in_page..in_page + chunk].copy_from_slice(&buf[done..done + chunk]);
+            done += chunk;
+        }
+        let npages = pages.len() as u64;
+        drop(pages);
+        let now = Timespec::now();
+        let new_end = off + done as u64;
+        inode.update_attr(|a| {
+            if new_end > a.size {
+                a.size = new_end;
+            }
+            a.blocks = npages * (PAGE as u64 / 512);
+            a.touch_mc(now);
+        });
+        Ok(done)
+    }
+
+    fn truncate(&self, inode: &Arc<Inode>, size: u64) -> VfsResult<()> {
+        let f = file(inode)?;
+        if size > self.opts.max_file_size {
+            return Err(Errno::EFBIG);
+        }
+        let mut pages = f.pages.write().unwrap_or_else(|e| e.into_inner());
+        let keep = size.div_ceil(PAGE as u64);
+        let removed = pages.split_off(&keep);
+        // Relaxed: statistics.
+        self.stats.used_pages.fetch_sub(removed.len() as i64, Ordering::Relaxed);
+        if size % PAGE as u64 != 0 {
+            if let Some(p) = pages.get_mut(&(size / PAGE as u64)) {
+                p[(size % PAGE as u64) as usize..].fill(0);
+            }
+        }
+        let npages = pages.len() as u64;
+        drop(pages);
+        let now = Timespec::now();
+        inode.update_attr(|a| {
+            a.size = size;
+            a.blocks = npages * (PAGE as u64 / 512);
+            a.touch_mc(now);
+        });
+        Ok(())
+    }
+}

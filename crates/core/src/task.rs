@@ -1,0 +1,1416 @@
+//! `Task`: a process-like context (credentials, umask, root, cwd, fd table)
+//! and the POSIX-shaped namespace calls.
+//!
+//! LOCKING RULES
+//! - `FsContext::lock` (mutex) serialises chdir/chroot of tasks sharing the
+//!   context. Readers take no lock: the (root, cwd) pair is an immutable
+//!   snapshot replaced as a whole and read under an epoch guard.
+//! - The namespace calls take the locks of `vfs.rs` in its global order.
+
+use std::sync::{Arc, Mutex, MutexGuard, RwLockReadGuard, RwLockWriteGuard};
+
+use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use crate::dcache::{Dentry, DentryRef};
+use crate::errno::{Errno, VfsResult};
+use crate::file::{FdTable, File};
+use crate::fs::{Filesystem, NewNode};
+use crate::inode::{permission_ok, Inode};
+use crate::types::*;
+use crate::vfs::{Mount, PathRef, Vfs};
+use crate::walk::{check_path, Last, ParentWalk, Start, WalkCtx};
+
+pub(crate) struct FsSnap {
+    pub(crate) root: PathRef,
+    pub(crate) cwd: PathRef,
+}
+
+/// Root and cwd, shared by tasks that are "threads" of one process.
+pub struct FsContext {
+    snap: Atomic<FsSnap>,
+    lock: Mutex<()>,
+}
+
+impl std::fmt::Debug for FsContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FsContext").finish_non_exhaustive()
+    }
+}
+
+impl FsContext {
+    fn new(root: PathRef, cwd: PathRef) -> FsContext {
+        FsContext { snap: Atomic::new(FsSnap { root, cwd }), lock: Mutex::new(()) }
+    }
+    pub(crate) fn load<'g>(&self, g: &'g Guard) -> &'g FsSnap {
+        // Acquire: pairs with the Release publication in `replace`.
+        let p = self.snap.load(Ordering::Acquire, g);
+        // SAFETY: never null; old snapshots are freed after a grace period.
+        unsafe { p.deref() }
+    }
+    fn replace(&self, f: impl FnOnce(&FsSnap) -> FsSnap) {
+        let g = epoch::pin();
+        let _l = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let new = f(self.load(&g));
+        // AcqRel: publish the new snapshot, take the old one.
+        let old = self.snap.swap(Owned::new(new), Ordering::AcqRel, &g);
+        // SAFETY: unreachable now; pinned readers are waited for.
+        unsafe { g.defer_destroy(old) };
+    }
+    fn copy(&self) -> FsContext {
+        let g = epoch::pin();
+        let s = self.load(&g);
+        FsContext::new(s.root.clone(), s.cwd.clone())
+    }
+}
+
+impl Drop for FsContext {
+    fn drop(&mut self) {
+        let g = epoch::pin();
+        let old = self.snap.swap(epoch::Shared::null(), Ordering::AcqRel, &g);
+        if !old.is_null() {
+            // SAFETY: unreachable now; pinned readers are waited for.
+            unsafe { g.defer_destroy(old) };
+        }
+    }
+}
+
+/// A process-like context issuing calls.
+pub struct Task {
+    vfs: Vfs,
+    cred: Arc<Cred>,
+    umask: AtomicU32,
+    fs: Arc<FsContext>,
+    files: Arc<FdTable>,
+}
+
+impl std::fmt::Debug for Task {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Task").field("cred", &self.cred).finish_non_exhaustive()
+    }
+}
+
+/// Where a name operation happens: a locked parent and a name.
+struct NameOp {
+    pw: ParentWalk,
+    name: Vec<u8>,
+}
+
+fn as_bytes<P: AsRef<[u8]> + ?Sized>(p: &P) -> &[u8] {
+    p.as_ref()
+}
+
+impl Task {
+    pub(crate) fn new(vfs: Vfs, cred: Cred) -> Task {
+        let root = vfs.root_path();
+        Task {
+            fs: Arc::new(FsContext::new(root.clone(), root)),
+            vfs,
+            cred: Arc::new(cred),
+            umask: AtomicU32::new(0o022),
+            files: Arc::new(FdTable::new()),
+        }
+    }
+
+    pub fn vfs(&self) -> &Vfs {
+        &self.vfs
+    }
+    pub fn cred(&self) -> &Cred {
+        &self.cred
+    }
+    /// Change credentials (setfsuid/setgroups-style).
+    pub fn set_cred(&mut self, cred: Cred) {
+        self.cred = Arc::new(cred);
+    }
+    pub fn files(&self) -> &FdTable {
+        &self.files
+    }
+    /// Set the umask; returns the old one.
+    pub fn umask(&self, mask: u32) -> u32 {
+        // Relaxed: the umask is a value read at create time.
+        self.umask.swap(mask & 0o777, Ordering::Relaxed)
+    }
+    fn cur_umask(&self) -> u32 {
+        // Relaxed: as umask.
+        self.umask.load(Ordering::Relaxed)
+    }
+
+    /// A "thread" of this task: shares fs context and fd table.
+    pub fn clone_thread(&self) -> Task {
+        Task {
+            vfs: self.vfs.clone(),
+            cred: self.cred.clone(),
+            umask: AtomicU32::new(self.cur_umask()),
+            fs: self.fs.clone(),
+            files: self.files.clone(),
+        }
+    }
+
+    /// A "forked" child: copies of the fs context and fd table (the open
+    /// file descriptions are shared, as after fork(2)).
+    pub fn fork(&self) -> Task {
+        Task {
+            vfs: self.vfs.clone(),
+            cred: self.cred.clone(),
+            umask: AtomicU32::new(self.cur_umask()),
+            fs: Arc::new(self.fs.copy()),
+            files: Arc::new(self.files.fork()),
+        }
+    }
+
+    fn ctx<'g>(&'g self, g: &'g Guard) -> WalkCtx<'g> {
+        let s = self.fs.load(g);
+        WalkCtx { vfs: &self.vfs, cred: &self.cred, root: &s.root, cwd: &s.cwd }
+    }
+
+    /// Resolve a dirfd into a walk start. A relative path needs a directory.
+    fn start<'g>(&self, dirfd: i32, path: &[u8], g: &'g Guard) -> VfsResult<Start<'g>> {
+        if dirfd == AT_FDCWD || path.first() == Some(&b'/') {
+            return Ok(Start::Cwd);
+        }
+        let f = self.files.get(dirfd, g)?;
+        if !path.is_empty() && !f.inode().is_dir() {
+            return Err(Errno::ENOTDIR);
+        }
+        Ok(Start::At(&f.path))
+    }
+
+    /// The file an empty path with AT_EMPTY_PATH names.
+    fn empty_path_target(&self, dirfd: i32, g: &Guard) -> VfsResult<PathRef> {
+        if dirfd == AT_FDCWD {
+            return Ok(self.fs.load(g).cwd.clone());
+        }
+        Ok(self.files.get(dirfd, g)?.path.clone())
+    }
+
+    // ---------------------------------------------------------------
+    // Lookups that take no reference: stat, access, readlink.
+    // ---------------------------------------------------------------
+
+    /// `fstatat(2)`. Flags: AT_SYMLINK_NOFOLLOW, AT_EMPTY_PATH.
+    pub fn fstatat<P: AsRef<[u8]> + ?Sized>(&self, dirfd: i32, path: &P, flags: u32) -> VfsResult<Stat> {
+        let path = as_bytes(path);
+        check_path(path)?;
+        if flags & !(AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH | libc::AT_NO_AUTOMOUNT as u32) != 0 {
+            return Err(Errno::EINVAL);
+        }
+        let g = epoch::pin();
+        if path.is_empty() {
+            if flags & AT_EMPTY_PATH == 0 {
+                return Err(Errno::ENOENT);
+            }
+            return Ok(self.empty_path_target(dirfd, &g)?.inode().stat());
+        }
+        let start = self.start(dirfd, path, &g)?;
+        let follow = flags & AT_SYMLINK_NOFOLLOW == 0;
+        self.ctx(&g).with_leaf(&g, start, path, follow, |m, d| stat_of(m, d))
+    }
+
+    /// `stat(2)`.
+    pub fn stat<P: AsRef<[u8]> + ?Sized>(&self, path: &P) -> VfsResult<Stat> {
+        self.fstatat(AT_FDCWD, path, 0)
+    }
+
+    /// `lstat(2)`.
+    pub fn lstat<P: AsRef<[u8]> + ?Sized>(&self, path: &P) -> VfsResult<Stat> {
+        self.fstatat(AT_FDCWD, path, AT_SYMLINK_NOFOLLOW)
+    }
+
+    /// `fstat(2)`: no reference taken on the file.
+    pub fn fstat(&self, fd: i32) -> VfsResult<Stat> {
+        let g = epoch::pin();
+        let f = self.files.get(fd, &g)?;
+        Ok(f.inode().stat())
+    }
+
+    /// `faccessat2(2)`. `mode`: F_OK or R_OK|W_OK|X_OK; flags: AT_EACCESS,
+    /// AT_SYMLINK_NOFOLLOW, AT_EMPTY_PATH.
+    pub fn faccessat<P: AsRef<[u8]> + ?Sized>(
+        &self,
+        dirfd: i32,
+        path: &P,
+        mode: u32,
+        flags: u32,
+    ) -> VfsResult<()> {
+        let path = as_bytes(path);
+        check_path(path)?;
+        if mode & !7 != 0 {
+            return Err(Errno::EINVAL);
+        }
+        if flags & !(AT_EACCESS | AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH) != 0 {
+            return Err(Errno::EINVAL);
+        }
+        let g = epoch::pin();
+        let cred = &self.cred;
+        let check = |m: &Mount, i: &Inode| -> VfsResult<()> {
+            let a = i.attr();
+            if mode & W_OK != 0
+                && m.is_readonly()
+                && matches!(i.file_type(), FileType::Regular | FileType::Directory | FileType::Symlink)
+            {
+                return Err(Errno::EROFS);
+            }
+            if permission_ok(&a, cred, mode) {
+                Ok(())
+            } else {
+                Err(Errno::EACCES)
+            }
+        };
+        if path.is_empty() {
+            if flags & AT_EMPTY_PATH == 0 {
+                return Err(Errno::ENOENT);
+            }
+            let p = self.empty_path_target(dirfd, &g)?;
+            return check(&p.mnt, p.inode());
+        }
+        let start = self.start(dirfd, path, &g)?;
+        let follow = flags & AT_SYMLINK_NOFOLLOW == 0;
+        self.ctx(&g).with_leaf(&g, start, path, follow, |m, d| {
+            check(m, d.inode().ok_or(Errno::ENOENT)?)
+        })
+    }
+
+    /// `access(2)`.
+    pub fn access<P: AsRef<[u8]> + ?Sized>(&self, path: &P, mode: u32) -> VfsResult<()> {
+        self.faccessat(AT_FDCWD, path, mode, 0)
+    }
+
+    /// `readlinkat(2)`: the whole target.
+    pub fn readlinkat<P: AsRef<[u8]> + ?Sized>(&self, dirfd: i32, path: &P) -> VfsResult<Vec<u8>> {
+        let path = as_bytes(path);
+        check_path(path)?;
+        let g = epoch::pin();
+        let read = |m: &Mount, i: &Arc<Inode>| -> VfsResult<Vec<u8>> {
+            if i.file_type() != FileType::Symlink {
+                return Err(Errno::EINVAL);
+            }
+            match m.sb.fs.get_link_cached(i) {
+                Some(b) => Ok(b.to_vec()),
+                None => m.sb.fs.readlink(i),
+            }
+        };
+        if path.is_empty() {
+            // Linux: an empty path reads the link the dirfd (O_PATH) names.
+            let p = self.empty_path_target(dirfd, &g)?;
+            return match read(&p.mnt, p.inode()) {
+                Err(Errno::EINVAL) => Err(Errno::ENOENT),
+                r => r,
+            };
+        }
+        let start = self.start(dirfd, path, &g)?;
+        self.ctx(&g).with_leaf(&g, start, path, false, |m, d| {
+            read(m, d.inode().ok_or(Errno::ENOENT)?)
+        })
+    }
+
+    pub fn readlink<P: AsRef<[u8]> + ?Sized>(&self, path: &P) -> VfsResult<Vec<u8>> {
+        self.readlinkat(AT_FDCWD, path)
+    }
+
+    /// `statfs(2)`.
+    pub fn statfs<P: AsRef<[u8]> + ?Sized>(&self, path: &P) -> VfsResult<StatFs> {
+        let path = as_bytes(path);
+        check_path(path)?;
+        let g = epoch::pin();
+        if path.is_empty() {
+            return Err(Errno::ENOENT);
+        }
+        self.ctx(&g).with_leaf(&g, Start::Cwd, path, true, |m, _| Ok(m.sb.fs.statfs()))
+    }
+
+    /// `fstatfs(2)`.
+    pub fn fstatfs(&self, fd: i32) -> VfsResult<StatFs> {
+        let g = epoch::pin();
+        Ok(self.files.get(fd, &g)?.path.mnt.sb.fs.statfs())
+    }
+
+    // ---------------------------------------------------------------
+    // Walks that keep the result.
+    // ---------------------------------------------------------------
+
+    /// Resolve a path to a counted location.
+    pub(crate) fn resolve(&self, dirfd: i32, path: &[u8], follow: bool, empty_ok: bool) -> VfsResult<PathRef> {
+        check_path(path)?;
+        let g = epoch::pin();
+        if path.is_empty() {
+            if !empty_ok {
+                return Err(Errno::ENOENT);
+            }
+            return self.empty_path_target(dirfd, &g);
+        }
+        let start = self.start(dirfd, path, &g)?;
+        self.ctx(&g).walk(&g, start, path, follow)
+    }
+
+    fn parent_of(&self, dirfd: i32, path: &[u8]) -> VfsResult<ParentWalk> {
+        check_path(path)?;
+        if path.is_empty() {
+            return Err(Errno::ENOENT);
+        }
+        let g = epoch::pin();
+        let start = self.start(dirfd, path, &g)?;
+        self.ctx(&g).walk_parent(&g, start, path)
+    }
+
+    /// `chdir(2)`.
+    pub fn chdir<P: AsRef<[u8]> + ?Sized>(&self, path: &P) -> VfsResult<()> {
+        let p = self.resolve(AT_FDCWD, as_bytes(path), true, false)?;
+        self.set_cwd(p)
+    }
+
+    fn set_cwd(&self, p: PathRef) -> VfsResult<()> {
+        if !p.inode().is_dir() {
+            return Err(Errno::ENOTDIR);
+        }
+        if !permission_ok(&p.inode().attr(), &self.cred, X_OK) {
+            return Err(Errno::EACCES);
+        }
+        self.fs.replace(|s| FsSnap { root: s.root.clone(), cwd: p });
+        Ok(())
+    }
+
+    /// `fchdir(2)`.
+    pub fn fchdir(&self, fd: i32) -> VfsResult<()> {
+        let p = {
+            let g = epoch::pin();
+            self.files.get(fd, &g)?.path.clone()
+        };
+        self.set_cwd(p)
+    }
+
+    /// `chroot(2)`: root only.
+    pub fn chroot<P: AsRef<[u8]> + ?Sized>(&self, path: &P) -> VfsResult<()> {
+        let p = self.resolve(AT_FDCWD, as_bytes(path), true, false)?;
+        if !p.inode().is_dir() {
+            return Err(Errno::ENOTDIR);
+        }
+        if !permission_ok(&p.inode().attr(), &self.cred, X_OK) {
+            return Err(Errno::EACCES);
+        }
+        if !self.cred.is_root() {
+            return Err(Errno::EPERM);
+        }
+        self.fs.replace(|s| FsSnap { root: p, cwd: s.cwd.clone() });
+        Ok(())
+    }
+
+    /// The cwd as a path from the task's root (getcwd).
+    pub fn getcwd(&self) -> VfsResult<Vec<u8>> {
+        let g = epoch::pin();
+        let s = self.fs.load(&g);
+        let mut cur = s.cwd.clone();
+        let mut parts: Vec<Vec<u8>> = Vec::new();
+        loop {
+            if cur.same(Arc::as_ptr(&s.root.mnt), s.root.dentry.as_ptr()) {
+                break;
+            }
+            if cur.dentry.as_ptr() == cur.mnt.root.as_ptr() {
+                match cur.mnt.parent.clone() {
+                    Some((pm, pd)) => {
+                        cur = PathRef { mnt: pm, dentry: pd };
+                        continue;
+                    }
+                    None => break,
+                }
+            }
+            if !cur.dentry.is_hashed() {
+                return Err(Errno::ENOENT);
+            }
+            parts.push(cur.dentry.name_vec());
+            let p = cur.dentry.parent();
+            cur = PathRef { mnt: cur.mnt, dentry: p };
+        }
+        let mut out = Vec::new();
+        for p in parts.iter().rev() {
+            out.push(b'/');
+            out.extend_from_slice(p);
+        }
+        if out.is_empty() {
+            out.push(b'/');
+        }
+        Ok(out)
+    }
+
+    // ---------------------------------------------------------------
+    // Name operations.
+    // ---------------------------------------------------------------
+
+    /// Walk to the parent and require a normal last component.
+    fn name_op(&self, dirfd: i32, path: &[u8], special: Errno) -> VfsResult<NameOp> {
+        let pw = self.parent_of(dirfd, path)?;
+        let name = match &pw.last {
+            Last::Normal(n) => n.clone(),
+            _ => return Err(special),
+        };
+        if name.len() > NAME_MAX {
+            return Err(Errno::ENAMETOOLONG);
+        }
+        Ok(NameOp { pw, name })
+    }
+
+    fn name_lock(&self, parent: &Dentry, name: &[u8]) -> MutexGuard<'_, ()> {
+        let i = self.vfs.name_lock_index(parent, name);
+        self.vfs.inner.name_locks[i].lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Lock two names' stripes in index order (once if they share one).
+    fn name_lock2(
+        &self,
+        a: (&Dentry, &[u8]),
+        b: (&Dentry, &[u8]),
+    ) -> (MutexGuard<'_, ()>, Option<MutexGuard<'_, ()>>) {
+        let ia = self.vfs.name_lock_index(a.0, a.1);
+        let ib = self.vfs.name_lock_index(b.0, b.1);
+        let locks = &self.vfs.inner.name_locks;
+        let lk = |i: usize| locks[i].lock().unwrap_or_else(|e| e.into_inner());
+        match ia.cmp(&ib) {
+            std::cmp::Ordering::Equal => (lk(ia), None),
+            std::cmp::Ordering::Less => {
+                let x = lk(ia);
+                (x, Some(lk(ib)))
+            }
+            std::cmp::Ordering::Greater => {
+                let y = lk(ib);
+                (lk(ia), Some(y))
+            }
+        }
+    }
+
+    /// Find the current dentry for a name (parent held, name lock held).
+    fn lookup_child(&self, parent: &PathRef, name: &[u8]) -> VfsResult<Option<DentryRef>> {
+        let g = epoch::pin();
+        match self.ctx(&g).lookup_slow(parent, name, true) {
+            Ok(d) if d.is_negative() => Ok(None),
+            Ok(d) => Ok(Some(d)),
+            Err(Errno::ENOENT) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn may_create(&self, dir: &PathRef) -> VfsResult<()> {
+        let i = dir.inode();
+        if i.is_dead() {
+            return Err(Errno::ENOENT);
+        }
+        if !permission_ok(&i.attr(), &self.cred, W_OK | X_OK) {
+            return Err(Errno::EACCES);
+        }
+        Ok(())
+    }
+
+    /// Linux's may_delete: `victim` in `dir`, `isdir` says what the
+    /// operation expects.
+    fn may_delete(&self, dir: &PathRef, victim: &Inode, isdir: bool) -> VfsResult<()> {
+        let da = dir.inode().attr();
+        if !permission_ok(&da, &self.cred, W_OK | X_OK) {
+            return Err(Errno::EACCES);
+        }
+        if da.mode & S_ISVTX != 0 && !self.cred.is_root() {
+            let va = victim.attr();
+            if self.cred.uid != da.uid && self.cred.uid != va.uid {
+                return Err(Errno::EPERM);
+            }
+        }
+        if isdir {
+            if !victim.is_dir() {
+                return Err(Errno::ENOTDIR);
+            }
+        } else if victim.is_dir() {
+            return Err(Errno::EISDIR);
+        }
+        if dir.inode().is_dead() {
+            return Err(Errno::ENOENT);
+        }
+        Ok(())
+    }
+
+    fn owner_for(&self, dir: &Inode) -> ((u32, u32), bool) {
+        let a = dir.attr();
+        if a.mode & S_ISGID != 0 {
+            ((self.cred.uid, a.gid), true)
+        } else {
+            ((self.cred.uid, self.cred.gid), false)
+        }
+    }
+
+    fn dir_shared<'a>(&self, i: &'a Inode) -> RwLockReadGuard<'a, ()> {
+        i.dir_lock.read().unwrap_or_else(|e| e.into_inner())
+    }
+    fn dir_excl<'a>(&self, i: &'a Inode) -> RwLockWriteGuard<'a, ()> {
+        i.dir_lock.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Common create path: parent locked shared, name locked, existence
+    /// checked, then `make` builds the inode, then the dentry is added.
+    fn create_node(
+        &self,
+        op: &NameOp,
+        make: impl FnOnce(&Arc<dyn Filesystem>, &Arc<Inode>, (u32, u32), bool) -> VfsResult<Arc<Inode>>,
+    ) -> VfsResult<DentryRef> {
+        let parent = &op.pw.parent;
+        let dir = parent.inode().clone();
+        let _dl = self.dir_shared(&dir);
+        let _nl = self.name_lock(&parent.dentry, &op.name);
+        if self.lookup_child(parent, &op.name)?.is_some() {
+            return Err(Errno::EEXIST);
+        }
+        if parent.mnt.is_readonly() {
+            return Err(Errno::EROFS);
+        }
+        self.may_create(parent)?;
+        let (owner, sgid) = self.owner_for(&dir);
+        let inode = make(&parent.mnt.sb.fs, &dir, owner, sgid)?;
+        let q = self.vfs.dcache().qname(parent.dentry.as_ptr(), &op.name);
+        Ok(self.vfs.dcache().add(&parent.dentry, &q, Some(inode)))
+    }
+
+    /// `mkdirat(2)`.
+    pub fn mkdirat<P: AsRef<[u8]> + ?Sized>(&self, dirfd: i32, path: &P, mode: u32) -> VfsResult<()> {
+        let op = self.name_op(dirfd, as_bytes(path), Errno::EEXIST)?;
+        let mode = mode & 0o1777 & !self.cur_umask();
+        self.create_node(&op, |fs, dir, owner, sgid| {
+            let m = if sgid { mode | S_ISGID } else { mode };
+            fs.create(dir, &op.name, NewNode::Dir { mode: m }, owner)
+        })?;
+        Ok(())
+    }
+
+    pub fn mkdir<P: AsRef<[u8]> + ?Sized>(&self, path: &P, mode: u32) -> VfsResult<()> {
+        self.mkdirat(AT_FDCWD, path, mode)
+    }
+
+    /// `mknodat(2)`: regular files, FIFOs and sockets; devices for root.
+    pub fn mknodat<P: AsRef<[u8]> + ?Sized>(
+        &self,
+        dirfd: i32,
+        path: &P,
+        mode: u32,
+        dev: u64,
+    ) -> VfsResult<()> {
+        let ty = if mode & S_IFMT == 0 { S_IFREG } else { mode & S_IFMT };
+        match FileType::from_mode(ty) {
+            Some(FileType::Regular | FileType::Fifo | FileType::Socket) => {}
+            Some(FileType::CharDevice | FileType::BlockDevice) => {}
+            Some(FileType::Directory) => return Err(Errno::EPERM),
+            _ => return Err(Errno::EINVAL),
+        }
+        let op = self.name_op(dirfd, as_bytes(path), Errno::EEXIST)?;
+        if matches!(ty, S_IFCHR | S_IFBLK) && !self.cred.is_root() {
+            // Linux checks CAP_MKNOD before looking at the name.
+            return Err(Errno::EPERM);
+        }
+        let perm = mode & 0o7777 & !self.cur_umask();
+        let rdev = if matches!(ty, S_IFCHR | S_IFBLK) { dev } else { 0 };
+        self.create_node(&op, |fs, dir, owner, _| {
+            fs.create(dir, &op.name, NewNode::Node { mode: ty | perm, rdev }, owner)
+        })?;
+        Ok(())
+    }
+
+    /// `symlinkat(2)`.
+    pub fn symlinkat<T: AsRef<[u8]> + ?Sized, P: AsRef<[u8]> + ?Sized>(
+        &self,
+        target: &T,
+        dirfd: i32,
+        path: &P,
+    ) -> VfsResult<()> {
+        let target = as_bytes(target);
+        check_path(target)?;
+        if target.is_empty() {
+            return Err(Errno::ENOENT);
+        }
+        let op = self.name_op(dirfd, as_bytes(path), Errno::EEXIST)?;
+        self.create_node(&op, |fs, dir, owner, _| {
+            fs.create(dir, &op.name, NewNode::Symlink { target }, owner)
+        })?;
+        Ok(())
+    }
+
+    pub fn symlink<T: AsRef<[u8]> + ?Sized, P: AsRef<[u8]> + ?Sized>(&self, target: &T, path: &P) -> VfsResult<()> {
+        self.symlinkat(target, AT_FDCWD, path)
+    }
+
+    /// `linkat(2)`. Flags: AT_SYMLINK_FOLLOW, AT_EMPTY_PATH.
+    pub fn linkat<P: AsRef<[u8]> + ?Sized, Q: AsRef<[u8]> + ?Sized>(
+        &self,
+        olddirfd: i32,
+        old: &P,
+        newdirfd: i32,
+        new: &Q,
+        flags: u32,
+    ) -> VfsResult<()> {
+        if flags & !(AT_SYMLINK_FOLLOW | AT_EMPTY_PATH) != 0 {
+            return Err(Errno::EINVAL);
+        }
+        let old = as_bytes(old);
+        if flags & AT_EMPTY_PATH != 0 && !self.cred.is_root() && old.is_empty() {
+            return Err(Errno::ENOENT);
+        }
+        let src = self.resolve(olddirfd, old, flags & AT_SYMLINK_FOLLOW != 0, flags & AT_EMPTY_PATH != 0)?;
+        let op = self.name_op(newdirfd, as_bytes(new), Errno::EEXIST)?;
+        if !Arc::ptr_eq(&src.mnt, &op.pw.parent.mnt) {
+            return Err(Errno::EXDEV);
+        }
+        let inode = src.inode().clone();
+        let parent = &op.pw.parent;
+        let dir = parent.inode().clone();
+        let _dl = self.dir_shared(&dir);
+        let _nl = self.name_lock(&parent.dentry, &op.name);
+        if self.lookup_child(parent, &op.name)?.is_some() {
+            return Err(Errno::EEXIST);
+        }
+        if parent.mnt.is_readonly() {
+            return Err(Errno::EROFS);
+        }
+        self.may_create(parent)?;
+        if inode.is_dir() {
+            return Err(Errno::EPERM);
+        }
+        self.may_linkat(&inode)?;
+        if inode.attr().nlink == 0 {
+            return Err(Errno::ENOENT);
+        }
+        parent.mnt.sb.fs.link(&dir, &op.name, &inode)?;
+        let q = self.vfs.dcache().qname(parent.dentry.as_ptr(), &op.name);
+        drop(self.vfs.dcache().add(&parent.dentry, &q, Some(inode)));
+        Ok(())
+    }
+
+    pub fn link<P: AsRef<[u8]> + ?Sized, Q: AsRef<[u8]> + ?Sized>(&self, old: &P, new: &Q) -> VfsResult<()> {
+        self.linkat(AT_FDCWD, old, AT_FDCWD, new, 0)
+    }
+
+    /// Linux's protected_hardlinks (on by default): a non-owner may link
+    /// only a regular, non-setuid file they can read and write.
+    fn may_linkat(&self, inode: &Inode) -> VfsResult<()> {
+        let a = inode.attr();
+        if self.cred.is_root() || self.cred.uid == a.uid {
+            return Ok(());
+        }
+        let safe = inode.file_type() == FileType::Regular
+            && a.mode & S_ISUID == 0
+            && a.mode & (S_ISGID | 0o010) != (S_ISGID | 0o010)
+            && permission_ok(&a, &self.cred, R_OK | W_OK);
+        if safe {
+            Ok(())
+        } else {
+            Err(Errno::EPERM)
+        }
+    }
+
+    /// `unlinkat(2)`. Flags: AT_REMOVEDIR.
+    pub fn unlinkat<P: AsRef<[u8]> + ?Sized>(&self, dirfd: i32, path: &P, flags: u32) -> VfsResult<()> {
+        if flags & !AT_REMOVEDIR != 0 {
+            return Err(Errno::EINVAL);
+        }
+        let path = as_bytes(path);
+        let rmdir = flags & AT_REMOVEDIR != 0;
+        let pw = self.parent_of(dirfd, path)?;
+        let name = match &pw.last {
+            Last::Normal(n) => n.clone(),
+            Last::Dot if rmdir => return Err(Errno::EINVAL),
+            Last::DotDot if rmdir => return Err(Errno::ENOTEMPTY),
+            Last::Root if rmdir => return Err(Errno::EBUSY),
+            _ => return Err(Errno::EISDIR),
+        };
+        if pw.parent.mnt.is_readonly() {
+            return Err(Errno::EROFS);
+        }
+        if name.len() > NAME_MAX {
+            return Err(Errno::ENAMETOOLONG);
+        }
+        let parent = &pw.parent;
+        let dir = parent.inode().clone();
+        let _dl = self.dir_shared(&dir);
+        let _nl = self.name_lock(&parent.dentry, &name);
+        let victim = self.lookup_child(parent, &name)?.ok_or(Errno::ENOENT)?;
+        let vi = victim.inode().ok_or(Errno::ENOENT)?.clone();
+        if !rmdir && pw.trailing {
+            return Err(if vi.is_dir() { Errno::EISDIR } else { Errno::ENOTDIR });
+        }
+        self.may_delete(parent, &vi, rmdir)?;
+        if victim.is_mounted() {
+            return Err(Errno::EBUSY);
+        }
+        let fs = &parent.mnt.sb.fs;
+        if rmdir {
+            {
+                let g = epoch::pin();
+                let s = self.fs.load(&g);
+                if s.root.dentry == victim {
+                    return Err(Errno::EBUSY);
+                }
+            }
+            let _vl = self.dir_excl(&vi);
+            fs.rmdir(&dir, &name, &vi)?;
+            vi.set_flag(crate::inode::I_DEAD);
+        } else {
+            fs.unlink(&dir, &name, &vi)?;
+        }
+        self.vfs.dcache().unhash(&victim);
+        Ok(())
+    }
+
+    pub fn unlink<P: AsRef<[u8]> + ?Sized>(&self, path: &P) -> VfsResult<()> {
+        self.unlinkat(AT_FDCWD, path, 0)
+    }
+    pub fn rmdir<P: AsRef<[u8]> + ?Sized>(&self, path: &P) -> VfsResult<()> {
+        self.unlinkat(AT_FDCWD, path, AT_REMOVEDIR)
+    }
+
+    /// `renameat2(2)`. Flags: RENAME_NOREPLACE, RENAME_EXCHANGE.
+    pub fn renameat2<P: AsRef<[u8]> + ?Sized, Q: AsRef<[u8]> + ?Sized>(
+        &self,
+        olddirfd: i32,
+        old: &P,
+        newdirfd: i32,
+        new: &Q,
+        flags: u32,
+    ) -> VfsResult<()> {
+        if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE | RENAME_WHITEOUT) != 0 {
+            return Err(Errno::EINVAL);
+        }
+        if flags & RENAME_NOREPLACE != 0 && flags & RENAME_EXCHANGE != 0 {
+            return Err(Errno::EINVAL);
+        }
+        if flags & RENAME_WHITEOUT != 0 {
+            // Whiteouts are an overlayfs device node; not supported.
+            return Err(if flags & RENAME_EXCHANGE != 0 { Errno::EINVAL } else { Errno::EPERM });
+        }
+        let exchange = flags & RENAME_EXCHANGE != 0;
+        let opw = self.parent_of(olddirfd, as_bytes(old))?;
+        let npw = self.parent_of(newdirfd, as_bytes(new))?;
+        if !Arc::ptr_eq(&opw.parent.mnt, &npw.parent.mnt) {
+            return Err(Errno::EXDEV);
+        }
+        let Last::Normal(oname) = opw.last.clone() else { return Err(Errno::EBUSY) };
+        let nname = match npw.last.clone() {
+            Last::Normal(n) => n,
+            _ => {
+                return Err(if flags & RENAME_NOREPLACE != 0 { Errno::EEXIST } else { Errno::EBUSY })
+            }
+        };
+        if opw.parent.mnt.is_readonly() {
+            return Err(Errno::EROFS);
+        }
+        if oname.len() > NAME_MAX || nname.len() > NAME_MAX {
+            return Err(Errno::ENAMETOOLONG);
+        }
+        let op = &opw.parent;
+        let np = &npw.parent;
+        let sb = op.mnt.sb.clone();
+        let cross = op.dentry != np.dentry;
+        let _rm = if cross { Some(sb.rename_mutex.lock().unwrap_or_else(|e| e.into_inner())) } else { None };
+        let odir = op.inode().clone();
+        let ndir = np.inode().clone();
+        // Parents shared, in address order.
+        let (_d1, _d2) = if !cross {
+            (self.dir_shared(&odir), None)
+        } else if Arc::as_ptr(&odir) < Arc::as_ptr(&ndir) {
+            let a = self.dir_shared(&odir);
+            (a, Some(self.dir_shared(&ndir)))
+        } else {
+            let b = self.dir_shared(&ndir);
+            (self.dir_shared(&odir), Some(b))
+        };
+        let _nl = self.name_lock2((&op.dentry, &oname), (&np.dentry, &nname));
+        let src = self.lookup_child(op, &oname)?.ok_or(Errno::ENOENT)?;
+        let si = src.inode().ok_or(Errno::ENOENT)?.clone();
+        let dst = self.lookup_child(np, &nname)?;
+        let di = dst.as_ref().and_then(|d| d.inode().cloned());
+        if !si.is_dir() && (opw.trailing || npw.trailing) {
+            return Err(Errno::ENOTDIR);
+        }
+        if exchange {
+            match &di {
+                None => return Err(Errno::ENOENT),
+                Some(d) if !d.is_dir() && (opw.trailing || npw.trailing) => {
+                    return Err(Errno::ENOTDIR)
+                }
+                _ => {}
+            }
+        } else if flags & RENAME_NOREPLACE != 0 && di.is_some() {
+            return Err(Errno::EEXIST);
+        }
+        // Source must not be an ancestor of the target's parent, and the
+        // target must not be an ancestor of the source's parent.
+        if cross {
+            if is_ancestor(&src, &np.dentry) {
+                return Err(Errno::EINVAL);
+            }
+            if let Some(d) = &dst {
+                if is_ancestor(d, &op.dentry) {
+                    return Err(if exchange { Errno::EINVAL } else { Errno::ENOTEMPTY });
+                }
+            }
+        }
+        if let Some(d) = &di {
+            if Arc::ptr_eq(d, &si) {
+                // Two names of one inode (or the same name): nothing to do.
+                return Ok(());
+            }
+        }
+        self.may_delete(op, &si, si.is_dir())?;
+        match &di {
+            Some(d) => {
+                if exchange {
+                    self.may_delete(np, d, d.is_dir())?;
+                } else {
+                    self.may_delete(np, d, si.is_dir())?;
+                }
+            }
+            None => self.may_create(np)?,
+        }
+        if cross && si.is_dir() && !permission_ok(&si.attr(), &self.cred, W_OK) {
+            return Err(Errno::EACCES);
+        }
+        if exchange && cross {
+            if let Some(d) = &di {
+                if d.is_dir() && !permission_ok(&d.attr(), &self.cred, W_OK) {
+                    return Err(Errno::EACCES);
+                }
+            }
+        }
+        if src.is_mounted() || dst.as_ref().is_some_and(|d| d.is_mounted()) {
+            return Err(Errno::EBUSY);
+        }
+        {
+            let g = epoch::pin();
+            let s = self.fs.load(&g);
+            if s.root.dentry == src || dst.as_ref().is_some_and(|d| *d == s.root.dentry) {
+                return Err(Errno::EBUSY);
+            }
+        }
+        let _vl = match (&di, exchange) {
+            (Some(d), false) if d.is_dir() => Some(self.dir_excl(d)),
+            _ => None,
+        };
+        sb.fs.rename(&odir, &oname, &ndir, &nname, &si, di.as_ref(), exchange)?;
+        let dc = self.vfs.dcache();
+        if exchange {
+            if let Some(d) = &dst {
+                dc.d_exchange(&src, d);
+            }
+        } else {
+            if let Some(d) = &di {
+                if d.is_dir() {
+                    d.set_flag(crate::inode::I_DEAD);
+                }
+            }
+            dc.d_move(&src, &np.dentry, &nname, dst.as_ref());
+        }
+        Ok(())
+    }
+
+    pub fn rename<P: AsRef<[u8]> + ?Sized, Q: AsRef<[u8]> + ?Sized>(&self, old: &P, new: &Q) -> VfsResult<()> {
+        self.renameat2(AT_FDCWD, old, AT_FDCWD, new, 0)
+    }
+
+    // ---------------------------------------------------------------
+    // Attribute changes.
+    // ---------------------------------------------------------------
+
+    fn setattr_target(&self, dirfd: i32, path: &[u8], flags: u32) -> VfsResult<PathRef> {
+        if flags & !(AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH) != 0 {
+            return Err(Errno::EINVAL);
+        }
+        self.resolve(dirfd, path, flags & AT_SYMLINK_NOFOLLOW == 0, flags & AT_EMPTY_PATH != 0)
+    }
+
+    fn is_owner(&self, a: &Attr) -> bool {
+        self.cred.is_root() || self.cred.uid == a.uid
+    }
+
+    /// `fchmodat(2)`.
+    pub fn fchmodat<P: AsRef<[u8]> + ?Sized>(&self, dirfd: i32, path: &P, mode: u32, flags: u32) -> VfsResult<()> {
+        let p = self.setattr_target(dirfd, as_bytes(path), flags)?;
+        if flags & AT_SYMLINK_NOFOLLOW != 0 && p.inode().file_type() == FileType::Symlink {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        self.chmod_path(&p, mode)
+    }
+
+    pub fn chmod<P: AsRef<[u8]> + ?Sized>(&self, path: &P, mode: u32) -> VfsResult<()> {
+        self.fchmodat(AT_FDCWD, path, mode, 0)
+    }
+
+    /// `fchmod(2)`.
+    pub fn fchmod(&self, fd: i32, mode: u32) -> VfsResult<()> {
+        let p = self.files.get_arc(fd)?.path.clone();
+        self.chmod_path(&p, mode)
+    }
+
+    fn chmod_path(&self, p: &PathRef, mode: u32) -> VfsResult<()> {
+        let i = p.inode();
+        if p.mnt.is_readonly() {
+            return Err(Errno::EROFS);
+        }
+        let a = i.attr();
+        if !self.is_owner(&a) {
+            return Err(Errno::EPERM);
+        }
+        let mut m = mode & 0o7777;
+        if !self.cred.is_root() && !self.cred.in_group(a.gid) {
+            m &= !S_ISGID;
+        }
+        let set = SetAttr { mode: Some(m), ctime: Some(Timespec::now()), ..Default::default() };
+        p.mnt.sb.fs.setattr(i, &set)
+    }
+
+    /// `fchownat(2)`: `uid`/`gid` of `u32::MAX` (-1) leave that id alone.
+    pub fn fchownat<P: AsRef<[u8]> + ?Sized>(
+        &self,
+        dirfd: i32,
+        path: &P,
+        uid: u32,
+        gid: u32,
+        flags: u32,
+    ) -> VfsResult<()> {
+        let p = self.setattr_target(dirfd, as_bytes(path), flags)?;
+        self.chown_path(&p, uid, gid)
+    }
+
+    pub fn chown<P: AsRef<[u8]> + ?Sized>(&self, path: &P, uid: u32, gid: u32) -> VfsResult<()> {
+        self.fchownat(AT_FDCWD, path, uid, gid, 0)
+    }
+
+    /// `fchown(2)`.
+    pub fn fchown(&self, fd: i32, uid: u32, gid: u32) -> VfsResult<()> {
+        let p = self.files.get_arc(fd)?.path.clone();
+        self.chown_path(&p, uid, gid)
+    }
+
+    fn chown_path(&self, p: &PathRef, uid: u32, gid: u32) -> VfsResult<()> {
+        let i = p.inode();
+        if p.mnt.is_readonly() {
+            return Err(Errno::EROFS);
+        }
+        let a = i.attr();
+        let uid = (uid != u32::MAX).then_some(uid);
+        let gid = (gid != u32::MAX).then_some(gid);
+        if !self.cred.is_root() {
+            if let Some(u) = uid {
+                if u != a.uid {
+                    return Err(Errno::EPERM);
+                }
+            }
+            if let Some(g) = gid {
+                if self.cred.uid != a.uid || (g != a.gid && !self.cred.in_group(g)) {
+                    return Err(Errno::EPERM);
+                }
+            }
+        }
+        let mut set = SetAttr { uid, gid, ctime: Some(Timespec::now()), ..Default::default() };
+        // Linux clears setuid, and setgid-with-group-exec, of a non-directory
+        // whose owner or group changes (for root too).
+        if !i.is_dir() && (uid.is_some() || gid.is_some()) {
+            let mut m = a.mode & 0o7777;
+            m &= !S_ISUID;
+            if m & 0o010 != 0 {
+                m &= !S_ISGID;
+            }
+            if m != a.mode & 0o7777 {
+                set.mode = Some(m);
+            }
+        }
+        p.mnt.sb.fs.setattr(i, &set)
+    }
+
+    /// `utimensat(2)`: `times` of `None` sets both to now; a nanosecond of
+    /// UTIME_NOW/UTIME_OMIT selects that behaviour per time.
+    pub fn utimensat<P: AsRef<[u8]> + ?Sized>(
+        &self,
+        dirfd: i32,
+        path: &P,
+        times: Option<[Timespec; 2]>,
+        flags: u32,
+    ) -> VfsResult<()> {
+        if let Some(t) = &times {
+            for ts in t {
+                let special = ts.nsec == UTIME_NOW || ts.nsec == UTIME_OMIT;
+                if !special && !(0..1_000_000_000).contains(&ts.nsec) {
+                    return Err(Errno::EINVAL);
+                }
+            }
+        }
+        let p = self.setattr_target(dirfd, as_bytes(path), flags)?;
+        self.utimens_path(&p, times)
+    }
+
+    /// `futimens(2)`.
+    pub fn futimens(&self, fd: i32, times: Option<[Timespec; 2]>) -> VfsResult<()> {
+        let p = self.files.get_arc(fd)?.path.clone();
+        self.utimens_path(&p, times)
+    }
+
+    fn utimens_path(&self, p: &PathRef, times: Option<[Timespec; 2]>) -> VfsResult<()> {
+        let i = p.inode();
+        let times = match times {
+            Some([a, m]) if a.nsec == UTIME_OMIT && m.nsec == UTIME_OMIT => return Ok(()),
+            Some([a, m]) if a.nsec == UTIME_NOW && m.nsec == UTIME_NOW => None,
+            t => t,
+        };
+        if p.mnt.is_readonly() {
+            return Err(Errno::EROFS);
+        }
+        let a = i.attr();
+        let now = Timespec::now();
+        let set = match times {
+            None => {
+                if !self.is_owner(&a) && !permission_ok(&a, &self.cred, W_OK) {
+                    return Err(Errno::EACCES);
+                }
+                SetAttr { atime: Some(now), mtime: Some(now), ctime: Some(now), ..Default::default() }
+            }
+            Some([at, mt]) => {
+                if !self.is_owner(&a) {
+                    return Err(Errno::EPERM);
+                }
+                let pick = |t: Timespec| match t.nsec {
+                    UTIME_OMIT => None,
+                    UTIME_NOW => Some(now),
+                    _ => Some(t),
+                };
+                SetAttr { atime: pick(at), mtime: pick(mt), ctime: Some(now), ..Default::default() }
+            }
+        };
+        p.mnt.sb.fs.setattr(i, &set)
+    }
+
+    // ---------------------------------------------------------------
+    // Mounts.
+    // ---------------------------------------------------------------
+
+    /// Mount `fs` on the directory `path` (root only).
+    pub fn mount<P: AsRef<[u8]> + ?Sized>(&self, path: &P, fs: Arc<dyn Filesystem>, readonly: bool) -> VfsResult<()> {
+        if !self.cred.is_root() {
+            return Err(Errno::EPERM);
+        }
+        let p = self.resolve(AT_FDCWD, as_bytes(path), true, false)?;
+        self.vfs.mount_at(p, fs, readonly)
+    }
+
+    /// Unmount the filesystem mounted at `path` (root only).
+    pub fn umount<P: AsRef<[u8]> + ?Sized>(&self, path: &P) -> VfsResult<()> {
+        if !self.cred.is_root() {
+            return Err(Errno::EPERM);
+        }
+        let p = self.resolve(AT_FDCWD, as_bytes(path), true, false)?;
+        self.vfs.umount_at(&p)
+    }
+
+    // ---------------------------------------------------------------
+    // Open files (the basics; data calls live in `io.rs`).
+    // ---------------------------------------------------------------
+
+    /// `openat(2)`.
+    pub fn openat<P: AsRef<[u8]> + ?Sized>(&self, dirfd: i32, path: &P, flags: u32, mode: u32) -> VfsResult<i32> {
+        let file = self.open_file(dirfd, as_bytes(path), flags, mode)?;
+        self.files.install(Arc::new(file), flags & O_CLOEXEC != 0, 0)
+    }
+
+    pub fn open<P: AsRef<[u8]> + ?Sized>(&self, path: &P, flags: u32, mode: u32) -> VfsResult<i32> {
+        self.openat(AT_FDCWD, path, flags, mode)
+    }
+
+    pub(crate) fn open_file(&self, dirfd: i32, path: &[u8], flags: u32, mode: u32) -> VfsResult<File> {
+        check_path(path)?;
+        if flags & O_TMPFILE == O_TMPFILE {
+            return self.open_tmpfile(dirfd, path, flags, mode);
+        }
+        let acc = flags & O_ACCMODE;
+        if flags & O_PATH != 0 {
+            let p = self.resolve(dirfd, path, flags & O_NOFOLLOW == 0, false)?;
+            if flags & O_DIRECTORY != 0 && !p.inode().is_dir() {
+                return Err(Errno::ENOTDIR);
+            }
+            return Ok(File::new(p, flags & (O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)));
+        }
+        if acc == O_ACCMODE {
+            return Err(Errno::EINVAL);
+        }
+        let p = if flags & O_CREAT != 0 {
+            if flags & O_DIRECTORY != 0 {
+                return Err(Errno::EINVAL);
+            }
+            self.open_create(dirfd, path, flags, mode)?
+        } else {
+            self.resolve(dirfd, path, flags & O_NOFOLLOW == 0, false)?
+        };
+        let i = p.inode().clone();
+        if i.file_type() == FileType::Symlink {
+            return Err(Errno::ELOOP);
+        }
+        if flags & O_DIRECTORY != 0 && !i.is_dir() {
+            return Err(Errno::ENOTDIR);
+        }
+        if i.is_dir() && (acc != O_RDONLY || flags & O_TRUNC != 0 && flags & O_CREAT == 0 && false) {
+            return Err(Errno::EISDIR);
+        }
+        let mut mask = match acc {
+            O_RDONLY => R_OK,
+            O_WRONLY => W_OK,
+            _ => R_OK | W_OK,
+        };
+        if flags & O_TRUNC != 0 {
+            mask |= W_OK;
+        }
+        if !permission_ok(&i.attr(), &self.cred, mask) {
+            return Err(Errno::EACCES);
+        }
+        if mask & W_OK != 0 && p.mnt.is_readonly() && i.file_type() == FileType::Regular {
+            return Err(Errno::EROFS);
+        }
+        if flags & O_TRUNC != 0 && i.file_type() == FileType::Regular && acc != O_RDONLY {
+            crate::io::truncate_inode(&p, 0)?;
+        } else if flags & O_TRUNC != 0 && i.file_type() == FileType::Regular {
+            // O_RDONLY|O_TRUNC truncates on Linux too (with write permission).
+            crate::io::truncate_inode(&p, 0)?;
+        }
+        Ok(File::new(p, flags))
+    }
+
+    fn open_create(&self, dirfd: i32, path: &[u8], flags: u32, mode: u32) -> VfsResult<PathRef> {
+        let pw = self.parent_of(dirfd, path)?;
+        let name = match &pw.last {
+            Last::Normal(n) => n.clone(),
+            _ => return Err(Errno::EISDIR),
+        };
+        if pw.trailing {
+            return Err(Errno::EISDIR);
+        }
+        if name.len() > NAME_MAX {
+            return Err(Errno::ENAMETOOLONG);
+        }
+        let parent = &pw.parent;
+        let dir = parent.inode().clone();
+        let existing = {
+            let _dl = self.dir_shared(&dir);
+            let _nl = self.name_lock(&parent.dentry, &name);
+            match self.lookup_child(parent, &name)? {
+                Some(d) => Some(d),
+                None => {
+                    if parent.mnt.is_readonly() {
+                        return Err(Errno::EROFS);
+                    }
+                    self.may_create(parent)?;
+                    let (owner, _) = self.owner_for(&dir);
+                    let m = S_IFREG | (mode & 0o7777 & !self.cur_umask());
+                    let inode = parent.mnt.sb.fs.create(&dir, &name, NewNode::Node { mode: m, rdev: 0 }, owner)?;
+                    let q = self.vfs.dcache().qname(parent.dentry.as_ptr(), &name);
+                    let d = self.vfs.dcache().add(&parent.dentry, &q, Some(inode));
+                    return Ok(PathRef { mnt: parent.mnt.clone(), dentry: d });
+                }
+            }
+        };
+        if flags & O_EXCL != 0 {
+            return Err(Errno::EEXIST);
+        }
+        let d = existing.ok_or(Errno::ENOENT)?;
+        let here = PathRef { mnt: parent.mnt.clone(), dentry: d };
+        let i = here.inode().clone();
+        if i.file_type() == FileType::Symlink {
+            if flags & O_NOFOLLOW != 0 {
+                return Err(Errno::ELOOP);
+            }
+            // Follow it as an ordinary open would, creating through it is
+            // not supported for dangling links (Linux does create there).
+            return self.resolve(dirfd, path, true, false);
+        }
+        if i.is_dir() {
+            return Err(Errno::EISDIR);
+        }
+        let p = self.cross_mounts(here);
+        Ok(p)
+    }
+
+    fn cross_mounts(&self, p: PathRef) -> PathRef {
+        if !p.dentry.is_mounted() {
+            return p;
+        }
+        let g = epoch::pin();
+        let t = self.vfs.table(&g);
+        match t.on.get(&(Arc::as_ptr(&p.mnt) as usize, p.dentry.as_ptr() as usize)) {
+            Some(m) => PathRef { mnt: m.clone(), dentry: m.root.clone() },
+            None => p,
+        }
+    }
+
+    fn open_tmpfile(&self, dirfd: i32, path: &[u8], flags: u32, mode: u32) -> VfsResult<File> {
+        let acc = flags & O_ACCMODE;
+        if acc == O_RDONLY || acc == O_ACCMODE {
+            return Err(Errno::EINVAL);
+        }
+        let p = self.resolve(dirfd, path, true, false)?;
+        if !p.inode().is_dir() {
+            return Err(Errno::ENOTDIR);
+        }
+        if p.mnt.is_readonly() {
+            return Err(Errno::EROFS);
+        }
+        self.may_create(&p)?;
+        let (owner, _) = self.owner_for(p.inode());
+        let inode = p.mnt.sb.fs.create_tmpfile(p.inode(), mode & 0o7777 & !self.cur_umask(), owner)?;
+        // An unnamed dentry under the directory, never hashed: dies with the
+        // last reference.
+        let q = self.vfs.dcache().qname(p.dentry.as_ptr(), b"#tmpfile");
+        let d = self.vfs.dcache().alloc_unhashed(&p.dentry, &q, inode);
+        Ok(File::new(PathRef { mnt: p.mnt.clone(), dentry: d }, flags & !O_TMPFILE | O_RDWR & acc))
+    }
+
+    /// `close(2)`.
+    pub fn close(&self, fd: i32) -> VfsResult<()> {
+        self.files.close(fd)
+    }
+
+    /// `dup(2)`.
+    pub fn dup(&self, fd: i32) -> VfsResult<i32> {
+        let f = self.files.get_arc(fd)?;
+        self.files.install(f, false, 0)
+    }
+
+    /// `dup3(2)` (and dup2 with `flags` 0; dup2 of an fd onto itself is a
+    /// no-op that checks the fd, dup3 of that is EINVAL).
+    pub fn dup3(&self, old: i32, new: i32, flags: u32) -> VfsResult<i32> {
+        if flags & !O_CLOEXEC != 0 {
+            return Err(Errno::EINVAL);
+        }
+        let f = self.files.get_arc(old)?;
+        if old == new {
+            return Err(Errno::EINVAL);
+        }
+        if new < 0 {
+            return Err(Errno::EBADF);
+        }
+        self.files.install_at(new, f, flags & O_CLOEXEC != 0)?;
+        Ok(new)
+    }
+
+    pub fn dup2(&self, old: i32, new: i32) -> VfsResult<i32> {
+        if old == new {
+            self.files.get_arc(old)?;
+            return Ok(new);
+        }
+        self.dup3(old, new, 0)
+    }
+
+    /// `fcntl(F_DUPFD[_CLOEXEC])`.
+    pub fn dupfd(&self, fd: i32, min: i32, cloexec: bool) -> VfsResult<i32> {
+        let f = self.files.get_arc(fd)?;
+        let min = usize::try_from(min).map_err(|_| Errno::EINVAL)?;
+        if min >= self.files.max() {
+            return Err(Errno::EINVAL);
+        }
+        self.files.install(f, cloexec, min)
+    }
+
+    /// `getdents64(2)`-style: the next batch of entries of the directory
+    /// open at `fd` ("." and ".." first), at most `max` of them; an empty
+    /// vector at the end.
+    pub fn getdents(&self, fd: i32, max: usize) -> VfsResult<Vec<DirEntry>> {
+        let f = self.files.get_arc(fd)?;
+        if f.is_path_only() {
+            return Err(Errno::EBADF);
+        }
+        let i = f.inode().clone();
+        if !i.is_dir() {
+            return Err(Errno::ENOTDIR);
+        }
+        let _dl = self.dir_shared(&i);
+        if i.is_dead() {
+            return Ok(Vec::new());
+        }
+        let mut out = Vec::new();
+        let mut pos = f.position();
+        let max = max.max(1);
+        if pos == 0 && out.len() < max {
+            out.push(DirEntry { ino: i.ino(), next_cookie: 1, file_type: FileType::Directory, name: b".".to_vec() });
+            pos = 1;
+        }
+        if pos == 1 && out.len() < max {
+            let pi = {
+                let p = self.dotdot_inode(&f.path);
+                p.ino()
+            };
+            out.push(DirEntry { ino: pi, next_cookie: 2, file_type: FileType::Directory, name: b"..".to_vec() });
+            pos = 2;
+        }
+        if out.len() < max {
+            let fs = &f.path.mnt.sb.fs;
+            let locking = self.vfs.config().readdir_locking;
+            let dc = self.vfs.dcache();
+            fs.readdir(&i, pos, &mut |e| {
+                if locking {
+                    // Linux's libfs readdir takes each child's d_lock.
+                    let g = epoch::pin();
+                    let q = dc.qname(f.path.dentry.as_ptr(), &e.name);
+                    if let crate::dcache::RcuLookup::Hit(d) = dc.lookup_rcu(&f.path.dentry, &q, &g) {
+                        d.lockref().lock();
+                        d.lockref().unlock();
+                    }
+                }
+                pos = e.next_cookie;
+                out.push(e);
+                out.len() < max
+            })?;
+        }
+        f.pos.store(pos, Ordering::Relaxed);
+        Ok(out)
+    }
+
+    fn dotdot_inode(&self, p: &PathRef) -> Arc<Inode> {
+        let g = epoch::pin();
+        let ctx = self.ctx(&g);
+        let _ = ctx;
+        let s = self.fs.load(&g);
+        if p.same(Arc::as_ptr(&s.root.mnt), s.root.dentry.as_ptr()) {
+            return p.inode().clone();
+        }
+        let mut cur = p.clone();
+        while cur.dentry.as_ptr() == cur.mnt.root.as_ptr() {
+            match cur.mnt.parent.clone() {
+                Some((pm, pd)) => cur = PathRef { mnt: pm, dentry: pd },
+                None => return cur.inode().clone(),
+            }
+        }
+        let parent = cur.dentry.parent();
+        parent.inode().cloned().unwrap_or_else(|| p.inode().clone())
+    }
+
+    /// Read a whole directory by path (convenience over open+getdents).
+    pub fn read_dir<P: AsRef<[u8]> + ?Sized>(&self, path: &P) -> VfsResult<Vec<DirEntry>> {
+        let fd = self.openat(AT_FDCWD, path, O_RDONLY | O_DIRECTORY, 0)?;
+        let mut all = Vec::new();
+        let r = loop {
+            match self.getdents(fd, 256) {
+                Ok(v) if v.is_empty() => break Ok(()),
+                Ok(v) => all.extend(v),
+                Err(e) => break Err(e),
+            }
+        };
+        let _ = self.close(fd);
+        r.map(|_| all)
+    }
+}
+
+fn stat_of(m: &Mount, d: &Dentry) -> VfsResult<Stat> {
+    let _ = m;
+    Ok(d.inode().ok_or(Errno::ENOENT)?.stat())
+}
+
+/// Whether `a` is `d` or an ancestor of `d` (rename lock held).
+fn is_ancestor(a: &Dentry, d: &Dentry) -> bool {
+    let mut cur: *const Dentry = d;
+    loop {
+        if std::ptr::eq(cur, a) {
+            return true;
+        }
+        // SAFETY: ancestors of a referenced dentry are referenced by their
+        // children; the fs rename mutex keeps the chain from changing.
+        let c = unsafe { &*cur };
+        if c.is_root() {
+            return false;
+        }
+        cur = c.parent_ptr();
+    }
+}

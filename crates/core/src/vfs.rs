@@ -1,0 +1,382 @@
+//! The `Vfs`: mounted filesystems, the dentry cache, configuration, and the
+//! locks that order namespace changes.
+//!
+//! LOCKING RULES (global order, outermost first)
+//! 1. `VfsInner::mount_lock` (mutex): mount and unmount.
+//! 2. `Super::rename_mutex` (mutex): cross-directory renames of one
+//!    filesystem, so the "is the target inside the moved directory" check
+//!    and the move are atomic.
+//! 3. `Inode::dir_lock` of parent directories (rwlock): SHARED for name
+//!    operations in the directory; several parents are locked in address
+//!    order.
+//! 4. `VfsInner::name_locks` stripes (mutexes, by hash of (parent, name)):
+//!    serialise operations on the same name; several are taken in index
+//!    order.
+//! 5. `Inode::dir_lock` of a victim directory, EXCLUSIVE (rmdir, rename over
+//!    a directory): always a child of a directory locked in step 3.
+//! 6. dcache locks (see `dcache.rs`): rename_lock -> per-dir maps -> bucket
+//!    spinlocks -> dentry lockref lock.
+//! 7. `Inode` attribute seqlock writer lock (innermost).
+//!
+//! Filesystem methods are called with locks 1-5 as needed but never with a
+//! lock from 6-7. An epoch guard is pinned before any spinlock is taken.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned};
+use std::sync::atomic::{AtomicU64, Ordering};
+use scalevfs_sync::LockRefVariant;
+
+use crate::dcache::{Dcache, DcacheConfig, DcacheIndex, Dentry, DentryLayout, DentryRef};
+use crate::errno::{Errno, VfsResult};
+use crate::fs::Filesystem;
+use crate::memfs::{MemFs, MemFsOptions};
+use crate::types::Cred;
+
+/// One mounted filesystem instance.
+pub struct Super {
+    pub fs: Arc<dyn Filesystem>,
+    pub dev: u64,
+    pub(crate) dc: Arc<Dcache>,
+    pub(crate) rename_mutex: Mutex<()>,
+}
+
+impl std::fmt::Debug for Super {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Super").field("fs", &self.fs.name()).field("dev", &self.dev).finish()
+    }
+}
+
+/// A mount: a filesystem instance attached at a point of the namespace.
+pub struct Mount {
+    pub(crate) id: u64,
+    pub(crate) sb: Arc<Super>,
+    pub(crate) root: DentryRef,
+    /// Where it is mounted: the parent mount and the mount point dentry.
+    pub(crate) parent: Option<(Arc<Mount>, DentryRef)>,
+    pub(crate) readonly: bool,
+}
+
+impl std::fmt::Debug for Mount {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mount").field("id", &self.id).field("sb", &self.sb).finish()
+    }
+}
+
+impl Mount {
+    pub fn is_readonly(&self) -> bool {
+        self.readonly
+    }
+    pub fn sb(&self) -> &Arc<Super> {
+        &self.sb
+    }
+}
+
+/// A counted location in the namespace: a mount and a dentry in it.
+#[derive(Clone, Debug)]
+pub struct PathRef {
+    pub mnt: Arc<Mount>,
+    pub dentry: DentryRef,
+}
+
+impl PathRef {
+    pub(crate) fn same(&self, mnt: *const Mount, d: *const Dentry) -> bool {
+        std::ptr::eq(Arc::as_ptr(&self.mnt), mnt) && std::ptr::eq(self.dentry.as_ptr(), d)
+    }
+    pub fn inode(&self) -> &Arc<crate::inode::Inode> {
+        // A PathRef always names a positive dentry.
+        self.dentry.inode().expect("PathRef names a positive dentry")
+    }
+}
+
+/// The mount table, replaced as a whole (copy on write) on mount/unmount and
+/// read under an epoch guard by the lock-free walk.
+#[derive(Default)]
+pub(crate) struct MountTable {
+    /// (parent mount, mount point dentry) -> mount on top.
+    pub(crate) on: HashMap<(usize, usize), Arc<Mount>>,
+}
+
+/// How the path walk runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum WalkMode {
+    /// Lock-free first, references only at the leaf (default).
+    #[default]
+    LockFree,
+    /// Reference mode for every component (a lock/ref per step: "before").
+    RefOnly,
+}
+
+/// Configuration of a `Vfs`: every mechanism's variant, selectable at run
+/// time so one process can compare them.
+#[derive(Clone, Debug, Default)]
+pub struct VfsConfig {
+    pub dcache: DcacheConfig,
+    pub walk: WalkMode,
+    /// `stat` takes and drops a reference on the leaf, as Linux does
+    /// (the default takes none).
+    pub stat_takes_ref: bool,
+    /// Listing a directory locks each child's dentry, as Linux's libfs does.
+    pub readdir_locking: bool,
+    /// Options of the root memfs.
+    pub memfs: MemFsOptions,
+}
+
+impl VfsConfig {
+    /// Set a variant by name (`lockref=spin`, `layout=packed`,
+    /// `index=per-dir`, `walk=ref`, `stat=ref`, `readdir=locking`).
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
+        match key {
+            "lockref" => self.dcache.lockref = value.parse::<LockRefVariant>()?,
+            "layout" => {
+                self.dcache.layout = match value {
+                    "separated" => DentryLayout::Separated,
+                    "packed" => DentryLayout::Packed,
+                    _ => return Err(format!("unknown layout {value}")),
+                }
+            }
+            "index" => {
+                self.dcache.index = match value {
+                    "hash" | "global-hash" => DcacheIndex::GlobalHash,
+                    "per-dir" => DcacheIndex::PerDir,
+                    _ => return Err(format!("unknown index {value}")),
+                }
+            }
+            "walk" => {
+                self.walk = match value {
+                    "lockfree" | "lock-free" => WalkMode::LockFree,
+                    "ref" | "rwlock" => WalkMode::RefOnly,
+                    _ => return Err(format!("unknown walk mode {value}")),
+                }
+            }
+            "stat" => self.stat_takes_ref = value == "ref",
+            "readdir" => self.readdir_locking = value == "locking",
+            "max-entries" => {
+                self.dcache.max_entries = value.parse().map_err(|e| format!("{e}"))?
+            }
+            _ => return Err(format!("unknown option {key}")),
+        }
+        Ok(())
+    }
+}
+
+pub(crate) const NAME_LOCKS: usize = 1024;
+
+pub(crate) struct VfsInner {
+    pub(crate) config: VfsConfig,
+    pub(crate) dc: Arc<Dcache>,
+    pub(crate) mounts: Atomic<MountTable>,
+    pub(crate) mount_lock: Mutex<()>,
+    pub(crate) root: Arc<Mount>,
+    pub(crate) name_locks: Box<[Mutex<()>]>,
+    next_dev: AtomicU64,
+    next_mount: AtomicU64,
+}
+
+/// A virtual filesystem: a namespace of mounted filesystems with shared
+/// caches. Cheap to clone (an `Arc`).
+#[derive(Clone)]
+pub struct Vfs {
+    pub(crate) inner: Arc<VfsInner>,
+}
+
+impl std::fmt::Debug for Vfs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Vfs").field("config", &self.inner.config).finish()
+    }
+}
+
+impl Vfs {
+    /// A `Vfs` whose root is a fresh memfs, with default variants.
+    pub fn new() -> Vfs {
+        Vfs::with_config(VfsConfig::default())
+    }
+
+    /// A `Vfs` whose root is a fresh memfs.
+    pub fn with_config(config: VfsConfig) -> Vfs {
+        let fs: Arc<dyn Filesystem> = Arc::new(MemFs::new(1, config.memfs.clone()));
+        Vfs::with_root_fs(config, fs)
+    }
+
+    /// A `Vfs` whose root is `fs`.
+    pub fn with_root_fs(config: VfsConfig, fs: Arc<dyn Filesystem>) -> Vfs {
+        let dc = Arc::new(Dcache::new(config.dcache.clone()));
+        let sb = Arc::new(Super {
+            fs: fs.clone(),
+            dev: 1,
+            dc: dc.clone(),
+            rename_mutex: Mutex::new(()),
+        });
+        let root_d = dc.alloc_root(sb.clone(), fs.root());
+        let root = Arc::new(Mount { id: 1, sb, root: root_d, parent: None, readonly: false });
+        let inner = VfsInner {
+            config,
+            dc,
+            mounts: Atomic::new(MountTable::default()),
+            mount_lock: Mutex::new(()),
+            root,
+            name_locks: (0..NAME_LOCKS).map(|_| Mutex::new(())).collect(),
+            next_dev: AtomicU64::new(2),
+            next_mount: AtomicU64::new(2),
+        };
+        Vfs { inner: Arc::new(inner) }
+    }
+
+    pub fn config(&self) -> &VfsConfig {
+        &self.inner.config
+    }
+
+    /// The dentry cache (statistics, shrinking).
+    pub fn dcache(&self) -> &Dcache {
+        &self.inner.dc
+    }
+
+    /// A new task (process) with credentials `cred`, umask 022, root and cwd
+    /// at the root of the namespace.
+    pub fn task(&self, cred: Cred) -> crate::task::Task {
+        crate::task::Task::new(self.clone(), cred)
+    }
+
+    /// A task with root credentials.
+    pub fn root_task(&self) -> crate::task::Task {
+        self.task(Cred::root())
+    }
+
+    pub(crate) fn root_path(&self) -> PathRef {
+        PathRef { mnt: self.inner.root.clone(), dentry: self.inner.root.root.clone() }
+    }
+
+    /// Allocate a device number for a new filesystem instance.
+    pub fn new_dev(&self) -> u64 {
+        // Relaxed: only uniqueness matters.
+        self.inner.next_dev.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// A new memfs instance with its own device number.
+    pub fn new_memfs(&self, opts: MemFsOptions) -> Arc<dyn Filesystem> {
+        Arc::new(MemFs::new(self.new_dev(), opts))
+    }
+
+    /// Mount `fs` on the directory `at` (a resolved path).
+    pub(crate) fn mount_at(
+        &self,
+        at: PathRef,
+        fs: Arc<dyn Filesystem>,
+        readonly: bool,
+    ) -> VfsResult<()> {
+        if !at.inode().is_dir() {
+            return Err(Errno::ENOTDIR);
+        }
+        let _l = self.inner.mount_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let guard = epoch::pin();
+        let cur = self.table(&guard);
+        let key = (Arc::as_ptr(&at.mnt) as usize, at.dentry.as_ptr() as usize);
+        if cur.on.contains_key(&key) {
+            return Err(Errno::EBUSY);
+        }
+        let root_inode = fs.root();
+        let dev = root_inode.dev();
+        let sb = Arc::new(Super {
+            fs,
+            dev,
+            dc: self.inner.dc.clone(),
+            rename_mutex: Mutex::new(()),
+        });
+        let root_d = self.inner.dc.alloc_root(sb.clone(), root_inode);
+        // Relaxed: only uniqueness matters.
+        let id = self.inner.next_mount.fetch_add(1, Ordering::Relaxed);
+        self.inner.dc.set_mounted(&at.dentry, true);
+        let m = Arc::new(Mount {
+            id,
+            sb,
+            root: root_d,
+            parent: Some((at.mnt.clone(), at.dentry.clone())),
+            readonly,
+        });
+        let mut next = MountTable { on: cur.on.clone() };
+        next.on.insert(key, m);
+        self.publish(next, &guard);
+        Ok(())
+    }
+
+    /// Unmount the filesystem mounted on `at`'s mount point (`at` is the
+    /// mount's root). EBUSY if something below it is mounted or in use.
+    pub(crate) fn umount_at(&self, at: &PathRef) -> VfsResult<()> {
+        let _l = self.inner.mount_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let guard = epoch::pin();
+        if !std::ptr::eq(at.dentry.as_ptr(), at.mnt.root.as_ptr()) {
+            return Err(Errno::EINVAL);
+        }
+        let Some((pm, pd)) = at.mnt.parent.as_ref() else {
+            return Err(Errno::EBUSY);
+        };
+        let cur = self.table(&guard);
+        if cur.on.values().any(|m| {
+            m.parent.as_ref().is_some_and(|(p, _)| Arc::ptr_eq(p, &at.mnt))
+        }) {
+            return Err(Errno::EBUSY);
+        }
+        let key = (Arc::as_ptr(pm) as usize, pd.as_ptr() as usize);
+        let mut next = MountTable { on: cur.on.clone() };
+        next.on.remove(&key);
+        self.inner.dc.set_mounted(pd, false);
+        self.publish(next, &guard);
+        Ok(())
+    }
+
+    pub(crate) fn table<'g>(&self, guard: &'g Guard) -> &'g MountTable {
+        // Acquire: pairs with the Release publication in `publish`.
+        let p = self.inner.mounts.load(Ordering::Acquire, guard);
+        // SAFETY: the table pointer is never null (set at construction and
+        // only swapped for another valid table), and it is freed only after
+        // a grace period, which `guard` holds off.
+        unsafe { p.deref() }
+    }
+
+    fn publish(&self, t: MountTable, guard: &Guard) {
+        // AcqRel: publish the new table, take ownership of the old one.
+        let old = self.inner.mounts.swap(Owned::new(t), Ordering::AcqRel, guard);
+        // Make walkers that raced with the change retry (mounts ride on the
+        // rename sequence).
+        self.inner.dc.bump_rename_seq();
+        // SAFETY: the old table is unreachable now; readers are pinned.
+        unsafe { guard.defer_destroy(old) };
+    }
+
+    /// Stop-the-world style quiescence for tests: run deferred frees.
+    pub fn flush_deferred(&self) {
+        for _ in 0..8 {
+            epoch::pin().flush();
+        }
+    }
+
+    /// Index of the name lock stripe for `(parent, name)`.
+    pub(crate) fn name_lock_index(&self, parent: &Dentry, name: &[u8]) -> usize {
+        (self.inner.dc.qname(parent, name).hash >> 32) as usize % NAME_LOCKS
+    }
+}
+
+impl Default for Vfs {
+    fn default() -> Self {
+        Vfs::new()
+    }
+}
+
+impl Drop for VfsInner {
+    fn drop(&mut self) {
+        let guard = epoch::pin();
+        // AcqRel: take ownership of the last table.
+        let old = self.mounts.swap(epoch::Shared::null(), Ordering::AcqRel, &guard);
+        if !old.is_null() {
+            // SAFETY: we are the last owner of the Vfs: every task and file
+            // holds a `Vfs`, so no walker can be reading the table.
+            drop(unsafe { old.into_owned() });
+        }
+        drop(guard);
+        // Unused cached dentries hold their parents and superblocks; free
+        // them so the filesystems can go. Ones still referenced by a leaked
+        // handle stay.
+        self.dc.shrink_all();
+    }
+}

@@ -1,0 +1,692 @@
+//! Path walk (namei).
+//!
+//! TWO MODES, and how one hands over to the other. The locked loop first:
+//!
+//! ```text
+//! cur = start (counted reference)
+//! for each component c:
+//!     check cur is a directory and searchable
+//!     child = lookup_ref(cur, c)          // bucket lock, get_not_dead
+//!           or fs.lookup(cur, c) + add    // on a miss of a non-authoritative fs
+//!     if child is a mount point: cross into the mounted root
+//!     if child is a symlink to follow: push its body onto the component stack
+//!     cur = child                         // dput(old cur)
+//! ```
+//!
+//! Each step writes two shared cache lines (the child's LockRef up, the
+//! parent's down). The lock-free loop is the same with sequence checks in
+//! place of references:
+//!
+//! ```text
+//! pin an epoch guard; seq0 = rename_seq.read_begin()
+//! cur = start (raw pointer, no reference)
+//! for each component c:
+//!     check directory and search permission (attributes read under the
+//!         inode seqlock: a copy, no lock)
+//!     match lookup_rcu(cur, c):           // hash chain walk; the candidate's
+//!         Hit(child) -> cur = child       //   d_seq validated around the compare
+//!         Miss       -> ENOENT if the fs is authoritative, else UNLAZY
+//!         Retry      -> UNLAZY
+//! at the leaf: the caller's closure runs under the guard (stat copies the
+//!     attributes), then rename_seq.retry(seq0) validates the whole walk:
+//!     a rename or (un)mount anywhere since the start voids the result.
+//! ```
+//!
+//! UNLAZY ("partial"): take a reference on the current position
+//! (`get_not_dead`) and check that `rename_seq` has not moved; if both hold,
+//! the walk continues from there in reference mode. If either fails, the
+//! walk is ABORTED and restarted from the beginning in reference mode. A walk
+//! that finished lock-free is HANDLED. The three outcomes are counted
+//! (`Stat::WalkHandled/Partial/Aborted`).
+//!
+//! Callers that keep the result (open, chdir, the parent of a create) get a
+//! reference on the leaf only. `stat`, `access` and `readlink` take no
+//! reference at all: a commuting operation writes no shared cache line.
+//!
+//! The whole walk runs under one epoch guard, pinned before any lock.
+
+use std::borrow::Cow;
+
+use crossbeam_epoch::Guard;
+use scalevfs_sync::lockstat::{self, Stat};
+
+use crate::dcache::{Dentry, DentryRef, RcuLookup};
+use crate::errno::{Errno, VfsResult};
+use crate::inode::permission_ok;
+use crate::types::{Cred, FileType, MAX_SYMLINKS, NAME_MAX, PATH_MAX, X_OK};
+use crate::vfs::{Mount, PathRef, Vfs, WalkMode};
+
+/// Check a path at the API edge: NUL bytes and length.
+pub(crate) fn check_path(path: &[u8]) -> VfsResult<()> {
+    if path.contains(&0) {
+        return Err(Errno::EINVAL);
+    }
+    if path.len() >= PATH_MAX {
+        return Err(Errno::ENAMETOOLONG);
+    }
+    Ok(())
+}
+
+/// The kind of the last component of a path walked in parent mode.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Last {
+    Normal(Vec<u8>),
+    Dot,
+    DotDot,
+    /// The path was "/" (or resolved to a root with no component).
+    Root,
+}
+
+/// The result of a parent-mode walk.
+#[derive(Debug)]
+pub(crate) struct ParentWalk {
+    pub parent: PathRef,
+    pub last: Last,
+    /// The path ended in a slash.
+    pub trailing: bool,
+}
+
+/// Component iterator over a stack of path buffers (the path, then symlink
+/// bodies pushed as they are followed).
+struct Comps<'p> {
+    bufs: Vec<(Cow<'p, [u8]>, usize)>,
+}
+
+#[derive(Clone, Copy)]
+struct Comp {
+    buf: usize,
+    start: usize,
+    end: usize,
+    last: bool,
+    trailing: bool,
+}
+
+impl<'p> Comps<'p> {
+    fn new(path: &'p [u8]) -> Self {
+        let mut c = Comps { bufs: Vec::with_capacity(2) };
+        c.bufs.push((Cow::Borrowed(path), 0));
+        c
+    }
+
+    fn next(&mut self) -> Option<Comp> {
+        loop {
+            let top = self.bufs.len().checked_sub(1)?;
+            let (buf, pos) = &mut self.bufs[top];
+            let b: &[u8] = buf;
+            while *pos < b.len() && b[*pos] == b'/' {
+                *pos += 1;
+            }
+            if *pos == b.len() {
+                if top == 0 {
+                    return None;
+                }
+                self.bufs.pop();
+                continue;
+            }
+            let start = *pos;
+            while *pos < b.len() && b[*pos] != b'/' {
+                *pos += 1;
+            }
+            let end = *pos;
+            let slash = end < b.len();
+            while *pos < b.len() && b[*pos] == b'/' {
+                *pos += 1;
+            }
+            let last = self.bufs.iter().all(|(b, p)| *p == b.len());
+            return Some(Comp { buf: top, start, end, last, trailing: slash && last });
+        }
+    }
+
+    fn bytes(&self, c: Comp) -> &[u8] {
+        &self.bufs[c.buf].0[c.start..c.end]
+    }
+
+    fn push(&mut self, body: Vec<u8>) {
+        self.bufs.push((Cow::Owned(body), 0));
+    }
+}
+
+/// What a walk is for.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct WalkOpts {
+    /// Follow a symlink in the last component.
+    pub follow: bool,
+    /// Stop before the last component (create, unlink, rename, ...).
+    pub parent: bool,
+}
+
+/// The start of a walk.
+#[derive(Clone, Copy)]
+pub(crate) enum Start<'a> {
+    /// The task's cwd (relative path) or root (absolute path).
+    Cwd,
+    /// A directory file (dirfd); absolute paths still start at the root.
+    At(&'a PathRef),
+}
+
+/// The task context a walk needs: credentials and the root/cwd.
+pub(crate) struct WalkCtx<'a> {
+    pub vfs: &'a Vfs,
+    pub cred: &'a Cred,
+    pub root: &'a PathRef,
+    pub cwd: &'a PathRef,
+}
+
+/// A position in the walk; `held` owns a reference on exactly (mnt, d) in
+/// reference mode.
+struct Pos<'g> {
+    mnt: &'g Mount,
+    d: &'g Dentry,
+    held: Option<PathRef>,
+}
+
+/// Outcome of a lock-free attempt.
+enum Lazy<T> {
+    Done(T),
+    /// Continue from here in reference mode.
+    Unlazy,
+    /// Start over in reference mode.
+    Abort,
+}
+
+/// Take a new strong count on a mount known to be alive under the guard.
+fn mount_arc(m: &Mount) -> std::sync::Arc<Mount> {
+    let p = m as *const Mount;
+    // SAFETY: `m` is kept alive by an Arc in the mount table or in a PathRef
+    // that the walk's guard or reference holds; the count we add is released
+    // by the returned Arc.
+    unsafe {
+        std::sync::Arc::increment_strong_count(p);
+        std::sync::Arc::from_raw(p)
+    }
+}
+
+impl<'a> WalkCtx<'a> {
+    /// Walk `path` and hand the leaf to `f` without taking any reference
+    /// when the lock-free walk succeeds (stat, access, readlink). `f` may be
+    /// called twice (lock-free, then after a reference-mode redo); only the
+    /// last call's result is returned.
+    pub(crate) fn with_leaf<R>(
+        &self,
+        guard: &Guard,
+        start: Start<'_>,
+        path: &[u8],
+        follow: bool,
+        mut f: impl FnMut(&Mount, &Dentry) -> VfsResult<R>,
+    ) -> VfsResult<R> {
+        let opts = WalkOpts { follow, parent: false };
+        if self.vfs.config().stat_takes_ref {
+            // Linux's shape: lock-free walk, a reference on the leaf around
+            // the call, then dput.
+            let p = self.walk(guard, start, path, follow)?;
+            return f(&p.mnt, &p.dentry);
+        }
+        if self.vfs.config().walk == WalkMode::LockFree {
+            let seq0 = self.vfs.dcache().rename_read_begin();
+            let mut comps = Comps::new(path);
+            let mut pos = self.start_pos(start, path, guard);
+            match self.walk_lazy(guard, &mut comps, &mut pos, opts, seq0) {
+                Lazy::Done(Ok(())) => {
+                    let r = f(pos.mnt, pos.d);
+                    if !self.vfs.dcache().rename_retry(seq0) {
+                        lockstat::inc(Stat::WalkHandled);
+                        return r;
+                    }
+                    lockstat::inc(Stat::WalkAborted);
+                }
+                Lazy::Done(Err(e)) => {
+                    if !self.vfs.dcache().rename_retry(seq0) {
+                        lockstat::inc(Stat::WalkHandled);
+                        return Err(e);
+                    }
+                    lockstat::inc(Stat::WalkAborted);
+                }
+                Lazy::Unlazy => {
+                    if let Some(held) = self.legitimize(&pos, seq0) {
+                        lockstat::inc(Stat::WalkPartial);
+                        pos.held = Some(held);
+                        let p = self.walk_ref(guard, &mut comps, pos, opts)?;
+                        return f(&p.mnt, &p.dentry);
+                    }
+                    lockstat::inc(Stat::WalkAborted);
+                }
+                Lazy::Abort => lockstat::inc(Stat::WalkAborted),
+            }
+        }
+        let p = self.walk_full_ref(guard, start, path, opts)?;
+        f(&p.mnt, &p.dentry)
+    }
+
+    /// Walk `path` to a counted leaf (open, chdir, ...): lock-free as far as
+    /// possible, one reference taken at the end.
+    pub(crate) fn walk(
+        &self,
+        guard: &Guard,
+        start: Start<'_>,
+        path: &[u8],
+        follow: bool,
+    ) -> VfsResult<PathRef> {
+        let opts = WalkOpts { follow, parent: false };
+        if self.vfs.config().walk == WalkMode::LockFree {
+            let seq0 = self.vfs.dcache().rename_read_begin();
+            let mut comps = Comps::new(path);
+            let mut pos = self.start_pos(start, path, guard);
+            match self.walk_lazy(guard, &mut comps, &mut pos, opts, seq0) {
+                Lazy::Done(Err(e)) => {
+                    if !self.vfs.dcache().rename_retry(seq0) {
+                        lockstat::inc(Stat::WalkHandled);
+                        return Err(e);
+                    }
+                    lockstat::inc(Stat::WalkAborted);
+                }
+                Lazy::Done(Ok(())) => {
+                    if let Some(held) = self.legitimize(&pos, seq0) {
+                        lockstat::inc(Stat::WalkHandled);
+                        return Ok(held);
+                    }
+                    lockstat::inc(Stat::WalkAborted);
+                }
+                Lazy::Unlazy => {
+                    if let Some(held) = self.legitimize(&pos, seq0) {
+                        lockstat::inc(Stat::WalkPartial);
+                        pos.held = Some(held);
+                        return self.walk_ref(guard, &mut comps, pos, opts);
+                    }
+                    lockstat::inc(Stat::WalkAborted);
+                }
+                Lazy::Abort => lockstat::inc(Stat::WalkAborted),
+            }
+        }
+        self.walk_full_ref(guard, start, path, opts)
+    }
+
+    /// Walk all but the last component; the parent comes back counted.
+    pub(crate) fn walk_parent(
+        &self,
+        guard: &Guard,
+        start: Start<'_>,
+        path: &[u8],
+    ) -> VfsResult<ParentWalk> {
+        if path.is_empty() {
+            return Err(Errno::ENOENT);
+        }
+        let opts = WalkOpts { follow: false, parent: true };
+        let mut comps = Comps::new(path);
+        let mut parent: Option<PathRef> = None;
+        if self.vfs.config().walk == WalkMode::LockFree {
+            let seq0 = self.vfs.dcache().rename_read_begin();
+            let mut pos = self.start_pos(start, path, guard);
+            match self.walk_lazy(guard, &mut comps, &mut pos, opts, seq0) {
+                Lazy::Done(Err(e)) => {
+                    if !self.vfs.dcache().rename_retry(seq0) {
+                        lockstat::inc(Stat::WalkHandled);
+                        return Err(e);
+                    }
+                    lockstat::inc(Stat::WalkAborted);
+                }
+                Lazy::Done(Ok(())) => match self.legitimize(&pos, seq0) {
+                    Some(h) => {
+                        lockstat::inc(Stat::WalkHandled);
+                        parent = Some(h);
+                    }
+                    None => lockstat::inc(Stat::WalkAborted),
+                },
+                Lazy::Unlazy => match self.legitimize(&pos, seq0) {
+                    Some(h) => {
+                        lockstat::inc(Stat::WalkPartial);
+                        pos.held = Some(h);
+                        parent = Some(self.walk_ref(guard, &mut comps, pos, opts)?);
+                    }
+                    None => lockstat::inc(Stat::WalkAborted),
+                },
+                Lazy::Abort => lockstat::inc(Stat::WalkAborted),
+            }
+            if parent.is_none() {
+                comps = Comps::new(path);
+            }
+        }
+        let parent = match parent {
+            Some(p) => p,
+            None => {
+                let s = self.start_pos(start, path, guard);
+                let held = self.hold(&s);
+                let pos = Pos { mnt: s.mnt, d: s.d, held: Some(held) };
+                self.walk_ref(guard, &mut comps, pos, opts)?
+            }
+        };
+        let (last, trailing) = match comps.next() {
+            None => (Last::Root, false),
+            Some(c) => {
+                let b = comps.bytes(c);
+                let l = match b {
+                    b"." => Last::Dot,
+                    b".." => Last::DotDot,
+                    _ => Last::Normal(b.to_vec()),
+                };
+                (l, c.trailing)
+            }
+        };
+        if !parent.inode().is_dir() {
+            return Err(Errno::ENOTDIR);
+        }
+        Ok(ParentWalk { parent, last, trailing })
+    }
+
+    fn walk_full_ref(
+        &self,
+        guard: &Guard,
+        start: Start<'_>,
+        path: &[u8],
+        opts: WalkOpts,
+    ) -> VfsResult<PathRef> {
+        let mut comps = Comps::new(path);
+        let s = self.start_pos(start, path, guard);
+        let held = self.hold(&s);
+        let pos = Pos { mnt: s.mnt, d: s.d, held: Some(held) };
+        self.walk_ref(guard, &mut comps, pos, opts)
+    }
+
+    fn start_pos<'g>(&self, start: Start<'_>, path: &[u8], guard: &'g Guard) -> Pos<'g> {
+        let _ = guard;
+        let p: &PathRef = if path.first() == Some(&b'/') {
+            self.root
+        } else {
+            match start {
+                Start::Cwd => self.cwd,
+                Start::At(p) => p,
+            }
+        };
+        // SAFETY: the PathRef is owned by the task's fs snapshot or by an open
+        // file, both kept alive by the guard for the walk's duration.
+        unsafe { Pos { mnt: &*(std::sync::Arc::as_ptr(&p.mnt)), d: &*p.dentry.as_ptr(), held: None } }
+    }
+
+    fn hold(&self, p: &Pos<'_>) -> PathRef {
+        let d = DentryRef::try_get(p.d).unwrap_or_else(|| {
+            // Starting points are held by their owners and cannot be dead.
+            // SAFETY: a start dentry is referenced by its owner.
+            unsafe { DentryRef::from_counted(p.d) }
+        });
+        PathRef { mnt: mount_arc(p.mnt), dentry: d }
+    }
+
+    /// Take references on a lazily reached position and check that nothing
+    /// was renamed since the walk began.
+    fn legitimize(&self, p: &Pos<'_>, seq0: u32) -> Option<PathRef> {
+        let d = DentryRef::try_get(p.d)?;
+        if self.vfs.dcache().rename_retry(seq0) {
+            return None;
+        }
+        Some(PathRef { mnt: mount_arc(p.mnt), dentry: d })
+    }
+
+    /// The lock-free loop.
+    fn walk_lazy<'g>(
+        &self,
+        guard: &'g Guard,
+        comps: &mut Comps<'_>,
+        pos: &mut Pos<'g>,
+        opts: WalkOpts,
+        seq0: u32,
+    ) -> Lazy<VfsResult<()>> {
+        let dc = self.vfs.dcache();
+        let mut links = 0u32;
+        let mut must_dir = false;
+        let root = self.start_pos(Start::Cwd, b"/", guard);
+        loop {
+            let Some(c) = peek_or_next(comps, opts) else { break };
+            let name = comps.bytes(c);
+            must_dir |= c.trailing;
+            let Some(inode) = pos.d.inode() else { return Lazy::Abort };
+            if inode.file_type() != FileType::Directory {
+                return Lazy::Done(Err(Errno::ENOTDIR));
+            }
+            if !permission_ok(&inode.attr(), self.cred, X_OK) {
+                return Lazy::Done(Err(Errno::EACCES));
+            }
+            if name == b"." {
+                continue;
+            }
+            if name == b".." {
+                self.dotdot_lazy(pos, &root, guard);
+                continue;
+            }
+            if name.len() > NAME_MAX {
+                return Lazy::Done(Err(Errno::ENAMETOOLONG));
+            }
+            let q = dc.qname(pos.d, name);
+            let child = match dc.lookup_rcu(pos.d, &q, guard) {
+                RcuLookup::Hit(d) => d,
+                RcuLookup::Miss => {
+                    if pos.mnt.sb.fs.dcache_authoritative() {
+                        return Lazy::Done(Err(Errno::ENOENT));
+                    }
+                    unstep(comps, c);
+                    return Lazy::Unlazy;
+                }
+                RcuLookup::Retry => {
+                    unstep(comps, c);
+                    return Lazy::Unlazy;
+                }
+            };
+            let Some(ci) = child.inode() else { return Lazy::Done(Err(Errno::ENOENT)) };
+            if ci.file_type() == FileType::Symlink && (!c.last || opts.follow || must_dir) {
+                links += 1;
+                if links > MAX_SYMLINKS {
+                    return Lazy::Done(Err(Errno::ELOOP));
+                }
+                let fs = &pos.mnt.sb.fs;
+                let Some(body) = fs.get_link_cached(ci) else {
+                    unstep(comps, c);
+                    return Lazy::Unlazy;
+                };
+                if body.is_empty() {
+                    return Lazy::Done(Err(Errno::ENOENT));
+                }
+                if body[0] == b'/' {
+                    pos.mnt = root.mnt;
+                    pos.d = root.d;
+                }
+                comps.push(body.to_vec());
+                continue;
+            }
+            pos.d = child;
+            self.cross_mounts_lazy(pos, guard);
+        }
+        let _ = seq0;
+        if !opts.parent {
+            match pos.d.inode() {
+                None => return Lazy::Done(Err(Errno::ENOENT)),
+                Some(i) if must_dir && !i.is_dir() => return Lazy::Done(Err(Errno::ENOTDIR)),
+                _ => {}
+            }
+        }
+        Lazy::Done(Ok(()))
+    }
+
+    fn dotdot_lazy<'g>(&self, pos: &mut Pos<'g>, root: &Pos<'g>, guard: &'g Guard) {
+        loop {
+            if std::ptr::eq(pos.mnt, root.mnt) && std::ptr::eq(pos.d, root.d) {
+                return;
+            }
+            if std::ptr::eq(pos.d, pos.mnt.root.as_ptr()) {
+                match &pos.mnt.parent {
+                    Some((pm, pd)) => {
+                        // SAFETY: the parent mount and mountpoint are held by
+                        // `pos.mnt`, which the guard keeps alive.
+                        unsafe {
+                            pos.mnt = &*std::sync::Arc::as_ptr(pm);
+                            pos.d = &*pd.as_ptr();
+                        }
+                        continue;
+                    }
+                    None => return,
+                }
+            }
+            // SAFETY: a parent is kept alive by its child's reference, or by
+            // the guard if a rename just moved the child (then the final
+            // rename_seq check voids this walk).
+            pos.d = unsafe { &*pos.d.parent_ptr() };
+            let _ = guard;
+            return;
+        }
+    }
+
+    fn cross_mounts_lazy<'g>(&self, pos: &mut Pos<'g>, guard: &'g Guard) {
+        while pos.d.is_mounted() {
+            let t = self.vfs.table(guard);
+            let key = (pos.mnt as *const Mount as usize, pos.d as *const Dentry as usize);
+            match t.on.get(&key) {
+                Some(m) => {
+                    // SAFETY: the table is alive under the guard and holds m.
+                    pos.mnt = unsafe { &*std::sync::Arc::as_ptr(m) };
+                    // SAFETY: m holds its root dentry.
+                    pos.d = unsafe { &*m.root.as_ptr() };
+                }
+                None => return,
+            }
+        }
+    }
+
+    /// The reference-mode loop, from `pos` (which holds a reference).
+    fn walk_ref<'g>(
+        &self,
+        guard: &'g Guard,
+        comps: &mut Comps<'_>,
+        mut pos: Pos<'g>,
+        opts: WalkOpts,
+    ) -> VfsResult<PathRef> {
+        let mut links = 0u32;
+        let mut must_dir = false;
+        let mut cur: PathRef = pos.held.take().ok_or(Errno::EIO)?;
+        loop {
+            let Some(c) = peek_or_next(comps, opts) else { break };
+            let name = comps.bytes(c).to_vec();
+            must_dir |= c.trailing;
+            let inode = cur.dentry.inode().ok_or(Errno::ENOENT)?.clone();
+            if inode.file_type() != FileType::Directory {
+                return Err(Errno::ENOTDIR);
+            }
+            if !permission_ok(&inode.attr(), self.cred, X_OK) {
+                return Err(Errno::EACCES);
+            }
+            if name == b"." {
+                continue;
+            }
+            if name == b".." {
+                cur = self.dotdot_ref(cur);
+                continue;
+            }
+            if name.len() > NAME_MAX {
+                return Err(Errno::ENAMETOOLONG);
+            }
+            let child = self.lookup_slow(&cur, &name, false)?;
+            let Some(ci) = child.inode().cloned() else { return Err(Errno::ENOENT) };
+            if ci.file_type() == FileType::Symlink && (!c.last || opts.follow || must_dir) {
+                links += 1;
+                if links > MAX_SYMLINKS {
+                    return Err(Errno::ELOOP);
+                }
+                let body = cur.mnt.sb.fs.readlink(&ci)?;
+                if body.is_empty() {
+                    return Err(Errno::ENOENT);
+                }
+                if body[0] == b'/' {
+                    cur = self.root.clone();
+                }
+                comps.push(body);
+                continue;
+            }
+            cur = PathRef { mnt: cur.mnt.clone(), dentry: child };
+            cur = self.cross_mounts_ref(cur, guard);
+        }
+        let _ = &mut pos;
+        if !opts.parent {
+            match cur.dentry.inode() {
+                None => return Err(Errno::ENOENT),
+                Some(i) if must_dir && !i.is_dir() => return Err(Errno::ENOTDIR),
+                _ => {}
+            }
+        }
+        Ok(cur)
+    }
+
+    fn dotdot_ref(&self, mut cur: PathRef) -> PathRef {
+        loop {
+            if cur.same(std::sync::Arc::as_ptr(&self.root.mnt), self.root.dentry.as_ptr()) {
+                return cur;
+            }
+            if cur.dentry.as_ptr() == cur.mnt.root.as_ptr() {
+                match cur.mnt.parent.clone() {
+                    Some((pm, pd)) => {
+                        cur = PathRef { mnt: pm, dentry: pd };
+                        continue;
+                    }
+                    None => return cur,
+                }
+            }
+            let p = cur.dentry.parent();
+            return PathRef { mnt: cur.mnt, dentry: p };
+        }
+    }
+
+    fn cross_mounts_ref(&self, mut cur: PathRef, guard: &Guard) -> PathRef {
+        while cur.dentry.is_mounted() {
+            let t = self.vfs.table(guard);
+            let key = (std::sync::Arc::as_ptr(&cur.mnt) as usize, cur.dentry.as_ptr() as usize);
+            match t.on.get(&key) {
+                Some(m) => cur = PathRef { mnt: m.clone(), dentry: m.root.clone() },
+                None => break,
+            }
+        }
+        cur
+    }
+
+    /// Reference-mode lookup of one name: the cache under its lock, then the
+    /// filesystem for a non-authoritative one (under the name lock, so two
+    /// walkers do not both ask it; `name_locked`: the caller holds it).
+    pub(crate) fn lookup_slow(&self, dir: &PathRef, name: &[u8], name_locked: bool) -> VfsResult<DentryRef> {
+        let dc = self.vfs.dcache();
+        let q = dc.qname(dir.dentry.as_ptr(), name);
+        if let Some(d) = dc.lookup_ref(&dir.dentry, &q) {
+            lockstat::inc(Stat::DcacheHit);
+            return Ok(d);
+        }
+        lockstat::inc(Stat::DcacheMiss);
+        let fs = &dir.mnt.sb.fs;
+        if fs.dcache_authoritative() {
+            return Err(Errno::ENOENT);
+        }
+        let _nl = if name_locked {
+            None
+        } else {
+            let idx = self.vfs.name_lock_index(&dir.dentry, name);
+            Some(self.vfs.inner.name_locks[idx].lock().unwrap_or_else(|e| e.into_inner()))
+        };
+        if let Some(d) = dc.lookup_ref(&dir.dentry, &q) {
+            return Ok(d);
+        }
+        let inode = fs.lookup(dir.inode(), name)?;
+        Ok(dc.add(&dir.dentry, &q, inode))
+    }
+}
+
+/// The next component, except that in parent mode the last one is left for
+/// the caller.
+#[inline]
+fn peek_or_next(comps: &mut Comps<'_>, opts: WalkOpts) -> Option<Comp> {
+    let c = comps.next()?;
+    if opts.parent && c.last {
+        unstep(comps, c);
+        return None;
+    }
+    Some(c)
+}
+
+/// Put a component back (the reference walk will redo it). Buffers above
+/// `c.buf` that `next` popped were exhausted, so this restores an
+/// equivalent state.
+fn unstep(comps: &mut Comps<'_>, c: Comp) {
+    comps.bufs.truncate(c.buf + 1);
+    comps.bufs[c.buf].1 = c.start;
+}
