@@ -39,7 +39,7 @@
 //!   checks count 0, marks dead, unhashes, then drops the parent reference.
 
 use std::collections::BTreeMap;
-use std::hash::{BuildHasher, Hasher};
+use std::hash::BuildHasher;
 use std::ptr;
 use std::sync::{Arc, RwLock};
 
@@ -126,14 +126,45 @@ pub struct QName<'a> {
     words: [u64; INLINE_WORDS],
 }
 
-fn pack_words(b: &[u8]) -> [u64; INLINE_WORDS] {
-    let mut w = [0u64; INLINE_WORDS];
-    for (i, chunk) in b.chunks(8).take(INLINE_WORDS).enumerate() {
-        let mut x = [0u8; 8];
-        x[..chunk.len()].copy_from_slice(chunk);
-        w[i] = u64::from_le_bytes(x);
+#[inline(always)]
+fn folded_mul(a: u64, b: u64) -> u64 {
+    let r = (a as u128).wrapping_mul(b as u128);
+    (r as u64) ^ ((r >> 64) as u64)
+}
+
+/// Hash of (parent, name), keyed by the per-`Vfs` seed, computed a word at a
+/// time (Linux's dcache hashes names word-at-a-time too). Each 8-byte word is
+/// folded in with a 64x64->128 multiply by a seeded constant, so without the
+/// seed an attacker cannot choose names that share a bucket. Also returns
+/// the first `INLINE_WORDS` words, zero-padded, for the name compare.
+#[inline]
+fn hash_name(seed: [u64; 2], parent: usize, name: &[u8]) -> (u64, [u64; INLINE_WORDS]) {
+    const K: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut words = [0u64; INLINE_WORDS];
+    let mut h = folded_mul(seed[0] ^ parent as u64, K);
+    let mut chunks = name.chunks_exact(8);
+    let mut i = 0;
+    for c in &mut chunks {
+        let w = u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
+        if i < INLINE_WORDS {
+            words[i] = w;
+        }
+        h = folded_mul(h ^ w, seed[1]);
+        i += 1;
     }
-    w
+    let rest = chunks.remainder();
+    if !rest.is_empty() {
+        // Byte loop, not a variable-length copy: that would call memcpy.
+        let mut w = 0u64;
+        for (j, &byte) in rest.iter().enumerate() {
+            w |= (byte as u64) << (8 * j);
+        }
+        if i < INLINE_WORDS {
+            words[i] = w;
+        }
+        h = folded_mul(h ^ w, seed[1]);
+    }
+    (folded_mul(h ^ name.len() as u64, seed[1] ^ K), words)
 }
 
 /// The read-mostly part: everything a lock-free lookup reads. Aligned to a
@@ -261,7 +292,8 @@ impl Dentry {
         if self.hot.name_len.load(Ordering::Relaxed) as usize != q.bytes.len() {
             return false;
         }
-        for i in 0..INLINE_WORDS {
+        let n = q.bytes.len().div_ceil(8).min(INLINE_WORDS);
+        for i in 0..n {
             if self.hot.name[i].load(Ordering::Relaxed) != q.words[i] {
                 return false;
             }
@@ -500,7 +532,8 @@ pub struct Dcache {
     pub(crate) config: DcacheConfig,
     buckets: Box<[Bucket]>,
     mask: usize,
-    hasher: ahash::RandomState,
+    /// Per-instance hash key.
+    seed: [u64; 2],
     /// Global rename lock and sequence counter.
     rename_lock: SpinLock<()>,
     rename_seq: SeqCount,
@@ -543,7 +576,11 @@ impl Dcache {
             mask: n - 1,
             // Seeded per instance: names chosen by an attacker cannot be
             // aimed at one bucket.
-            hasher: ahash::RandomState::new(),
+            seed: {
+                let r = std::collections::hash_map::RandomState::new();
+                // Odd multiplier so the fold never degenerates.
+                [r.hash_one(0x5eed_u64), r.hash_one(0xf00d_u64) | 1]
+            },
             rename_lock: SpinLock::with_class((), lockstat::LockClass::RenameLock),
             rename_seq: SeqCount::new(),
             nr_dentry: CachePadded::new(AtomicUsize::new(0)),
@@ -568,10 +605,8 @@ impl Dcache {
     /// Hash a component for lookups under `parent`.
     #[inline]
     pub fn qname<'a>(&self, parent: *const Dentry, name: &'a [u8]) -> QName<'a> {
-        let mut h = self.hasher.build_hasher();
-        h.write_usize(parent as usize);
-        h.write(name);
-        QName { bytes: name, hash: h.finish(), words: pack_words(name) }
+        let (hash, words) = hash_name(self.seed, parent as usize, name);
+        QName { bytes: name, hash, words }
     }
 
     #[inline]

@@ -34,6 +34,9 @@ pub struct Inode {
     dev: u64,
     ftype: FileType,
     attr: SeqLock<Attr>,
+    /// A copy of `attr.mode` for the walk's search-permission fast path
+    /// (one load instead of a seqlock read).
+    mode: AtomicU32,
     flags: AtomicU32,
     pub(crate) dir_lock: RwLock<()>,
     pub(crate) data_lock: RwLock<()>,
@@ -55,6 +58,7 @@ impl Inode {
             dev,
             ftype,
             attr: SeqLock::new(attr),
+            mode: AtomicU32::new(attr.mode),
             flags: AtomicU32::new(0),
             dir_lock: RwLock::new(()),
             data_lock: RwLock::new(()),
@@ -87,7 +91,25 @@ impl Inode {
 
     /// Change the attributes under the seqlock's writer lock.
     pub fn update_attr<R>(&self, f: impl FnOnce(&mut Attr) -> R) -> R {
-        self.attr.write(f)
+        let mut mode = 0;
+        let r = self.attr.write(|a| {
+            let r = f(a);
+            mode = a.mode;
+            r
+        });
+        // Release: a walker that sees the new mode sees the attribute write
+        // that produced it. (Racing chmods are ordered by the writer lock;
+        // the copy may briefly lag the seqlock, as a concurrent chmod may.)
+        self.mode.store(mode, Ordering::Release);
+        r
+    }
+
+    /// Search permission for everyone (`mode & 0o111 == 0o111`): the walk's
+    /// fast path, one load and no seqlock.
+    #[inline]
+    pub fn search_for_all(&self) -> bool {
+        // Acquire: pairs with the Release in update_attr.
+        self.mode.load(Ordering::Acquire) & 0o111 == 0o111
     }
 
     /// The filesystem's private data, if it is of type `T`.

@@ -86,14 +86,19 @@ pub(crate) struct ParentWalk {
     pub trailing: bool,
 }
 
-/// Component iterator over a stack of path buffers (the path, then symlink
-/// bodies pushed as they are followed).
+/// Component iterator over the path and a stack of symlink bodies pushed as
+/// they are followed. Kept small: it runs once per component.
 struct Comps<'p> {
-    bufs: Vec<(Cow<'p, [u8]>, usize)>,
+    path: &'p [u8],
+    pos: usize,
+    /// Symlink bodies: (bytes, position, everything below was exhausted
+    /// when it was pushed).
+    links: Vec<(Vec<u8>, usize, bool)>,
 }
 
 #[derive(Clone, Copy)]
 struct Comp {
+    /// 0: the path; k: `links[k - 1]`.
     buf: usize,
     start: usize,
     end: usize,
@@ -103,46 +108,51 @@ struct Comp {
 
 impl<'p> Comps<'p> {
     fn new(path: &'p [u8]) -> Self {
-        let mut c = Comps { bufs: Vec::with_capacity(2) };
-        c.bufs.push((Cow::Borrowed(path), 0));
-        c
+        Comps { path, pos: 0, links: Vec::new() }
     }
 
+    #[inline]
     fn next(&mut self) -> Option<Comp> {
         loop {
-            let top = self.bufs.len().checked_sub(1)?;
-            let (buf, pos) = &mut self.bufs[top];
-            let b: &[u8] = buf;
-            while *pos < b.len() && b[*pos] == b'/' {
-                *pos += 1;
+            let depth = self.links.len();
+            let (b, pos, below_done): (&[u8], &mut usize, bool) = match self.links.last_mut() {
+                Some((v, p, done)) => (&v[..], p, *done),
+                None => (self.path, &mut self.pos, true),
+            };
+            let len = b.len();
+            let mut p = *pos;
+            while p < len && b[p] == b'/' {
+                p += 1;
             }
-            if *pos == b.len() {
-                if top == 0 {
+            if p == len {
+                *pos = p;
+                if depth == 0 {
                     return None;
                 }
-                self.bufs.pop();
+                self.links.pop();
                 continue;
             }
-            let start = *pos;
-            while *pos < b.len() && b[*pos] != b'/' {
-                *pos += 1;
+            let start = p;
+            let end = b[p..].iter().position(|&c| c == b'/').map_or(len, |i| p + i);
+            p = end;
+            while p < len && b[p] == b'/' {
+                p += 1;
             }
-            let end = *pos;
-            let slash = end < b.len();
-            while *pos < b.len() && b[*pos] == b'/' {
-                *pos += 1;
-            }
-            let last = self.bufs.iter().all(|(b, p)| *p == b.len());
-            return Some(Comp { buf: top, start, end, last, trailing: slash && last });
+            *pos = p;
+            let last = p == len && below_done;
+            return Some(Comp { buf: depth, start, end, last, trailing: end < len && last });
         }
     }
 
+    #[inline]
     fn bytes(&self, c: Comp) -> &[u8] {
-        &self.bufs[c.buf].0[c.start..c.end]
+        let b: &[u8] = if c.buf == 0 { self.path } else { &self.links[c.buf - 1].0 };
+        &b[c.start..c.end]
     }
 
-    fn push(&mut self, body: Vec<u8>) {
-        self.bufs.push((Cow::Owned(body), 0));
+    /// Push a symlink body found at component `c`.
+    fn push(&mut self, body: Vec<u8>, c: Comp) {
+        self.links.push((body, 0, c.last));
     }
 }
 
@@ -441,7 +451,7 @@ impl<'a> WalkCtx<'a> {
             if inode.file_type() != FileType::Directory {
                 return Lazy::Done(Err(Errno::ENOTDIR));
             }
-            if !permission_ok(&inode.attr(), self.cred, X_OK) {
+            if !inode.search_for_all() && !permission_ok(&inode.attr(), self.cred, X_OK) {
                 return Lazy::Done(Err(Errno::EACCES));
             }
             if name == b"." {
@@ -487,7 +497,7 @@ impl<'a> WalkCtx<'a> {
                     pos.mnt = root.mnt;
                     pos.d = root.d;
                 }
-                comps.push(body.to_vec());
+                comps.push(body.to_vec(), c);
                 continue;
             }
             pos.d = child;
@@ -594,7 +604,7 @@ impl<'a> WalkCtx<'a> {
                 if body[0] == b'/' {
                     cur = self.root.clone();
                 }
-                comps.push(body);
+                comps.push(body, c);
                 continue;
             }
             cur = PathRef { mnt: cur.mnt.clone(), dentry: child };
@@ -687,6 +697,9 @@ fn peek_or_next(comps: &mut Comps<'_>, opts: WalkOpts) -> Option<Comp> {
 /// `c.buf` that `next` popped were exhausted, so this restores an
 /// equivalent state.
 fn unstep(comps: &mut Comps<'_>, c: Comp) {
-    comps.bufs.truncate(c.buf + 1);
-    comps.bufs[c.buf].1 = c.start;
+    comps.links.truncate(c.buf);
+    match comps.links.last_mut() {
+        Some(l) => l.1 = c.start,
+        None => comps.pos = c.start,
+    }
 }
