@@ -45,7 +45,6 @@
 //!
 //! The whole walk runs under one epoch guard, pinned before any lock.
 
-use std::borrow::Cow;
 
 use crossbeam_epoch::Guard;
 use scalevfs_sync::lockstat::{self, Stat};
