@@ -188,21 +188,32 @@ struct Hot {
 #[repr(C)]
 pub struct Dentry {
     hot: Hot,
-    /// The LockRef slot of the `separated` layout, on its own line.
-    lockref_sep: CachePadded<LockRef>,
+    cold: Cold,
+}
+
+/// The written part: the LockRef of the `separated` layout on its own cache
+/// line, with fields that only reference holders touch.
+#[repr(C, align(64))]
+struct Cold {
+    lockref_sep: LockRef,
     sb: Arc<Super>,
     /// Per-dir variant: this directory's children by name.
     children: RwLock<BTreeMap<Box<[u8]>, DPtr>>,
 }
 
 // The layout the seed asks for: the separated LockRef does not share a cache
-// line with the read-mostly fields, the packed one does share the name's.
+// line with the read-mostly fields, the packed one shares the name's. The
+// whole dentry is 192 bytes, as Linux's.
 const _: () = {
     assert!(core::mem::offset_of!(Dentry, hot) == 0);
-    assert!(core::mem::offset_of!(Dentry, lockref_sep) >= core::mem::size_of::<Hot>());
-    assert!(core::mem::offset_of!(Dentry, lockref_sep) % 64 == 0);
+    assert!(core::mem::offset_of!(Dentry, cold) >= core::mem::size_of::<Hot>());
+    assert!(core::mem::offset_of!(Dentry, cold) % 64 == 0);
+    assert!(core::mem::offset_of!(Cold, lockref_sep) == 0);
     assert!(core::mem::offset_of!(Hot, lockref_packed) < 128);
+    assert!(core::mem::offset_of!(Hot, lockref_packed) / 64 == core::mem::offset_of!(Hot, name) / 64 + 1
+        || core::mem::offset_of!(Hot, lockref_packed) / 64 == core::mem::offset_of!(Hot, name) / 64);
     assert!(core::mem::size_of::<LockRef>() == 8);
+    assert!(core::mem::size_of::<Dentry>() <= 192);
 };
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -256,7 +267,7 @@ impl Dentry {
         if self.flags() & D_PACKED != 0 {
             &self.hot.lockref_packed
         } else {
-            &self.lockref_sep
+            &self.cold.lockref_sep
         }
     }
     /// The inode, `None` for a negative dentry. Fixed for the dentry's life.
@@ -274,7 +285,7 @@ impl Dentry {
     }
     /// The superblock (filesystem instance) of this dentry.
     pub fn sb(&self) -> &Arc<Super> {
-        &self.sb
+        &self.cold.sb
     }
     /// Racy read of the parent pointer; validate with `seq` or hold the
     /// rename lock.
@@ -498,7 +509,7 @@ fn free_dentry(d: *mut Dentry) {
     // may still hold its address.
     let dent = unsafe { &*d };
     dent.set_flag(D_DEAD);
-    let dc = &dent.sb.dc;
+    let dc = &dent.cold.sb.dc;
     // Relaxed: statistics counters, read approximately.
     dc.nr_dentry.fetch_sub(1, Ordering::Relaxed);
     if dent.is_negative() {
@@ -666,9 +677,7 @@ impl Dcache {
                 name: Default::default(),
                 lockref_packed: LockRef::new(1),
             },
-            lockref_sep: CachePadded::new(LockRef::new(1)),
-            sb,
-            children: RwLock::new(BTreeMap::new()),
+            cold: Cold { lockref_sep: LockRef::new(1), sb, children: RwLock::new(BTreeMap::new()) },
         });
         if let Some(q) = name {
             d.store_name(q, None);
@@ -689,7 +698,7 @@ impl Dcache {
     /// A dentry for an unnamed inode (O_TMPFILE) under `parent`, never
     /// hashed: it dies with its last reference.
     pub(crate) fn alloc_unhashed(&self, parent: &DentryRef, q: &QName<'_>, inode: Arc<Inode>) -> DentryRef {
-        let d = self.alloc(parent.sb.clone(), parent.as_ptr(), Some(q), Some(inode));
+        let d = self.alloc(parent.cold.sb.clone(), parent.as_ptr(), Some(q), Some(inode));
         // SAFETY: alloc returned it with count 1, owned by us.
         unsafe { DentryRef::from_counted(d) }
     }
@@ -734,7 +743,7 @@ impl Dcache {
 
     #[cold]
     fn lookup_perdir<'g>(&self, parent: &'g Dentry, q: &QName<'_>) -> RcuLookup<'g> {
-        let map = parent.children.read().unwrap_or_else(|e| e.into_inner());
+        let map = parent.cold.children.read().unwrap_or_else(|e| e.into_inner());
         lockstat::inc(Stat::SharedWrite);
         match map.get(q.bytes) {
             // SAFETY: entries are removed from the map before the dentry is
@@ -749,7 +758,7 @@ impl Dcache {
     pub(crate) fn lookup_ref(&self, parent: &Dentry, q: &QName<'_>) -> Option<DentryRef> {
         let _guard = epoch::pin();
         if self.config.index == DcacheIndex::PerDir {
-            let map = parent.children.read().unwrap_or_else(|e| e.into_inner());
+            let map = parent.cold.children.read().unwrap_or_else(|e| e.into_inner());
             // SAFETY: as in lookup_perdir; we also hold the map lock.
             return map.get(q.bytes).and_then(|p| DentryRef::try_get(unsafe { &*p.0 }));
         }
@@ -784,7 +793,7 @@ impl Dcache {
     ) -> DentryRef {
         let _guard = epoch::pin();
         let positive = inode.is_some();
-        let d = self.alloc(parent.sb.clone(), parent.as_ptr(), Some(q), inode);
+        let d = self.alloc(parent.cold.sb.clone(), parent.as_ptr(), Some(q), inode);
         // SAFETY: we own the count alloc gave us.
         let new = unsafe { DentryRef::from_counted(d) };
         let mut replaced = None;
@@ -833,7 +842,7 @@ impl Dcache {
         parent: &'a Dentry,
     ) -> Option<std::sync::RwLockWriteGuard<'a, BTreeMap<Box<[u8]>, DPtr>>> {
         if self.config.index == DcacheIndex::PerDir {
-            Some(parent.children.write().unwrap_or_else(|e| e.into_inner()))
+            Some(parent.cold.children.write().unwrap_or_else(|e| e.into_inner()))
         } else {
             None
         }
@@ -1130,7 +1139,7 @@ impl Dcache {
                         // lock, so here it is only tried; a busy directory's
                         // child is skipped this turn.
                         let map = if self.config.index == DcacheIndex::PerDir {
-                            match pd.children.try_write() {
+                            match pd.cold.children.try_write() {
                                 Ok(m) => Some(m),
                                 Err(_) => {
                                     p = next;

@@ -7,8 +7,9 @@
 //!   by the VFS name locks, so the two lists are updated without a lock of
 //!   their own: insert into `by_cookie` then `by_name`; remove from
 //!   `by_name` then `by_cookie`.
-//! - File data: `MemFile::pages` (rwlock) protects the page map; the VFS
-//!   holds the inode's data lock exclusively around writes and truncates.
+//! - File data: `MemFile` is a page store read without locks (see
+//!   `pages.rs`); the VFS holds the inode's data lock exclusively around
+//!   writes, truncates and fallocate, which serialises the writers.
 //! - Attributes live in the VFS inode (its seqlock); memfs has no copy.
 //!
 //! By default memfs keeps every dentry in the dcache (`dcache_authoritative`),
@@ -17,8 +18,7 @@
 //! filesystem (lookups on miss, negative dentries, eviction), which tests use
 //! to exercise the cache machinery.
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use crossbeam_skiplist::SkipMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -29,7 +29,7 @@ use crate::inode::Inode;
 use crate::types::{Attr, DirEntry, FileType, StatFs, Timespec, S_IFDIR, S_IFLNK};
 
 /// Page size of file data.
-pub const PAGE: usize = 4096;
+pub const PAGE: usize = crate::pages::PAGE;
 /// Size tmpfs charges per directory entry (`BOGO_DIRENT_SIZE`).
 const BOGO_DIRENT_SIZE: u64 = 20;
 /// First cookie of a real entry: 1 and 2 are "." and "..".
@@ -72,7 +72,8 @@ pub(crate) struct MemNode {
 }
 
 enum MemKind {
-    Dir(MemDir),
+    // Boxed: two skip lists are ~1 KiB, which every file would otherwise carry.
+    Dir(Box<MemDir>),
     File(MemFile),
     Symlink(Box<[u8]>),
     Special,
@@ -83,8 +84,7 @@ impl Drop for MemNode {
         // Relaxed: statistics.
         self.stats.live_inodes.fetch_sub(1, Ordering::Relaxed);
         if let MemKind::File(f) = &self.kind {
-            let n = f.pages.read().unwrap_or_else(|e| e.into_inner()).len() as i64;
-            self.stats.used_pages.fetch_sub(n, Ordering::Relaxed);
+            self.stats.used_pages.fetch_sub(f.npages() as i64, Ordering::Relaxed);
         }
     }
 }
@@ -101,10 +101,8 @@ struct MemDir {
     next_cookie: AtomicU64,
 }
 
-#[derive(Default)]
-pub(crate) struct MemFile {
-    pages: RwLock<BTreeMap<u64, Box<[u8; PAGE]>>>,
-}
+/// A regular file's data (see `pages.rs`).
+pub(crate) type MemFile = crate::pages::FileData;
 
 /// The in-memory filesystem.
 pub struct MemFs {
@@ -154,7 +152,7 @@ impl MemFs {
             1,
             dev,
             a,
-            Box::new(MemNode { kind: MemKind::Dir(MemDir::default()), stats: stats.clone() }),
+            Box::new(MemNode { kind: MemKind::Dir(Box::default()), stats: stats.clone() }),
         ));
         MemFs { dev, opts, root, next_ino: AtomicU64::new(2), stats }
     }
@@ -163,6 +161,10 @@ impl MemFs {
     pub fn live_inodes(&self) -> i64 {
         // Relaxed: statistics.
         self.stats.live_inodes.load(Ordering::Relaxed)
+    }
+
+    fn quota(&self) -> crate::pages::Quota<'_> {
+        crate::pages::Quota { used: &self.stats.used_pages, max_pages: self.opts.max_bytes / PAGE as u64 }
     }
 
     fn new_inode(&self, attr: Attr, kind: MemKind) -> VfsResult<Arc<Inode>> {
@@ -237,7 +239,7 @@ impl Filesystem for MemFs {
             NewNode::Dir { mode } => {
                 let mut a = new_attr(S_IFDIR | (mode & 0o7777), owner, 2, 0);
                 a.size = 2 * BOGO_DIRENT_SIZE;
-                let i = self.new_inode(a, MemKind::Dir(MemDir::default()))?;
+                let i = self.new_inode(a, MemKind::Dir(Box::default()))?;
                 d.update_attr(|a| a.nlink += 1);
                 i
             }
@@ -434,74 +436,16 @@ impl Filesystem for MemFs {
     }
 
     fn read(&self, inode: &Arc<Inode>, off: u64, buf: &mut [u8]) -> VfsResult<usize> {
-        let f = file(inode)?;
-        let size = inode.attr().size;
-        if off >= size || buf.is_empty() {
-            return Ok(0);
-        }
-        let n = buf.len().min((size - off) as usize);
-        let pages = f.pages.read().unwrap_or_else(|e| e.into_inner());
-        let mut done = 0;
-        while done < n {
-            let pos = off + done as u64;
-            let idx = pos / PAGE as u64;
-            let in_page = (pos % PAGE as u64) as usize;
-            let chunk = (PAGE - in_page).min(n - done);
-            match pages.get(&idx) {
-                Some(p) => buf[done..done + chunk].copy_from_slice(&p[in_page..in_page + chunk]),
-                None => buf[done..done + chunk].fill(0),
-            }
-            done += chunk;
-        }
-        Ok(n)
+        Ok(file(inode)?.read(inode, off, buf))
     }
 
     fn write(&self, inode: &Arc<Inode>, off: u64, buf: &[u8]) -> VfsResult<usize> {
         let f = file(inode)?;
-        if buf.is_empty() {
-            return Ok(0);
-        }
         let end = off.checked_add(buf.len() as u64).ok_or(Errno::EFBIG)?;
         if end > self.opts.max_file_size {
             return Err(Errno::EFBIG);
         }
-        let mut pages = f.pages.write().unwrap_or_else(|e| e.into_inner());
-        let mut done = 0;
-        while done < buf.len() {
-            let pos = off + done as u64;
-            let idx = pos / PAGE as u64;
-            let in_page = (pos % PAGE as u64) as usize;
-            let chunk = (PAGE - in_page).min(buf.len() - done);
-            let page = match pages.get_mut(&idx) {
-                Some(p) => p,
-                None => {
-                    // Relaxed: a soft limit, as tmpfs's size= option.
-                    let used = self.stats.used_pages.load(Ordering::Relaxed) as u64;
-                    if (used + 1) * PAGE as u64 > self.opts.max_bytes {
-                        if done == 0 {
-                            return Err(Errno::ENOSPC);
-                        }
-                        break;
-                    }
-                    self.stats.used_pages.fetch_add(1, Ordering::Relaxed);
-                    pages.entry(idx).or_insert_with(|| Box::new([0u8; PAGE]))
-                }
-            };
-            page[in_page..in_page + chunk].copy_from_slice(&buf[done..done + chunk]);
-            done += chunk;
-        }
-        let npages = pages.len() as u64;
-        drop(pages);
-        let now = Timespec::now();
-        let new_end = off + done as u64;
-        inode.update_attr(|a| {
-            if new_end > a.size {
-                a.size = new_end;
-            }
-            a.blocks = npages * (PAGE as u64 / 512);
-            a.touch_mc(now);
-        });
-        Ok(done)
+        f.write(inode, &self.quota(), off, buf)
     }
 
     fn truncate(&self, inode: &Arc<Inode>, size: u64) -> VfsResult<()> {
@@ -509,24 +453,19 @@ impl Filesystem for MemFs {
         if size > self.opts.max_file_size {
             return Err(Errno::EFBIG);
         }
-        let mut pages = f.pages.write().unwrap_or_else(|e| e.into_inner());
-        let keep = size.div_ceil(PAGE as u64);
-        let removed = pages.split_off(&keep);
-        // Relaxed: statistics.
-        self.stats.used_pages.fetch_sub(removed.len() as i64, Ordering::Relaxed);
-        if size % PAGE as u64 != 0 {
-            if let Some(p) = pages.get_mut(&(size / PAGE as u64)) {
-                p[(size % PAGE as u64) as usize..].fill(0);
-            }
-        }
-        let npages = pages.len() as u64;
-        drop(pages);
-        let now = Timespec::now();
-        inode.update_attr(|a| {
-            a.size = size;
-            a.blocks = npages * (PAGE as u64 / 512);
-            a.touch_mc(now);
-        });
+        f.truncate(inode, &self.quota(), size);
         Ok(())
+    }
+
+    fn fallocate(&self, inode: &Arc<Inode>, punch: bool, off: u64, len: u64) -> VfsResult<()> {
+        let f = file(inode)?;
+        if off.checked_add(len).map_or(true, |e| e > self.opts.max_file_size) {
+            return Err(Errno::EFBIG);
+        }
+        f.fallocate(inode, &self.quota(), punch, off, len)
+    }
+
+    fn seek_data_hole(&self, inode: &Arc<Inode>, off: u64, data: bool) -> VfsResult<u64> {
+        file(inode)?.seek_data_hole(inode, off, data)
     }
 }
