@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Run the loom models of scalevfs-sync (crates/sync/tests/loom_models.rs).
+# Run the loom models of scalevfs-sync: every crates/sync/tests/loom_*.rs
+# (loom_models.rs: the primitives; loom_dcache.rs: dcache protocols).
 #
 # Uses its own target directory so the `--cfg loom` build does not evict the
 # normal build artefacts. Extra arguments are passed to the test binary, e.g.
@@ -11,4 +12,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export RUSTFLAGS="${RUSTFLAGS:-} --cfg loom"
 export CARGO_TARGET_DIR="${LOOM_TARGET_DIR:-target/loom}"
-exec cargo test -p scalevfs-sync --release --test loom_models -- --test-threads="${LOOM_TEST_THREADS:-2}" "$@"
+exec cargo test -p scalevfs-sync --release --test 'loom_*' -- --test-threads="${LOOM_TEST_THREADS:-2}" "$@"

@@ -1,3 +1,238 @@
-fn main() {
-    println!("scalevfs: no workloads yet");
+//! `scalevfs`: the command-line front end.
+//!
+//! - `scalevfs bench [WORKLOAD...]`: the benchmark suite (see
+//!   `shared/BENCHMARKS.md`); `scalevfs bench --list` lists workloads and
+//!   variants.
+//! - `scalevfs mount DIR`: serve a scalevfs filesystem through FUSE
+//!   (`crates/fuse`).
+//! - `scalevfs stats`: run a short built-in workload and print the built-in
+//!   contention counters (DESIGN section 6).
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use scalevfs_bench::{report, workloads, Options};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "scalevfs",
+    version,
+    about = "A multicore-scalable userspace VFS: benchmarks and tools"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run the benchmark suite: tables on stdout, report.json and SVG plots.
+    Bench(BenchArgs),
+    /// Run a short workload and print the lock/LockRef/walk counters.
+    Stats(StatsArgs),
+    /// Serve a scalevfs filesystem at DIR through FUSE.
+    Mount(scalevfs_fuse::MountArgs),
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let v: f64 = s.parse().map_err(|e| format!("{s:?}: {e}"))?;
+    if !(v > 0.0 && v.is_finite()) {
+        return Err(format!("{s:?}: must be a positive number of seconds"));
+    }
+    Ok(Duration::from_secs_f64(v))
+}
+
+#[derive(Args, Debug)]
+struct BenchArgs {
+    /// Workloads to run (ids from --list; `wis-fs` = the whole will-it-scale
+    /// set; `open1` = `wis-fs/open1`). Default: all.
+    workloads: Vec<String>,
+    /// List workloads and variants and exit.
+    #[arg(long)]
+    list: bool,
+    /// Thread counts, comma-separated. Default: 1..=cores plus 2x cores.
+    #[arg(long, value_delimiter = ',')]
+    threads: Vec<usize>,
+    /// Measured seconds per configuration (over all rounds). Timeline
+    /// workloads (stat-degrade) run at least 2 s per variant.
+    #[arg(long, value_parser = parse_duration, default_value = "0.4")]
+    duration: Duration,
+    /// Alternated rounds per configuration (A B A B ...).
+    #[arg(long, default_value_t = scalevfs_bench::DEFAULT_ROUNDS)]
+    rounds: usize,
+    /// Only these variants (names from --list), comma-separated or repeated.
+    #[arg(long, value_delimiter = ',')]
+    variant: Vec<String>,
+    /// Where to write report.json (default: <report-dir>/report.json).
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Directory for report.json, summary.md, SVG plots and README.md.
+    #[arg(long, default_value = "bench-report")]
+    report_dir: PathBuf,
+    /// Also run the peers (Rust `vfs` MemoryFS, host tmpfs) where a workload has them.
+    #[arg(long)]
+    peers: bool,
+    /// No progress bar and no per-sample lines (CI).
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+#[derive(Args, Debug)]
+struct StatsArgs {
+    /// Workload to run (default: stat-degrade, which exercises LockRefs,
+    /// dentry locks and the walk).
+    #[arg(default_value = "stat-degrade")]
+    workload: String,
+    /// Variant (default: the workload's first, its "before" variant).
+    #[arg(long)]
+    variant: Option<String>,
+    /// Worker threads (default: cores).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Measured seconds.
+    #[arg(long, value_parser = parse_duration, default_value = "1")]
+    duration: Duration,
+}
+
+fn list() {
+    // A closed pipe (`| head`) ends the listing quietly.
+    let _ = write_list(&mut std::io::stdout().lock());
+}
+
+fn write_list(out: &mut dyn Write) -> std::io::Result<()> {
+    for w in workloads::all() {
+        writeln!(out, "{:<16} {}", w.id, w.description)?;
+        writeln!(out, "{:<16} origin: {}", "", w.origin)?;
+        if !w.depths.is_empty() {
+            let d: Vec<String> = w.depths.iter().map(|d| d.to_string()).collect();
+            writeln!(out, "{:<16} depths: {}", "", d.join(", "))?;
+        }
+        for v in w.all_variants(true) {
+            let mut tags = Vec::new();
+            if v.is_default {
+                tags.push("default".to_string());
+            }
+            if v.is_before {
+                tags.push("before".to_string());
+            }
+            if v.peer.is_some() {
+                tags.push("peer, --peers".to_string());
+            }
+            let settings: Vec<String> =
+                v.settings.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            writeln!(
+                out,
+                "{:<16}   {:<30} {}{}",
+                "",
+                v.name,
+                settings.join(" "),
+                if tags.is_empty() {
+                    String::new()
+                } else {
+                    format!(" [{}]", tags.join(", "))
+                }
+            )?;
+        }
+    }
+    Ok(())
+}
+
+fn command_line() -> String {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    format!("scalevfs {}", args.join(" "))
+}
+
+fn bench(a: BenchArgs) -> Result<(), String> {
+    if a.list {
+        list();
+        return Ok(());
+    }
+    let opts = Options {
+        workloads: a.workloads,
+        threads: a.threads,
+        duration: a.duration,
+        rounds: a.rounds.max(1),
+        variants: a.variant,
+        peers: a.peers,
+        quiet: a.quiet,
+        ..Options::default()
+    };
+    let out = scalevfs_bench::run(&opts)?;
+    let report = scalevfs_bench::make_report(&opts, out, command_line());
+    print!("{}", report.render());
+    let files = scalevfs_bench::write_report(&report, &a.report_dir, a.json.as_deref())?;
+    if !a.quiet {
+        eprintln!("wrote {} files to {}", files.len(), a.report_dir.display());
+    }
+    Ok(())
+}
+
+fn stats(a: StatsArgs) -> Result<(), String> {
+    let ws = workloads::select(std::slice::from_ref(&a.workload))?;
+    let w = ws.first().ok_or("no workload")?;
+    let variant = match &a.variant {
+        Some(v) => v.clone(),
+        None => w
+            .variants
+            .first()
+            .map(|v| v.name.clone())
+            .ok_or("workload has no variant")?,
+    };
+    let threads = a.threads.unwrap_or_else(report::cores).max(1);
+    let opts = Options {
+        workloads: vec![w.id.to_string()],
+        threads: vec![threads],
+        duration: a.duration,
+        rounds: 1,
+        variants: vec![variant.clone()],
+        peers: false,
+        quiet: true,
+        timeline_min: a.duration,
+    };
+    let out = scalevfs_bench::run(&opts)?;
+    if let Some(s) = out.skipped.first() {
+        return Err(format!("{} [{}]: {}", s.workload, s.variant, s.error));
+    }
+    for m in &out.measured {
+        let row = m.row();
+        let depth = m.depth.map(|d| format!(" depth {d}")).unwrap_or_default();
+        println!(
+            "{} [{}]{depth}, {} threads, {:.2} s: {} ops, {} ops/s (median), {:.1} ns/op per thread",
+            m.workload,
+            m.variant.name,
+            m.threads,
+            m.result.secs,
+            m.result.ops,
+            report::si(row.ops_per_sec),
+            row.ns_per_op
+        );
+        println!(
+            "per op: shared-line writes {:.3}, LockRef fallback {:.2}%, seq retries {:.4}\n",
+            row.shared_writes_per_op.unwrap_or(0.0),
+            100.0 * row.lockref_fallback_ratio.unwrap_or(0.0),
+            row.seq_retries_per_op.unwrap_or(0.0)
+        );
+        print!("{}", m.result.counters);
+        println!();
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let r = match cli.command {
+        Command::Mount(a) => return scalevfs_fuse::run_mount(a),
+        Command::Bench(a) => bench(a),
+        Command::Stats(a) => stats(a),
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("scalevfs: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }

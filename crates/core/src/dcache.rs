@@ -533,6 +533,9 @@ fn free_dentry(d: *mut Dentry) {
     };
 }
 
+/// A per-dir variant directory's child map, write-locked.
+type ChildMapGuard<'a> = std::sync::RwLockWriteGuard<'a, BTreeMap<Box<[u8]>, DPtr>>;
+
 struct Bucket {
     head: AtomicPtr<Dentry>,
     lock: SpinLock<()>,
@@ -642,7 +645,7 @@ impl Dcache {
         // SAFETY: d is not yet published; we own it.
         let dent = unsafe { &*d };
         // Relaxed: not yet published.
-        dent.hot.parent.store(d as *mut Dentry, Ordering::Relaxed);
+        dent.hot.parent.store(d, Ordering::Relaxed);
         // SAFETY: alloc returned it with count 1, owned by us.
         unsafe { DentryRef::from_counted(d) }
     }
@@ -828,7 +831,7 @@ impl Dcache {
                 p = e.hot.next.load(Ordering::Relaxed);
             }
             if let Some(old) = &replaced {
-                self.unhash_locked(b, old, _map.as_ref().map(|m| &**m));
+                self.unhash_locked(b, old, _map.as_deref());
             }
             self.hash_locked(b, &new, parent, _map);
         }
@@ -1040,10 +1043,7 @@ impl Dcache {
         &self,
         a: &'a Dentry,
         b: &'a Dentry,
-    ) -> (
-        Option<std::sync::RwLockWriteGuard<'a, BTreeMap<Box<[u8]>, DPtr>>>,
-        Option<std::sync::RwLockWriteGuard<'a, BTreeMap<Box<[u8]>, DPtr>>>,
-    ) {
+    ) -> (Option<ChildMapGuard<'a>>, Option<ChildMapGuard<'a>>) {
         if self.config.index != DcacheIndex::PerDir {
             return (None, None);
         }
@@ -1087,7 +1087,18 @@ impl Dcache {
             return;
         }
         // One sweeper at a time; others go on (a lookup never waits for it).
-        let Some(_s) = self.sweeping.try_lock() else { return };
+        let Some(_s) = self.sweeping.try_lock() else {
+            // Unless the sweeper falls behind (descheduled while adders run
+            // on): then an adder evicts a batch itself, without the sweeping
+            // lock (shrink is safe concurrently), so the limit is a bound.
+            let slack = self.config.max_entries / 16 + 64;
+            if total > self.config.max_entries + slack {
+                self.shrink(64, false);
+            } else if neg > neg_cap + slack {
+                self.shrink(64, true);
+            }
+            return;
+        };
         let want = total.saturating_sub(self.config.max_entries).max(neg.saturating_sub(neg_cap));
         self.shrink(want.max(64), neg > neg_cap);
     }

@@ -6,10 +6,20 @@
 //!   epoch guard and use the `File` without touching its reference count.
 //!   A closed file's `Arc` is dropped only after a grace period, so a
 //!   concurrent lookup that still sees it stays safe.
-//! - `File::pos` is an atomic (see `lseek`).
+//! - `File::pos` is an atomic. `lseek` stores it (SEEK_CUR: an atomic
+//!   update); `read` publishes its new position with a compare-exchange and
+//!   retries if the position moved meanwhile, so reads on a shared
+//!   description never return the same bytes twice. `File::pos_lock` (mutex,
+//!   Linux's `f_pos_lock`) serialises position-using `write`s of one
+//!   description; it nests outside the inode's data lock. A write that races
+//!   with an lseek keeps the lseek's position (as if the lseek came after),
+//!   so a SEEK_CUR racing with a write behaves like a SEEK_SET, which is also
+//!   what Linux's generic_file_llseek documents.
 //!
 //! Lifetime: a `File` is an `Arc`; each fd slot holding it owns one strong
-//! count (released through the epoch on close); `dup` adds one.
+//! count (released through the epoch on close); `dup` adds one. Calls on an
+//! fd borrow the `File` under an epoch guard and take no count. The last
+//! drop of a `File` is the "last close" of DESIGN 2.4 (see `orphan.rs`).
 
 use std::sync::{Arc, Mutex};
 
@@ -18,7 +28,10 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::errno::{Errno, VfsResult};
 use crate::inode::Inode;
-use crate::types::{O_ACCMODE, O_APPEND, O_CLOEXEC, O_PATH, O_RDONLY, O_RDWR, O_WRONLY};
+use crate::types::{
+    O_ACCMODE, O_APPEND, O_CLOEXEC, O_CREAT, O_DIRECT, O_DIRECTORY, O_EXCL, O_LARGEFILE, O_NOATIME,
+    O_NOCTTY, O_NOFOLLOW, O_NONBLOCK, O_PATH, O_RDONLY, O_RDWR, O_TRUNC, O_WRONLY,
+};
 use crate::vfs::PathRef;
 
 /// Default per-task limit on open files (RLIMIT_NOFILE's usual soft value).
@@ -33,12 +46,34 @@ pub struct File {
     flags: AtomicU32,
     /// The file position.
     pub(crate) pos: AtomicU64,
+    /// Serialises position-using writes (see LOCKING RULES).
+    pub(crate) pos_lock: Mutex<()>,
 }
 
+/// The kernel's O_LARGEFILE bit, which 64-bit Linux sets on every open file
+/// and reports in F_GETFL (libc's `O_LARGEFILE` is 0 on 64-bit glibc).
+#[cfg(target_arch = "x86_64")]
+pub const O_LARGEFILE_KERNEL: u32 = 0o100000;
+#[cfg(target_arch = "aarch64")]
+pub const O_LARGEFILE_KERNEL: u32 = 0o400000;
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+pub const O_LARGEFILE_KERNEL: u32 = 0;
+
+/// Status flags `fcntl(F_SETFL)` may change.
+pub const SETFL_MASK: u32 = O_APPEND | O_NONBLOCK | O_DIRECT | O_NOATIME;
+
 impl File {
+    /// A new open file description; `flags` as given to open (the ones that
+    /// only matter at open time are dropped, as Linux's `f_flags`).
     pub(crate) fn new(path: PathRef, flags: u32) -> File {
         let inode = path.inode().clone();
-        File { path, inode, flags: AtomicU32::new(flags & !O_CLOEXEC), pos: AtomicU64::new(0) }
+        let flags = if flags & O_PATH != 0 {
+            flags & (O_PATH | O_DIRECTORY | O_NOFOLLOW)
+        } else {
+            (flags & !(O_CLOEXEC | O_CREAT | O_EXCL | O_NOCTTY | O_TRUNC | O_LARGEFILE)) | O_LARGEFILE_KERNEL
+        };
+        crate::orphan::file_opened(&path.mnt.sb.orphans, &inode);
+        File { path, inode, flags: AtomicU32::new(flags), pos: AtomicU64::new(0), pos_lock: Mutex::new(()) }
     }
     pub fn inode(&self) -> &Arc<Inode> {
         &self.inode
@@ -50,10 +85,12 @@ impl File {
         // Relaxed: status flags are independent bits; no data is published through them.
         self.flags.load(Ordering::Relaxed)
     }
-    #[allow(dead_code)]
+    /// `fcntl(F_SETFL)`: replace the changeable status flags.
     pub(crate) fn set_status_flags(&self, f: u32) {
-        // Relaxed: as `flags`.
-        self.flags.store(f, Ordering::Relaxed);
+        // Relaxed: as `flags`; concurrent F_SETFLs each apply atomically.
+        let _ = self.flags.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
+            Some((old & !SETFL_MASK) | (f & SETFL_MASK))
+        });
     }
     pub fn is_path_only(&self) -> bool {
         self.flags() & O_PATH != 0
@@ -73,6 +110,14 @@ impl File {
     pub fn position(&self) -> u64 {
         // Relaxed: a position is a value, not a publication of other data.
         self.pos.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for File {
+    /// The last close: lock-free unless the inode was unlinked or is being
+    /// truncated (`orphan::file_closed`).
+    fn drop(&mut self) {
+        crate::orphan::file_closed(&self.path.mnt.sb.orphans, &self.inode);
     }
 }
 

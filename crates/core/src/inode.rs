@@ -10,8 +10,8 @@
 //!   directory's whole contents stable take it EXCLUSIVE (rmdir of this
 //!   directory, rename of a directory over it). Per-name exclusion comes from
 //!   the VFS name locks (see `vfs.rs`).
-//! - `data_lock`: held shared by reads that need the size stable, exclusive by
-//!   writers and truncate (see `file.rs`).
+//! - `data_lock`: exclusive by writers, truncate and fallocate (see `io.rs`);
+//!   reads take no lock (memfs's page store is read lock-free).
 //!
 //! Lifetime: `Arc<Inode>`. Positive dentries hold one; open files hold one
 //! through their dentry. The filesystem keeps its own (memfs: in directory
@@ -40,6 +40,8 @@ pub struct Inode {
     flags: AtomicU32,
     pub(crate) dir_lock: RwLock<()>,
     pub(crate) data_lock: RwLock<()>,
+    /// Open count and orphan registration (see `orphan.rs`).
+    pub(crate) orphan: crate::orphan::InodeOrphan,
     private: Box<dyn Any + Send + Sync>,
 }
 
@@ -62,6 +64,7 @@ impl Inode {
             flags: AtomicU32::new(0),
             dir_lock: RwLock::new(()),
             data_lock: RwLock::new(()),
+            orphan: Default::default(),
             private,
         }
     }

@@ -1,21 +1,35 @@
-//! Data calls on open files: read, write, pread, pwrite, lseek, truncate,
-//! fsync.
+//! Data calls on open files: read, write, pread, pwrite, readv, writev,
+//! lseek, ftruncate, truncate, fallocate, fsync, fdatasync, fcntl.
+//!
+//! Every call on an fd borrows the open file description under an epoch
+//! guard (no reference count is taken; see `file.rs`). Errno choices and
+//! their order follow Linux (`fs/read_write.c`, `fs/open.c`, tmpfs).
 //!
 //! LOCKING RULES
-//! - `Inode::data_lock`: writers and truncate take it exclusive (so an
-//!   O_APPEND write's "end of file" and its data land atomically); readers
-//!   take it shared. It nests inside nothing of the namespace locks.
-//! - `File::pos` is an atomic. lseek on a regular file takes no lock.
+//! - `Inode::data_lock` (rwlock), exclusive: write, truncate and fallocate
+//!   (so an O_APPEND write's "end of file" and its data land atomically, and
+//!   the filesystem's page store has one writer at a time). Reads take no
+//!   lock: memfs's page store is read lock-free (`pages.rs`).
+//! - `File::pos_lock` (mutex) serialises position-using writes of one open
+//!   file description; order: `pos_lock` -> `data_lock` -> the inode's
+//!   orphan registration lock (`orphan.rs`) -> the orphan file's locks.
+//! - lseek on a regular file takes no lock (variant `Lockless`, seed 003):
+//!   SEEK_SET/SEEK_END are stores, SEEK_CUR an atomic update, SEEK_END reads
+//!   the size through the inode's seqlock. Variant `Locked` takes the data
+//!   lock around every lseek (the 2005 behaviour). Directories take their
+//!   `dir_lock` exclusive, as Linux takes the inode lock.
+//! - An epoch guard is pinned before any of these locks is taken: a pin may
+//!   run deferred destructors (a last close), which must not find us holding
+//!   a lock they need.
 
-use std::sync::Arc;
-
-use crossbeam_epoch as epoch;
+use crossbeam_epoch::{self as epoch, Guard};
 use scalevfs_sync::primitive::Ordering;
 
 use crate::errno::{Errno, VfsResult};
-use crate::file::File;
+use crate::file::{File, O_LARGEFILE_KERNEL};
+use crate::orphan::TruncateGuard;
 use crate::types::*;
-use crate::vfs::PathRef;
+use crate::vfs::{LlseekVariant, PathRef};
 use crate::Task;
 
 pub const SEEK_SET: u32 = 0;
@@ -24,7 +38,39 @@ pub const SEEK_END: u32 = 2;
 pub const SEEK_DATA: u32 = 3;
 pub const SEEK_HOLE: u32 = 4;
 
-/// Truncate the inode at `p` to `size` (permissions already checked).
+/// `fallocate` modes.
+pub const FALLOC_FL_KEEP_SIZE: u32 = 0x01;
+pub const FALLOC_FL_PUNCH_HOLE: u32 = 0x02;
+/// Every mode bit Linux's VFS knows (collapse, zero, insert, unshare,
+/// write-zeroes); tmpfs supports only KEEP_SIZE and PUNCH_HOLE.
+const FALLOC_FL_KNOWN: u32 = 0x01 | 0x02 | 0x04 | 0x08 | 0x10 | 0x20 | 0x40 | 0x80;
+
+/// `fcntl` commands.
+pub const F_DUPFD: u32 = libc::F_DUPFD as u32;
+pub const F_DUPFD_CLOEXEC: u32 = libc::F_DUPFD_CLOEXEC as u32;
+pub const F_GETFD: u32 = libc::F_GETFD as u32;
+pub const F_SETFD: u32 = libc::F_SETFD as u32;
+pub const F_GETFL: u32 = libc::F_GETFL as u32;
+pub const F_SETFL: u32 = libc::F_SETFL as u32;
+pub const FD_CLOEXEC: u32 = libc::FD_CLOEXEC as u32;
+
+/// Linux's MAX_RW_COUNT: one call moves at most this many bytes.
+const MAX_RW_COUNT: usize = (i32::MAX as usize) & !(4096 - 1);
+
+/// Linux's `rw_verify_area` for a regular file: `pos + count` must fit.
+fn verify_area(pos: u64, count: usize) -> VfsResult<()> {
+    if pos > i64::MAX as u64 || (pos as i64).checked_add(count as i64).is_none() {
+        return Err(Errno::EINVAL);
+    }
+    Ok(())
+}
+
+fn is_pipe_like(t: FileType) -> bool {
+    matches!(t, FileType::Fifo | FileType::Socket)
+}
+
+/// Truncate the inode at `p` to `size` (permissions already checked). The
+/// inode is on the orphan file while a shrinking truncate runs.
 pub(crate) fn truncate_inode(p: &PathRef, size: u64) -> VfsResult<()> {
     let i = p.inode();
     if i.is_dir() {
@@ -37,8 +83,24 @@ pub(crate) fn truncate_inode(p: &PathRef, size: u64) -> VfsResult<()> {
     if size > fs.max_file_size() || size > i64::MAX as u64 {
         return Err(Errno::EFBIG);
     }
+    let _pin = epoch::pin();
     let _w = i.data_lock.write().unwrap_or_else(|e| e.into_inner());
+    let _orphan = if size < i.attr().size { TruncateGuard::new(&p.mnt.sb.orphans, i) } else { None };
     fs.truncate(i, size)
+}
+
+/// relatime: update atime only when it is not newer than mtime or ctime, so
+/// repeated reads write nothing and call no clock.
+fn touch_atime(f: &File) {
+    if f.flags() & O_NOATIME != 0 || f.path().mnt.is_readonly() {
+        return;
+    }
+    let i = f.inode();
+    let a = i.attr();
+    if a.atime() <= a.mtime() || a.atime() <= a.ctime() {
+        let now = Timespec::now();
+        i.update_attr(|a| a.set_atime(now));
+    }
 }
 
 fn file_read(f: &File, off: u64, buf: &mut [u8]) -> VfsResult<usize> {
@@ -46,140 +108,243 @@ fn file_read(f: &File, off: u64, buf: &mut [u8]) -> VfsResult<usize> {
     if i.is_dir() {
         return Err(Errno::EISDIR);
     }
-    let _r = i.data_lock.read().unwrap_or_else(|e| e.into_inner());
-    f.path().mnt.sb.fs.read(i, off, buf)
+    let n = f.path().mnt.sb.fs.read(i, off, buf)?;
+    touch_atime(f);
+    Ok(n)
 }
 
+/// Write at `off` (`None`: at end of file, O_APPEND). Returns bytes written
+/// and the position after them.
 fn file_write(f: &File, off: Option<u64>, buf: &[u8]) -> VfsResult<(usize, u64)> {
     let i = f.inode();
+    if i.is_dir() {
+        return Err(Errno::EISDIR);
+    }
     let fs = &f.path().mnt.sb.fs;
     let _w = i.data_lock.write().unwrap_or_else(|e| e.into_inner());
     let off = match off {
         Some(o) => o,
         None => i.attr().size,
     };
-    if off > fs.max_file_size() {
+    if buf.is_empty() {
+        return Ok((0, off));
+    }
+    // generic_write_checks: EFBIG at or past the limit, else a short write.
+    let max = fs.max_file_size().min(i64::MAX as u64);
+    if off >= max {
         return Err(Errno::EFBIG);
     }
-    let room = (fs.max_file_size() - off).min(buf.len() as u64) as usize;
-    if room == 0 && !buf.is_empty() {
-        return Err(Errno::EFBIG);
-    }
+    let room = (max - off).min(buf.len().min(MAX_RW_COUNT) as u64) as usize;
     let n = fs.write(i, off, &buf[..room])?;
     // Linux clears setuid/setgid on write by a non-owner; memfs leaves it.
     Ok((n, off + n as u64))
 }
 
 impl Task {
-    fn readable(&self, fd: i32) -> VfsResult<Arc<File>> {
-        let f = self.files().get_arc(fd)?;
-        if !f.can_read() {
-            return Err(Errno::EBADF);
-        }
-        Ok(f)
-    }
-    fn writable(&self, fd: i32) -> VfsResult<Arc<File>> {
-        let f = self.files().get_arc(fd)?;
-        if !f.can_write() {
-            return Err(Errno::EBADF);
-        }
-        Ok(f)
-    }
-
-    /// `read(2)`.
-    pub fn read(&self, fd: i32, buf: &mut [u8]) -> VfsResult<usize> {
-        let f = self.readable(fd)?;
-        let pos = f.position();
-        let n = file_read(&f, pos, buf)?;
-        // Relaxed: the position is a value.
-        f.pos.store(pos + n as u64, Ordering::Relaxed);
-        Ok(n)
-    }
-
-    /// `pread(2)`: no reference on the file, no shared write.
-    pub fn pread(&self, fd: i32, buf: &mut [u8], off: i64) -> VfsResult<usize> {
-        let g = epoch::pin();
-        let f = self.files().get(fd, &g)?;
-        if !f.can_read() {
-            return Err(Errno::EBADF);
-        }
-        if off < 0 {
-            return Err(Errno::EINVAL);
-        }
-        if matches!(f.inode().file_type(), FileType::Fifo | FileType::Socket) {
-            return Err(Errno::ESPIPE);
-        }
-        file_read(f, off as u64, buf)
-    }
-
-    /// `write(2)`.
-    pub fn write(&self, fd: i32, buf: &[u8]) -> VfsResult<usize> {
-        let f = self.writable(fd)?;
-        let at = if f.is_append() { None } else { Some(f.position()) };
-        let (n, end) = file_write(&f, at, buf)?;
-        // Relaxed: the position is a value.
-        f.pos.store(end, Ordering::Relaxed);
-        Ok(n)
-    }
-
-    /// `pwrite(2)` (O_APPEND files append, as on Linux).
-    pub fn pwrite(&self, fd: i32, buf: &[u8], off: i64) -> VfsResult<usize> {
-        let f = self.writable(fd)?;
-        if off < 0 {
-            return Err(Errno::EINVAL);
-        }
-        if matches!(f.inode().file_type(), FileType::Fifo | FileType::Socket) {
-            return Err(Errno::ESPIPE);
-        }
-        let at = if f.is_append() { None } else { Some(off as u64) };
-        Ok(file_write(&f, at, buf)?.0)
-    }
-
-    /// `lseek(2)`.
-    pub fn lseek(&self, fd: i32, off: i64, whence: u32) -> VfsResult<u64> {
-        let g = epoch::pin();
-        let f = self.files().get(fd, &g)?;
+    /// The description at `fd`, borrowed under `g` (no count taken); O_PATH
+    /// descriptions are EBADF for I/O, as `fdget` does.
+    fn io_file<'g>(&self, fd: i32, g: &'g Guard) -> VfsResult<&'g File> {
+        let f = self.files().get(fd, g)?;
         if f.is_path_only() {
             return Err(Errno::EBADF);
         }
-        let i = f.inode();
-        if matches!(i.file_type(), FileType::Fifo | FileType::Socket) {
+        Ok(f)
+    }
+
+    /// `read(2)`. On a shared description the new position is published
+    /// with a compare-exchange; if another read, write or lseek moved it
+    /// meanwhile, the read is redone at the new position.
+    pub fn read(&self, fd: i32, buf: &mut [u8]) -> VfsResult<usize> {
+        let g = epoch::pin();
+        let f = self.io_file(fd, &g)?;
+        if !f.can_read() {
+            return Err(Errno::EBADF);
+        }
+        let len = buf.len().min(MAX_RW_COUNT);
+        let buf = &mut buf[..len];
+        loop {
+            let pos = f.position();
+            verify_area(pos, len)?;
+            let n = file_read(f, pos, buf)?;
+            if n == 0 {
+                return Ok(0);
+            }
+            // Relaxed: the position is a value; the CAS only detects a move.
+            if f.pos.compare_exchange(pos, pos + n as u64, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
+                return Ok(n);
+            }
+        }
+    }
+
+    /// `pread(2)`: no reference on the description, no shared write.
+    pub fn pread(&self, fd: i32, buf: &mut [u8], off: i64) -> VfsResult<usize> {
+        if off < 0 {
+            return Err(Errno::EINVAL);
+        }
+        let g = epoch::pin();
+        let f = self.io_file(fd, &g)?;
+        if is_pipe_like(f.inode().file_type()) {
             return Err(Errno::ESPIPE);
         }
+        if !f.can_read() {
+            return Err(Errno::EBADF);
+        }
+        let len = buf.len().min(MAX_RW_COUNT);
+        verify_area(off as u64, len)?;
+        file_read(f, off as u64, &mut buf[..len])
+    }
+
+    /// `write(2)`. O_APPEND writes land at the end of file atomically (the
+    /// data lock covers "find the end" and "copy"); other writes of one
+    /// description are serialised by its `pos_lock`.
+    pub fn write(&self, fd: i32, buf: &[u8]) -> VfsResult<usize> {
+        let g = epoch::pin();
+        let f = self.io_file(fd, &g)?;
+        if !f.can_write() {
+            return Err(Errno::EBADF);
+        }
+        if f.is_append() {
+            verify_area(0, buf.len())?;
+            let (n, end) = file_write(f, None, buf)?;
+            // Relaxed: the position is a value.
+            f.pos.store(end, Ordering::Relaxed);
+            return Ok(n);
+        }
+        let _pl = f.pos_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let pos = f.position();
+        verify_area(pos, buf.len().min(MAX_RW_COUNT))?;
+        let (n, end) = file_write(f, Some(pos), buf)?;
+        // Relaxed: a value. If an lseek moved the position meanwhile, it
+        // wins (it linearises after this write).
+        let _ = f.pos.compare_exchange(pos, end, Ordering::Relaxed, Ordering::Relaxed);
+        Ok(n)
+    }
+
+    /// `pwrite(2)` (O_APPEND descriptions append, as on Linux).
+    pub fn pwrite(&self, fd: i32, buf: &[u8], off: i64) -> VfsResult<usize> {
+        if off < 0 {
+            return Err(Errno::EINVAL);
+        }
+        let g = epoch::pin();
+        let f = self.io_file(fd, &g)?;
+        if is_pipe_like(f.inode().file_type()) {
+            return Err(Errno::ESPIPE);
+        }
+        if !f.can_write() {
+            return Err(Errno::EBADF);
+        }
+        verify_area(off as u64, buf.len().min(MAX_RW_COUNT))?;
+        let at = if f.is_append() { None } else { Some(off as u64) };
+        Ok(file_write(f, at, buf)?.0)
+    }
+
+    /// `readv(2)`: one read (so one position update), scattered.
+    pub fn readv(&self, fd: i32, bufs: &mut [&mut [u8]]) -> VfsResult<usize> {
+        if bufs.len() > 1024 {
+            return Err(Errno::EINVAL);
+        }
+        let total = bufs.iter().try_fold(0usize, |a, b| a.checked_add(b.len())).ok_or(Errno::EINVAL)?;
+        if total > isize::MAX as usize {
+            return Err(Errno::EINVAL);
+        }
+        let mut tmp = vec![0u8; total.min(MAX_RW_COUNT)];
+        let n = self.read(fd, &mut tmp)?;
+        let mut done = 0;
+        for b in bufs.iter_mut() {
+            if done == n {
+                break;
+            }
+            let k = b.len().min(n - done);
+            b[..k].copy_from_slice(&tmp[done..done + k]);
+            done += k;
+        }
+        Ok(n)
+    }
+
+    /// `writev(2)`: gathered into one write, so an O_APPEND writev is atomic.
+    pub fn writev(&self, fd: i32, bufs: &[&[u8]]) -> VfsResult<usize> {
+        if bufs.len() > 1024 {
+            return Err(Errno::EINVAL);
+        }
+        let total = bufs.iter().try_fold(0usize, |a, b| a.checked_add(b.len())).ok_or(Errno::EINVAL)?;
+        if total > isize::MAX as usize {
+            return Err(Errno::EINVAL);
+        }
+        self.write(fd, &bufs.concat())
+    }
+
+    /// `lseek(2)`. See LOCKING RULES for what each variant locks.
+    pub fn lseek(&self, fd: i32, off: i64, whence: u32) -> VfsResult<u64> {
+        let g = epoch::pin();
+        let f = self.io_file(fd, &g)?;
+        let i = f.inode();
+        if is_pipe_like(i.file_type()) {
+            return Err(Errno::ESPIPE);
+        }
+        if whence > SEEK_HOLE {
+            return Err(Errno::EINVAL);
+        }
+        if i.is_dir() {
+            // tmpfs's dcache_dir_lseek: SEEK_SET and SEEK_CUR only.
+            let _dl = i.dir_lock.write().unwrap_or_else(|e| e.into_inner());
+            let new = match whence {
+                SEEK_SET => off,
+                SEEK_CUR => (f.position() as i64).wrapping_add(off),
+                _ => return Err(Errno::EINVAL),
+            };
+            if new < 0 {
+                return Err(Errno::EINVAL);
+            }
+            // Relaxed: a value, under the directory lock.
+            f.pos.store(new as u64, Ordering::Relaxed);
+            return Ok(new as u64);
+        }
+        let _locked = match self.vfs().config().llseek {
+            LlseekVariant::Lockless => None,
+            LlseekVariant::Locked => Some(i.data_lock.write().unwrap_or_else(|e| e.into_inner())),
+        };
+        let max = f.path().mnt.sb.fs.max_file_size().min(i64::MAX as u64) as i64;
+        let check = |new: i64| if new < 0 || new > max { Err(Errno::EINVAL) } else { Ok(new as u64) };
         let new = match whence {
-            SEEK_SET => off,
-            SEEK_CUR => (f.position() as i64).checked_add(off).ok_or(Errno::EOVERFLOW)?,
-            SEEK_END => (i.attr().size as i64).checked_add(off).ok_or(Errno::EOVERFLOW)?,
-            SEEK_DATA | SEEK_HOLE => {
+            SEEK_SET => check(off)?,
+            SEEK_CUR if off == 0 => return Ok(f.position()),
+            SEEK_CUR => {
+                // Relaxed: the position is a value; the RMW makes concurrent
+                // SEEK_CURs add up.
+                let r = f.pos.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |p| {
+                    check((p as i64).wrapping_add(off)).ok()
+                });
+                return match r {
+                    Ok(p) => Ok((p as i64).wrapping_add(off) as u64),
+                    Err(_) => Err(Errno::EINVAL),
+                };
+            }
+            SEEK_END => check((i.attr().size as i64).wrapping_add(off))?,
+            _ => {
                 if off < 0 {
                     return Err(Errno::ENXIO);
                 }
-                f.path().mnt.sb.fs.seek_data_hole(i, off as u64, whence == SEEK_DATA)? as i64
+                let n = f.path().mnt.sb.fs.seek_data_hole(i, off as u64, whence == SEEK_DATA)?;
+                check(n as i64)?
             }
-            _ => return Err(Errno::EINVAL),
         };
-        if new < 0 {
-            return Err(Errno::EINVAL);
+        // Write the shared line only when the position changes.
+        if f.position() != new {
+            // Relaxed: the position is a value.
+            f.pos.store(new, Ordering::Relaxed);
         }
-        // Relaxed: the position is a value.
-        f.pos.store(new as u64, Ordering::Relaxed);
-        Ok(new as u64)
+        Ok(new)
     }
 
     /// `ftruncate(2)`.
     pub fn ftruncate(&self, fd: i32, size: i64) -> VfsResult<()> {
-        let f = self.files().get_arc(fd)?;
         if size < 0 {
             return Err(Errno::EINVAL);
         }
-        if f.is_path_only() {
-            return Err(Errno::EBADF);
-        }
-        if !f.can_write() {
+        let g = epoch::pin();
+        let f = self.io_file(fd, &g)?;
+        if f.inode().file_type() != FileType::Regular || !f.can_write() {
             return Err(Errno::EINVAL);
-        }
-        if f.is_append() {
-            return Err(Errno::EPERM);
         }
         truncate_inode(f.path(), size as u64)
     }
@@ -197,30 +362,97 @@ impl Task {
         if i.file_type() != FileType::Regular {
             return Err(Errno::EINVAL);
         }
-        if !crate::inode::permission_ok(&i.attr(), self.cred(), W_OK) {
-            return Err(Errno::EACCES);
-        }
         if p.mnt.is_readonly() {
             return Err(Errno::EROFS);
+        }
+        if !crate::inode::permission_ok(&i.attr(), self.cred(), W_OK) {
+            return Err(Errno::EACCES);
         }
         truncate_inode(&p, size as u64)
     }
 
-    /// `fsync(2)`.
-    pub fn fsync(&self, fd: i32) -> VfsResult<()> {
-        let f = self.files().get_arc(fd)?;
-        if f.is_path_only() {
+    /// `fallocate(2)`: mode 0 (allocate, growing the size), KEEP_SIZE, and
+    /// PUNCH_HOLE|KEEP_SIZE; the other modes are EOPNOTSUPP as on tmpfs.
+    pub fn fallocate(&self, fd: i32, mode: u32, off: i64, len: i64) -> VfsResult<()> {
+        if off < 0 || len <= 0 {
+            return Err(Errno::EINVAL);
+        }
+        if mode & !FALLOC_FL_KNOWN != 0 {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        let punch = mode & FALLOC_FL_PUNCH_HOLE != 0;
+        let keep = mode & FALLOC_FL_KEEP_SIZE != 0;
+        if punch && !keep {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        let g = epoch::pin();
+        let f = self.io_file(fd, &g)?;
+        if !f.can_write() {
             return Err(Errno::EBADF);
         }
+        let i = f.inode();
+        match i.file_type() {
+            FileType::Fifo => return Err(Errno::ESPIPE),
+            FileType::Directory => return Err(Errno::EISDIR),
+            FileType::Regular => {}
+            _ => return Err(Errno::ENODEV),
+        }
+        let fs = &f.path().mnt.sb.fs;
+        let end = off.checked_add(len).ok_or(Errno::EFBIG)? as u64;
+        if end > fs.max_file_size() {
+            return Err(Errno::EFBIG);
+        }
+        if mode & !(FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE) != 0 {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        let _w = i.data_lock.write().unwrap_or_else(|e| e.into_inner());
+        fs.fallocate(i, punch, off as u64, len as u64)?;
+        if !keep && end > i.attr().size {
+            fs.truncate(i, end)?;
+        }
+        Ok(())
+    }
+
+    /// `fsync(2)`.
+    pub fn fsync(&self, fd: i32) -> VfsResult<()> {
+        let g = epoch::pin();
+        let f = self.io_file(fd, &g)?;
         f.path().mnt.sb.fs.fsync(f.inode(), false)
     }
 
     /// `fdatasync(2)`.
     pub fn fdatasync(&self, fd: i32) -> VfsResult<()> {
-        let f = self.files().get_arc(fd)?;
-        if f.is_path_only() {
-            return Err(Errno::EBADF);
-        }
+        let g = epoch::pin();
+        let f = self.io_file(fd, &g)?;
         f.path().mnt.sb.fs.fsync(f.inode(), true)
     }
+
+    /// `fcntl(2)` for F_DUPFD, F_DUPFD_CLOEXEC, F_GETFD, F_SETFD, F_GETFL
+    /// and F_SETFL.
+    pub fn fcntl(&self, fd: i32, cmd: u32, arg: u64) -> VfsResult<u32> {
+        let g = epoch::pin();
+        let f = self.files().get(fd, &g)?;
+        match cmd {
+            F_DUPFD | F_DUPFD_CLOEXEC => {
+                let min = i32::try_from(arg).map_err(|_| Errno::EINVAL)?;
+                self.dupfd(fd, min, cmd == F_DUPFD_CLOEXEC).map(|n| n as u32)
+            }
+            F_GETFD => Ok(if self.files().is_cloexec(fd)? { FD_CLOEXEC } else { 0 }),
+            F_SETFD => {
+                self.files().set_cloexec(fd, arg as u32 & FD_CLOEXEC != 0)?;
+                Ok(0)
+            }
+            F_GETFL => Ok(f.flags()),
+            F_SETFL => {
+                if f.is_path_only() {
+                    return Err(Errno::EBADF);
+                }
+                f.set_status_flags(arg as u32);
+                Ok(0)
+            }
+            _ => Err(Errno::EINVAL),
+        }
+    }
 }
+
+const _: () = assert!(O_LARGEFILE_KERNEL == 0 || O_LARGEFILE_KERNEL & crate::file::SETFL_MASK == 0);

@@ -459,7 +459,7 @@ impl Filesystem for MemFs {
 
     fn fallocate(&self, inode: &Arc<Inode>, punch: bool, off: u64, len: u64) -> VfsResult<()> {
         let f = file(inode)?;
-        if off.checked_add(len).map_or(true, |e| e > self.opts.max_file_size) {
+        if !matches!(off.checked_add(len), Some(e) if e <= self.opts.max_file_size) {
             return Err(Errno::EFBIG);
         }
         f.fallocate(inode, &self.quota(), punch, off, len)

@@ -203,7 +203,7 @@ impl Task {
         }
         let start = self.start(dirfd, path, &g)?;
         let follow = flags & AT_SYMLINK_NOFOLLOW == 0;
-        self.ctx(&g).with_leaf(&g, start, path, follow, |m, d| stat_of(m, d))
+        self.ctx(&g).with_leaf(&g, start, path, follow, stat_of)
     }
 
     /// `stat(2)`.
@@ -478,9 +478,14 @@ impl Task {
 
     /// Find the current dentry for a name (parent held, name lock held).
     fn lookup_child(&self, parent: &PathRef, name: &[u8]) -> VfsResult<Option<DentryRef>> {
+        Ok(self.lookup_child_any(parent, name)?.filter(|d| !d.is_negative()))
+    }
+
+    /// As `lookup_child`, but a cached negative dentry is returned too
+    /// (rename must unhash it when it moves a dentry onto its name).
+    fn lookup_child_any(&self, parent: &PathRef, name: &[u8]) -> VfsResult<Option<DentryRef>> {
         let g = epoch::pin();
         match self.ctx(&g).lookup_slow(parent, name, true) {
-            Ok(d) if d.is_negative() => Ok(None),
             Ok(d) => Ok(Some(d)),
             Err(Errno::ENOENT) => Ok(None),
             Err(e) => Err(e),
@@ -524,6 +529,22 @@ impl Task {
         Ok(())
     }
 
+    /// Linux's mode_strip_sgid: a non-directory created in a setgid
+    /// directory (`inherited`) with setgid and group-execute loses setgid
+    /// unless the creator is in the group it gets (`gid`) or is root
+    /// (CAP_FSETID). `perm` is the permission part of the mode.
+    pub(crate) fn strip_sgid(&self, perm: u32, gid: u32, inherited: bool) -> u32 {
+        if inherited
+            && perm & (S_ISGID | 0o010) == (S_ISGID | 0o010)
+            && !self.cred.is_root()
+            && !self.cred.in_group(gid)
+        {
+            perm & !S_ISGID
+        } else {
+            perm
+        }
+    }
+
     fn owner_for(&self, dir: &Inode) -> ((u32, u32), bool) {
         let a = dir.attr();
         if a.mode & S_ISGID != 0 {
@@ -545,6 +566,7 @@ impl Task {
     fn create_node(
         &self,
         op: &NameOp,
+        is_dir: bool,
         make: impl FnOnce(&Arc<dyn Filesystem>, &Arc<Inode>, (u32, u32), bool) -> VfsResult<Arc<Inode>>,
     ) -> VfsResult<DentryRef> {
         let parent = &op.pw.parent;
@@ -553,6 +575,11 @@ impl Task {
         let _nl = self.name_lock(&parent.dentry, &op.name);
         if self.lookup_child(parent, &op.name)?.is_some() {
             return Err(Errno::EEXIST);
+        }
+        // Linux's filename_create: "foo/" asks for a directory; creating
+        // anything else there is ENOENT (after the EEXIST check).
+        if op.pw.trailing && !is_dir {
+            return Err(Errno::ENOENT);
         }
         if parent.mnt.is_readonly() {
             return Err(Errno::EROFS);
@@ -568,7 +595,7 @@ impl Task {
     pub fn mkdirat<P: AsRef<[u8]> + ?Sized>(&self, dirfd: i32, path: &P, mode: u32) -> VfsResult<()> {
         let op = self.name_op(dirfd, as_bytes(path), Errno::EEXIST)?;
         let mode = mode & 0o1777 & !self.cur_umask();
-        self.create_node(&op, |fs, dir, owner, sgid| {
+        self.create_node(&op, true, |fs, dir, owner, sgid| {
             let m = if sgid { mode | S_ISGID } else { mode };
             fs.create(dir, &op.name, NewNode::Dir { mode: m }, owner)
         })?;
@@ -595,13 +622,15 @@ impl Task {
             _ => return Err(Errno::EINVAL),
         }
         let op = self.name_op(dirfd, as_bytes(path), Errno::EEXIST)?;
-        if matches!(ty, S_IFCHR | S_IFBLK) && !self.cred.is_root() {
-            // Linux checks CAP_MKNOD before looking at the name.
-            return Err(Errno::EPERM);
-        }
         let perm = mode & 0o7777 & !self.cur_umask();
         let rdev = if matches!(ty, S_IFCHR | S_IFBLK) { dev } else { 0 };
-        self.create_node(&op, |fs, dir, owner, _| {
+        self.create_node(&op, false, |fs, dir, owner, sgid| {
+            // Linux's vfs_mknod checks CAP_MKNOD after may_create (EEXIST
+            // and EACCES come first).
+            if matches!(ty, S_IFCHR | S_IFBLK) && !self.cred.is_root() {
+                return Err(Errno::EPERM);
+            }
+            let perm = self.strip_sgid(perm, owner.1, sgid);
             fs.create(dir, &op.name, NewNode::Node { mode: ty | perm, rdev }, owner)
         })?;
         Ok(())
@@ -620,7 +649,7 @@ impl Task {
             return Err(Errno::ENOENT);
         }
         let op = self.name_op(dirfd, as_bytes(path), Errno::EEXIST)?;
-        self.create_node(&op, |fs, dir, owner, _| {
+        self.create_node(&op, false, |fs, dir, owner, _| {
             fs.create(dir, &op.name, NewNode::Symlink { target }, owner)
         })?;
         Ok(())
@@ -647,7 +676,26 @@ impl Task {
             return Err(Errno::ENOENT);
         }
         let src = self.resolve(olddirfd, old, flags & AT_SYMLINK_FOLLOW != 0, flags & AT_EMPTY_PATH != 0)?;
-        let op = self.name_op(newdirfd, as_bytes(new), Errno::EEXIST)?;
+        self.link_path(src, newdirfd, as_bytes(new))
+    }
+
+    /// Give the file open at `fd` (often an O_PATH fd) the new name
+    /// `newdirfd`/`new`: `linkat(fd, "", newdirfd, new, AT_EMPTY_PATH)`
+    /// without its CAP_DAC_READ_SEARCH requirement, so a front end that holds
+    /// files by handle (FUSE's LINK) can link as an unprivileged caller. All
+    /// of linkat's other checks (protected hardlinks, may_create) apply.
+    pub fn link_fd<Q: AsRef<[u8]> + ?Sized>(
+        &self,
+        fd: i32,
+        newdirfd: i32,
+        new: &Q,
+    ) -> VfsResult<()> {
+        let src = self.files.get_arc(fd)?.path.clone();
+        self.link_path(src, newdirfd, as_bytes(new))
+    }
+
+    fn link_path(&self, src: PathRef, newdirfd: i32, new: &[u8]) -> VfsResult<()> {
+        let op = self.name_op(newdirfd, new, Errno::EEXIST)?;
         if !Arc::ptr_eq(&src.mnt, &op.pw.parent.mnt) {
             return Err(Errno::EXDEV);
         }
@@ -658,6 +706,9 @@ impl Task {
         let _nl = self.name_lock(&parent.dentry, &op.name);
         if self.lookup_child(parent, &op.name)?.is_some() {
             return Err(Errno::EEXIST);
+        }
+        if op.pw.trailing {
+            return Err(Errno::ENOENT);
         }
         if parent.mnt.is_readonly() {
             return Err(Errno::EROFS);
@@ -746,6 +797,10 @@ impl Task {
             vi.set_flag(crate::inode::I_DEAD);
         } else {
             fs.unlink(&dir, &name, &vi)?;
+            if vi.attr().nlink == 0 {
+                // Still open somewhere: onto the orphan file (orphan.rs).
+                crate::orphan::mark_unlinked(&parent.mnt.sb.orphans, &vi);
+            }
         }
         self.vfs.dcache().unhash(&victim);
         Ok(())
@@ -816,7 +871,11 @@ impl Task {
         let _nl = self.name_lock2((&op.dentry, &oname), (&np.dentry, &nname));
         let src = self.lookup_child(op, &oname)?.ok_or(Errno::ENOENT)?;
         let si = src.inode().ok_or(Errno::ENOENT)?.clone();
-        let dst = self.lookup_child(np, &nname)?;
+        // `dst_any` may be a negative dentry: d_move must unhash it, or it
+        // would stay hashed behind the moved dentry and, once that one is
+        // evicted, hide the name (a later create would then overwrite it).
+        let dst_any = self.lookup_child_any(np, &nname)?;
+        let dst = dst_any.as_ref().filter(|d| !d.is_negative()).cloned();
         let di = dst.as_ref().and_then(|d| d.inode().cloned());
         if !si.is_dir() && (opw.trailing || npw.trailing) {
             return Err(Errno::ENOTDIR);
@@ -886,6 +945,10 @@ impl Task {
             _ => None,
         };
         sb.fs.rename(&odir, &oname, &ndir, &nname, &si, di.as_ref(), exchange)?;
+        if let Some(d) = di.as_ref().filter(|d| !exchange && d.attr().nlink == 0) {
+            // The replaced file may still be open: onto the orphan file.
+            crate::orphan::mark_unlinked(&sb.orphans, d);
+        }
         let dc = self.vfs.dcache();
         if exchange {
             if let Some(d) = &dst {
@@ -897,7 +960,7 @@ impl Task {
                     d.set_flag(crate::inode::I_DEAD);
                 }
             }
-            dc.d_move(&src, &np.dentry, &nname, dst.as_ref());
+            dc.d_move(&src, &np.dentry, &nname, dst_any.as_ref());
         }
         Ok(())
     }
@@ -1002,8 +1065,9 @@ impl Task {
         }
         let mut set = SetAttr { uid, gid, ctime: Some(Timespec::now()), ..Default::default() };
         // Linux clears setuid, and setgid-with-group-exec, of a non-directory
-        // whose owner or group changes (for root too).
-        if !i.is_dir() && (uid.is_some() || gid.is_some()) {
+        // on every chown, by root too and for chown(f, -1, -1) too
+        // (chown_common sets ATTR_KILL_SUID|ATTR_KILL_SGID unconditionally).
+        if !i.is_dir() {
             let mut m = a.mode & 0o7777;
             m &= !S_ISUID;
             if m & 0o010 != 0 {
@@ -1113,64 +1177,116 @@ impl Task {
         self.openat(AT_FDCWD, path, flags, mode)
     }
 
+    /// open(2)'s work up to a new open file description (not installed).
+    /// Checks follow Linux's `build_open_flags`, `do_open` and `may_open`,
+    /// in their order.
     pub(crate) fn open_file(&self, dirfd: i32, path: &[u8], flags: u32, mode: u32) -> VfsResult<File> {
         check_path(path)?;
-        if flags & O_TMPFILE == O_TMPFILE {
+        let acc = flags & O_ACCMODE;
+        if flags & (O_TMPFILE & !O_DIRECTORY) != 0 {
+            if flags & (O_TMPFILE | O_CREAT) != O_TMPFILE || acc == O_RDONLY {
+                return Err(Errno::EINVAL);
+            }
             return self.open_tmpfile(dirfd, path, flags, mode);
         }
-        let acc = flags & O_ACCMODE;
         if flags & O_PATH != 0 {
             let p = self.resolve(dirfd, path, flags & O_NOFOLLOW == 0, false)?;
             if flags & O_DIRECTORY != 0 && !p.inode().is_dir() {
                 return Err(Errno::ENOTDIR);
             }
-            return Ok(File::new(p, flags & (O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)));
+            return Ok(File::new(p, flags & (O_PATH | O_DIRECTORY | O_NOFOLLOW)));
         }
-        if acc == O_ACCMODE {
+        if flags & O_CREAT != 0 && flags & O_DIRECTORY != 0 {
             return Err(Errno::EINVAL);
         }
-        let p = if flags & O_CREAT != 0 {
-            if flags & O_DIRECTORY != 0 {
-                return Err(Errno::EINVAL);
-            }
-            self.open_create(dirfd, path, flags, mode)?
+        let (p, created) = if flags & O_CREAT != 0 {
+            self.open_create(dirfd, path, flags, mode, 0)?
         } else {
-            self.resolve(dirfd, path, flags & O_NOFOLLOW == 0, false)?
+            (self.resolve(dirfd, path, flags & O_NOFOLLOW == 0, false)?, false)
         };
+        self.open_checked(p, flags, created)
+    }
+
+    /// Open again the file that `fd` names (often an O_PATH fd), as Linux's
+    /// `open("/proc/self/fd/N", flags)` does: a new open file description
+    /// with open(2)'s permission checks and O_TRUNC, done with this task's
+    /// credentials. For front ends that hold files by handle (the FUSE
+    /// adapter opens its nodes this way). O_CREAT/O_EXCL are ignored.
+    pub fn reopen(&self, fd: i32, flags: u32) -> VfsResult<i32> {
+        let flags = flags & !(O_CREAT | O_EXCL | O_TMPFILE | O_PATH);
+        if flags & O_ACCMODE == O_ACCMODE {
+            return Err(Errno::EINVAL);
+        }
+        let p = self.files.get_arc(fd)?.path.clone();
+        let file = self.open_resolved(p, flags)?;
+        self.files
+            .install(Arc::new(file), flags & O_CLOEXEC != 0, 0)
+    }
+
+    /// The checks and truncation of open(2) on a resolved location.
+    fn open_resolved(&self, p: PathRef, flags: u32) -> VfsResult<File> {
+        self.open_checked(p, flags, false)
+    }
+
+    /// Linux's `do_open` + `may_open` on the final location. A file this
+    /// open just created (`created`) skips the permission checks and O_TRUNC.
+    fn open_checked(&self, p: PathRef, flags: u32, created: bool) -> VfsResult<File> {
+        if created {
+            return Ok(File::new(p, flags));
+        }
         let i = p.inode().clone();
-        if i.file_type() == FileType::Symlink {
-            return Err(Errno::ELOOP);
+        let ty = i.file_type();
+        if flags & O_CREAT != 0 && i.is_dir() {
+            return Err(Errno::EISDIR);
         }
         if flags & O_DIRECTORY != 0 && !i.is_dir() {
             return Err(Errno::ENOTDIR);
         }
-        if i.is_dir() && (acc != O_RDONLY || flags & O_TRUNC != 0 && flags & O_CREAT == 0 && false) {
-            return Err(Errno::EISDIR);
-        }
-        let mut mask = match acc {
+        // ACC_MODE: O_RDWR|O_WRONLY (3) asks for both, like O_RDWR.
+        let mut want = match flags & O_ACCMODE {
             O_RDONLY => R_OK,
             O_WRONLY => W_OK,
             _ => R_OK | W_OK,
         };
         if flags & O_TRUNC != 0 {
-            mask |= W_OK;
+            want |= W_OK;
         }
-        if !permission_ok(&i.attr(), &self.cred, mask) {
-            return Err(Errno::EACCES);
-        }
-        if mask & W_OK != 0 && p.mnt.is_readonly() && i.file_type() == FileType::Regular {
+        let trunc = flags & O_TRUNC != 0 && ty == FileType::Regular;
+        if trunc && p.mnt.is_readonly() {
             return Err(Errno::EROFS);
         }
-        if flags & O_TRUNC != 0 && i.file_type() == FileType::Regular && acc != O_RDONLY {
-            crate::io::truncate_inode(&p, 0)?;
-        } else if flags & O_TRUNC != 0 && i.file_type() == FileType::Regular {
-            // O_RDONLY|O_TRUNC truncates on Linux too (with write permission).
+        match ty {
+            FileType::Symlink => return Err(Errno::ELOOP),
+            FileType::Directory if want & W_OK != 0 => return Err(Errno::EISDIR),
+            _ => {}
+        }
+        if want & W_OK != 0
+            && p.mnt.is_readonly()
+            && matches!(ty, FileType::Regular | FileType::Directory | FileType::Symlink)
+        {
+            return Err(Errno::EROFS);
+        }
+        let a = i.attr();
+        if !permission_ok(&a, &self.cred, want) {
+            return Err(Errno::EACCES);
+        }
+        if flags & O_NOATIME != 0 && !self.cred.is_root() && self.cred.uid != a.uid {
+            return Err(Errno::EPERM);
+        }
+        if trunc {
             crate::io::truncate_inode(&p, 0)?;
         }
         Ok(File::new(p, flags))
     }
 
-    fn open_create(&self, dirfd: i32, path: &[u8], flags: u32, mode: u32) -> VfsResult<PathRef> {
+    /// O_CREAT: find or create the last component. Returns the location and
+    /// whether this call created it. An existing symlink is followed (unless
+    /// O_NOFOLLOW / O_EXCL); a dangling one gets its target created, as on
+    /// Linux (`depth` counts the links followed).
+    fn open_create(&self, dirfd: i32, path: &[u8], flags: u32, mode: u32, depth: u32) -> VfsResult<(PathRef, bool)> {
+        if depth > MAX_SYMLINKS {
+            return Err(Errno::ELOOP);
+        }
         let pw = self.parent_of(dirfd, path)?;
         let name = match &pw.last {
             Last::Normal(n) => n.clone(),
@@ -1188,40 +1304,45 @@ impl Task {
             let _dl = self.dir_shared(&dir);
             let _nl = self.name_lock(&parent.dentry, &name);
             match self.lookup_child(parent, &name)? {
-                Some(d) => Some(d),
+                Some(d) => d,
                 None => {
                     if parent.mnt.is_readonly() {
                         return Err(Errno::EROFS);
                     }
                     self.may_create(parent)?;
-                    let (owner, _) = self.owner_for(&dir);
-                    let m = S_IFREG | (mode & 0o7777 & !self.cur_umask());
-                    let inode = parent.mnt.sb.fs.create(&dir, &name, NewNode::Node { mode: m, rdev: 0 }, owner)?;
+                    let (owner, sgid) = self.owner_for(&dir);
+                    let perm = self.strip_sgid(mode & 0o7777 & !self.cur_umask(), owner.1, sgid);
+                    let node = NewNode::Node { mode: S_IFREG | perm, rdev: 0 };
+                    let inode = parent.mnt.sb.fs.create(&dir, &name, node, owner)?;
                     let q = self.vfs.dcache().qname(parent.dentry.as_ptr(), &name);
                     let d = self.vfs.dcache().add(&parent.dentry, &q, Some(inode));
-                    return Ok(PathRef { mnt: parent.mnt.clone(), dentry: d });
+                    return Ok((PathRef { mnt: parent.mnt.clone(), dentry: d }, true));
                 }
             }
         };
         if flags & O_EXCL != 0 {
             return Err(Errno::EEXIST);
         }
-        let d = existing.ok_or(Errno::ENOENT)?;
-        let here = PathRef { mnt: parent.mnt.clone(), dentry: d };
-        let i = here.inode().clone();
-        if i.file_type() == FileType::Symlink {
-            if flags & O_NOFOLLOW != 0 {
-                return Err(Errno::ELOOP);
+        let here = PathRef { mnt: parent.mnt.clone(), dentry: existing };
+        if here.inode().file_type() == FileType::Symlink && flags & O_NOFOLLOW == 0 {
+            match self.resolve(dirfd, path, true, false) {
+                Err(Errno::ENOENT) => {}
+                r => return r.map(|p| (p, false)),
             }
-            // Follow it as an ordinary open would, creating through it is
-            // not supported for dangling links (Linux does create there).
-            return self.resolve(dirfd, path, true, false);
+            // Dangling: create the target, named relative to the link's
+            // directory (the path with its last component replaced).
+            let target = self.readlinkat(dirfd, path)?;
+            let next = if target.first() == Some(&b'/') {
+                target
+            } else {
+                let cut = path.iter().rposition(|&c| c == b'/').map_or(0, |k| k + 1);
+                let mut v = path[..cut].to_vec();
+                v.extend_from_slice(&target);
+                v
+            };
+            return self.open_create(dirfd, &next, flags, mode, depth + 1);
         }
-        if i.is_dir() {
-            return Err(Errno::EISDIR);
-        }
-        let p = self.cross_mounts(here);
-        Ok(p)
+        Ok((self.cross_mounts(here), false))
     }
 
     fn cross_mounts(&self, p: PathRef) -> PathRef {
@@ -1236,11 +1357,9 @@ impl Task {
         }
     }
 
+    /// O_TMPFILE: an unnamed regular file in the directory `path`; it is an
+    /// orphan from birth (nlink 0; `File::new` records it).
     fn open_tmpfile(&self, dirfd: i32, path: &[u8], flags: u32, mode: u32) -> VfsResult<File> {
-        let acc = flags & O_ACCMODE;
-        if acc == O_RDONLY || acc == O_ACCMODE {
-            return Err(Errno::EINVAL);
-        }
         let p = self.resolve(dirfd, path, true, false)?;
         if !p.inode().is_dir() {
             return Err(Errno::ENOTDIR);
@@ -1249,13 +1368,14 @@ impl Task {
             return Err(Errno::EROFS);
         }
         self.may_create(&p)?;
-        let (owner, _) = self.owner_for(p.inode());
-        let inode = p.mnt.sb.fs.create_tmpfile(p.inode(), mode & 0o7777 & !self.cur_umask(), owner)?;
+        let (owner, sgid) = self.owner_for(p.inode());
+        let perm = self.strip_sgid(mode & 0o7777 & !self.cur_umask(), owner.1, sgid);
+        let inode = p.mnt.sb.fs.create_tmpfile(p.inode(), perm, owner)?;
         // An unnamed dentry under the directory, never hashed: dies with the
         // last reference.
         let q = self.vfs.dcache().qname(p.dentry.as_ptr(), b"#tmpfile");
         let d = self.vfs.dcache().alloc_unhashed(&p.dentry, &q, inode);
-        Ok(File::new(PathRef { mnt: p.mnt.clone(), dentry: d }, flags & !O_TMPFILE | O_RDWR & acc))
+        Ok(File::new(PathRef { mnt: p.mnt.clone(), dentry: d }, flags))
     }
 
     /// `close(2)`.
@@ -1272,16 +1392,13 @@ impl Task {
     /// `dup3(2)` (and dup2 with `flags` 0; dup2 of an fd onto itself is a
     /// no-op that checks the fd, dup3 of that is EINVAL).
     pub fn dup3(&self, old: i32, new: i32, flags: u32) -> VfsResult<i32> {
-        if flags & !O_CLOEXEC != 0 {
+        if flags & !O_CLOEXEC != 0 || old == new {
             return Err(Errno::EINVAL);
         }
-        let f = self.files.get_arc(old)?;
-        if old == new {
-            return Err(Errno::EINVAL);
-        }
-        if new < 0 {
+        if new < 0 || new as usize >= self.files.max() {
             return Err(Errno::EBADF);
         }
+        let f = self.files.get_arc(old)?;
         self.files.install_at(new, f, flags & O_CLOEXEC != 0)?;
         Ok(new)
     }

@@ -40,6 +40,8 @@ pub struct Super {
     pub dev: u64,
     pub(crate) dc: Arc<Dcache>,
     pub(crate) rename_mutex: Mutex<()>,
+    /// The in-memory orphan file (DESIGN 2.5; see `orphan.rs`).
+    pub orphans: scalevfs_orphan::OrphanFile,
 }
 
 impl std::fmt::Debug for Super {
@@ -121,11 +123,36 @@ pub struct VfsConfig {
     pub readdir_locking: bool,
     /// Options of the root memfs.
     pub memfs: MemFsOptions,
+    /// How `lseek` on a regular file synchronises (key `llseek`).
+    pub llseek: LlseekVariant,
+    /// Orphan-file algorithm of every mounted filesystem (key `orphan`).
+    pub orphan: scalevfs_orphan::OrphanVariant,
+    /// Blocks in each orphan file (key `orphan-blocks`; 0 = default 16).
+    pub orphan_blocks: usize,
+}
+
+/// How `lseek` on a regular file synchronises (DESIGN 2.4, seed 003).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LlseekVariant {
+    /// No inode lock: SEEK_SET/SEEK_END are stores, SEEK_CUR an atomic update.
+    #[default]
+    Lockless,
+    /// The 2005 behaviour: every lseek takes the inode's lock.
+    Locked,
+}
+
+impl VfsConfig {
+    pub(crate) fn new_orphan_file(&self) -> scalevfs_orphan::OrphanFile {
+        let blocks = if self.orphan_blocks == 0 { 16 } else { self.orphan_blocks };
+        scalevfs_orphan::OrphanFile::new(self.orphan, blocks)
+    }
 }
 
 impl VfsConfig {
     /// Set a variant by name (`lockref=spin`, `layout=packed`,
-    /// `index=per-dir`, `walk=ref`, `stat=ref`, `readdir=locking`).
+    /// `index=per-dir`, `walk=ref`, `stat=ref`, `readdir=locking`,
+    /// `llseek=locked|lockless`, `orphan=locked|lockless|none`,
+    /// `orphan-blocks=N`).
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
         match key {
             "lockref" => self.dcache.lockref = value.parse::<LockRefVariant>()?,
@@ -152,6 +179,15 @@ impl VfsConfig {
             }
             "stat" => self.stat_takes_ref = value == "ref",
             "readdir" => self.readdir_locking = value == "locking",
+            "llseek" => {
+                self.llseek = match value {
+                    "lockless" | "light" => LlseekVariant::Lockless,
+                    "locked" | "locked-llseek" => LlseekVariant::Locked,
+                    _ => return Err(format!("unknown llseek variant {value} (lockless, locked)")),
+                }
+            }
+            "orphan" => self.orphan = value.parse()?,
+            "orphan-blocks" => self.orphan_blocks = value.parse().map_err(|e| format!("{e}"))?,
             "max-entries" => {
                 self.dcache.max_entries = value.parse().map_err(|e| format!("{e}"))?
             }
@@ -207,6 +243,7 @@ impl Vfs {
             dev: 1,
             dc: dc.clone(),
             rename_mutex: Mutex::new(()),
+            orphans: config.new_orphan_file(),
         });
         let root_d = dc.alloc_root(sb.clone(), fs.root());
         let root = Arc::new(Mount { id: 1, sb, root: root_d, parent: None, readonly: false });
@@ -282,6 +319,7 @@ impl Vfs {
             dev,
             dc: self.inner.dc.clone(),
             rename_mutex: Mutex::new(()),
+            orphans: self.inner.config.new_orphan_file(),
         });
         let root_d = self.inner.dc.alloc_root(sb.clone(), root_inode);
         // Relaxed: only uniqueness matters.

@@ -93,6 +93,12 @@ struct Comps<'p> {
     /// Symlink bodies: (bytes, position, everything below was exhausted
     /// when it was pushed).
     links: Vec<(Vec<u8>, usize, bool)>,
+    /// Symlinks followed so far (the 40-link budget), and whether the path
+    /// so far demands a directory at the end (a trailing slash). Both belong
+    /// to the walk, not to one mode: they survive the lock-free walk's
+    /// handover to reference mode (Linux keeps them in the nameidata).
+    nlinks: u32,
+    must_dir: bool,
 }
 
 #[derive(Clone, Copy)]
@@ -107,7 +113,7 @@ struct Comp {
 
 impl<'p> Comps<'p> {
     fn new(path: &'p [u8]) -> Self {
-        Comps { path, pos: 0, links: Vec::new() }
+        Comps { path, pos: 0, links: Vec::new(), nlinks: 0, must_dir: false }
     }
 
     #[inline]
@@ -439,13 +445,11 @@ impl<'a> WalkCtx<'a> {
         seq0: u32,
     ) -> Lazy<VfsResult<()>> {
         let dc = self.vfs.dcache();
-        let mut links = 0u32;
-        let mut must_dir = false;
         let root = self.start_pos(Start::Cwd, b"/", guard);
-        loop {
-            let Some(c) = peek_or_next(comps, opts) else { break };
+        while let Some(c) = peek_or_next(comps, opts) {
+            comps.must_dir |= c.trailing;
+            let must_dir = comps.must_dir;
             let name = comps.bytes(c);
-            must_dir |= c.trailing;
             let Some(inode) = pos.d.inode() else { return Lazy::Abort };
             if inode.file_type() != FileType::Directory {
                 return Lazy::Done(Err(Errno::ENOTDIR));
@@ -480,15 +484,16 @@ impl<'a> WalkCtx<'a> {
             };
             let Some(ci) = child.inode() else { return Lazy::Done(Err(Errno::ENOENT)) };
             if ci.file_type() == FileType::Symlink && (!c.last || opts.follow || must_dir) {
-                links += 1;
-                if links > MAX_SYMLINKS {
+                if comps.nlinks >= MAX_SYMLINKS {
                     return Lazy::Done(Err(Errno::ELOOP));
                 }
                 let fs = &pos.mnt.sb.fs;
                 let Some(body) = fs.get_link_cached(ci) else {
+                    // Counted by the reference walk when it follows it.
                     unstep(comps, c);
                     return Lazy::Unlazy;
                 };
+                comps.nlinks += 1;
                 if body.is_empty() {
                     return Lazy::Done(Err(Errno::ENOENT));
                 }
@@ -506,7 +511,7 @@ impl<'a> WalkCtx<'a> {
         if !opts.parent {
             match pos.d.inode() {
                 None => return Lazy::Done(Err(Errno::ENOENT)),
-                Some(i) if must_dir && !i.is_dir() => return Lazy::Done(Err(Errno::ENOTDIR)),
+                Some(i) if comps.must_dir && !i.is_dir() => return Lazy::Done(Err(Errno::ENOTDIR)),
                 _ => {}
             }
         }
@@ -565,13 +570,11 @@ impl<'a> WalkCtx<'a> {
         mut pos: Pos<'g>,
         opts: WalkOpts,
     ) -> VfsResult<PathRef> {
-        let mut links = 0u32;
-        let mut must_dir = false;
         let mut cur: PathRef = pos.held.take().ok_or(Errno::EIO)?;
-        loop {
-            let Some(c) = peek_or_next(comps, opts) else { break };
+        while let Some(c) = peek_or_next(comps, opts) {
             let name = comps.bytes(c).to_vec();
-            must_dir |= c.trailing;
+            comps.must_dir |= c.trailing;
+            let must_dir = comps.must_dir;
             let inode = cur.dentry.inode().ok_or(Errno::ENOENT)?.clone();
             if inode.file_type() != FileType::Directory {
                 return Err(Errno::ENOTDIR);
@@ -592,8 +595,8 @@ impl<'a> WalkCtx<'a> {
             let child = self.lookup_slow(&cur, &name, false)?;
             let Some(ci) = child.inode().cloned() else { return Err(Errno::ENOENT) };
             if ci.file_type() == FileType::Symlink && (!c.last || opts.follow || must_dir) {
-                links += 1;
-                if links > MAX_SYMLINKS {
+                comps.nlinks += 1;
+                if comps.nlinks > MAX_SYMLINKS {
                     return Err(Errno::ELOOP);
                 }
                 let body = cur.mnt.sb.fs.readlink(&ci)?;
@@ -613,7 +616,7 @@ impl<'a> WalkCtx<'a> {
         if !opts.parent {
             match cur.dentry.inode() {
                 None => return Err(Errno::ENOENT),
-                Some(i) if must_dir && !i.is_dir() => return Err(Errno::ENOTDIR),
+                Some(i) if comps.must_dir && !i.is_dir() => return Err(Errno::ENOTDIR),
                 _ => {}
             }
         }

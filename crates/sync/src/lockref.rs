@@ -588,6 +588,7 @@ impl LockRef {
             if locked(old) {
                 backoff.snooze();
                 steps += 1;
+                // Relaxed: only watches for the unlock; the CAS validates.
                 old = self.word.load(Ordering::Relaxed);
                 continue;
             }

@@ -8,7 +8,7 @@
 //!
 //! DESIGN AND LOCKING RULES
 //!
-//! - Every thread owns one [`CachePadded`] shard of counters, created and
+//! - Every thread owns one `crossbeam_utils::CachePadded` shard of counters, created and
 //!   registered in the global registry the first time the thread records
 //!   anything. Only the owning thread ever writes its live shard, so an
 //!   update is a Relaxed load plus a Relaxed store of the thread's own cache
@@ -482,10 +482,12 @@ mod imp {
 
     #[inline(always)]
     pub(super) fn enabled() -> bool {
+        // Relaxed: see ENABLED.
         ENABLED.load(Relaxed)
     }
 
     pub(super) fn set_enabled(on: bool) {
+        // Relaxed: see ENABLED.
         ENABLED.store(on, Relaxed);
     }
 

@@ -161,7 +161,9 @@ impl Default for SeqCount {
 
 impl fmt::Debug for SeqCount {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SeqCount").field("seq", &self.current()).finish()
+        f.debug_struct("SeqCount")
+            .field("seq", &self.current())
+            .finish()
     }
 }
 
@@ -259,7 +261,11 @@ mod words {
 
         pub(super) fn into_inner(self) -> T {
             let mut v = T::zeroed();
-            for (i, c) in bytemuck::bytes_of_mut(&mut v).chunks_exact_mut(8).enumerate() {
+            for (i, c) in bytemuck::bytes_of_mut(&mut v)
+                .chunks_exact_mut(8)
+                .enumerate()
+            {
+                // Relaxed: `self` is owned; no concurrent access remains.
                 c.copy_from_slice(&self.words[i].load(Ordering::Relaxed).to_ne_bytes());
             }
             v
@@ -338,7 +344,10 @@ impl<T: Pod> SeqLock<T> {
     #[inline]
     pub fn read_racy(&self) -> T {
         let mut v = T::zeroed();
-        for (i, c) in bytemuck::bytes_of_mut(&mut v).chunks_exact_mut(8).enumerate() {
+        for (i, c) in bytemuck::bytes_of_mut(&mut v)
+            .chunks_exact_mut(8)
+            .enumerate()
+        {
             // Relaxed: ordered by the sequence protocol (see FENCES).
             c.copy_from_slice(&self.data.word(i).load(Ordering::Relaxed).to_ne_bytes());
         }

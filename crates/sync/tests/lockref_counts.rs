@@ -26,11 +26,17 @@ impl Rng {
 fn put_not_last(lr: &LockRef, v: LockRefVariant, lockless_first: bool) {
     if lockless_first {
         if let Some(n) = lr.put_return(v) {
-            assert!(n >= 1, "{v}: put_return reached {n} with a reference outstanding");
+            assert!(
+                n >= 1,
+                "{v}: put_return reached {n} with a reference outstanding"
+            );
             return;
         }
     }
-    assert!(lr.put_or_lock(v), "{v}: put_or_lock locked with a reference outstanding");
+    assert!(
+        lr.put_or_lock(v),
+        "{v}: put_or_lock locked with a reference outstanding"
+    );
 }
 
 /// Threads take and drop references with a mix of every operation while an
@@ -233,7 +239,11 @@ fn semantics_of_each_operation() {
         // The last reference: put_or_lock returns holding the lock.
         assert!(!lr.put_or_lock(v), "{v}");
         assert!(lr.is_locked());
-        assert_eq!(lr.count(), 1, "{v}: put_or_lock changed the count when locking");
+        assert_eq!(
+            lr.count(),
+            1,
+            "{v}: put_or_lock changed the count when locking"
+        );
         assert_eq!(lr.dec_locked(), 0);
         lr.unlock();
         assert!(!lr.is_locked());
@@ -309,7 +319,10 @@ fn lockless_paths_with_lock_held() {
     // cmpxchg2 updates counts above 2 even while the lock is held (2013).
     assert_eq!(lr.put_return(LockRefVariant::Cmpxchg2), Some(4));
     assert_eq!(lr.count(), 4);
-    assert!(lr.is_locked(), "a lockless update must not disturb the lock half");
+    assert!(
+        lr.is_locked(),
+        "a lockless update must not disturb the lock half"
+    );
     lr.unlock();
     assert_eq!(lr.count(), 4);
 }

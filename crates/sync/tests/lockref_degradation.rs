@@ -105,6 +105,7 @@ fn run(v: LockRefVariant) -> Snapshot {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "timing workload; too slow under Miri")]
 fn lockref_degrades_lockref_wait_does_not() {
     if !lockstat::enabled() {
         return;
@@ -114,8 +115,14 @@ fn lockref_degrades_lockref_wait_does_not() {
     for round in 0..ROUNDS {
         let plain = run(LockRefVariant::Lockref);
         let wait = run(LockRefVariant::LockrefWait);
-        let (fp, fw) = (plain.lockref_locked_fraction(), wait.lockref_locked_fraction());
-        let (lp, lw) = (plain.get(Stat::LockrefLocked), wait.get(Stat::LockrefLocked));
+        let (fp, fw) = (
+            plain.lockref_locked_fraction(),
+            wait.lockref_locked_fraction(),
+        );
+        let (lp, lw) = (
+            plain.get(Stat::LockrefLocked),
+            wait.get(Stat::LockrefLocked),
+        );
         let line = format!(
             "round {round}: {HOLDS} outside holds; lockref: {lp} locked ops ({:.3}% of {}); \
              lockref-wait: {lw} locked ops ({:.4}% of {}), {} ops waited ({} wait spins)\n",
@@ -144,6 +151,7 @@ fn lockref_degrades_lockref_wait_does_not() {
 /// The counters themselves: `lockref` never records a wait; `lockref-wait`
 /// records waits only when it saw the lock.
 #[test]
+#[cfg_attr(miri, ignore = "timing workload; too slow under Miri")]
 fn only_lockref_wait_waits() {
     if !lockstat::enabled() {
         return;

@@ -114,7 +114,11 @@ struct Named {
 fn seq_validated_lookup_during_rename() {
     model(|| {
         let rename_seq = Arc::new(SeqCount::new());
-        let d = Arc::new(Named { seq: SeqCount::new(), parent: AtomicU64::new(1), name: AtomicU64::new(10) });
+        let d = Arc::new(Named {
+            seq: SeqCount::new(),
+            parent: AtomicU64::new(1),
+            name: AtomicU64::new(10),
+        });
         let (rs, dd) = (rename_seq.clone(), d.clone());
         let writer = thread::spawn(move || {
             // d_move: rename seq, then d_seq, around the in-place update.
@@ -139,7 +143,11 @@ fn seq_validated_lookup_during_rename() {
             if walk_ok {
                 // The whole walk validated: nothing was renamed meanwhile, so
                 // it saw the state of its start exactly.
-                let want = if s0 == rename_seq_initial() { (1, 10) } else { (2, 20) };
+                let want = if s0 == rename_seq_initial() {
+                    (1, 10)
+                } else {
+                    (2, 20)
+                };
                 assert_eq!((p, n), want);
             }
         }

@@ -50,11 +50,17 @@ fn model(bound: usize, f: impl Fn() + Sync + Send + 'static) {
 fn put_not_last(lr: &LockRef, v: LockRefVariant, lockless_first: bool) {
     if lockless_first {
         if let Some(n) = lr.put_return(v) {
-            assert!(n >= 1, "put_return reached {n} although another reference exists");
+            assert!(
+                n >= 1,
+                "put_return reached {n} although another reference exists"
+            );
             return;
         }
     }
-    assert!(lr.put_or_lock(v), "put_or_lock took the lock although another reference exists");
+    assert!(
+        lr.put_or_lock(v),
+        "put_or_lock took the lock although another reference exists"
+    );
 }
 
 // ----- (a) counts ------------------------------------------------------------
@@ -197,7 +203,10 @@ fn last_put_takes_lock(v: LockRefVariant, owners: usize) {
             let (lr, live, lasts) = (lr.clone(), live.clone(), lasts.clone());
             move || {
                 if !lr.put_or_lock(v) {
-                    assert!(lr.is_locked(), "put_or_lock returned false without the lock");
+                    assert!(
+                        lr.is_locked(),
+                        "put_or_lock returned false without the lock"
+                    );
                     assert_eq!(lr.count(), 1, "put_or_lock returned false above 1");
                     live.store(false, Ordering::SeqCst);
                     assert_eq!(lr.dec_locked(), 0);
@@ -210,14 +219,24 @@ fn last_put_takes_lock(v: LockRefVariant, owners: usize) {
 
         let saw_zero = lasts.load(Ordering::SeqCst) == 1;
         if lr.get_not_zero(v) {
-            assert!(!saw_zero, "get_not_zero succeeded after the count reached 0");
-            assert!(live.load(Ordering::SeqCst), "get_not_zero revived a retired object");
+            assert!(
+                !saw_zero,
+                "get_not_zero succeeded after the count reached 0"
+            );
+            assert!(
+                live.load(Ordering::SeqCst),
+                "get_not_zero revived a retired object"
+            );
             put();
         }
         for t in threads {
             t.join().unwrap();
         }
-        assert_eq!(lasts.load(Ordering::SeqCst), 1, "exactly one last reference");
+        assert_eq!(
+            lasts.load(Ordering::SeqCst),
+            1,
+            "exactly one last reference"
+        );
         assert_eq!(lr.count(), 0);
         assert!(!lr.is_locked());
     });
@@ -449,7 +468,10 @@ fn d_seqcount_raw_begin_and_invalidate() {
             // A reader that started after the invalidation may see the
             // unpaired store; one that started before must not.
             if start < 4 {
-                assert_eq!(a, b, "validated read saw a half-written pair or a later store");
+                assert_eq!(
+                    a, b,
+                    "validated read saw a half-written pair or a later store"
+                );
             }
         }
         w.join().unwrap();
@@ -525,4 +547,3 @@ fn e_spinlock_excludes() {
         assert_eq!(g.with(|p| unsafe { *p }), 2);
     });
 }
-

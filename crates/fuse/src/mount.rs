@@ -1,0 +1,582 @@
+//! Mounting: `scalevfs mount DIR`, an in-process [`spawn_mount`] for
+//! embedders and tests, and the [`Invalidator`] that tells the kernel about
+//! changes made through the library behind its back.
+
+use std::ffi::OsStr;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use fuser::{INodeNo, MountOption, Notifier, Session, SessionACL, SessionUnmounter};
+use scalevfs::{Task, Vfs, VfsConfig, AT_SYMLINK_NOFOLLOW};
+
+use crate::ops::{FuseConfig, ScaleFs, Shared};
+
+/// `scalevfs mount` arguments.
+#[derive(clap::Args, Debug, Clone)]
+pub struct MountArgs {
+    /// Mount point: an existing, empty directory.
+    pub dir: PathBuf,
+    /// Filesystem type to serve (only `memfs` in this build).
+    #[arg(long = "fs", default_value = "memfs")]
+    pub fs: String,
+    /// Mount options, comma separated (allow_other, allow_root,
+    /// default_permissions, ro, auto_unmount, fsname=..., dev, suid, ...).
+    #[arg(short = 'o', value_delimiter = ',')]
+    pub options: Vec<String>,
+    /// Request threads (default: the number of CPUs, at most 16).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Stay in the foreground (default: detach once mounted).
+    #[arg(short = 'f', long)]
+    pub foreground: bool,
+    /// Seconds the kernel may cache attributes (0: always ask).
+    #[arg(long, default_value_t = 1.0)]
+    pub attr_timeout: f64,
+    /// Seconds the kernel may cache names.
+    #[arg(long, default_value_t = 1.0)]
+    pub entry_timeout: f64,
+    /// Seconds the kernel may cache "no such file" (0: never).
+    #[arg(long, default_value_t = 0.0)]
+    pub negative_timeout: f64,
+    /// Do not offer READDIRPLUS.
+    #[arg(long)]
+    pub no_readdirplus: bool,
+    /// VFS variant settings, KEY=VALUE (as `VfsConfig::set`: lockref=spin,
+    /// walk=ref, index=per-dir, ...). Repeatable.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+}
+
+/// Everything [`spawn_mount`] needs besides the `Vfs`.
+#[derive(Clone, Debug)]
+pub struct MountConfig {
+    pub fuse: FuseConfig,
+    /// `-o` options as `mount.fuse` spells them.
+    pub options: Vec<String>,
+    /// Request threads (each with its own /dev/fuse clone).
+    pub threads: usize,
+}
+
+impl Default for MountConfig {
+    fn default() -> Self {
+        MountConfig {
+            fuse: FuseConfig::default(),
+            options: Vec::new(),
+            threads: default_threads(),
+        }
+    }
+}
+
+fn default_threads() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .clamp(1, 16)
+}
+
+/// A mounted scalevfs: unmounts (and waits for the request threads) when
+/// dropped or on [`FuseMount::unmount`].
+#[derive(Debug)]
+pub struct FuseMount {
+    mountpoint: PathBuf,
+    unmounter: SessionUnmounter,
+    thread: Option<JoinHandle<io::Result<()>>>,
+    invalidator: Invalidator,
+}
+
+impl FuseMount {
+    /// The handle that tells the kernel about changes made through the
+    /// library (clone it freely).
+    pub fn invalidator(&self) -> Invalidator {
+        self.invalidator.clone()
+    }
+
+    pub fn mountpoint(&self) -> &Path {
+        &self.mountpoint
+    }
+
+    /// Number of node ids the kernel holds (for tests of lookup counting).
+    pub fn live_nodes(&self) -> usize {
+        self.invalidator.shared.nodes.len()
+    }
+
+    /// Unmount and wait for the request threads to finish.
+    pub fn unmount(mut self) -> io::Result<()> {
+        self.unmount_inner()
+    }
+
+    fn unmount_inner(&mut self) -> io::Result<()> {
+        let Some(thread) = self.thread.take() else {
+            return Ok(());
+        };
+        let r = self
+            .unmounter
+            .unmount()
+            .or_else(|_| lazy_unmount(&self.mountpoint));
+        let j = thread
+            .join()
+            .map_err(|_| io::Error::other("FUSE request thread panicked"))?;
+        r.and(j)
+    }
+}
+
+impl Drop for FuseMount {
+    fn drop(&mut self) {
+        let _ = self.unmount_inner();
+    }
+}
+
+/// Detach a busy mount (`umount -l`): as root directly, else through
+/// `fusermount3 -u -z`.
+fn lazy_unmount(dir: &Path) -> io::Result<()> {
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).map_err(io::Error::other)?;
+    // SAFETY: `c` is a valid NUL-terminated path for the duration of the call.
+    if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } == 0 {
+        return Ok(());
+    }
+    let st = std::process::Command::new("fusermount3")
+        .arg("-u")
+        .arg("-z")
+        .arg("--")
+        .arg(dir)
+        .status()?;
+    if st.success() {
+        Ok(())
+    } else {
+        Err(io::Error::other(format!(
+            "fusermount3 -u -z {} failed",
+            dir.display()
+        )))
+    }
+}
+
+/// Tells the kernel that something changed behind its back (a change made
+/// through the library API by a program that also serves the mount).
+///
+/// The kernel caches names and attributes for the configured timeouts and
+/// file data across opens; a change made through the mount invalidates
+/// those itself, a change made through a [`Task`] does not. Call
+/// [`Invalidator::changed`] after such a change (creation, removal, rename:
+/// both names; write, truncate, chmod, ...).
+#[derive(Clone, Debug)]
+pub struct Invalidator {
+    notifier: Notifier,
+    shared: Arc<Shared>,
+}
+
+impl Invalidator {
+    /// Drop the kernel's cached entry `name` in the directory at `dir` (a
+    /// path in the `Vfs`, resolved by `task`). A no-op if the kernel does
+    /// not know the directory.
+    pub fn inval_entry(&self, task: &Task, dir: &[u8], name: &[u8]) -> io::Result<()> {
+        let Ok(st) = task.fstatat(scalevfs::AT_FDCWD, dir, 0) else {
+            return Ok(());
+        };
+        let Ok(id) = self.shared.nodeid(&st) else {
+            return Ok(());
+        };
+        if !self.shared.nodes.contains(id) {
+            return Ok(());
+        }
+        self.notifier
+            .inval_entry(INodeNo(id), OsStr::from_bytes(name))
+    }
+
+    /// Drop the kernel's cached attributes and data of the inode at `path`.
+    /// A no-op if the kernel does not know it.
+    pub fn inval_inode(&self, task: &Task, path: &[u8]) -> io::Result<()> {
+        let Ok(st) = task.fstatat(scalevfs::AT_FDCWD, path, AT_SYMLINK_NOFOLLOW) else {
+            return Ok(());
+        };
+        let Ok(id) = self.shared.nodeid(&st) else {
+            return Ok(());
+        };
+        if !self.shared.nodes.contains(id) {
+            return Ok(());
+        }
+        self.notifier.inval_inode(INodeNo(id), 0, 0)
+    }
+
+    /// `path` was created, removed, renamed to or from, or modified: drop
+    /// both the kernel's entry for it and its cached inode, and the cached
+    /// attributes of its directory (size, times).
+    pub fn changed(&self, task: &Task, path: &[u8]) -> io::Result<()> {
+        let trimmed = trim_slashes(path);
+        let (dir, name) = match trimmed.iter().rposition(|&c| c == b'/') {
+            Some(0) => (&b"/"[..], &trimmed[1..]),
+            Some(i) => (&trimmed[..i], &trimmed[i + 1..]),
+            None => (&b"."[..], trimmed),
+        };
+        self.inval_inode(task, path)?;
+        if !name.is_empty() {
+            self.inval_entry(task, dir, name)?;
+            self.inval_inode(task, dir)?;
+        }
+        Ok(())
+    }
+}
+
+fn trim_slashes(p: &[u8]) -> &[u8] {
+    let mut end = p.len();
+    while end > 1 && p[end - 1] == b'/' {
+        end -= 1;
+    }
+    &p[..end]
+}
+
+/// fuser's session configuration for `cfg`.
+fn session_config(cfg: &MountConfig) -> io::Result<fuser::Config> {
+    let mut c = fuser::Config::default();
+    let mut fsname = false;
+    let mut subtype = false;
+    for o in cfg
+        .options
+        .iter()
+        .map(|o| o.trim())
+        .filter(|o| !o.is_empty())
+    {
+        let opt = match o {
+            "allow_other" => {
+                c.acl = SessionACL::All;
+                continue;
+            }
+            "allow_root" => {
+                c.acl = SessionACL::RootAndOwner;
+                continue;
+            }
+            "auto_unmount" => MountOption::AutoUnmount,
+            "default_permissions" => MountOption::DefaultPermissions,
+            "dev" => MountOption::Dev,
+            "nodev" => MountOption::NoDev,
+            "suid" => MountOption::Suid,
+            "nosuid" => MountOption::NoSuid,
+            "ro" => MountOption::RO,
+            "rw" => MountOption::RW,
+            "exec" => MountOption::Exec,
+            "noexec" => MountOption::NoExec,
+            "atime" => MountOption::Atime,
+            "noatime" => MountOption::NoAtime,
+            "dirsync" => MountOption::DirSync,
+            "sync" => MountOption::Sync,
+            "async" => MountOption::Async,
+            x if x.starts_with("fsname=") => {
+                fsname = true;
+                MountOption::FSName(x["fsname=".len()..].to_string())
+            }
+            x if x.starts_with("subtype=") => {
+                subtype = true;
+                MountOption::Subtype(x["subtype=".len()..].to_string())
+            }
+            x => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("unknown mount option `{x}`"),
+                ))
+            }
+        };
+        c.mount_options.push(opt);
+    }
+    if !fsname {
+        c.mount_options.push(MountOption::FSName("scalevfs".into()));
+    }
+    if !subtype {
+        c.mount_options
+            .push(MountOption::Subtype("scalevfs".into()));
+    }
+    c.n_threads = Some(cfg.threads.max(1));
+    // One /dev/fuse descriptor per thread: no shared read queue lock.
+    c.clone_fd = true;
+    Ok(c)
+}
+
+/// Mount `vfs` at `mountpoint` and serve it from background threads.
+pub fn spawn_mount(vfs: Vfs, mountpoint: &Path, cfg: &MountConfig) -> io::Result<FuseMount> {
+    let fs = ScaleFs::new(vfs, cfg.fuse.clone())
+        .map_err(|e| io::Error::other(format!("cannot open the VFS root: {}", e.message())))?;
+    let shared = fs.shared.clone();
+    let scfg = session_config(cfg)?;
+    let mountpoint = mountpoint.canonicalize()?;
+    let mut session = Session::new(fs, &mountpoint, &scfg)?;
+    let notifier = session.notifier();
+    let unmounter = session.unmount_callable();
+    let thread = std::thread::Builder::new()
+        .name("scalevfs-fuse".into())
+        .spawn(move || session.run())?;
+    Ok(FuseMount {
+        mountpoint,
+        unmounter,
+        thread: Some(thread),
+        invalidator: Invalidator { notifier, shared },
+    })
+}
+
+// ---------------------------------------------------------------------
+// `scalevfs mount`
+// ---------------------------------------------------------------------
+
+fn fail(msg: impl std::fmt::Display) -> ExitCode {
+    eprintln!("scalevfs mount: {msg}");
+    ExitCode::FAILURE
+}
+
+fn secs(name: &str, v: f64) -> Result<Duration, String> {
+    Duration::try_from_secs_f64(v)
+        .map_err(|_| format!("--{name} must be a non-negative number of seconds"))
+}
+
+fn on_path(bin: &str) -> bool {
+    std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(bin).is_file()))
+        .unwrap_or(false)
+}
+
+/// Everything that can be checked before mounting, with a clear message.
+fn preflight(args: &MountArgs) -> Result<(), String> {
+    if args.fs != "memfs" {
+        return Err(format!(
+            "unsupported --fs `{}` (this build serves `memfs`)",
+            args.fs
+        ));
+    }
+    let dir = &args.dir;
+    let md = std::fs::metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    if !md.is_dir() {
+        return Err(format!("{} is not a directory", dir.display()));
+    }
+    let mut entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    if entries.next().is_some() {
+        return Err(format!("{} is not empty", dir.display()));
+    }
+    match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+    {
+        Ok(_) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(
+            "/dev/fuse is missing: load the fuse module (modprobe fuse) or give the container the \
+                        device (--device /dev/fuse)"
+                .into(),
+        ),
+        Err(e) => return Err(format!("cannot open /dev/fuse: {e}")),
+    }
+    if let Some(p) = std::env::var_os("FUSERMOUNT_PATH") {
+        if p.to_str().is_none() {
+            return Err("FUSERMOUNT_PATH is not valid UTF-8".into());
+        }
+    }
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let needs_helper = !root || args.options.iter().any(|o| o == "auto_unmount");
+    if needs_helper
+        && std::env::var_os("FUSERMOUNT_PATH").is_none()
+        && !on_path("fusermount3")
+        && !on_path("fusermount")
+    {
+        return Err("fusermount3 not found: install fuse3 (apt-get install fuse3)".into());
+    }
+    Ok(())
+}
+
+/// Make sure fds 0-2 are open (fuser refuses a /dev/fuse fd below 3).
+fn ensure_std_fds() {
+    for fd in 0..3 {
+        // SAFETY: F_GETFD on any integer is harmless.
+        if unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1 {
+            // SAFETY: opening /dev/null with a static NUL-terminated path.
+            unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR) };
+        }
+    }
+}
+
+/// Block the termination signals in this thread (threads created later
+/// inherit the mask) and return the set, for `sigwait`.
+fn block_signals() -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data; sigemptyset initialises it.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid sigset_t; the signal numbers are valid.
+    unsafe {
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGHUP);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+    set
+}
+
+/// Detach from the terminal: the parent returns once the child reports the
+/// mount's outcome on a pipe (so `scalevfs mount` returns only when the
+/// mount is usable, or with the child's error). Returns the write end in
+/// the child; `Err` carries the parent's exit code.
+fn daemonize() -> Result<i32, ExitCode> {
+    let mut fds = [0i32; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe writes.
+    if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
+        return Err(fail(format!("pipe: {}", io::Error::last_os_error())));
+    }
+    // SAFETY: called before this process starts any thread (run_mount forks
+    // before creating the Vfs or the session), so the child is a complete
+    // copy.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(fail(format!("fork: {}", io::Error::last_os_error())));
+    }
+    if pid > 0 {
+        // SAFETY: closing our copy of the write end.
+        unsafe { libc::close(fds[1]) };
+        let mut msg = Vec::new();
+        let mut buf = [0u8; 512];
+        loop {
+            // SAFETY: reading into a live buffer of the given length.
+            let n = unsafe { libc::read(fds[0], buf.as_mut_ptr().cast(), buf.len()) };
+            if n <= 0 {
+                break;
+            }
+            msg.extend_from_slice(&buf[..n as usize]);
+        }
+        return Err(match msg.first() {
+            Some(0) => ExitCode::SUCCESS,
+            Some(_) => fail(String::from_utf8_lossy(&msg[1..])),
+            None => fail("the daemon died before mounting"),
+        });
+    }
+    // SAFETY: closing the child's copy of the read end; setsid has no
+    // preconditions.
+    unsafe {
+        libc::close(fds[0]);
+        libc::setsid();
+    }
+    Ok(fds[1])
+}
+
+fn report(fd: i32, ok: bool, msg: &str) {
+    let mut b = vec![if ok { 0u8 } else { 1u8 }];
+    b.extend_from_slice(msg.as_bytes());
+    // SAFETY: writing from a live buffer; closing our own descriptor.
+    unsafe {
+        libc::write(fd, b.as_ptr().cast(), b.len());
+        libc::close(fd);
+    }
+}
+
+fn detach_stdio() {
+    // SAFETY: redirecting 0-2 to /dev/null; the fd from open is ours.
+    unsafe {
+        let n = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+        if n >= 0 {
+            libc::dup2(n, 0);
+            libc::dup2(n, 1);
+            libc::dup2(n, 2);
+            if n > 2 {
+                libc::close(n);
+            }
+        }
+    }
+}
+
+/// `scalevfs mount DIR ...`: mount, serve until unmounted (`fusermount3
+/// -u`, `umount`, SIGINT, SIGTERM or SIGHUP), then exit.
+pub fn run_mount(args: MountArgs) -> ExitCode {
+    ensure_std_fds();
+    if let Err(m) = preflight(&args) {
+        return fail(m);
+    }
+    let fuse = match (|| -> Result<FuseConfig, String> {
+        Ok(FuseConfig {
+            attr_timeout: secs("attr-timeout", args.attr_timeout)?,
+            entry_timeout: secs("entry-timeout", args.entry_timeout)?,
+            negative_timeout: secs("negative-timeout", args.negative_timeout)?,
+            readdirplus: !args.no_readdirplus,
+        })
+    })() {
+        Ok(f) => f,
+        Err(m) => return fail(m),
+    };
+    let mut vcfg = VfsConfig::default();
+    for kv in &args.set {
+        let Some((k, v)) = kv.split_once('=') else {
+            return fail(format!("--set wants KEY=VALUE, got `{kv}`"));
+        };
+        if let Err(m) = vcfg.set(k, v) {
+            return fail(format!("--set {kv}: {m}"));
+        }
+    }
+    let cfg = MountConfig {
+        fuse,
+        options: args.options.clone(),
+        threads: args.threads.unwrap_or_else(default_threads),
+    };
+    let scfg = match session_config(&cfg) {
+        Ok(c) => c,
+        Err(e) => return fail(e),
+    };
+    let dir = match args.dir.canonicalize() {
+        Ok(d) => d,
+        Err(e) => return fail(format!("{}: {e}", args.dir.display())),
+    };
+    let status_fd = if args.foreground {
+        None
+    } else {
+        match daemonize() {
+            Ok(fd) => Some(fd),
+            Err(code) => return code,
+        }
+    };
+    let sigs = block_signals();
+    let fs = match ScaleFs::new(Vfs::with_config(vcfg), cfg.fuse.clone()) {
+        Ok(fs) => fs,
+        Err(e) => {
+            let m = format!("cannot open the VFS root: {}", e.message());
+            if let Some(fd) = status_fd {
+                report(fd, false, &m);
+            }
+            return fail(m);
+        }
+    };
+    let mut session = match Session::new(fs, &dir, &scfg) {
+        Ok(s) => s,
+        Err(e) => {
+            let m = format!("mounting {} failed: {e}", dir.display());
+            if let Some(fd) = status_fd {
+                report(fd, false, &m);
+            }
+            return fail(m);
+        }
+    };
+    let mut unmounter = session.unmount_callable();
+    let sig_dir = dir.clone();
+    let spawned = std::thread::Builder::new()
+        .name("scalevfs-signals".into())
+        .spawn(move || {
+            let mut sig = 0;
+            // SAFETY: `sigs` is an initialised set and `sig` a valid out slot.
+            if unsafe { libc::sigwait(&sigs, &mut sig) } == 0 && unmounter.unmount().is_err() {
+                let _ = lazy_unmount(&sig_dir);
+            }
+        });
+    if let Err(e) = spawned {
+        return fail(format!("cannot start the signal thread: {e}"));
+    }
+    match status_fd {
+        Some(fd) => {
+            report(fd, true, "");
+            detach_stdio();
+            // Do not keep the caller's cwd busy.
+            let _ = std::env::set_current_dir("/");
+        }
+        None => eprintln!(
+            "scalevfs: serving {} (Ctrl-C or fusermount3 -u to unmount)",
+            dir.display()
+        ),
+    }
+    match session.run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(format!("FUSE session ended with an error: {e}")),
+    }
+}

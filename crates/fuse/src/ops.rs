@@ -1,0 +1,938 @@
+//! The `fuser::Filesystem` implementation: each FUSE request becomes one or
+//! two core calls made by a task carrying the caller's credentials.
+
+use std::cell::RefCell;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use fuser::{
+    AccessFlags, FileHandle, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, OpenFlags,
+    RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty,
+    ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
+};
+use scalevfs::{
+    Cred, Errno, Stat, Task, Vfs, AT_EMPTY_PATH, AT_FDCWD, AT_REMOVEDIR, AT_SYMLINK_NOFOLLOW,
+    O_ACCMODE, O_APPEND, O_CLOEXEC, O_CREAT, O_DIRECTORY, O_DSYNC, O_EXCL, O_NOATIME, O_NOFOLLOW,
+    O_NONBLOCK, O_PATH, O_RDONLY, O_SYNC, O_TRUNC, O_WRONLY, RENAME_EXCHANGE, RENAME_NOREPLACE,
+    S_ISGID, S_ISUID,
+};
+
+use crate::attr::{errno, file_attr, name_bytes, raw, time_or_now};
+use crate::creds::request_cred;
+use crate::nodes::{Node, NodeTable};
+
+/// Kernel-cache settings of a mount.
+#[derive(Clone, Debug)]
+pub struct FuseConfig {
+    /// How long the kernel may cache attributes (`attr_valid`).
+    pub attr_timeout: Duration,
+    /// How long the kernel may cache a name -> inode mapping.
+    pub entry_timeout: Duration,
+    /// How long the kernel may cache "no such name" (0: not at all).
+    pub negative_timeout: Duration,
+    /// Offer READDIRPLUS (names with attributes in one reply).
+    pub readdirplus: bool,
+}
+
+impl Default for FuseConfig {
+    fn default() -> Self {
+        FuseConfig {
+            attr_timeout: Duration::from_secs(1),
+            entry_timeout: Duration::from_secs(1),
+            negative_timeout: Duration::ZERO,
+            readdirplus: true,
+        }
+    }
+}
+
+/// Open flags the core understands; the rest (O_LARGEFILE, O_CLOEXEC, ...)
+/// mean nothing to a daemon-side open.
+const PASS_FLAGS: u32 =
+    O_ACCMODE | O_APPEND | O_TRUNC | O_NONBLOCK | O_DIRECTORY | O_SYNC | O_DSYNC | O_NOATIME;
+
+/// Highest inode number representable per device in node ids.
+const INO_BITS: u32 = 48;
+
+/// State shared by the request threads and the embedder's [`crate::Invalidator`].
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) vfs: Vfs,
+    /// Root credentials, umask 0; owns the fd table every request shares.
+    pub(crate) base: Arc<Task>,
+    pub(crate) nodes: NodeTable,
+    pub(crate) cfg: FuseConfig,
+    /// Identifies this adapter in the per-thread task cache.
+    id: u64,
+    root_dev: u64,
+    root_ino: u64,
+    /// Devices other than the root's, by slot (node id bits 48..).
+    other_devs: Mutex<Vec<u64>>,
+}
+
+static NEXT_ADAPTER: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// One task per (thread, adapter): shares the adapter's fd table, holds
+    /// the credentials of the last request this thread served.
+    static TASKS: RefCell<Vec<(u64, Task)>> = const { RefCell::new(Vec::new()) };
+}
+
+impl Shared {
+    /// The FUSE node id of the inode `st` describes.
+    pub(crate) fn nodeid(&self, st: &Stat) -> Result<u64, Errno> {
+        if st.ino >= 1 << INO_BITS {
+            return Err(Errno::EOVERFLOW);
+        }
+        if st.dev == self.root_dev {
+            // The root is node 1 whatever its inode number; the inode that
+            // has number 1 (if the root does not) takes the root's number.
+            return Ok(if st.ino == self.root_ino {
+                1
+            } else if st.ino == 1 {
+                self.root_ino
+            } else {
+                st.ino
+            });
+        }
+        let mut devs = self.other_devs.lock().unwrap_or_else(|e| e.into_inner());
+        let slot = match devs.iter().position(|&d| d == st.dev) {
+            Some(i) => i,
+            None => {
+                if devs.len() >= (1 << (64 - INO_BITS)) - 1 {
+                    return Err(Errno::EOVERFLOW);
+                }
+                devs.push(st.dev);
+                devs.len() - 1
+            }
+        };
+        Ok(((slot as u64 + 1) << INO_BITS) | st.ino)
+    }
+
+    /// The node for a kernel node id.
+    pub(crate) fn node(&self, ino: INodeNo) -> Result<Arc<Node>, fuser::Errno> {
+        self.nodes.get(ino.0).ok_or(raw(libc::ESTALE))
+    }
+
+    /// Run `f` on this thread's task for this adapter with `cred`.
+    pub(crate) fn with_cred<R>(&self, cred: Cred, f: impl FnOnce(&Task) -> R) -> R {
+        let r = TASKS.with(move |cell| {
+            let Ok(mut tasks) = cell.try_borrow_mut() else {
+                return Err((cred, f));
+            };
+            let i = match tasks.iter().position(|(id, _)| *id == self.id) {
+                Some(i) => i,
+                None => {
+                    tasks.push((self.id, self.base.clone_thread()));
+                    tasks.len() - 1
+                }
+            };
+            let t = &mut tasks[i].1;
+            if *t.cred() != cred {
+                t.set_cred(cred);
+            }
+            Ok(f(&tasks[i].1))
+        });
+        match r {
+            Ok(r) => r,
+            // Re-entered: a one-off task.
+            Err((cred, f)) => {
+                let mut t = self.base.clone_thread();
+                t.set_cred(cred);
+                f(&t)
+            }
+        }
+    }
+
+    fn with_task<R>(&self, req: &Request, f: impl FnOnce(&Task) -> R) -> R {
+        self.with_cred(request_cred(req.uid(), req.gid(), req.pid()), f)
+    }
+
+    /// Look `name` up in the directory open at `dirfd` and count one kernel
+    /// reference on the result.
+    fn lookup_ref(&self, t: &Task, dirfd: i32, name: &[u8]) -> Result<(u64, Stat), Errno> {
+        // Fast path: no fd, no shard write lock for an inode the kernel
+        // already knows.
+        let st = t.fstatat(dirfd, name, AT_SYMLINK_NOFOLLOW)?;
+        let id = self.nodeid(&st)?;
+        if self.nodes.lookup_existing(id) {
+            return Ok((id, st));
+        }
+        let fd = t.openat(dirfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC, 0)?;
+        self.adopt(t, fd)
+    }
+
+    /// Make `fd` (which the caller owns) the handle of its inode's node, or
+    /// count a reference on the node that exists; returns fresh attributes.
+    fn adopt(&self, t: &Task, fd: i32) -> Result<(u64, Stat), Errno> {
+        let st = match t.fstat(fd) {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = t.close(fd);
+                return Err(e);
+            }
+        };
+        let id = match self.nodeid(&st) {
+            Ok(id) => id,
+            Err(e) => {
+                let _ = t.close(fd);
+                return Err(e);
+            }
+        };
+        if !self.nodes.insert_or_ref(id, fd, &self.base, 1) {
+            let _ = t.close(fd);
+        }
+        Ok((id, st))
+    }
+
+    fn reply_entry(&self, reply: ReplyEntry, r: Result<(u64, Stat), Errno>) {
+        match r {
+            Ok((id, st)) => reply.entry_with_ttls(
+                &self.cfg.attr_timeout,
+                &self.cfg.entry_timeout,
+                &file_attr(&st, id),
+                Generation(0),
+            ),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+}
+
+/// The scalevfs filesystem as fuser sees it.
+#[derive(Debug)]
+pub struct ScaleFs {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl ScaleFs {
+    /// Serve the namespace of `vfs` (from its root) with these cache settings.
+    pub fn new(vfs: Vfs, cfg: FuseConfig) -> Result<ScaleFs, Errno> {
+        let base = vfs.root_task();
+        base.umask(0); // the kernel applied the caller's umask already
+                       // Every node the kernel caches holds an fd: lift RLIMIT_NOFILE's
+                       // default of 1024 to a memory-only bound.
+        base.files().set_max(1 << 26);
+        let root_fd = base.openat(AT_FDCWD, "/", O_PATH | O_DIRECTORY | O_CLOEXEC, 0)?;
+        let st = base.fstat(root_fd)?;
+        let base = Arc::new(base);
+        let shared = Shared {
+            vfs,
+            nodes: NodeTable::new(),
+            cfg,
+            // Relaxed: only uniqueness matters.
+            id: NEXT_ADAPTER.fetch_add(1, Ordering::Relaxed),
+            root_dev: st.dev,
+            root_ino: st.ino,
+            other_devs: Mutex::new(Vec::new()),
+            base,
+        };
+        // The root's count never reaches zero (FUSE never forgets node 1).
+        shared
+            .nodes
+            .insert_or_ref(1, root_fd, &shared.base, u64::MAX / 2);
+        Ok(ScaleFs {
+            shared: Arc::new(shared),
+        })
+    }
+
+    /// The `Vfs` this adapter serves.
+    pub fn vfs(&self) -> &Vfs {
+        &self.shared.vfs
+    }
+
+    /// Number of node ids the kernel currently holds.
+    pub fn live_nodes(&self) -> usize {
+        self.shared.nodes.len()
+    }
+}
+
+/// A per-thread buffer for reads (no allocation per request).
+fn with_read_buf<R>(size: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
+    thread_local! {
+        static BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    }
+    let r = BUF.with(move |b| {
+        let Ok(mut b) = b.try_borrow_mut() else {
+            return Err(f);
+        };
+        if b.len() < size {
+            b.resize(size, 0);
+        }
+        Ok(f(&mut b[..size]))
+    });
+    match r {
+        Ok(r) => r,
+        Err(f) => f(&mut vec![0; size]),
+    }
+}
+
+fn fd_of(fh: FileHandle) -> Result<i32, fuser::Errno> {
+    i32::try_from(fh.0).map_err(|_| raw(libc::EBADF))
+}
+
+fn off_of(offset: u64) -> Result<i64, fuser::Errno> {
+    i64::try_from(offset).map_err(|_| raw(libc::EINVAL))
+}
+
+/// Largest read served at once (the kernel asks for at most max_pages).
+const MAX_READ: u32 = 16 << 20;
+
+macro_rules! tri {
+    ($reply:expr, $e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(err) => return $reply.error(err),
+        }
+    };
+}
+
+impl fuser::Filesystem for ScaleFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let mut want = InitFlags::FUSE_ATOMIC_O_TRUNC
+            | InitFlags::FUSE_PARALLEL_DIROPS
+            | InitFlags::FUSE_HANDLE_KILLPRIV_V2
+            | InitFlags::FUSE_CACHE_SYMLINKS;
+        if self.shared.cfg.readdirplus {
+            want |= InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO;
+        }
+        for bit in want.iter() {
+            // A kernel without a capability simply does not get it.
+            let _ = config.add_capabilities(bit);
+        }
+        let _ = config.set_max_write(1 << 20);
+        Ok(())
+    }
+
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let s = &self.shared;
+        let name = tri!(reply, name_bytes(name));
+        let dir = tri!(reply, s.node(parent));
+        match s.with_task(req, |t| s.lookup_ref(t, dir.fd, name)) {
+            Err(Errno::ENOENT) if !s.cfg.negative_timeout.is_zero() => {
+                // A negative entry: node id 0 with an entry timeout.
+                let st = Stat {
+                    mode: libc::S_IFREG,
+                    ..Default::default()
+                };
+                reply.entry_with_ttls(
+                    &Duration::ZERO,
+                    &s.cfg.negative_timeout,
+                    &file_attr(&st, 0),
+                    Generation(0),
+                )
+            }
+            r => s.reply_entry(reply, r),
+        }
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        if ino.0 != 1 {
+            self.shared.nodes.forget(ino.0, nlookup);
+        }
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        let s = &self.shared;
+        // Attributes are the same whatever handle names the inode; the node
+        // fd is always there (and an fh is only a hint).
+        let _ = fh;
+        let node = tri!(reply, s.node(ino));
+        match s.base.fstat(node.fd) {
+            Ok(st) => reply.attr(&s.cfg.attr_timeout, &file_attr(&st, ino.0)),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<std::time::SystemTime>,
+        fh: Option<FileHandle>,
+        _crtime: Option<std::time::SystemTime>,
+        _chgtime: Option<std::time::SystemTime>,
+        _bkuptime: Option<std::time::SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let s = &self.shared;
+        let node = tri!(reply, s.node(ino));
+        let fd = node.fd;
+        let r = s.with_task(req, |t| -> Result<Stat, Errno> {
+            if uid.is_some() || gid.is_some() {
+                t.fchown(fd, uid.unwrap_or(u32::MAX), gid.unwrap_or(u32::MAX))?;
+            }
+            if let Some(m) = mode {
+                // After a chown the core has already cleared set-id bits the
+                // kernel may ask to clear again: skip a no-op chmod then
+                // (the caller may no longer be allowed one).
+                let cur = t.fstat(fd)?.mode & 0o7777;
+                if uid.is_none() && gid.is_none() || m & 0o7777 != cur {
+                    t.fchmod(fd, m & 0o7777)?;
+                }
+            }
+            if let Some(sz) = size {
+                let sz = i64::try_from(sz).map_err(|_| Errno::EFBIG)?;
+                match fh {
+                    // ftruncate: the handle's access mode decides.
+                    Some(h) => t.ftruncate(i32::try_from(h.0).map_err(|_| Errno::EBADF)?, sz)?,
+                    // truncate(path): write permission decides.
+                    None => {
+                        let wfd = t.reopen(fd, O_WRONLY | O_CLOEXEC)?;
+                        let r = t.ftruncate(wfd, sz);
+                        let _ = t.close(wfd);
+                        r?;
+                    }
+                }
+            }
+            if atime.is_some() || mtime.is_some() {
+                t.futimens(fd, Some([time_or_now(atime), time_or_now(mtime)]))?;
+            }
+            t.fstat(fd)
+        });
+        match r {
+            Ok(st) => reply.attr(&s.cfg.attr_timeout, &file_attr(&st, ino.0)),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        let s = &self.shared;
+        let node = tri!(reply, s.node(ino));
+        match s.with_task(req, |t| t.readlinkat(node.fd, "")) {
+            Ok(target) => reply.data(&target),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let s = &self.shared;
+        let name = tri!(reply, name_bytes(name));
+        let dir = tri!(reply, s.node(parent));
+        let r = s.with_task(req, |t| {
+            t.mknodat(dir.fd, name, mode, u64::from(rdev))?;
+            s.lookup_ref(t, dir.fd, name)
+        });
+        s.reply_entry(reply, r);
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let s = &self.shared;
+        let name = tri!(reply, name_bytes(name));
+        let dir = tri!(reply, s.node(parent));
+        let r = s.with_task(req, |t| {
+            t.mkdirat(dir.fd, name, mode)?;
+            s.lookup_ref(t, dir.fd, name)
+        });
+        s.reply_entry(reply, r);
+    }
+
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let s = &self.shared;
+        let name = tri!(reply, name_bytes(name));
+        let dir = tri!(reply, s.node(parent));
+        match s.with_task(req, |t| t.unlinkat(dir.fd, name, 0)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let s = &self.shared;
+        let name = tri!(reply, name_bytes(name));
+        let dir = tri!(reply, s.node(parent));
+        match s.with_task(req, |t| t.unlinkat(dir.fd, name, AT_REMOVEDIR)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let s = &self.shared;
+        let name = tri!(reply, name_bytes(link_name));
+        let dir = tri!(reply, s.node(parent));
+        let target = target.as_os_str().as_bytes();
+        if target.contains(&0) {
+            return reply.error(raw(libc::EINVAL));
+        }
+        let r = s.with_task(req, |t| {
+            t.symlinkat(target, dir.fd, name)?;
+            s.lookup_ref(t, dir.fd, name)
+        });
+        s.reply_entry(reply, r);
+    }
+
+    fn rename(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let s = &self.shared;
+        let name = tri!(reply, name_bytes(name));
+        let newname = tri!(reply, name_bytes(newname));
+        let od = tri!(reply, s.node(parent));
+        let nd = tri!(reply, s.node(newparent));
+        let bits = flags.bits();
+        if bits & !(RENAME_NOREPLACE | RENAME_EXCHANGE) != 0 {
+            // RENAME_WHITEOUT is overlayfs's; the core has no whiteouts.
+            return reply.error(raw(libc::EINVAL));
+        }
+        match s.with_task(req, |t| t.renameat2(od.fd, name, nd.fd, newname, bits)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn link(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let s = &self.shared;
+        let name = tri!(reply, name_bytes(newname));
+        let node = tri!(reply, s.node(ino));
+        let dir = tri!(reply, s.node(newparent));
+        let r = s.with_task(req, |t| {
+            t.link_fd(node.fd, dir.fd, name)?;
+            s.lookup_ref(t, dir.fd, name)
+        });
+        s.reply_entry(reply, r);
+    }
+
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let s = &self.shared;
+        let node = tri!(reply, s.node(ino));
+        let fl = (flags.0 as u32 & PASS_FLAGS) | O_CLOEXEC;
+        match s.with_task(req, |t| t.reopen(node.fd, fl)) {
+            Ok(fd) => reply.opened(FileHandle(fd as u64), self.fopen_flags()),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let s = &self.shared;
+        let name = tri!(reply, name_bytes(name));
+        let dir = tri!(reply, s.node(parent));
+        let fl = (flags as u32 & (PASS_FLAGS | O_EXCL)) | O_CREAT | O_NOFOLLOW | O_CLOEXEC;
+        let r = s.with_task(req, |t| -> Result<(i32, u64, Stat), Errno> {
+            let fd = t.openat(dir.fd, name, fl, mode & 0o7777)?;
+            // The node's handle is a second descriptor of the same open
+            // file: no second walk, so no race with a concurrent rename.
+            let nfd = match t.dup(fd) {
+                Ok(n) => n,
+                Err(e) => {
+                    let _ = t.close(fd);
+                    return Err(e);
+                }
+            };
+            match s.adopt(t, nfd) {
+                Ok((id, st)) => Ok((fd, id, st)),
+                Err(e) => {
+                    let _ = t.close(fd);
+                    Err(e)
+                }
+            }
+        });
+        match r {
+            Ok((fd, id, st)) => reply.created(
+                &s.cfg.entry_timeout,
+                &file_attr(&st, id),
+                Generation(0),
+                FileHandle(fd as u64),
+                self.fopen_flags(),
+            ),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn read(
+        &self,
+        req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<fuser::LockOwner>,
+        reply: ReplyData,
+    ) {
+        let s = &self.shared;
+        let fd = tri!(reply, fd_of(fh));
+        let off = tri!(reply, off_of(offset));
+        let _ = req;
+        // Access was checked at open: the handle's mode decides, as in the
+        // kernel, so no credentials are needed here.
+        with_read_buf(size.min(MAX_READ) as usize, |buf| {
+            match s.base.pread(fd, buf, off) {
+                Ok(n) => reply.data(&buf[..n]),
+                Err(e) => reply.error(errno(e)),
+            }
+        })
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<fuser::LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let s = &self.shared;
+        let fd = tri!(reply, fd_of(fh));
+        let off = tri!(reply, off_of(offset));
+        if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
+            // A write by a caller without CAP_FSETID clears setuid, and
+            // setgid with group-exec, as Linux does (HANDLE_KILLPRIV_V2).
+            // The write is authorised by the handle, so this is done with
+            // the daemon's own credentials.
+            if let Ok(st) = s.base.fstat(fd) {
+                let m = st.mode & 0o7777;
+                let mut new = m & !S_ISUID;
+                if m & 0o010 != 0 {
+                    new &= !S_ISGID;
+                }
+                if new != m {
+                    let _ = s.base.fchmod(fd, new);
+                }
+            }
+        }
+        match s.base.pwrite(fd, data, off) {
+            Ok(n) => reply.written(n as u32),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _lock_owner: fuser::LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        // close(2) of one of the caller's descriptors: nothing is buffered
+        // in the daemon; check the handle so a bad one is reported.
+        let fd = tri!(reply, fd_of(fh));
+        match self.shared.base.fstat(fd) {
+            Ok(_) => reply.ok(),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<fuser::LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        let fd = tri!(reply, fd_of(fh));
+        match self.shared.base.close(fd) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        let fd = tri!(reply, fd_of(fh));
+        let t = &self.shared.base;
+        match if datasync {
+            t.fdatasync(fd)
+        } else {
+            t.fsync(fd)
+        } {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn opendir(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let s = &self.shared;
+        let node = tri!(reply, s.node(ino));
+        let fl = (flags.0 as u32 & (O_NONBLOCK | O_NOATIME)) | O_RDONLY | O_DIRECTORY | O_CLOEXEC;
+        match s.with_task(req, |t| t.reopen(node.fd, fl)) {
+            Ok(fd) => reply.opened(FileHandle(fd as u64), FopenFlags::empty()),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let s = &self.shared;
+        let fd = tri!(reply, fd_of(fh));
+        let off = tri!(reply, off_of(offset));
+        let t = &s.base;
+        tri!(
+            reply,
+            t.lseek(fd, off, scalevfs::io::SEEK_SET).map_err(errno)
+        );
+        let dev = tri!(reply, t.fstat(fd).map_err(errno)).dev;
+        'outer: loop {
+            let batch = tri!(reply, t.getdents(fd, 128).map_err(errno));
+            if batch.is_empty() {
+                break;
+            }
+            for e in batch {
+                let id = s
+                    .nodeid(&Stat {
+                        dev,
+                        ino: e.ino,
+                        ..Default::default()
+                    })
+                    .unwrap_or(e.ino);
+                let kind = crate::attr::fuse_type(e.file_type);
+                if reply.add(INodeNo(id), e.next_cookie, kind, OsStr::from_bytes(&e.name)) {
+                    break 'outer;
+                }
+            }
+        }
+        let _ = ino;
+        reply.ok();
+    }
+
+    fn readdirplus(
+        &self,
+        req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let s = &self.shared;
+        let fd = tri!(reply, fd_of(fh));
+        let off = tri!(reply, off_of(offset));
+        let r = s.with_task(req, |t| -> Result<(), Errno> {
+            t.lseek(fd, off, scalevfs::io::SEEK_SET)?;
+            loop {
+                let batch = t.getdents(fd, 64)?;
+                if batch.is_empty() {
+                    return Ok(());
+                }
+                for e in batch {
+                    let name = OsStr::from_bytes(&e.name);
+                    let dots = e.name == b"." || e.name == b"..";
+                    // "." and ".." are never linked by the kernel (and so
+                    // never counted); other names are looked up, counted,
+                    // and uncounted if they do not fit.
+                    let looked = if dots {
+                        t.fstatat(fd, &e.name, AT_SYMLINK_NOFOLLOW)
+                            .and_then(|st| Ok((s.nodeid(&st)?, st)))
+                    } else {
+                        s.lookup_ref(t, fd, &e.name)
+                    };
+                    let (id, st, counted) = match looked {
+                        Ok((id, st)) => (id, st, !dots),
+                        // Gone meanwhile: skip it.
+                        Err(Errno::ENOENT) => continue,
+                        // No attributes for it (search permission): node
+                        // id 0 tells the kernel not to link it.
+                        Err(_) => {
+                            let st = Stat {
+                                mode: e.file_type.mode_bits(),
+                                ..Default::default()
+                            };
+                            (0, st, false)
+                        }
+                    };
+                    let full = reply.add(
+                        INodeNo(id),
+                        e.next_cookie,
+                        name,
+                        &s.cfg.entry_timeout,
+                        &file_attr(&st, id),
+                        Generation(0),
+                    );
+                    if full {
+                        if counted {
+                            s.nodes.forget(id, 1);
+                        }
+                        return Ok(());
+                    }
+                }
+            }
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        let fd = tri!(reply, fd_of(fh));
+        match self.shared.base.close(fd) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.fsync(_req, _ino, fh, datasync, reply)
+    }
+
+    fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
+        let s = &self.shared;
+        let node = tri!(reply, s.node(ino));
+        match s.base.fstatfs(node.fd) {
+            Ok(f) => reply.statfs(
+                f.blocks,
+                f.bfree,
+                f.bavail,
+                f.files,
+                f.ffree,
+                u32::try_from(f.bsize).unwrap_or(4096),
+                u32::try_from(f.namelen).unwrap_or(255),
+                u32::try_from(f.frsize).unwrap_or(4096),
+            ),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        let s = &self.shared;
+        let node = tri!(reply, s.node(ino));
+        let mode = (mask.bits() & 7) as u32;
+        match s.with_task(req, |t| t.faccessat(node.fd, "", mode, AT_EMPTY_PATH)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        let fd = tri!(reply, fd_of(fh));
+        let off = tri!(reply, off_of(offset));
+        let len = tri!(reply, off_of(length));
+        let mode = tri!(
+            reply,
+            u32::try_from(mode).map_err(|_| raw(libc::EOPNOTSUPP))
+        );
+        // The handle was opened for writing (checked by the core): no
+        // credentials needed, as for write.
+        match self.shared.base.fallocate(fd, mode, off, len) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn lseek(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        let fd = tri!(reply, fd_of(fh));
+        let whence = tri!(reply, u32::try_from(whence).map_err(|_| raw(libc::EINVAL)));
+        match self.shared.base.lseek(fd, offset, whence) {
+            Ok(p) => reply.offset(p as i64),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+}
+
+impl ScaleFs {
+    fn fopen_flags(&self) -> FopenFlags {
+        // With attribute caching on, keep the page cache across opens: the
+        // kernel is told about changes behind its back (Invalidator).
+        if self.shared.cfg.attr_timeout.is_zero() {
+            FopenFlags::empty()
+        } else {
+            FopenFlags::FOPEN_KEEP_CACHE
+        }
+    }
+}

@@ -1,0 +1,376 @@
+//! The FUSE front end end to end: mount a memfs in-process and use it with
+//! std and libc, as any program would.
+//!
+//! Without /dev/fuse (or, as non-root, without fusermount3) each test
+//! prints why it is skipped and passes; with `SCALEVFS_REQUIRE_FUSE=1` that
+//! is a failure instead (CI sets it).
+
+use std::ffi::CString;
+use std::fs;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use scalevfs::{Cred, Vfs, O_CREAT, O_WRONLY};
+use scalevfs_fuse::{spawn_mount, FuseConfig, FuseMount, MountConfig};
+
+fn fuse_unavailable() -> Option<String> {
+    if let Err(e) = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+    {
+        return Some(format!("/dev/fuse cannot be opened: {e}"));
+    }
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let helper = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join("fusermount3").is_file()))
+        .unwrap_or(false);
+    if !root && !helper {
+        return Some("not root and no fusermount3 on PATH".into());
+    }
+    None
+}
+
+/// Whether to run: false (with the reason printed) where FUSE is missing;
+/// a panic instead if SCALEVFS_REQUIRE_FUSE=1.
+fn fuse_ok(test: &str) -> bool {
+    match fuse_unavailable() {
+        None => true,
+        Some(why) => {
+            if std::env::var("SCALEVFS_REQUIRE_FUSE").as_deref() == Ok("1") {
+                panic!("{test}: FUSE required (SCALEVFS_REQUIRE_FUSE=1) but unavailable: {why}");
+            }
+            eprintln!("SKIPPED {test}: {why}");
+            false
+        }
+    }
+}
+
+fn scratch_dir(tag: &str) -> PathBuf {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let d = std::env::temp_dir().join(format!(
+        "scalevfs-fuse-{}-{}-{}",
+        tag,
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    fs::create_dir_all(&d).unwrap();
+    d
+}
+
+struct Mounted {
+    m: Option<FuseMount>,
+    dir: PathBuf,
+    vfs: Vfs,
+}
+
+impl Mounted {
+    fn new(tag: &str, fuse: FuseConfig) -> Mounted {
+        let dir = scratch_dir(tag);
+        let vfs = Vfs::new();
+        let cfg = MountConfig {
+            fuse,
+            options: vec!["allow_other".into()],
+            threads: 4,
+        };
+        let m = spawn_mount(vfs.clone(), &dir, &cfg).expect("mount");
+        Mounted {
+            m: Some(m),
+            dir,
+            vfs,
+        }
+    }
+    fn p(&self, rel: &str) -> PathBuf {
+        self.dir.join(rel)
+    }
+    fn mount(&self) -> &FuseMount {
+        self.m.as_ref().unwrap()
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        if let Some(m) = self.m.take() {
+            let _ = m.unmount();
+        }
+        let _ = fs::remove_dir(&self.dir);
+    }
+}
+
+fn errno_of(e: &std::io::Error) -> i32 {
+    e.raw_os_error().unwrap_or(0)
+}
+
+fn cpath(p: &Path) -> CString {
+    CString::new(p.as_os_str().as_bytes()).unwrap()
+}
+
+fn renameat2(a: &Path, b: &Path, flags: u32) -> i32 {
+    let (a, b) = (cpath(a), cpath(b));
+    // SAFETY: valid NUL-terminated paths; AT_FDCWD dirfds.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_renameat2,
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            flags,
+        )
+    };
+    if r == 0 {
+        0
+    } else {
+        std::io::Error::last_os_error().raw_os_error().unwrap_or(-1)
+    }
+}
+
+#[test]
+fn files_directories_links_and_errors() {
+    if !fuse_ok("files_directories_links_and_errors") {
+        return;
+    }
+    let m = Mounted::new("posix", FuseConfig::default());
+    // Create, write, read back.
+    fs::write(m.p("a"), b"hello world").unwrap();
+    assert_eq!(fs::read(m.p("a")).unwrap(), b"hello world");
+    let md = fs::metadata(m.p("a")).unwrap();
+    assert_eq!(md.len(), 11);
+    assert!(md.is_file());
+    // O_EXCL.
+    let e = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(m.p("a"))
+        .unwrap_err();
+    assert_eq!(errno_of(&e), libc::EEXIST);
+    // Directories.
+    fs::create_dir(m.p("d")).unwrap();
+    fs::write(m.p("d/f"), b"x").unwrap();
+    assert_eq!(
+        errno_of(&fs::remove_dir(m.p("d")).unwrap_err()),
+        libc::ENOTEMPTY
+    );
+    assert_eq!(
+        errno_of(&fs::metadata(m.p("nope")).unwrap_err()),
+        libc::ENOENT
+    );
+    assert_eq!(
+        errno_of(&fs::remove_file(m.p("d")).unwrap_err()),
+        libc::EISDIR
+    );
+    // Hard and symbolic links share / name the inode.
+    fs::hard_link(m.p("a"), m.p("d/hard")).unwrap();
+    assert_eq!(fs::metadata(m.p("a")).unwrap().nlink(), 2);
+    assert_eq!(
+        fs::metadata(m.p("a")).unwrap().ino(),
+        fs::metadata(m.p("d/hard")).unwrap().ino()
+    );
+    std::os::unix::fs::symlink("a", m.p("s")).unwrap();
+    assert_eq!(fs::read_link(m.p("s")).unwrap(), Path::new("a"));
+    assert_eq!(fs::read(m.p("s")).unwrap(), b"hello world");
+    // Rename, with RENAME_NOREPLACE and RENAME_EXCHANGE.
+    fs::write(m.p("b"), b"bee").unwrap();
+    assert_eq!(
+        renameat2(&m.p("a"), &m.p("b"), libc::RENAME_NOREPLACE),
+        libc::EEXIST
+    );
+    assert_eq!(renameat2(&m.p("a"), &m.p("b"), libc::RENAME_EXCHANGE), 0);
+    assert_eq!(fs::read(m.p("a")).unwrap(), b"bee");
+    assert_eq!(fs::read(m.p("b")).unwrap(), b"hello world");
+    fs::rename(m.p("b"), m.p("d/b2")).unwrap();
+    assert!(!m.p("b").exists());
+    // readdir sees everything, with the right types.
+    let mut names: Vec<_> = fs::read_dir(m.p("d"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["b2", "f", "hard"]);
+    // chmod, chown, truncate, utimens.
+    fs::set_permissions(m.p("a"), fs::Permissions::from_mode(0o640)).unwrap();
+    assert_eq!(fs::metadata(m.p("a")).unwrap().mode() & 0o7777, 0o640);
+    std::os::unix::fs::chown(m.p("a"), Some(65534), Some(65534)).unwrap();
+    let md = fs::metadata(m.p("a")).unwrap();
+    assert_eq!((md.uid(), md.gid()), (65534, 65534));
+    fs::OpenOptions::new()
+        .write(true)
+        .open(m.p("d/b2"))
+        .unwrap()
+        .set_len(3)
+        .unwrap();
+    assert_eq!(fs::read(m.p("d/b2")).unwrap(), b"hel");
+    let f = fs::File::open(m.p("d/f")).unwrap();
+    let t = std::time::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+    f.set_times(fs::FileTimes::new().set_modified(t)).unwrap();
+    assert_eq!(fs::metadata(m.p("d/f")).unwrap().mtime(), 1_000_000_000);
+    // Unlink; the name is gone.
+    fs::remove_file(m.p("d/hard")).unwrap();
+    assert_eq!(fs::metadata(m.p("d/b2")).unwrap().nlink(), 1);
+    // statfs answers.
+    let c = cpath(&m.dir);
+    // SAFETY: statvfs is plain data; the path is valid.
+    let mut sv: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: valid path and out pointer.
+    assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut sv) }, 0);
+    assert!(sv.f_namemax >= 255);
+}
+
+#[test]
+fn seek_data_hole_and_fallocate() {
+    if !fuse_ok("seek_data_hole_and_fallocate") {
+        return;
+    }
+    let m = Mounted::new("seek", FuseConfig::default());
+    let mut f = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(m.p("sparse"))
+        .unwrap();
+    f.seek(SeekFrom::Start(1 << 20)).unwrap();
+    f.write_all(b"data").unwrap();
+    use std::os::fd::AsRawFd;
+    // SAFETY: lseek on an fd we own.
+    let data = unsafe { libc::lseek(f.as_raw_fd(), 0, libc::SEEK_DATA) };
+    assert!(data > 0 && data <= 1 << 20, "SEEK_DATA gave {data}");
+    // SAFETY: as above.
+    let hole = unsafe { libc::lseek(f.as_raw_fd(), 0, libc::SEEK_HOLE) };
+    assert_eq!(hole, 0);
+    // SAFETY: fallocate on an fd we own.
+    assert_eq!(unsafe { libc::fallocate(f.as_raw_fd(), 0, 0, 3 << 20) }, 0);
+    assert_eq!(f.metadata().unwrap().len(), 3 << 20);
+    let mut buf = Vec::new();
+    f.seek(SeekFrom::Start(0)).unwrap();
+    f.read_to_end(&mut buf).unwrap();
+    assert_eq!(buf.len(), 3 << 20);
+    assert_eq!(&buf[1 << 20..(1 << 20) + 4], b"data");
+}
+
+#[test]
+fn lookup_counts_return_to_the_root() {
+    if !fuse_ok("lookup_counts_return_to_the_root") {
+        return;
+    }
+    let m = Mounted::new("forget", FuseConfig::default());
+    fs::create_dir(m.p("d")).unwrap();
+    for i in 0..200 {
+        fs::write(m.p(&format!("d/f{i}")), b"x").unwrap();
+        fs::metadata(m.p(&format!("d/f{i}"))).unwrap();
+        fs::hard_link(m.p(&format!("d/f{i}")), m.p(&format!("d/l{i}"))).unwrap();
+    }
+    let _ = fs::read_dir(m.p("d")).unwrap().count();
+    assert!(m.mount().live_nodes() >= 200);
+    for i in 0..200 {
+        fs::remove_file(m.p(&format!("d/f{i}"))).unwrap();
+        fs::remove_file(m.p(&format!("d/l{i}"))).unwrap();
+    }
+    fs::remove_dir(m.p("d")).unwrap();
+    // The kernel forgets each inode once its last link and use are gone;
+    // FORGET is asynchronous.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while m.mount().live_nodes() > 1 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(m.mount().live_nodes(), 1, "only the root should be left");
+}
+
+#[test]
+fn library_changes_are_invalidated_in_the_kernel() {
+    if !fuse_ok("library_changes_are_invalidated_in_the_kernel") {
+        return;
+    }
+    let long = Duration::from_secs(3600);
+    let cfg = FuseConfig {
+        attr_timeout: long,
+        entry_timeout: long,
+        negative_timeout: long,
+        readdirplus: true,
+    };
+    let m = Mounted::new("inval", cfg);
+    let t = m.vfs.task(Cred::root());
+    // A negative entry, then a file created behind the kernel's back.
+    assert!(fs::metadata(m.p("x")).is_err());
+    let fd = t.open("/x", O_CREAT | O_WRONLY, 0o644).unwrap();
+    t.write(fd, b"12345").unwrap();
+    t.close(fd).unwrap();
+    assert!(
+        fs::metadata(m.p("x")).is_err(),
+        "the kernel still has its negative entry"
+    );
+    let inv = m.mount().invalidator();
+    inv.changed(&t, b"/x").unwrap();
+    assert_eq!(fs::read(m.p("x")).unwrap(), b"12345");
+    // Attributes and cached data of a known inode.
+    let fd = t.open("/x", O_WRONLY, 0).unwrap();
+    t.pwrite(fd, b"abcdefgh", 0).unwrap();
+    t.close(fd).unwrap();
+    t.chmod("/x", 0o600).unwrap();
+    inv.changed(&t, b"/x").unwrap();
+    let md = fs::metadata(m.p("x")).unwrap();
+    assert_eq!((md.len(), md.mode() & 0o777), (8, 0o600));
+    assert_eq!(fs::read(m.p("x")).unwrap(), b"abcdefgh");
+    // Removal behind the kernel's back.
+    t.unlink("/x").unwrap();
+    inv.changed(&t, b"/x").unwrap();
+    assert_eq!(errno_of(&fs::metadata(m.p("x")).unwrap_err()), libc::ENOENT);
+}
+
+#[test]
+fn concurrent_clients() {
+    if !fuse_ok("concurrent_clients") {
+        return;
+    }
+    let m = Mounted::new("mt", FuseConfig::default());
+    fs::create_dir(m.p("shared")).unwrap();
+    std::thread::scope(|s| {
+        for k in 0..8 {
+            let m = &m;
+            s.spawn(move || {
+                let own = m.p(&format!("t{k}"));
+                fs::create_dir(&own).unwrap();
+                for i in 0..100 {
+                    let f = own.join(format!("f{i}"));
+                    fs::write(&f, format!("{k}-{i}")).unwrap();
+                    assert_eq!(fs::read_to_string(&f).unwrap(), format!("{k}-{i}"));
+                    let g = m.p(&format!("shared/{k}-{i}"));
+                    fs::rename(&f, &g).unwrap();
+                    fs::remove_file(&g).unwrap();
+                }
+                fs::remove_dir(&own).unwrap();
+            });
+        }
+    });
+    assert_eq!(fs::read_dir(m.p("shared")).unwrap().count(), 0);
+}
+
+#[test]
+fn run_mount_refuses_a_non_empty_directory() {
+    let dir = scratch_dir("nonempty");
+    fs::write(dir.join("file"), b"x").unwrap();
+    use clap::Parser;
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: scalevfs_fuse::MountArgs,
+    }
+    let cli = Cli::parse_from(["t", dir.to_str().unwrap(), "--foreground"]);
+    let code = scalevfs_fuse::run_mount(cli.args);
+    assert_eq!(
+        format!("{code:?}"),
+        format!("{:?}", std::process::ExitCode::FAILURE)
+    );
+    let missing = Cli::parse_from(["t", "/nonexistent/scalevfs-mnt", "-f"]);
+    let code = scalevfs_fuse::run_mount(missing.args);
+    assert_eq!(
+        format!("{code:?}"),
+        format!("{:?}", std::process::ExitCode::FAILURE)
+    );
+    fs::remove_dir_all(&dir).unwrap();
+}
