@@ -24,7 +24,9 @@ fn build(cfg: VfsConfig, depth: usize) -> (Vfs, String) {
         t.mkdir(&p, 0o755).unwrap();
     }
     let f = path_of(depth);
-    let fd = t.open(&f, scalevfs::O_CREAT | scalevfs::O_WRONLY, 0o644).unwrap();
+    let fd = t
+        .open(&f, scalevfs::O_CREAT | scalevfs::O_WRONLY, 0o644)
+        .unwrap();
     t.close(fd).unwrap();
     (vfs, f)
 }

@@ -6,14 +6,24 @@ use scalevfs::{MemFsOptions, Vfs, VfsConfig, O_CREAT, O_WRONLY};
 
 fn rss_bytes() -> u64 {
     let s = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    let pages: u64 = s.split_whitespace().nth(1).and_then(|x| x.parse().ok()).unwrap_or(0);
+    let pages: u64 = s
+        .split_whitespace()
+        .nth(1)
+        .and_then(|x| x.parse().ok())
+        .unwrap_or(0);
     pages * 4096
 }
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let files: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(1_000_000);
-    let lookups: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(10_000_000);
+    let files: usize = args
+        .get(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1_000_000);
+    let lookups: usize = args
+        .get(2)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10_000_000);
 
     let vfs = Vfs::new();
     let t = vfs.root_task();
@@ -22,7 +32,9 @@ fn main() {
     for d in 0..files.div_ceil(per_dir) {
         t.mkdir(&format!("/d{d}"), 0o755).unwrap();
         for f in 0..per_dir.min(files - d * per_dir) {
-            let fd = t.open(&format!("/d{d}/file{f:06}"), O_CREAT | O_WRONLY, 0o644).unwrap();
+            let fd = t
+                .open(&format!("/d{d}/file{f:06}"), O_CREAT | O_WRONLY, 0o644)
+                .unwrap();
             t.close(fd).unwrap();
         }
     }
@@ -38,8 +50,13 @@ fn main() {
     drop(t);
     drop(vfs);
 
-    let mut cfg = VfsConfig::default();
-    cfg.memfs = MemFsOptions { authoritative: false, ..Default::default() };
+    let mut cfg = VfsConfig {
+        memfs: MemFsOptions {
+            authoritative: false,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
     cfg.dcache.max_entries = 100_000;
     let vfs = Vfs::with_config(cfg);
     let t = vfs.root_task();

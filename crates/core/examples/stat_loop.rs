@@ -12,7 +12,9 @@ fn main() {
         t.mkdir(&p, 0o755).unwrap();
     }
     p.push_str("/file");
-    let fd = t.open(&p, scalevfs::O_CREAT | scalevfs::O_WRONLY, 0o644).unwrap();
+    let fd = t
+        .open(&p, scalevfs::O_CREAT | scalevfs::O_WRONLY, 0o644)
+        .unwrap();
     t.close(fd).unwrap();
     for _ in 0..iters {
         std::hint::black_box(t.stat(&p).unwrap());

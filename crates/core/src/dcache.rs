@@ -46,8 +46,8 @@ use std::sync::{Arc, RwLock};
 use crossbeam_epoch::{self as epoch, Guard};
 use crossbeam_utils::CachePadded;
 use scalevfs_sync::lockstat::{self, Stat};
-use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use scalevfs_sync::{LockRef, LockRefVariant, SeqCount, SpinLock};
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use crate::inode::Inode;
 use crate::vfs::Super;
@@ -210,8 +210,12 @@ const _: () = {
     assert!(core::mem::offset_of!(Dentry, cold) % 64 == 0);
     assert!(core::mem::offset_of!(Cold, lockref_sep) == 0);
     assert!(core::mem::offset_of!(Hot, lockref_packed) < 128);
-    assert!(core::mem::offset_of!(Hot, lockref_packed) / 64 == core::mem::offset_of!(Hot, name) / 64 + 1
-        || core::mem::offset_of!(Hot, lockref_packed) / 64 == core::mem::offset_of!(Hot, name) / 64);
+    assert!(
+        core::mem::offset_of!(Hot, lockref_packed) / 64
+            == core::mem::offset_of!(Hot, name) / 64 + 1
+            || core::mem::offset_of!(Hot, lockref_packed) / 64
+                == core::mem::offset_of!(Hot, name) / 64
+    );
     assert!(core::mem::size_of::<LockRef>() == 8);
     assert!(core::mem::size_of::<Dentry>() <= 192);
 };
@@ -349,7 +353,9 @@ impl Dentry {
     fn store_name(&self, q: &QName<'_>, guard: Option<&Guard>) {
         // Relaxed stores: ordered before publication by the Release of the
         // chain insertion or the d_seq write_end.
-        self.hot.name_len.store(q.bytes.len() as u32, Ordering::Relaxed);
+        self.hot
+            .name_len
+            .store(q.bytes.len() as u32, Ordering::Relaxed);
         for (w, v) in self.hot.name.iter().zip(q.words) {
             w.store(v, Ordering::Relaxed);
         }
@@ -437,7 +443,9 @@ impl DentryRef {
     /// # Safety
     /// The caller owns one unit of `d`'s count.
     pub(crate) unsafe fn from_counted(d: *const Dentry) -> DentryRef {
-        DentryRef { ptr: ptr::NonNull::new(d as *mut Dentry).expect("non-null dentry") }
+        DentryRef {
+            ptr: ptr::NonNull::new(d as *mut Dentry).expect("non-null dentry"),
+        }
     }
     /// Take a counted reference on a dentry found under a guard; fails if it
     /// is dead (being freed).
@@ -620,7 +628,11 @@ impl Dcache {
     #[inline]
     pub fn qname<'a>(&self, parent: *const Dentry, name: &'a [u8]) -> QName<'a> {
         let (hash, words) = hash_name(self.seed, parent as usize, name);
-        QName { bytes: name, hash, words }
+        QName {
+            bytes: name,
+            hash,
+            words,
+        }
     }
 
     #[inline]
@@ -680,7 +692,11 @@ impl Dcache {
                 name: Default::default(),
                 lockref_packed: LockRef::new(1),
             },
-            cold: Cold { lockref_sep: LockRef::new(1), sb, children: RwLock::new(BTreeMap::new()) },
+            cold: Cold {
+                lockref_sep: LockRef::new(1),
+                sb,
+                children: RwLock::new(BTreeMap::new()),
+            },
         });
         if let Some(q) = name {
             d.store_name(q, None);
@@ -700,8 +716,18 @@ impl Dcache {
 
     /// A dentry for an unnamed inode (O_TMPFILE) under `parent`, never
     /// hashed: it dies with its last reference.
-    pub(crate) fn alloc_unhashed(&self, parent: &DentryRef, q: &QName<'_>, inode: Arc<Inode>) -> DentryRef {
-        let d = self.alloc(parent.cold.sb.clone(), parent.as_ptr(), Some(q), Some(inode));
+    pub(crate) fn alloc_unhashed(
+        &self,
+        parent: &DentryRef,
+        q: &QName<'_>,
+        inode: Arc<Inode>,
+    ) -> DentryRef {
+        let d = self.alloc(
+            parent.cold.sb.clone(),
+            parent.as_ptr(),
+            Some(q),
+            Some(inode),
+        );
         // SAFETY: alloc returned it with count 1, owned by us.
         unsafe { DentryRef::from_counted(d) }
     }
@@ -746,7 +772,11 @@ impl Dcache {
 
     #[cold]
     fn lookup_perdir<'g>(&self, parent: &'g Dentry, q: &QName<'_>) -> RcuLookup<'g> {
-        let map = parent.cold.children.read().unwrap_or_else(|e| e.into_inner());
+        let map = parent
+            .cold
+            .children
+            .read()
+            .unwrap_or_else(|e| e.into_inner());
         lockstat::inc(Stat::SharedWrite);
         match map.get(q.bytes) {
             // SAFETY: entries are removed from the map before the dentry is
@@ -761,9 +791,15 @@ impl Dcache {
     pub(crate) fn lookup_ref(&self, parent: &Dentry, q: &QName<'_>) -> Option<DentryRef> {
         let _guard = epoch::pin();
         if self.config.index == DcacheIndex::PerDir {
-            let map = parent.cold.children.read().unwrap_or_else(|e| e.into_inner());
+            let map = parent
+                .cold
+                .children
+                .read()
+                .unwrap_or_else(|e| e.into_inner());
             // SAFETY: as in lookup_perdir; we also hold the map lock.
-            return map.get(q.bytes).and_then(|p| DentryRef::try_get(unsafe { &*p.0 }));
+            return map
+                .get(q.bytes)
+                .and_then(|p| DentryRef::try_get(unsafe { &*p.0 }));
         }
         let b = self.bucket(q.hash);
         let _l = b.lock.lock();
@@ -845,7 +881,13 @@ impl Dcache {
         parent: &'a Dentry,
     ) -> Option<std::sync::RwLockWriteGuard<'a, BTreeMap<Box<[u8]>, DPtr>>> {
         if self.config.index == DcacheIndex::PerDir {
-            Some(parent.cold.children.write().unwrap_or_else(|e| e.into_inner()))
+            Some(
+                parent
+                    .cold
+                    .children
+                    .write()
+                    .unwrap_or_else(|e| e.into_inner()),
+            )
         } else {
             None
         }
@@ -869,18 +911,14 @@ impl Dcache {
         d.hot.next.store(head, Ordering::Relaxed);
         d.set_flag(D_HASHED);
         // Release: publish d's initialised contents to lock-free readers.
-        b.head.store(d as *const Dentry as *mut Dentry, Ordering::Release);
+        b.head
+            .store(d as *const Dentry as *mut Dentry, Ordering::Release);
     }
 
     /// Remove `d` from bucket `b`'s chain (and the parent's map). Bucket lock
     /// (and map lock) held. `d`'s own `next` is left intact so readers that
     /// stand on it can continue down the chain.
-    fn unhash_locked(
-        &self,
-        b: &Bucket,
-        d: &Dentry,
-        map: Option<&BTreeMap<Box<[u8]>, DPtr>>,
-    ) {
+    fn unhash_locked(&self, b: &Bucket, d: &Dentry, map: Option<&BTreeMap<Box<[u8]>, DPtr>>) {
         let _ = map;
         let target = d as *const Dentry as *mut Dentry;
         let mut link = &b.head;
@@ -963,7 +1001,9 @@ impl Dcache {
                 self.unhash_locked(&self.buckets[old_b], d, None);
             }
             // Release: the new parent's contents are visible to readers of the pointer.
-            d.hot.parent.store(new_parent.as_ptr() as *mut Dentry, Ordering::Release);
+            d.hot
+                .parent
+                .store(new_parent.as_ptr() as *mut Dentry, Ordering::Release);
             // Relaxed: under d_seq write; published by its write_end.
             d.hot.hash.store(new_q.hash, Ordering::Relaxed);
             d.store_name(&new_q, Some(&guard));
@@ -1099,7 +1139,9 @@ impl Dcache {
             }
             return;
         };
-        let want = total.saturating_sub(self.config.max_entries).max(neg.saturating_sub(neg_cap));
+        let want = total
+            .saturating_sub(self.config.max_entries)
+            .max(neg.saturating_sub(neg_cap));
         self.shrink(want.max(64), neg > neg_cap);
     }
 

@@ -139,7 +139,13 @@ mod tests {
 
     #[test]
     fn display_matches_libc_strerror() {
-        for e in [Errno::ENOENT, Errno::EACCES, Errno::ENOTEMPTY, Errno::ELOOP, Errno::EXDEV] {
+        for e in [
+            Errno::ENOENT,
+            Errno::EACCES,
+            Errno::ENOTEMPTY,
+            Errno::ELOOP,
+            Errno::EXDEV,
+        ] {
             // SAFETY: strerror returns a pointer to a NUL-terminated static or
             // thread-local buffer that stays valid until the next call on this thread.
             let c = unsafe { std::ffi::CStr::from_ptr(libc::strerror(e.raw())) };

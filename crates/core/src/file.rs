@@ -70,10 +70,17 @@ impl File {
         let flags = if flags & O_PATH != 0 {
             flags & (O_PATH | O_DIRECTORY | O_NOFOLLOW)
         } else {
-            (flags & !(O_CLOEXEC | O_CREAT | O_EXCL | O_NOCTTY | O_TRUNC | O_LARGEFILE)) | O_LARGEFILE_KERNEL
+            (flags & !(O_CLOEXEC | O_CREAT | O_EXCL | O_NOCTTY | O_TRUNC | O_LARGEFILE))
+                | O_LARGEFILE_KERNEL
         };
         crate::orphan::file_opened(&path.mnt.sb.orphans, &inode);
-        File { path, inode, flags: AtomicU32::new(flags), pos: AtomicU64::new(0), pos_lock: Mutex::new(()) }
+        File {
+            path,
+            inode,
+            flags: AtomicU32::new(flags),
+            pos: AtomicU64::new(0),
+            pos_lock: Mutex::new(()),
+        }
     }
     pub fn inode(&self) -> &Arc<Inode> {
         &self.inode
@@ -88,9 +95,11 @@ impl File {
     /// `fcntl(F_SETFL)`: replace the changeable status flags.
     pub(crate) fn set_status_flags(&self, f: u32) {
         // Relaxed: as `flags`; concurrent F_SETFLs each apply atomically.
-        let _ = self.flags.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
-            Some((old & !SETFL_MASK) | (f & SETFL_MASK))
-        });
+        let _ = self
+            .flags
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
+                Some((old & !SETFL_MASK) | (f & SETFL_MASK))
+            });
     }
     pub fn is_path_only(&self) -> bool {
         self.flags() & O_PATH != 0
@@ -148,7 +157,10 @@ impl std::fmt::Debug for FdTable {
 fn new_array(n: usize) -> FdArray {
     FdArray {
         slots: (0..n)
-            .map(|_| Slot { file: Atomic::null(), cloexec: Default::default() })
+            .map(|_| Slot {
+                file: Atomic::null(),
+                cloexec: Default::default(),
+            })
             .collect(),
     }
 }
@@ -165,7 +177,8 @@ impl FdTable {
 
     /// Set the limit on open fds (RLIMIT_NOFILE).
     pub fn set_max(&self, n: usize) {
-        self.max.store(n.max(1), std::sync::atomic::Ordering::Relaxed);
+        self.max
+            .store(n.max(1), std::sync::atomic::Ordering::Relaxed);
     }
     pub fn max(&self) -> usize {
         self.max.load(std::sync::atomic::Ordering::Relaxed)
@@ -183,7 +196,10 @@ impl FdTable {
     #[inline]
     pub fn get<'g>(&self, fd: i32, g: &'g Guard) -> VfsResult<&'g Arc<File>> {
         let arr = self.array(g);
-        let slot = usize::try_from(fd).ok().and_then(|i| arr.slots.get(i)).ok_or(Errno::EBADF)?;
+        let slot = usize::try_from(fd)
+            .ok()
+            .and_then(|i| arr.slots.get(i))
+            .ok_or(Errno::EBADF)?;
         // Acquire: the File's contents were published before its pointer.
         let p = slot.file.load(Ordering::Acquire, g);
         // SAFETY: a non-null slot pointer is a live Arc<File> box, freed only
@@ -228,7 +244,8 @@ impl FdTable {
 
     fn store_locked(&self, arr: &FdArray, fd: usize, file: Arc<File>, cloexec: bool, g: &Guard) {
         let slot = &arr.slots[fd];
-        slot.cloexec.store(cloexec, std::sync::atomic::Ordering::Relaxed);
+        slot.cloexec
+            .store(cloexec, std::sync::atomic::Ordering::Relaxed);
         // Release: publish the File to lock-free readers.
         let old = slot.file.swap(Owned::new(file), Ordering::Release, g);
         if !old.is_null() {
@@ -259,8 +276,12 @@ impl FdTable {
         let new = new_array(n);
         for (o, s) in old.slots.iter().zip(new.slots.iter()) {
             // Relaxed: under the table lock; published by the Release below.
-            s.file.store(o.file.load(Ordering::Relaxed, g), Ordering::Relaxed);
-            s.cloexec.store(o.cloexec.load(std::sync::atomic::Ordering::Relaxed), std::sync::atomic::Ordering::Relaxed);
+            s.file
+                .store(o.file.load(Ordering::Relaxed, g), Ordering::Relaxed);
+            s.cloexec.store(
+                o.cloexec.load(std::sync::atomic::Ordering::Relaxed),
+                std::sync::atomic::Ordering::Relaxed,
+            );
         }
         // Release: publish the copied slots.
         let prev = self.arr.swap(Owned::new(new), Ordering::Release, g);
@@ -333,7 +354,13 @@ impl FdTable {
                 let p = s.file.load(Ordering::Acquire, g2);
                 // SAFETY: live while in the slot; we hold the table lock.
                 if let Some(f) = unsafe { p.as_ref() } {
-                    t.store_locked(dst, i, f.clone(), s.cloexec.load(std::sync::atomic::Ordering::Relaxed), g2);
+                    t.store_locked(
+                        dst,
+                        i,
+                        f.clone(),
+                        s.cloexec.load(std::sync::atomic::Ordering::Relaxed),
+                        g2,
+                    );
                 }
             }
         }
@@ -355,7 +382,11 @@ impl FdTable {
     /// Number of open fds.
     pub fn count(&self) -> usize {
         let g = epoch::pin();
-        self.array(&g).slots.iter().filter(|s| !s.file.load(Ordering::Acquire, &g).is_null()).count()
+        self.array(&g)
+            .slots
+            .iter()
+            .filter(|s| !s.file.load(Ordering::Acquire, &g).is_null())
+            .count()
     }
 }
 

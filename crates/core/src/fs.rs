@@ -27,9 +27,16 @@ use crate::types::{Cred, DirEntry, SetAttr, StatFs};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum NewNode<'a> {
     /// A regular file, FIFO, socket or device: full mode (type bits included) and rdev.
-    Node { mode: u32, rdev: u64 },
-    Dir { mode: u32 },
-    Symlink { target: &'a [u8] },
+    Node {
+        mode: u32,
+        rdev: u64,
+    },
+    Dir {
+        mode: u32,
+    },
+    Symlink {
+        target: &'a [u8],
+    },
 }
 
 /// A filesystem type's operations.
@@ -60,7 +67,12 @@ pub trait Filesystem: Send + Sync + 'static {
     ) -> VfsResult<Arc<Inode>>;
 
     /// Make an unnamed regular file (O_TMPFILE) in the filesystem of `dir`.
-    fn create_tmpfile(&self, dir: &Arc<Inode>, mode: u32, owner: (u32, u32)) -> VfsResult<Arc<Inode>> {
+    fn create_tmpfile(
+        &self,
+        dir: &Arc<Inode>,
+        mode: u32,
+        owner: (u32, u32),
+    ) -> VfsResult<Arc<Inode>> {
         let _ = (dir, mode, owner);
         Err(Errno::EOPNOTSUPP)
     }

@@ -20,8 +20,8 @@
 use std::any::Any;
 use std::sync::RwLock;
 
-use std::sync::atomic::{AtomicU32, Ordering};
 use scalevfs_sync::SeqLock;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::types::{Attr, Cred, FileType, Stat, S_IFMT};
 
@@ -47,7 +47,10 @@ pub struct Inode {
 
 impl std::fmt::Debug for Inode {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Inode").field("ino", &self.ino).field("type", &self.ftype).finish()
+        f.debug_struct("Inode")
+            .field("ino", &self.ino)
+            .field("type", &self.ftype)
+            .finish()
     }
 }
 

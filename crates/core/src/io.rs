@@ -85,7 +85,11 @@ pub(crate) fn truncate_inode(p: &PathRef, size: u64) -> VfsResult<()> {
     }
     let _pin = epoch::pin();
     let _w = i.data_lock.write().unwrap_or_else(|e| e.into_inner());
-    let _orphan = if size < i.attr().size { TruncateGuard::new(&p.mnt.sb.orphans, i) } else { None };
+    let _orphan = if size < i.attr().size {
+        TruncateGuard::new(&p.mnt.sb.orphans, i)
+    } else {
+        None
+    };
     fs.truncate(i, size)
 }
 
@@ -170,7 +174,10 @@ impl Task {
                 return Ok(0);
             }
             // Relaxed: the position is a value; the CAS only detects a move.
-            if f.pos.compare_exchange(pos, pos + n as u64, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
+            if f.pos
+                .compare_exchange(pos, pos + n as u64, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+            {
                 return Ok(n);
             }
         }
@@ -216,7 +223,9 @@ impl Task {
         let (n, end) = file_write(f, Some(pos), buf)?;
         // Relaxed: a value. If an lseek moved the position meanwhile, it
         // wins (it linearises after this write).
-        let _ = f.pos.compare_exchange(pos, end, Ordering::Relaxed, Ordering::Relaxed);
+        let _ = f
+            .pos
+            .compare_exchange(pos, end, Ordering::Relaxed, Ordering::Relaxed);
         Ok(n)
     }
 
@@ -234,7 +243,11 @@ impl Task {
             return Err(Errno::EBADF);
         }
         verify_area(off as u64, buf.len().min(MAX_RW_COUNT))?;
-        let at = if f.is_append() { None } else { Some(off as u64) };
+        let at = if f.is_append() {
+            None
+        } else {
+            Some(off as u64)
+        };
         Ok(file_write(f, at, buf)?.0)
     }
 
@@ -243,7 +256,10 @@ impl Task {
         if bufs.len() > 1024 {
             return Err(Errno::EINVAL);
         }
-        let total = bufs.iter().try_fold(0usize, |a, b| a.checked_add(b.len())).ok_or(Errno::EINVAL)?;
+        let total = bufs
+            .iter()
+            .try_fold(0usize, |a, b| a.checked_add(b.len()))
+            .ok_or(Errno::EINVAL)?;
         if total > isize::MAX as usize {
             return Err(Errno::EINVAL);
         }
@@ -266,7 +282,10 @@ impl Task {
         if bufs.len() > 1024 {
             return Err(Errno::EINVAL);
         }
-        let total = bufs.iter().try_fold(0usize, |a, b| a.checked_add(b.len())).ok_or(Errno::EINVAL)?;
+        let total = bufs
+            .iter()
+            .try_fold(0usize, |a, b| a.checked_add(b.len()))
+            .ok_or(Errno::EINVAL)?;
         if total > isize::MAX as usize {
             return Err(Errno::EINVAL);
         }
@@ -304,16 +323,24 @@ impl Task {
             LlseekVariant::Locked => Some(i.data_lock.write().unwrap_or_else(|e| e.into_inner())),
         };
         let max = f.path().mnt.sb.fs.max_file_size().min(i64::MAX as u64) as i64;
-        let check = |new: i64| if new < 0 || new > max { Err(Errno::EINVAL) } else { Ok(new as u64) };
+        let check = |new: i64| {
+            if new < 0 || new > max {
+                Err(Errno::EINVAL)
+            } else {
+                Ok(new as u64)
+            }
+        };
         let new = match whence {
             SEEK_SET => check(off)?,
             SEEK_CUR if off == 0 => return Ok(f.position()),
             SEEK_CUR => {
                 // Relaxed: the position is a value; the RMW makes concurrent
                 // SEEK_CURs add up.
-                let r = f.pos.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |p| {
-                    check((p as i64).wrapping_add(off)).ok()
-                });
+                let r = f
+                    .pos
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |p| {
+                        check((p as i64).wrapping_add(off)).ok()
+                    });
                 return match r {
                     Ok(p) => Ok((p as i64).wrapping_add(off) as u64),
                     Err(_) => Err(Errno::EINVAL),
@@ -324,7 +351,12 @@ impl Task {
                 if off < 0 {
                     return Err(Errno::ENXIO);
                 }
-                let n = f.path().mnt.sb.fs.seek_data_hole(i, off as u64, whence == SEEK_DATA)?;
+                let n = f
+                    .path()
+                    .mnt
+                    .sb
+                    .fs
+                    .seek_data_hole(i, off as u64, whence == SEEK_DATA)?;
                 check(n as i64)?
             }
         };
@@ -435,9 +467,14 @@ impl Task {
         match cmd {
             F_DUPFD | F_DUPFD_CLOEXEC => {
                 let min = i32::try_from(arg).map_err(|_| Errno::EINVAL)?;
-                self.dupfd(fd, min, cmd == F_DUPFD_CLOEXEC).map(|n| n as u32)
+                self.dupfd(fd, min, cmd == F_DUPFD_CLOEXEC)
+                    .map(|n| n as u32)
             }
-            F_GETFD => Ok(if self.files().is_cloexec(fd)? { FD_CLOEXEC } else { 0 }),
+            F_GETFD => Ok(if self.files().is_cloexec(fd)? {
+                FD_CLOEXEC
+            } else {
+                0
+            }),
             F_SETFD => {
                 self.files().set_cloexec(fd, arg as u32 & FD_CLOEXEC != 0)?;
                 Ok(0)

@@ -20,12 +20,12 @@ pub mod types;
 pub mod vfs;
 pub(crate) mod walk;
 
+pub use dcache::{DcacheConfig, DcacheIndex, DentryLayout};
 pub use errno::{Errno, VfsResult};
 pub use fs::Filesystem;
 pub use memfs::{MemFs, MemFsOptions};
+pub use scalevfs_orphan::OrphanVariant;
+pub use scalevfs_sync::LockRefVariant;
 pub use task::Task;
 pub use types::*;
 pub use vfs::{LlseekVariant, Vfs, VfsConfig, WalkMode};
-pub use scalevfs_orphan::OrphanVariant;
-pub use dcache::{DcacheConfig, DcacheIndex, DentryLayout};
-pub use scalevfs_sync::LockRefVariant;

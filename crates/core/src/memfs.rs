@@ -84,7 +84,9 @@ impl Drop for MemNode {
         // Relaxed: statistics.
         self.stats.live_inodes.fetch_sub(1, Ordering::Relaxed);
         if let MemKind::File(f) = &self.kind {
-            self.stats.used_pages.fetch_sub(f.npages() as i64, Ordering::Relaxed);
+            self.stats
+                .used_pages
+                .fetch_sub(f.npages() as i64, Ordering::Relaxed);
         }
     }
 }
@@ -143,7 +145,12 @@ impl MemFs {
     pub fn new(dev: u64, opts: MemFsOptions) -> MemFs {
         let stats = Arc::new(MemStats::default());
         let now = Timespec::now();
-        let mut a = Attr { mode: S_IFDIR | 0o1777, nlink: 2, size: 2 * BOGO_DIRENT_SIZE, ..Attr::default() };
+        let mut a = Attr {
+            mode: S_IFDIR | 0o1777,
+            nlink: 2,
+            size: 2 * BOGO_DIRENT_SIZE,
+            ..Attr::default()
+        };
         a.set_atime(now);
         a.touch_mc(now);
         // Relaxed: statistics.
@@ -152,9 +159,18 @@ impl MemFs {
             1,
             dev,
             a,
-            Box::new(MemNode { kind: MemKind::Dir(Box::default()), stats: stats.clone() }),
+            Box::new(MemNode {
+                kind: MemKind::Dir(Box::default()),
+                stats: stats.clone(),
+            }),
         ));
-        MemFs { dev, opts, root, next_ino: AtomicU64::new(2), stats }
+        MemFs {
+            dev,
+            opts,
+            root,
+            next_ino: AtomicU64::new(2),
+            stats,
+        }
     }
 
     /// Inodes alive (named or open), the root included.
@@ -164,7 +180,10 @@ impl MemFs {
     }
 
     fn quota(&self) -> crate::pages::Quota<'_> {
-        crate::pages::Quota { used: &self.stats.used_pages, max_pages: self.opts.max_bytes / PAGE as u64 }
+        crate::pages::Quota {
+            used: &self.stats.used_pages,
+            max_pages: self.opts.max_bytes / PAGE as u64,
+        }
     }
 
     fn new_inode(&self, attr: Attr, kind: MemKind) -> VfsResult<Arc<Inode>> {
@@ -179,7 +198,10 @@ impl MemFs {
             ino,
             self.dev,
             attr,
-            Box::new(MemNode { kind, stats: self.stats.clone() }),
+            Box::new(MemNode {
+                kind,
+                stats: self.stats.clone(),
+            }),
         )))
     }
 
@@ -188,7 +210,8 @@ impl MemFs {
         // the skip lists order their own publication.
         let cookie = FIRST_COOKIE + d.next_cookie.fetch_add(1, Ordering::Relaxed);
         d.by_cookie.insert(cookie, name.to_vec().into_boxed_slice());
-        d.by_name.insert(name.to_vec().into_boxed_slice(), DirSlot { cookie, inode });
+        d.by_name
+            .insert(name.to_vec().into_boxed_slice(), DirSlot { cookie, inode });
         dir_inode.update_attr(|a| a.size += BOGO_DIRENT_SIZE);
     }
 
@@ -203,7 +226,14 @@ impl MemFs {
 
 fn new_attr(mode: u32, owner: (u32, u32), nlink: u32, rdev: u64) -> Attr {
     let now = Timespec::now();
-    let mut a = Attr { mode, uid: owner.0, gid: owner.1, nlink, rdev, ..Attr::default() };
+    let mut a = Attr {
+        mode,
+        uid: owner.0,
+        gid: owner.1,
+        nlink,
+        rdev,
+        ..Attr::default()
+    };
     a.set_atime(now);
     a.touch_mc(now);
     a
@@ -265,7 +295,12 @@ impl Filesystem for MemFs {
         Ok(inode)
     }
 
-    fn create_tmpfile(&self, _d: &Arc<Inode>, mode: u32, owner: (u32, u32)) -> VfsResult<Arc<Inode>> {
+    fn create_tmpfile(
+        &self,
+        _d: &Arc<Inode>,
+        mode: u32,
+        owner: (u32, u32),
+    ) -> VfsResult<Arc<Inode>> {
         let a = new_attr(crate::types::S_IFREG | (mode & 0o7777), owner, 0, 0);
         self.new_inode(a, MemKind::File(MemFile::default()))
     }
@@ -333,7 +368,11 @@ impl Filesystem for MemFs {
             self.insert(nd, new_dir, new_name, moved.clone());
             self.insert(od, old_dir, old_name, other.clone());
             if cross && moved.is_dir() != other.is_dir() {
-                let (gain, lose) = if moved.is_dir() { (new_dir, old_dir) } else { (old_dir, new_dir) };
+                let (gain, lose) = if moved.is_dir() {
+                    (new_dir, old_dir)
+                } else {
+                    (old_dir, new_dir)
+                };
                 gain.update_attr(|a| a.nlink += 1);
                 lose.update_attr(|a| a.nlink = a.nlink.saturating_sub(1));
             }
@@ -345,7 +384,11 @@ impl Filesystem for MemFs {
                 }
                 self.remove(nd, new_dir, new_name);
                 r.update_attr(|a| {
-                    a.nlink = if r.is_dir() { 0 } else { a.nlink.saturating_sub(1) };
+                    a.nlink = if r.is_dir() {
+                        0
+                    } else {
+                        a.nlink.saturating_sub(1)
+                    };
                     a.set_ctime(now);
                 });
                 if r.is_dir() {
@@ -392,7 +435,9 @@ impl Filesystem for MemFs {
         let md = dir(d)?;
         for e in md.by_cookie.range(cookie.max(FIRST_COOKIE)..) {
             let c = *e.key();
-            let Some(slot) = md.by_name.get(&e.value()[..]) else { continue };
+            let Some(slot) = md.by_name.get(&e.value()[..]) else {
+                continue;
+            };
             // The name may have been removed and re-created with a new cookie
             // since: report it under its current cookie only.
             if slot.value().cookie != c {

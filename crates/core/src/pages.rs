@@ -66,7 +66,10 @@ unsafe impl Sync for Page {}
 
 impl Page {
     fn new(written: bool) -> Owned<Page> {
-        Owned::new(Page { data: UnsafeCell::new([0; PAGE]), written: AtomicBool::new(written) })
+        Owned::new(Page {
+            data: UnsafeCell::new([0; PAGE]),
+            written: AtomicBool::new(written),
+        })
     }
 
     /// A written copy of `self` (the caller is the only writer).
@@ -74,7 +77,13 @@ impl Page {
         let mut p = Page::new(true);
         // SAFETY: we hold the data lock, so no one writes `self` meanwhile;
         // the destination is ours alone.
-        unsafe { std::ptr::copy_nonoverlapping(self.data.get().cast::<u8>(), p.data.get_mut().as_mut_ptr(), PAGE) };
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.data.get().cast::<u8>(),
+                p.data.get_mut().as_mut_ptr(),
+                PAGE,
+            )
+        };
         p
     }
 
@@ -93,7 +102,13 @@ impl Page {
         debug_assert!(at + out.len() <= PAGE);
         // SAFETY: in bounds (callers clamp to the page); no concurrent writer
         // by this function's contract.
-        unsafe { std::ptr::copy_nonoverlapping(self.data.get().cast::<u8>().add(at), out.as_mut_ptr(), out.len()) };
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.data.get().cast::<u8>().add(at),
+                out.as_mut_ptr(),
+                out.len(),
+            )
+        };
     }
 
     /// Write bytes in place into a published page.
@@ -104,7 +119,13 @@ impl Page {
     unsafe fn write_at(&self, at: usize, src: &[u8]) {
         debug_assert!(at + src.len() <= PAGE);
         // SAFETY: in bounds; exclusive by this function's contract.
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.data.get().cast::<u8>().add(at), src.len()) };
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                src.as_ptr(),
+                self.data.get().cast::<u8>().add(at),
+                src.len(),
+            )
+        };
     }
 }
 
@@ -159,7 +180,10 @@ impl Node {
         let g = unsafe { epoch::unprotected() };
         match &self.slots {
             // Relaxed: writer-side walk, serialised by the data lock.
-            Slots::Leaf(p) => p.iter().filter(|s| !s.load(Ordering::Relaxed, g).is_null()).count() as u64,
+            Slots::Leaf(p) => p
+                .iter()
+                .filter(|s| !s.load(Ordering::Relaxed, g).is_null())
+                .count() as u64,
             Slots::Inner(k) => k
                 .iter()
                 // SAFETY: as above.
@@ -278,7 +302,11 @@ impl FileData {
     fn next_present<'g>(&self, from: u64, g: &'g Guard) -> Option<(u64, &'g Page)> {
         fn rec<'g>(n: &'g Node, base: u128, from: u128, g: &'g Guard) -> Option<(u64, &'g Page)> {
             let span = n.span();
-            let first = if from > base { ((from - base) / span) as usize } else { 0 };
+            let first = if from > base {
+                ((from - base) / span) as usize
+            } else {
+                0
+            };
             for i in first..FAN {
                 let lo = base + i as u128 * span;
                 match &n.slots {
@@ -382,7 +410,9 @@ impl FileData {
                         // Relaxed: writer-side read (data lock held).
                         let c = k[i].load(Ordering::Relaxed, g);
                         // SAFETY: alive, we are the only writer.
-                        let Some(cn) = (unsafe { c.as_ref() }) else { continue };
+                        let Some(cn) = (unsafe { c.as_ref() }) else {
+                            continue;
+                        };
                         if lo <= a && b <= hi {
                             removed += cn.count_pages();
                             // Release: as for pages.
@@ -401,7 +431,9 @@ impl FileData {
         // Relaxed: writer-side read (data lock held).
         let r = self.root.load(Ordering::Relaxed, g);
         // SAFETY: alive, we are the only writer.
-        let Some(rn) = (unsafe { r.as_ref() }) else { return 0 };
+        let Some(rn) = (unsafe { r.as_ref() }) else {
+            return 0;
+        };
         if lo == 0 && (!rn.covers(hi.saturating_sub(1)) || hi == u64::MAX) {
             let n = rn.count_pages();
             // Release: readers that load null see the size stored before.
@@ -437,7 +469,9 @@ impl FileData {
         let n = if delta >= 0 {
             self.npages.fetch_add(delta as u64, Ordering::Relaxed) + delta as u64
         } else {
-            self.npages.fetch_sub(delta.unsigned_abs(), Ordering::Relaxed) - delta.unsigned_abs()
+            self.npages
+                .fetch_sub(delta.unsigned_abs(), Ordering::Relaxed)
+                - delta.unsigned_abs()
         };
         inode.update_attr(|a| {
             a.blocks = n * (PAGE as u64 / 512);
@@ -470,7 +504,9 @@ impl FileData {
             if pos >= size {
                 break;
             }
-            let chunk = (PAGE - in_page).min(want - done).min((size - pos).min(PAGE as u64) as usize);
+            let chunk = (PAGE - in_page)
+                .min(want - done)
+                .min((size - pos).min(PAGE as u64) as usize);
             let out = &mut buf[done..done + chunk];
             match page {
                 // SAFETY: the bytes are below a size read after loading the
@@ -484,7 +520,13 @@ impl FileData {
     }
 
     /// Write at `off` (data lock held; limits checked by the VFS).
-    pub(crate) fn write(&self, inode: &Inode, q: &Quota<'_>, off: u64, buf: &[u8]) -> VfsResult<usize> {
+    pub(crate) fn write(
+        &self,
+        inode: &Inode,
+        q: &Quota<'_>,
+        off: u64,
+        buf: &[u8],
+    ) -> VfsResult<usize> {
         if buf.is_empty() {
             return Ok(0);
         }
@@ -524,7 +566,11 @@ impl FileData {
                     p.written.store(true, Ordering::Release);
                 }
                 Some(p) => {
-                    let mut np = if chunk == PAGE { Page::new(true) } else { p.copy() };
+                    let mut np = if chunk == PAGE {
+                        Page::new(true)
+                    } else {
+                        p.copy()
+                    };
                     np.data.get_mut()[in_page..in_page + chunk].copy_from_slice(src);
                     // Release: publish the initialised copy.
                     let old = slot.swap(np, Ordering::Release, &g);
@@ -565,7 +611,14 @@ impl FileData {
 
     /// Allocate pages over `[off, off + len)` without changing the size
     /// (the VFS grows the size for mode 0 without KEEP_SIZE), or punch a hole.
-    pub(crate) fn fallocate(&self, inode: &Inode, q: &Quota<'_>, punch: bool, off: u64, len: u64) -> VfsResult<()> {
+    pub(crate) fn fallocate(
+        &self,
+        inode: &Inode,
+        q: &Quota<'_>,
+        punch: bool,
+        off: u64,
+        len: u64,
+    ) -> VfsResult<()> {
         let g = epoch::pin();
         let end = off.checked_add(len).ok_or(Errno::EFBIG)?;
         let (first, last) = (off / PAGE as u64, end.div_ceil(PAGE as u64));
@@ -573,7 +626,11 @@ impl FileData {
             // Whole pages go; partial pages at the ends are zeroed (copies).
             let full_lo = off.div_ceil(PAGE as u64);
             let full_hi = end / PAGE as u64;
-            let removed = if full_lo < full_hi { self.remove_range(full_lo, full_hi, &g) } else { 0 };
+            let removed = if full_lo < full_hi {
+                self.remove_range(full_lo, full_hi, &g)
+            } else {
+                0
+            };
             let a = (off % PAGE as u64) as usize;
             if first == end.saturating_sub(1) / PAGE as u64 {
                 let b = end - first * PAGE as u64;

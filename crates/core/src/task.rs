@@ -40,7 +40,10 @@ impl std::fmt::Debug for FsContext {
 
 impl FsContext {
     fn new(root: PathRef, cwd: PathRef) -> FsContext {
-        FsContext { snap: Atomic::new(FsSnap { root, cwd }), lock: Mutex::new(()) }
+        FsContext {
+            snap: Atomic::new(FsSnap { root, cwd }),
+            lock: Mutex::new(()),
+        }
     }
     pub(crate) fn load<'g>(&self, g: &'g Guard) -> &'g FsSnap {
         // Acquire: pairs with the Release publication in `replace`.
@@ -86,7 +89,9 @@ pub struct Task {
 
 impl std::fmt::Debug for Task {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Task").field("cred", &self.cred).finish_non_exhaustive()
+        f.debug_struct("Task")
+            .field("cred", &self.cred)
+            .finish_non_exhaustive()
     }
 }
 
@@ -160,7 +165,12 @@ impl Task {
 
     fn ctx<'g>(&'g self, g: &'g Guard) -> WalkCtx<'g> {
         let s = self.fs.load(g);
-        WalkCtx { vfs: &self.vfs, cred: &self.cred, root: &s.root, cwd: &s.cwd }
+        WalkCtx {
+            vfs: &self.vfs,
+            cred: &self.cred,
+            root: &s.root,
+            cwd: &s.cwd,
+        }
     }
 
     /// Resolve a dirfd into a walk start. A relative path needs a directory.
@@ -188,7 +198,12 @@ impl Task {
     // ---------------------------------------------------------------
 
     /// `fstatat(2)`. Flags: AT_SYMLINK_NOFOLLOW, AT_EMPTY_PATH.
-    pub fn fstatat<P: AsRef<[u8]> + ?Sized>(&self, dirfd: i32, path: &P, flags: u32) -> VfsResult<Stat> {
+    pub fn fstatat<P: AsRef<[u8]> + ?Sized>(
+        &self,
+        dirfd: i32,
+        path: &P,
+        flags: u32,
+    ) -> VfsResult<Stat> {
         let path = as_bytes(path);
         check_path(path)?;
         if flags & !(AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH | libc::AT_NO_AUTOMOUNT as u32) != 0 {
@@ -246,7 +261,10 @@ impl Task {
             let a = i.attr();
             if mode & W_OK != 0
                 && m.is_readonly()
-                && matches!(i.file_type(), FileType::Regular | FileType::Directory | FileType::Symlink)
+                && matches!(
+                    i.file_type(),
+                    FileType::Regular | FileType::Directory | FileType::Symlink
+                )
             {
                 return Err(Errno::EROFS);
             }
@@ -315,7 +333,8 @@ impl Task {
         if path.is_empty() {
             return Err(Errno::ENOENT);
         }
-        self.ctx(&g).with_leaf(&g, Start::Cwd, path, true, |m, _| Ok(m.sb.fs.statfs()))
+        self.ctx(&g)
+            .with_leaf(&g, Start::Cwd, path, true, |m, _| Ok(m.sb.fs.statfs()))
     }
 
     /// `fstatfs(2)`.
@@ -329,7 +348,13 @@ impl Task {
     // ---------------------------------------------------------------
 
     /// Resolve a path to a counted location.
-    pub(crate) fn resolve(&self, dirfd: i32, path: &[u8], follow: bool, empty_ok: bool) -> VfsResult<PathRef> {
+    pub(crate) fn resolve(
+        &self,
+        dirfd: i32,
+        path: &[u8],
+        follow: bool,
+        empty_ok: bool,
+    ) -> VfsResult<PathRef> {
         check_path(path)?;
         let g = epoch::pin();
         if path.is_empty() {
@@ -365,7 +390,10 @@ impl Task {
         if !permission_ok(&p.inode().attr(), &self.cred, X_OK) {
             return Err(Errno::EACCES);
         }
-        self.fs.replace(|s| FsSnap { root: s.root.clone(), cwd: p });
+        self.fs.replace(|s| FsSnap {
+            root: s.root.clone(),
+            cwd: p,
+        });
         Ok(())
     }
 
@@ -390,7 +418,10 @@ impl Task {
         if !self.cred.is_root() {
             return Err(Errno::EPERM);
         }
-        self.fs.replace(|s| FsSnap { root: p, cwd: s.cwd.clone() });
+        self.fs.replace(|s| FsSnap {
+            root: p,
+            cwd: s.cwd.clone(),
+        });
         Ok(())
     }
 
@@ -407,7 +438,10 @@ impl Task {
             if cur.dentry.as_ptr() == cur.mnt.root.as_ptr() {
                 match cur.mnt.parent.clone() {
                     Some((pm, pd)) => {
-                        cur = PathRef { mnt: pm, dentry: pd };
+                        cur = PathRef {
+                            mnt: pm,
+                            dentry: pd,
+                        };
                         continue;
                     }
                     None => break,
@@ -418,7 +452,10 @@ impl Task {
             }
             parts.push(cur.dentry.name_vec());
             let p = cur.dentry.parent();
-            cur = PathRef { mnt: cur.mnt, dentry: p };
+            cur = PathRef {
+                mnt: cur.mnt,
+                dentry: p,
+            };
         }
         let mut out = Vec::new();
         for p in parts.iter().rev() {
@@ -450,7 +487,9 @@ impl Task {
 
     fn name_lock(&self, parent: &Dentry, name: &[u8]) -> MutexGuard<'_, ()> {
         let i = self.vfs.name_lock_index(parent, name);
-        self.vfs.inner.name_locks[i].lock().unwrap_or_else(|e| e.into_inner())
+        self.vfs.inner.name_locks[i]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
     }
 
     /// Lock two names' stripes in index order (once if they share one).
@@ -478,7 +517,9 @@ impl Task {
 
     /// Find the current dentry for a name (parent held, name lock held).
     fn lookup_child(&self, parent: &PathRef, name: &[u8]) -> VfsResult<Option<DentryRef>> {
-        Ok(self.lookup_child_any(parent, name)?.filter(|d| !d.is_negative()))
+        Ok(self
+            .lookup_child_any(parent, name)?
+            .filter(|d| !d.is_negative()))
     }
 
     /// As `lookup_child`, but a cached negative dentry is returned too
@@ -592,7 +633,12 @@ impl Task {
     }
 
     /// `mkdirat(2)`.
-    pub fn mkdirat<P: AsRef<[u8]> + ?Sized>(&self, dirfd: i32, path: &P, mode: u32) -> VfsResult<()> {
+    pub fn mkdirat<P: AsRef<[u8]> + ?Sized>(
+        &self,
+        dirfd: i32,
+        path: &P,
+        mode: u32,
+    ) -> VfsResult<()> {
         let op = self.name_op(dirfd, as_bytes(path), Errno::EEXIST)?;
         let mode = mode & 0o1777 & !self.cur_umask();
         self.create_node(&op, true, |fs, dir, owner, sgid| {
@@ -614,7 +660,11 @@ impl Task {
         mode: u32,
         dev: u64,
     ) -> VfsResult<()> {
-        let ty = if mode & S_IFMT == 0 { S_IFREG } else { mode & S_IFMT };
+        let ty = if mode & S_IFMT == 0 {
+            S_IFREG
+        } else {
+            mode & S_IFMT
+        };
         match FileType::from_mode(ty) {
             Some(FileType::Regular | FileType::Fifo | FileType::Socket) => {}
             Some(FileType::CharDevice | FileType::BlockDevice) => {}
@@ -623,7 +673,11 @@ impl Task {
         }
         let op = self.name_op(dirfd, as_bytes(path), Errno::EEXIST)?;
         let perm = mode & 0o7777 & !self.cur_umask();
-        let rdev = if matches!(ty, S_IFCHR | S_IFBLK) { dev } else { 0 };
+        let rdev = if matches!(ty, S_IFCHR | S_IFBLK) {
+            dev
+        } else {
+            0
+        };
         self.create_node(&op, false, |fs, dir, owner, sgid| {
             // Linux's vfs_mknod checks CAP_MKNOD after may_create (EEXIST
             // and EACCES come first).
@@ -631,7 +685,15 @@ impl Task {
                 return Err(Errno::EPERM);
             }
             let perm = self.strip_sgid(perm, owner.1, sgid);
-            fs.create(dir, &op.name, NewNode::Node { mode: ty | perm, rdev }, owner)
+            fs.create(
+                dir,
+                &op.name,
+                NewNode::Node {
+                    mode: ty | perm,
+                    rdev,
+                },
+                owner,
+            )
         })?;
         Ok(())
     }
@@ -655,7 +717,11 @@ impl Task {
         Ok(())
     }
 
-    pub fn symlink<T: AsRef<[u8]> + ?Sized, P: AsRef<[u8]> + ?Sized>(&self, target: &T, path: &P) -> VfsResult<()> {
+    pub fn symlink<T: AsRef<[u8]> + ?Sized, P: AsRef<[u8]> + ?Sized>(
+        &self,
+        target: &T,
+        path: &P,
+    ) -> VfsResult<()> {
         self.symlinkat(target, AT_FDCWD, path)
     }
 
@@ -675,7 +741,12 @@ impl Task {
         if flags & AT_EMPTY_PATH != 0 && !self.cred.is_root() && old.is_empty() {
             return Err(Errno::ENOENT);
         }
-        let src = self.resolve(olddirfd, old, flags & AT_SYMLINK_FOLLOW != 0, flags & AT_EMPTY_PATH != 0)?;
+        let src = self.resolve(
+            olddirfd,
+            old,
+            flags & AT_SYMLINK_FOLLOW != 0,
+            flags & AT_EMPTY_PATH != 0,
+        )?;
         self.link_path(src, newdirfd, as_bytes(new))
     }
 
@@ -727,7 +798,11 @@ impl Task {
         Ok(())
     }
 
-    pub fn link<P: AsRef<[u8]> + ?Sized, Q: AsRef<[u8]> + ?Sized>(&self, old: &P, new: &Q) -> VfsResult<()> {
+    pub fn link<P: AsRef<[u8]> + ?Sized, Q: AsRef<[u8]> + ?Sized>(
+        &self,
+        old: &P,
+        new: &Q,
+    ) -> VfsResult<()> {
         self.linkat(AT_FDCWD, old, AT_FDCWD, new, 0)
     }
 
@@ -750,7 +825,12 @@ impl Task {
     }
 
     /// `unlinkat(2)`. Flags: AT_REMOVEDIR.
-    pub fn unlinkat<P: AsRef<[u8]> + ?Sized>(&self, dirfd: i32, path: &P, flags: u32) -> VfsResult<()> {
+    pub fn unlinkat<P: AsRef<[u8]> + ?Sized>(
+        &self,
+        dirfd: i32,
+        path: &P,
+        flags: u32,
+    ) -> VfsResult<()> {
         if flags & !AT_REMOVEDIR != 0 {
             return Err(Errno::EINVAL);
         }
@@ -777,7 +857,11 @@ impl Task {
         let victim = self.lookup_child(parent, &name)?.ok_or(Errno::ENOENT)?;
         let vi = victim.inode().ok_or(Errno::ENOENT)?.clone();
         if !rmdir && pw.trailing {
-            return Err(if vi.is_dir() { Errno::EISDIR } else { Errno::ENOTDIR });
+            return Err(if vi.is_dir() {
+                Errno::EISDIR
+            } else {
+                Errno::ENOTDIR
+            });
         }
         self.may_delete(parent, &vi, rmdir)?;
         if victim.is_mounted() {
@@ -830,7 +914,11 @@ impl Task {
         }
         if flags & RENAME_WHITEOUT != 0 {
             // Whiteouts are an overlayfs device node; not supported.
-            return Err(if flags & RENAME_EXCHANGE != 0 { Errno::EINVAL } else { Errno::EPERM });
+            return Err(if flags & RENAME_EXCHANGE != 0 {
+                Errno::EINVAL
+            } else {
+                Errno::EPERM
+            });
         }
         let exchange = flags & RENAME_EXCHANGE != 0;
         let opw = self.parent_of(olddirfd, as_bytes(old))?;
@@ -838,11 +926,17 @@ impl Task {
         if !Arc::ptr_eq(&opw.parent.mnt, &npw.parent.mnt) {
             return Err(Errno::EXDEV);
         }
-        let Last::Normal(oname) = opw.last.clone() else { return Err(Errno::EBUSY) };
+        let Last::Normal(oname) = opw.last.clone() else {
+            return Err(Errno::EBUSY);
+        };
         let nname = match npw.last.clone() {
             Last::Normal(n) => n,
             _ => {
-                return Err(if flags & RENAME_NOREPLACE != 0 { Errno::EEXIST } else { Errno::EBUSY })
+                return Err(if flags & RENAME_NOREPLACE != 0 {
+                    Errno::EEXIST
+                } else {
+                    Errno::EBUSY
+                })
             }
         };
         if opw.parent.mnt.is_readonly() {
@@ -855,7 +949,11 @@ impl Task {
         let np = &npw.parent;
         let sb = op.mnt.sb.clone();
         let cross = op.dentry != np.dentry;
-        let _rm = if cross { Some(sb.rename_mutex.lock().unwrap_or_else(|e| e.into_inner())) } else { None };
+        let _rm = if cross {
+            Some(sb.rename_mutex.lock().unwrap_or_else(|e| e.into_inner()))
+        } else {
+            None
+        };
         let odir = op.inode().clone();
         let ndir = np.inode().clone();
         // Parents shared, in address order.
@@ -899,7 +997,11 @@ impl Task {
             }
             if let Some(d) = &dst {
                 if is_ancestor(d, &op.dentry) {
-                    return Err(if exchange { Errno::EINVAL } else { Errno::ENOTEMPTY });
+                    return Err(if exchange {
+                        Errno::EINVAL
+                    } else {
+                        Errno::ENOTEMPTY
+                    });
                 }
             }
         }
@@ -944,7 +1046,8 @@ impl Task {
             (Some(d), false) if d.is_dir() => Some(self.dir_excl(d)),
             _ => None,
         };
-        sb.fs.rename(&odir, &oname, &ndir, &nname, &si, di.as_ref(), exchange)?;
+        sb.fs
+            .rename(&odir, &oname, &ndir, &nname, &si, di.as_ref(), exchange)?;
         if let Some(d) = di.as_ref().filter(|d| !exchange && d.attr().nlink == 0) {
             // The replaced file may still be open: onto the orphan file.
             crate::orphan::mark_unlinked(&sb.orphans, d);
@@ -965,7 +1068,11 @@ impl Task {
         Ok(())
     }
 
-    pub fn rename<P: AsRef<[u8]> + ?Sized, Q: AsRef<[u8]> + ?Sized>(&self, old: &P, new: &Q) -> VfsResult<()> {
+    pub fn rename<P: AsRef<[u8]> + ?Sized, Q: AsRef<[u8]> + ?Sized>(
+        &self,
+        old: &P,
+        new: &Q,
+    ) -> VfsResult<()> {
         self.renameat2(AT_FDCWD, old, AT_FDCWD, new, 0)
     }
 
@@ -977,7 +1084,12 @@ impl Task {
         if flags & !(AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH) != 0 {
             return Err(Errno::EINVAL);
         }
-        self.resolve(dirfd, path, flags & AT_SYMLINK_NOFOLLOW == 0, flags & AT_EMPTY_PATH != 0)
+        self.resolve(
+            dirfd,
+            path,
+            flags & AT_SYMLINK_NOFOLLOW == 0,
+            flags & AT_EMPTY_PATH != 0,
+        )
     }
 
     fn is_owner(&self, a: &Attr) -> bool {
@@ -985,7 +1097,13 @@ impl Task {
     }
 
     /// `fchmodat(2)`.
-    pub fn fchmodat<P: AsRef<[u8]> + ?Sized>(&self, dirfd: i32, path: &P, mode: u32, flags: u32) -> VfsResult<()> {
+    pub fn fchmodat<P: AsRef<[u8]> + ?Sized>(
+        &self,
+        dirfd: i32,
+        path: &P,
+        mode: u32,
+        flags: u32,
+    ) -> VfsResult<()> {
         let p = self.setattr_target(dirfd, as_bytes(path), flags)?;
         if flags & AT_SYMLINK_NOFOLLOW != 0 && p.inode().file_type() == FileType::Symlink {
             return Err(Errno::EOPNOTSUPP);
@@ -1016,7 +1134,11 @@ impl Task {
         if !self.cred.is_root() && !self.cred.in_group(a.gid) {
             m &= !S_ISGID;
         }
-        let set = SetAttr { mode: Some(m), ctime: Some(Timespec::now()), ..Default::default() };
+        let set = SetAttr {
+            mode: Some(m),
+            ctime: Some(Timespec::now()),
+            ..Default::default()
+        };
         p.mnt.sb.fs.setattr(i, &set)
     }
 
@@ -1063,7 +1185,12 @@ impl Task {
                 }
             }
         }
-        let mut set = SetAttr { uid, gid, ctime: Some(Timespec::now()), ..Default::default() };
+        let mut set = SetAttr {
+            uid,
+            gid,
+            ctime: Some(Timespec::now()),
+            ..Default::default()
+        };
         // Linux clears setuid, and setgid-with-group-exec, of a non-directory
         // on every chown, by root too and for chown(f, -1, -1) too
         // (chown_common sets ATTR_KILL_SUID|ATTR_KILL_SGID unconditionally).
@@ -1124,7 +1251,12 @@ impl Task {
                 if !self.is_owner(&a) && !permission_ok(&a, &self.cred, W_OK) {
                     return Err(Errno::EACCES);
                 }
-                SetAttr { atime: Some(now), mtime: Some(now), ctime: Some(now), ..Default::default() }
+                SetAttr {
+                    atime: Some(now),
+                    mtime: Some(now),
+                    ctime: Some(now),
+                    ..Default::default()
+                }
             }
             Some([at, mt]) => {
                 if !self.is_owner(&a) {
@@ -1135,7 +1267,12 @@ impl Task {
                     UTIME_NOW => Some(now),
                     _ => Some(t),
                 };
-                SetAttr { atime: pick(at), mtime: pick(mt), ctime: Some(now), ..Default::default() }
+                SetAttr {
+                    atime: pick(at),
+                    mtime: pick(mt),
+                    ctime: Some(now),
+                    ..Default::default()
+                }
             }
         };
         p.mnt.sb.fs.setattr(i, &set)
@@ -1146,7 +1283,12 @@ impl Task {
     // ---------------------------------------------------------------
 
     /// Mount `fs` on the directory `path` (root only).
-    pub fn mount<P: AsRef<[u8]> + ?Sized>(&self, path: &P, fs: Arc<dyn Filesystem>, readonly: bool) -> VfsResult<()> {
+    pub fn mount<P: AsRef<[u8]> + ?Sized>(
+        &self,
+        path: &P,
+        fs: Arc<dyn Filesystem>,
+        readonly: bool,
+    ) -> VfsResult<()> {
         if !self.cred.is_root() {
             return Err(Errno::EPERM);
         }
@@ -1168,9 +1310,16 @@ impl Task {
     // ---------------------------------------------------------------
 
     /// `openat(2)`.
-    pub fn openat<P: AsRef<[u8]> + ?Sized>(&self, dirfd: i32, path: &P, flags: u32, mode: u32) -> VfsResult<i32> {
+    pub fn openat<P: AsRef<[u8]> + ?Sized>(
+        &self,
+        dirfd: i32,
+        path: &P,
+        flags: u32,
+        mode: u32,
+    ) -> VfsResult<i32> {
         let file = self.open_file(dirfd, as_bytes(path), flags, mode)?;
-        self.files.install(Arc::new(file), flags & O_CLOEXEC != 0, 0)
+        self.files
+            .install(Arc::new(file), flags & O_CLOEXEC != 0, 0)
     }
 
     pub fn open<P: AsRef<[u8]> + ?Sized>(&self, path: &P, flags: u32, mode: u32) -> VfsResult<i32> {
@@ -1180,7 +1329,13 @@ impl Task {
     /// open(2)'s work up to a new open file description (not installed).
     /// Checks follow Linux's `build_open_flags`, `do_open` and `may_open`,
     /// in their order.
-    pub(crate) fn open_file(&self, dirfd: i32, path: &[u8], flags: u32, mode: u32) -> VfsResult<File> {
+    pub(crate) fn open_file(
+        &self,
+        dirfd: i32,
+        path: &[u8],
+        flags: u32,
+        mode: u32,
+    ) -> VfsResult<File> {
         check_path(path)?;
         let acc = flags & O_ACCMODE;
         if flags & (O_TMPFILE & !O_DIRECTORY) != 0 {
@@ -1202,7 +1357,10 @@ impl Task {
         let (p, created) = if flags & O_CREAT != 0 {
             self.open_create(dirfd, path, flags, mode, 0)?
         } else {
-            (self.resolve(dirfd, path, flags & O_NOFOLLOW == 0, false)?, false)
+            (
+                self.resolve(dirfd, path, flags & O_NOFOLLOW == 0, false)?,
+                false,
+            )
         };
         self.open_checked(p, flags, created)
     }
@@ -1262,7 +1420,10 @@ impl Task {
         }
         if want & W_OK != 0
             && p.mnt.is_readonly()
-            && matches!(ty, FileType::Regular | FileType::Directory | FileType::Symlink)
+            && matches!(
+                ty,
+                FileType::Regular | FileType::Directory | FileType::Symlink
+            )
         {
             return Err(Errno::EROFS);
         }
@@ -1283,7 +1444,14 @@ impl Task {
     /// whether this call created it. An existing symlink is followed (unless
     /// O_NOFOLLOW / O_EXCL); a dangling one gets its target created, as on
     /// Linux (`depth` counts the links followed).
-    fn open_create(&self, dirfd: i32, path: &[u8], flags: u32, mode: u32, depth: u32) -> VfsResult<(PathRef, bool)> {
+    fn open_create(
+        &self,
+        dirfd: i32,
+        path: &[u8],
+        flags: u32,
+        mode: u32,
+        depth: u32,
+    ) -> VfsResult<(PathRef, bool)> {
         if depth > MAX_SYMLINKS {
             return Err(Errno::ELOOP);
         }
@@ -1312,18 +1480,30 @@ impl Task {
                     self.may_create(parent)?;
                     let (owner, sgid) = self.owner_for(&dir);
                     let perm = self.strip_sgid(mode & 0o7777 & !self.cur_umask(), owner.1, sgid);
-                    let node = NewNode::Node { mode: S_IFREG | perm, rdev: 0 };
+                    let node = NewNode::Node {
+                        mode: S_IFREG | perm,
+                        rdev: 0,
+                    };
                     let inode = parent.mnt.sb.fs.create(&dir, &name, node, owner)?;
                     let q = self.vfs.dcache().qname(parent.dentry.as_ptr(), &name);
                     let d = self.vfs.dcache().add(&parent.dentry, &q, Some(inode));
-                    return Ok((PathRef { mnt: parent.mnt.clone(), dentry: d }, true));
+                    return Ok((
+                        PathRef {
+                            mnt: parent.mnt.clone(),
+                            dentry: d,
+                        },
+                        true,
+                    ));
                 }
             }
         };
         if flags & O_EXCL != 0 {
             return Err(Errno::EEXIST);
         }
-        let here = PathRef { mnt: parent.mnt.clone(), dentry: existing };
+        let here = PathRef {
+            mnt: parent.mnt.clone(),
+            dentry: existing,
+        };
         if here.inode().file_type() == FileType::Symlink && flags & O_NOFOLLOW == 0 {
             match self.resolve(dirfd, path, true, false) {
                 Err(Errno::ENOENT) => {}
@@ -1351,8 +1531,14 @@ impl Task {
         }
         let g = epoch::pin();
         let t = self.vfs.table(&g);
-        match t.on.get(&(Arc::as_ptr(&p.mnt) as usize, p.dentry.as_ptr() as usize)) {
-            Some(m) => PathRef { mnt: m.clone(), dentry: m.root.clone() },
+        match t
+            .on
+            .get(&(Arc::as_ptr(&p.mnt) as usize, p.dentry.as_ptr() as usize))
+        {
+            Some(m) => PathRef {
+                mnt: m.clone(),
+                dentry: m.root.clone(),
+            },
             None => p,
         }
     }
@@ -1375,7 +1561,13 @@ impl Task {
         // last reference.
         let q = self.vfs.dcache().qname(p.dentry.as_ptr(), b"#tmpfile");
         let d = self.vfs.dcache().alloc_unhashed(&p.dentry, &q, inode);
-        Ok(File::new(PathRef { mnt: p.mnt.clone(), dentry: d }, flags))
+        Ok(File::new(
+            PathRef {
+                mnt: p.mnt.clone(),
+                dentry: d,
+            },
+            flags,
+        ))
     }
 
     /// `close(2)`.
@@ -1441,7 +1633,12 @@ impl Task {
         let mut pos = f.position();
         let max = max.max(1);
         if pos == 0 && out.len() < max {
-            out.push(DirEntry { ino: i.ino(), next_cookie: 1, file_type: FileType::Directory, name: b".".to_vec() });
+            out.push(DirEntry {
+                ino: i.ino(),
+                next_cookie: 1,
+                file_type: FileType::Directory,
+                name: b".".to_vec(),
+            });
             pos = 1;
         }
         if pos == 1 && out.len() < max {
@@ -1449,7 +1646,12 @@ impl Task {
                 let p = self.dotdot_inode(&f.path);
                 p.ino()
             };
-            out.push(DirEntry { ino: pi, next_cookie: 2, file_type: FileType::Directory, name: b"..".to_vec() });
+            out.push(DirEntry {
+                ino: pi,
+                next_cookie: 2,
+                file_type: FileType::Directory,
+                name: b"..".to_vec(),
+            });
             pos = 2;
         }
         if out.len() < max {
@@ -1461,7 +1663,8 @@ impl Task {
                     // Linux's libfs readdir takes each child's d_lock.
                     let g = epoch::pin();
                     let q = dc.qname(f.path.dentry.as_ptr(), &e.name);
-                    if let crate::dcache::RcuLookup::Hit(d) = dc.lookup_rcu(&f.path.dentry, &q, &g) {
+                    if let crate::dcache::RcuLookup::Hit(d) = dc.lookup_rcu(&f.path.dentry, &q, &g)
+                    {
                         d.lockref().lock();
                         d.lockref().unlock();
                     }
@@ -1486,7 +1689,12 @@ impl Task {
         let mut cur = p.clone();
         while cur.dentry.as_ptr() == cur.mnt.root.as_ptr() {
             match cur.mnt.parent.clone() {
-                Some((pm, pd)) => cur = PathRef { mnt: pm, dentry: pd },
+                Some((pm, pd)) => {
+                    cur = PathRef {
+                        mnt: pm,
+                        dentry: pd,
+                    }
+                }
                 None => return cur.inode().clone(),
             }
         }

@@ -85,7 +85,10 @@ impl Timespec {
         let d = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default();
-        Timespec { sec: d.as_secs() as i64, nsec: d.subsec_nanos() as i64 }
+        Timespec {
+            sec: d.as_secs() as i64,
+            nsec: d.subsec_nanos() as i64,
+        }
     }
 }
 
@@ -111,13 +114,22 @@ pub struct Attr {
 
 impl Attr {
     pub fn atime(&self) -> Timespec {
-        Timespec { sec: self.atime_sec, nsec: self.atime_nsec }
+        Timespec {
+            sec: self.atime_sec,
+            nsec: self.atime_nsec,
+        }
     }
     pub fn mtime(&self) -> Timespec {
-        Timespec { sec: self.mtime_sec, nsec: self.mtime_nsec }
+        Timespec {
+            sec: self.mtime_sec,
+            nsec: self.mtime_nsec,
+        }
     }
     pub fn ctime(&self) -> Timespec {
-        Timespec { sec: self.ctime_sec, nsec: self.ctime_nsec }
+        Timespec {
+            sec: self.ctime_sec,
+            nsec: self.ctime_nsec,
+        }
     }
     pub fn set_atime(&mut self, t: Timespec) {
         (self.atime_sec, self.atime_nsec) = (t.sec, t.nsec);
@@ -189,10 +201,18 @@ pub struct Cred {
 
 impl Cred {
     pub fn root() -> Cred {
-        Cred { uid: 0, gid: 0, groups: Vec::new() }
+        Cred {
+            uid: 0,
+            gid: 0,
+            groups: Vec::new(),
+        }
     }
     pub fn user(uid: u32, gid: u32) -> Cred {
-        Cred { uid, gid, groups: Vec::new() }
+        Cred {
+            uid,
+            gid,
+            groups: Vec::new(),
+        }
     }
     pub fn is_root(&self) -> bool {
         self.uid == 0

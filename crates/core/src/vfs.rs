@@ -25,8 +25,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned};
-use std::sync::atomic::{AtomicU64, Ordering};
 use scalevfs_sync::LockRefVariant;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::dcache::{Dcache, DcacheConfig, DcacheIndex, Dentry, DentryLayout, DentryRef};
 use crate::errno::{Errno, VfsResult};
@@ -46,7 +46,10 @@ pub struct Super {
 
 impl std::fmt::Debug for Super {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Super").field("fs", &self.fs.name()).field("dev", &self.dev).finish()
+        f.debug_struct("Super")
+            .field("fs", &self.fs.name())
+            .field("dev", &self.dev)
+            .finish()
     }
 }
 
@@ -62,7 +65,10 @@ pub struct Mount {
 
 impl std::fmt::Debug for Mount {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Mount").field("id", &self.id).field("sb", &self.sb).finish()
+        f.debug_struct("Mount")
+            .field("id", &self.id)
+            .field("sb", &self.sb)
+            .finish()
     }
 }
 
@@ -88,7 +94,9 @@ impl PathRef {
     }
     pub fn inode(&self) -> &Arc<crate::inode::Inode> {
         // A PathRef always names a positive dentry.
-        self.dentry.inode().expect("PathRef names a positive dentry")
+        self.dentry
+            .inode()
+            .expect("PathRef names a positive dentry")
     }
 }
 
@@ -143,7 +151,11 @@ pub enum LlseekVariant {
 
 impl VfsConfig {
     pub(crate) fn new_orphan_file(&self) -> scalevfs_orphan::OrphanFile {
-        let blocks = if self.orphan_blocks == 0 { 16 } else { self.orphan_blocks };
+        let blocks = if self.orphan_blocks == 0 {
+            16
+        } else {
+            self.orphan_blocks
+        };
         scalevfs_orphan::OrphanFile::new(self.orphan, blocks)
     }
 }
@@ -188,9 +200,7 @@ impl VfsConfig {
             }
             "orphan" => self.orphan = value.parse()?,
             "orphan-blocks" => self.orphan_blocks = value.parse().map_err(|e| format!("{e}"))?,
-            "max-entries" => {
-                self.dcache.max_entries = value.parse().map_err(|e| format!("{e}"))?
-            }
+            "max-entries" => self.dcache.max_entries = value.parse().map_err(|e| format!("{e}"))?,
             _ => return Err(format!("unknown option {key}")),
         }
         Ok(())
@@ -219,7 +229,9 @@ pub struct Vfs {
 
 impl std::fmt::Debug for Vfs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Vfs").field("config", &self.inner.config).finish()
+        f.debug_struct("Vfs")
+            .field("config", &self.inner.config)
+            .finish()
     }
 }
 
@@ -246,7 +258,13 @@ impl Vfs {
             orphans: config.new_orphan_file(),
         });
         let root_d = dc.alloc_root(sb.clone(), fs.root());
-        let root = Arc::new(Mount { id: 1, sb, root: root_d, parent: None, readonly: false });
+        let root = Arc::new(Mount {
+            id: 1,
+            sb,
+            root: root_d,
+            parent: None,
+            readonly: false,
+        });
         let inner = VfsInner {
             config,
             dc,
@@ -257,7 +275,9 @@ impl Vfs {
             next_dev: AtomicU64::new(2),
             next_mount: AtomicU64::new(2),
         };
-        Vfs { inner: Arc::new(inner) }
+        Vfs {
+            inner: Arc::new(inner),
+        }
     }
 
     pub fn config(&self) -> &VfsConfig {
@@ -281,7 +301,10 @@ impl Vfs {
     }
 
     pub(crate) fn root_path(&self) -> PathRef {
-        PathRef { mnt: self.inner.root.clone(), dentry: self.inner.root.root.clone() }
+        PathRef {
+            mnt: self.inner.root.clone(),
+            dentry: self.inner.root.root.clone(),
+        }
     }
 
     /// Allocate a device number for a new filesystem instance.
@@ -305,7 +328,11 @@ impl Vfs {
         if !at.inode().is_dir() {
             return Err(Errno::ENOTDIR);
         }
-        let _l = self.inner.mount_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _l = self
+            .inner
+            .mount_lock
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         let guard = epoch::pin();
         let cur = self.table(&guard);
         let key = (Arc::as_ptr(&at.mnt) as usize, at.dentry.as_ptr() as usize);
@@ -341,7 +368,11 @@ impl Vfs {
     /// Unmount the filesystem mounted on `at`'s mount point (`at` is the
     /// mount's root). EBUSY if something below it is mounted or in use.
     pub(crate) fn umount_at(&self, at: &PathRef) -> VfsResult<()> {
-        let _l = self.inner.mount_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _l = self
+            .inner
+            .mount_lock
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         let guard = epoch::pin();
         if !std::ptr::eq(at.dentry.as_ptr(), at.mnt.root.as_ptr()) {
             return Err(Errno::EINVAL);
@@ -351,7 +382,9 @@ impl Vfs {
         };
         let cur = self.table(&guard);
         if cur.on.values().any(|m| {
-            m.parent.as_ref().is_some_and(|(p, _)| Arc::ptr_eq(p, &at.mnt))
+            m.parent
+                .as_ref()
+                .is_some_and(|(p, _)| Arc::ptr_eq(p, &at.mnt))
         }) {
             return Err(Errno::EBUSY);
         }
@@ -374,7 +407,10 @@ impl Vfs {
 
     fn publish(&self, t: MountTable, guard: &Guard) {
         // AcqRel: publish the new table, take ownership of the old one.
-        let old = self.inner.mounts.swap(Owned::new(t), Ordering::AcqRel, guard);
+        let old = self
+            .inner
+            .mounts
+            .swap(Owned::new(t), Ordering::AcqRel, guard);
         // Make walkers that raced with the change retry (mounts ride on the
         // rename sequence).
         self.inner.dc.bump_rename_seq();
@@ -405,7 +441,9 @@ impl Drop for VfsInner {
     fn drop(&mut self) {
         let guard = epoch::pin();
         // AcqRel: take ownership of the last table.
-        let old = self.mounts.swap(epoch::Shared::null(), Ordering::AcqRel, &guard);
+        let old = self
+            .mounts
+            .swap(epoch::Shared::null(), Ordering::AcqRel, &guard);
         if !old.is_null() {
             // SAFETY: we are the last owner of the Vfs: every task and file
             // holds a `Vfs`, so no walker can be reading the table.

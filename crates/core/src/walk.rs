@@ -45,7 +45,6 @@
 //!
 //! The whole walk runs under one epoch guard, pinned before any lock.
 
-
 use crossbeam_epoch::Guard;
 use scalevfs_sync::lockstat::{self, Stat};
 
@@ -113,7 +112,13 @@ struct Comp {
 
 impl<'p> Comps<'p> {
     fn new(path: &'p [u8]) -> Self {
-        Comps { path, pos: 0, links: Vec::new(), nlinks: 0, must_dir: false }
+        Comps {
+            path,
+            pos: 0,
+            links: Vec::new(),
+            nlinks: 0,
+            must_dir: false,
+        }
     }
 
     #[inline]
@@ -138,20 +143,33 @@ impl<'p> Comps<'p> {
                 continue;
             }
             let start = p;
-            let end = b[p..].iter().position(|&c| c == b'/').map_or(len, |i| p + i);
+            let end = b[p..]
+                .iter()
+                .position(|&c| c == b'/')
+                .map_or(len, |i| p + i);
             p = end;
             while p < len && b[p] == b'/' {
                 p += 1;
             }
             *pos = p;
             let last = p == len && below_done;
-            return Some(Comp { buf: depth, start, end, last, trailing: end < len && last });
+            return Some(Comp {
+                buf: depth,
+                start,
+                end,
+                last,
+                trailing: end < len && last,
+            });
         }
     }
 
     #[inline]
     fn bytes(&self, c: Comp) -> &[u8] {
-        let b: &[u8] = if c.buf == 0 { self.path } else { &self.links[c.buf - 1].0 };
+        let b: &[u8] = if c.buf == 0 {
+            self.path
+        } else {
+            &self.links[c.buf - 1].0
+        };
         &b[c.start..c.end]
     }
 
@@ -229,7 +247,10 @@ impl<'a> WalkCtx<'a> {
         follow: bool,
         mut f: impl FnMut(&Mount, &Dentry) -> VfsResult<R>,
     ) -> VfsResult<R> {
-        let opts = WalkOpts { follow, parent: false };
+        let opts = WalkOpts {
+            follow,
+            parent: false,
+        };
         if self.vfs.config().stat_takes_ref {
             // Linux's shape: lock-free walk, a reference on the leaf around
             // the call, then dput.
@@ -281,7 +302,10 @@ impl<'a> WalkCtx<'a> {
         path: &[u8],
         follow: bool,
     ) -> VfsResult<PathRef> {
-        let opts = WalkOpts { follow, parent: false };
+        let opts = WalkOpts {
+            follow,
+            parent: false,
+        };
         if self.vfs.config().walk == WalkMode::LockFree {
             let seq0 = self.vfs.dcache().rename_read_begin();
             let mut comps = Comps::new(path);
@@ -325,7 +349,10 @@ impl<'a> WalkCtx<'a> {
         if path.is_empty() {
             return Err(Errno::ENOENT);
         }
-        let opts = WalkOpts { follow: false, parent: true };
+        let opts = WalkOpts {
+            follow: false,
+            parent: true,
+        };
         let mut comps = Comps::new(path);
         let mut parent: Option<PathRef> = None;
         if self.vfs.config().walk == WalkMode::LockFree {
@@ -365,7 +392,11 @@ impl<'a> WalkCtx<'a> {
             None => {
                 let s = self.start_pos(start, path, guard);
                 let held = self.hold(&s);
-                let pos = Pos { mnt: s.mnt, d: s.d, held: Some(held) };
+                let pos = Pos {
+                    mnt: s.mnt,
+                    d: s.d,
+                    held: Some(held),
+                };
                 self.walk_ref(guard, &mut comps, pos, opts)?
             }
         };
@@ -384,7 +415,11 @@ impl<'a> WalkCtx<'a> {
         if !parent.inode().is_dir() {
             return Err(Errno::ENOTDIR);
         }
-        Ok(ParentWalk { parent, last, trailing })
+        Ok(ParentWalk {
+            parent,
+            last,
+            trailing,
+        })
     }
 
     fn walk_full_ref(
@@ -397,7 +432,11 @@ impl<'a> WalkCtx<'a> {
         let mut comps = Comps::new(path);
         let s = self.start_pos(start, path, guard);
         let held = self.hold(&s);
-        let pos = Pos { mnt: s.mnt, d: s.d, held: Some(held) };
+        let pos = Pos {
+            mnt: s.mnt,
+            d: s.d,
+            held: Some(held),
+        };
         self.walk_ref(guard, &mut comps, pos, opts)
     }
 
@@ -413,7 +452,13 @@ impl<'a> WalkCtx<'a> {
         };
         // SAFETY: the PathRef is owned by the task's fs snapshot or by an open
         // file, both kept alive by the guard for the walk's duration.
-        unsafe { Pos { mnt: &*(std::sync::Arc::as_ptr(&p.mnt)), d: &*p.dentry.as_ptr(), held: None } }
+        unsafe {
+            Pos {
+                mnt: &*(std::sync::Arc::as_ptr(&p.mnt)),
+                d: &*p.dentry.as_ptr(),
+                held: None,
+            }
+        }
     }
 
     fn hold(&self, p: &Pos<'_>) -> PathRef {
@@ -422,7 +467,10 @@ impl<'a> WalkCtx<'a> {
             // SAFETY: a start dentry is referenced by its owner.
             unsafe { DentryRef::from_counted(p.d) }
         });
-        PathRef { mnt: mount_arc(p.mnt), dentry: d }
+        PathRef {
+            mnt: mount_arc(p.mnt),
+            dentry: d,
+        }
     }
 
     /// Take references on a lazily reached position and check that nothing
@@ -432,7 +480,10 @@ impl<'a> WalkCtx<'a> {
         if self.vfs.dcache().rename_retry(seq0) {
             return None;
         }
-        Some(PathRef { mnt: mount_arc(p.mnt), dentry: d })
+        Some(PathRef {
+            mnt: mount_arc(p.mnt),
+            dentry: d,
+        })
     }
 
     /// The lock-free loop.
@@ -450,7 +501,9 @@ impl<'a> WalkCtx<'a> {
             comps.must_dir |= c.trailing;
             let must_dir = comps.must_dir;
             let name = comps.bytes(c);
-            let Some(inode) = pos.d.inode() else { return Lazy::Abort };
+            let Some(inode) = pos.d.inode() else {
+                return Lazy::Abort;
+            };
             if inode.file_type() != FileType::Directory {
                 return Lazy::Done(Err(Errno::ENOTDIR));
             }
@@ -482,7 +535,9 @@ impl<'a> WalkCtx<'a> {
                     return Lazy::Unlazy;
                 }
             };
-            let Some(ci) = child.inode() else { return Lazy::Done(Err(Errno::ENOENT)) };
+            let Some(ci) = child.inode() else {
+                return Lazy::Done(Err(Errno::ENOENT));
+            };
             if ci.file_type() == FileType::Symlink && (!c.last || opts.follow || must_dir) {
                 if comps.nlinks >= MAX_SYMLINKS {
                     return Lazy::Done(Err(Errno::ELOOP));
@@ -549,7 +604,10 @@ impl<'a> WalkCtx<'a> {
     fn cross_mounts_lazy<'g>(&self, pos: &mut Pos<'g>, guard: &'g Guard) {
         while pos.d.is_mounted() {
             let t = self.vfs.table(guard);
-            let key = (pos.mnt as *const Mount as usize, pos.d as *const Dentry as usize);
+            let key = (
+                pos.mnt as *const Mount as usize,
+                pos.d as *const Dentry as usize,
+            );
             match t.on.get(&key) {
                 Some(m) => {
                     // SAFETY: the table is alive under the guard and holds m.
@@ -593,7 +651,9 @@ impl<'a> WalkCtx<'a> {
                 return Err(Errno::ENAMETOOLONG);
             }
             let child = self.lookup_slow(&cur, &name, false)?;
-            let Some(ci) = child.inode().cloned() else { return Err(Errno::ENOENT) };
+            let Some(ci) = child.inode().cloned() else {
+                return Err(Errno::ENOENT);
+            };
             if ci.file_type() == FileType::Symlink && (!c.last || opts.follow || must_dir) {
                 comps.nlinks += 1;
                 if comps.nlinks > MAX_SYMLINKS {
@@ -609,7 +669,10 @@ impl<'a> WalkCtx<'a> {
                 comps.push(body, c);
                 continue;
             }
-            cur = PathRef { mnt: cur.mnt.clone(), dentry: child };
+            cur = PathRef {
+                mnt: cur.mnt.clone(),
+                dentry: child,
+            };
             cur = self.cross_mounts_ref(cur, guard);
         }
         let _ = &mut pos;
@@ -625,29 +688,46 @@ impl<'a> WalkCtx<'a> {
 
     fn dotdot_ref(&self, mut cur: PathRef) -> PathRef {
         loop {
-            if cur.same(std::sync::Arc::as_ptr(&self.root.mnt), self.root.dentry.as_ptr()) {
+            if cur.same(
+                std::sync::Arc::as_ptr(&self.root.mnt),
+                self.root.dentry.as_ptr(),
+            ) {
                 return cur;
             }
             if cur.dentry.as_ptr() == cur.mnt.root.as_ptr() {
                 match cur.mnt.parent.clone() {
                     Some((pm, pd)) => {
-                        cur = PathRef { mnt: pm, dentry: pd };
+                        cur = PathRef {
+                            mnt: pm,
+                            dentry: pd,
+                        };
                         continue;
                     }
                     None => return cur,
                 }
             }
             let p = cur.dentry.parent();
-            return PathRef { mnt: cur.mnt, dentry: p };
+            return PathRef {
+                mnt: cur.mnt,
+                dentry: p,
+            };
         }
     }
 
     fn cross_mounts_ref(&self, mut cur: PathRef, guard: &Guard) -> PathRef {
         while cur.dentry.is_mounted() {
             let t = self.vfs.table(guard);
-            let key = (std::sync::Arc::as_ptr(&cur.mnt) as usize, cur.dentry.as_ptr() as usize);
+            let key = (
+                std::sync::Arc::as_ptr(&cur.mnt) as usize,
+                cur.dentry.as_ptr() as usize,
+            );
             match t.on.get(&key) {
-                Some(m) => cur = PathRef { mnt: m.clone(), dentry: m.root.clone() },
+                Some(m) => {
+                    cur = PathRef {
+                        mnt: m.clone(),
+                        dentry: m.root.clone(),
+                    }
+                }
                 None => break,
             }
         }
@@ -657,7 +737,12 @@ impl<'a> WalkCtx<'a> {
     /// Reference-mode lookup of one name: the cache under its lock, then the
     /// filesystem for a non-authoritative one (under the name lock, so two
     /// walkers do not both ask it; `name_locked`: the caller holds it).
-    pub(crate) fn lookup_slow(&self, dir: &PathRef, name: &[u8], name_locked: bool) -> VfsResult<DentryRef> {
+    pub(crate) fn lookup_slow(
+        &self,
+        dir: &PathRef,
+        name: &[u8],
+        name_locked: bool,
+    ) -> VfsResult<DentryRef> {
         let dc = self.vfs.dcache();
         let q = dc.qname(dir.dentry.as_ptr(), name);
         if let Some(d) = dc.lookup_ref(&dir.dentry, &q) {
@@ -673,7 +758,11 @@ impl<'a> WalkCtx<'a> {
             None
         } else {
             let idx = self.vfs.name_lock_index(&dir.dentry, name);
-            Some(self.vfs.inner.name_locks[idx].lock().unwrap_or_else(|e| e.into_inner()))
+            Some(
+                self.vfs.inner.name_locks[idx]
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner()),
+            )
         };
         if let Some(d) = dc.lookup_ref(&dir.dentry, &q) {
             return Ok(d);

@@ -21,7 +21,9 @@ fn o_append_writers_lose_nothing_and_never_interleave() {
             // Each thread its own description (separate opens), all O_APPEND.
             let t = t.clone_thread();
             s.spawn(move || {
-                let fd = t.open("/log", O_CREAT | O_WRONLY | O_APPEND, 0o644).unwrap();
+                let fd = t
+                    .open("/log", O_CREAT | O_WRONLY | O_APPEND, 0o644)
+                    .unwrap();
                 for i in 0..per {
                     // Record: length varies so records straddle pages.
                     let len = 8 + (i * 13 + k) % 300;
@@ -43,7 +45,11 @@ fn o_append_writers_lose_nothing_and_never_interleave() {
     while i < size {
         assert_eq!(all[i], b'<', "record start at {i}");
         let c = all[i + 1];
-        let k = if c == b'>' { usize::MAX } else { (c - b'a') as usize };
+        let k = if c == b'>' {
+            usize::MAX
+        } else {
+            (c - b'a') as usize
+        };
         let mut j = i + 1;
         while all[j] != b'>' {
             assert_eq!(all[j], c, "interleaved write at {j}");
@@ -54,7 +60,9 @@ fn o_append_writers_lose_nothing_and_never_interleave() {
         }
         i = j + 1;
     }
-    let expected: usize = (0..threads).map(|k| (0..per).map(|i| 8 + (i * 13 + k) % 300).sum::<usize>()).sum();
+    let expected: usize = (0..threads)
+        .map(|k| (0..per).map(|i| 8 + (i * 13 + k) % 300).sum::<usize>())
+        .sum();
     assert_eq!(size, expected, "bytes lost");
     assert_eq!(counts, vec![per; threads]);
 }
@@ -79,7 +87,9 @@ fn pread_during_truncate_sees_old_or_new_never_garbage() {
                 // Shrink to random sizes, then restore the pattern.
                 let mut x = 12345u64;
                 for _ in 0..3000 {
-                    x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    x = x
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
                     let size = (x >> 33) as usize % SIZE;
                     tt.ftruncate(fd, size as i64).unwrap();
                     if x & 1 == 0 {
@@ -99,7 +109,11 @@ fn pread_during_truncate_sees_old_or_new_never_garbage() {
                         let n = tr.pread(fd, &mut buf, off as i64).unwrap();
                         for (j, &b) in buf[..n].iter().enumerate() {
                             // Old data, or zeros of a regrown hole: nothing else.
-                            assert!(b == pattern[off + j] || b == 0, "garbage at {}: {b}", off + j);
+                            assert!(
+                                b == pattern[off + j] || b == 0,
+                                "garbage at {}: {b}",
+                                off + j
+                            );
                         }
                     }
                 });
@@ -166,7 +180,11 @@ fn shared_description_reads_each_record_once() {
         });
         let mut all: Vec<u64> = got.into_iter().flatten().collect();
         all.sort_unstable();
-        assert_eq!(all, (0..N).collect::<Vec<_>>(), "{llseek}: a record read twice or never");
+        assert_eq!(
+            all,
+            (0..N).collect::<Vec<_>>(),
+            "{llseek}: a record read twice or never"
+        );
         // lseek + read pairs from several threads on one description: every
         // read returns a whole, aligned record.
         std::thread::scope(|s| {

@@ -109,15 +109,25 @@ impl Sys for Host {
         cr(unsafe { libc::pwrite(fd, b.as_ptr().cast(), b.len(), off) } as i64)
     }
     fn writev(&self, fd: i32, b: &[&[u8]]) -> R {
-        let iov: Vec<libc::iovec> =
-            b.iter().map(|s| libc::iovec { iov_base: s.as_ptr() as *mut _, iov_len: s.len() }).collect();
+        let iov: Vec<libc::iovec> = b
+            .iter()
+            .map(|s| libc::iovec {
+                iov_base: s.as_ptr() as *mut _,
+                iov_len: s.len(),
+            })
+            .collect();
         // SAFETY: iovecs point at live slices.
         cr(unsafe { libc::writev(fd, iov.as_ptr(), iov.len() as i32) } as i64)
     }
     fn readv(&self, fd: i32, sizes: &[usize]) -> Result<Vec<Vec<u8>>, i32> {
         let mut bufs: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![0u8; n]).collect();
-        let iov: Vec<libc::iovec> =
-            bufs.iter_mut().map(|s| libc::iovec { iov_base: s.as_mut_ptr().cast(), iov_len: s.len() }).collect();
+        let iov: Vec<libc::iovec> = bufs
+            .iter_mut()
+            .map(|s| libc::iovec {
+                iov_base: s.as_mut_ptr().cast(),
+                iov_len: s.len(),
+            })
+            .collect();
         // SAFETY: iovecs point at live buffers.
         let mut n = cr(unsafe { libc::readv(fd, iov.as_ptr(), iov.len() as i32) } as i64)? as usize;
         for b in bufs.iter_mut() {
@@ -156,7 +166,12 @@ impl Sys for Host {
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
         // SAFETY: valid out pointer.
         cr(unsafe { libc::fstat(fd, &mut st) } as i64)?;
-        Ok((st.st_mode, st.st_nlink as u32, st.st_size as u64, st.st_blocks as u64))
+        Ok((
+            st.st_mode,
+            st.st_nlink as u32,
+            st.st_size as u64,
+            st.st_blocks as u64,
+        ))
     }
     fn stat_size(&self, p: &str) -> R {
         // SAFETY: zeroed stat is a valid out buffer.
@@ -290,7 +305,10 @@ impl Sys for Ours {
         e(self.t.mkdir(&Ours::path(p), mode).map(|_| 0))
     }
     fn mkfifo(&self, p: &str) -> R {
-        e(self.t.mknodat(AT_FDCWD, &Ours::path(p), S_IFIFO | 0o644, 0).map(|_| 0))
+        e(self
+            .t
+            .mknodat(AT_FDCWD, &Ours::path(p), S_IFIFO | 0o644, 0)
+            .map(|_| 0))
     }
     fn symlink(&self, target: &str, p: &str) -> R {
         e(self.t.symlink(target, &Ours::path(p)).map(|_| 0))
@@ -327,14 +345,20 @@ impl Log {
         r.unwrap_or(-1)
     }
     fn fd(&mut self, what: &str, r: R) -> i32 {
-        self.0.push(format!("{what} -> {}", match r {
-            Ok(_) => "fd".to_string(),
-            Err(e) => format!("Err({e})"),
-        }));
+        self.0.push(format!(
+            "{what} -> {}",
+            match r {
+                Ok(_) => "fd".to_string(),
+                Err(e) => format!("Err({e})"),
+            }
+        ));
         r.unwrap_or(-1) as i32
     }
     fn data(&mut self, what: &str, r: Result<Vec<u8>, i32>) {
-        self.0.push(format!("{what} -> {:?}", r.map(|v| (v.len(), checksum(&v)))));
+        self.0.push(format!(
+            "{what} -> {:?}",
+            r.map(|v| (v.len(), checksum(&v)))
+        ));
     }
     fn any<T: std::fmt::Debug>(&mut self, what: &str, v: T) {
         self.0.push(format!("{what} -> {v:?}"));
@@ -342,7 +366,9 @@ impl Log {
 }
 
 fn checksum(v: &[u8]) -> u64 {
-    v.iter().fold(0xcbf29ce484222325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x100000001b3))
+    v.iter().fold(0xcbf29ce484222325u64, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x100000001b3)
+    })
 }
 
 fn host_ok() -> bool {
@@ -371,7 +397,13 @@ fn diff(name: &str, setup: fn(&dyn Sys, &mut Log), scenario: fn(&dyn Sys, &mut L
     let ours_root = Ours { t: vfs.root_task() };
     let mut ol = Log::default();
     setup(&ours_root, &mut ol);
-    let ours_user = if user { Ours { t: vfs.task(Cred::user(1000, 1000)) } } else { ours_root };
+    let ours_user = if user {
+        Ours {
+            t: vfs.task(Cred::user(1000, 1000)),
+        }
+    } else {
+        ours_root
+    };
     scenario(&ours_user, &mut ol);
     if !host_ok() {
         eprintln!("{name}: host side skipped (no /dev/shm or not root)");
@@ -398,7 +430,10 @@ fn diff(name: &str, setup: fn(&dyn Sys, &mut Log), scenario: fn(&dyn Sys, &mut L
     .unwrap();
     let _ = std::fs::remove_dir_all(&dir);
     for (i, (a, b)) in hl.0.iter().zip(ol.0.iter()).enumerate() {
-        assert_eq!(a, b, "{name}: step {i} differs (left: Linux, right: scalevfs)");
+        assert_eq!(
+            a, b,
+            "{name}: step {i} differs (left: Linux, right: scalevfs)"
+        );
     }
     assert_eq!(hl.0.len(), ol.0.len(), "{name}: log lengths differ");
 }
@@ -415,7 +450,10 @@ fn open_flags(s: &dyn Sys, l: &mut Log) {
     l.any("mode after umask", s.fstat(f));
     l.r("write", s.write(f, b"hello"));
     l.r("close", s.close(f));
-    l.fd("creat excl existing", s.open("d/f", O_CREAT | O_EXCL | O_WRONLY, 0o644));
+    l.fd(
+        "creat excl existing",
+        s.open("d/f", O_CREAT | O_EXCL | O_WRONLY, 0o644),
+    );
     let f = l.fd("creat existing", s.open("d/f", O_CREAT | O_RDWR, 0o600));
     l.any("not truncated", s.fstat(f));
     l.r("close", s.close(f));
@@ -431,16 +469,28 @@ fn open_flags(s: &dyn Sys, l: &mut Log) {
     let f = l.fd("rdonly trunc", s.open("d/f", O_RDONLY | O_TRUNC, 0));
     l.any("rdonly trunc truncates", s.fstat(f));
     l.r("close", s.close(f));
-    l.fd("directory on file", s.open("d/f", O_RDONLY | O_DIRECTORY, 0));
+    l.fd(
+        "directory on file",
+        s.open("d/f", O_RDONLY | O_DIRECTORY, 0),
+    );
     l.fd("file as dir component", s.open("d/f/x", O_RDONLY, 0));
     l.fd("creat under file", s.open("d/f/x", O_CREAT | O_RDWR, 0o644));
     l.fd("wronly dir", s.open("d", O_WRONLY, 0));
     l.fd("rdwr dir", s.open("d", O_RDWR, 0));
     l.fd("rdonly|trunc dir", s.open("d", O_RDONLY | O_TRUNC, 0));
     l.fd("creat on dir", s.open("d", O_CREAT | O_RDONLY, 0o644));
-    l.fd("creat|directory", s.open("d/new", O_CREAT | O_DIRECTORY | O_RDONLY, 0o644));
-    l.fd("creat trailing slash", s.open("d/new/", O_CREAT | O_RDWR, 0o644));
-    l.fd("creat trailing slash existing", s.open("d/f/", O_CREAT | O_RDWR, 0o644));
+    l.fd(
+        "creat|directory",
+        s.open("d/new", O_CREAT | O_DIRECTORY | O_RDONLY, 0o644),
+    );
+    l.fd(
+        "creat trailing slash",
+        s.open("d/new/", O_CREAT | O_RDWR, 0o644),
+    );
+    l.fd(
+        "creat trailing slash existing",
+        s.open("d/f/", O_CREAT | O_RDWR, 0o644),
+    );
     l.fd("missing", s.open("d/missing", O_RDONLY, 0));
     let f = l.fd("accmode 3 file", s.open("d/f", O_ACCMODE, 0));
     l.data("read accmode 3", s.read(f, 4));
@@ -459,7 +509,10 @@ fn open_flags(s: &dyn Sys, l: &mut Log) {
     // Symlinks.
     l.r("symlink", s.symlink("f", "d/l"));
     l.fd("nofollow", s.open("d/l", O_RDONLY | O_NOFOLLOW, 0));
-    l.fd("nofollow|directory", s.open("d/l", O_RDONLY | O_NOFOLLOW | O_DIRECTORY, 0));
+    l.fd(
+        "nofollow|directory",
+        s.open("d/l", O_RDONLY | O_NOFOLLOW | O_DIRECTORY, 0),
+    );
     let f = l.fd("path|nofollow", s.open("d/l", O_PATH | O_NOFOLLOW, 0));
     l.any("path fstat", s.fstat(f).map(|x| x.0 & S_IFMT));
     l.any("path getfl", s.fcntl(f, F_GETFL, 0));
@@ -470,13 +523,22 @@ fn open_flags(s: &dyn Sys, l: &mut Log) {
     l.r("path ftruncate", s.ftruncate(f, 0));
     l.r("path setfl", s.fcntl(f, F_SETFL, O_APPEND as u64));
     l.r("close", s.close(f));
-    l.fd("path|directory on file", s.open("d/f", O_PATH | O_DIRECTORY, 0));
+    l.fd(
+        "path|directory on file",
+        s.open("d/f", O_PATH | O_DIRECTORY, 0),
+    );
     let f = l.fd("follow", s.open("d/l", O_RDONLY, 0));
     l.data("read through link", s.read(f, 10));
     l.r("close", s.close(f));
-    l.fd("creat excl on symlink", s.open("d/l", O_CREAT | O_EXCL | O_RDWR, 0o644));
+    l.fd(
+        "creat excl on symlink",
+        s.open("d/l", O_CREAT | O_EXCL | O_RDWR, 0o644),
+    );
     l.r("dangling", s.symlink("target", "d/dl"));
-    let f = l.fd("creat through dangling", s.open("d/dl", O_CREAT | O_RDWR, 0o640));
+    let f = l.fd(
+        "creat through dangling",
+        s.open("d/dl", O_CREAT | O_RDWR, 0o640),
+    );
     l.r("close", s.close(f));
     l.r("target made", s.stat_size("d/target"));
     l.r("loop a", s.symlink("lb", "d/la"));
@@ -484,7 +546,14 @@ fn open_flags(s: &dyn Sys, l: &mut Log) {
     l.fd("loop", s.open("d/la", O_RDONLY, 0));
     l.fd("creat loop", s.open("d/la", O_CREAT | O_RDONLY, 0o644));
     // Status flags.
-    let f = l.fd("flags", s.open("d/f", O_RDWR | O_NONBLOCK | O_DIRECT | O_CLOEXEC | O_SYNC, 0));
+    let f = l.fd(
+        "flags",
+        s.open(
+            "d/f",
+            O_RDWR | O_NONBLOCK | O_DIRECT | O_CLOEXEC | O_SYNC,
+            0,
+        ),
+    );
     l.r("getfl", s.fcntl(f, F_GETFL, 0));
     l.r("getfd", s.fcntl(f, F_GETFD, 0));
     l.r("setfl", s.fcntl(f, F_SETFL, (O_APPEND | O_RDONLY) as u64));
@@ -494,10 +563,19 @@ fn open_flags(s: &dyn Sys, l: &mut Log) {
     l.r("close", s.close(f));
     // O_TMPFILE.
     l.fd("tmpfile rdonly", s.open("d", O_TMPFILE | O_RDONLY, 0o600));
-    l.fd("tmpfile no dir bit", s.open("d", (O_TMPFILE & !O_DIRECTORY) | O_RDWR, 0o600));
-    l.fd("tmpfile creat", s.open("d", O_TMPFILE | O_CREAT | O_RDWR, 0o600));
+    l.fd(
+        "tmpfile no dir bit",
+        s.open("d", (O_TMPFILE & !O_DIRECTORY) | O_RDWR, 0o600),
+    );
+    l.fd(
+        "tmpfile creat",
+        s.open("d", O_TMPFILE | O_CREAT | O_RDWR, 0o600),
+    );
     l.fd("tmpfile on file", s.open("d/f", O_TMPFILE | O_RDWR, 0o600));
-    l.fd("tmpfile missing", s.open("d/nope", O_TMPFILE | O_RDWR, 0o600));
+    l.fd(
+        "tmpfile missing",
+        s.open("d/nope", O_TMPFILE | O_RDWR, 0o600),
+    );
     let f = l.fd("tmpfile", s.open("d", O_TMPFILE | O_RDWR, 0o666));
     l.any("tmpfile stat", s.fstat(f));
     l.r("tmpfile write", s.write(f, b"orphan"));
@@ -574,14 +652,20 @@ fn data_io(s: &dyn Sys, l: &mut Log) {
     l.r("hole after grow", s.lseek(f, 0, SEEK_HOLE));
     l.r("ftruncate neg", s.ftruncate(f, -1));
     // Fallocate.
-    l.r("falloc keep", s.fallocate(f, FALLOC_FL_KEEP_SIZE, 8000, 20_000));
+    l.r(
+        "falloc keep",
+        s.fallocate(f, FALLOC_FL_KEEP_SIZE, 8000, 20_000),
+    );
     l.any("stat falloc keep", s.fstat(f));
     l.r("falloc grow", s.fallocate(f, 0, 30_000, 5000));
     l.any("stat falloc grow", s.fstat(f));
     l.data("read falloc", s.pread(f, 30_000, 5000));
     l.r("data in falloc", s.lseek(f, 12_289, SEEK_DATA));
     l.r("hole in falloc", s.lseek(f, 12_289, SEEK_HOLE));
-    l.r("punch", s.fallocate(f, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 100, 6000));
+    l.r(
+        "punch",
+        s.fallocate(f, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 100, 6000),
+    );
     l.any("stat punch", s.fstat(f));
     l.data("read punch", s.pread(f, 9000, 0));
     l.r("hole after punch", s.lseek(f, 0, SEEK_HOLE));
@@ -654,7 +738,10 @@ fn dups(s: &dyn Sys, l: &mut Log) {
     l.r("getfd 201 after", s.fcntl(201, F_GETFD, 0));
     l.r("dupfd huge", s.fcntl(f, libc::F_DUPFD as u32, 1 << 30));
     l.r("dupfd", s.fcntl(f, libc::F_DUPFD as u32, 300));
-    l.r("dupfd cloexec", s.fcntl(f, libc::F_DUPFD_CLOEXEC as u32, 300));
+    l.r(
+        "dupfd cloexec",
+        s.fcntl(f, libc::F_DUPFD_CLOEXEC as u32, 300),
+    );
     l.r("getfd 301", s.fcntl(301, F_GETFD, 0));
     l.r("close f", s.close(f));
     l.data("200 still open", s.pread(200, 3, 0));
@@ -682,7 +769,10 @@ fn perm_user(s: &dyn Sys, l: &mut Log) {
     l.fd("noatime", s.open("ro", O_RDONLY | O_NOATIME, 0));
     l.r("truncate", s.truncate("ro", 0));
     l.fd("creat in rodir", s.open("rodir/x", O_CREAT | O_RDWR, 0o644));
-    l.fd("tmpfile in rodir", s.open("rodir", O_TMPFILE | O_RDWR, 0o644));
+    l.fd(
+        "tmpfile in rodir",
+        s.open("rodir", O_TMPFILE | O_RDWR, 0o644),
+    );
     let f = l.fd("creat mode 0", s.open("mine", O_CREAT | O_RDWR | O_EXCL, 0));
     l.r("write own mode-0 file", s.write(f, b"ok"));
     l.r("close", s.close(f));
@@ -752,7 +842,10 @@ fn erofs_and_efbig() {
     t.mkdir("/ro", 0o755).unwrap();
     // Not authoritative, so the second (read-only) mount of the same memfs
     // looks names up in it instead of trusting an empty cache.
-    let fs = vfs.new_memfs(MemFsOptions { authoritative: false, ..Default::default() });
+    let fs = vfs.new_memfs(MemFsOptions {
+        authoritative: false,
+        ..Default::default()
+    });
     t.mount("/rw", fs.clone(), false).unwrap_err();
     t.mkdir("/rw", 0o755).unwrap();
     t.mount("/rw", fs.clone(), false).unwrap();
@@ -762,12 +855,18 @@ fn erofs_and_efbig() {
     t.mount("/ro", fs, true).unwrap();
     assert_eq!(t.open("/ro/f", O_WRONLY, 0), Err(Errno::EROFS));
     assert_eq!(t.open("/ro/f", O_RDONLY | O_TRUNC, 0), Err(Errno::EROFS));
-    assert_eq!(t.open("/ro/new", O_CREAT | O_RDWR, 0o644), Err(Errno::EROFS));
+    assert_eq!(
+        t.open("/ro/new", O_CREAT | O_RDWR, 0o644),
+        Err(Errno::EROFS)
+    );
     assert!(t.open("/ro/f", O_CREAT | O_RDONLY, 0o644).is_ok());
     assert_eq!(t.open("/ro", O_TMPFILE | O_RDWR, 0o644), Err(Errno::EROFS));
     assert_eq!(t.truncate("/ro/f", 0), Err(Errno::EROFS));
 
-    let small = MemFsOptions { max_file_size: 10_000, ..Default::default() };
+    let small = MemFsOptions {
+        max_file_size: 10_000,
+        ..Default::default()
+    };
     t.mkdir("/small", 0o755).unwrap();
     t.mount("/small", vfs.new_memfs(small), false).unwrap();
     let f = t.open("/small/f", O_CREAT | O_RDWR, 0o644).unwrap();
@@ -799,6 +898,7 @@ fn times_update_on_data_changes() {
     t.ftruncate(f, 1).unwrap();
     assert!(t.fstat(f).unwrap().mtime > old);
     reset();
-    t.fallocate(f, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 1).unwrap();
+    t.fallocate(f, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 1)
+        .unwrap();
     assert!(t.fstat(f).unwrap().mtime > old);
 }

@@ -44,19 +44,29 @@ fn distinct_misses_stay_bounded() {
         let mut max_len = 0;
         let mut max_neg = 0;
         for i in 0..200_000u32 {
-            assert_eq!(t.stat(format!("/d/missing{i}").as_str()), Err(Errno::ENOENT));
+            assert_eq!(
+                t.stat(format!("/d/missing{i}").as_str()),
+                Err(Errno::ENOENT)
+            );
             if i % 256 == 0 {
                 max_len = max_len.max(vfs.dcache().len());
                 max_neg = max_neg.max(vfs.dcache().negative_len());
             }
         }
-        assert!(max_len <= MAX + SLACK, "{index:?}: dcache grew to {max_len}");
-        assert!(max_neg <= neg_cap() + SLACK, "{index:?}: {max_neg} negative dentries");
+        assert!(
+            max_len <= MAX + SLACK,
+            "{index:?}: dcache grew to {max_len}"
+        );
+        assert!(
+            max_neg <= neg_cap() + SLACK,
+            "{index:?}: {max_neg} negative dentries"
+        );
         // Negative dentries were made (the cache is doing its job)...
         assert!(max_neg > 0);
         // ...and a name created after its negative dentry was cached is found.
         assert_eq!(t.stat("/d/missing199999"), Err(Errno::ENOENT));
-        t.mknodat(AT_FDCWD, "/d/missing199999", S_IFREG | 0o644, 0).unwrap();
+        t.mknodat(AT_FDCWD, "/d/missing199999", S_IFREG | 0o644, 0)
+            .unwrap();
         assert!(t.stat("/d/missing199999").is_ok());
     }
 }
@@ -102,7 +112,10 @@ fn authoritative_misses_make_no_dentries() {
     t.mkdir("/d", 0o755).unwrap();
     let before = vfs.dcache().len();
     for i in 0..50_000u32 {
-        assert_eq!(t.stat(format!("/d/missing{i}").as_str()), Err(Errno::ENOENT));
+        assert_eq!(
+            t.stat(format!("/d/missing{i}").as_str()),
+            Err(Errno::ENOENT)
+        );
     }
     assert_eq!(vfs.dcache().negative_len(), 0);
     assert_eq!(vfs.dcache().len(), before);
@@ -125,11 +138,20 @@ fn working_set_larger_than_cache() {
         for round in 0..3 {
             for i in 0..n {
                 let p = format!("/d{}/f{i}", i % 10);
-                let s = t.stat(p.as_str()).unwrap_or_else(|e| panic!("round {round} {p}: {e:?}"));
+                let s = t
+                    .stat(p.as_str())
+                    .unwrap_or_else(|e| panic!("round {round} {p}: {e:?}"));
                 assert_eq!(s.size, i as u64, "{p}");
-                assert_eq!(t.stat(format!("/d{}/g{i}", i % 10).as_str()), Err(Errno::ENOENT));
+                assert_eq!(
+                    t.stat(format!("/d{}/g{i}", i % 10).as_str()),
+                    Err(Errno::ENOENT)
+                );
             }
-            assert!(vfs.dcache().len() <= MAX + SLACK, "{index:?}: {} dentries", vfs.dcache().len());
+            assert!(
+                vfs.dcache().len() <= MAX + SLACK,
+                "{index:?}: {} dentries",
+                vfs.dcache().len()
+            );
         }
         // Every file is still there exactly once, and the inodes match.
         let mut total = 0;
@@ -157,12 +179,18 @@ fn negative_dentry_never_hides_a_renamed_file() {
             // another directory.
             t.mknodat(AT_FDCWD, "/d/a", S_IFREG | 0o644, 0).unwrap();
             t.truncate("/d/a", 7).unwrap();
-            t.renameat2(AT_FDCWD, "/d/a", AT_FDCWD, "/d/x", flags).unwrap();
+            t.renameat2(AT_FDCWD, "/d/a", AT_FDCWD, "/d/x", flags)
+                .unwrap();
             assert_eq!(t.stat("/e/y"), Err(Errno::ENOENT));
             t.mknodat(AT_FDCWD, "/d/b", S_IFREG | 0o644, 0).unwrap();
             t.truncate("/d/b", 9).unwrap();
-            t.renameat2(AT_FDCWD, "/d/b", AT_FDCWD, "/e/y", flags).unwrap();
-            assert_eq!(vfs.dcache().negative_len(), 0, "{index:?}: the negative dentries must go");
+            t.renameat2(AT_FDCWD, "/d/b", AT_FDCWD, "/e/y", flags)
+                .unwrap();
+            assert_eq!(
+                vfs.dcache().negative_len(),
+                0,
+                "{index:?}: the negative dentries must go"
+            );
             // Evict everything unused: the moved dentries go; the names stay.
             vfs.flush_deferred();
             while vfs.dcache().shrink(usize::MAX, false) > 0 {}
@@ -175,7 +203,10 @@ fn negative_dentry_never_hides_a_renamed_file() {
                 t.renameat2(AT_FDCWD, "/d/c", AT_FDCWD, "/d/x", RENAME_NOREPLACE),
                 Err(Errno::EEXIST)
             );
-            assert_eq!(t.mknodat(AT_FDCWD, "/e/y", S_IFREG | 0o644, 0), Err(Errno::EEXIST));
+            assert_eq!(
+                t.mknodat(AT_FDCWD, "/e/y", S_IFREG | 0o644, 0),
+                Err(Errno::EEXIST)
+            );
             t.unlink("/d/c").unwrap();
             // root, d, e and the two files (c's inode goes after a grace period).
             // (Epochs advance only when every pinned thread of the process,

@@ -90,18 +90,34 @@ trait Ann {
 }
 impl Ann for Op {
     fn e(self, errno: i32) -> Step {
-        Step { op: self, expect: Some(Err(errno)), known: None }
+        Step {
+            op: self,
+            expect: Some(Err(errno)),
+            known: None,
+        }
     }
     fn ok(self) -> Step {
-        Step { op: self, expect: Some(Ok(())), known: None }
+        Step {
+            op: self,
+            expect: Some(Ok(())),
+            known: None,
+        }
     }
     fn known(self, why: &'static str) -> Step {
-        Step { op: self, expect: None, known: Some(why) }
+        Step {
+            op: self,
+            expect: None,
+            known: Some(why),
+        }
     }
 }
 impl From<Op> for Step {
     fn from(op: Op) -> Step {
-        Step { op, expect: None, known: None }
+        Step {
+            op,
+            expect: None,
+            known: None,
+        }
     }
 }
 
@@ -191,7 +207,11 @@ fn scripts() -> Vec<Script> {
     assert_eq!(long_bad.len(), 4096);
     let mut chain: Vec<Step> = steps![create("f", 3)];
     for i in 1..=41 {
-        let target = if i == 1 { "f".to_string() } else { format!("l{}", i - 1) };
+        let target = if i == 1 {
+            "f".to_string()
+        } else {
+            format!("l{}", i - 1)
+        };
         chain.push(symlink(&target, &format!("l{i}")).ok());
     }
     chain.extend(steps![
@@ -991,7 +1011,17 @@ fn encode(outs: &[Out]) -> String {
             Out::Err(e) => s.push_str(&format!("E {e}")),
             Out::Stat(r) => s.push_str(&format!(
                 "S {} {} {} {} {} {} {} {} {} {} {} {}",
-                r.mode, r.nlink, r.size, r.uid, r.gid, r.rdev, r.dev, r.ino, r.atime.0, r.atime.1, r.mtime.0,
+                r.mode,
+                r.nlink,
+                r.size,
+                r.uid,
+                r.gid,
+                r.rdev,
+                r.dev,
+                r.ino,
+                r.atime.0,
+                r.atime.1,
+                r.mtime.0,
                 r.mtime.1
             )),
             Out::Link(b) => s.push_str(&format!("L {}", hex(b))),
@@ -1009,7 +1039,11 @@ fn encode(outs: &[Out]) -> String {
 }
 
 fn decode(s: &str) -> Vec<Out> {
-    let unhex = |h: &str| (0..h.len() / 2).map(|i| u8::from_str_radix(&h[2 * i..2 * i + 2], 16).unwrap()).collect::<Vec<u8>>();
+    let unhex = |h: &str| {
+        (0..h.len() / 2)
+            .map(|i| u8::from_str_radix(&h[2 * i..2 * i + 2], 16).unwrap())
+            .collect::<Vec<u8>>()
+    };
     s.lines()
         .map(|l| {
             let mut w = l.split(' ');
@@ -1031,7 +1065,10 @@ fn decode(s: &str) -> Vec<Out> {
                     mtime: (num(), num()),
                 }),
                 "L" => Out::Link(unhex(l[2..].trim_end_matches('-'))),
-                "F" => Out::StatFs { fs_type: num() as u64, namelen: num() as u64 },
+                "F" => Out::StatFs {
+                    fs_type: num() as u64,
+                    namelen: num() as u64,
+                },
                 _ => {
                     assert!(tag == "D", "bad line {l}");
                     let v = l[1..]
@@ -1165,12 +1202,24 @@ fn run_scalevfs(steps: &[Step], cfg: &VfsConfig) -> Vec<Out> {
             Op::Chown(d, path, u, g, f) => st(t.fchownat(dfd(d), path, *u, *g, *f)),
             Op::Utimens(d, path, times, f) => {
                 let ts = times.map(|[a, m]| {
-                    [Timespec { sec: a.0, nsec: a.1 }, Timespec { sec: m.0, nsec: m.1 }]
+                    [
+                        Timespec {
+                            sec: a.0,
+                            nsec: a.1,
+                        },
+                        Timespec {
+                            sec: m.0,
+                            nsec: m.1,
+                        },
+                    ]
                 });
                 st(t.utimensat(dfd(d), path, ts, *f))
             }
             Op::Statfs(path) => match t.statfs(path) {
-                Ok(s) => Out::StatFs { fs_type: s.fs_type, namelen: s.namelen },
+                Ok(s) => Out::StatFs {
+                    fs_type: s.fs_type,
+                    namelen: s.namelen,
+                },
                 Err(e) => Out::Err(e.raw()),
             },
             Op::Chdir(path) => st(t.chdir(path)),
@@ -1196,7 +1245,11 @@ fn run_scalevfs(steps: &[Step], cfg: &VfsConfig) -> Vec<Out> {
                 Err(e) => Out::Err(e.raw()),
             },
             Op::Readdir(path) => match t.read_dir(path) {
-                Ok(v) => Out::Dir(v.into_iter().map(|e| (e.name, e.file_type.dtype())).collect()),
+                Ok(v) => Out::Dir(
+                    v.into_iter()
+                        .map(|e| (e.name, e.file_type.dtype()))
+                        .collect(),
+                ),
                 Err(e) => Out::Err(e.raw()),
             },
             Op::Mount(path) => {
@@ -1208,7 +1261,11 @@ fn run_scalevfs(steps: &[Step], cfg: &VfsConfig) -> Vec<Out> {
                 Out::Ok
             }
             Op::SetCred(u, g, groups) => {
-                t.set_cred(Cred { uid: *u, gid: *g, groups: groups.clone() });
+                t.set_cred(Cred {
+                    uid: *u,
+                    gid: *g,
+                    groups: groups.clone(),
+                });
                 Out::Ok
             }
         };
@@ -1226,7 +1283,9 @@ fn cs(b: &[u8]) -> CString {
 }
 
 fn errno() -> i32 {
-    std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
 }
 
 fn ret(r: libc::c_long) -> Out {
@@ -1295,12 +1354,30 @@ fn run_host_steps(steps: &[Step]) -> Vec<Out> {
             Op::Rename(d1, a, d2, b, f) => {
                 let (ca, cb) = (cs(a), cs(b));
                 // SAFETY: see above.
-                ret(unsafe { libc::syscall(libc::SYS_renameat2, dfd(d1), ca.as_ptr(), dfd(d2), cb.as_ptr(), *f) })
+                ret(unsafe {
+                    libc::syscall(
+                        libc::SYS_renameat2,
+                        dfd(d1),
+                        ca.as_ptr(),
+                        dfd(d2),
+                        cb.as_ptr(),
+                        *f,
+                    )
+                })
             }
             Op::Link(d1, a, d2, b, f) => {
                 let (ca, cb) = (cs(a), cs(b));
                 // SAFETY: see above.
-                ret(unsafe { libc::syscall(libc::SYS_linkat, dfd(d1), ca.as_ptr(), dfd(d2), cb.as_ptr(), *f) })
+                ret(unsafe {
+                    libc::syscall(
+                        libc::SYS_linkat,
+                        dfd(d1),
+                        ca.as_ptr(),
+                        dfd(d2),
+                        cb.as_ptr(),
+                        *f,
+                    )
+                })
             }
             Op::Symlink(target, d, path) => {
                 let (ct, c) = (cs(target), cs(path));
@@ -1311,7 +1388,15 @@ fn run_host_steps(steps: &[Step]) -> Vec<Out> {
                 let c = cs(path);
                 let mut buf = vec![0u8; 8192];
                 // SAFETY: see above; `buf` is writable for its length.
-                let r = unsafe { libc::syscall(libc::SYS_readlinkat, dfd(d), c.as_ptr(), buf.as_mut_ptr(), buf.len()) };
+                let r = unsafe {
+                    libc::syscall(
+                        libc::SYS_readlinkat,
+                        dfd(d),
+                        c.as_ptr(),
+                        buf.as_mut_ptr(),
+                        buf.len(),
+                    )
+                };
                 if r < 0 {
                     Out::Err(errno())
                 } else {
@@ -1333,8 +1418,14 @@ fn run_host_steps(steps: &[Step]) -> Vec<Out> {
                 let c = cs(path);
                 let ts = times.map(|[a, m]| {
                     [
-                        libc::timespec { tv_sec: a.0, tv_nsec: a.1 },
-                        libc::timespec { tv_sec: m.0, tv_nsec: m.1 },
+                        libc::timespec {
+                            tv_sec: a.0,
+                            tv_nsec: a.1,
+                        },
+                        libc::timespec {
+                            tv_sec: m.0,
+                            tv_nsec: m.1,
+                        },
                     ]
                 });
                 let tp = ts.as_ref().map_or(std::ptr::null(), |t| t.as_ptr());
@@ -1349,7 +1440,10 @@ fn run_host_steps(steps: &[Step]) -> Vec<Out> {
                 if unsafe { libc::statfs(c.as_ptr(), &mut sb) } < 0 {
                     Out::Err(errno())
                 } else {
-                    Out::StatFs { fs_type: sb.f_type as u64, namelen: sb.f_namelen as u64 }
+                    Out::StatFs {
+                        fs_type: sb.f_type as u64,
+                        namelen: sb.f_namelen as u64,
+                    }
                 }
             }
             Op::Chdir(path) => {
@@ -1400,7 +1494,9 @@ fn run_host_steps(steps: &[Step]) -> Vec<Out> {
                 let src = cs(b"none");
                 let ty = cs(b"tmpfs");
                 // SAFETY: see above.
-                ret(unsafe { libc::mount(src.as_ptr(), c.as_ptr(), ty.as_ptr(), 0, std::ptr::null()) } as _)
+                ret(unsafe {
+                    libc::mount(src.as_ptr(), c.as_ptr(), ty.as_ptr(), 0, std::ptr::null())
+                } as _)
             }
             Op::Umask(m) => {
                 // SAFETY: plain value.
@@ -1494,7 +1590,13 @@ fn run_host(steps: &[Step]) -> Option<Vec<Out>> {
             libc::close(fds[0]);
             let root = cs(b"/");
             let ok = libc::unshare(libc::CLONE_NEWNS) == 0
-                && libc::mount(std::ptr::null(), root.as_ptr(), std::ptr::null(), libc::MS_REC | libc::MS_PRIVATE, std::ptr::null()) == 0
+                && libc::mount(
+                    std::ptr::null(),
+                    root.as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_REC | libc::MS_PRIVATE,
+                    std::ptr::null(),
+                ) == 0
                 && libc::chroot(cdir.as_ptr()) == 0
                 && libc::chdir(root.as_ptr()) == 0;
             if !ok {
@@ -1567,14 +1669,19 @@ fn check_scalevfs_only() {
     assert_eq!(t.rename(b"a", b"b\0"), Err(Errno::EINVAL));
     // umount of a busy mount.
     t.mkdir("m", 0o755).unwrap();
-    t.mount("m", vfs.new_memfs(MemFsOptions::default()), false).unwrap();
+    t.mount("m", vfs.new_memfs(MemFsOptions::default()), false)
+        .unwrap();
     t.mkdir("m/n", 0o755).unwrap();
-    t.mount("m/n", vfs.new_memfs(MemFsOptions::default()), false).unwrap();
+    t.mount("m/n", vfs.new_memfs(MemFsOptions::default()), false)
+        .unwrap();
     assert_eq!(t.umount("m"), Err(Errno::EBUSY));
     t.umount("m/n").unwrap();
     t.umount("m").unwrap();
     assert_eq!(t.stat("m/n"), Err(Errno::ENOENT));
-    assert_eq!(t.mount("m", vfs.new_memfs(MemFsOptions::default()), false), Ok(()));
+    assert_eq!(
+        t.mount("m", vfs.new_memfs(MemFsOptions::default()), false),
+        Ok(())
+    );
     assert_eq!(t.rmdir("m"), Err(Errno::EBUSY));
 }
 
@@ -1609,47 +1716,54 @@ fn main() {
         }),
     ];
     for script in &all {
-      let host = run_host(&script.steps);
-      let host_n = host.as_ref().map(|h| normalize(h));
-      if host.is_some() {
-          host_ran += 1;
-      }
-      for (cname, cfg) in &configs {
-        nsteps += script.steps.len();
-        let ours = run_scalevfs(&script.steps, cfg);
-        let ours_n = normalize(&ours);
-        for (i, step) in script.steps.iter().enumerate() {
-            let what = format!("[{}] ({cname}) step {i}: {}", script.name, describe(&step.op));
-            if let Some(h) = &host_n {
-                if h[i] != ours_n[i] {
-                    if let Some(why) = step.known {
-                        println!("KNOWN DIFFERENCE {what}: {why}\n    linux:    {}\n    scalevfs: {}", h[i], ours_n[i]);
+        let host = run_host(&script.steps);
+        let host_n = host.as_ref().map(|h| normalize(h));
+        if host.is_some() {
+            host_ran += 1;
+        }
+        for (cname, cfg) in &configs {
+            nsteps += script.steps.len();
+            let ours = run_scalevfs(&script.steps, cfg);
+            let ours_n = normalize(&ours);
+            for (i, step) in script.steps.iter().enumerate() {
+                let what = format!(
+                    "[{}] ({cname}) step {i}: {}",
+                    script.name,
+                    describe(&step.op)
+                );
+                if let Some(h) = &host_n {
+                    if h[i] != ours_n[i] {
+                        if let Some(why) = step.known {
+                            println!("KNOWN DIFFERENCE {what}: {why}\n    linux:    {}\n    scalevfs: {}", h[i], ours_n[i]);
+                            continue;
+                        }
+                        failures.push(format!(
+                            "{what}\n    linux:    {}\n    scalevfs: {}",
+                            h[i], ours_n[i]
+                        ));
                         continue;
                     }
-                    failures.push(format!("{what}\n    linux:    {}\n    scalevfs: {}", h[i], ours_n[i]));
-                    continue;
-                }
-                if let (Some(exp), true) = (step.expect, *cname == "default") {
-                    let hs = host.as_ref().unwrap()[i].status();
-                    if hs != exp {
-                        failures.push(format!("{what}\n    the script's expectation is wrong for this kernel: linux: {}", h[i]));
+                    if let (Some(exp), true) = (step.expect, *cname == "default") {
+                        let hs = host.as_ref().unwrap()[i].status();
+                        if hs != exp {
+                            failures.push(format!("{what}\n    the script's expectation is wrong for this kernel: linux: {}", h[i]));
+                        }
                     }
                 }
-            }
-            if let Some(exp) = step.expect {
-                if ours[i].status() != exp {
-                    failures.push(format!(
-                        "{what}\n    expected: {}\n    scalevfs: {}",
-                        match exp {
-                            Ok(()) => "ok".into(),
-                            Err(e) => format!("error {}", errname(e)),
-                        },
-                        ours_n[i]
-                    ));
+                if let Some(exp) = step.expect {
+                    if ours[i].status() != exp {
+                        failures.push(format!(
+                            "{what}\n    expected: {}\n    scalevfs: {}",
+                            match exp {
+                                Ok(()) => "ok".into(),
+                                Err(e) => format!("error {}", errname(e)),
+                            },
+                            ours_n[i]
+                        ));
+                    }
                 }
             }
         }
-      }
     }
     println!(
         "errno_matches_linux: {} scripts x {} configurations, {nsteps} steps, host side ran for {host_ran}, {:.2}s",

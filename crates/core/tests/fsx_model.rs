@@ -37,8 +37,19 @@ fn run(seed: u64, ops: usize) {
     for step in 0..ops {
         let op = r.below(100);
         // Mostly small ops near page boundaries, sometimes large ones.
-        let off = if r.below(4) == 0 { r.below(MAX) } else { (r.below(MAX / 4096) * 4096).wrapping_add(r.below(64)).wrapping_sub(32) % MAX };
-        let len = if r.below(8) == 0 { r.below(65_536) } else { r.below(300) } as usize;
+        let off = if r.below(4) == 0 {
+            r.below(MAX)
+        } else {
+            (r.below(MAX / 4096) * 4096)
+                .wrapping_add(r.below(64))
+                .wrapping_sub(32)
+                % MAX
+        };
+        let len = if r.below(8) == 0 {
+            r.below(65_536)
+        } else {
+            r.below(300)
+        } as usize;
         let ctx = || format!("seed {seed} step {step} op {op} off {off} len {len}");
         match op {
             0..=24 => {
@@ -58,18 +69,31 @@ fn run(seed: u64, ops: usize) {
                 let n = t.pread(fd, &mut buf[..len], off as i64).unwrap();
                 let want = model.len().saturating_sub(off as usize).min(len);
                 assert_eq!(n, want, "{}", ctx());
-                assert!(n == 0 || buf[..n] == model[off as usize..off as usize + n], "{}", ctx());
+                assert!(
+                    n == 0 || buf[..n] == model[off as usize..off as usize + n],
+                    "{}",
+                    ctx()
+                );
             }
             45..=54 => {
                 // truncate
-                let size = if r.below(3) == 0 { r.below(4096 * 3) } else { r.below(MAX) };
+                let size = if r.below(3) == 0 {
+                    r.below(4096 * 3)
+                } else {
+                    r.below(MAX)
+                };
                 t.ftruncate(fd, size as i64).unwrap();
                 model.resize(size as usize, 0);
             }
             55..=64 => {
                 // lseek + read / write on the position
                 let whence = r.below(3) as u32;
-                let o = r.below(MAX) as i64 - if whence == SEEK_SET { 0 } else { (MAX / 2) as i64 };
+                let o = r.below(MAX) as i64
+                    - if whence == SEEK_SET {
+                        0
+                    } else {
+                        (MAX / 2) as i64
+                    };
                 let base = match whence {
                     SEEK_SET => 0,
                     SEEK_CUR => pos as i64,
@@ -86,7 +110,11 @@ fn run(seed: u64, ops: usize) {
                     let n = t.read(fd, &mut buf[..len]).unwrap();
                     let want = model.len().saturating_sub(pos as usize).min(len);
                     assert_eq!(n, want, "{}", ctx());
-                    assert!(n == 0 || buf[..n] == model[pos as usize..pos as usize + n], "{}", ctx());
+                    assert!(
+                        n == 0 || buf[..n] == model[pos as usize..pos as usize + n],
+                        "{}",
+                        ctx()
+                    );
                     pos += n as u64;
                 } else if pos < MAX {
                     let data: Vec<u8> = (0..len).map(|_| (r.next() % 255 + 1) as u8).collect();
@@ -114,7 +142,13 @@ fn run(seed: u64, ops: usize) {
                     }
                     1 => t.fallocate(fd, FALLOC_FL_KEEP_SIZE, off as i64, l).unwrap(),
                     _ => {
-                        t.fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off as i64, l).unwrap();
+                        t.fallocate(
+                            fd,
+                            FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                            off as i64,
+                            l,
+                        )
+                        .unwrap();
                         let a = (off as usize).min(model.len());
                         let b = (off as usize + l as usize).min(model.len());
                         model[a..b].fill(0);
@@ -135,13 +169,21 @@ fn run(seed: u64, ops: usize) {
                     Ok(p) if data => {
                         assert!(p >= off && p < size, "{}", ctx());
                         // Everything skipped is zero.
-                        assert!(model[off as usize..p as usize].iter().all(|&b| b == 0), "{}", ctx());
+                        assert!(
+                            model[off as usize..p as usize].iter().all(|&b| b == 0),
+                            "{}",
+                            ctx()
+                        );
                     }
                     Ok(p) => {
                         assert!(p >= off && p <= size, "{}", ctx());
                         // A hole reads as zeros up to the next page or EOF.
                         let e = (p.div_ceil(4096) * 4096).min(size).max(p);
-                        assert!(model[p as usize..e as usize].iter().all(|&b| b == 0), "{}", ctx());
+                        assert!(
+                            model[p as usize..e as usize].iter().all(|&b| b == 0),
+                            "{}",
+                            ctx()
+                        );
                     }
                     Err(Errno::ENXIO) if data => {
                         assert!(model[off as usize..].iter().all(|&b| b == 0), "{}", ctx());

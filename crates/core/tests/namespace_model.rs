@@ -39,13 +39,22 @@ struct Model {
 type R<T> = Result<T, Errno>;
 
 fn comps(path: &str) -> Vec<String> {
-    path.split('/').filter(|c| !c.is_empty()).map(str::to_string).collect()
+    path.split('/')
+        .filter(|c| !c.is_empty())
+        .map(str::to_string)
+        .collect()
 }
 
 impl Model {
     fn new() -> Model {
         let mut nodes = HashMap::new();
-        nodes.insert(0, Node { kind: Kind::Dir(BTreeMap::new()), nlink: 2 });
+        nodes.insert(
+            0,
+            Node {
+                kind: Kind::Dir(BTreeMap::new()),
+                nlink: 2,
+            },
+        );
         Model { nodes, next: 1 }
     }
 
@@ -70,7 +79,9 @@ impl Model {
     fn walk(&self, start: usize, cs: &[String], follow: bool, links: &mut u32) -> R<usize> {
         let mut cur = start;
         for (i, c) in cs.iter().enumerate() {
-            let Some(ch) = self.children(cur) else { return Err(Errno::ENOTDIR) };
+            let Some(ch) = self.children(cur) else {
+                return Err(Errno::ENOTDIR);
+            };
             let child = *ch.get(c).ok_or(Errno::ENOENT)?;
             let last = i + 1 == cs.len();
             match &self.nodes[&child].kind {
@@ -155,7 +166,9 @@ impl Model {
         let (p, name) = self.parent(path)?;
         let v = self.lookup(p, &name).ok_or(Errno::ENOENT)?;
         if rmdir {
-            let Some(ch) = self.children(v) else { return Err(Errno::ENOTDIR) };
+            let Some(ch) = self.children(v) else {
+                return Err(Errno::ENOTDIR);
+            };
             if !ch.is_empty() {
                 return Err(Errno::ENOTEMPTY);
             }
@@ -219,7 +232,11 @@ impl Model {
             }
             if let Some(d) = dst {
                 if self.is_dir(d) && self.is_ancestor(d, op) {
-                    return Err(if exchange { Errno::EINVAL } else { Errno::ENOTEMPTY });
+                    return Err(if exchange {
+                        Errno::EINVAL
+                    } else {
+                        Errno::ENOTEMPTY
+                    });
                 }
             }
         }
@@ -363,7 +380,11 @@ fn run(ops: &[Op], cfg: VfsConfig) -> Result<(), TestCaseError> {
     for (i, o) in ops.iter().enumerate() {
         match o {
             Op::Stat(p, follow) => {
-                let got = if *follow { t.stat(p.as_str()) } else { t.lstat(p.as_str()) };
+                let got = if *follow {
+                    t.stat(p.as_str())
+                } else {
+                    t.lstat(p.as_str())
+                };
                 let want = m.stat(p, *follow);
                 match (got, want) {
                     (Ok(s), Ok((id, ty, nlink))) => {
@@ -397,7 +418,9 @@ fn run(ops: &[Op], cfg: VfsConfig) -> Result<(), TestCaseError> {
                     Op::Create(p) => t.mknodat(AT_FDCWD, p.as_str(), S_IFREG | 0o644, 0),
                     Op::Unlink(p) => t.unlink(p.as_str()),
                     Op::Rmdir(p) => t.rmdir(p.as_str()),
-                    Op::Rename(a, b, f) => t.renameat2(AT_FDCWD, a.as_str(), AT_FDCWD, b.as_str(), *f),
+                    Op::Rename(a, b, f) => {
+                        t.renameat2(AT_FDCWD, a.as_str(), AT_FDCWD, b.as_str(), *f)
+                    }
                     Op::Link(a, b) => t.link(a.as_str(), b.as_str()),
                     Op::Symlink(tg, l) => t.symlink(tg.as_str(), l.as_str()),
                     _ => unreachable!(),
@@ -417,18 +440,34 @@ fn run(ops: &[Op], cfg: VfsConfig) -> Result<(), TestCaseError> {
         }
     }
     // Final state: the whole tree, with inode identities and link counts.
-    fn compare(t: &Task, m: &Model, ids: &mut Ids, dir: usize, path: &str) -> Result<(), TestCaseError> {
+    fn compare(
+        t: &Task,
+        m: &Model,
+        ids: &mut Ids,
+        dir: usize,
+        path: &str,
+    ) -> Result<(), TestCaseError> {
         for (name, &id) in m.children(dir).unwrap() {
             let p = format!("{path}/{name}");
-            let s = t.lstat(p.as_str()).map_err(|e| TestCaseError::fail(format!("{p}: {e:?}")))?;
+            let s = t
+                .lstat(p.as_str())
+                .map_err(|e| TestCaseError::fail(format!("{p}: {e:?}")))?;
             ids.check(id, s.ino)?;
             prop_assert_eq!(s.nlink, m.nodes[&id].nlink, "nlink of {}", p);
             if m.is_dir(id) {
                 compare(t, m, ids, id, &p)?;
             }
         }
-        let names = t.read_dir(if path.is_empty() { "/" } else { path }).unwrap().len();
-        prop_assert_eq!(names, m.children(dir).unwrap().len() + 2, "entries of {}", path);
+        let names = t
+            .read_dir(if path.is_empty() { "/" } else { path })
+            .unwrap()
+            .len();
+        prop_assert_eq!(
+            names,
+            m.children(dir).unwrap().len() + 2,
+            "entries of {}",
+            path
+        );
         Ok(())
     }
     compare(&t, &m, &mut ids, 0, "")?;
@@ -444,7 +483,14 @@ fn config(authoritative: bool, per_dir: bool, walk_ref: bool) -> VfsConfig {
     if per_dir {
         c.dcache.index = DcacheIndex::PerDir;
     }
-    VfsConfig { walk: if walk_ref { WalkMode::RefOnly } else { WalkMode::LockFree }, ..c }
+    VfsConfig {
+        walk: if walk_ref {
+            WalkMode::RefOnly
+        } else {
+            WalkMode::LockFree
+        },
+        ..c
+    }
 }
 
 proptest! {

@@ -45,7 +45,14 @@ fn mount_m(vfs: &Vfs, t: &Task) -> std::sync::Arc<MemFs> {
 }
 
 fn orphans_of(t: &Task, fd: i32) -> Vec<u64> {
-    t.files().get_arc(fd).unwrap().path().mnt.sb().orphans.orphans()
+    t.files()
+        .get_arc(fd)
+        .unwrap()
+        .path()
+        .mnt
+        .sb()
+        .orphans
+        .orphans()
 }
 
 #[test]
@@ -73,7 +80,10 @@ fn unlink_open_write_read_close_frees_inode() {
         assert_eq!(fs.live_inodes(), base + 1, "a dup keeps it open");
         let sb = t.files().get_arc(dup).unwrap().path().mnt.sb().clone();
         t.close(dup).unwrap();
-        assert!(live_is(&vfs, &fs, base), "{variant}: last close frees the inode");
+        assert!(
+            live_is(&vfs, &fs, base),
+            "{variant}: last close frees the inode"
+        );
         assert!(eventually(&vfs, || sb.orphans.is_empty()), "{variant}");
     }
 }
@@ -191,7 +201,11 @@ fn concurrent_unlink_close_truncate_leaves_nothing() {
                 });
             }
         });
-        assert!(live_is(&vfs, &fs, base), "{variant}: {} live, {base} expected", fs.live_inodes());
+        assert!(
+            live_is(&vfs, &fs, base),
+            "{variant}: {} live, {base} expected",
+            fs.live_inodes()
+        );
         let fd = t.open("/m", O_RDONLY, 0).unwrap();
         assert!(orphans_of(&t, fd).is_empty(), "{variant}");
         t.close(fd).unwrap();

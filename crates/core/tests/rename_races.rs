@@ -147,10 +147,22 @@ fn reader(t: Task, seed: u64, done: &AtomicBool) -> usize {
             _ => {
                 // A listing returns the untouched entry exactly once.
                 let v = t.read_dir(format!("/d{k}").as_str()).unwrap();
-                assert_eq!(v.iter().filter(|e| e.name == b"keep").count(), 1, "/d{k} listing");
+                assert_eq!(
+                    v.iter().filter(|e| e.name == b"keep").count(),
+                    1,
+                    "/d{k} listing"
+                );
                 for e in &v {
-                    assert!(e.name.starts_with(b"c") || e.name.starts_with(b"r_") || e.name.starts_with(b"s")
-                        || e.name == b"keep" || e.name == b"." || e.name == b"..", "odd name {:?}", e.name);
+                    assert!(
+                        e.name.starts_with(b"c")
+                            || e.name.starts_with(b"r_")
+                            || e.name.starts_with(b"s")
+                            || e.name == b"keep"
+                            || e.name == b"."
+                            || e.name == b"..",
+                        "odd name {:?}",
+                        e.name
+                    );
                 }
             }
         }
@@ -167,7 +179,13 @@ fn file_writer(t: Task, id: usize, seed: u64, counts: &Counts) {
         match rng.below(3) {
             0 => {
                 make_file(&t, &stage, fsize(c));
-                match t.renameat2(AT_FDCWD, stage.as_str(), AT_FDCWD, p.as_str(), RENAME_NOREPLACE) {
+                match t.renameat2(
+                    AT_FDCWD,
+                    stage.as_str(),
+                    AT_FDCWD,
+                    p.as_str(),
+                    RENAME_NOREPLACE,
+                ) {
                     Ok(()) => {
                         counts.created[c].fetch_add(1, Ordering::Relaxed);
                     }
@@ -184,7 +202,11 @@ fn file_writer(t: Task, id: usize, seed: u64, counts: &Counts) {
             },
             _ => {
                 let q = cname(rng.below(DIRS), c, rng.below(SLOTS));
-                let flags = if rng.below(2) == 0 { RENAME_NOREPLACE } else { RENAME_EXCHANGE };
+                let flags = if rng.below(2) == 0 {
+                    RENAME_NOREPLACE
+                } else {
+                    RENAME_EXCHANGE
+                };
                 match t.renameat2(AT_FDCWD, p.as_str(), AT_FDCWD, q.as_str(), flags) {
                     Ok(()) | Err(Errno::ENOENT) | Err(Errno::EEXIST) => {}
                     Err(e) => panic!("rename {p} {q} {flags}: {e:?}"),
@@ -217,7 +239,15 @@ fn tree_writer(t: Task, seed: u64) {
                     Ok(()) => {
                         // Keep the class populated (published whole).
                         make_file(&t, "/stage/tree", RSIZE);
-                        if t.renameat2(AT_FDCWD, "/stage/tree", AT_FDCWD, a.as_str(), RENAME_NOREPLACE).is_err() {
+                        if t.renameat2(
+                            AT_FDCWD,
+                            "/stage/tree",
+                            AT_FDCWD,
+                            a.as_str(),
+                            RENAME_NOREPLACE,
+                        )
+                        .is_err()
+                        {
                             t.unlink("/stage/tree").unwrap();
                         }
                     }
@@ -261,8 +291,14 @@ fn check_final(t: &Task, counts: &Counts) -> (usize, usize) {
                 }
             }
         }
-        let want = counts.created[c].load(Ordering::Relaxed) - counts.unlinked[c].load(Ordering::Relaxed);
-        assert_eq!(n, want, "class {c}: files lost or duplicated ({:?})", t.vfs().config());
+        let want =
+            counts.created[c].load(Ordering::Relaxed) - counts.unlinked[c].load(Ordering::Relaxed);
+        assert_eq!(
+            n,
+            want,
+            "class {c}: files lost or duplicated ({:?})",
+            t.vfs().config()
+        );
     }
     for c in 0..CLASSES {
         let found: Vec<_> = (0..DIRS)
@@ -284,7 +320,10 @@ fn run(cfg: VfsConfig, seed: u64) {
     let vfs = Vfs::with_root_fs(cfg.clone(), fs.clone());
     let t = vfs.root_task();
     setup(&t);
-    let counts = Counts { created: Default::default(), unlinked: Default::default() };
+    let counts = Counts {
+        created: Default::default(),
+        unlinked: Default::default(),
+    };
     let done = AtomicBool::new(false);
     let barrier = Barrier::new(6);
     std::thread::scope(|s| {
@@ -359,7 +398,11 @@ fn run(cfg: VfsConfig, seed: u64) {
     }
     assert_eq!(dc.len(), want, "dentries not at rest ({cfg:?})");
     assert_eq!(dc.negative_len(), 0, "negative dentries left ({cfg:?})");
-    assert_eq!(fs.live_inodes() as usize, inodes, "inodes leaked or freed early ({cfg:?})");
+    assert_eq!(
+        fs.live_inodes() as usize,
+        inodes,
+        "inodes leaked or freed early ({cfg:?})"
+    );
     drop(t);
 }
 
@@ -408,7 +451,11 @@ fn rename_races_reference_walk() {
     // The "before" walk and Linux's stat-takes-a-reference shape.
     for (walk, stat_ref) in [(WalkMode::RefOnly, false), (WalkMode::LockFree, true)] {
         for auth in [true, false] {
-            let mut c = VfsConfig { walk, stat_takes_ref: stat_ref, ..VfsConfig::default() };
+            let mut c = VfsConfig {
+                walk,
+                stat_takes_ref: stat_ref,
+                ..VfsConfig::default()
+            };
             c.memfs.authoritative = auth;
             c.dcache.hash_bits = 5;
             c.dcache.max_entries = 64;

@@ -26,8 +26,16 @@ fn create_stat_rename_unlink() {
     t.unlink("/c/f").unwrap();
     t.rmdir("/c").unwrap();
     assert_eq!(t.stat("/l"), Err(Errno::ENOENT));
-    let names: Vec<_> = t.read_dir("/").unwrap().into_iter().map(|e| e.name).collect();
-    assert_eq!(names, vec![b".".to_vec(), b"..".to_vec(), b"a".to_vec(), b"l".to_vec()]);
+    let names: Vec<_> = t
+        .read_dir("/")
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    assert_eq!(
+        names,
+        vec![b".".to_vec(), b"..".to_vec(), b"a".to_vec(), b"l".to_vec()]
+    );
     t.chdir("/a").unwrap();
     assert_eq!(t.getcwd().unwrap(), b"/a");
     assert_eq!(t.stat("..").unwrap().ino, t.stat("/").unwrap().ino);

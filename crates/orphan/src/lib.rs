@@ -79,7 +79,9 @@ impl std::str::FromStr for OrphanVariant {
             "locked" => Ok(OrphanVariant::Locked),
             "lockless" => Ok(OrphanVariant::Lockless),
             "none" => Ok(OrphanVariant::None),
-            _ => Err(format!("unknown orphan variant {s} (locked, lockless, none)")),
+            _ => Err(format!(
+                "unknown orphan variant {s} (locked, lockless, none)"
+            )),
         }
     }
 }
@@ -144,7 +146,11 @@ impl OrphanFile {
 
     /// An empty orphan file with `slots_per_block` slots per block (at most
     /// [`SLOTS_PER_BLOCK`]; smaller values let tests and models fill it).
-    pub fn with_geometry(variant: OrphanVariant, blocks: usize, slots_per_block: usize) -> OrphanFile {
+    pub fn with_geometry(
+        variant: OrphanVariant,
+        blocks: usize,
+        slots_per_block: usize,
+    ) -> OrphanFile {
         let spb = slots_per_block.clamp(1, SLOTS_PER_BLOCK);
         let blocks = (0..blocks.max(1))
             .map(|_| Block {
@@ -204,8 +210,12 @@ impl OrphanFile {
                 }
             }
             OrphanSlot::Slot { block, index } => {
-                let Some(b) = self.blocks.get(block as usize) else { return };
-                let Some(s) = b.slots.get(index as usize) else { return };
+                let Some(b) = self.blocks.get(block as usize) else {
+                    return;
+                };
+                let Some(s) = b.slots.get(index as usize) else {
+                    return;
+                };
                 let _l = (self.variant == OrphanVariant::Locked).then(|| self.lock.lock());
                 // Release: the zero must be visible before the reservation is
                 // given back (an adder that reserves through our increment
@@ -250,8 +260,14 @@ impl OrphanFile {
             }
             // AcqRel: the claim orders with the deleter's zeroing and with
             // whoever frees this slot later.
-            if slots[j].compare_exchange(0, ino, Ordering::AcqRel, Ordering::Acquire).is_ok() {
-                return OrphanSlot::Slot { block: i as u32, index: j as u32 };
+            if slots[j]
+                .compare_exchange(0, ino, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                return OrphanSlot::Slot {
+                    block: i as u32,
+                    index: j as u32,
+                };
             }
         }
     }
@@ -259,12 +275,21 @@ impl OrphanFile {
     fn add_locked(&self, ino: u32) -> Option<OrphanSlot> {
         let _l = self.lock.lock();
         // Relaxed (all below): every access happens under `lock`.
-        let i = self.blocks.iter().position(|b| b.free.load(Ordering::Relaxed) > 0)?;
+        let i = self
+            .blocks
+            .iter()
+            .position(|b| b.free.load(Ordering::Relaxed) > 0)?;
         let b = &self.blocks[i];
         b.free.fetch_sub(1, Ordering::Relaxed);
-        let j = b.slots.iter().position(|s| s.load(Ordering::Relaxed) == 0)?;
+        let j = b
+            .slots
+            .iter()
+            .position(|s| s.load(Ordering::Relaxed) == 0)?;
         b.slots[j].store(ino, Ordering::Relaxed);
-        Some(OrphanSlot::Slot { block: i as u32, index: j as u32 })
+        Some(OrphanSlot::Slot {
+            block: i as u32,
+            index: j as u32,
+        })
     }
 
     #[cold]
@@ -276,13 +301,18 @@ impl OrphanFile {
     /// Free-slot counter of block `b` (tests, fsck).
     pub fn free_slots(&self, b: usize) -> u32 {
         // Acquire: a reader of the counter then looks at the slots.
-        self.blocks.get(b).map_or(0, |b| b.free.load(Ordering::Acquire))
+        self.blocks
+            .get(b)
+            .map_or(0, |b| b.free.load(Ordering::Acquire))
     }
 
     /// The inode number in slot `i` of block `b` (0 = free).
     pub fn slot(&self, b: usize, i: usize) -> u32 {
         // Acquire: pairs with the claim / zeroing.
-        self.blocks.get(b).and_then(|b| b.slots.get(i)).map_or(0, |s| s.load(Ordering::Acquire))
+        self.blocks
+            .get(b)
+            .and_then(|b| b.slots.get(i))
+            .map_or(0, |s| s.load(Ordering::Acquire))
     }
 
     /// Every recorded inode (a snapshot; exact when no add/delete runs).
@@ -343,7 +373,10 @@ pub fn parse_block(data: &[u8]) -> Result<Vec<u32>, BadBlock> {
     if word(t + 4) != crc32c::crc32c(&data[..t + 4]) {
         return Err(BadBlock::Checksum);
     }
-    Ok((0..SLOTS_PER_BLOCK).map(|i| word(i * 4)).filter(|&x| x != 0).collect())
+    Ok((0..SLOTS_PER_BLOCK)
+        .map(|i| word(i * 4))
+        .filter(|&x| x != 0)
+        .collect())
 }
 
 /// Decrement `c` if it is positive; true if it was.
@@ -407,7 +440,9 @@ mod tests {
     fn write_out_round_trips() {
         let f = OrphanFile::new(OrphanVariant::Lockless, 4);
         let s = f.add(42, 1);
-        let OrphanSlot::Slot { block, .. } = s else { panic!("{s:?}") };
+        let OrphanSlot::Slot { block, .. } = s else {
+            panic!("{s:?}")
+        };
         let img = f.write_out(block as usize).unwrap();
         assert_eq!(parse_block(&img).unwrap(), vec![42]);
         let mut bad = img.clone();

@@ -10,7 +10,11 @@ use scalevfs_orphan::{OrphanFile, OrphanSlot, OrphanVariant};
 
 fn check_owned(f: &OrphanFile, s: OrphanSlot, ino: u64) {
     if let OrphanSlot::Slot { block, index } = s {
-        assert_eq!(u64::from(f.slot(block as usize, index as usize)), ino, "slot handed to two inodes");
+        assert_eq!(
+            u64::from(f.slot(block as usize, index as usize)),
+            ino,
+            "slot handed to two inodes"
+        );
     }
 }
 
