@@ -137,7 +137,7 @@ fn folded_mul(a: u64, b: u64) -> u64 {
 /// folded in with a 64x64->128 multiply by a seeded constant, so without the
 /// seed an attacker cannot choose names that share a bucket. Also returns
 /// the first `INLINE_WORDS` words, zero-padded, for the name compare.
-#[inline]
+#[inline(always)]
 fn hash_name(seed: [u64; 2], parent: usize, name: &[u8]) -> (u64, [u64; INLINE_WORDS]) {
     const K: u64 = 0x9E37_79B9_7F4A_7C15;
     let mut words = [0u64; INLINE_WORDS];
@@ -625,7 +625,7 @@ impl Dcache {
     }
 
     /// Hash a component for lookups under `parent`.
-    #[inline]
+    #[inline(always)]
     pub fn qname<'a>(&self, parent: *const Dentry, name: &'a [u8]) -> QName<'a> {
         let (hash, words) = hash_name(self.seed, parent as usize, name);
         QName {

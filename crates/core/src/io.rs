@@ -107,6 +107,20 @@ fn touch_atime(f: &File) {
     }
 }
 
+/// Take the inode's data lock exclusively and record it in the lock
+/// statistics (the `locked-llseek` variant: two shared-line writes, lock and
+/// unlock, and a contended acquisition when it had to wait).
+fn lock_data_counted(i: &crate::inode::Inode) -> std::sync::RwLockWriteGuard<'_, ()> {
+    use scalevfs_sync::lockstat::{self, LockClass, Stat};
+    let (g, contended) = match i.data_lock.try_write() {
+        Ok(g) => (g, false),
+        Err(_) => (i.data_lock.write().unwrap_or_else(|e| e.into_inner()), true),
+    };
+    lockstat::lock_acquired(LockClass::InodeData, contended, 0);
+    lockstat::add(Stat::SharedWrite, 2);
+    g
+}
+
 fn file_read(f: &File, off: u64, buf: &mut [u8]) -> VfsResult<usize> {
     let i = f.inode();
     if i.is_dir() {
@@ -320,7 +334,7 @@ impl Task {
         }
         let _locked = match self.vfs().config().llseek {
             LlseekVariant::Lockless => None,
-            LlseekVariant::Locked => Some(i.data_lock.write().unwrap_or_else(|e| e.into_inner())),
+            LlseekVariant::Locked => Some(lock_data_counted(i)),
         };
         let max = f.path().mnt.sb.fs.max_file_size().min(i64::MAX as u64) as i64;
         let check = |new: i64| {
