@@ -62,6 +62,9 @@ fn main() {
         let mut c = VfsConfig::default();
         c.set("index", "per-dir").unwrap();
         v.push(("index=per-dir", c));
+        let mut c = VfsConfig::default();
+        c.dcache.hash_bits = 10;
+        v.push(("hash-bits=10", c));
         v
     };
     print!("{:>6}", "depth");

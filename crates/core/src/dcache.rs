@@ -116,7 +116,7 @@ const D_VARIANT_SHIFT: u32 = 8;
 
 /// Names up to this length are stored inline in the dentry.
 pub const INLINE_NAME: usize = 32;
-const INLINE_WORDS: usize = INLINE_NAME / 8;
+pub(crate) const INLINE_WORDS: usize = INLINE_NAME / 8;
 
 /// A name with its hash, prepared once per path component.
 #[derive(Clone, Copy, Debug)]
@@ -125,6 +125,16 @@ pub struct QName<'a> {
     pub hash: u64,
     words: [u64; INLINE_WORDS],
 }
+
+impl<'a> QName<'a> {
+    /// Assemble from the parts `Dcache::scan_component` computed.
+    #[inline(always)]
+    pub(crate) fn from_parts(bytes: &'a [u8], hash: u64, words: [u64; INLINE_WORDS]) -> Self {
+        QName { bytes, hash, words }
+    }
+}
+
+const HASH_K: u64 = 0x9E37_79B9_7F4A_7C15;
 
 #[inline(always)]
 fn folded_mul(a: u64, b: u64) -> u64 {
@@ -139,7 +149,7 @@ fn folded_mul(a: u64, b: u64) -> u64 {
 /// the first `INLINE_WORDS` words, zero-padded, for the name compare.
 #[inline(always)]
 fn hash_name(seed: [u64; 2], parent: usize, name: &[u8]) -> (u64, [u64; INLINE_WORDS]) {
-    const K: u64 = 0x9E37_79B9_7F4A_7C15;
+    const K: u64 = HASH_K;
     let mut words = [0u64; INLINE_WORDS];
     let mut h = folded_mul(seed[0] ^ parent as u64, K);
     let mut chunks = name.chunks_exact(8);
@@ -633,6 +643,75 @@ impl Dcache {
             hash,
             words,
         }
+    }
+
+    /// Scan the path component of `b` that starts at `start` (not a '/'),
+    /// hashing it for lookups under `parent` in the same pass, a word at a
+    /// time: each 8-byte load is searched for '/' with the has-zero-byte bit
+    /// trick and folded into the hash. Returns the component's end, its hash
+    /// and packed words: `QName::from_parts(&b[start..end], ..)` is identical
+    /// to `qname(parent, &b[start..end])`.
+    #[inline(always)]
+    pub(crate) fn scan_component(
+        &self,
+        parent: *const Dentry,
+        b: &[u8],
+        start: usize,
+    ) -> (usize, u64, [u64; INLINE_WORDS]) {
+        const ONES: u64 = 0x0101_0101_0101_0101;
+        const HIGHS: u64 = 0x8080_8080_8080_8080;
+        const SLASHES: u64 = 0x2f2f_2f2f_2f2f_2f2f;
+        let seed = self.seed;
+        let mut h = folded_mul(seed[0] ^ parent as u64, HASH_K);
+        let mut words = [0u64; INLINE_WORDS];
+        let mut i = 0;
+        let mut p = start;
+        let len = b.len();
+        let end = loop {
+            if let Some(chunk) = b.get(p..p + 8) {
+                let w = u64::from_le_bytes([
+                    chunk[0], chunk[1], chunk[2], chunk[3], chunk[4], chunk[5], chunk[6], chunk[7],
+                ]);
+                let x = w ^ SLASHES;
+                // The lowest set bit marks the first '/' exactly (borrows
+                // only create false positives above a true zero byte).
+                let m = x.wrapping_sub(ONES) & !x & HIGHS;
+                if m == 0 {
+                    if i < INLINE_WORDS {
+                        words[i] = w;
+                    }
+                    h = folded_mul(h ^ w, seed[1]);
+                    i += 1;
+                    p += 8;
+                    continue;
+                }
+                let n = (m.trailing_zeros() / 8) as usize;
+                if n > 0 {
+                    let w = w & ((1u64 << (8 * n)) - 1);
+                    if i < INLINE_WORDS {
+                        words[i] = w;
+                    }
+                    h = folded_mul(h ^ w, seed[1]);
+                }
+                break p + n;
+            }
+            // Fewer than 8 bytes left: byte by byte.
+            let mut w = 0u64;
+            let mut j = 0;
+            while p + j < len && b[p + j] != b'/' {
+                w |= (b[p + j] as u64) << (8 * j);
+                j += 1;
+            }
+            if j > 0 {
+                if i < INLINE_WORDS {
+                    words[i] = w;
+                }
+                h = folded_mul(h ^ w, seed[1]);
+            }
+            break p + j;
+        };
+        let hash = folded_mul(h ^ (end - start) as u64, seed[1] ^ HASH_K);
+        (end, hash, words)
     }
 
     #[inline]
@@ -1249,6 +1328,44 @@ impl Dcache {
             }
             if evicted == 0 || self.len() >= before {
                 break;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The walk's one-pass scanner and the plain hash agree on every split.
+    #[test]
+    fn scan_component_matches_qname() {
+        let dc = Dcache::new(DcacheConfig {
+            hash_bits: 4,
+            ..Default::default()
+        });
+        let parent = 0x1234_5678usize as *const Dentry;
+        let names: Vec<Vec<u8>> = (0..70)
+            .map(|n| (0..n).map(|i| b'a' + ((i * 7 + n) % 26) as u8).collect())
+            .collect();
+        for name in &names {
+            for suffix in [&b""[..], b"/", b"//x", b"/abcdefghijkl"] {
+                for prefix in [&b""[..], b"/", b"xy/"] {
+                    let mut path = prefix.to_vec();
+                    let start = path.len();
+                    path.extend_from_slice(name);
+                    path.extend_from_slice(suffix);
+                    if name.is_empty() {
+                        continue;
+                    }
+                    let (end, hash, words) = dc.scan_component(parent, &path, start);
+                    assert_eq!(end, start + name.len());
+                    let q = QName::from_parts(&path[start..end], hash, words);
+                    let r = dc.qname(parent, name);
+                    assert_eq!(q.bytes, &name[..]);
+                    assert_eq!(q.hash, r.hash, "{:?}", String::from_utf8_lossy(&path));
+                    assert_eq!(q.words, r.words);
+                }
             }
         }
     }

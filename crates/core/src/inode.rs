@@ -29,27 +29,38 @@ use crate::types::{Attr, Cred, FileType, Stat, S_IFMT};
 pub const I_DEAD: u32 = 1;
 
 /// An in-memory inode.
+#[repr(C)]
 pub struct Inode {
-    ino: u64,
-    dev: u64,
-    ftype: FileType,
+    /// What the path walk reads, on a cache line of its own: attribute
+    /// writes (a create in this directory updates its mtime and size) and
+    /// open/close counting do not disturb walkers passing through.
+    hot: InodeHot,
     attr: SeqLock<Attr>,
-    /// A copy of `attr.mode` for the walk's search-permission fast path
-    /// (one load instead of a seqlock read).
-    mode: AtomicU32,
-    flags: AtomicU32,
     pub(crate) dir_lock: RwLock<()>,
     pub(crate) data_lock: RwLock<()>,
     /// Open count and orphan registration (see `orphan.rs`).
     pub(crate) orphan: crate::orphan::InodeOrphan,
+}
+
+#[repr(C, align(64))]
+struct InodeHot {
+    /// A copy of `attr.mode` for the walk's search-permission fast path
+    /// (one load instead of a seqlock read).
+    mode: AtomicU32,
+    flags: AtomicU32,
+    ftype: FileType,
+    ino: u64,
+    dev: u64,
     private: Box<dyn Any + Send + Sync>,
 }
+
+const _: () = assert!(core::mem::size_of::<InodeHot>() == 64);
 
 impl std::fmt::Debug for Inode {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Inode")
-            .field("ino", &self.ino)
-            .field("type", &self.ftype)
+            .field("ino", &self.hot.ino)
+            .field("type", &self.hot.ftype)
             .finish()
     }
 }
@@ -59,34 +70,36 @@ impl Inode {
     pub fn new(ino: u64, dev: u64, attr: Attr, private: Box<dyn Any + Send + Sync>) -> Inode {
         let ftype = FileType::from_mode(attr.mode).unwrap_or(FileType::Regular);
         Inode {
-            ino,
-            dev,
-            ftype,
+            hot: InodeHot {
+                mode: AtomicU32::new(attr.mode),
+                flags: AtomicU32::new(0),
+                ftype,
+                ino,
+                dev,
+                private,
+            },
             attr: SeqLock::new(attr),
-            mode: AtomicU32::new(attr.mode),
-            flags: AtomicU32::new(0),
             dir_lock: RwLock::new(()),
             data_lock: RwLock::new(()),
             orphan: Default::default(),
-            private,
         }
     }
 
     #[inline]
     pub fn ino(&self) -> u64 {
-        self.ino
+        self.hot.ino
     }
     #[inline]
     pub fn dev(&self) -> u64 {
-        self.dev
+        self.hot.dev
     }
     #[inline]
     pub fn file_type(&self) -> FileType {
-        self.ftype
+        self.hot.ftype
     }
     #[inline]
     pub fn is_dir(&self) -> bool {
-        self.ftype == FileType::Directory
+        self.hot.ftype == FileType::Directory
     }
 
     /// A consistent copy of the attributes, read lock-free.
@@ -106,7 +119,7 @@ impl Inode {
         // Release: a walker that sees the new mode sees the attribute write
         // that produced it. (Racing chmods are ordered by the writer lock;
         // the copy may briefly lag the seqlock, as a concurrent chmod may.)
-        self.mode.store(mode, Ordering::Release);
+        self.hot.mode.store(mode, Ordering::Release);
         r
     }
 
@@ -115,31 +128,31 @@ impl Inode {
     #[inline]
     pub fn search_for_all(&self) -> bool {
         // Acquire: pairs with the Release in update_attr.
-        self.mode.load(Ordering::Acquire) & 0o111 == 0o111
+        self.hot.mode.load(Ordering::Acquire) & 0o111 == 0o111
     }
 
     /// The filesystem's private data, if it is of type `T`.
     pub fn private<T: 'static>(&self) -> Option<&T> {
-        self.private.downcast_ref::<T>()
+        self.hot.private.downcast_ref::<T>()
     }
 
     pub fn flags(&self) -> u32 {
         // Relaxed: flags are advisory bits checked again under the locks that set them.
-        self.flags.load(Ordering::Relaxed)
+        self.hot.flags.load(Ordering::Relaxed)
     }
     pub(crate) fn set_flag(&self, f: u32) {
         // Release: pairs with Acquire readers that then look at namespace state.
-        self.flags.fetch_or(f, Ordering::Release);
+        self.hot.flags.fetch_or(f, Ordering::Release);
     }
     pub fn is_dead(&self) -> bool {
         // Acquire: a dead directory's removal must be visible to a creator that sees the flag.
-        self.flags.load(Ordering::Acquire) & I_DEAD != 0
+        self.hot.flags.load(Ordering::Acquire) & I_DEAD != 0
     }
 
     /// `struct stat` from a consistent attribute copy.
     pub fn stat(&self) -> Stat {
         let a = self.attr();
-        stat_from_attr(self.ino, self.dev, &a)
+        stat_from_attr(self.hot.ino, self.hot.dev, &a)
     }
 }
 

@@ -163,6 +163,53 @@ impl<'p> Comps<'p> {
         }
     }
 
+    /// `next`, with the component hashed for lookups under `parent` in the
+    /// same pass (the lock-free walk's hot loop).
+    #[inline(always)]
+    fn next_hashed<'s>(
+        &'s mut self,
+        dc: &crate::dcache::Dcache,
+        parent: *const Dentry,
+    ) -> Option<(Comp, crate::dcache::QName<'s>)> {
+        loop {
+            let depth = self.links.len();
+            let (b, pos, below_done): (&[u8], &mut usize, bool) = match self.links.last_mut() {
+                Some((v, p, done)) => (&v[..], p, *done),
+                None => (self.path, &mut self.pos, true),
+            };
+            let len = b.len();
+            let mut p = *pos;
+            while p < len && b[p] == b'/' {
+                p += 1;
+            }
+            if p == len {
+                *pos = p;
+                if depth == 0 {
+                    return None;
+                }
+                self.links.pop();
+                continue;
+            }
+            let start = p;
+            let (end, hash, words) = dc.scan_component(parent, b, start);
+            p = end;
+            while p < len && b[p] == b'/' {
+                p += 1;
+            }
+            *pos = p;
+            let last = p == len && below_done;
+            let c = Comp {
+                buf: depth,
+                start,
+                end,
+                last,
+                trailing: end < len && last,
+            };
+            let q = crate::dcache::QName::from_parts(self.bytes(c), hash, words);
+            return Some((c, q));
+        }
+    }
+
     #[inline]
     fn bytes(&self, c: Comp) -> &[u8] {
         let b: &[u8] = if c.buf == 0 {
@@ -497,10 +544,17 @@ impl<'a> WalkCtx<'a> {
     ) -> Lazy<VfsResult<()>> {
         let dc = self.vfs.dcache();
         let root = self.start_pos(Start::Cwd, b"/", guard);
-        while let Some(c) = peek_or_next(comps, opts) {
-            comps.must_dir |= c.trailing;
-            let must_dir = comps.must_dir;
-            let name = comps.bytes(c);
+        loop {
+            let prev_must_dir = comps.must_dir;
+            let Some((c, q)) = comps.next_hashed(dc, pos.d) else {
+                break;
+            };
+            if opts.parent && c.last {
+                unstep(comps, c);
+                break;
+            }
+            let name = q.bytes;
+            let must_dir = prev_must_dir | c.trailing;
             let Some(inode) = pos.d.inode() else {
                 return Lazy::Abort;
             };
@@ -511,16 +565,17 @@ impl<'a> WalkCtx<'a> {
                 return Lazy::Done(Err(Errno::EACCES));
             }
             if name == b"." {
+                comps.must_dir = must_dir;
                 continue;
             }
             if name == b".." {
+                comps.must_dir = must_dir;
                 self.dotdot_lazy(pos, &root, guard);
                 continue;
             }
             if name.len() > NAME_MAX {
                 return Lazy::Done(Err(Errno::ENAMETOOLONG));
             }
-            let q = dc.qname(pos.d, name);
             let child = match dc.lookup_rcu(pos.d, &q, guard) {
                 RcuLookup::Hit(d) => d,
                 RcuLookup::Miss => {
@@ -535,6 +590,7 @@ impl<'a> WalkCtx<'a> {
                     return Lazy::Unlazy;
                 }
             };
+            comps.must_dir = must_dir;
             let Some(ci) = child.inode() else {
                 return Lazy::Done(Err(Errno::ENOENT));
             };
