@@ -50,6 +50,7 @@ use scalevfs_sync::{LockRef, LockRefVariant, SeqCount, SpinLock};
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use crate::inode::Inode;
+use crate::types::FileType;
 use crate::vfs::Super;
 
 /// Where a dentry's LockRef lives (seed 001).
@@ -112,6 +113,14 @@ pub const D_PINNED: u32 = 1 << 3;
 pub const D_PACKED: u32 = 1 << 4;
 /// Dead: freed after a grace period.
 pub const D_DEAD: u32 = 1 << 5;
+/// The inode is a directory. Set at allocation: a dentry's inode and an
+/// inode's type never change, so the walk can decide "directory?" and
+/// "symlink?" from the flags word it loads anyway, without the inode.
+pub const D_DIR: u32 = 1 << 6;
+/// The inode is a symlink (set at allocation, as `D_DIR`).
+pub const D_SYMLINK: u32 = 1 << 7;
+/// Negative: no inode (set at allocation, as `D_DIR`).
+pub const D_NEGATIVE: u32 = 1 << 10;
 const D_VARIANT_SHIFT: u32 = 8;
 
 /// Names up to this length are stored inline in the dentry.
@@ -145,13 +154,16 @@ fn folded_mul(a: u64, b: u64) -> u64 {
 /// Hash of (parent, name), keyed by the per-`Vfs` seed, computed a word at a
 /// time (Linux's dcache hashes names word-at-a-time too). Each 8-byte word is
 /// folded in with a 64x64->128 multiply by a seeded constant, so without the
-/// seed an attacker cannot choose names that share a bucket. Also returns
-/// the first `INLINE_WORDS` words, zero-padded, for the name compare.
+/// seed an attacker cannot choose names that share a bucket. The parent is
+/// folded in last, with the length, so that in the walk only one multiply
+/// depends on the previous component's lookup (the name's words are hashed
+/// in parallel).
+/// `h0` is `folded_mul(seed[0], HASH_K)` (`Dcache::h0`). Also returns the
+/// first `INLINE_WORDS` words, zero-padded, for the name compare.
 #[inline(always)]
-fn hash_name(seed: [u64; 2], parent: usize, name: &[u8]) -> (u64, [u64; INLINE_WORDS]) {
-    const K: u64 = HASH_K;
+fn hash_name(seed: [u64; 2], h0: u64, parent: usize, name: &[u8]) -> (u64, [u64; INLINE_WORDS]) {
     let mut words = [0u64; INLINE_WORDS];
-    let mut h = folded_mul(seed[0] ^ parent as u64, K);
+    let mut h = h0;
     let mut chunks = name.chunks_exact(8);
     let mut i = 0;
     for c in &mut chunks {
@@ -174,7 +186,54 @@ fn hash_name(seed: [u64; 2], parent: usize, name: &[u8]) -> (u64, [u64; INLINE_W
         }
         h = folded_mul(h ^ w, seed[1]);
     }
-    (folded_mul(h ^ name.len() as u64, seed[1] ^ K), words)
+    (finish_hash(h, name.len(), parent), words)
+}
+
+/// The bytes `b[p..p + 8]` as a little-endian word, zero-padded past the end
+/// of `b` (`p < b.len()`). Near the end, one overlapping load shifted down
+/// rather than a byte loop (unless `b` is shorter than a word).
+#[inline(always)]
+fn load_word(b: &[u8], p: usize) -> u64 {
+    let rest = &b[p..];
+    if let Some(c) = rest.first_chunk::<8>() {
+        return u64::from_le_bytes(*c);
+    }
+    if let Some(c) = b.last_chunk::<8>() {
+        // 1..=7 bytes before `p` are in the word; shift them out.
+        return u64::from_le_bytes(*c) >> (8 * (8 - rest.len()));
+    }
+    load_short(rest)
+}
+
+/// `load_word` of a buffer shorter than a word: byte by byte.
+#[inline(never)]
+fn load_short(rest: &[u8]) -> u64 {
+    let mut w = 0u64;
+    for (j, &c) in rest.iter().enumerate().take(8) {
+        w |= (c as u64) << (8 * j);
+    }
+    w
+}
+
+/// The number of bytes of `w` (little-endian) before its first '/', 8 if none.
+#[inline(always)]
+fn word_name_len(w: u64) -> usize {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    const SLASHES: u64 = 0x2f2f_2f2f_2f2f_2f2f;
+    let x = w ^ SLASHES;
+    // The lowest set bit marks the first '/' exactly (borrows only create
+    // false positives above a true zero byte).
+    let m = x.wrapping_sub(ONES) & !x & HIGHS;
+    (m.trailing_zeros() / 8) as usize
+}
+
+/// The last fold of `hash_name`: the parent and the length together (user
+/// addresses are below 2^48 and a component is shorter than 2^16 bytes, so
+/// `parent ^ len << 48` keeps both).
+#[inline(always)]
+fn finish_hash(h: u64, len: usize, parent: usize) -> u64 {
+    folded_mul(h ^ parent as u64 ^ (len as u64) << 48, HASH_K)
 }
 
 /// The read-mostly part: everything a lock-free lookup reads. Aligned to a
@@ -335,6 +394,25 @@ impl Dentry {
         // dentry free), and callers hold a guard or the rename lock.
         let long = unsafe { &*p };
         long[..] == *q.bytes
+    }
+
+    /// Inline name words 1.. against `name` (`8 < name.len() <=
+    /// INLINE_NAME`; the caller compared the length and word 0). Relaxed
+    /// loads: the caller validates with the dentry's seqcount.
+    #[inline(never)]
+    fn name_tail_eq(&self, name: &[u8]) -> bool {
+        let len = name.len();
+        let mut i = 8;
+        while i < len {
+            // Zero-padded past the end of `name`, as the stored words are.
+            let w = load_word(name, i);
+            // Relaxed: validated by the caller's d_seq retry.
+            if self.hot.name[i / 8].load(Ordering::Relaxed) != w {
+                return false;
+            }
+            i += 8;
+        }
+        true
     }
 
     /// A copy of the name. Racy against rename unless the caller holds the
@@ -566,6 +644,8 @@ pub struct Dcache {
     mask: usize,
     /// Per-instance hash key.
     seed: [u64; 2],
+    /// `folded_mul(seed[0], HASH_K)`: the hash state before the first word.
+    h0: u64,
     /// Global rename lock and sequence counter.
     rename_lock: SpinLock<()>,
     rename_seq: SeqCount,
@@ -581,6 +661,133 @@ impl std::fmt::Debug for Dcache {
             .field("config", &self.config)
             .field("entries", &self.nr_dentry.load(Ordering::Relaxed))
             .finish()
+    }
+}
+
+/// `Dcache::rcu_keys`: what the walk's fast loop needs of the dcache, in
+/// registers.
+#[derive(Clone, Copy)]
+pub(crate) struct RcuKeys<'a> {
+    seed: [u64; 2],
+    h0: u64,
+    mask: usize,
+    buckets: &'a [Bucket],
+}
+
+impl RcuKeys<'_> {
+    /// `scan_component` for the walk's fast loop: the same end and hash,
+    /// but only the name's first word (zero-padded) instead of all inline
+    /// words; `lookup_rcu_fast` reads the others from `b` when it needs them.
+    /// A component that ends within 8 bytes of the end of `b` is read with
+    /// one (overlapping) word load instead of byte by byte. `b[start]` is
+    /// not a '/'. `None` for what the fast loop leaves to the general one:
+    /// `.` and `..` (first word 0x2e or 0x2e2e; the test also catches a few
+    /// other short names, which merely take the general loop) and names
+    /// longer than `INLINE_NAME`.
+    #[inline(always)]
+    pub(crate) fn scan_fast(
+        &self,
+        parent: *const Dentry,
+        b: &[u8],
+        start: usize,
+    ) -> Option<(usize, u64, u64)> {
+        let w = load_word(b, start);
+        let n = word_name_len(w).min(b.len() - start);
+        if n == 8 {
+            let r = self.scan_long(parent, b, start, w);
+            return (r.0 - start <= INLINE_NAME).then_some(r);
+        }
+        // 1..=7 bytes: one word, masked (the padding is 0 already unless a
+        // '/' follows).
+        let w = w & (u64::MAX >> (64 - 8 * n));
+        if w | 0x2e00 == 0x2e2e {
+            return None;
+        }
+        let h = folded_mul(self.h0 ^ w, self.seed[1]);
+        Some((start + n, finish_hash(h, n, parent as usize), w))
+    }
+
+    /// `scan_fast` of a name of 8 bytes or more (`w0`: its first word).
+    #[inline(never)]
+    fn scan_long(
+        &self,
+        parent: *const Dentry,
+        b: &[u8],
+        start: usize,
+        w0: u64,
+    ) -> (usize, u64, u64) {
+        let len = b.len();
+        let mut h = folded_mul(self.h0 ^ w0, self.seed[1]);
+        let mut p = start + 8;
+        while p < len {
+            let w = load_word(b, p);
+            let n = word_name_len(w).min(len - p);
+            if n == 0 {
+                break;
+            }
+            if n < 8 {
+                h = folded_mul(h ^ (w & (u64::MAX >> (64 - 8 * n))), self.seed[1]);
+                p += n;
+                break;
+            }
+            h = folded_mul(h ^ w, self.seed[1]);
+            p += 8;
+        }
+        (p, finish_hash(h, p - start, parent as usize), w0)
+    }
+
+    /// `lookup_rcu` for the walk's fast loop (global hash index only), of
+    /// the name `b[name]` (`0 < len <= INLINE_NAME`, `w0` its first word,
+    /// zero-padded, from `scan_fast`): the hit and the flags word read inside its
+    /// validated d_seq section. `None` means "miss or concurrent change":
+    /// the caller redoes the component with `lookup_rcu`, which tells the
+    /// two apart.
+    #[inline(always)]
+    pub(crate) fn lookup_rcu_fast<'g>(
+        &self,
+        parent: &'g Dentry,
+        hash: u64,
+        b: &[u8],
+        name: std::ops::Range<usize>,
+        w0: u64,
+        _guard: &'g Guard,
+    ) -> Option<(&'g Dentry, u32)> {
+        let len = name.end - name.start;
+        debug_assert!(len > 0 && len <= INLINE_NAME && name.end <= b.len());
+        let i = hash as usize & self.mask;
+        debug_assert!(i < self.buckets.len());
+        // SAFETY: the table has `mask + 1` buckets (a power of two).
+        let bk = unsafe { self.buckets.get_unchecked(i) };
+        // Acquire: pairs with the Release publication of a new chain head.
+        let mut p = bk.head.load(Ordering::Acquire);
+        while !p.is_null() {
+            // SAFETY: chain members are freed only after a grace period and
+            // we are pinned by `_guard`.
+            let d: &'g Dentry = unsafe { &*p };
+            // Relaxed: a filter; the match is validated by d_seq below.
+            if d.hot.hash.load(Ordering::Relaxed) == hash {
+                let s = d.hot.seq.raw_read_begin();
+                if s & 1 != 0 {
+                    return None;
+                }
+                let f = d.flags();
+                // Relaxed loads: validated by d_seq (retry below).
+                if ptr::eq(d.parent_ptr(), parent)
+                    && d.hot.name_len.load(Ordering::Relaxed) as usize == len
+                    && f & D_HASHED != 0
+                    && d.hot.name[0].load(Ordering::Relaxed) == w0
+                    && (len <= 8 || d.name_tail_eq(&b[name.clone()]))
+                {
+                    if d.hot.seq.retry(s) {
+                        return None;
+                    }
+                    return Some((d, f));
+                }
+            }
+            // Acquire: pairs with the Release store linking the next dentry.
+            p = d.hot.next.load(Ordering::Acquire);
+        }
+        None
     }
 }
 
@@ -602,17 +809,19 @@ impl Dcache {
                 lock: SpinLock::with_class((), lockstat::LockClass::DcacheBucket),
             })
             .collect();
+        // Seeded per instance: names chosen by an attacker cannot be aimed
+        // at one bucket.
+        let seed = {
+            let r = std::collections::hash_map::RandomState::new();
+            // Odd multiplier so the fold never degenerates.
+            [r.hash_one(0x5eed_u64), r.hash_one(0xf00d_u64) | 1]
+        };
         Dcache {
             config,
             buckets,
             mask: n - 1,
-            // Seeded per instance: names chosen by an attacker cannot be
-            // aimed at one bucket.
-            seed: {
-                let r = std::collections::hash_map::RandomState::new();
-                // Odd multiplier so the fold never degenerates.
-                [r.hash_one(0x5eed_u64), r.hash_one(0xf00d_u64) | 1]
-            },
+            seed,
+            h0: folded_mul(seed[0], HASH_K),
             rename_lock: SpinLock::with_class((), lockstat::LockClass::RenameLock),
             rename_seq: SeqCount::new(),
             nr_dentry: CachePadded::new(AtomicUsize::new(0)),
@@ -637,7 +846,7 @@ impl Dcache {
     /// Hash a component for lookups under `parent`.
     #[inline(always)]
     pub fn qname<'a>(&self, parent: *const Dentry, name: &'a [u8]) -> QName<'a> {
-        let (hash, words) = hash_name(self.seed, parent as usize, name);
+        let (hash, words) = hash_name(self.seed, self.h0, parent as usize, name);
         QName {
             bytes: name,
             hash,
@@ -662,7 +871,7 @@ impl Dcache {
         const HIGHS: u64 = 0x8080_8080_8080_8080;
         const SLASHES: u64 = 0x2f2f_2f2f_2f2f_2f2f;
         let seed = self.seed;
-        let mut h = folded_mul(seed[0] ^ parent as u64, HASH_K);
+        let mut h = self.h0;
         let mut words = [0u64; INLINE_WORDS];
         let mut i = 0;
         let mut p = start;
@@ -710,7 +919,7 @@ impl Dcache {
             }
             break p + j;
         };
-        let hash = folded_mul(h ^ (end - start) as u64, seed[1] ^ HASH_K);
+        let hash = finish_hash(h, end - start, parent as usize);
         (end, hash, words)
     }
 
@@ -757,6 +966,12 @@ impl Dcache {
         if inode.is_some() && sb.fs.dcache_authoritative() {
             flags |= D_PINNED;
         }
+        flags |= match inode.as_deref().map(Inode::file_type) {
+            None => D_NEGATIVE,
+            Some(FileType::Directory) => D_DIR,
+            Some(FileType::Symlink) => D_SYMLINK,
+            Some(_) => 0,
+        };
         let negative = inode.is_none();
         let d = Box::new(Dentry {
             hot: Hot {
@@ -847,6 +1062,22 @@ impl Dcache {
             p = d.hot.next.load(Ordering::Acquire);
         }
         RcuLookup::Miss
+    }
+
+    /// The hash keys and table, copied out for the walk's fast loop (its
+    /// Acquire loads would otherwise make the compiler reload them for
+    /// every component). `None` for the per-dir index.
+    #[inline(always)]
+    pub(crate) fn rcu_keys(&self) -> Option<RcuKeys<'_>> {
+        if self.config.index != DcacheIndex::GlobalHash {
+            return None;
+        }
+        Some(RcuKeys {
+            seed: self.seed,
+            h0: self.h0,
+            mask: self.mask,
+            buckets: &self.buckets,
+        })
     }
 
     #[cold]
@@ -1365,6 +1596,12 @@ mod tests {
                     assert_eq!(q.bytes, &name[..]);
                     assert_eq!(q.hash, r.hash, "{:?}", String::from_utf8_lossy(&path));
                     assert_eq!(q.words, r.words);
+                    let fast = dc.rcu_keys().unwrap().scan_fast(parent, &path, start);
+                    if name.len() <= INLINE_NAME && name != b"." && name != b".." {
+                        assert_eq!(fast, Some((end, r.hash, r.words[0])));
+                    } else {
+                        assert_eq!(fast, None);
+                    }
                 }
             }
         }

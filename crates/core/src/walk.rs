@@ -48,7 +48,9 @@
 use crossbeam_epoch::Guard;
 use scalevfs_sync::lockstat::{self, Stat};
 
-use crate::dcache::{Dentry, DentryRef, RcuLookup};
+use crate::dcache::{
+    Dentry, DentryRef, RcuKeys, RcuLookup, D_DIR, D_MOUNTED, D_NEGATIVE, D_SYMLINK,
+};
 use crate::errno::{Errno, VfsResult};
 use crate::inode::permission_ok;
 use crate::types::{Cred, FileType, MAX_SYMLINKS, NAME_MAX, PATH_MAX, X_OK};
@@ -56,13 +58,39 @@ use crate::vfs::{Mount, PathRef, Vfs, WalkMode};
 
 /// Check a path at the API edge: NUL bytes and length.
 pub(crate) fn check_path(path: &[u8]) -> VfsResult<()> {
-    if path.contains(&0) {
+    if has_nul(path) {
         return Err(Errno::EINVAL);
     }
     if path.len() >= PATH_MAX {
         return Err(Errno::ENAMETOOLONG);
     }
     Ok(())
+}
+
+/// `path.contains(&0)`, a word at a time (for paths of a few dozen bytes,
+/// `memchr`'s byte-wise head and tail dominate a stat).
+#[inline]
+fn has_nul(path: &[u8]) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    // Nonzero in a byte's high bit iff some byte of `w` is 0 (false
+    // positives only above a true zero byte).
+    let zeros = |w: u64| w.wrapping_sub(ONES) & !w;
+    let mut acc = 0;
+    let mut chunks = path.chunks_exact(8);
+    for c in &mut chunks {
+        acc |= zeros(u64::from_le_bytes([
+            c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7],
+        ]));
+    }
+    if !chunks.remainder().is_empty() {
+        match path.last_chunk::<8>() {
+            // The last 8 bytes, overlapping the words already checked.
+            Some(c) => acc |= zeros(u64::from_le_bytes(*c)),
+            None => return path.contains(&0),
+        }
+    }
+    acc & HIGHS != 0
 }
 
 /// The kind of the last component of a path walked in parent mode.
@@ -544,7 +572,16 @@ impl<'a> WalkCtx<'a> {
     ) -> Lazy<VfsResult<()>> {
         let dc = self.vfs.dcache();
         let root = self.start_pos(Start::Cwd, b"/", guard);
+        let keys = dc.rcu_keys();
         loop {
+            let fast_done = match keys {
+                Some(k) if comps.links.is_empty() => walk_fast(k, comps, pos, opts, guard),
+                _ => false,
+            };
+            if fast_done {
+                // The whole path is walked (`next_hashed` would say None).
+                break;
+            }
             let prev_must_dir = comps.must_dir;
             let Some((c, q)) = comps.next_hashed(dc, pos.d) else {
                 break;
@@ -828,6 +865,87 @@ impl<'a> WalkCtx<'a> {
     }
 }
 
+/// The lock-free loop's fast path, over the path itself (no symlink body
+/// pushed): walks plain components (not `.`/`..`, at most `INLINE_NAME`
+/// bytes) through searchable-by-all directories to hashed children that are
+/// not symlinks, negative or mount points, exactly as the general loop in
+/// `walk_lazy` would, and stops at the first component it cannot take (or
+/// at the end of the path), leaving `comps` and `pos` at that component's
+/// start for the general loop (stopping early is always allowed: the general
+/// loop redoes that component from scratch). Returns whether the whole path
+/// was walked.
+///
+/// Per component: one flags word of the current dentry (kept from its
+/// validated lookup: directory?), one mode load of its inode (search
+/// permission), the scan-and-hash of the name, and the hash chain walk with
+/// every candidate validated by its d_seq around the (parent, name, hashed)
+/// compare. The rename seqcount is checked by the caller at the end.
+#[inline(never)]
+fn walk_fast<'g>(
+    dc: RcuKeys<'_>,
+    comps: &mut Comps<'_>,
+    pos: &mut Pos<'g>,
+    opts: WalkOpts,
+    guard: &'g Guard,
+) -> bool {
+    debug_assert!(comps.links.is_empty());
+    let b = comps.path;
+    let len = b.len();
+    let mut p = comps.pos;
+    let mut d: &'g Dentry = pos.d;
+    let mut flags = d.flags();
+    let mut must_dir = comps.must_dir;
+    while p < len && b[p] == b'/' {
+        p += 1;
+    }
+    // `p` is at the start of a component, or at the end.
+    while p < len {
+        // The general loop's checks on the current directory, in its order:
+        // a directory (the flag mirrors the inode's fixed type), then search
+        // permission (the general loop also handles the slow permission path).
+        if flags & D_DIR == 0 {
+            break;
+        }
+        let Some(inode) = d.inode() else {
+            break;
+        };
+        if !inode.search_for_all() {
+            break;
+        }
+        let Some((end, hash, w0)) = dc.scan_fast(d, b, p) else {
+            break;
+        };
+        let mut q = end;
+        while q < len && b[q] == b'/' {
+            q += 1;
+        }
+        let last = q >= len;
+        if last && opts.parent {
+            break;
+        }
+        let Some((child, cf)) = dc.lookup_rcu_fast(d, hash, b, p..end, w0, guard) else {
+            break;
+        };
+        // Symlinks (to follow or not), negative dentries (ENOENT or a
+        // non-authoritative filesystem) and mount points: the general loop.
+        if cf & (D_SYMLINK | D_NEGATIVE | D_MOUNTED) != 0 {
+            break;
+        }
+        d = child;
+        flags = cf;
+        p = q;
+        if last {
+            // A trailing slash: the leaf must be a directory.
+            must_dir |= end < len;
+            break;
+        }
+    }
+    comps.pos = p;
+    comps.must_dir = must_dir;
+    pos.d = d;
+    p >= len
+}
+
 /// The next component, except that in parent mode the last one is left for
 /// the caller.
 #[inline]
@@ -848,5 +966,26 @@ fn unstep(comps: &mut Comps<'_>, c: Comp) {
     match comps.links.last_mut() {
         Some(l) => l.1 = c.start,
         None => comps.pos = c.start,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::has_nul;
+
+    #[test]
+    fn has_nul_matches_contains() {
+        for len in 0..40usize {
+            let base: Vec<u8> = (0..len).map(|i| b'a' + (i % 26) as u8).collect();
+            assert!(!has_nul(&base), "{len}");
+            for z in 0..len {
+                let mut v = base.clone();
+                v[z] = 0;
+                assert!(has_nul(&v), "{len} {z}");
+                // Bytes that borrow into a false positive next to a 0x01.
+                v[z] = 1;
+                assert!(!has_nul(&v), "{len} {z}");
+            }
+        }
     }
 }
