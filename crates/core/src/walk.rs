@@ -149,56 +149,13 @@ impl<'p> Comps<'p> {
         }
     }
 
-    #[inline]
-    fn next(&mut self) -> Option<Comp> {
-        loop {
-            let depth = self.links.len();
-            let (b, pos, below_done): (&[u8], &mut usize, bool) = match self.links.last_mut() {
-                Some((v, p, done)) => (&v[..], p, *done),
-                None => (self.path, &mut self.pos, true),
-            };
-            let len = b.len();
-            let mut p = *pos;
-            while p < len && b[p] == b'/' {
-                p += 1;
-            }
-            if p == len {
-                *pos = p;
-                if depth == 0 {
-                    return None;
-                }
-                self.links.pop();
-                continue;
-            }
-            let start = p;
-            let end = b[p..]
-                .iter()
-                .position(|&c| c == b'/')
-                .map_or(len, |i| p + i);
-            p = end;
-            while p < len && b[p] == b'/' {
-                p += 1;
-            }
-            *pos = p;
-            let last = p == len && below_done;
-            return Some(Comp {
-                buf: depth,
-                start,
-                end,
-                last,
-                trailing: end < len && last,
-            });
-        }
-    }
-
-    /// `next`, with the component hashed for lookups under `parent` in the
-    /// same pass (the lock-free walk's hot loop).
+    /// Advance to the next component; `scan(buf, start)` finds where it
+    /// ends (and may compute something on the way, such as its hash).
     #[inline(always)]
-    fn next_hashed<'s>(
-        &'s mut self,
-        dc: &crate::dcache::Dcache,
-        parent: *const Dentry,
-    ) -> Option<(Comp, crate::dcache::QName<'s>)> {
+    fn advance<R>(
+        &mut self,
+        mut scan: impl FnMut(&[u8], usize) -> (usize, R),
+    ) -> Option<(Comp, R)> {
         loop {
             let depth = self.links.len();
             let (b, pos, below_done): (&[u8], &mut usize, bool) = match self.links.last_mut() {
@@ -219,7 +176,7 @@ impl<'p> Comps<'p> {
                 continue;
             }
             let start = p;
-            let (end, hash, words) = dc.scan_component(parent, b, start);
+            let (end, r) = scan(b, start);
             p = end;
             while p < len && b[p] == b'/' {
                 p += 1;
@@ -233,9 +190,39 @@ impl<'p> Comps<'p> {
                 last,
                 trailing: end < len && last,
             };
-            let q = crate::dcache::QName::from_parts(self.bytes(c), hash, words);
-            return Some((c, q));
+            return Some((c, r));
         }
+    }
+
+    #[inline]
+    fn next(&mut self) -> Option<Comp> {
+        let scan = |b: &[u8], p: usize| {
+            let end = b[p..]
+                .iter()
+                .position(|&c| c == b'/')
+                .map_or(b.len(), |i| p + i);
+            (end, ())
+        };
+        self.advance(scan).map(|(c, ())| c)
+    }
+
+    /// `next`, with the component hashed for lookups under `parent` in the
+    /// same pass (the lock-free walk's general loop).
+    #[inline(always)]
+    fn next_hashed<'s>(
+        &'s mut self,
+        dc: &crate::dcache::Dcache,
+        parent: *const Dentry,
+    ) -> Option<(Comp, crate::dcache::QName<'s>)> {
+        let scan = |b: &[u8], start: usize| {
+            let (end, hash, words) = dc.scan_component(parent, b, start);
+            (end, (hash, words))
+        };
+        let (c, (hash, words)) = self.advance(scan)?;
+        Some((
+            c,
+            crate::dcache::QName::from_parts(self.bytes(c), hash, words),
+        ))
     }
 
     #[inline]
