@@ -219,6 +219,8 @@ impl Task {
     /// data lock covers "find the end" and "copy"); other writes of one
     /// description are serialised by its `pos_lock`.
     pub fn write(&self, fd: i32, buf: &[u8]) -> VfsResult<usize> {
+        // Reported when this drops, after `_pl` (and with `g` unpinned).
+        let mut ch = self.changes();
         let g = epoch::pin();
         let f = self.io_file(fd, &g)?;
         if !f.can_write() {
@@ -229,12 +231,18 @@ impl Task {
             let (n, end) = file_write(f, None, buf)?;
             // Relaxed: the position is a value.
             f.pos.store(end, Ordering::Relaxed);
+            if n > 0 {
+                ch.inode(f.inode());
+            }
             return Ok(n);
         }
         let _pl = f.pos_lock.lock().unwrap_or_else(|e| e.into_inner());
         let pos = f.position();
         verify_area(pos, buf.len().min(MAX_RW_COUNT))?;
         let (n, end) = file_write(f, Some(pos), buf)?;
+        if n > 0 {
+            ch.inode(f.inode());
+        }
         // Relaxed: a value. If an lseek moved the position meanwhile, it
         // wins (it linearises after this write).
         let _ = f
@@ -248,6 +256,8 @@ impl Task {
         if off < 0 {
             return Err(Errno::EINVAL);
         }
+        // Reported when this drops, after `g` is unpinned.
+        let mut ch = self.changes();
         let g = epoch::pin();
         let f = self.io_file(fd, &g)?;
         if is_pipe_like(f.inode().file_type()) {
@@ -262,7 +272,11 @@ impl Task {
         } else {
             Some(off as u64)
         };
-        Ok(file_write(f, at, buf)?.0)
+        let n = file_write(f, at, buf)?.0;
+        if n > 0 {
+            ch.inode(f.inode());
+        }
+        Ok(n)
     }
 
     /// `readv(2)`: one read (so one position update), scattered.
@@ -387,12 +401,16 @@ impl Task {
         if size < 0 {
             return Err(Errno::EINVAL);
         }
+        // Reported when this drops, after `g` is unpinned.
+        let mut ch = self.changes();
         let g = epoch::pin();
         let f = self.io_file(fd, &g)?;
         if f.inode().file_type() != FileType::Regular || !f.can_write() {
             return Err(Errno::EINVAL);
         }
-        truncate_inode(f.path(), size as u64)
+        truncate_inode(f.path(), size as u64)?;
+        ch.inode(f.inode());
+        Ok(())
     }
 
     /// `truncate(2)`.
@@ -414,7 +432,10 @@ impl Task {
         if !crate::inode::permission_ok(&i.attr(), self.cred(), W_OK) {
             return Err(Errno::EACCES);
         }
-        truncate_inode(&p, size as u64)
+        truncate_inode(&p, size as u64)?;
+        // No lock is held here: report at once.
+        self.changes().inode(i);
+        Ok(())
     }
 
     /// `fallocate(2)`: mode 0 (allocate, growing the size), KEEP_SIZE, and
@@ -431,6 +452,8 @@ impl Task {
         if punch && !keep {
             return Err(Errno::EOPNOTSUPP);
         }
+        // Reported when this drops, after `_w` (and with `g` unpinned).
+        let mut ch = self.changes();
         let g = epoch::pin();
         let f = self.io_file(fd, &g)?;
         if !f.can_write() {
@@ -456,6 +479,7 @@ impl Task {
         if !keep && end > i.attr().size {
             fs.truncate(i, end)?;
         }
+        ch.inode(i);
         Ok(())
     }
 

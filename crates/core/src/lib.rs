@@ -28,4 +28,4 @@ pub use scalevfs_orphan::OrphanVariant;
 pub use scalevfs_sync::LockRefVariant;
 pub use task::Task;
 pub use types::*;
-pub use vfs::{LlseekVariant, Vfs, VfsConfig, WalkMode};
+pub use vfs::{ChangeListener, LlseekVariant, Vfs, VfsConfig, WalkMode};

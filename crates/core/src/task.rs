@@ -18,7 +18,7 @@ use crate::file::{FdTable, File};
 use crate::fs::{Filesystem, NewNode};
 use crate::inode::{permission_ok, Inode};
 use crate::types::*;
-use crate::vfs::{Mount, PathRef, Vfs};
+use crate::vfs::{Changes, Mount, PathRef, Vfs};
 use crate::walk::{check_path, Last, ParentWalk, Start, WalkCtx};
 
 pub(crate) struct FsSnap {
@@ -85,6 +85,9 @@ pub struct Task {
     umask: AtomicU32,
     fs: Arc<FsContext>,
     files: Arc<FdTable>,
+    /// Changes made by this task are not reported to the `Vfs`'s change
+    /// listeners (a front end's own tasks: the front end knows).
+    quiet_changes: bool,
 }
 
 impl std::fmt::Debug for Task {
@@ -114,6 +117,7 @@ impl Task {
             cred: Arc::new(cred),
             umask: AtomicU32::new(0o022),
             files: Arc::new(FdTable::new()),
+            quiet_changes: false,
         }
     }
 
@@ -148,6 +152,7 @@ impl Task {
             umask: AtomicU32::new(self.cur_umask()),
             fs: self.fs.clone(),
             files: self.files.clone(),
+            quiet_changes: self.quiet_changes,
         }
     }
 
@@ -160,7 +165,29 @@ impl Task {
             umask: AtomicU32::new(self.cur_umask()),
             fs: Arc::new(self.fs.copy()),
             files: Arc::new(self.files.fork()),
+            quiet_changes: self.quiet_changes,
         }
+    }
+
+    /// Do not report this task's changes to the `Vfs`'s change listeners
+    /// ([`crate::ChangeListener`]); inherited by `clone_thread` and `fork`.
+    /// For a front end's own tasks: a FUSE daemon must not tell the kernel
+    /// about a change the kernel asked for (it knows, and notifying it from
+    /// inside its own request can deadlock).
+    pub fn set_quiet_changes(&mut self, quiet: bool) {
+        self.quiet_changes = quiet;
+    }
+
+    /// Whether this task's changes go unreported (`set_quiet_changes`).
+    pub fn quiet_changes(&self) -> bool {
+        self.quiet_changes
+    }
+
+    /// The change record of one operation: declare it before the
+    /// operation's lock guards so it reports after they are released.
+    #[inline]
+    pub(crate) fn changes(&self) -> Changes<'_> {
+        Changes::new(&self.vfs, self.quiet_changes)
     }
 
     fn ctx<'g>(&'g self, g: &'g Guard) -> WalkCtx<'g> {
@@ -610,6 +637,7 @@ impl Task {
         is_dir: bool,
         make: impl FnOnce(&Arc<dyn Filesystem>, &Arc<Inode>, (u32, u32), bool) -> VfsResult<Arc<Inode>>,
     ) -> VfsResult<DentryRef> {
+        let mut ch = self.changes();
         let parent = &op.pw.parent;
         let dir = parent.inode().clone();
         let _dl = self.dir_shared(&dir);
@@ -629,7 +657,9 @@ impl Task {
         let (owner, sgid) = self.owner_for(&dir);
         let inode = make(&parent.mnt.sb.fs, &dir, owner, sgid)?;
         let q = self.vfs.dcache().qname(parent.dentry.as_ptr(), &op.name);
-        Ok(self.vfs.dcache().add(&parent.dentry, &q, Some(inode)))
+        let d = self.vfs.dcache().add(&parent.dentry, &q, Some(inode));
+        ch.entry(&dir, &op.name);
+        Ok(d)
     }
 
     /// `mkdirat(2)`.
@@ -766,6 +796,7 @@ impl Task {
     }
 
     fn link_path(&self, src: PathRef, newdirfd: i32, new: &[u8]) -> VfsResult<()> {
+        let mut ch = self.changes();
         let op = self.name_op(newdirfd, new, Errno::EEXIST)?;
         if !Arc::ptr_eq(&src.mnt, &op.pw.parent.mnt) {
             return Err(Errno::EXDEV);
@@ -793,6 +824,8 @@ impl Task {
             return Err(Errno::ENOENT);
         }
         parent.mnt.sb.fs.link(&dir, &op.name, &inode)?;
+        ch.entry(&dir, &op.name);
+        ch.inode(&inode);
         let q = self.vfs.dcache().qname(parent.dentry.as_ptr(), &op.name);
         drop(self.vfs.dcache().add(&parent.dentry, &q, Some(inode)));
         Ok(())
@@ -850,6 +883,7 @@ impl Task {
         if name.len() > NAME_MAX {
             return Err(Errno::ENAMETOOLONG);
         }
+        let mut ch = self.changes();
         let parent = &pw.parent;
         let dir = parent.inode().clone();
         let _dl = self.dir_shared(&dir);
@@ -887,6 +921,8 @@ impl Task {
             }
         }
         self.vfs.dcache().unhash(&victim);
+        ch.entry(&dir, &name);
+        ch.inode(&vi);
         Ok(())
     }
 
@@ -945,6 +981,7 @@ impl Task {
         if oname.len() > NAME_MAX || nname.len() > NAME_MAX {
             return Err(Errno::ENAMETOOLONG);
         }
+        let mut ch = self.changes();
         let op = &opw.parent;
         let np = &npw.parent;
         let sb = op.mnt.sb.clone();
@@ -1065,6 +1102,12 @@ impl Task {
             }
             dc.d_move(&src, &np.dentry, &nname, dst_any.as_ref());
         }
+        ch.entry(&odir, &oname);
+        ch.entry(&ndir, &nname);
+        ch.inode(&si);
+        if let Some(d) = &di {
+            ch.inode(d);
+        }
         Ok(())
     }
 
@@ -1139,7 +1182,10 @@ impl Task {
             ctime: Some(Timespec::now()),
             ..Default::default()
         };
-        p.mnt.sb.fs.setattr(i, &set)
+        p.mnt.sb.fs.setattr(i, &set)?;
+        // No lock is held here: report at once.
+        self.changes().inode(i);
+        Ok(())
     }
 
     /// `fchownat(2)`: `uid`/`gid` of `u32::MAX` (-1) leave that id alone.
@@ -1204,7 +1250,10 @@ impl Task {
                 set.mode = Some(m);
             }
         }
-        p.mnt.sb.fs.setattr(i, &set)
+        p.mnt.sb.fs.setattr(i, &set)?;
+        // No lock is held here: report at once.
+        self.changes().inode(i);
+        Ok(())
     }
 
     /// `utimensat(2)`: `times` of `None` sets both to now; a nanosecond of
@@ -1275,7 +1324,10 @@ impl Task {
                 }
             }
         };
-        p.mnt.sb.fs.setattr(i, &set)
+        p.mnt.sb.fs.setattr(i, &set)?;
+        // No lock is held here: report at once.
+        self.changes().inode(i);
+        Ok(())
     }
 
     // ---------------------------------------------------------------
@@ -1436,6 +1488,8 @@ impl Task {
         }
         if trunc {
             crate::io::truncate_inode(&p, 0)?;
+            // No lock is held here: report at once.
+            self.changes().inode(&i);
         }
         Ok(File::new(p, flags))
     }
@@ -1466,6 +1520,7 @@ impl Task {
         if name.len() > NAME_MAX {
             return Err(Errno::ENAMETOOLONG);
         }
+        let mut ch = self.changes();
         let parent = &pw.parent;
         let dir = parent.inode().clone();
         let existing = {
@@ -1487,6 +1542,8 @@ impl Task {
                     let inode = parent.mnt.sb.fs.create(&dir, &name, node, owner)?;
                     let q = self.vfs.dcache().qname(parent.dentry.as_ptr(), &name);
                     let d = self.vfs.dcache().add(&parent.dentry, &q, Some(inode));
+                    // Reported when `ch` drops, after the locks.
+                    ch.entry(&dir, &name);
                     return Ok((
                         PathRef {
                             mnt: parent.mnt.clone(),

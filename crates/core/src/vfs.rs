@@ -20,6 +20,10 @@
 //!
 //! Filesystem methods are called with locks 1-5 as needed but never with a
 //! lock from 6-7. An epoch guard is pinned before any spinlock is taken.
+//!
+//! `VfsInner::listeners_lock` (mutex) only serialises adding and removing
+//! change listeners and is never held with another lock. Change listeners
+//! are called with no lock of the core held (see [`ChangeListener`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -31,6 +35,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::dcache::{Dcache, DcacheConfig, DcacheIndex, Dentry, DentryLayout, DentryRef};
 use crate::errno::{Errno, VfsResult};
 use crate::fs::Filesystem;
+use crate::inode::Inode;
 use crate::memfs::{MemFs, MemFsOptions};
 use crate::types::Cred;
 
@@ -207,6 +212,97 @@ impl VfsConfig {
     }
 }
 
+/// Told about changes made through the library, so that a cache outside the
+/// core (the kernel's, behind a FUSE mount) can drop what it holds.
+///
+/// Called after the change is complete, on the thread that made it, with no
+/// lock of the core held; never for reads or `stat`, and never for changes
+/// made by a task with [`crate::Task::set_quiet_changes`]. A listener must
+/// not hold a strong reference to the [`Vfs`] (it would keep it alive).
+pub trait ChangeListener: Send + Sync {
+    /// The name `name` in the directory `parent_ino` (on device `dev`) was
+    /// created, removed or renamed to or from. The directory itself also
+    /// gets an [`ChangeListener::inode_changed`].
+    fn entry_changed(&self, parent_ino: u64, dev: u64, name: &[u8]);
+    /// The attributes (mode, owner, times, size, link count) or the data of
+    /// the inode `ino` on device `dev` changed.
+    fn inode_changed(&self, ino: u64, dev: u64);
+}
+
+/// The registered listeners, replaced as a whole (copy on write).
+pub(crate) struct Listeners(Vec<Arc<dyn ChangeListener>>);
+
+/// One change, recorded while the operation holds its locks and reported
+/// when the [`Changes`] holding it is dropped.
+enum Change {
+    Entry { dir: u64, dev: u64, name: Vec<u8> },
+    Inode { ino: u64, dev: u64 },
+}
+
+/// The changes an operation made, reported to the listeners when dropped.
+/// Declared before an operation's lock guards, it drops after them, so
+/// listeners run with no lock held. Records nothing (and allocates nothing)
+/// when no listener is registered or the task is quiet.
+pub(crate) struct Changes<'a> {
+    vfs: Option<&'a Vfs>,
+    list: Vec<Change>,
+}
+
+impl<'a> Changes<'a> {
+    #[inline]
+    pub(crate) fn new(vfs: &'a Vfs, quiet: bool) -> Changes<'a> {
+        Changes {
+            vfs: (!quiet && vfs.has_change_listeners()).then_some(vfs),
+            list: Vec::new(),
+        }
+    }
+
+    /// `name` in `dir` changed (and so did `dir`).
+    #[inline]
+    pub(crate) fn entry(&mut self, dir: &Inode, name: &[u8]) {
+        if self.vfs.is_some() {
+            self.list.push(Change::Entry {
+                dir: dir.ino(),
+                dev: dir.dev(),
+                name: name.to_vec(),
+            });
+            self.inode(dir);
+        }
+    }
+
+    /// The attributes or data of `i` changed.
+    #[inline]
+    pub(crate) fn inode(&mut self, i: &Inode) {
+        if self.vfs.is_some() {
+            let (ino, dev) = (i.ino(), i.dev());
+            let dup = self
+                .list
+                .iter()
+                .any(|c| matches!(c, Change::Inode { ino: a, dev: b } if (*a, *b) == (ino, dev)));
+            if !dup {
+                self.list.push(Change::Inode { ino, dev });
+            }
+        }
+    }
+}
+
+impl Drop for Changes<'_> {
+    fn drop(&mut self) {
+        let Some(vfs) = self.vfs else { return };
+        if self.list.is_empty() {
+            return;
+        }
+        for l in vfs.change_listeners() {
+            for c in &self.list {
+                match c {
+                    Change::Entry { dir, dev, name } => l.entry_changed(*dir, *dev, name),
+                    Change::Inode { ino, dev } => l.inode_changed(*ino, *dev),
+                }
+            }
+        }
+    }
+}
+
 pub(crate) const NAME_LOCKS: usize = 1024;
 
 pub(crate) struct VfsInner {
@@ -218,6 +314,10 @@ pub(crate) struct VfsInner {
     pub(crate) name_locks: Box<[Mutex<()>]>,
     next_dev: AtomicU64,
     next_mount: AtomicU64,
+    /// Change listeners: null when there are none (the common case, tested
+    /// with one load by every changing call).
+    listeners: Atomic<Listeners>,
+    listeners_lock: Mutex<()>,
 }
 
 /// A virtual filesystem: a namespace of mounted filesystems with shared
@@ -274,6 +374,8 @@ impl Vfs {
             name_locks: (0..NAME_LOCKS).map(|_| Mutex::new(())).collect(),
             next_dev: AtomicU64::new(2),
             next_mount: AtomicU64::new(2),
+            listeners: Atomic::null(),
+            listeners_lock: Mutex::new(()),
         };
         Vfs {
             inner: Arc::new(inner),
@@ -425,10 +527,83 @@ impl Vfs {
         }
     }
 
+    /// Register `l` to be told about changes made through the library by
+    /// tasks that are not quiet (see [`ChangeListener`]).
+    pub fn add_change_listener(&self, l: Arc<dyn ChangeListener>) {
+        self.update_listeners(|v| v.push(l));
+    }
+
+    /// Unregister `l` (the same `Arc` that was added). Returns whether it
+    /// was registered. Once this returns, no new call of `l` starts (calls
+    /// already running may finish after it).
+    pub fn remove_change_listener(&self, l: &Arc<dyn ChangeListener>) -> bool {
+        let mut found = false;
+        self.update_listeners(|v| {
+            if let Some(i) = v.iter().position(|x| same_listener(x, l)) {
+                v.remove(i);
+                found = true;
+            }
+        });
+        found
+    }
+
+    fn update_listeners(&self, f: impl FnOnce(&mut Vec<Arc<dyn ChangeListener>>)) {
+        let _l = self
+            .inner
+            .listeners_lock
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let guard = epoch::pin();
+        // Acquire: pairs with the Release part of the swap below (earlier
+        // updates); updates are serialised by `listeners_lock`.
+        let cur = self.inner.listeners.load(Ordering::Acquire, &guard);
+        // SAFETY: a non-null pointer is a published `Listeners`, freed only
+        // after a grace period, which `guard` holds off.
+        let mut v = unsafe { cur.as_ref() }.map_or_else(Vec::new, |c| c.0.clone());
+        f(&mut v);
+        let next = if v.is_empty() {
+            epoch::Shared::null()
+        } else {
+            Owned::new(Listeners(v)).into_shared(&guard)
+        };
+        // AcqRel: publish the new list, take ownership of the old one.
+        let old = self.inner.listeners.swap(next, Ordering::AcqRel, &guard);
+        if !old.is_null() {
+            // SAFETY: the old list is unreachable now; readers are pinned.
+            unsafe { guard.defer_destroy(old) };
+        }
+    }
+
+    /// Whether any change listener is registered: one load, no write.
+    #[inline]
+    pub(crate) fn has_change_listeners(&self) -> bool {
+        // SAFETY: the unprotected guard is only used to read the pointer,
+        // which is compared with null and never dereferenced.
+        let g = unsafe { epoch::unprotected() };
+        // Relaxed: a hint whether to record changes; the list is loaded
+        // again with Acquire (under a real guard) before it is used.
+        !self.inner.listeners.load(Ordering::Relaxed, g).is_null()
+    }
+
+    /// A snapshot of the registered listeners (so they are called unpinned).
+    pub(crate) fn change_listeners(&self) -> Vec<Arc<dyn ChangeListener>> {
+        let guard = epoch::pin();
+        // Acquire: pairs with the publication in `update_listeners`.
+        let cur = self.inner.listeners.load(Ordering::Acquire, &guard);
+        // SAFETY: as in `update_listeners`.
+        unsafe { cur.as_ref() }.map_or_else(Vec::new, |c| c.0.clone())
+    }
+
     /// Index of the name lock stripe for `(parent, name)`.
     pub(crate) fn name_lock_index(&self, parent: &Dentry, name: &[u8]) -> usize {
         (self.inner.dc.qname(parent, name).hash >> 32) as usize % NAME_LOCKS
     }
+}
+
+fn same_listener(a: &Arc<dyn ChangeListener>, b: &Arc<dyn ChangeListener>) -> bool {
+    // The data pointers only: vtable pointers of one type may differ
+    // between codegen units.
+    std::ptr::eq(Arc::as_ptr(a).cast::<()>(), Arc::as_ptr(b).cast::<()>())
 }
 
 impl Default for Vfs {
@@ -447,6 +622,15 @@ impl Drop for VfsInner {
         if !old.is_null() {
             // SAFETY: we are the last owner of the Vfs: every task and file
             // holds a `Vfs`, so no walker can be reading the table.
+            drop(unsafe { old.into_owned() });
+        }
+        // AcqRel: take ownership of the listener list.
+        let old = self
+            .listeners
+            .swap(epoch::Shared::null(), Ordering::AcqRel, &guard);
+        if !old.is_null() {
+            // SAFETY: as for the mount table: we are the last owner, and
+            // listeners are only read through a `Vfs`.
             drop(unsafe { old.into_owned() });
         }
         drop(guard);

@@ -23,6 +23,11 @@
 //! `default_permissions`. New inodes get the caller's uid/gid (setgid
 //! directories are the core's business).
 //!
+//! Changes made through the library by the embedding program's own tasks
+//! are reported by the core to a listener [`spawn_mount`] registers, which
+//! invalidates the kernel's entries and attributes (`mount.rs`); the
+//! adapter's tasks are quiet, so no request notifies the kernel.
+//!
 //! # Lock order (adapter)
 //! A node-table shard lock is never held across a core call, except that
 //! `forget` may drop the last `Arc<Node>` (which closes its fd in the fd

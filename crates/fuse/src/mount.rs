@@ -1,18 +1,20 @@
 //! Mounting: `scalevfs mount DIR`, an in-process [`spawn_mount`] for
-//! embedders and tests, and the [`Invalidator`] that tells the kernel about
-//! changes made through the library behind its back.
+//! embedders and tests, and the kernel notifications about changes made
+//! through the library behind the kernel's back: automatic (a
+//! [`scalevfs::ChangeListener`] registered by [`spawn_mount`]) and manual
+//! (the [`Invalidator`]).
 
 use std::ffi::OsStr;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use fuser::{INodeNo, MountOption, Notifier, Session, SessionACL, SessionUnmounter};
-use scalevfs::{Task, Vfs, VfsConfig, AT_SYMLINK_NOFOLLOW};
+use scalevfs::{ChangeListener, Task, Vfs, VfsConfig, AT_SYMLINK_NOFOLLOW};
 
 use crate::ops::{FuseConfig, ScaleFs, Shared};
 
@@ -87,6 +89,9 @@ pub struct FuseMount {
     unmounter: SessionUnmounter,
     thread: Option<JoinHandle<io::Result<()>>>,
     invalidator: Invalidator,
+    /// The listener registered on `vfs`, removed on unmount.
+    listener: Option<Arc<KernelInval>>,
+    vfs: Vfs,
 }
 
 impl FuseMount {
@@ -111,6 +116,10 @@ impl FuseMount {
     }
 
     fn unmount_inner(&mut self) -> io::Result<()> {
+        if let Some(l) = self.listener.take() {
+            let l: Arc<dyn ChangeListener> = l;
+            self.vfs.remove_change_listener(&l);
+        }
         let Some(thread) = self.thread.take() else {
             return Ok(());
         };
@@ -155,14 +164,59 @@ fn lazy_unmount(dir: &Path) -> io::Result<()> {
     }
 }
 
+/// The automatic notifications: registered on the `Vfs` by [`spawn_mount`],
+/// told by the core about every change a (non-quiet) [`Task`] makes, after
+/// the change and with no core lock held. The adapter's own tasks are quiet,
+/// so this runs only on the threads of the embedding program, never inside
+/// a FUSE request (notifying the kernel from there could deadlock).
+struct KernelInval {
+    notifier: Notifier,
+    /// Weak: the `Vfs` holds the listener and `Shared` holds the `Vfs`.
+    shared: Weak<Shared>,
+}
+
+impl std::fmt::Debug for KernelInval {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KernelInval").finish_non_exhaustive()
+    }
+}
+
+impl ChangeListener for KernelInval {
+    fn entry_changed(&self, parent_ino: u64, dev: u64, name: &[u8]) {
+        let Some(s) = self.shared.upgrade() else {
+            return;
+        };
+        // The node table's lock is released inside `known_nodeid`: none is
+        // held across the notification. Errors (the kernel forgot the
+        // directory meanwhile, or the mount is gone) mean nothing is cached.
+        if let Some(id) = s.known_nodeid(dev, parent_ino) {
+            let _ = self
+                .notifier
+                .inval_entry(INodeNo(id), OsStr::from_bytes(name));
+        }
+    }
+
+    fn inode_changed(&self, ino: u64, dev: u64) {
+        let Some(s) = self.shared.upgrade() else {
+            return;
+        };
+        if let Some(id) = s.known_nodeid(dev, ino) {
+            let _ = self.notifier.inval_inode(INodeNo(id), 0, 0);
+        }
+    }
+}
+
 /// Tells the kernel that something changed behind its back (a change made
 /// through the library API by a program that also serves the mount).
 ///
 /// The kernel caches names and attributes for the configured timeouts and
 /// file data across opens; a change made through the mount invalidates
-/// those itself, a change made through a [`Task`] does not. Call
-/// [`Invalidator::changed`] after such a change (creation, removal, rename:
-/// both names; write, truncate, chmod, ...).
+/// those itself. A change made through a [`Task`] of the mounted `Vfs` is
+/// reported to the kernel automatically while the [`FuseMount`] lives; this
+/// handle is for changes the core cannot see, or made by a task with
+/// [`Task::set_quiet_changes`]. Call [`Invalidator::changed`] after such a
+/// change (creation, removal, rename: both names; write, truncate, chmod,
+/// ...).
 #[derive(Clone, Debug)]
 pub struct Invalidator {
     notifier: Notifier,
@@ -301,17 +355,25 @@ pub fn spawn_mount(vfs: Vfs, mountpoint: &Path, cfg: &MountConfig) -> io::Result
     let shared = fs.shared.clone();
     let scfg = session_config(cfg)?;
     let mountpoint = mountpoint.canonicalize()?;
+    let vfs = shared.vfs.clone();
     let mut session = Session::new(fs, &mountpoint, &scfg)?;
     let notifier = session.notifier();
     let unmounter = session.unmount_callable();
     let thread = std::thread::Builder::new()
         .name("scalevfs-fuse".into())
         .spawn(move || session.run())?;
+    let listener = Arc::new(KernelInval {
+        notifier: notifier.clone(),
+        shared: Arc::downgrade(&shared),
+    });
+    vfs.add_change_listener(listener.clone());
     Ok(FuseMount {
         mountpoint,
         unmounter,
         thread: Some(thread),
         invalidator: Invalidator { notifier, shared },
+        listener: Some(listener),
+        vfs,
     })
 }
 

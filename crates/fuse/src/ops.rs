@@ -112,6 +112,27 @@ impl Shared {
         Ok(((slot as u64 + 1) << INO_BITS) | st.ino)
     }
 
+    /// The node id of inode `ino` of device `dev` if the kernel holds it
+    /// (no side effect: an unknown device gets no slot).
+    pub(crate) fn known_nodeid(&self, dev: u64, ino: u64) -> Option<u64> {
+        if ino >= 1 << INO_BITS {
+            return None;
+        }
+        let id = if dev == self.root_dev {
+            self.nodeid(&Stat {
+                dev,
+                ino,
+                ..Default::default()
+            })
+            .ok()?
+        } else {
+            let devs = self.other_devs.lock().unwrap_or_else(|e| e.into_inner());
+            let slot = devs.iter().position(|&d| d == dev)?;
+            ((slot as u64 + 1) << INO_BITS) | ino
+        };
+        self.nodes.contains(id).then_some(id)
+    }
+
     /// The node for a kernel node id.
     pub(crate) fn node(&self, ino: INodeNo) -> Result<Arc<Node>, fuser::Errno> {
         self.nodes.get(ino.0).ok_or(raw(libc::ESTALE))
@@ -210,7 +231,12 @@ pub struct ScaleFs {
 impl ScaleFs {
     /// Serve the namespace of `vfs` (from its root) with these cache settings.
     pub fn new(vfs: Vfs, cfg: FuseConfig) -> Result<ScaleFs, Errno> {
-        let base = vfs.root_task();
+        let mut base = vfs.root_task();
+        // The kernel knows about changes made through the mount: this task
+        // and its threads (every request's task) do not report them to the
+        // change listener, which would notify the kernel from inside its own
+        // request.
+        base.set_quiet_changes(true);
         base.umask(0); // the kernel applied the caller's umask already
                        // Every node the kernel caches holds an fd: lift RLIMIT_NOFILE's
                        // default of 1024 to a memory-only bound.

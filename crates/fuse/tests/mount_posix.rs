@@ -294,7 +294,10 @@ fn library_changes_are_invalidated_in_the_kernel() {
         readdirplus: true,
     };
     let m = Mounted::new("inval", cfg);
-    let t = m.vfs.task(Cred::root());
+    // A quiet task: its changes are not reported automatically, so the
+    // kernel learns of them only through the manual `Invalidator`.
+    let mut t = m.vfs.task(Cred::root());
+    t.set_quiet_changes(true);
     // A negative entry, then a file created behind the kernel's back.
     assert!(fs::metadata(m.p("x")).is_err());
     let fd = t.open("/x", O_CREAT | O_WRONLY, 0o644).unwrap();
@@ -320,6 +323,159 @@ fn library_changes_are_invalidated_in_the_kernel() {
     t.unlink("/x").unwrap();
     inv.changed(&t, b"/x").unwrap();
     assert_eq!(errno_of(&fs::metadata(m.p("x")).unwrap_err()), libc::ENOENT);
+}
+
+/// Changes made through the library by an ordinary task reach the kernel
+/// without any call by the embedder: names (negative entries included),
+/// attributes and cached data, with every timeout long.
+#[test]
+fn library_changes_reach_the_kernel_automatically() {
+    if !fuse_ok("library_changes_reach_the_kernel_automatically") {
+        return;
+    }
+    let long = Duration::from_secs(60);
+    let cfg = FuseConfig {
+        attr_timeout: long,
+        entry_timeout: long,
+        negative_timeout: long,
+        readdirplus: true,
+    };
+    let mut m = Mounted::new("autoinval", cfg);
+    let t = m.vfs.task(Cred::root());
+    let enoent = |p: &Path| {
+        let r = fs::symlink_metadata(p);
+        assert_eq!(
+            r.as_ref().map_err(errno_of).err(),
+            Some(libc::ENOENT),
+            "{}: {r:?}",
+            p.display()
+        );
+    };
+    // A negatively cached name, then created behind the kernel's back.
+    enoent(&m.p("x"));
+    let fd = t.open("/x", O_CREAT | O_WRONLY, 0o644).unwrap();
+    t.write(fd, b"12345").unwrap();
+    t.close(fd).unwrap();
+    assert_eq!(fs::read(m.p("x")).unwrap(), b"12345");
+    // Attributes the kernel has cached.
+    let md = fs::metadata(m.p("x")).unwrap();
+    assert_eq!((md.len(), md.mode() & 0o777), (5, 0o644));
+    t.chmod("/x", 0o600).unwrap();
+    assert_eq!(fs::metadata(m.p("x")).unwrap().mode() & 0o777, 0o600);
+    t.chown("/x", 1234, 5678).unwrap();
+    let md = fs::metadata(m.p("x")).unwrap();
+    assert_eq!((md.uid(), md.gid()), (1234, 5678));
+    let when = scalevfs::Timespec {
+        sec: 1_000_000_000,
+        nsec: 5,
+    };
+    t.utimensat(scalevfs::AT_FDCWD, "/x", Some([when, when]), 0)
+        .unwrap();
+    let md = fs::metadata(m.p("x")).unwrap();
+    assert_eq!((md.mtime(), md.mtime_nsec()), (1_000_000_000, 5));
+    // Size and cached data (the page cache is kept across opens).
+    let fd = t.open("/x", O_WRONLY, 0).unwrap();
+    t.pwrite(fd, b"abcdefgh", 0).unwrap();
+    assert_eq!(fs::metadata(m.p("x")).unwrap().len(), 8);
+    assert_eq!(fs::read(m.p("x")).unwrap(), b"abcdefgh");
+    t.ftruncate(fd, 3).unwrap();
+    t.close(fd).unwrap();
+    assert_eq!(fs::metadata(m.p("x")).unwrap().len(), 3);
+    assert_eq!(fs::read(m.p("x")).unwrap(), b"abc");
+    t.truncate("/x", 2).unwrap();
+    assert_eq!(fs::read(m.p("x")).unwrap(), b"ab");
+    let fd = t.open("/x", O_WRONLY | scalevfs::O_TRUNC, 0).unwrap();
+    t.close(fd).unwrap();
+    assert_eq!(fs::metadata(m.p("x")).unwrap().len(), 0);
+    // An open file in the mount sees library writes (no stale pages).
+    let mut f = fs::File::open(m.p("x")).unwrap();
+    let fd = t.open("/x", O_WRONLY, 0).unwrap();
+    t.write(fd, b"fresh").unwrap();
+    t.close(fd).unwrap();
+    let mut got = String::new();
+    f.read_to_string(&mut got).unwrap();
+    assert_eq!(got, "fresh");
+    drop(f);
+    // Rename into a directory the kernel knows; both names change.
+    t.mkdir("/d", 0o755).unwrap();
+    assert!(fs::metadata(m.p("d")).unwrap().is_dir());
+    enoent(&m.p("d/y"));
+    t.rename("/x", "/d/y").unwrap();
+    enoent(&m.p("x"));
+    assert_eq!(fs::read(m.p("d/y")).unwrap(), b"fresh");
+    // Link and unlink change the link count of the inode as well.
+    assert_eq!(fs::metadata(m.p("d/y")).unwrap().nlink(), 1);
+    t.link("/d/y", "/z").unwrap();
+    assert_eq!(fs::metadata(m.p("d/y")).unwrap().nlink(), 2);
+    assert_eq!(fs::read(m.p("z")).unwrap(), b"fresh");
+    t.unlink("/d/y").unwrap();
+    enoent(&m.p("d/y"));
+    assert_eq!(fs::metadata(m.p("z")).unwrap().nlink(), 1);
+    // Exchange: both names now lead to the other inode.
+    let fd = t.open("/w", O_CREAT | O_WRONLY, 0o644).unwrap();
+    t.write(fd, b"other").unwrap();
+    t.close(fd).unwrap();
+    assert_eq!(fs::read(m.p("w")).unwrap(), b"other");
+    t.renameat2(
+        scalevfs::AT_FDCWD,
+        "/w",
+        scalevfs::AT_FDCWD,
+        "/z",
+        scalevfs::RENAME_EXCHANGE,
+    )
+    .unwrap();
+    assert_eq!(fs::read(m.p("w")).unwrap(), b"fresh");
+    assert_eq!(fs::read(m.p("z")).unwrap(), b"other");
+    // Directories: mkdir of a negatively cached name, rmdir.
+    enoent(&m.p("e"));
+    t.mkdir("/e", 0o755).unwrap();
+    assert!(fs::metadata(m.p("e")).unwrap().is_dir());
+    let nlink = fs::metadata(&m.dir).unwrap().nlink();
+    t.rmdir("/e").unwrap();
+    enoent(&m.p("e"));
+    assert_eq!(fs::metadata(&m.dir).unwrap().nlink(), nlink - 1);
+    // Symlinks.
+    enoent(&m.p("s"));
+    t.symlink("w", "/s").unwrap();
+    assert_eq!(fs::read_link(m.p("s")).unwrap(), Path::new("w"));
+    // Changes through the mount (the adapter's own, quiet tasks) still
+    // work while library changes are being reported from another thread.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let worker = {
+        let stop = stop.clone();
+        let t = m.vfs.task(Cred::root());
+        std::thread::spawn(move || {
+            let mut n = 0u32;
+            while !stop.load(Ordering::Relaxed) {
+                let fd = t.open("/busy", O_CREAT | O_WRONLY, 0o644).unwrap();
+                t.write(fd, &n.to_le_bytes()).unwrap();
+                t.close(fd).unwrap();
+                t.rename("/busy", "/busy2").unwrap();
+                t.unlink("/busy2").unwrap();
+                n += 1;
+            }
+            n
+        })
+    };
+    let deadline = Instant::now() + Duration::from_millis(500);
+    let mut i = 0;
+    while Instant::now() < deadline {
+        let p = m.p(&format!("m{i}"));
+        fs::write(&p, b"through the mount").unwrap();
+        let _ = fs::metadata(m.p("busy"));
+        fs::rename(&p, m.p("mm")).unwrap();
+        fs::remove_file(m.p("mm")).unwrap();
+        i += 1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    assert!(worker.join().unwrap() > 0);
+    enoent(&m.p("busy"));
+    enoent(&m.p("busy2"));
+    // After unmounting, library changes no longer go to the kernel (and do
+    // not fail).
+    m.m.take().unwrap().unmount().unwrap();
+    t.mkdir("/after", 0o755).unwrap();
+    t.unlink("/s").unwrap();
 }
 
 #[test]
