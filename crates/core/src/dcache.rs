@@ -83,7 +83,11 @@ pub struct DcacheConfig {
     pub hash_bits: u32,
     /// Reclaim unused dentries when more than this many are cached.
     pub max_entries: usize,
-    /// At most this percentage of `max_entries` may be negative dentries.
+    /// Reclaim when the dentries themselves would take more than this many
+    /// bytes (`size_of::<Dentry>()` each; long names and inodes not
+    /// counted). The effective entry limit is the smaller of the two.
+    pub max_bytes: usize,
+    /// At most this percentage of the entry limit may be negative dentries.
     pub negative_percent: u32,
 }
 
@@ -95,6 +99,7 @@ impl Default for DcacheConfig {
             lockref: LockRefVariant::default(),
             hash_bits: 16,
             max_entries: 1 << 20,
+            max_bytes: usize::MAX,
             negative_percent: 25,
         }
     }
@@ -653,6 +658,8 @@ pub struct Dcache {
     pub(crate) nr_negative: CachePadded<AtomicUsize>,
     clock_hand: AtomicUsize,
     sweeping: SpinLock<()>,
+    /// The entry limit: `max_entries`, or fewer if `max_bytes` says so.
+    limit: usize,
 }
 
 impl std::fmt::Debug for Dcache {
@@ -801,6 +808,10 @@ pub(crate) enum RcuLookup<'g> {
 
 impl Dcache {
     pub fn new(config: DcacheConfig) -> Dcache {
+        let limit = config
+            .max_entries
+            .min(config.max_bytes / core::mem::size_of::<Dentry>())
+            .max(1);
         let bits = config.hash_bits.clamp(4, 28);
         let n = 1usize << bits;
         let buckets = (0..n)
@@ -828,6 +839,7 @@ impl Dcache {
             nr_negative: CachePadded::new(AtomicUsize::new(0)),
             clock_hand: AtomicUsize::new(0),
             sweeping: SpinLock::new(()),
+            limit,
         }
     }
 
@@ -838,6 +850,11 @@ impl Dcache {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// The effective entry limit (`max_entries`, or fewer under `max_bytes`).
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
     /// Number of cached negative dentries.
     pub fn negative_len(&self) -> usize {
         self.nr_negative.load(Ordering::Relaxed)
@@ -1432,8 +1449,8 @@ impl Dcache {
     fn maybe_reclaim(&self) {
         let total = self.len();
         let neg = self.negative_len();
-        let neg_cap = self.config.max_entries / 100 * self.config.negative_percent as usize;
-        if total <= self.config.max_entries && neg <= neg_cap.max(1) {
+        let neg_cap = self.limit / 100 * self.config.negative_percent as usize;
+        if total <= self.limit && neg <= neg_cap.max(1) {
             return;
         }
         // One sweeper at a time; others go on (a lookup never waits for it).
@@ -1441,8 +1458,8 @@ impl Dcache {
             // Unless the sweeper falls behind (descheduled while adders run
             // on): then an adder evicts a batch itself, without the sweeping
             // lock (shrink is safe concurrently), so the limit is a bound.
-            let slack = self.config.max_entries / 16 + 64;
-            if total > self.config.max_entries + slack {
+            let slack = self.limit / 16 + 64;
+            if total > self.limit + slack {
                 self.shrink(64, false);
             } else if neg > neg_cap + slack {
                 self.shrink(64, true);
@@ -1450,7 +1467,7 @@ impl Dcache {
             return;
         };
         let want = total
-            .saturating_sub(self.config.max_entries)
+            .saturating_sub(self.limit)
             .max(neg.saturating_sub(neg_cap));
         self.shrink(want.max(64), neg > neg_cap);
     }

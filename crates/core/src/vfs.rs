@@ -206,6 +206,7 @@ impl VfsConfig {
             "orphan" => self.orphan = value.parse()?,
             "orphan-blocks" => self.orphan_blocks = value.parse().map_err(|e| format!("{e}"))?,
             "max-entries" => self.dcache.max_entries = value.parse().map_err(|e| format!("{e}"))?,
+            "max-bytes" => self.dcache.max_bytes = value.parse().map_err(|e| format!("{e}"))?,
             _ => return Err(format!("unknown option {key}")),
         }
         Ok(())

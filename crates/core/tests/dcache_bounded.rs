@@ -224,3 +224,28 @@ fn negative_dentry_never_hides_a_renamed_file() {
         }
     }
 }
+
+/// A memory limit (`max_bytes`) lowers the entry limit accordingly and the
+/// cache stays within it.
+#[test]
+fn memory_limit_holds() {
+    let mut c = VfsConfig::default();
+    c.set("max-bytes", &(200 * 1024).to_string()).unwrap();
+    c.dcache.hash_bits = 10;
+    c.memfs.authoritative = false;
+    let vfs = Vfs::with_config(c);
+    let limit = vfs.dcache().limit();
+    // 200 KiB of ~192-byte dentries: about a thousand, far below max_entries.
+    assert!((800..=1200).contains(&limit), "limit {limit}");
+    let t = vfs.root_task();
+    t.mkdir("/d", 0o755).unwrap();
+    let mut max_len = 0;
+    for i in 0..20_000u32 {
+        assert_eq!(t.stat(format!("/d/x{i}").as_str()), Err(Errno::ENOENT));
+        max_len = max_len.max(vfs.dcache().len());
+    }
+    assert!(
+        max_len <= limit + SLACK,
+        "dcache grew to {max_len} (limit {limit})"
+    );
+}
