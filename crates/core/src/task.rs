@@ -1135,6 +1135,15 @@ impl Task {
         )
     }
 
+    /// Apply `set` to the inode at `p` and report the change (no lock is
+    /// held here, so listeners run at once).
+    fn setattr_and_report(&self, p: &PathRef, set: &SetAttr) -> VfsResult<()> {
+        let i = p.inode();
+        p.mnt.sb.fs.setattr(i, set)?;
+        self.changes().inode(i);
+        Ok(())
+    }
+
     fn is_owner(&self, a: &Attr) -> bool {
         self.cred.is_root() || self.cred.uid == a.uid
     }
@@ -1182,10 +1191,7 @@ impl Task {
             ctime: Some(Timespec::now()),
             ..Default::default()
         };
-        p.mnt.sb.fs.setattr(i, &set)?;
-        // No lock is held here: report at once.
-        self.changes().inode(i);
-        Ok(())
+        self.setattr_and_report(p, &set)
     }
 
     /// `fchownat(2)`: `uid`/`gid` of `u32::MAX` (-1) leave that id alone.
@@ -1250,10 +1256,7 @@ impl Task {
                 set.mode = Some(m);
             }
         }
-        p.mnt.sb.fs.setattr(i, &set)?;
-        // No lock is held here: report at once.
-        self.changes().inode(i);
-        Ok(())
+        self.setattr_and_report(p, &set)
     }
 
     /// `utimensat(2)`: `times` of `None` sets both to now; a nanosecond of
@@ -1324,10 +1327,7 @@ impl Task {
                 }
             }
         };
-        p.mnt.sb.fs.setattr(i, &set)?;
-        // No lock is held here: report at once.
-        self.changes().inode(i);
-        Ok(())
+        self.setattr_and_report(p, &set)
     }
 
     // ---------------------------------------------------------------

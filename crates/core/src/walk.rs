@@ -351,7 +351,7 @@ impl<'a> WalkCtx<'a> {
                 Lazy::Abort => lockstat::inc(Stat::WalkAborted),
             }
         }
-        let p = self.walk_full_ref(guard, start, path, opts)?;
+        let p = self.walk_ref_from_start(guard, start, path, opts, &mut Comps::new(path))?;
         f(&p.mnt, &p.dentry)
     }
 
@@ -368,37 +368,51 @@ impl<'a> WalkCtx<'a> {
             follow,
             parent: false,
         };
+        self.walk_counted(guard, start, path, opts, &mut Comps::new(path))
+    }
+
+    /// The walk for callers that keep the result: lock-free as far as
+    /// possible, then either one reference where it ended (handled), the
+    /// reference walk from where it stopped (partial), or the reference walk
+    /// from the start (aborted). `comps` is left after the last component
+    /// walked (in parent mode: before the last component).
+    fn walk_counted<'p>(
+        &self,
+        guard: &Guard,
+        start: Start<'_>,
+        path: &'p [u8],
+        opts: WalkOpts,
+        comps: &mut Comps<'p>,
+    ) -> VfsResult<PathRef> {
         if self.vfs.config().walk == WalkMode::LockFree {
             let seq0 = self.vfs.dcache().rename_read_begin();
-            let mut comps = Comps::new(path);
             let mut pos = self.start_pos(start, path, guard);
-            match self.walk_lazy(guard, &mut comps, &mut pos, opts, seq0) {
+            match self.walk_lazy(guard, comps, &mut pos, opts, seq0) {
                 Lazy::Done(Err(e)) => {
                     if !self.vfs.dcache().rename_retry(seq0) {
                         lockstat::inc(Stat::WalkHandled);
                         return Err(e);
                     }
-                    lockstat::inc(Stat::WalkAborted);
                 }
                 Lazy::Done(Ok(())) => {
                     if let Some(held) = self.legitimize(&pos, seq0) {
                         lockstat::inc(Stat::WalkHandled);
                         return Ok(held);
                     }
-                    lockstat::inc(Stat::WalkAborted);
                 }
                 Lazy::Unlazy => {
                     if let Some(held) = self.legitimize(&pos, seq0) {
                         lockstat::inc(Stat::WalkPartial);
                         pos.held = Some(held);
-                        return self.walk_ref(guard, &mut comps, pos, opts);
+                        return self.walk_ref(guard, comps, pos, opts);
                     }
-                    lockstat::inc(Stat::WalkAborted);
                 }
-                Lazy::Abort => lockstat::inc(Stat::WalkAborted),
+                Lazy::Abort => {}
             }
+            lockstat::inc(Stat::WalkAborted);
+            *comps = Comps::new(path);
         }
-        self.walk_full_ref(guard, start, path, opts)
+        self.walk_ref_from_start(guard, start, path, opts, comps)
     }
 
     /// Walk all but the last component; the parent comes back counted.
@@ -416,52 +430,7 @@ impl<'a> WalkCtx<'a> {
             parent: true,
         };
         let mut comps = Comps::new(path);
-        let mut parent: Option<PathRef> = None;
-        if self.vfs.config().walk == WalkMode::LockFree {
-            let seq0 = self.vfs.dcache().rename_read_begin();
-            let mut pos = self.start_pos(start, path, guard);
-            match self.walk_lazy(guard, &mut comps, &mut pos, opts, seq0) {
-                Lazy::Done(Err(e)) => {
-                    if !self.vfs.dcache().rename_retry(seq0) {
-                        lockstat::inc(Stat::WalkHandled);
-                        return Err(e);
-                    }
-                    lockstat::inc(Stat::WalkAborted);
-                }
-                Lazy::Done(Ok(())) => match self.legitimize(&pos, seq0) {
-                    Some(h) => {
-                        lockstat::inc(Stat::WalkHandled);
-                        parent = Some(h);
-                    }
-                    None => lockstat::inc(Stat::WalkAborted),
-                },
-                Lazy::Unlazy => match self.legitimize(&pos, seq0) {
-                    Some(h) => {
-                        lockstat::inc(Stat::WalkPartial);
-                        pos.held = Some(h);
-                        parent = Some(self.walk_ref(guard, &mut comps, pos, opts)?);
-                    }
-                    None => lockstat::inc(Stat::WalkAborted),
-                },
-                Lazy::Abort => lockstat::inc(Stat::WalkAborted),
-            }
-            if parent.is_none() {
-                comps = Comps::new(path);
-            }
-        }
-        let parent = match parent {
-            Some(p) => p,
-            None => {
-                let s = self.start_pos(start, path, guard);
-                let held = self.hold(&s);
-                let pos = Pos {
-                    mnt: s.mnt,
-                    d: s.d,
-                    held: Some(held),
-                };
-                self.walk_ref(guard, &mut comps, pos, opts)?
-            }
-        };
+        let parent = self.walk_counted(guard, start, path, opts, &mut comps)?;
         let (last, trailing) = match comps.next() {
             None => (Last::Root, false),
             Some(c) => {
@@ -484,14 +453,15 @@ impl<'a> WalkCtx<'a> {
         })
     }
 
-    fn walk_full_ref(
+    /// The reference walk over the whole of `path` (`comps` fresh).
+    fn walk_ref_from_start<'p>(
         &self,
         guard: &Guard,
         start: Start<'_>,
-        path: &[u8],
+        path: &'p [u8],
         opts: WalkOpts,
+        comps: &mut Comps<'p>,
     ) -> VfsResult<PathRef> {
-        let mut comps = Comps::new(path);
         let s = self.start_pos(start, path, guard);
         let held = self.hold(&s);
         let pos = Pos {
@@ -499,7 +469,7 @@ impl<'a> WalkCtx<'a> {
             d: s.d,
             held: Some(held),
         };
-        self.walk_ref(guard, &mut comps, pos, opts)
+        self.walk_ref(guard, comps, pos, opts)
     }
 
     fn start_pos<'g>(&self, start: Start<'_>, path: &[u8], guard: &'g Guard) -> Pos<'g> {
