@@ -158,6 +158,21 @@ fn file_write(f: &File, off: Option<u64>, buf: &[u8]) -> VfsResult<(usize, u64)>
     Ok((n, off + n as u64))
 }
 
+/// Total length of an iovec (`IOV_MAX` entries at most, no overflow), as
+/// readv/writev check it.
+fn iov_total(mut lens: impl Iterator<Item = usize>, count: usize) -> VfsResult<usize> {
+    if count > 1024 {
+        return Err(Errno::EINVAL);
+    }
+    let total = lens
+        .try_fold(0usize, |a, l| a.checked_add(l))
+        .ok_or(Errno::EINVAL)?;
+    if total > isize::MAX as usize {
+        return Err(Errno::EINVAL);
+    }
+    Ok(total)
+}
+
 impl Task {
     /// The description at `fd`, borrowed under `g` (no count taken); O_PATH
     /// descriptions are EBADF for I/O, as `fdget` does.
@@ -281,16 +296,7 @@ impl Task {
 
     /// `readv(2)`: one read (so one position update), scattered.
     pub fn readv(&self, fd: i32, bufs: &mut [&mut [u8]]) -> VfsResult<usize> {
-        if bufs.len() > 1024 {
-            return Err(Errno::EINVAL);
-        }
-        let total = bufs
-            .iter()
-            .try_fold(0usize, |a, b| a.checked_add(b.len()))
-            .ok_or(Errno::EINVAL)?;
-        if total > isize::MAX as usize {
-            return Err(Errno::EINVAL);
-        }
+        let total = iov_total(bufs.iter().map(|b| b.len()), bufs.len())?;
         let mut tmp = vec![0u8; total.min(MAX_RW_COUNT)];
         let n = self.read(fd, &mut tmp)?;
         let mut done = 0;
@@ -307,16 +313,7 @@ impl Task {
 
     /// `writev(2)`: gathered into one write, so an O_APPEND writev is atomic.
     pub fn writev(&self, fd: i32, bufs: &[&[u8]]) -> VfsResult<usize> {
-        if bufs.len() > 1024 {
-            return Err(Errno::EINVAL);
-        }
-        let total = bufs
-            .iter()
-            .try_fold(0usize, |a, b| a.checked_add(b.len()))
-            .ok_or(Errno::EINVAL)?;
-        if total > isize::MAX as usize {
-            return Err(Errno::EINVAL);
-        }
+        iov_total(bufs.iter().map(|b| b.len()), bufs.len())?;
         self.write(fd, &bufs.concat())
     }
 

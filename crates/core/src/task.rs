@@ -458,31 +458,12 @@ impl Task {
         let s = self.fs.load(&g);
         let mut cur = s.cwd.clone();
         let mut parts: Vec<Vec<u8>> = Vec::new();
-        loop {
-            if cur.same(Arc::as_ptr(&s.root.mnt), s.root.dentry.as_ptr()) {
-                break;
-            }
-            if cur.dentry.as_ptr() == cur.mnt.root.as_ptr() {
-                match cur.mnt.parent.clone() {
-                    Some((pm, pd)) => {
-                        cur = PathRef {
-                            mnt: pm,
-                            dentry: pd,
-                        };
-                        continue;
-                    }
-                    None => break,
-                }
-            }
-            if !cur.dentry.is_hashed() {
+        while let Ok(c) = cur.climb_for_dotdot(&s.root) {
+            if !c.dentry.is_hashed() {
                 return Err(Errno::ENOENT);
             }
-            parts.push(cur.dentry.name_vec());
-            let p = cur.dentry.parent();
-            cur = PathRef {
-                mnt: cur.mnt,
-                dentry: p,
-            };
+            parts.push(c.dentry.name_vec());
+            cur = c.dentry_parent();
         }
         let mut out = Vec::new();
         for p in parts.iter().rev() {
@@ -1737,26 +1718,11 @@ impl Task {
 
     fn dotdot_inode(&self, p: &PathRef) -> Arc<Inode> {
         let g = epoch::pin();
-        let ctx = self.ctx(&g);
-        let _ = ctx;
         let s = self.fs.load(&g);
-        if p.same(Arc::as_ptr(&s.root.mnt), s.root.dentry.as_ptr()) {
-            return p.inode().clone();
+        match p.clone().climb_for_dotdot(&s.root) {
+            Ok(c) => c.dentry_parent().inode().clone(),
+            Err(top) => top.inode().clone(),
         }
-        let mut cur = p.clone();
-        while cur.dentry.as_ptr() == cur.mnt.root.as_ptr() {
-            match cur.mnt.parent.clone() {
-                Some((pm, pd)) => {
-                    cur = PathRef {
-                        mnt: pm,
-                        dentry: pd,
-                    }
-                }
-                None => return cur.inode().clone(),
-            }
-        }
-        let parent = cur.dentry.parent();
-        parent.inode().cloned().unwrap_or_else(|| p.inode().clone())
     }
 
     /// Read a whole directory by path (convenience over open+getdents).

@@ -97,6 +97,34 @@ impl PathRef {
     pub(crate) fn same(&self, mnt: *const Mount, d: *const Dentry) -> bool {
         std::ptr::eq(Arc::as_ptr(&self.mnt), mnt) && std::ptr::eq(self.dentry.as_ptr(), d)
     }
+    /// For `..`: climb out of mount roots to their mount points, stopping
+    /// at `root`. `Ok(p)`: `..` is the parent dentry of `p`, in `p`'s mount.
+    /// `Err(p)`: `p` is `root` or the top of the namespace, its own `..`.
+    pub(crate) fn climb_for_dotdot(self, root: &PathRef) -> Result<PathRef, PathRef> {
+        let mut cur = self;
+        loop {
+            if cur.same(Arc::as_ptr(&root.mnt), root.dentry.as_ptr()) {
+                return Err(cur);
+            }
+            if cur.dentry.as_ptr() != cur.mnt.root.as_ptr() {
+                return Ok(cur);
+            }
+            match cur.mnt.parent.clone() {
+                Some((mnt, dentry)) => cur = PathRef { mnt, dentry },
+                None => return Err(cur),
+            }
+        }
+    }
+
+    /// The parent dentry of this location, in the same mount.
+    pub(crate) fn dentry_parent(self) -> PathRef {
+        let dentry = self.dentry.parent();
+        PathRef {
+            mnt: self.mnt,
+            dentry,
+        }
+    }
+
     pub fn inode(&self) -> &Arc<crate::inode::Inode> {
         // A PathRef always names a positive dentry.
         self.dentry

@@ -736,31 +736,10 @@ impl<'a> WalkCtx<'a> {
         Ok(cur)
     }
 
-    fn dotdot_ref(&self, mut cur: PathRef) -> PathRef {
-        loop {
-            if cur.same(
-                std::sync::Arc::as_ptr(&self.root.mnt),
-                self.root.dentry.as_ptr(),
-            ) {
-                return cur;
-            }
-            if cur.dentry.as_ptr() == cur.mnt.root.as_ptr() {
-                match cur.mnt.parent.clone() {
-                    Some((pm, pd)) => {
-                        cur = PathRef {
-                            mnt: pm,
-                            dentry: pd,
-                        };
-                        continue;
-                    }
-                    None => return cur,
-                }
-            }
-            let p = cur.dentry.parent();
-            return PathRef {
-                mnt: cur.mnt,
-                dentry: p,
-            };
+    fn dotdot_ref(&self, cur: PathRef) -> PathRef {
+        match cur.climb_for_dotdot(self.root) {
+            Ok(p) => p.dentry_parent(),
+            Err(top) => top,
         }
     }
 

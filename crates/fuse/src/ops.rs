@@ -483,20 +483,17 @@ impl fuser::Filesystem for ScaleFs {
         let s = &self.shared;
         let name = tri!(reply, name_bytes(name));
         let dir = tri!(reply, s.node(parent));
-        match s.with_task(req, |t| t.unlinkat(dir.fd, name, 0)) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(e)),
-        }
+        reply_empty(reply, s.with_task(req, |t| t.unlinkat(dir.fd, name, 0)))
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let s = &self.shared;
         let name = tri!(reply, name_bytes(name));
         let dir = tri!(reply, s.node(parent));
-        match s.with_task(req, |t| t.unlinkat(dir.fd, name, AT_REMOVEDIR)) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(e)),
-        }
+        reply_empty(
+            reply,
+            s.with_task(req, |t| t.unlinkat(dir.fd, name, AT_REMOVEDIR)),
+        )
     }
 
     fn symlink(
@@ -541,10 +538,10 @@ impl fuser::Filesystem for ScaleFs {
             // RENAME_WHITEOUT is overlayfs's; the core has no whiteouts.
             return reply.error(raw(libc::EINVAL));
         }
-        match s.with_task(req, |t| t.renameat2(od.fd, name, nd.fd, newname, bits)) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(e)),
-        }
+        reply_empty(
+            reply,
+            s.with_task(req, |t| t.renameat2(od.fd, name, nd.fd, newname, bits)),
+        )
     }
 
     fn link(
@@ -711,10 +708,7 @@ impl fuser::Filesystem for ScaleFs {
         reply: ReplyEmpty,
     ) {
         let fd = tri!(reply, fd_of(fh));
-        match self.shared.base.close(fd) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(e)),
-        }
+        reply_empty(reply, self.shared.base.close(fd))
     }
 
     fn fsync(
@@ -863,10 +857,7 @@ impl fuser::Filesystem for ScaleFs {
         reply: ReplyEmpty,
     ) {
         let fd = tri!(reply, fd_of(fh));
-        match self.shared.base.close(fd) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(e)),
-        }
+        reply_empty(reply, self.shared.base.close(fd))
     }
 
     fn fsyncdir(
@@ -902,10 +893,10 @@ impl fuser::Filesystem for ScaleFs {
         let s = &self.shared;
         let node = tri!(reply, s.node(ino));
         let mode = (mask.bits() & 7) as u32;
-        match s.with_task(req, |t| t.faccessat(node.fd, "", mode, AT_EMPTY_PATH)) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(e)),
-        }
+        reply_empty(
+            reply,
+            s.with_task(req, |t| t.faccessat(node.fd, "", mode, AT_EMPTY_PATH)),
+        )
     }
 
     fn fallocate(
@@ -927,10 +918,7 @@ impl fuser::Filesystem for ScaleFs {
         );
         // The handle was opened for writing (checked by the core): no
         // credentials needed, as for write.
-        match self.shared.base.fallocate(fd, mode, off, len) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(e)),
-        }
+        reply_empty(reply, self.shared.base.fallocate(fd, mode, off, len))
     }
 
     fn lseek(
@@ -960,5 +948,13 @@ impl ScaleFs {
         } else {
             FopenFlags::FOPEN_KEEP_CACHE
         }
+    }
+}
+
+/// Answer an operation that returns nothing but success or an errno.
+fn reply_empty(reply: ReplyEmpty, r: Result<(), scalevfs::Errno>) {
+    match r {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(errno(e)),
     }
 }
