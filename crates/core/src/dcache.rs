@@ -1559,6 +1559,13 @@ impl Dcache {
         n
     }
 
+    /// Run `f` with the rename lock held: no dentry changes parent or name
+    /// meanwhile. `f` must not pin an epoch guard or take a dcache lock.
+    pub(crate) fn with_rename_lock<R>(&self, f: impl FnOnce() -> R) -> R {
+        let _r = self.rename_lock.lock();
+        f()
+    }
+
     /// Make lock-free walkers in flight retry (mount table changes).
     pub(crate) fn bump_rename_seq(&self) {
         let _r = self.rename_lock.lock();

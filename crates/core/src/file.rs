@@ -37,6 +37,10 @@ use crate::vfs::PathRef;
 /// Default per-task limit on open files (RLIMIT_NOFILE's usual soft value).
 pub const DEFAULT_MAX_FDS: usize = 1024;
 
+/// The most open files a table may be allowed (Linux's `fs.nr_open`
+/// default): `FdTable::set_max` refuses more with EPERM, as setrlimit does.
+pub const NR_OPEN: usize = 1 << 20;
+
 /// An open file description.
 #[derive(Debug)]
 pub struct File {
@@ -142,7 +146,9 @@ struct FdArray {
 /// A task's fd table.
 pub struct FdTable {
     arr: Atomic<FdArray>,
-    lock: Mutex<()>,
+    /// The table lock; it guards the fds reserved by an open in progress
+    /// (`reserve`: taken, not yet filled; Linux's get_unused_fd_flags).
+    lock: Mutex<Vec<usize>>,
     max: std::sync::atomic::AtomicUsize,
     /// Lowest fd that might be free (a hint).
     next_hint: AtomicU64,
@@ -169,16 +175,22 @@ impl FdTable {
     pub fn new() -> FdTable {
         FdTable {
             arr: Atomic::new(new_array(64)),
-            lock: Mutex::new(()),
+            lock: Mutex::new(Vec::new()),
             max: std::sync::atomic::AtomicUsize::new(DEFAULT_MAX_FDS),
             next_hint: AtomicU64::new(0),
         }
     }
 
-    /// Set the limit on open fds (RLIMIT_NOFILE).
-    pub fn set_max(&self, n: usize) {
-        self.max
-            .store(n.max(1), std::sync::atomic::Ordering::Relaxed);
+    /// Set the limit on open fds (RLIMIT_NOFILE). More than [`NR_OPEN`] is
+    /// EPERM, as setrlimit refuses a limit above `fs.nr_open`. Nothing is
+    /// allocated here: the table grows with the fds actually used.
+    pub fn set_max(&self, n: usize) -> VfsResult<()> {
+        if n > NR_OPEN {
+            return Err(Errno::EPERM);
+        }
+        // Relaxed: a limit read at each allocation, publishing nothing else.
+        self.max.store(n, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
     }
     pub fn max(&self) -> usize {
         self.max.load(std::sync::atomic::Ordering::Relaxed)
@@ -216,9 +228,54 @@ impl FdTable {
     /// Install `file` at the lowest free fd >= `min`.
     pub fn install(&self, file: Arc<File>, cloexec: bool, min: usize) -> VfsResult<i32> {
         let g = epoch::pin();
-        let _l = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let l = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let fd = self.find_free(&l, min, &g)?;
+        let arr = self.array(&g);
+        self.store_locked(arr, fd, file, cloexec, &g);
+        Ok(fd as i32)
+    }
+
+    /// Reserve the lowest free fd (>= 0) for an open in progress, so that a
+    /// full table fails the open (EMFILE) before it creates anything, as
+    /// Linux allocates the fd first. Fill it with `install_reserved` or give
+    /// it back with `unreserve`.
+    pub fn reserve(&self) -> VfsResult<i32> {
+        let g = epoch::pin();
+        let mut l = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let fd = self.find_free(&l, 0, &g)?;
+        l.push(fd);
+        Ok(fd as i32)
+    }
+
+    /// Put `file` in the fd `reserve` returned.
+    pub fn install_reserved(&self, fd: i32, file: Arc<File>, cloexec: bool) {
+        let g = epoch::pin();
+        let mut l = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let i = fd as usize;
+        if let Some(k) = l.iter().position(|&r| r == i) {
+            l.swap_remove(k);
+            let arr = self.array(&g);
+            self.store_locked(arr, i, file, cloexec, &g);
+        }
+    }
+
+    /// Give back a reserved fd that was not filled.
+    pub fn unreserve(&self, fd: i32) {
+        let mut l = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(k) = l.iter().position(|&r| r == fd as usize) {
+            l.swap_remove(k);
+            // Relaxed: under the table lock.
+            if (fd as u64) < self.next_hint.load(Ordering::Relaxed) {
+                self.next_hint.store(fd as u64, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// The lowest fd >= `min` that is neither open nor reserved (table lock
+    /// held: `reserved`), growing the array to hold it.
+    fn find_free(&self, reserved: &[usize], min: usize, g: &Guard) -> VfsResult<usize> {
         let max = self.max();
-        let mut arr = self.array(&g);
+        let mut arr = self.array(g);
         // Relaxed: a hint read under the table lock.
         let hint = (self.next_hint.load(Ordering::Relaxed) as usize).max(min);
         let mut fd = hint;
@@ -227,40 +284,44 @@ impl FdTable {
                 return Err(Errno::EMFILE);
             }
             if fd >= arr.slots.len() {
-                arr = self.grow(fd + 1, &g);
+                arr = self.grow(fd + 1, g);
             }
-            if arr.slots[fd].file.load(Ordering::Relaxed, &g).is_null() {
+            // Relaxed: under the table lock, which orders every slot change.
+            if arr.slots[fd].file.load(Ordering::Relaxed, g).is_null() && !reserved.contains(&fd) {
                 break;
             }
             fd += 1;
         }
-        self.store_locked(arr, fd, file, cloexec, &g);
         if min == 0 || hint == min {
             // Relaxed: under the table lock.
             self.next_hint.store(fd as u64 + 1, Ordering::Relaxed);
         }
-        Ok(fd as i32)
+        Ok(fd)
     }
 
     fn store_locked(&self, arr: &FdArray, fd: usize, file: Arc<File>, cloexec: bool, g: &Guard) {
         let slot = &arr.slots[fd];
         slot.cloexec
             .store(cloexec, std::sync::atomic::Ordering::Relaxed);
+        // Each slot holds its file's mount busy (umount's EBUSY), from here
+        // to the slot's close, not to the deferred drop.
+        file.path.mnt.hold();
         // Release: publish the File to lock-free readers.
         let old = slot.file.swap(Owned::new(file), Ordering::Release, g);
-        if !old.is_null() {
-            // SAFETY: the old pointer is unreachable now; pinned readers are waited for.
-            unsafe { g.defer_destroy(old) };
-        }
+        release_slot(old, g);
     }
 
     /// Install `file` at exactly `fd`, closing what was there (dup2).
     pub fn install_at(&self, fd: i32, file: Arc<File>, cloexec: bool) -> VfsResult<()> {
         let g = epoch::pin();
-        let _l = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let l = self.lock.lock().unwrap_or_else(|e| e.into_inner());
         let i = usize::try_from(fd).map_err(|_| Errno::EBADF)?;
         if i >= self.max() {
             return Err(Errno::EBADF);
+        }
+        if l.contains(&i) {
+            // Linux's do_dup2: an fd allocated by an open in progress.
+            return Err(Errno::EBUSY);
         }
         let mut arr = self.array(&g);
         if i >= arr.slots.len() {
@@ -304,8 +365,7 @@ impl FdTable {
         if old.is_null() {
             return Err(Errno::EBADF);
         }
-        // SAFETY: unreachable from the table now; pinned readers are waited for.
-        unsafe { g.defer_destroy(old) };
+        release_slot(old, &g);
         // Relaxed: under the table lock.
         if (i as u64) < self.next_hint.load(Ordering::Relaxed) {
             self.next_hint.store(i as u64, Ordering::Relaxed);
@@ -343,7 +403,9 @@ impl FdTable {
         let _l = self.lock.lock().unwrap_or_else(|e| e.into_inner());
         let arr = self.array(&g);
         let t = FdTable::new();
-        t.set_max(self.max());
+        // Relaxed: as set_max (the value was checked when it was set).
+        t.max
+            .store(self.max(), std::sync::atomic::Ordering::Relaxed);
         {
             let g2 = &g;
             let mut dst = t.array(g2);
@@ -390,6 +452,19 @@ impl FdTable {
     }
 }
 
+/// A slot's file pointer taken out of the table (null: nothing): its
+/// mount stops being busy for this slot now, the `Arc` is dropped after a
+/// grace period.
+fn release_slot(old: Shared<'_, Arc<File>>, g: &Guard) {
+    // SAFETY: a non-null slot pointer is a live Arc<File> box; it is freed
+    // only by the deferred destruction below.
+    if let Some(f) = unsafe { old.as_ref() } {
+        f.path.mnt.release();
+        // SAFETY: unreachable from the table now; pinned readers are waited for.
+        unsafe { g.defer_destroy(old) };
+    }
+}
+
 impl Default for FdTable {
     fn default() -> Self {
         FdTable::new()
@@ -406,10 +481,7 @@ impl Drop for FdTable {
         if let Some(a) = unsafe { arr.as_ref() } {
             for s in a.slots.iter() {
                 let p = s.file.swap(Shared::null(), Ordering::AcqRel, &g);
-                if !p.is_null() {
-                    // SAFETY: unreachable now.
-                    unsafe { g.defer_destroy(p) };
-                }
+                release_slot(p, &g);
             }
             // SAFETY: unreachable now.
             unsafe { g.defer_destroy(arr) };

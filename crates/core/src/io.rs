@@ -69,9 +69,42 @@ fn is_pipe_like(t: FileType) -> bool {
     matches!(t, FileType::Fifo | FileType::Socket)
 }
 
-/// Truncate the inode at `p` to `size` (permissions already checked). The
+/// Linux's `setattr_should_drop_suidgid` for a data change (write,
+/// truncate, fallocate) by `cred`: the permission bits the file should have
+/// instead, or `None` to leave them. Only regular files lose anything;
+/// CAP_FSETID (root) keeps both bits. setuid always goes; setgid goes when
+/// group-execute is set or the writer is not in the file's group
+/// (`setattr_should_drop_sgid`).
+pub(crate) fn privs_to_drop(a: &Attr, cred: &Cred) -> Option<u32> {
+    if a.mode & (S_ISUID | S_ISGID) == 0 || a.mode & S_IFMT != S_IFREG || cred.is_root() {
+        return None;
+    }
+    let mut m = a.mode & 0o7777 & !S_ISUID;
+    if m & S_ISGID != 0 && (m & 0o010 != 0 || !cred.in_group(a.gid)) {
+        m &= !S_ISGID;
+    }
+    (m != a.mode & 0o7777).then_some(m)
+}
+
+/// Linux's `file_remove_privs`: clear setuid/setgid before `cred` changes
+/// the data of the inode at `p` (see `privs_to_drop`).
+pub(crate) fn remove_privs(p: &PathRef, cred: &Cred) -> VfsResult<()> {
+    let i = p.inode();
+    let Some(m) = privs_to_drop(&i.attr(), cred) else {
+        return Ok(());
+    };
+    let set = SetAttr {
+        mode: Some(m),
+        ctime: Some(Timespec::now()),
+        ..Default::default()
+    };
+    p.mnt.sb.fs.setattr(i, &set)
+}
+
+/// Truncate the inode at `p` to `size` (permissions already checked) on
+/// behalf of `cred` (setuid/setgid dropped as Linux's do_truncate does). The
 /// inode is on the orphan file while a shrinking truncate runs.
-pub(crate) fn truncate_inode(p: &PathRef, size: u64) -> VfsResult<()> {
+pub(crate) fn truncate_inode(p: &PathRef, size: u64, cred: &Cred) -> VfsResult<()> {
     let i = p.inode();
     if i.is_dir() {
         return Err(Errno::EISDIR);
@@ -85,6 +118,7 @@ pub(crate) fn truncate_inode(p: &PathRef, size: u64) -> VfsResult<()> {
     }
     let _pin = epoch::pin();
     let _w = i.data_lock.write().unwrap_or_else(|e| e.into_inner());
+    remove_privs(p, cred)?;
     let _orphan = if size < i.attr().size {
         TruncateGuard::new(&p.mnt.sb.orphans, i)
     } else {
@@ -133,7 +167,7 @@ fn file_read(f: &File, off: u64, buf: &mut [u8]) -> VfsResult<usize> {
 
 /// Write at `off` (`None`: at end of file, O_APPEND). Returns bytes written
 /// and the position after them.
-fn file_write(f: &File, off: Option<u64>, buf: &[u8]) -> VfsResult<(usize, u64)> {
+fn file_write(f: &File, off: Option<u64>, buf: &[u8], cred: &Cred) -> VfsResult<(usize, u64)> {
     let i = f.inode();
     if i.is_dir() {
         return Err(Errno::EISDIR);
@@ -153,8 +187,9 @@ fn file_write(f: &File, off: Option<u64>, buf: &[u8]) -> VfsResult<(usize, u64)>
         return Err(Errno::EFBIG);
     }
     let room = (max - off).min(buf.len().min(MAX_RW_COUNT) as u64) as usize;
+    // After generic_write_checks, as Linux's __generic_file_write_iter.
+    remove_privs(f.path(), cred)?;
     let n = fs.write(i, off, &buf[..room])?;
-    // Linux clears setuid/setgid on write by a non-owner; memfs leaves it.
     Ok((n, off + n as u64))
 }
 
@@ -243,7 +278,7 @@ impl Task {
         }
         if f.is_append() {
             verify_area(0, buf.len())?;
-            let (n, end) = file_write(f, None, buf)?;
+            let (n, end) = file_write(f, None, buf, self.cred())?;
             // Relaxed: the position is a value.
             f.pos.store(end, Ordering::Relaxed);
             if n > 0 {
@@ -254,7 +289,7 @@ impl Task {
         let _pl = f.pos_lock.lock().unwrap_or_else(|e| e.into_inner());
         let pos = f.position();
         verify_area(pos, buf.len().min(MAX_RW_COUNT))?;
-        let (n, end) = file_write(f, Some(pos), buf)?;
+        let (n, end) = file_write(f, Some(pos), buf, self.cred())?;
         if n > 0 {
             ch.inode(f.inode());
         }
@@ -287,7 +322,7 @@ impl Task {
         } else {
             Some(off as u64)
         };
-        let n = file_write(f, at, buf)?.0;
+        let n = file_write(f, at, buf, self.cred())?.0;
         if n > 0 {
             ch.inode(f.inode());
         }
@@ -405,7 +440,7 @@ impl Task {
         if f.inode().file_type() != FileType::Regular || !f.can_write() {
             return Err(Errno::EINVAL);
         }
-        truncate_inode(f.path(), size as u64)?;
+        truncate_inode(f.path(), size as u64, self.cred())?;
         ch.inode(f.inode());
         Ok(())
     }
@@ -429,7 +464,7 @@ impl Task {
         if !crate::inode::permission_ok(&i.attr(), self.cred(), W_OK) {
             return Err(Errno::EACCES);
         }
-        truncate_inode(&p, size as u64)?;
+        truncate_inode(&p, size as u64, self.cred())?;
         // No lock is held here: report at once.
         self.changes().inode(i);
         Ok(())
@@ -472,6 +507,8 @@ impl Task {
             return Err(Errno::EOPNOTSUPP);
         }
         let _w = i.data_lock.write().unwrap_or_else(|e| e.into_inner());
+        // vfs_fallocate's file_modified, every mode (tmpfs too).
+        remove_privs(f.path(), self.cred())?;
         fs.fallocate(i, punch, off as u64, len as u64)?;
         if !keep && end > i.attr().size {
             fs.truncate(i, end)?;

@@ -215,6 +215,33 @@ impl MemFs {
         dir_inode.update_attr(|a| a.size += BOGO_DIRENT_SIZE);
     }
 
+    /// Rename `old` to `new` in one directory keeping its readdir cookie
+    /// (`new` is free): a listing that renames what it reads (generic/736)
+    /// must not see the entry again at the end. The new name is in place
+    /// before the cookie points at it, and the old one goes last, so a
+    /// concurrent readdir at that cookie finds one of the two names.
+    fn rename_in_place(&self, d: &MemDir, old: &[u8], new: &[u8], inode: Arc<Inode>) -> bool {
+        let Some(cookie) = d.by_name.get(old).map(|e| e.value().cookie) else {
+            return false;
+        };
+        d.by_name
+            .insert(new.to_vec().into_boxed_slice(), DirSlot { cookie, inode });
+        d.by_cookie.insert(cookie, new.to_vec().into_boxed_slice());
+        d.by_name.remove(old);
+        true
+    }
+
+    /// Point the existing entry `name` at `inode`, keeping its cookie
+    /// (RENAME_EXCHANGE: the names stay, the inodes swap).
+    fn set_inode(&self, d: &MemDir, name: &[u8], inode: Arc<Inode>) -> bool {
+        let Some(cookie) = d.by_name.get(name).map(|e| e.value().cookie) else {
+            return false;
+        };
+        d.by_name
+            .insert(name.to_vec().into_boxed_slice(), DirSlot { cookie, inode });
+        true
+    }
+
     fn remove(&self, d: &MemDir, dir_inode: &Inode, name: &[u8]) -> Option<Arc<Inode>> {
         let e = d.by_name.remove(name)?;
         let slot = e.value();
@@ -363,10 +390,12 @@ impl Filesystem for MemFs {
         let cross = !Arc::ptr_eq(old_dir, new_dir);
         if exchange {
             let other = replaced.ok_or(Errno::EINVAL)?;
-            self.remove(od, old_dir, old_name);
-            self.remove(nd, new_dir, new_name);
-            self.insert(nd, new_dir, new_name, moved.clone());
-            self.insert(od, old_dir, old_name, other.clone());
+            // Both names stay where they are in their listings.
+            if !self.set_inode(nd, new_name, moved.clone())
+                || !self.set_inode(od, old_name, other.clone())
+            {
+                return Err(Errno::ENOENT);
+            }
             if cross && moved.is_dir() != other.is_dir() {
                 let (gain, lose) = if moved.is_dir() {
                     (new_dir, old_dir)
@@ -395,8 +424,12 @@ impl Filesystem for MemFs {
                     new_dir.update_attr(|a| a.nlink = a.nlink.saturating_sub(1));
                 }
             }
-            self.remove(od, old_dir, old_name);
-            self.insert(nd, new_dir, new_name, moved.clone());
+            if cross {
+                self.remove(od, old_dir, old_name);
+                self.insert(nd, new_dir, new_name, moved.clone());
+            } else if !self.rename_in_place(od, old_name, new_name, moved.clone()) {
+                return Err(Errno::ENOENT);
+            }
             if cross && moved.is_dir() {
                 old_dir.update_attr(|a| a.nlink = a.nlink.saturating_sub(1));
                 new_dir.update_attr(|a| a.nlink += 1);

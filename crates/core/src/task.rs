@@ -38,10 +38,26 @@ impl std::fmt::Debug for FsContext {
     }
 }
 
+impl FsSnap {
+    /// The snapshot's root and cwd hold their mounts busy (umount's EBUSY)
+    /// from `hold` until `release`, which runs when the snapshot is replaced
+    /// or its context dropped, not at its deferred free.
+    fn hold(&self) {
+        self.root.mnt.hold();
+        self.cwd.mnt.hold();
+    }
+    fn release(&self) {
+        self.root.mnt.release();
+        self.cwd.mnt.release();
+    }
+}
+
 impl FsContext {
     fn new(root: PathRef, cwd: PathRef) -> FsContext {
+        let s = FsSnap { root, cwd };
+        s.hold();
         FsContext {
-            snap: Atomic::new(FsSnap { root, cwd }),
+            snap: Atomic::new(s),
             lock: Mutex::new(()),
         }
     }
@@ -55,8 +71,11 @@ impl FsContext {
         let g = epoch::pin();
         let _l = self.lock.lock().unwrap_or_else(|e| e.into_inner());
         let new = f(self.load(&g));
+        new.hold();
         // AcqRel: publish the new snapshot, take the old one.
         let old = self.snap.swap(Owned::new(new), Ordering::AcqRel, &g);
+        // SAFETY: never null while the context lives; freed only below.
+        unsafe { old.deref() }.release();
         // SAFETY: unreachable now; pinned readers are waited for.
         unsafe { g.defer_destroy(old) };
     }
@@ -71,7 +90,9 @@ impl Drop for FsContext {
     fn drop(&mut self) {
         let g = epoch::pin();
         let old = self.snap.swap(epoch::Shared::null(), Ordering::AcqRel, &g);
-        if !old.is_null() {
+        // SAFETY: a non-null snapshot is live until the deferred free below.
+        if let Some(s) = unsafe { old.as_ref() } {
+            s.release();
             // SAFETY: unreachable now; pinned readers are waited for.
             unsafe { g.defer_destroy(old) };
         }
@@ -452,28 +473,27 @@ impl Task {
         Ok(())
     }
 
-    /// The cwd as a path from the task's root (getcwd).
+    /// The cwd as a path from the task's root (getcwd). Built lock-free and
+    /// validated with the rename seqcount (a rename or mount change during
+    /// the climb could otherwise splice names from before and after it into
+    /// a path that never existed); after `GETCWD_TRIES` failed tries it is
+    /// built under the rename lock, as Linux's `d_path` falls back to
+    /// `rename_lock`. A path of PATH_MAX bytes or more is ENAMETOOLONG; a
+    /// removed cwd is ENOENT.
     pub fn getcwd(&self) -> VfsResult<Vec<u8>> {
+        const GETCWD_TRIES: usize = 4;
         let g = epoch::pin();
         let s = self.fs.load(&g);
-        let mut cur = s.cwd.clone();
-        let mut parts: Vec<Vec<u8>> = Vec::new();
-        while let Ok(c) = cur.climb_for_dotdot(&s.root) {
-            if !c.dentry.is_hashed() {
-                return Err(Errno::ENOENT);
+        let dc = self.vfs.dcache();
+        for _ in 0..GETCWD_TRIES {
+            let seq = dc.rename_read_begin();
+            let r = cwd_path(&s.cwd, &s.root);
+            if !dc.rename_retry(seq) {
+                return r;
             }
-            parts.push(c.dentry.name_vec());
-            cur = c.dentry_parent();
+            scalevfs_sync::lockstat::inc(scalevfs_sync::lockstat::Stat::SeqRetry);
         }
-        let mut out = Vec::new();
-        for p in parts.iter().rev() {
-            out.push(b'/');
-            out.extend_from_slice(p);
-        }
-        if out.is_empty() {
-            out.push(b'/');
-        }
-        Ok(out)
+        dc.with_rename_lock(|| cwd_path(&s.cwd, &s.root))
     }
 
     // ---------------------------------------------------------------
@@ -796,11 +816,12 @@ impl Task {
         if parent.mnt.is_readonly() {
             return Err(Errno::EROFS);
         }
+        // do_linkat: may_linkat (EPERM) before vfs_link's may_create.
+        self.may_linkat(&inode)?;
         self.may_create(parent)?;
         if inode.is_dir() {
             return Err(Errno::EPERM);
         }
-        self.may_linkat(&inode)?;
         if inode.attr().nlink == 0 {
             return Err(Errno::ENOENT);
         }
@@ -820,9 +841,13 @@ impl Task {
         self.linkat(AT_FDCWD, old, AT_FDCWD, new, 0)
     }
 
-    /// Linux's protected_hardlinks (on by default): a non-owner may link
-    /// only a regular, non-setuid file they can read and write.
+    /// Linux's protected_hardlinks (on by default; config key
+    /// `protected-hardlinks`): a non-owner may link only a regular,
+    /// non-setuid file they can read and write.
     fn may_linkat(&self, inode: &Inode) -> VfsResult<()> {
+        if self.vfs.config().protected_hardlinks_off {
+            return Ok(());
+        }
         let a = inode.attr();
         if self.cred.is_root() || self.cred.uid == a.uid {
             return Ok(());
@@ -1224,13 +1249,14 @@ impl Task {
             ctime: Some(Timespec::now()),
             ..Default::default()
         };
-        // Linux clears setuid, and setgid-with-group-exec, of a non-directory
-        // on every chown, by root too and for chown(f, -1, -1) too
-        // (chown_common sets ATTR_KILL_SUID|ATTR_KILL_SGID unconditionally).
+        // Linux clears setuid of a non-directory on every chown, by root too
+        // and for chown(f, -1, -1) too (chown_common's ATTR_KILL_SUID), and
+        // setgid where `setattr_should_drop_sgid` says: with group-exec, or
+        // when the caller is neither in the file's group nor root.
         if !i.is_dir() {
             let mut m = a.mode & 0o7777;
             m &= !S_ISUID;
-            if m & 0o010 != 0 {
+            if m & 0o010 != 0 || (!self.cred.is_root() && !self.cred.in_group(a.gid)) {
                 m &= !S_ISGID;
             }
             if m != a.mode & 0o7777 {
@@ -1249,20 +1275,15 @@ impl Task {
         times: Option<[Timespec; 2]>,
         flags: u32,
     ) -> VfsResult<()> {
-        if let Some(t) = &times {
-            for ts in t {
-                let special = ts.nsec == UTIME_NOW || ts.nsec == UTIME_OMIT;
-                if !special && !(0..1_000_000_000).contains(&ts.nsec) {
-                    return Err(Errno::EINVAL);
-                }
-            }
-        }
+        check_times(&times)?;
         let p = self.setattr_target(dirfd, as_bytes(path), flags)?;
         self.utimens_path(&p, times)
     }
 
     /// `futimens(2)`.
     pub fn futimens(&self, fd: i32, times: Option<[Timespec; 2]>) -> VfsResult<()> {
+        // Linux's do_utimes checks the times before it looks at the fd.
+        check_times(&times)?;
         let p = self.files.get_arc(fd)?.path.clone();
         self.utimens_path(&p, times)
     }
@@ -1350,9 +1371,42 @@ impl Task {
         flags: u32,
         mode: u32,
     ) -> VfsResult<i32> {
-        let file = self.open_file(dirfd, as_bytes(path), flags, mode)?;
-        self.files
-            .install(Arc::new(file), flags & O_CLOEXEC != 0, 0)
+        // The fd first, as Linux's do_sys_openat2: a full table must fail
+        // the open before O_CREAT makes a name.
+        let fd = self.files.reserve()?;
+        match self.open_file(dirfd, as_bytes(path), flags & !FMODE_EXEC, mode) {
+            Ok(file) => {
+                self.files
+                    .install_reserved(fd, Arc::new(file), flags & O_CLOEXEC != 0);
+                Ok(fd)
+            }
+            Err(e) => {
+                self.files.unreserve(fd);
+                Err(e)
+            }
+        }
+    }
+
+    /// Open a regular file to execute it (Linux's `open_exec`): execute
+    /// permission is required, read permission is not (a mode 0711 program
+    /// can be run by anyone), and only a regular file qualifies (else
+    /// EACCES). The description is read-only. [`Task::reopen`] with
+    /// [`FMODE_EXEC`] in its flags does the same for a held fd.
+    pub fn open_exec<P: AsRef<[u8]> + ?Sized>(&self, dirfd: i32, path: &P) -> VfsResult<i32> {
+        let fd = self.files.reserve()?;
+        let r = self
+            .resolve(dirfd, as_bytes(path), true, false)
+            .and_then(|p| self.open_checked(p, O_RDONLY | FMODE_EXEC, false));
+        match r {
+            Ok(file) => {
+                self.files.install_reserved(fd, Arc::new(file), false);
+                Ok(fd)
+            }
+            Err(e) => {
+                self.files.unreserve(fd);
+                Err(e)
+            }
+        }
     }
 
     pub fn open<P: AsRef<[u8]> + ?Sized>(&self, path: &P, flags: u32, mode: u32) -> VfsResult<i32> {
@@ -1433,8 +1487,15 @@ impl Task {
         if flags & O_DIRECTORY != 0 && !i.is_dir() {
             return Err(Errno::ENOTDIR);
         }
-        // ACC_MODE: O_RDWR|O_WRONLY (3) asks for both, like O_RDWR.
+        // ACC_MODE: O_RDWR|O_WRONLY (3) asks for both, like O_RDWR. An open
+        // for exec asks for execute only (open_exec's MAY_EXEC), and only a
+        // regular file can be executed (do_open_execat).
+        let exec = flags & FMODE_EXEC != 0;
+        if exec && ty != FileType::Regular {
+            return Err(Errno::EACCES);
+        }
         let mut want = match flags & O_ACCMODE {
+            _ if exec => X_OK,
             O_RDONLY => R_OK,
             O_WRONLY => W_OK,
             _ => R_OK | W_OK,
@@ -1468,11 +1529,11 @@ impl Task {
             return Err(Errno::EPERM);
         }
         if trunc {
-            crate::io::truncate_inode(&p, 0)?;
+            crate::io::truncate_inode(&p, 0, &self.cred)?;
             // No lock is held here: report at once.
             self.changes().inode(&i);
         }
-        Ok(File::new(p, flags))
+        Ok(File::new(p, flags & !FMODE_EXEC))
     }
 
     /// O_CREAT: find or create the last component. Returns the location and
@@ -1663,6 +1724,10 @@ impl Task {
         if !i.is_dir() {
             return Err(Errno::ENOTDIR);
         }
+        // Linux's f_pos_lock (fdget_pos): two getdents on one shared
+        // description must not both list from the same position. Order:
+        // pos_lock -> dir_lock, as for writes.
+        let _pl = f.pos_lock.lock().unwrap_or_else(|e| e.into_inner());
         let _dl = self.dir_shared(&i);
         if i.is_dead() {
             return Ok(Vec::new());
@@ -1712,6 +1777,7 @@ impl Task {
                 out.len() < max
             })?;
         }
+        // Relaxed: a value, written under pos_lock.
         f.pos.store(pos, Ordering::Relaxed);
         Ok(out)
     }
@@ -1739,6 +1805,73 @@ impl Task {
         let _ = self.close(fd);
         r.map(|_| all)
     }
+}
+
+/// The path of `cwd` from `root`, climbing raw parent pointers. Called
+/// pinned (the caller validates with the rename seqcount: a torn read is
+/// thrown away, and the PATH_MAX bound ends a climb that a race sent round
+/// a loop) or under the rename lock (then it is exact). Pins nothing, takes
+/// no lock.
+fn cwd_path(cwd: &PathRef, root: &PathRef) -> VfsResult<Vec<u8>> {
+    let mut mnt = cwd.mnt.clone();
+    let mut d: *const Dentry = cwd.dentry.as_ptr();
+    let mut parts: Vec<Vec<u8>> = Vec::new();
+    let mut len = 0usize;
+    loop {
+        if std::ptr::eq(Arc::as_ptr(&mnt), Arc::as_ptr(&root.mnt))
+            && std::ptr::eq(d, root.dentry.as_ptr())
+        {
+            break;
+        }
+        if std::ptr::eq(d, mnt.root.as_ptr()) {
+            match mnt.parent.clone() {
+                Some((pm, pd)) => {
+                    d = pd.as_ptr();
+                    mnt = pm;
+                    continue;
+                }
+                None => break,
+            }
+        }
+        // SAFETY: `cwd` holds a reference on its dentry and every live
+        // dentry one on its parent; a parent pointer read racily may name a
+        // dentry released since, whose memory the caller's epoch guard (or
+        // the rename lock, under which no pointer changes) keeps valid.
+        let de = unsafe { &*d };
+        if !de.is_hashed() {
+            return Err(Errno::ENOENT);
+        }
+        let name = de.name_vec();
+        len += 1 + name.len();
+        if len + 1 > PATH_MAX {
+            return Err(Errno::ENAMETOOLONG);
+        }
+        parts.push(name);
+        d = de.parent_ptr();
+    }
+    let mut out = Vec::with_capacity(len.max(1));
+    for p in parts.iter().rev() {
+        out.push(b'/');
+        out.extend_from_slice(p);
+    }
+    if out.is_empty() {
+        out.push(b'/');
+    }
+    Ok(out)
+}
+
+/// utimensat's EINVAL: a nanosecond field outside 0..1e9 that is neither
+/// UTIME_NOW nor UTIME_OMIT.
+fn check_times(times: &Option<[Timespec; 2]>) -> VfsResult<()> {
+    if let Some(t) = times {
+        for ts in t {
+            let special = ts.nsec == UTIME_NOW || ts.nsec == UTIME_OMIT;
+            if !special && !(0..1_000_000_000).contains(&ts.nsec) {
+                return Err(Errno::EINVAL);
+            }
+        }
+    }
+    Ok(())
 }
 
 fn stat_of(m: &Mount, d: &Dentry) -> VfsResult<Stat> {

@@ -289,6 +289,10 @@ pub const O_CLOEXEC: u32 = libc::O_CLOEXEC as u32;
 pub const O_SYNC: u32 = libc::O_SYNC as u32;
 pub const O_PATH: u32 = libc::O_PATH as u32;
 pub const O_TMPFILE: u32 = libc::O_TMPFILE as u32;
+/// Linux's `__FMODE_EXEC`: an open for exec (open_exec; FUSE passes it in
+/// an OPEN's flags). Not an openat flag: `Task::openat` ignores it, as
+/// Linux drops unknown flags; `Task::reopen` and `Task::open_exec` honour it.
+pub const FMODE_EXEC: u32 = 0o40;
 
 /// Limits.
 pub const NAME_MAX: usize = 255;

@@ -30,7 +30,7 @@ use std::sync::{Arc, Mutex};
 
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned};
 use scalevfs_sync::LockRefVariant;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crate::dcache::{Dcache, DcacheConfig, DcacheIndex, Dentry, DentryLayout, DentryRef};
 use crate::errno::{Errno, VfsResult};
@@ -66,6 +66,10 @@ pub struct Mount {
     /// Where it is mounted: the parent mount and the mount point dentry.
     pub(crate) parent: Option<(Arc<Mount>, DentryRef)>,
     pub(crate) readonly: bool,
+    /// What keeps it busy for `umount` (Linux's mnt_count beyond the tree's
+    /// own): fd-table slots holding a file in it, and tasks' root or cwd
+    /// snapshots in it. Changed with `hold`/`release`.
+    pub(crate) users: AtomicUsize,
 }
 
 impl std::fmt::Debug for Mount {
@@ -78,6 +82,15 @@ impl std::fmt::Debug for Mount {
 }
 
 impl Mount {
+    pub(crate) fn hold(&self) {
+        // Relaxed: a count only umount reads, and it orders nothing else
+        // (an open racing with umount is not excluded: see umount_at).
+        self.users.fetch_add(1, Ordering::Relaxed);
+    }
+    pub(crate) fn release(&self) {
+        // Relaxed: as hold.
+        self.users.fetch_sub(1, Ordering::Relaxed);
+    }
     pub fn is_readonly(&self) -> bool {
         self.readonly
     }
@@ -170,6 +183,11 @@ pub struct VfsConfig {
     pub orphan: scalevfs_orphan::OrphanVariant,
     /// Blocks in each orphan file (key `orphan-blocks`; 0 = default 16).
     pub orphan_blocks: usize,
+    /// Linux's `fs.protected_hardlinks=0` (key `protected-hardlinks=0|1`;
+    /// default 1, on): anyone may link any file they can reach. A front end
+    /// whose kernel already checked (FUSE: do_linkat's may_linkat runs
+    /// before FUSE_LINK, with the host's sysctl) turns the check off here.
+    pub protected_hardlinks_off: bool,
 }
 
 /// How `lseek` on a regular file synchronises (DESIGN 2.4, seed 003).
@@ -197,7 +215,7 @@ impl VfsConfig {
     /// Set a variant by name (`lockref=spin`, `layout=packed`,
     /// `index=per-dir`, `walk=ref`, `stat=ref`, `readdir=locking`,
     /// `llseek=locked|lockless`, `orphan=locked|lockless|none`,
-    /// `orphan-blocks=N`).
+    /// `orphan-blocks=N`, `protected-hardlinks=0|1`).
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
         match key {
             "lockref" => self.dcache.lockref = value.parse::<LockRefVariant>()?,
@@ -235,6 +253,13 @@ impl VfsConfig {
             "orphan-blocks" => self.orphan_blocks = value.parse().map_err(|e| format!("{e}"))?,
             "max-entries" => self.dcache.max_entries = value.parse().map_err(|e| format!("{e}"))?,
             "max-bytes" => self.dcache.max_bytes = value.parse().map_err(|e| format!("{e}"))?,
+            "protected-hardlinks" => {
+                self.protected_hardlinks_off = match value {
+                    "0" => true,
+                    "1" => false,
+                    _ => return Err(format!("protected-hardlinks={value}: 0 or 1")),
+                }
+            }
             _ => return Err(format!("unknown option {key}")),
         }
         Ok(())
@@ -393,6 +418,7 @@ impl Vfs {
             root: root_d,
             parent: None,
             readonly: false,
+            users: AtomicUsize::new(0),
         });
         let inner = VfsInner {
             config,
@@ -489,6 +515,7 @@ impl Vfs {
             root: root_d,
             parent: Some((at.mnt.clone(), at.dentry.clone())),
             readonly,
+            users: AtomicUsize::new(0),
         });
         let mut next = MountTable { on: cur.on.clone() };
         next.on.insert(key, m);
@@ -497,7 +524,10 @@ impl Vfs {
     }
 
     /// Unmount the filesystem mounted on `at`'s mount point (`at` is the
-    /// mount's root). EBUSY if something below it is mounted or in use.
+    /// mount's root). EBUSY if something below it is mounted or in use: an
+    /// fd open on a file in it, or a task's cwd or root in it (as Linux
+    /// without MNT_DETACH). An open or chdir that walked into the mount
+    /// before the unmount and finishes after it is not excluded.
     pub(crate) fn umount_at(&self, at: &PathRef) -> VfsResult<()> {
         let _l = self
             .inner
@@ -517,6 +547,10 @@ impl Vfs {
                 .as_ref()
                 .is_some_and(|(p, _)| Arc::ptr_eq(p, &at.mnt))
         }) {
+            return Err(Errno::EBUSY);
+        }
+        // Relaxed: see Mount::hold.
+        if at.mnt.users.load(Ordering::Relaxed) != 0 {
             return Err(Errno::EBUSY);
         }
         let key = (Arc::as_ptr(pm) as usize, pd.as_ptr() as usize);

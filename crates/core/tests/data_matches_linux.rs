@@ -808,7 +808,7 @@ fn permission_errors_match_linux() {
 fn fd_limits_emfile() {
     let vfs = Vfs::new();
     let t = vfs.root_task();
-    t.files().set_max(8);
+    t.files().set_max(8).unwrap();
     let fds: Vec<i32> = (0..8).map(|_| t.open("/", O_RDONLY, 0).unwrap()).collect();
     assert_eq!(fds, (0..8).collect::<Vec<_>>());
     assert_eq!(t.open("/", O_RDONLY, 0), Err(Errno::EMFILE));

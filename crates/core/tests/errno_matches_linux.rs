@@ -63,6 +63,15 @@ enum Op {
     Mount(P),
     Umask(u32),
     SetCred(u32, u32, Vec<u32>),
+    /// write `n` bytes of 'x' to the fd in the slot.
+    Write(usize, usize),
+    Ftruncate(usize, i64),
+    Truncate(P, i64),
+    /// fallocate(slot fd, mode, offset, length).
+    Fallocate(usize, u32, i64, i64),
+    Futimens(usize, Option<[(i64, i64); 2]>),
+    Close(usize),
+    Umount(P),
 }
 
 #[derive(Clone, Debug)]
@@ -782,6 +791,158 @@ fn scripts() -> Vec<Script> {
             readdir("mnt"),
             Op::Mount(p("mnt/x/g")).e(ENOTDIR),
         ]),
+        sc("umount of a busy mount", steps![
+            mkdir("m"),
+            mkdir("n"),
+            Op::Mount(p("m")).ok(),
+            create("m/f", 1),
+            mkdir("m/d"),
+            Op::Open(D::Cwd, p("m/f"), O_RDONLY, 0).ok(),
+            Op::Umount(p("m")).e(EBUSY),
+            Op::Close(0).ok(),
+            Op::Umount(p("m")).ok(),
+            Op::Mount(p("m")).ok(),
+            mkdir("m/d"),
+            Op::Open(D::Cwd, p("m/d"), O_PATH | O_DIRECTORY, 0).ok(),
+            Op::Umount(p("m")).e(EBUSY),
+            Op::Close(1).ok(),
+            Op::Chdir(p("m/d")).ok(),
+            Op::Umount(p("/m")).e(EBUSY),
+            Op::Chdir(p("/n")).ok(),
+            Op::Umount(p("/m")).ok(),
+            Op::Chdir(p("/")).ok(),
+            Op::Mount(p("m")).ok(),
+            Op::Mount(p("n")).ok(),
+            Op::Open(D::Cwd, p("n"), O_RDONLY | O_DIRECTORY, 0).ok(),
+            Op::Umount(p("m")).ok(),
+            Op::Umount(p("n")).e(EBUSY),
+            Op::Close(2).ok(),
+            Op::Umount(p("n")).ok(),
+        ]),
+        sc("futimens times", steps![
+            create("f", 1),
+            Op::Open(D::Cwd, p("f"), O_RDWR, 0).ok(),
+            Op::Futimens(0, Some([(100, 5), (200, 7)])).ok(),
+            stat("f"),
+            Op::Futimens(0, Some([(1, -7), (0, 0)])).e(EINVAL),
+            Op::Futimens(0, Some([(1, 0), (2, 1_000_000_000)])).e(EINVAL),
+            Op::Futimens(0, Some([(1, -1), (2, OMIT)])).e(EINVAL),
+            stat("f"),
+            Op::Futimens(0, Some([(0, OMIT), (300, 0)])).ok(),
+            stat("f"),
+        ]),
+        sc("setuid and setgid after a user's write, truncate, fallocate", steps![
+            mkdirm("d", 0o777),
+            createm("d/w", 0o666),
+            createm("d/w0", 0o666),
+            createm("d/t", 0o666),
+            createm("d/ft", 0o666),
+            createm("d/fa", 0o666),
+            createm("d/fk", 0o666),
+            createm("d/fp", 0o666),
+            createm("d/ot", 0o666),
+            createm("d/gx", 0o666),
+            createm("d/ig", 0o666),
+            createm("d/su", 0o666),
+            chown("d/ig", 0, NOBODY),
+            chmod("d/w", 0o6666),
+            chmod("d/w0", 0o6666),
+            chmod("d/t", 0o6666),
+            chmod("d/ft", 0o6666),
+            chmod("d/fa", 0o6666),
+            chmod("d/fk", 0o6666),
+            chmod("d/fp", 0o6666),
+            chmod("d/ot", 0o6666),
+            chmod("d/gx", 0o6676),
+            chmod("d/ig", 0o2666),
+            chmod("d/su", 0o4666),
+            user(),
+            Op::Open(D::Cwd, p("d/w"), O_WRONLY | O_APPEND, 0).ok(),
+            Op::Write(0, 1).ok(),
+            stat("d/w"),
+            Op::Open(D::Cwd, p("d/w0"), O_WRONLY, 0).ok(),
+            Op::Write(1, 0).ok(),
+            stat("d/w0"),
+            Op::Truncate(p("d/t"), 0).ok(),
+            stat("d/t"),
+            Op::Open(D::Cwd, p("d/ft"), O_WRONLY, 0).ok(),
+            Op::Ftruncate(2, 5).ok(),
+            stat("d/ft"),
+            Op::Open(D::Cwd, p("d/fa"), O_WRONLY, 0).ok(),
+            Op::Fallocate(3, 0, 0, 10).ok(),
+            stat("d/fa"),
+            Op::Open(D::Cwd, p("d/fk"), O_WRONLY, 0).ok(),
+            Op::Fallocate(4, 1, 0, 10).ok(),
+            stat("d/fk"),
+            Op::Open(D::Cwd, p("d/fp"), O_WRONLY, 0).ok(),
+            Op::Fallocate(5, 3, 0, 10).ok(),
+            stat("d/fp"),
+            Op::Open(D::Cwd, p("d/ot"), O_WRONLY | O_TRUNC, 0).ok(),
+            stat("d/ot"),
+            Op::Open(D::Cwd, p("d/gx"), O_WRONLY, 0).ok(),
+            Op::Write(7, 3).ok(),
+            stat("d/gx"),
+            Op::Open(D::Cwd, p("d/ig"), O_RDWR, 0).ok(),
+            Op::Write(8, 3).ok(),
+            stat("d/ig"),
+            Op::Open(D::Cwd, p("d/su"), O_RDWR, 0).ok(),
+            Op::Write(9, 0).ok(),
+            stat("d/su"),
+            Op::Write(9, 2).ok(),
+            stat("d/su"),
+        ]),
+        sc("setuid and setgid after root's write", steps![
+            createm("w", 0o666),
+            chmod("w", 0o6777),
+            Op::Open(D::Cwd, p("w"), O_WRONLY, 0).ok(),
+            Op::Write(0, 1).ok(),
+            Op::Ftruncate(0, 100).ok(),
+            Op::Fallocate(0, 0, 0, 4096).ok(),
+            stat("w"),
+            Op::Truncate(p("w"), 0).ok(),
+            stat("w"),
+        ]),
+        sc("setuid and setgid after chown", steps![
+            mkdirm("d", 0o777),
+            createm("d/a", 0o644),
+            createm("d/b", 0o644),
+            createm("d/c", 0o644),
+            createm("d/e", 0o644),
+            createm("d/r", 0o644),
+            chown("d/a", NOBODY, NOBODY),
+            chown("d/b", NOBODY, NOBODY),
+            chown("d/c", NOBODY, 0),
+            chown("d/e", NOBODY, NOBODY),
+            chmod("d/a", 0o6755),
+            chmod("d/b", 0o2644),
+            chmod("d/c", 0o2644),
+            chmod("d/e", 0o6644),
+            chmod("d/r", 0o2644),
+            chown("d/r", u32::MAX, u32::MAX).ok(),
+            stat("d/r"),
+            Op::SetCred(NOBODY, NOBODY, vec![NOBODY]),
+            chown("d/a", u32::MAX, u32::MAX).ok(),
+            stat("d/a"),
+            chown("d/b", u32::MAX, u32::MAX).ok(),
+            stat("d/b"),
+            chown("d/c", u32::MAX, u32::MAX).ok(),
+            stat("d/c"),
+            chown("d/e", u32::MAX, NOBODY).ok(),
+            stat("d/e"),
+        ]),
+        sc("link: protected hardlinks before may_create", steps![
+            createm("sec", 0o600),
+            mkdirm("ro", 0o755),
+            createm("pub", 0o666),
+            chmod("pub", 0o666),
+            mkdirm("st", 0o777),
+            chmod("st", 0o1777),
+            user(),
+            link("sec", "ro/l").e(EPERM),
+            link("pub", "ro/l").e(EACCES),
+            link("sec", "st/l").e(EPERM),
+            link("pub", "st/l").ok(),
+        ]),
         sc("permissions as a user", steps![
             mkdirm("u", 0o755),
             chown("u", NOBODY, NOBODY),
@@ -1260,6 +1421,30 @@ fn run_scalevfs(steps: &[Step], cfg: &VfsConfig) -> Vec<Out> {
                 t.umask(*m);
                 Out::Ok
             }
+            Op::Write(i, n) => match t.write(slots[*i], &vec![b'x'; *n]) {
+                Ok(_) => Out::Ok,
+                Err(e) => Out::Err(e.raw()),
+            },
+            Op::Ftruncate(i, len) => st(t.ftruncate(slots[*i], *len)),
+            Op::Truncate(path, len) => st(t.truncate(path, *len)),
+            Op::Fallocate(i, mode, off, len) => st(t.fallocate(slots[*i], *mode, *off, *len)),
+            Op::Futimens(i, times) => {
+                let ts = times.map(|[a, m]| {
+                    [
+                        Timespec {
+                            sec: a.0,
+                            nsec: a.1,
+                        },
+                        Timespec {
+                            sec: m.0,
+                            nsec: m.1,
+                        },
+                    ]
+                });
+                st(t.futimens(slots[*i], ts))
+            }
+            Op::Close(i) => st(t.close(slots[*i])),
+            Op::Umount(path) => st(t.umount(path)),
             Op::SetCred(u, g, groups) => {
                 t.set_cred(Cred {
                     uid: *u,
@@ -1502,6 +1687,46 @@ fn run_host_steps(steps: &[Step]) -> Vec<Out> {
                 // SAFETY: plain value.
                 unsafe { libc::umask(*m) };
                 Out::Ok
+            }
+            Op::Write(i, n) => {
+                let buf = vec![b'x'; *n];
+                // SAFETY: see above; `buf` is readable for its length.
+                ret(unsafe { libc::write(slots[*i], buf.as_ptr().cast(), buf.len()) } as _)
+            }
+            // SAFETY: see above.
+            Op::Ftruncate(i, len) => ret(unsafe { libc::ftruncate(slots[*i], *len) } as _),
+            Op::Truncate(path, len) => {
+                let c = cs(path);
+                // SAFETY: see above.
+                ret(unsafe { libc::truncate(c.as_ptr(), *len) } as _)
+            }
+            Op::Fallocate(i, mode, off, len) => {
+                // SAFETY: see above.
+                ret(unsafe { libc::fallocate(slots[*i], *mode as i32, *off, *len) } as _)
+            }
+            Op::Futimens(i, times) => {
+                let ts = times.map(|[a, m]| {
+                    [
+                        libc::timespec {
+                            tv_sec: a.0,
+                            tv_nsec: a.1,
+                        },
+                        libc::timespec {
+                            tv_sec: m.0,
+                            tv_nsec: m.1,
+                        },
+                    ]
+                });
+                let tp = ts.as_ref().map_or(std::ptr::null(), |t| t.as_ptr());
+                // SAFETY: see above; `tp` is null or points at two timespecs.
+                ret(unsafe { libc::futimens(slots[*i], tp) } as _)
+            }
+            // SAFETY: see above.
+            Op::Close(i) => ret(unsafe { libc::close(slots[*i]) } as _),
+            Op::Umount(path) => {
+                let c = cs(path);
+                // SAFETY: see above.
+                ret(unsafe { libc::umount2(c.as_ptr(), 0) } as _)
             }
             Op::SetCred(u, g, groups) => {
                 // SAFETY: plain values; `groups` is readable for its length.

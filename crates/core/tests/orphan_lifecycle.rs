@@ -136,7 +136,7 @@ fn rename_over_open_file_orphans_victim() {
 fn full_orphan_file_falls_back_to_list() {
     let vfs = vfs_with("lockless", "1");
     let t = vfs.root_task();
-    t.files().set_max(4096);
+    t.files().set_max(4096).unwrap();
     let n = scalevfs_orphan_slots() + 5;
     let fds: Vec<i32> = (0..n)
         .map(|i| {
