@@ -14,7 +14,13 @@
 //!   description; it nests outside the inode's data lock. A write that races
 //!   with an lseek keeps the lseek's position (as if the lseek came after),
 //!   so a SEEK_CUR racing with a write behaves like a SEEK_SET, which is also
-//!   what Linux's generic_file_llseek documents.
+//!   what Linux's generic_file_llseek documents. `getdents` holds `pos_lock`
+//!   for its whole listing step (outside the directory's `dir_lock`).
+//! - Open reserves its fd first (`FdTable::reserve`, under the table lock):
+//!   a reserved fd is skipped by allocation and is EBUSY for dup2 until
+//!   `install_reserved` fills it or `unreserve` gives it back.
+//! - Each fd slot holding a file keeps the file's mount busy for umount
+//!   (`Mount::hold` at install, `release` when the slot is emptied).
 //!
 //! Lifetime: a `File` is an `Arc`; each fd slot holding it owns one strong
 //! count (released through the epoch on close); `dup` adds one. Calls on an

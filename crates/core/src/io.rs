@@ -87,18 +87,20 @@ pub(crate) fn privs_to_drop(a: &Attr, cred: &Cred) -> Option<u32> {
 }
 
 /// Linux's `file_remove_privs`: clear setuid/setgid before `cred` changes
-/// the data of the inode at `p` (see `privs_to_drop`).
-pub(crate) fn remove_privs(p: &PathRef, cred: &Cred) -> VfsResult<()> {
+/// the data of the inode at `p` (see `privs_to_drop`). Returns whether the
+/// mode changed.
+pub(crate) fn remove_privs(p: &PathRef, cred: &Cred) -> VfsResult<bool> {
     let i = p.inode();
     let Some(m) = privs_to_drop(&i.attr(), cred) else {
-        return Ok(());
+        return Ok(false);
     };
     let set = SetAttr {
         mode: Some(m),
         ctime: Some(Timespec::now()),
         ..Default::default()
     };
-    p.mnt.sb.fs.setattr(i, &set)
+    p.mnt.sb.fs.setattr(i, &set)?;
+    Ok(true)
 }
 
 /// Truncate the inode at `p` to `size` (permissions already checked) on
@@ -426,6 +428,19 @@ impl Task {
             f.pos.store(new, Ordering::Relaxed);
         }
         Ok(new)
+    }
+
+    /// Linux's `file_remove_privs` on the file open at `fd`, with this
+    /// task's credentials: what a write, truncate or fallocate by this task
+    /// does to setuid/setgid (see `privs_to_drop`; root keeps them). For a
+    /// front end that moves the data through a privileged task but knows
+    /// who asked (FUSE's FUSE_WRITE_KILL_SUIDGID / FATTR_KILL_SUIDGID).
+    pub fn file_remove_privs(&self, fd: i32) -> VfsResult<()> {
+        let f = self.files().get_arc(fd)?;
+        if remove_privs(f.path(), self.cred())? {
+            self.changes().inode(f.inode());
+        }
+        Ok(())
     }
 
     /// `ftruncate(2)`.

@@ -115,6 +115,25 @@ fn open_for_exec_needs_execute_not_read() {
     assert!(root.open_exec(AT_FDCWD, "/prog").is_ok());
 }
 
+/// A front end that writes with its own (root) task clears set-id bits
+/// with the caller's credentials, as Linux's file_remove_privs would.
+#[test]
+fn file_remove_privs_uses_the_callers_credentials() {
+    let vfs = Vfs::new();
+    let root = vfs.root_task();
+    create(&root, "/f", 0o666);
+    root.chmod("/f", 0o6666).unwrap();
+    let fd = root.open("/f", O_RDWR, 0).unwrap();
+    assert_eq!(root.write(fd, b"x"), Ok(1));
+    root.file_remove_privs(fd).unwrap();
+    assert_eq!(root.stat("/f").unwrap().mode & 0o7777, 0o6666);
+    let mut u = root.clone_thread();
+    u.set_cred(Cred::user(NOBODY, NOBODY));
+    u.file_remove_privs(fd).unwrap();
+    assert_eq!(root.stat("/f").unwrap().mode & 0o7777, 0o666);
+    assert_eq!(u.file_remove_privs(99), Err(Errno::EBADF));
+}
+
 /// Two threads reading one directory description (Linux serialises them
 /// with f_pos_lock): between them they see every entry exactly once.
 #[test]
