@@ -58,6 +58,9 @@ pub struct File {
     pub(crate) pos: AtomicU64,
     /// Serialises position-using writes (see LOCKING RULES).
     pub(crate) pos_lock: Mutex<()>,
+    /// A directory listing's end (`Filesystem::readdir_end`), taken when a
+    /// listing starts at position 0; u64::MAX: none. Under `pos_lock`.
+    pub(crate) dir_end: AtomicU64,
 }
 
 /// The kernel's O_LARGEFILE bit, which 64-bit Linux sets on every open file
@@ -90,6 +93,7 @@ impl File {
             flags: AtomicU32::new(flags),
             pos: AtomicU64::new(0),
             pos_lock: Mutex::new(()),
+            dir_end: AtomicU64::new(u64::MAX),
         }
     }
     pub fn inode(&self) -> &Arc<Inode> {

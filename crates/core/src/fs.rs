@@ -132,6 +132,17 @@ pub trait Filesystem: Send + Sync + 'static {
         emit: &mut dyn FnMut(DirEntry) -> bool,
     ) -> VfsResult<()>;
 
+    /// Where a listing that starts now ends: `Some(c)` if `readdir` goes in
+    /// increasing cookie order and every entry added to `dir` from now on
+    /// (created, or renamed in) gets a cookie >= `c`. A listing started at
+    /// position 0 stops there, so entries that keep arriving behind it
+    /// (renamed out and back) cannot make it endless (Linux's offset
+    /// directories do the same). `None` (the default): no bound.
+    fn readdir_end(&self, dir: &Arc<Inode>) -> Option<u64> {
+        let _ = dir;
+        None
+    }
+
     fn statfs(&self) -> StatFs;
 
     /// Largest file size supported.

@@ -490,6 +490,14 @@ impl Filesystem for MemFs {
         Ok(())
     }
 
+    fn readdir_end(&self, d: &Arc<Inode>) -> Option<u64> {
+        // Relaxed: a cookie taken before this load is below the bound; one
+        // taken concurrently may fall either side, as an entry created
+        // during the listing may or may not be listed.
+        let md = dir(d).ok()?;
+        Some(FIRST_COOKIE + md.next_cookie.load(Ordering::Relaxed))
+    }
+
     fn statfs(&self) -> StatFs {
         // Relaxed: statistics.
         let used = self.stats.used_pages.load(Ordering::Relaxed).max(0) as u64;

@@ -1757,11 +1757,24 @@ impl Task {
             });
             pos = 2;
         }
+        let fs = &f.path.mnt.sb.fs;
+        if f.position() == 0 {
+            // A new listing (open or rewind): it ends at what the directory
+            // holds now, however often its entries are moved out and back.
+            // Relaxed: under pos_lock.
+            f.dir_end
+                .store(fs.readdir_end(&i).unwrap_or(u64::MAX), Ordering::Relaxed);
+        }
+        // Relaxed: under pos_lock.
+        let end = f.dir_end.load(Ordering::Relaxed);
         if out.len() < max {
-            let fs = &f.path.mnt.sb.fs;
             let locking = self.vfs.config().readdir_locking;
             let dc = self.vfs.dcache();
             fs.readdir(&i, pos, &mut |e| {
+                if e.next_cookie > end {
+                    // Its cookie (next_cookie - 1) is at or past the end.
+                    return false;
+                }
                 if locking {
                     // Linux's libfs readdir takes each child's d_lock.
                     let g = epoch::pin();

@@ -295,6 +295,54 @@ fn listing_while_renaming_its_entries_ends() {
     assert_eq!(total, FILES + 4);
 }
 
+/// As generic/736 but each entry leaves for another directory and comes
+/// back (a new cookie, behind the listing): the listing still ends, at what
+/// the directory held when it started, each file once. A rewind starts a
+/// new listing that sees entries created since.
+#[test]
+fn listing_while_moving_its_entries_away_and_back_ends() {
+    const FILES: usize = 1000;
+    let vfs = Vfs::new();
+    let t = vfs.root_task();
+    t.mkdir("/d", 0o755).unwrap();
+    t.mkdir("/e", 0o755).unwrap();
+    for i in 0..FILES {
+        create(&t, &format!("/d/f{i}"), 0o644);
+    }
+    let fd = t.open("/d", O_RDONLY | O_DIRECTORY, 0).unwrap();
+    let mut seen = HashSet::new();
+    let mut total = 0usize;
+    loop {
+        let v = t.getdents(fd, 50).unwrap();
+        if v.is_empty() {
+            break;
+        }
+        for e in v {
+            total += 1;
+            if e.name != b"." && e.name != b".." {
+                let name = String::from_utf8(e.name.clone()).unwrap();
+                let (here, there) = (format!("/d/{name}"), format!("/e/{name}"));
+                t.rename(here.as_str(), there.as_str()).unwrap();
+                t.rename(there.as_str(), here.as_str()).unwrap();
+            }
+            seen.insert(e.name);
+        }
+        assert!(total <= FILES + 2, "listing goes on: {total} entries");
+    }
+    assert_eq!((total, seen.len()), (FILES + 2, FILES + 2));
+    create(&t, "/d/new", 0o644);
+    t.lseek(fd, 0, SEEK_SET).unwrap();
+    let mut again = 0;
+    loop {
+        let v = t.getdents(fd, 300).unwrap();
+        if v.is_empty() {
+            break;
+        }
+        again += v.len();
+    }
+    assert_eq!(again, FILES + 3);
+}
+
 /// fs.protected_hardlinks=0 (generic/597's first half): a user may link a
 /// file they cannot read into a sticky directory; with the default (1) it
 /// is EPERM.
