@@ -43,9 +43,14 @@ use crate::vfs::PathRef;
 /// Default per-task limit on open files (RLIMIT_NOFILE's usual soft value).
 pub const DEFAULT_MAX_FDS: usize = 1024;
 
-/// The most open files a table may be allowed (Linux's `fs.nr_open`
-/// default): `FdTable::set_max` refuses more with EPERM, as setrlimit does.
+/// The most open files a table may be allowed by default (Linux's
+/// `fs.nr_open` default; config key `nr-open`): `FdTable::set_max` refuses
+/// more with EPERM, as setrlimit does.
 pub const NR_OPEN: usize = 1 << 20;
+/// The range Linux's `fs.nr_open` sysctl accepts (64-bit): BITS_PER_LONG to
+/// `sysctl_nr_open_max`.
+pub const NR_OPEN_MIN: usize = 64;
+pub const NR_OPEN_MAX: usize = (i32::MAX as usize) & !63;
 
 /// An open file description.
 #[derive(Debug)]
@@ -160,6 +165,8 @@ pub struct FdTable {
     /// (`reserve`: taken, not yet filled; Linux's get_unused_fd_flags).
     lock: Mutex<Vec<usize>>,
     max: std::sync::atomic::AtomicUsize,
+    /// The most `set_max` allows (fs.nr_open).
+    nr_open: usize,
     /// Lowest fd that might be free (a hint).
     next_hint: AtomicU64,
 }
@@ -183,24 +190,35 @@ fn new_array(n: usize) -> FdArray {
 
 impl FdTable {
     pub fn new() -> FdTable {
+        FdTable::with_nr_open(NR_OPEN)
+    }
+
+    /// A table whose limit may be raised up to `nr_open` (clamped to
+    /// `NR_OPEN_MIN..=NR_OPEN_MAX`).
+    pub fn with_nr_open(nr_open: usize) -> FdTable {
         FdTable {
             arr: Atomic::new(new_array(64)),
             lock: Mutex::new(Vec::new()),
             max: std::sync::atomic::AtomicUsize::new(DEFAULT_MAX_FDS),
+            nr_open: nr_open.clamp(NR_OPEN_MIN, NR_OPEN_MAX),
             next_hint: AtomicU64::new(0),
         }
     }
 
-    /// Set the limit on open fds (RLIMIT_NOFILE). More than [`NR_OPEN`] is
+    /// Set the limit on open fds (RLIMIT_NOFILE). More than `nr_open()` is
     /// EPERM, as setrlimit refuses a limit above `fs.nr_open`. Nothing is
     /// allocated here: the table grows with the fds actually used.
     pub fn set_max(&self, n: usize) -> VfsResult<()> {
-        if n > NR_OPEN {
+        if n > self.nr_open {
             return Err(Errno::EPERM);
         }
         // Relaxed: a limit read at each allocation, publishing nothing else.
         self.max.store(n, std::sync::atomic::Ordering::Relaxed);
         Ok(())
+    }
+    /// The most `set_max` accepts (the Vfs's `nr-open`, default [`NR_OPEN`]).
+    pub fn nr_open(&self) -> usize {
+        self.nr_open
     }
     pub fn max(&self) -> usize {
         self.max.load(std::sync::atomic::Ordering::Relaxed)
@@ -412,7 +430,7 @@ impl FdTable {
         let g = epoch::pin();
         let _l = self.lock.lock().unwrap_or_else(|e| e.into_inner());
         let arr = self.array(&g);
-        let t = FdTable::new();
+        let t = FdTable::with_nr_open(self.nr_open);
         // Relaxed: as set_max (the value was checked when it was set).
         t.max
             .store(self.max(), std::sync::atomic::Ordering::Relaxed);

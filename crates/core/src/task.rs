@@ -132,12 +132,13 @@ fn as_bytes<P: AsRef<[u8]> + ?Sized>(p: &P) -> &[u8] {
 impl Task {
     pub(crate) fn new(vfs: Vfs, cred: Cred) -> Task {
         let root = vfs.root_path();
+        let files = FdTable::with_nr_open(vfs.config().nr_open());
         Task {
             fs: Arc::new(FsContext::new(root.clone(), root)),
             vfs,
             cred: Arc::new(cred),
             umask: AtomicU32::new(0o022),
-            files: Arc::new(FdTable::new()),
+            files: Arc::new(files),
             quiet_changes: false,
         }
     }

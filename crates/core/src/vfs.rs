@@ -188,6 +188,9 @@ pub struct VfsConfig {
     /// whose kernel already checked (FUSE: do_linkat's may_linkat runs
     /// before FUSE_LINK, with the host's sysctl) turns the check off here.
     pub protected_hardlinks_off: bool,
+    /// Linux's `fs.nr_open` (key `nr-open`; 0 = default
+    /// [`crate::file::NR_OPEN`]): the most a task's fd limit may be set to.
+    pub nr_open: usize,
 }
 
 /// How `lseek` on a regular file synchronises (DESIGN 2.4, seed 003).
@@ -201,6 +204,14 @@ pub enum LlseekVariant {
 }
 
 impl VfsConfig {
+    pub(crate) fn nr_open(&self) -> usize {
+        if self.nr_open == 0 {
+            crate::file::NR_OPEN
+        } else {
+            self.nr_open
+        }
+    }
+
     pub(crate) fn new_orphan_file(&self) -> scalevfs_orphan::OrphanFile {
         let blocks = if self.orphan_blocks == 0 {
             16
@@ -215,7 +226,7 @@ impl VfsConfig {
     /// Set a variant by name (`lockref=spin`, `layout=packed`,
     /// `index=per-dir`, `walk=ref`, `stat=ref`, `readdir=locking`,
     /// `llseek=locked|lockless`, `orphan=locked|lockless|none`,
-    /// `orphan-blocks=N`, `protected-hardlinks=0|1`).
+    /// `orphan-blocks=N`, `protected-hardlinks=0|1`, `nr-open=N`).
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
         match key {
             "lockref" => self.dcache.lockref = value.parse::<LockRefVariant>()?,
@@ -253,6 +264,17 @@ impl VfsConfig {
             "orphan-blocks" => self.orphan_blocks = value.parse().map_err(|e| format!("{e}"))?,
             "max-entries" => self.dcache.max_entries = value.parse().map_err(|e| format!("{e}"))?,
             "max-bytes" => self.dcache.max_bytes = value.parse().map_err(|e| format!("{e}"))?,
+            "nr-open" => {
+                let n: usize = value.parse().map_err(|e| format!("{e}"))?;
+                if !(crate::file::NR_OPEN_MIN..=crate::file::NR_OPEN_MAX).contains(&n) {
+                    return Err(format!(
+                        "nr-open={n}: {}..={}",
+                        crate::file::NR_OPEN_MIN,
+                        crate::file::NR_OPEN_MAX
+                    ));
+                }
+                self.nr_open = n;
+            }
             "protected-hardlinks" => {
                 self.protected_hardlinks_off = match value {
                     "0" => true,

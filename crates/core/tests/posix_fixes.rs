@@ -39,6 +39,19 @@ fn fd_limit_is_bounded_by_nr_open() {
     // Linux allows RLIMIT_NOFILE 0: every open is then EMFILE.
     t.files().set_max(0).unwrap();
     assert_eq!(t.open("/", O_RDONLY, 0), Err(Errno::EMFILE));
+    // fs.nr_open is a setting (key nr-open), inherited by forks.
+    let mut cfg = VfsConfig::default();
+    cfg.set("nr-open", "4194304").unwrap();
+    assert!(cfg.clone().set("nr-open", "63").is_err());
+    assert!(cfg.clone().set("nr-open", "4294967296").is_err());
+    let vfs = Vfs::with_config(cfg);
+    let t = vfs.root_task().fork();
+    assert_eq!(t.files().nr_open(), 4 << 20);
+    t.files().set_max(4 << 20).unwrap();
+    assert_eq!(t.files().set_max((4 << 20) + 1), Err(Errno::EPERM));
+    let fd = t.open("/", O_RDONLY, 0).unwrap();
+    let high = (1 << 20) + 5;
+    assert_eq!(t.dup2(fd, high), Ok(high));
 }
 
 /// Linux allocates the fd before it creates anything: an O_CREAT open that

@@ -240,7 +240,7 @@ impl ScaleFs {
         base.umask(0); // the kernel applied the caller's umask already
                        // Every node the kernel caches holds an fd: lift RLIMIT_NOFILE's
                        // default of 1024 to a memory-only bound.
-        base.files().set_max(scalevfs::file::NR_OPEN)?;
+        base.files().set_max(base.files().nr_open())?;
         let root_fd = base.openat(AT_FDCWD, "/", O_PATH | O_DIRECTORY | O_CLOEXEC, 0)?;
         let st = base.fstat(root_fd)?;
         let base = Arc::new(base);
