@@ -245,6 +245,17 @@ fn getcwd_racing_with_renames_never_splices_paths() {
     gone.chdir("/gone").unwrap();
     t.rmdir("/gone").unwrap();
     assert_eq!(gone.getcwd(), Err(Errno::ENOENT));
+    // Linux's getcwd fills one PATH_MAX page: a longer path is ENAMETOOLONG.
+    let deep = t.fork();
+    let n = "n".repeat(255);
+    for _ in 0..15 {
+        deep.mkdir(n.as_str(), 0o755).unwrap();
+        deep.chdir(n.as_str()).unwrap();
+    }
+    assert_eq!(deep.getcwd().unwrap().len(), 15 * 256);
+    deep.mkdir(n.as_str(), 0o755).unwrap();
+    deep.chdir(n.as_str()).unwrap();
+    assert_eq!(deep.getcwd(), Err(Errno::ENAMETOOLONG));
 }
 
 /// generic/736: rename every entry a listing returns (to a temporary name
