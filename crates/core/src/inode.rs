@@ -27,6 +27,9 @@ use crate::types::{Attr, Cred, FileType, Stat, S_IFMT};
 
 /// Inode flag: a directory that was removed (rmdir); creates in it fail ENOENT.
 pub const I_DEAD: u32 = 1;
+/// Inode flag: an O_TMPFILE file opened without O_EXCL, which linkat may
+/// give a name although its link count is 0 (Linux's I_LINKABLE).
+pub const I_LINKABLE: u32 = 2;
 
 /// An in-memory inode.
 #[repr(C)]
@@ -143,6 +146,10 @@ impl Inode {
     pub(crate) fn set_flag(&self, f: u32) {
         // Release: pairs with Acquire readers that then look at namespace state.
         self.hot.flags.fetch_or(f, Ordering::Release);
+    }
+    pub(crate) fn clear_flag(&self, f: u32) {
+        // Release: as set_flag.
+        self.hot.flags.fetch_and(!f, Ordering::Release);
     }
     pub fn is_dead(&self) -> bool {
         // Acquire: a dead directory's removal must be visible to a creator that sees the flag.

@@ -159,6 +159,21 @@ pub(crate) fn mark_unlinked(of: &OrphanFile, inode: &Inode) {
     }
 }
 
+/// `inode` got a name again (linkat of an O_TMPFILE file): off the orphan
+/// file, as Linux's link takes a linkable tmpfile off the orphan list.
+pub(crate) fn mark_linked(of: &OrphanFile, inode: &Inode) {
+    if !tracked(of, inode) {
+        return;
+    }
+    let o = &inode.orphan;
+    let mut r = o.reg.lock();
+    if r.unlinked {
+        r.unlinked = false;
+        o.state.fetch_and(!UNLINKED, Ordering::SeqCst);
+        unregister_locked(of, inode, &mut r);
+    }
+}
+
 /// Whether `inode` is on the orphan file as unlinked (tests, fsck).
 pub fn is_orphan(inode: &Inode) -> bool {
     inode.orphan.state.load(Ordering::SeqCst) & UNLINKED != 0

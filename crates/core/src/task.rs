@@ -823,10 +823,17 @@ impl Task {
         if inode.is_dir() {
             return Err(Errno::EPERM);
         }
-        if inode.attr().nlink == 0 {
+        // vfs_link: a file with no name stays nameless, unless it is an
+        // O_TMPFILE file opened without O_EXCL (I_LINKABLE).
+        let revive = inode.attr().nlink == 0;
+        if revive && inode.flags() & crate::inode::I_LINKABLE == 0 {
             return Err(Errno::ENOENT);
         }
         parent.mnt.sb.fs.link(&dir, &op.name, &inode)?;
+        if revive {
+            inode.clear_flag(crate::inode::I_LINKABLE);
+            crate::orphan::mark_linked(&parent.mnt.sb.orphans, &inode);
+        }
         ch.entry(&dir, &op.name);
         ch.inode(&inode);
         let q = self.vfs.dcache().qname(parent.dentry.as_ptr(), &op.name);
@@ -1657,6 +1664,9 @@ impl Task {
         let (owner, sgid) = self.owner_for(p.inode());
         let perm = self.strip_sgid(mode & 0o7777 & !self.cur_umask(), owner.1, sgid);
         let inode = p.mnt.sb.fs.create_tmpfile(p.inode(), perm, owner)?;
+        if flags & O_EXCL == 0 {
+            inode.set_flag(crate::inode::I_LINKABLE);
+        }
         // An unnamed dentry under the directory, never hashed: dies with the
         // last reference.
         let q = self.vfs.dcache().qname(p.dentry.as_ptr(), b"#tmpfile");

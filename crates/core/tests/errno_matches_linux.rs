@@ -791,6 +791,24 @@ fn scripts() -> Vec<Script> {
             readdir("mnt"),
             Op::Mount(p("mnt/x/g")).e(ENOTDIR),
         ]),
+        sc("O_TMPFILE and linkat", steps![
+            mkdir("d"),
+            Op::Open(D::Cwd, p("d"), O_TMPFILE | O_RDWR, 0o600).ok(),
+            Op::Write(0, 5).ok(),
+            Op::Link(D::Slot(0), p(""), D::Cwd, p("d/named"), AT_EMPTY_PATH).ok(),
+            stat("d/named"),
+            Op::Link(D::Slot(0), p(""), D::Cwd, p("d/again"), AT_EMPTY_PATH).ok(),
+            stat("d/again"),
+            readdir("d"),
+            Op::Open(D::Cwd, p("d"), O_TMPFILE | O_RDWR | O_EXCL, 0o600).ok(),
+            Op::Link(D::Slot(1), p(""), D::Cwd, p("d/never"), AT_EMPTY_PATH).e(ENOENT),
+            stat("d/never").e(ENOENT),
+            Op::Open(D::Cwd, p("d/named"), O_RDWR, 0).ok(),
+            unlink("d/named").ok(),
+            unlink("d/again").ok(),
+            Op::Link(D::Slot(2), p(""), D::Cwd, p("d/back"), AT_EMPTY_PATH).e(ENOENT),
+            readdir("d"),
+        ]),
         sc("umount of a busy mount", steps![
             mkdir("m"),
             mkdir("n"),
@@ -1326,7 +1344,7 @@ fn run_scalevfs(steps: &[Step], cfg: &VfsConfig) -> Vec<Out> {
     for s in steps {
         let dfd = |d: &D| match d {
             D::Cwd => AT_FDCWD,
-            D::Slot(i) => slots[*i],
+            D::Slot(i) => slots.get(*i).copied().unwrap_or(-1),
         };
         let st = |r: VfsResult<()>| match r {
             Ok(()) => Out::Ok,
@@ -1384,7 +1402,7 @@ fn run_scalevfs(steps: &[Step], cfg: &VfsConfig) -> Vec<Out> {
                 Err(e) => Out::Err(e.raw()),
             },
             Op::Chdir(path) => st(t.chdir(path)),
-            Op::Fchdir(i) => st(t.fchdir(slots[*i])),
+            Op::Fchdir(i) => st(t.fchdir(slots.get(*i).copied().unwrap_or(-1))),
             Op::Chroot(path) => st(t.chroot(path)),
             Op::Open(d, path, f, m) => match t.openat(dfd(d), path, *f, *m) {
                 Ok(fd) => {
@@ -1421,13 +1439,16 @@ fn run_scalevfs(steps: &[Step], cfg: &VfsConfig) -> Vec<Out> {
                 t.umask(*m);
                 Out::Ok
             }
-            Op::Write(i, n) => match t.write(slots[*i], &vec![b'x'; *n]) {
+            Op::Write(i, n) => match t.write(slots.get(*i).copied().unwrap_or(-1), &vec![b'x'; *n])
+            {
                 Ok(_) => Out::Ok,
                 Err(e) => Out::Err(e.raw()),
             },
-            Op::Ftruncate(i, len) => st(t.ftruncate(slots[*i], *len)),
+            Op::Ftruncate(i, len) => st(t.ftruncate(slots.get(*i).copied().unwrap_or(-1), *len)),
             Op::Truncate(path, len) => st(t.truncate(path, *len)),
-            Op::Fallocate(i, mode, off, len) => st(t.fallocate(slots[*i], *mode, *off, *len)),
+            Op::Fallocate(i, mode, off, len) => {
+                st(t.fallocate(slots.get(*i).copied().unwrap_or(-1), *mode, *off, *len))
+            }
             Op::Futimens(i, times) => {
                 let ts = times.map(|[a, m]| {
                     [
@@ -1441,9 +1462,9 @@ fn run_scalevfs(steps: &[Step], cfg: &VfsConfig) -> Vec<Out> {
                         },
                     ]
                 });
-                st(t.futimens(slots[*i], ts))
+                st(t.futimens(slots.get(*i).copied().unwrap_or(-1), ts))
             }
-            Op::Close(i) => st(t.close(slots[*i])),
+            Op::Close(i) => st(t.close(slots.get(*i).copied().unwrap_or(-1))),
             Op::Umount(path) => st(t.umount(path)),
             Op::SetCred(u, g, groups) => {
                 t.set_cred(Cred {
@@ -1488,7 +1509,7 @@ fn run_host_steps(steps: &[Step]) -> Vec<Out> {
     for s in steps {
         let dfd = |d: &D| match d {
             D::Cwd => libc::AT_FDCWD,
-            D::Slot(i) => slots[*i],
+            D::Slot(i) => slots.get(*i).copied().unwrap_or(-1),
         };
         // SAFETY (for every libc call below): arguments are valid C strings
         // and plain values or pointers to live locals.
@@ -1637,7 +1658,9 @@ fn run_host_steps(steps: &[Step]) -> Vec<Out> {
                 ret(unsafe { libc::chdir(c.as_ptr()) } as _)
             }
             // SAFETY: see above.
-            Op::Fchdir(i) => ret(unsafe { libc::fchdir(slots[*i]) } as _),
+            Op::Fchdir(i) => {
+                ret(unsafe { libc::fchdir(slots.get(*i).copied().unwrap_or(-1)) } as _)
+            }
             Op::Chroot(path) => {
                 let c = cs(path);
                 // SAFETY: see above.
@@ -1691,10 +1714,18 @@ fn run_host_steps(steps: &[Step]) -> Vec<Out> {
             Op::Write(i, n) => {
                 let buf = vec![b'x'; *n];
                 // SAFETY: see above; `buf` is readable for its length.
-                ret(unsafe { libc::write(slots[*i], buf.as_ptr().cast(), buf.len()) } as _)
+                ret(unsafe {
+                    libc::write(
+                        slots.get(*i).copied().unwrap_or(-1),
+                        buf.as_ptr().cast(),
+                        buf.len(),
+                    )
+                } as _)
             }
             // SAFETY: see above.
-            Op::Ftruncate(i, len) => ret(unsafe { libc::ftruncate(slots[*i], *len) } as _),
+            Op::Ftruncate(i, len) => {
+                ret(unsafe { libc::ftruncate(slots.get(*i).copied().unwrap_or(-1), *len) } as _)
+            }
             Op::Truncate(path, len) => {
                 let c = cs(path);
                 // SAFETY: see above.
@@ -1702,7 +1733,14 @@ fn run_host_steps(steps: &[Step]) -> Vec<Out> {
             }
             Op::Fallocate(i, mode, off, len) => {
                 // SAFETY: see above.
-                ret(unsafe { libc::fallocate(slots[*i], *mode as i32, *off, *len) } as _)
+                ret(unsafe {
+                    libc::fallocate(
+                        slots.get(*i).copied().unwrap_or(-1),
+                        *mode as i32,
+                        *off,
+                        *len,
+                    )
+                } as _)
             }
             Op::Futimens(i, times) => {
                 let ts = times.map(|[a, m]| {
@@ -1719,10 +1757,10 @@ fn run_host_steps(steps: &[Step]) -> Vec<Out> {
                 });
                 let tp = ts.as_ref().map_or(std::ptr::null(), |t| t.as_ptr());
                 // SAFETY: see above; `tp` is null or points at two timespecs.
-                ret(unsafe { libc::futimens(slots[*i], tp) } as _)
+                ret(unsafe { libc::futimens(slots.get(*i).copied().unwrap_or(-1), tp) } as _)
             }
             // SAFETY: see above.
-            Op::Close(i) => ret(unsafe { libc::close(slots[*i]) } as _),
+            Op::Close(i) => ret(unsafe { libc::close(slots.get(*i).copied().unwrap_or(-1)) } as _),
             Op::Umount(path) => {
                 let c = cs(path);
                 // SAFETY: see above.

@@ -93,6 +93,30 @@ fn emfile_open_creates_nothing() {
     assert_eq!(names.len(), 2 + 4, "{names:?}");
 }
 
+/// linkat of an O_TMPFILE file (not O_EXCL) names it and takes it off the
+/// orphan file; it then outlives its last close.
+#[test]
+fn linked_tmpfile_leaves_the_orphan_file() {
+    let vfs = Vfs::new();
+    let t = vfs.root_task();
+    let fd = t.open("/", O_TMPFILE | O_RDWR, 0o600).unwrap();
+    assert_eq!(t.write(fd, b"data"), Ok(4));
+    let inode = t.files().get_arc(fd).unwrap().inode().clone();
+    assert!(orphan::is_orphan(&inode));
+    t.linkat(fd, "", AT_FDCWD, "/named", AT_EMPTY_PATH).unwrap();
+    assert!(!orphan::is_orphan(&inode));
+    assert_eq!(t.stat("/named").unwrap().nlink, 1);
+    t.close(fd).unwrap();
+    drop(inode);
+    vfs.flush_deferred();
+    let fd = t.open("/named", O_RDONLY, 0).unwrap();
+    let mut b = [0u8; 8];
+    assert_eq!(t.read(fd, &mut b), Ok(4));
+    // Unlinked again while open: back on the orphan file.
+    t.unlink("/named").unwrap();
+    assert!(orphan::is_orphan(t.files().get_arc(fd).unwrap().inode()));
+}
+
 /// open_exec needs execute permission, not read: a 0711 program opens for
 /// exec as another user; a file without execute permission, or a directory,
 /// is EACCES (root too needs one execute bit).
