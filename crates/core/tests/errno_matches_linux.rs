@@ -1657,8 +1657,8 @@ fn run_host_steps(steps: &[Step]) -> Vec<Out> {
                 // SAFETY: see above.
                 ret(unsafe { libc::chdir(c.as_ptr()) } as _)
             }
-            // SAFETY: see above.
             Op::Fchdir(i) => {
+                // SAFETY: see above.
                 ret(unsafe { libc::fchdir(slots.get(*i).copied().unwrap_or(-1)) } as _)
             }
             Op::Chroot(path) => {
@@ -1722,8 +1722,8 @@ fn run_host_steps(steps: &[Step]) -> Vec<Out> {
                     )
                 } as _)
             }
-            // SAFETY: see above.
             Op::Ftruncate(i, len) => {
+                // SAFETY: see above.
                 ret(unsafe { libc::ftruncate(slots.get(*i).copied().unwrap_or(-1), *len) } as _)
             }
             Op::Truncate(path, len) => {
