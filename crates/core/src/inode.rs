@@ -105,6 +105,14 @@ impl Inode {
         self.hot.ftype == FileType::Directory
     }
 
+    /// The mode from the walk's copy: one load, no seqlock (may lag a
+    /// concurrent chmod, as any read racing with it may).
+    #[inline]
+    pub(crate) fn mode_hint(&self) -> u32 {
+        // Acquire: pairs with the Release store in update_attr.
+        self.hot.mode.load(Ordering::Acquire)
+    }
+
     /// A consistent copy of the attributes, read lock-free.
     #[inline]
     pub fn attr(&self) -> Attr {

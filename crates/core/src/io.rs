@@ -91,6 +91,11 @@ pub(crate) fn privs_to_drop(a: &Attr, cred: &Cred) -> Option<u32> {
 /// mode changed.
 pub(crate) fn remove_privs(p: &PathRef, cred: &Cred) -> VfsResult<bool> {
     let i = p.inode();
+    // Fast path for every write (Linux's IS_NOSEC): no set-id bit, no
+    // seqlock read.
+    if i.mode_hint() & (S_ISUID | S_ISGID) == 0 {
+        return Ok(false);
+    }
     let Some(m) = privs_to_drop(&i.attr(), cred) else {
         return Ok(false);
     };
