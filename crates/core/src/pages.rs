@@ -445,17 +445,21 @@ impl FileData {
         rec(rn, 0, u128::from(lo), u128::from(hi), g)
     }
 
-    /// Replace the page at `idx` (if any, and written) with a copy whose bytes
-    /// `[from, to)` are zero.
-    fn zero_in_page(&self, idx: u64, from: usize, to: usize, g: &Guard) {
+    /// Replace the page at `idx` (if any) with a copy whose bytes `[from, to)`
+    /// are zero. A page never written is all zeros already and is left alone
+    /// unless `always`: a shrink must replace even that one (module comment).
+    fn zero_in_page(&self, idx: u64, from: usize, to: usize, always: bool, g: &Guard) {
         if from >= to {
             return;
         }
         let Some(p) = self.get(idx, g) else { return };
-        if !p.is_written() {
+        if !p.is_written() && !always {
             return;
         }
         let mut np = p.copy();
+        if !p.is_written() {
+            np.written = AtomicBool::new(false);
+        }
         np.data.get_mut()[from..to].fill(0);
         let slot = self.slot_for_write(idx, g);
         // Release: publish the initialised copy.
@@ -602,8 +606,11 @@ impl FileData {
         let keep = size.div_ceil(PAGE as u64);
         let removed = self.remove_range(keep, u64::MAX, &g);
         let tail = (size % PAGE as u64) as usize;
-        if tail != 0 {
-            self.zero_in_page(size / PAGE as u64, tail, PAGE, &g);
+        if tail != 0 && size < old {
+            // Readers that read the old size may be copying this page's bytes
+            // at or past the new size, which a later append writes in place:
+            // replace the page, written or not (module comment).
+            self.zero_in_page(size / PAGE as u64, tail, PAGE, true, &g);
         }
         q.give(removed);
         self.set_blocks(inode, -(removed as i64), None, None);
@@ -635,15 +642,15 @@ impl FileData {
             if first == end.saturating_sub(1) / PAGE as u64 {
                 let b = end - first * PAGE as u64;
                 if a != 0 || b != PAGE as u64 {
-                    self.zero_in_page(first, a, b as usize, &g);
+                    self.zero_in_page(first, a, b as usize, false, &g);
                 }
             } else {
                 if a != 0 {
-                    self.zero_in_page(first, a, PAGE, &g);
+                    self.zero_in_page(first, a, PAGE, false, &g);
                 }
                 let b = (end % PAGE as u64) as usize;
                 if b != 0 {
-                    self.zero_in_page(end / PAGE as u64, 0, b, &g);
+                    self.zero_in_page(end / PAGE as u64, 0, b, false, &g);
                 }
             }
             q.give(removed);
@@ -701,5 +708,102 @@ impl FileData {
                 _ => return Ok((idx * p).max(off)),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests_support {
+    use super::*;
+    use crate::types::{Attr, S_IFREG};
+
+    pub(super) fn file() -> (Inode, FileData, AtomicI64) {
+        let a = Attr {
+            mode: S_IFREG | 0o644,
+            nlink: 1,
+            ..Attr::default()
+        };
+        (
+            Inode::new(2, 1, a, Box::new(())),
+            FileData::default(),
+            AtomicI64::new(0),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tests_support::*;
+    use super::*;
+
+    fn page_ptr(f: &FileData, idx: u64) -> usize {
+        let g = epoch::pin();
+        f.get(idx, &g).map_or(0, |p| p as *const Page as usize)
+    }
+
+    /// Issue 12 (1): a page that fallocate allocated and nothing wrote
+    /// survived a shrinking truncate, so a later append wrote in place bytes
+    /// that a reader which had read the old, larger size could be copying.
+    /// The shrink must replace the page that holds the new EOF.
+    #[test]
+    fn shrink_replaces_unwritten_tail_page() {
+        let (i, f, used) = file();
+        let q = Quota {
+            used: &used,
+            max_pages: 16,
+        };
+        f.fallocate(&i, &q, false, 0, 2 * PAGE as u64).unwrap();
+        f.truncate(&i, &q, 2 * PAGE as u64);
+        let before = page_ptr(&f, 0);
+        assert_ne!(before, 0);
+        f.truncate(&i, &q, 100);
+        let after = page_ptr(&f, 0);
+        assert_ne!(after, 0, "the partial page stays allocated");
+        assert_ne!(
+            before, after,
+            "the shrink must not keep the page readers may copy"
+        );
+        assert_eq!(page_ptr(&f, 1), 0);
+    }
+}
+
+#[cfg(test)]
+mod race_tests {
+    use super::tests_support::*;
+    use super::*;
+
+    /// Issue 12 (1), concurrently: readers copy the file while a writer
+    /// fallocates two pages, shrinks the file into the first and appends
+    /// there. Readers must only ever see zeros or the appended byte; under
+    /// ThreadSanitizer (`RUSTFLAGS=-Zsanitizer=thread`, nightly) the old code
+    /// reports the race.
+    #[test]
+    fn readers_race_shrink_and_append() {
+        let (i, f, used) = file();
+        let q = Quota {
+            used: &used,
+            max_pages: 16,
+        };
+        let done = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            for _ in 0..2 {
+                s.spawn(|| {
+                    let mut buf = vec![0u8; 2 * PAGE];
+                    // Relaxed: a stop flag.
+                    while !done.load(Ordering::Relaxed) {
+                        let n = f.read(&i, 0, &mut buf);
+                        assert!(buf[..n].iter().all(|&b| b == 0 || b == b'B'));
+                    }
+                });
+            }
+            for _ in 0..2000 {
+                f.truncate(&i, &q, 0);
+                f.fallocate(&i, &q, false, 0, 2 * PAGE as u64).unwrap();
+                f.truncate(&i, &q, 2 * PAGE as u64);
+                f.truncate(&i, &q, 100);
+                assert_eq!(f.write(&i, &q, 100, &[b'B'; 1000]), Ok(1000));
+            }
+            // Relaxed: a stop flag.
+            done.store(true, Ordering::Relaxed);
+        });
     }
 }
