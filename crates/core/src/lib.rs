@@ -9,6 +9,7 @@
 pub mod dcache;
 pub mod errno;
 pub mod file;
+pub(crate) mod frames;
 pub mod fs;
 pub mod inode;
 pub mod io;

@@ -197,7 +197,8 @@ impl VfsConfig {
     /// Set a variant by name (`lockref=spin`, `layout=packed`,
     /// `index=per-dir`, `walk=ref`, `stat=ref`, `readdir=locking`,
     /// `llseek=locked|lockless`, `orphan=locked|lockless|none`,
-    /// `orphan-blocks=N`).
+    /// `orphan-blocks=N`, the root memfs's `size=` and `nr_inodes=` as
+    /// tmpfs spells them).
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
         match key {
             "lockref" => self.dcache.lockref = value.parse::<LockRefVariant>()?,
@@ -235,6 +236,8 @@ impl VfsConfig {
             "orphan-blocks" => self.orphan_blocks = value.parse().map_err(|e| format!("{e}"))?,
             "max-entries" => self.dcache.max_entries = value.parse().map_err(|e| format!("{e}"))?,
             "max-bytes" => self.dcache.max_bytes = value.parse().map_err(|e| format!("{e}"))?,
+            "size" => self.memfs.max_bytes = MemFsOptions::parse_size(value)?,
+            "nr_inodes" | "nr-inodes" => self.memfs.max_inodes = MemFsOptions::parse_inodes(value)?,
             _ => return Err(format!("unknown option {key}")),
         }
         Ok(())
