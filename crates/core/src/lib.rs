@@ -24,7 +24,7 @@ pub(crate) mod walk;
 pub use dcache::{DcacheConfig, DcacheIndex, DentryLayout};
 pub use errno::{Errno, VfsResult};
 pub use fs::Filesystem;
-pub use memfs::{MemFs, MemFsOptions};
+pub use memfs::{flush_deferred_frees, MemFs, MemFsOptions};
 pub use scalevfs_orphan::OrphanVariant;
 pub use scalevfs_sync::LockRefVariant;
 pub use task::Task;
