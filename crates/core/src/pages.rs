@@ -11,8 +11,8 @@
 //! - Nodes and pages that leave the tree are freed after a grace period;
 //!   page frames go back to the OS then (`frames.rs`).
 //! - Space: the filesystem's page count (`Quota`, one atomic per memfs) is
-//!   updated once per call that adds or removes pages, never per page and
-//!   never for an overwrite or an append inside the last page.
+//!   updated once per call that removes pages and once per 64 pages a call
+//!   adds, never for an overwrite or an append inside the last page.
 //!
 //! How a reader never sees garbage without a lock:
 //! - Rule: a byte that a reader may copy is never written in place. A
@@ -64,6 +64,9 @@ pub const PAGE: usize = frames::FRAME;
 const BITS: u32 = 6;
 const FAN: usize = 1 << BITS;
 const MASK: u64 = FAN as u64 - 1;
+
+/// Pages a write takes from the quota at once.
+const RESERVE: u64 = 64;
 
 /// Tag of a leaf slot whose page has been written. A page allocated by
 /// fallocate and never written reads as zeros and SEEK_DATA treats it as a
@@ -249,8 +252,9 @@ impl Drop for Node {
 
 /// Accounting of a filesystem's pages (tmpfs's `size=`): one counter per
 /// filesystem, never above `max_pages`. A known cost: every call that adds
-/// or removes pages does one read-modify-write of it (appends inside the
-/// last page and overwrites do none); tmpfs uses a per-CPU counter.
+/// or removes pages does a read-modify-write of it (one per 64 pages added;
+/// appends inside the last page and overwrites do none); tmpfs uses a
+/// per-CPU counter.
 pub(crate) struct Quota<'a> {
     pub used: &'a AtomicI64,
     pub max_pages: u64,
@@ -645,9 +649,10 @@ impl FileData {
         let size = inode.attr().size;
         let mut done = 0;
         let mut added = 0i64;
-        // Pages taken from the quota and not used yet: taken for the rest of
-        // the call at the first missing page, so the counter is touched at
-        // most twice per call.
+        // Pages taken from the quota and not used yet: taken at a missing
+        // page for up to `RESERVE` more, so the counter is touched once per
+        // 256 KiB of new pages and a concurrent writer near the limit is
+        // kept waiting for at most that much.
         let mut reserved = 0u64;
         let mut err = None;
         while done < buf.len() {
@@ -662,7 +667,7 @@ impl FileData {
             if cur.is_null() {
                 if reserved == 0 {
                     let rest = (in_page + buf.len() - done).div_ceil(PAGE) as u64;
-                    reserved = q.take_upto(rest);
+                    reserved = q.take_upto(rest.min(RESERVE));
                     if reserved == 0 {
                         err = Some(Errno::ENOSPC);
                         break;

@@ -162,3 +162,44 @@ fn size_options_parse() {
     assert!(cfg.set("nr_inodes", "0").is_err());
     assert!(cfg.set("nr_inodes", "5%").is_err());
 }
+
+/// Writers racing for the last pages never take more than the limit, and
+/// together they fill it exactly; each file holds what its writes returned.
+#[test]
+fn concurrent_writers_fill_exactly() {
+    let vfs = small(300, 100);
+    std::thread::scope(|s| {
+        for n in 0..4 {
+            let vfs = &vfs;
+            s.spawn(move || {
+                let t = vfs.root_task();
+                let path = format!("/w{n}");
+                let f = t.open(&path, O_CREAT | O_RDWR, 0o644).unwrap();
+                let chunk = vec![n as u8 + 1; 3000 + 1000 * n];
+                let mut total = 0u64;
+                loop {
+                    match t.write(f, &chunk) {
+                        Ok(k) => total += k as u64,
+                        Err(e) => {
+                            assert_eq!(e, Errno::ENOSPC);
+                            break;
+                        }
+                    }
+                }
+                let st = t.fstat(f).unwrap();
+                assert_eq!(st.size, total);
+                assert_eq!(st.blocks * 512, total.div_ceil(PAGE) * PAGE);
+                let mut back = vec![0u8; total as usize];
+                assert_eq!(t.pread(f, &mut back, 0), Ok(total as usize));
+                assert!(back.iter().all(|&b| b == n as u8 + 1));
+                t.close(f).unwrap();
+            });
+        }
+    });
+    let t = vfs.root_task();
+    let used: u64 = (0..4)
+        .map(|n| t.stat(&format!("/w{n}")).unwrap().blocks * 512 / PAGE)
+        .sum();
+    assert_eq!(used, 300);
+    assert_eq!(t.statfs("/").unwrap().bfree, 0);
+}
