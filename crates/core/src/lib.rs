@@ -9,6 +9,7 @@
 pub mod dcache;
 pub mod errno;
 pub mod file;
+pub(crate) mod frames;
 pub mod fs;
 pub mod inode;
 pub mod io;
@@ -23,7 +24,7 @@ pub(crate) mod walk;
 pub use dcache::{DcacheConfig, DcacheIndex, DentryLayout};
 pub use errno::{Errno, VfsResult};
 pub use fs::Filesystem;
-pub use memfs::{MemFs, MemFsOptions};
+pub use memfs::{flush_deferred_frees, MemFs, MemFsOptions};
 pub use scalevfs_orphan::OrphanVariant;
 pub use scalevfs_sync::LockRefVariant;
 pub use task::Task;

@@ -40,9 +40,11 @@ pub const FIRST_COOKIE: u64 = 3;
 pub struct MemFsOptions {
     /// The dcache holds every name (a miss is ENOENT). Default true.
     pub authoritative: bool,
-    /// Maximum number of inodes (ENOSPC past it).
+    /// Maximum number of inodes, the root included (ENOSPC past it; tmpfs's
+    /// `nr_inodes`). Default: half the physical RAM pages, as tmpfs.
     pub max_inodes: u64,
-    /// Maximum bytes of file data (ENOSPC past it).
+    /// Maximum bytes of file data, in whole pages (ENOSPC past it; tmpfs's
+    /// `size`). Default: half the physical RAM, as tmpfs.
     pub max_bytes: u64,
     /// Maximum file size (EFBIG past it).
     pub max_file_size: u64,
@@ -50,13 +52,98 @@ pub struct MemFsOptions {
 
 impl Default for MemFsOptions {
     fn default() -> Self {
+        let ram = MemFsOptions::physical_ram();
         MemFsOptions {
             authoritative: true,
-            max_inodes: 1 << 32,
-            max_bytes: 1 << 40,
+            max_inodes: (ram / PAGE as u64 / 2).max(1),
+            max_bytes: (ram / 2) / PAGE as u64 * PAGE as u64,
             max_file_size: i64::MAX as u64,
         }
     }
+}
+
+impl MemFsOptions {
+    /// Bytes of physical RAM (`sysconf(_SC_PHYS_PAGES)`; 1 GiB if unknown).
+    pub fn physical_ram() -> u64 {
+        // SAFETY: sysconf has no preconditions.
+        let (pages, size) = unsafe {
+            (
+                libc::sysconf(libc::_SC_PHYS_PAGES),
+                libc::sysconf(libc::_SC_PAGESIZE),
+            )
+        };
+        if pages <= 0 || size <= 0 {
+            return 1 << 30;
+        }
+        (pages as u64).saturating_mul(size as u64)
+    }
+
+    /// Parse tmpfs's `size=`: bytes with an optional k, m, g, t, p or e
+    /// suffix (powers of 1024, either case), or `N%` of physical RAM;
+    /// rounded up to whole pages. 0 (tmpfs's "no limit") is refused: memfs
+    /// always has a limit.
+    pub fn parse_size(v: &str) -> Result<u64, String> {
+        let bytes = match v.strip_suffix('%') {
+            Some(pct) => {
+                let pct: u64 = pct.parse().map_err(|e| format!("size={v}: {e}"))?;
+                (u128::from(MemFsOptions::physical_ram()) * u128::from(pct) / 100)
+                    .try_into()
+                    .map_err(|_| format!("size={v}: too large"))?
+            }
+            None => parse_suffixed(v).map_err(|e| format!("size={v}: {e}"))?,
+        };
+        if bytes == 0 {
+            return Err(format!("size={v}: memfs needs a limit above 0"));
+        }
+        bytes
+            .checked_next_multiple_of(PAGE as u64)
+            .ok_or_else(|| format!("size={v}: too large"))
+    }
+
+    /// Parse tmpfs's `nr_inodes=`: a count with an optional k, m, g, t, p or
+    /// e suffix; 0 (tmpfs's "no limit") is refused.
+    pub fn parse_inodes(v: &str) -> Result<u64, String> {
+        match parse_suffixed(v).map_err(|e| format!("nr_inodes={v}: {e}"))? {
+            0 => Err(format!("nr_inodes={v}: memfs needs a limit above 0")),
+            n => Ok(n),
+        }
+    }
+}
+
+/// Run the frees that are due: push this thread's deferred frees (epoch
+/// garbage: closed files, dropped dentries and inodes, file pages) to the
+/// global queue and collect, a few rounds since a freed object may defer
+/// more. Garbage otherwise waits in the thread's own bag until the thread
+/// defers more or pins often enough, which an idle server thread never
+/// does: the space and memory of a deleted file would stay taken. Cheap
+/// when there is nothing to free. The FUSE adapter calls it after a
+/// release or forget; a library user may call it after deleting files.
+pub fn flush_deferred_frees() {
+    for _ in 0..4 {
+        crossbeam_epoch::pin().flush();
+    }
+}
+
+/// A number with an optional binary suffix, as the kernel's `memparse`.
+fn parse_suffixed(v: &str) -> Result<u64, String> {
+    let (num, shift) = match v.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let shift = match c.to_ascii_lowercase() {
+                'k' => 10,
+                'm' => 20,
+                'g' => 30,
+                't' => 40,
+                'p' => 50,
+                'e' => 60,
+                _ => return Err(format!("unknown suffix {c}")),
+            };
+            (&v[..i], shift)
+        }
+        _ => (v, 0),
+    };
+    let n: u64 = num.parse().map_err(|e| format!("{e}"))?;
+    n.checked_mul(1 << shift)
+        .ok_or_else(|| "too large".to_string())
 }
 
 #[derive(Debug, Default)]
@@ -187,13 +274,16 @@ impl MemFs {
     }
 
     fn new_inode(&self, attr: Attr, kind: MemKind) -> VfsResult<Arc<Inode>> {
-        // Relaxed: a soft limit checked approximately, as tmpfs's nr_inodes.
-        if self.stats.live_inodes.load(Ordering::Relaxed) as u64 >= self.opts.max_inodes {
-            return Err(Errno::ENOSPC);
-        }
+        // Relaxed: the counter orders nothing but itself; the RMW keeps it at
+        // or below the limit (one shared RMW per create: a known cost).
+        self.stats
+            .live_inodes
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                ((n.max(0) as u64) < self.opts.max_inodes).then_some(n + 1)
+            })
+            .map_err(|_| Errno::ENOSPC)?;
         // Relaxed: only uniqueness of the number matters.
         let ino = self.next_ino.fetch_add(1, Ordering::Relaxed);
-        self.stats.live_inodes.fetch_add(1, Ordering::Relaxed);
         Ok(Arc::new(Inode::new(
             ino,
             self.dev,
@@ -539,8 +629,7 @@ impl Filesystem for MemFs {
         if size > self.opts.max_file_size {
             return Err(Errno::EFBIG);
         }
-        f.truncate(inode, &self.quota(), size);
-        Ok(())
+        f.truncate(inode, &self.quota(), size)
     }
 
     fn fallocate(&self, inode: &Arc<Inode>, punch: bool, off: u64, len: u64) -> VfsResult<()> {

@@ -8,25 +8,40 @@
 //! - Writers (`write`, `truncate`, `fallocate`) are serialised by the caller:
 //!   the VFS holds the inode's data lock exclusively (see `io.rs`). This
 //!   module has no lock of its own.
-//! - Nodes and pages that leave the tree are freed after a grace period.
+//! - Nodes and pages that leave the tree are freed after a grace period;
+//!   page frames go back to the OS then (`frames.rs`).
+//! - Space: the filesystem's page count (`Quota`, one atomic per memfs) is
+//!   updated once per call that removes pages and once per 64 pages a call
+//!   adds, never for an overwrite or an append inside the last page.
 //!
 //! How a reader never sees garbage without a lock:
-//! - A published page is never modified, with one exception: bytes at or
-//!   beyond the file size at the time of the write (an append into the last
-//!   page, or into a page allocated past EOF by fallocate). Every other
+//! - Rule: a byte that a reader may copy is never written in place. A
+//!   reader may copy byte `b` of a page if, after loading the page pointer,
+//!   it read a size above `b`. So a writer writes in place only bytes at or
+//!   beyond the current size (an append into the last page, or into a page
+//!   allocated past EOF by fallocate), and only into a page that has been in
+//!   the tree only while the size was at or below those bytes. Every other
 //!   change (overwrite, truncate's zeroed tail, hole punch) publishes a
 //!   modified copy and frees the old page after a grace period (copy on
 //!   write). So a reader holding a page sees one version of it.
+//! - A shrinking truncate is what could break the second half of the rule:
+//!   readers that read the old size may still copy bytes past the new one.
+//!   So it removes every page wholly past the new size and *replaces* the
+//!   page holding the new EOF, whether it was ever written or not (a page
+//!   fallocate made and no one wrote is still one readers copy from).
 //! - Invariant: bytes of any page at or beyond the file size are zero.
 //! - A shrinking truncate stores the new size *before* it removes or replaces
 //!   pages; a write stores data *before* the new size. A reader loads the page
 //!   pointer first and then reads the size, and copies only bytes below that
-//!   size. While a page stays in the tree its bytes below the size are never
-//!   written in place again (getting the size at or below such a byte needs a
-//!   shrink, which replaces the page), and the in-place writes that happened
-//!   before the size rose past a byte happen-before the reader's size read. A
-//!   read that overlaps a truncate therefore returns old data, new data, or a
-//!   short count, never bytes that were not in the file.
+//!   size. The in-place writes that happened before the size rose past a
+//!   byte happen-before the reader's size read. A read that overlaps a
+//!   truncate therefore returns old data, new data, or a short count, never
+//!   bytes that were not in the file.
+//!
+//! Limits: every size, offset and count from outside is checked with O(1)
+//! arithmetic before any loop: a fallocate larger than the filesystem or
+//! than its free space fails at once (ENOSPC, as tmpfs); the other loops
+//! visit only pages and nodes that exist or bytes of the caller's buffer.
 //!
 //! Performance: the tree has 64-way nodes and grows in height with the
 //! largest index (one level per 256 KiB up to 16 MiB, ...); lookups are a few
@@ -35,62 +50,70 @@
 //! partial truncate or hole punch are kept until the file is truncated to 0
 //! or freed (a known cost for sparse files that shrink).
 
-use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned, Shared};
 
 use crate::errno::{Errno, VfsResult};
+use crate::frames::{self, Frame};
 use crate::inode::Inode;
 use crate::types::Timespec;
 
 /// Page size of file data.
-pub const PAGE: usize = 4096;
+pub const PAGE: usize = frames::FRAME;
 const BITS: u32 = 6;
 const FAN: usize = 1 << BITS;
 const MASK: u64 = FAN as u64 - 1;
 
-/// One page of file data.
-pub(crate) struct Page {
-    data: UnsafeCell<[u8; PAGE]>,
-    /// False for a page allocated by fallocate and never written: it reads as
-    /// zeros and SEEK_DATA treats it as a hole (tmpfs does the same).
-    written: AtomicBool,
-}
+/// Pages a write takes from the quota at once.
+const RESERVE: u64 = 64;
 
-// SAFETY: the bytes are shared between threads under the protocol of the
-// module comment: a writer (serialised by the data lock) writes in place only
-// bytes no reader may read, and readers copy only bytes that are no longer
-// written in place; everything else is copy on write.
-unsafe impl Sync for Page {}
+/// Tag of a leaf slot whose page has been written. A page allocated by
+/// fallocate and never written reads as zeros and SEEK_DATA treats it as a
+/// hole (tmpfs does the same).
+const WRITTEN: usize = 1;
 
-impl Page {
-    fn new(written: bool) -> Owned<Page> {
-        Owned::new(Page {
-            data: UnsafeCell::new([0; PAGE]),
-            written: AtomicBool::new(written),
-        })
+/// A page in the tree: its frame, tagged [`WRITTEN`].
+#[derive(Clone, Copy)]
+struct Page<'g>(Shared<'g, Frame>);
+
+impl<'g> Page<'g> {
+    /// A new zero page, not yet published; `None` if memory is exhausted.
+    fn new(written: bool) -> Option<Page<'static>> {
+        let f = frames::alloc_zeroed()?;
+        Some(Page(
+            Shared::from(f.as_ptr() as *const Frame).with_tag(written as usize),
+        ))
     }
 
-    /// A written copy of `self` (the caller is the only writer).
-    fn copy(&self) -> Owned<Page> {
-        let mut p = Page::new(true);
+    /// A written, unpublished copy of `self` (the caller is the only writer).
+    fn copy(self) -> Option<Page<'static>> {
+        let f = frames::alloc_dirty()?;
         // SAFETY: we hold the data lock, so no one writes `self` meanwhile;
         // the destination is ours alone.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                self.data.get().cast::<u8>(),
-                p.data.get_mut().as_mut_ptr(),
-                PAGE,
-            )
-        };
-        p
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr(), f.as_ref().as_ptr(), PAGE) };
+        Some(Page(
+            Shared::from(f.as_ptr() as *const Frame).with_tag(WRITTEN),
+        ))
     }
 
-    pub(crate) fn is_written(&self) -> bool {
-        // Acquire: pairs with the Release store of a writer (the flag is only
-        // advisory for SEEK_DATA, the bytes are published by the size).
-        self.written.load(Ordering::Acquire)
+    fn ptr(self) -> *mut u8 {
+        // SAFETY: a page is a live frame: published ones are freed only after
+        // a grace period that the guard of `'g` holds off.
+        unsafe { self.0.deref() }.as_ptr()
+    }
+
+    fn is_written(self) -> bool {
+        self.0.tag() & WRITTEN != 0
+    }
+
+    /// Bytes of an unpublished page (ours alone).
+    ///
+    /// # Safety
+    /// The page is not published yet.
+    unsafe fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: a live frame of PAGE bytes that no one else sees.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr(), PAGE) }
     }
 
     /// Copy bytes `[at, at + out.len())` out.
@@ -98,40 +121,43 @@ impl Page {
     /// # Safety
     /// No thread may write those bytes concurrently (module comment: they are
     /// below a size the reader read after loading this page).
-    unsafe fn read_at(&self, at: usize, out: &mut [u8]) {
+    unsafe fn read_at(self, at: usize, out: &mut [u8]) {
         debug_assert!(at + out.len() <= PAGE);
         // SAFETY: in bounds (callers clamp to the page); no concurrent writer
         // by this function's contract.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                self.data.get().cast::<u8>().add(at),
-                out.as_mut_ptr(),
-                out.len(),
-            )
-        };
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr().add(at), out.as_mut_ptr(), out.len()) };
     }
 
     /// Write bytes in place into a published page.
     ///
     /// # Safety
-    /// The caller holds the data lock and every byte written is at or beyond
-    /// the current file size, so no reader reads it.
-    unsafe fn write_at(&self, at: usize, src: &[u8]) {
+    /// The caller holds the data lock and no reader may read the bytes
+    /// (module comment: at or beyond the size, in a page that has never been
+    /// in the tree while the size was above them).
+    unsafe fn write_at(self, at: usize, src: &[u8]) {
         debug_assert!(at + src.len() <= PAGE);
         // SAFETY: in bounds; exclusive by this function's contract.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr().add(at), src.len()) };
+    }
+
+    /// Free the frame of a page that left the tree, after a grace period.
+    ///
+    /// # Safety
+    /// The page is unreachable for new readers.
+    unsafe fn retire(self, g: &Guard) {
+        let a = self.0.as_raw() as usize;
+        // SAFETY: pinned readers are waited for; then no one uses the frame.
         unsafe {
-            std::ptr::copy_nonoverlapping(
-                src.as_ptr(),
-                self.data.get().cast::<u8>().add(at),
-                src.len(),
-            )
+            g.defer_unchecked(move || {
+                frames::free(std::ptr::NonNull::new_unchecked(a as *mut Frame))
+            })
         };
     }
 }
 
 enum Slots {
     Inner(Box<[Atomic<Node>; FAN]>),
-    Leaf(Box<[Atomic<Page>; FAN]>),
+    Leaf(Box<[Atomic<Frame>; FAN]>),
 }
 
 struct Node {
@@ -204,9 +230,9 @@ impl Drop for Node {
                 for s in p.iter() {
                     // Relaxed: exclusive access.
                     let x = s.load(Ordering::Relaxed, g);
-                    if !x.is_null() {
+                    if let Some(f) = std::ptr::NonNull::new(x.as_raw() as *mut Frame) {
                         // SAFETY: exclusively owned, see above.
-                        drop(unsafe { x.into_owned() });
+                        unsafe { frames::free(f) };
                     }
                 }
             }
@@ -224,25 +250,56 @@ impl Drop for Node {
     }
 }
 
-/// Accounting of a filesystem's pages (tmpfs's `size=`).
+/// Accounting of a filesystem's pages (tmpfs's `size=`): one counter per
+/// filesystem, never above `max_pages`. A known cost: every call that adds
+/// or removes pages does a read-modify-write of it (one per 64 pages added;
+/// appends inside the last page and overwrites do none); tmpfs uses a
+/// per-CPU counter.
 pub(crate) struct Quota<'a> {
     pub used: &'a AtomicI64,
     pub max_pages: u64,
 }
 
 impl Quota<'_> {
-    fn take(&self, n: u64) -> bool {
-        // Relaxed: a soft limit checked approximately, as tmpfs's size= option.
+    /// Pages free now.
+    fn free(&self) -> u64 {
+        // Relaxed: a hint; `take_upto` decides.
         let used = self.used.load(Ordering::Relaxed).max(0) as u64;
-        if used + n > self.max_pages {
-            return false;
-        }
-        self.used.fetch_add(n as i64, Ordering::Relaxed);
-        true
+        self.max_pages.saturating_sub(used)
     }
+
+    /// Take up to `n` pages; returns how many were granted.
+    fn take_upto(&self, n: u64) -> u64 {
+        let mut got = 0;
+        // Relaxed: the counter orders nothing but itself; the RMW keeps it
+        // at or below the limit however many threads take at once.
+        let _ = self
+            .used
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| {
+                got = n.min(self.max_pages.saturating_sub(u.max(0) as u64));
+                (got > 0).then_some(u + got as i64)
+            });
+        got
+    }
+
+    /// Take exactly `n` pages, or none.
+    fn take(&self, n: u64) -> bool {
+        if n == 0 {
+            return true;
+        }
+        // Relaxed: as in `take_upto`.
+        self.used
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| {
+                (u.max(0) as u64 + n <= self.max_pages).then_some(u + n as i64)
+            })
+            .is_ok()
+    }
+
     fn give(&self, n: u64) {
-        // Relaxed: statistics.
-        self.used.fetch_sub(n as i64, Ordering::Relaxed);
+        if n > 0 {
+            // Relaxed: as in `take_upto`.
+            self.used.fetch_sub(n as i64, Ordering::Relaxed);
+        }
     }
 }
 
@@ -256,7 +313,8 @@ pub(crate) struct FileData {
 
 impl Drop for FileData {
     fn drop(&mut self) {
-        // SAFETY: the file is being freed: no reader or writer is left.
+        // SAFETY: the file is being freed: no writer is left, and readers
+        // hold the inode (so this file) until they unpin.
         let g = unsafe { epoch::unprotected() };
         // Relaxed: exclusive access.
         let r = self.root.swap(Shared::null(), Ordering::Relaxed, g);
@@ -281,7 +339,7 @@ impl FileData {
     }
 
     /// The page at index `idx`, if any (lock-free).
-    fn get<'g>(&self, idx: u64, g: &'g Guard) -> Option<&'g Page> {
+    fn get<'g>(&self, idx: u64, g: &'g Guard) -> Option<Page<'g>> {
         let mut n = self.root(g)?;
         if !n.covers(idx) {
             return None;
@@ -292,15 +350,18 @@ impl FileData {
                 // Acquire: pairs with the Release publication of the child.
                 // SAFETY: as in `root`.
                 Slots::Inner(k) => n = unsafe { k[i].load(Ordering::Acquire, g).as_ref() }?,
-                // SAFETY: as in `root`.
-                Slots::Leaf(p) => return unsafe { p[i].load(Ordering::Acquire, g).as_ref() },
+                Slots::Leaf(p) => {
+                    // Acquire: pairs with the Release publication of the page.
+                    let x = p[i].load(Ordering::Acquire, g);
+                    return (!x.is_null()).then_some(Page(x));
+                }
             }
         }
     }
 
     /// The first page at index >= `from` (lock-free).
-    fn next_present<'g>(&self, from: u64, g: &'g Guard) -> Option<(u64, &'g Page)> {
-        fn rec<'g>(n: &'g Node, base: u128, from: u128, g: &'g Guard) -> Option<(u64, &'g Page)> {
+    fn next_present<'g>(&self, from: u64, g: &'g Guard) -> Option<(u64, Page<'g>)> {
+        fn rec<'g>(n: &'g Node, base: u128, from: u128, g: &'g Guard) -> Option<(u64, Page<'g>)> {
             let span = n.span();
             let first = if from > base {
                 ((from - base) / span) as usize
@@ -311,9 +372,10 @@ impl FileData {
                 let lo = base + i as u128 * span;
                 match &n.slots {
                     Slots::Leaf(p) => {
-                        // Acquire + SAFETY: as in `get`.
-                        if let Some(pg) = unsafe { p[i].load(Ordering::Acquire, g).as_ref() } {
-                            return Some((lo as u64, pg));
+                        // Acquire: as in `get`.
+                        let x = p[i].load(Ordering::Acquire, g);
+                        if !x.is_null() {
+                            return Some((lo as u64, Page(x)));
                         }
                     }
                     Slots::Inner(k) => {
@@ -336,7 +398,7 @@ impl FileData {
     }
 
     /// The slot for page `idx`, creating nodes (writer only).
-    fn slot_for_write<'g>(&self, idx: u64, g: &'g Guard) -> &'g Atomic<Page> {
+    fn slot_for_write<'g>(&self, idx: u64, g: &'g Guard) -> &'g Atomic<Frame> {
         // Relaxed: writers are serialised by the data lock, which orders them.
         let mut root = self.root.load(Ordering::Relaxed, g);
         if root.is_null() {
@@ -385,6 +447,41 @@ impl FileData {
         }
     }
 
+    /// Pages with index in `[lo, hi)` (writer only; visits existing nodes).
+    fn count_range(&self, lo: u64, hi: u64, g: &Guard) -> u64 {
+        fn rec(n: &Node, base: u128, lo: u128, hi: u128, g: &Guard) -> u64 {
+            let span = n.span();
+            let mut count = 0;
+            for i in 0..FAN {
+                let a = base + i as u128 * span;
+                let b = a + span;
+                if b <= lo || a >= hi {
+                    continue;
+                }
+                match &n.slots {
+                    // Relaxed: writer-side read (data lock held).
+                    Slots::Leaf(p) => count += !p[i].load(Ordering::Relaxed, g).is_null() as u64,
+                    Slots::Inner(k) => {
+                        // Relaxed + SAFETY: as above; alive, we are the writer.
+                        if let Some(c) = unsafe { k[i].load(Ordering::Relaxed, g).as_ref() } {
+                            count += if lo <= a && b <= hi {
+                                c.count_pages()
+                            } else {
+                                rec(c, a, lo.max(a), hi.min(b), g)
+                            };
+                        }
+                    }
+                }
+            }
+            count
+        }
+        // Relaxed + SAFETY: writer-side read; alive, we are the only writer.
+        match unsafe { self.root.load(Ordering::Relaxed, g).as_ref() } {
+            Some(r) => rec(r, 0, u128::from(lo), u128::from(hi), g),
+            None => 0,
+        }
+    }
+
     /// Remove the pages with index in `[lo, hi)`; returns how many.
     fn remove_range(&self, lo: u64, hi: u64, g: &Guard) -> u64 {
         fn rec(n: &Node, base: u128, lo: u128, hi: u128, g: &Guard) -> u64 {
@@ -402,8 +499,8 @@ impl FileData {
                         let x = p[i].swap(Shared::null(), Ordering::Release, g);
                         if !x.is_null() {
                             removed += 1;
-                            // SAFETY: unreachable now; pinned readers are waited for.
-                            unsafe { g.defer_destroy(x) };
+                            // SAFETY: unreachable now.
+                            unsafe { Page(x).retire(g) };
                         }
                     }
                     Slots::Inner(k) => {
@@ -445,23 +542,39 @@ impl FileData {
         rec(rn, 0, u128::from(lo), u128::from(hi), g)
     }
 
-    /// Replace the page at `idx` (if any, and written) with a copy whose bytes
-    /// `[from, to)` are zero.
-    fn zero_in_page(&self, idx: u64, from: usize, to: usize, g: &Guard) {
+    /// Replace the page at `idx` (if any) with a copy whose bytes `[from, to)`
+    /// are zero. A page never written is all zeros already and is left alone
+    /// unless `always`: a shrink must replace even that one (module comment).
+    fn zero_in_page(
+        &self,
+        idx: u64,
+        from: usize,
+        to: usize,
+        always: bool,
+        g: &Guard,
+    ) -> VfsResult<()> {
         if from >= to {
-            return;
+            return Ok(());
         }
-        let Some(p) = self.get(idx, g) else { return };
-        if !p.is_written() {
-            return;
-        }
-        let mut np = p.copy();
-        np.data.get_mut()[from..to].fill(0);
+        let Some(p) = self.get(idx, g) else {
+            return Ok(());
+        };
+        let np = if p.is_written() {
+            let mut np = p.copy().ok_or(Errno::ENOMEM)?;
+            // SAFETY: not published yet.
+            (unsafe { np.bytes_mut() })[from..to].fill(0);
+            np
+        } else if always {
+            Page::new(false).ok_or(Errno::ENOMEM)?
+        } else {
+            return Ok(());
+        };
         let slot = self.slot_for_write(idx, g);
         // Release: publish the initialised copy.
-        let old = slot.swap(np, Ordering::Release, g);
-        // SAFETY: unreachable now; pinned readers are waited for.
-        unsafe { g.defer_destroy(old) };
+        let old = slot.swap(np.0, Ordering::Release, g);
+        // SAFETY: unreachable now.
+        unsafe { Page(old).retire(g) };
+        Ok(())
     }
 
     fn set_blocks(&self, inode: &Inode, delta: i64, now: Option<Timespec>, size: Option<u64>) {
@@ -519,7 +632,9 @@ impl FileData {
         done
     }
 
-    /// Write at `off` (data lock held; limits checked by the VFS).
+    /// Write at `off` (data lock held; limits checked by the VFS). A write
+    /// that runs out of space stores what fits and returns the short count
+    /// (ENOSPC if nothing fits), as Linux does.
     pub(crate) fn write(
         &self,
         inode: &Inode,
@@ -534,6 +649,12 @@ impl FileData {
         let size = inode.attr().size;
         let mut done = 0;
         let mut added = 0i64;
+        // Pages taken from the quota and not used yet: taken at a missing
+        // page for up to `RESERVE` more, so the counter is touched once per
+        // 256 KiB of new pages and a concurrent writer near the limit is
+        // kept waiting for at most that much.
+        let mut reserved = 0u64;
+        let mut err = None;
         while done < buf.len() {
             let pos = off + done as u64;
             let idx = pos / PAGE as u64;
@@ -543,42 +664,60 @@ impl FileData {
             let slot = self.slot_for_write(idx, &g);
             // Relaxed: writer-side read (data lock held).
             let cur = slot.load(Ordering::Relaxed, &g);
-            // SAFETY: alive; pages leave the tree only through us.
-            match unsafe { cur.as_ref() } {
-                None => {
-                    if !q.take(1) {
-                        if done == 0 {
-                            return Err(Errno::ENOSPC);
-                        }
+            if cur.is_null() {
+                if reserved == 0 {
+                    let rest = (in_page + buf.len() - done).div_ceil(PAGE) as u64;
+                    reserved = q.take_upto(rest.min(RESERVE));
+                    if reserved == 0 {
+                        err = Some(Errno::ENOSPC);
                         break;
                     }
-                    let mut p = Page::new(true);
-                    p.data.get_mut()[in_page..in_page + chunk].copy_from_slice(src);
-                    // Release: publish the initialised page.
-                    slot.store(p, Ordering::Release);
-                    added += 1;
                 }
-                Some(p) if pos >= size => {
-                    // SAFETY: every byte written is at or beyond the size and
-                    // we hold the data lock (module comment).
-                    unsafe { p.write_at(in_page, src) };
-                    // Release: advisory flag, see `is_written`.
-                    p.written.store(true, Ordering::Release);
+                let Some(mut p) = Page::new(true) else {
+                    err = Some(Errno::ENOMEM);
+                    break;
+                };
+                // SAFETY: not published yet.
+                (unsafe { p.bytes_mut() })[in_page..in_page + chunk].copy_from_slice(src);
+                // Release: publish the initialised page.
+                slot.store(p.0, Ordering::Release);
+                reserved -= 1;
+                added += 1;
+            } else if pos >= size {
+                let p = Page(cur);
+                // SAFETY: every byte written is at or beyond the size, in a
+                // page that a shrink below them would have replaced (module
+                // comment), and we hold the data lock.
+                unsafe { p.write_at(in_page, src) };
+                if !p.is_written() {
+                    // Release: the tag is advisory (SEEK_DATA); the bytes
+                    // are published by the size.
+                    slot.store(cur.with_tag(WRITTEN), Ordering::Release);
                 }
-                Some(p) => {
-                    let mut np = if chunk == PAGE {
-                        Page::new(true)
-                    } else {
-                        p.copy()
-                    };
-                    np.data.get_mut()[in_page..in_page + chunk].copy_from_slice(src);
-                    // Release: publish the initialised copy.
-                    let old = slot.swap(np, Ordering::Release, &g);
-                    // SAFETY: unreachable now; pinned readers are waited for.
-                    unsafe { g.defer_destroy(old) };
-                }
+            } else {
+                let np = if chunk == PAGE {
+                    Page::new(true)
+                } else {
+                    Page(cur).copy()
+                };
+                let Some(mut np) = np else {
+                    err = Some(Errno::ENOMEM);
+                    break;
+                };
+                // SAFETY: not published yet.
+                (unsafe { np.bytes_mut() })[in_page..in_page + chunk].copy_from_slice(src);
+                // Release: publish the initialised copy.
+                let old = slot.swap(np.0, Ordering::Release, &g);
+                // SAFETY: unreachable now.
+                unsafe { Page(old).retire(&g) };
             }
             done += chunk;
+        }
+        q.give(reserved);
+        if done == 0 {
+            if let Some(e) = err {
+                return Err(e);
+            }
         }
         let end = off + done as u64;
         self.set_blocks(inode, added, Some(Timespec::now()), Some(end.max(size)));
@@ -586,27 +725,52 @@ impl FileData {
     }
 
     /// Set the size (data lock held). Shrinking stores the size first, then
-    /// drops pages (module comment); truncating to the same or a smaller size
-    /// also drops pages that fallocate put beyond EOF, as tmpfs does.
-    pub(crate) fn truncate(&self, inode: &Inode, q: &Quota<'_>, size: u64) {
+    /// drops pages and replaces the page holding the new EOF (module
+    /// comment); truncating to the same or a smaller size also drops pages
+    /// that fallocate put beyond EOF, as tmpfs does.
+    pub(crate) fn truncate(&self, inode: &Inode, q: &Quota<'_>, size: u64) -> VfsResult<()> {
         let g = epoch::pin();
         let old = inode.attr().size;
         let now = Timespec::now();
+        let tail = (size % PAGE as u64) as usize;
+        // Allocate the EOF page's replacement first, so that running out of
+        // memory leaves the file as it was.
+        let mut repl = None;
+        if tail != 0 && size < old {
+            if let Some(p) = self.get(size / PAGE as u64, &g) {
+                let np = if p.is_written() {
+                    let mut np = p.copy().ok_or(Errno::ENOMEM)?;
+                    // SAFETY: not published yet.
+                    (unsafe { np.bytes_mut() })[tail..].fill(0);
+                    np
+                } else {
+                    Page::new(false).ok_or(Errno::ENOMEM)?
+                };
+                repl = Some(np);
+            }
+        }
         inode.update_attr(|a| {
             a.size = size;
             a.touch_mc(now);
         });
         if size > old {
-            return;
+            return Ok(());
         }
         let keep = size.div_ceil(PAGE as u64);
         let removed = self.remove_range(keep, u64::MAX, &g);
-        let tail = (size % PAGE as u64) as usize;
-        if tail != 0 {
-            self.zero_in_page(size / PAGE as u64, tail, PAGE, &g);
+        if let Some(np) = repl {
+            // Readers that read the old size may copy this page's bytes at
+            // or past the new size, which a later append writes in place:
+            // replace it, written or not (module comment).
+            let slot = self.slot_for_write(size / PAGE as u64, &g);
+            // Release: publish the initialised copy.
+            let old = slot.swap(np.0, Ordering::Release, &g);
+            // SAFETY: unreachable now.
+            unsafe { Page(old).retire(&g) };
         }
         q.give(removed);
         self.set_blocks(inode, -(removed as i64), None, None);
+        Ok(())
     }
 
     /// Allocate pages over `[off, off + len)` without changing the size
@@ -624,6 +788,22 @@ impl FileData {
         let (first, last) = (off / PAGE as u64, end.div_ceil(PAGE as u64));
         if punch {
             // Whole pages go; partial pages at the ends are zeroed (copies).
+            // Zero the ends first: running out of memory there changes nothing.
+            let a = (off % PAGE as u64) as usize;
+            if first == end.saturating_sub(1) / PAGE as u64 {
+                let b = end - first * PAGE as u64;
+                if a != 0 || b != PAGE as u64 {
+                    self.zero_in_page(first, a, b as usize, false, &g)?;
+                }
+            } else {
+                if a != 0 {
+                    self.zero_in_page(first, a, PAGE, false, &g)?;
+                }
+                let b = (end % PAGE as u64) as usize;
+                if b != 0 {
+                    self.zero_in_page(end / PAGE as u64, 0, b, false, &g)?;
+                }
+            }
             let full_lo = off.div_ceil(PAGE as u64);
             let full_hi = end / PAGE as u64;
             let removed = if full_lo < full_hi {
@@ -631,40 +811,36 @@ impl FileData {
             } else {
                 0
             };
-            let a = (off % PAGE as u64) as usize;
-            if first == end.saturating_sub(1) / PAGE as u64 {
-                let b = end - first * PAGE as u64;
-                if a != 0 || b != PAGE as u64 {
-                    self.zero_in_page(first, a, b as usize, &g);
-                }
-            } else {
-                if a != 0 {
-                    self.zero_in_page(first, a, PAGE, &g);
-                }
-                let b = (end % PAGE as u64) as usize;
-                if b != 0 {
-                    self.zero_in_page(end / PAGE as u64, 0, b, &g);
-                }
-            }
             q.give(removed);
             self.set_blocks(inode, -(removed as i64), Some(Timespec::now()), None);
             return Ok(());
         }
-        let mut missing = 0;
-        for idx in first..last {
-            if self.get(idx, &g).is_none() {
-                missing += 1;
-            }
+        // O(1) checks first (tmpfs: ENOSPC for a range larger than the
+        // filesystem), so the loops below are bounded by its size.
+        let want = last - first;
+        if want > q.max_pages || want.saturating_sub(self.npages()) > q.free() {
+            return Err(Errno::ENOSPC);
         }
+        let missing = want - self.count_range(first, last, &g);
         if !q.take(missing) {
             return Err(Errno::ENOSPC);
         }
+        let mut added = 0;
         for idx in first..last {
+            if added == missing {
+                break;
+            }
             let slot = self.slot_for_write(idx, &g);
             // Relaxed: writer-side read (data lock held).
             if slot.load(Ordering::Relaxed, &g).is_null() {
+                let Some(p) = Page::new(false) else {
+                    q.give(missing - added);
+                    self.set_blocks(inode, added as i64, None, None);
+                    return Err(Errno::ENOMEM);
+                };
                 // Release: publish the initialised (zero) page.
-                slot.store(Page::new(false), Ordering::Release);
+                slot.store(p.0, Ordering::Release);
+                added += 1;
             }
         }
         self.set_blocks(inode, missing as i64, None, None);
@@ -701,5 +877,103 @@ impl FileData {
                 _ => return Ok((idx * p).max(off)),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests_support {
+    use super::*;
+    use crate::types::{Attr, S_IFREG};
+
+    pub(super) fn file() -> (Inode, FileData, AtomicI64) {
+        let a = Attr {
+            mode: S_IFREG | 0o644,
+            nlink: 1,
+            ..Attr::default()
+        };
+        (
+            Inode::new(2, 1, a, Box::new(())),
+            FileData::default(),
+            AtomicI64::new(0),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tests_support::*;
+    use super::*;
+
+    fn page_ptr(f: &FileData, idx: u64) -> usize {
+        let g = epoch::pin();
+        f.get(idx, &g).map_or(0, |p| p.0.as_raw() as usize)
+    }
+
+    /// Issue 12 (1): a page that fallocate allocated and nothing wrote
+    /// survived a shrinking truncate, so a later append wrote in place bytes
+    /// that a reader which had read the old, larger size could be copying.
+    /// The shrink must replace the page that holds the new EOF.
+    #[test]
+    fn shrink_replaces_unwritten_tail_page() {
+        let (i, f, used) = file();
+        let q = Quota {
+            used: &used,
+            max_pages: 16,
+        };
+        f.fallocate(&i, &q, false, 0, 2 * PAGE as u64).unwrap();
+        f.truncate(&i, &q, 2 * PAGE as u64).unwrap();
+        let before = page_ptr(&f, 0);
+        assert_ne!(before, 0);
+        f.truncate(&i, &q, 100).unwrap();
+        let after = page_ptr(&f, 0);
+        assert_ne!(after, 0, "the partial page stays allocated");
+        assert_ne!(
+            before, after,
+            "the shrink must not keep the page readers may copy"
+        );
+        assert_eq!(page_ptr(&f, 1), 0);
+    }
+}
+
+#[cfg(test)]
+mod race_tests {
+    use super::tests_support::*;
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+
+    /// Issue 12 (1), concurrently: readers copy the file while a writer
+    /// fallocates two pages, shrinks the file into the first and appends
+    /// there. Readers must only ever see zeros or the appended byte; under
+    /// ThreadSanitizer (`RUSTFLAGS=-Zsanitizer=thread`, nightly) the old code
+    /// reports the race.
+    #[test]
+    fn readers_race_shrink_and_append() {
+        let (i, f, used) = file();
+        let q = Quota {
+            used: &used,
+            max_pages: 16,
+        };
+        let done = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            for _ in 0..2 {
+                s.spawn(|| {
+                    let mut buf = vec![0u8; 2 * PAGE];
+                    // Relaxed: a stop flag.
+                    while !done.load(Ordering::Relaxed) {
+                        let n = f.read(&i, 0, &mut buf);
+                        assert!(buf[..n].iter().all(|&b| b == 0 || b == b'B'));
+                    }
+                });
+            }
+            for _ in 0..2000 {
+                f.truncate(&i, &q, 0).unwrap();
+                f.fallocate(&i, &q, false, 0, 2 * PAGE as u64).unwrap();
+                f.truncate(&i, &q, 2 * PAGE as u64).unwrap();
+                f.truncate(&i, &q, 100).unwrap();
+                assert_eq!(f.write(&i, &q, 100, &[b'B'; 1000]), Ok(1000));
+            }
+            // Relaxed: a stop flag.
+            done.store(true, Ordering::Relaxed);
+        });
     }
 }

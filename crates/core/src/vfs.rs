@@ -226,7 +226,8 @@ impl VfsConfig {
     /// Set a variant by name (`lockref=spin`, `layout=packed`,
     /// `index=per-dir`, `walk=ref`, `stat=ref`, `readdir=locking`,
     /// `llseek=locked|lockless`, `orphan=locked|lockless|none`,
-    /// `orphan-blocks=N`, `protected-hardlinks=0|1`, `nr-open=N`).
+    /// `orphan-blocks=N`, `protected-hardlinks=0|1`, `nr-open=N`, the root
+    /// memfs's `size=` and `nr_inodes=` as tmpfs spells them).
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
         match key {
             "lockref" => self.dcache.lockref = value.parse::<LockRefVariant>()?,
@@ -282,6 +283,8 @@ impl VfsConfig {
                     _ => return Err(format!("protected-hardlinks={value}: 0 or 1")),
                 }
             }
+            "size" => self.memfs.max_bytes = MemFsOptions::parse_size(value)?,
+            "nr_inodes" | "nr-inodes" => self.memfs.max_inodes = MemFsOptions::parse_inodes(value)?,
             _ => return Err(format!("unknown option {key}")),
         }
         Ok(())

@@ -27,7 +27,9 @@ pub struct MountArgs {
     #[arg(long = "fs", default_value = "memfs")]
     pub fs: String,
     /// Mount options, comma separated (allow_other, allow_root,
-    /// default_permissions, ro, auto_unmount, fsname=..., dev, suid, ...).
+    /// default_permissions, ro, auto_unmount, fsname=..., dev, suid, ...),
+    /// and memfs's limits as tmpfs spells them: size=BYTES[k|m|g|t] or
+    /// size=N% of RAM (default 50%), nr_inodes=N[k|m|g].
     #[arg(short = 'o', value_delimiter = ',')]
     pub options: Vec<String>,
     /// Request threads (default: the number of CPUs, at most 16).
@@ -542,6 +544,21 @@ fn detach_stdio() {
     }
 }
 
+/// Apply the filesystem's own `-o` options (tmpfs's `size=` and
+/// `nr_inodes=`) to `vcfg`; returns the others, the FUSE mount options.
+pub fn fs_options(options: &[String], vcfg: &mut VfsConfig) -> Result<Vec<String>, String> {
+    let mut rest = Vec::new();
+    for o in options {
+        match o.trim().split_once('=') {
+            Some((k @ ("size" | "nr_inodes"), v)) => {
+                vcfg.set(k, v).map_err(|m| format!("-o {o}: {m}"))?;
+            }
+            _ => rest.push(o.clone()),
+        }
+    }
+    Ok(rest)
+}
+
 /// `scalevfs mount DIR ...`: mount, serve until unmounted (`fusermount3
 /// -u`, `umount`, SIGINT, SIGTERM or SIGHUP), then exit.
 pub fn run_mount(args: MountArgs) -> ExitCode {
@@ -569,9 +586,13 @@ pub fn run_mount(args: MountArgs) -> ExitCode {
             return fail(format!("--set {kv}: {m}"));
         }
     }
+    let options = match fs_options(&args.options, &mut vcfg) {
+        Ok(o) => o,
+        Err(m) => return fail(m),
+    };
     let cfg = MountConfig {
         fuse,
-        options: args.options.clone(),
+        options,
         threads: args.threads.unwrap_or_else(default_threads),
     };
     let scfg = match session_config(&cfg) {
@@ -640,5 +661,31 @@ pub fn run_mount(args: MountArgs) -> ExitCode {
     match session.run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(format!("FUSE session ended with an error: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `-o size=...,nr_inodes=...` sets the memfs limits and is not passed
+    /// to FUSE; a bad value is an error.
+    #[test]
+    fn size_and_nr_inodes_options() {
+        let mut v = VfsConfig::default();
+        let opts: Vec<String> = ["allow_other", "size=64k", "nr_inodes=4", "ro"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let rest = fs_options(&opts, &mut v).unwrap();
+        assert_eq!(rest, ["allow_other", "ro"]);
+        assert_eq!(v.memfs.max_bytes, 65536);
+        assert_eq!(v.memfs.max_inodes, 4);
+        assert!(fs_options(&["size=lots".to_string()], &mut v).is_err());
+        assert!(session_config(&MountConfig {
+            options: vec!["size=64k".into()],
+            ..MountConfig::default()
+        })
+        .is_err());
     }
 }

@@ -357,6 +357,8 @@ impl fuser::Filesystem for ScaleFs {
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
         if ino.0 != 1 {
             self.shared.nodes.forget(ino.0, nlookup);
+            // The node's fd may have been the inode's last reference.
+            scalevfs::flush_deferred_frees();
         }
     }
 
@@ -483,7 +485,9 @@ impl fuser::Filesystem for ScaleFs {
         let s = &self.shared;
         let name = tri!(reply, name_bytes(name));
         let dir = tri!(reply, s.node(parent));
-        reply_empty(reply, s.with_task(req, |t| t.unlinkat(dir.fd, name, 0)))
+        reply_empty(reply, s.with_task(req, |t| t.unlinkat(dir.fd, name, 0)));
+        // The name may have held the file's last reference.
+        scalevfs::flush_deferred_frees();
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -708,7 +712,9 @@ impl fuser::Filesystem for ScaleFs {
         reply: ReplyEmpty,
     ) {
         let fd = tri!(reply, fd_of(fh));
-        reply_empty(reply, self.shared.base.close(fd))
+        reply_empty(reply, self.shared.base.close(fd));
+        // An unlinked file's last close frees its data.
+        scalevfs::flush_deferred_frees();
     }
 
     fn fsync(
@@ -857,7 +863,9 @@ impl fuser::Filesystem for ScaleFs {
         reply: ReplyEmpty,
     ) {
         let fd = tri!(reply, fd_of(fh));
-        reply_empty(reply, self.shared.base.close(fd))
+        reply_empty(reply, self.shared.base.close(fd));
+        // An unlinked file's last close frees its data.
+        scalevfs::flush_deferred_frees();
     }
 
     fn fsyncdir(

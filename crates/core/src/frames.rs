@@ -1,0 +1,246 @@
+//! Page frames for memfs file data: 4 KiB frames carved out of 2 MiB
+//! anonymous mappings, given back to the OS (`madvise(MADV_DONTNEED)`) when
+//! they are freed, so that deleting files lowers the process's RSS.
+//!
+//! LOCKING RULES
+//! - Each thread keeps a cache of free frames and a batch of freed frames
+//!   not yet given back (`LOCAL`): allocating and freeing touch no shared
+//!   memory most of the time.
+//! - `POOL` (a mutex) holds the free frames of all threads; a thread takes
+//!   or returns `BATCH` frames at a time. New mappings are made under it.
+//!   It is a leaf lock: nothing else is taken while it is held.
+//!
+//! Invariant: a frame on a free list (`POOL`, a thread's `cache`) is not
+//! resident and reads as zeros (it was never touched, or was madvised
+//! after its last use), so `alloc_zeroed` needs no memset. Frames in a
+//! thread's `dirty` batch hold old data; `alloc_dirty` (for callers that
+//! overwrite the whole frame) takes them first, which spares the madvise
+//! and the page fault for overwrite-heavy loads.
+//!
+//! Address space is never unmapped (a freed frame costs no memory, only its
+//! 8-byte entry on a free list); the frames ever mapped are bounded by the
+//! memfs size limits (file data is allocated only within them) plus the
+//! pages waiting for an epoch grace period.
+
+use std::cell::{RefCell, UnsafeCell};
+use std::ptr::NonNull;
+use std::sync::Mutex;
+
+/// Size of one frame (the memfs page size).
+pub(crate) const FRAME: usize = 4096;
+/// Bytes mapped at once.
+const CHUNK: usize = 2 << 20;
+/// Frames moved between a thread and `POOL` at once.
+const BATCH: usize = 64;
+/// Freed frames a thread collects before giving them back (1 MiB).
+const DIRTY_MAX: usize = 256;
+
+/// One page of file data; the alignment leaves 12 tag bits in pointers.
+#[repr(C, align(4096))]
+pub(crate) struct Frame(UnsafeCell<[u8; FRAME]>);
+
+// SAFETY: a frame is raw memory; who may read or write which bytes when is
+// the page protocol of `pages.rs`, whose callers uphold it.
+unsafe impl Sync for Frame {}
+
+impl Frame {
+    pub(crate) fn as_ptr(&self) -> *mut u8 {
+        self.0.get().cast()
+    }
+}
+
+/// Free frames of all threads (addresses).
+static POOL: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+
+struct Local {
+    /// Free frames: zero, not resident.
+    cache: Vec<usize>,
+    /// Freed frames with old data, not yet given back to the OS.
+    dirty: Vec<usize>,
+}
+
+impl Local {
+    /// Give the dirty frames back to the OS and keep them as free frames.
+    fn clean(&mut self) {
+        release(&mut self.dirty);
+        self.cache.append(&mut self.dirty);
+        if self.cache.len() > 2 * BATCH {
+            let keep = self.cache.len() - BATCH;
+            pool().extend(self.cache.drain(keep..));
+        }
+    }
+}
+
+impl Drop for Local {
+    fn drop(&mut self) {
+        release(&mut self.dirty);
+        let mut p = pool();
+        p.append(&mut self.dirty);
+        p.append(&mut self.cache);
+    }
+}
+
+thread_local! {
+    static LOCAL: RefCell<Local> = const {
+        RefCell::new(Local {
+            cache: Vec::new(),
+            dirty: Vec::new(),
+        })
+    };
+}
+
+fn pool() -> std::sync::MutexGuard<'static, Vec<usize>> {
+    POOL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// `madvise(MADV_DONTNEED)` the frames in `v` (sorted, adjacent frames in
+/// one call). Afterwards they read as zeros and take no memory.
+fn release(v: &mut [usize]) {
+    v.sort_unstable();
+    let mut i = 0;
+    while i < v.len() {
+        let mut j = i + 1;
+        while j < v.len() && v[j] == v[j - 1] + FRAME {
+            j += 1;
+        }
+        let len = (j - i) * FRAME;
+        // SAFETY: the range is frames of our mappings that no one uses (they
+        // were freed); DONTNEED on private anonymous memory only drops them.
+        let r = unsafe { libc::madvise(v[i] as *mut libc::c_void, len, libc::MADV_DONTNEED) };
+        if r != 0 {
+            // Cannot happen for our own mappings; keep the zero invariant.
+            // SAFETY: as above, the frames are ours and unused.
+            unsafe { std::ptr::write_bytes(v[i] as *mut u8, 0, len) };
+        }
+        i = j;
+    }
+}
+
+/// Map a new chunk; returns its frames, or an empty vector if the OS has no
+/// memory.
+fn map_chunk() -> Vec<usize> {
+    // SAFETY: a fresh private anonymous mapping, no existing memory touched.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            CHUNK,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Vec::new();
+    }
+    // Huge pages would make a 4 KiB frame cost 2 MiB and make DONTNEED split
+    // them; advisory, so the result does not matter.
+    // SAFETY: our fresh mapping.
+    unsafe { libc::madvise(p, CHUNK, libc::MADV_NOHUGEPAGE) };
+    (0..CHUNK / FRAME).map(|i| p as usize + i * FRAME).collect()
+}
+
+fn refill(l: &mut Local) {
+    let mut p = pool();
+    if p.is_empty() {
+        p.extend(map_chunk());
+    }
+    let take = p.len().min(BATCH);
+    let at = p.len() - take;
+    l.cache.extend(p.drain(at..));
+}
+
+fn to_frame(a: usize) -> NonNull<Frame> {
+    // SAFETY: addresses on the free lists come from a successful mmap and
+    // are not null.
+    unsafe { NonNull::new_unchecked(a as *mut Frame) }
+}
+
+/// A zeroed frame, or `None` if the OS has no memory for a new mapping.
+pub(crate) fn alloc_zeroed() -> Option<NonNull<Frame>> {
+    let a = LOCAL
+        .try_with(|l| {
+            let mut l = l.borrow_mut();
+            if l.cache.is_empty() {
+                refill(&mut l);
+            }
+            l.cache.pop()
+        })
+        .unwrap_or_else(|_| {
+            // Thread-local storage is gone (thread exit): use the pool.
+            let mut p = pool();
+            if p.is_empty() {
+                p.extend(map_chunk());
+            }
+            p.pop()
+        })?;
+    Some(to_frame(a))
+}
+
+/// A frame with unspecified contents, for a caller that overwrites all of
+/// it; `None` if the OS has no memory.
+pub(crate) fn alloc_dirty() -> Option<NonNull<Frame>> {
+    // Inside `try_with` (no re-entry: `alloc_zeroed` is called after).
+    let a = LOCAL
+        .try_with(|l| l.borrow_mut().dirty.pop())
+        .ok()
+        .flatten();
+    match a {
+        Some(a) => Some(to_frame(a)),
+        None => alloc_zeroed(),
+    }
+}
+
+/// Free a frame.
+///
+/// # Safety
+/// `f` came from `alloc_*` and no one uses it any more (for a frame that
+/// was in a file, an epoch grace period has passed since it left it).
+pub(crate) unsafe fn free(f: NonNull<Frame>) {
+    let a = f.as_ptr() as usize;
+    let done = LOCAL.try_with(|l| {
+        let mut l = l.borrow_mut();
+        l.dirty.push(a);
+        if l.dirty.len() >= DIRTY_MAX {
+            l.clean();
+        }
+    });
+    if done.is_err() {
+        release(&mut [a]);
+        pool().push(a);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Freed frames come back zeroed from `alloc_zeroed`, whether they were
+    /// given back to the OS or not.
+    #[test]
+    fn recycled_frames_are_zero() {
+        let mut v = Vec::new();
+        for i in 0..3 * DIRTY_MAX {
+            let f = alloc_dirty().unwrap();
+            // SAFETY: ours alone.
+            unsafe { std::ptr::write_bytes(f.as_ref().as_ptr(), i as u8 | 1, FRAME) };
+            v.push(f);
+        }
+        for f in v {
+            // SAFETY: allocated above, unused now.
+            unsafe { free(f) };
+        }
+        let mut v = Vec::new();
+        for _ in 0..4 * DIRTY_MAX {
+            let f = alloc_zeroed().unwrap();
+            // SAFETY: ours alone.
+            let b = unsafe { std::slice::from_raw_parts(f.as_ref().as_ptr(), FRAME) };
+            assert!(b.iter().all(|&x| x == 0));
+            v.push(f);
+        }
+        for f in v {
+            // SAFETY: allocated above, unused now.
+            unsafe { free(f) };
+        }
+    }
+}
