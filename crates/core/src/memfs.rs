@@ -11,6 +11,9 @@
 //!   `pages.rs`); the VFS holds the inode's data lock exclusively around
 //!   writes, truncates and fallocate, which serialises the writers.
 //! - Attributes live in the VFS inode (its seqlock); memfs has no copy.
+//! - Limits (tmpfs's `size=` and `nr_inodes=`): one counter each in
+//!   `MemStats`, taken with a bounded read-modify-write (never past the
+//!   limit) and given back when pages or inodes are freed.
 //!
 //! By default memfs keeps every dentry in the dcache (`dcache_authoritative`),
 //! as tmpfs does: a cache miss is a definite ENOENT. With
