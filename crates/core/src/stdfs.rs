@@ -751,6 +751,66 @@ impl File {
     }
 }
 
+/// `std::os::unix::fs::FileExt` for [`File`]: positioned I/O (pread,
+/// pwrite) that leaves the file position alone.
+pub trait FileExt {
+    /// `pread`: EINVAL past `i64::MAX` (the offset wraps negative, as std's).
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
+    /// `pwrite` (with O_APPEND, Linux appends whatever the offset).
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize>;
+    /// All of `buf` from `offset`; UnexpectedEof if the file ends first.
+    fn read_exact_at(&self, mut buf: &mut [u8], mut offset: u64) -> io::Result<()> {
+        while !buf.is_empty() {
+            match self.read_at(buf, offset) {
+                Ok(0) => break,
+                Ok(n) => {
+                    buf = &mut buf[n..];
+                    offset = offset.saturating_add(n as u64);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if buf.is_empty() {
+            Ok(())
+        } else {
+            Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "failed to fill whole buffer",
+            ))
+        }
+    }
+    /// All of `buf` at `offset`; WriteZero if a write takes nothing.
+    fn write_all_at(&self, mut buf: &[u8], mut offset: u64) -> io::Result<()> {
+        while !buf.is_empty() {
+            match self.write_at(buf, offset) {
+                Ok(0) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::WriteZero,
+                        "failed to write whole buffer",
+                    ))
+                }
+                Ok(n) => {
+                    buf = &buf[n..];
+                    offset = offset.saturating_add(n as u64);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}
+
+impl FileExt for File {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.task.pread(self.fd, buf, offset as i64).map_err(err)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
+        self.task.pwrite(self.fd, buf, offset as i64).map_err(err)
+    }
+}
+
 fn to_timespec(t: SystemTime) -> io::Result<Timespec> {
     let bad = || io::Error::new(io::ErrorKind::InvalidInput, "timestamp out of range");
     Ok(match t.duration_since(UNIX_EPOCH) {

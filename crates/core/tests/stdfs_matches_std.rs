@@ -92,6 +92,8 @@ enum Step {
     FClone(usize, usize),
     FSetPerm(usize, u32),
     FSync(usize),
+    FReadAt(usize, usize, u64),
+    FWriteAt(usize, &'static [u8], u64),
     Close(usize),
 }
 use Step::*;
@@ -328,6 +330,20 @@ impl Backend for Host {
                 r.map_err(e)?;
                 String::new()
             }
+            FReadAt(i, n, off) => {
+                let fl = f(&mut self.files, i);
+                let mut b = vec![0; n];
+                let r = std::os::unix::fs::FileExt::read_at(&fl, &mut b, off);
+                self.files[i] = Some(fl);
+                let k = r.map_err(e)?;
+                format!("{:?}", &b[..k])
+            }
+            FWriteAt(i, d, off) => {
+                let fl = f(&mut self.files, i);
+                let r = std::os::unix::fs::FileExt::write_at(&fl, d, off);
+                self.files[i] = Some(fl);
+                r.map_err(e)?.to_string()
+            }
             Close(i) => {
                 drop(f(&mut self.files, i));
                 String::new()
@@ -513,6 +529,20 @@ impl Backend for Scale {
                 r.map_err(e)?;
                 String::new()
             }
+            FReadAt(i, n, off) => {
+                let fl = f(&mut self.files, i);
+                let mut b = vec![0; n];
+                let r = stdfs::FileExt::read_at(&fl, &mut b, off);
+                self.files[i] = Some(fl);
+                let k = r.map_err(e)?;
+                format!("{:?}", &b[..k])
+            }
+            FWriteAt(i, d, off) => {
+                let fl = f(&mut self.files, i);
+                let r = stdfs::FileExt::write_at(&fl, d, off);
+                self.files[i] = Some(fl);
+                r.map_err(e)?.to_string()
+            }
             Close(i) => {
                 drop(f(&mut self.files, i));
                 String::new()
@@ -642,6 +672,12 @@ fn read_write_seek() {
         FSeek(2, SeekFrom::Start(1)),
         FSeek(1, SeekFrom::Current(0)), // shared position
         FSync(1),
+        FWriteAt(1, b"at", 6),
+        FReadAt(1, 100, 1),
+        FReadAt(1, 10, 100),
+        FReadAt(1, 10, u64::MAX),       // EINVAL
+        FSeek(1, SeekFrom::Current(0)), // untouched by pread/pwrite
+        FWriteAt(0, b"x", 0),           // read-only: EBADF
         Close(1),
         FRead(2, 10),
         Close(2),
@@ -660,7 +696,9 @@ fn read_write_seek() {
     assert_eq!(o[7], Ok("[]".into()));
     assert!(err_of(&o[10]).contains("Some(22)"));
     assert!(err_of(&o[23]).starts_with("InvalidInput/None"));
-    assert!(err_of(&o[39]).starts_with("InvalidData"));
+    assert!(err_of(&o[45]).starts_with("InvalidData"));
+    assert!(err_of(&o[32]).contains("Some(22)"));
+    assert!(err_of(&o[34]).contains("Some(9)"));
 }
 
 #[test]
@@ -879,4 +917,31 @@ fn remove_dir_all_deeper_than_the_fd_table() {
     assert_eq!(e.raw_os_error(), Some(libc::EMFILE));
     assert_eq!(fs.task().files().count(), 0);
     assert!(fs.exists("/deep"));
+}
+
+#[test]
+fn empty_path_and_thread_safety() {
+    let fs = stdfs::Fs::new(Vfs::new().root_task());
+    for (a, b) in [
+        (
+            fs.metadata("").map(|_| ()),
+            std::fs::metadata("").map(|_| ()),
+        ),
+        (fs.create_dir(""), std::fs::create_dir("")),
+        (fs.remove_dir_all(""), std::fs::remove_dir_all("")),
+        (
+            fs.read_dir("").map(|_| ()),
+            std::fs::read_dir("").map(|_| ()),
+        ),
+    ] {
+        let (a, b) = (a.unwrap_err(), b.unwrap_err());
+        assert_eq!((a.kind(), a.raw_os_error()), (b.kind(), b.raw_os_error()));
+    }
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<stdfs::Fs>();
+    send_sync::<stdfs::File>();
+    send_sync::<stdfs::ReadDir>();
+    send_sync::<stdfs::DirEntry>();
+    send_sync::<stdfs::Metadata>();
+    send_sync::<stdfs::OpenOptions>();
 }
