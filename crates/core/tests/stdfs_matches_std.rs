@@ -359,8 +359,23 @@ struct Scale {
 
 impl Scale {
     fn new() -> Scale {
+        Scale::with_user(None)
+    }
+    /// `user`: the work dir `w` is chowned to it and the calls are made
+    /// as it (no supplementary groups).
+    fn with_user(user: Option<u32>) -> Scale {
         let vfs = Vfs::new();
-        let t = vfs.root_task();
+        let root = vfs.root_task();
+        root.mkdir("/b", 0o755).unwrap();
+        root.mkdir("/b/w", 0o755).unwrap();
+        root.mkdir("/b/outside", 0o755).unwrap();
+        let t = match user {
+            Some(u) => {
+                root.chown("/b/w", u, u).unwrap();
+                vfs.task(scalevfs::Cred::user(u, u))
+            }
+            None => root,
+        };
         // SAFETY: umask(2) cannot fail; it is set back at once (the host
         // side creates its files with the process's umask).
         let host_umask = unsafe { libc::umask(0o022) };
@@ -368,9 +383,6 @@ impl Scale {
         unsafe { libc::umask(host_umask) };
         t.umask(host_umask);
         let fs = stdfs::Fs::new(t);
-        fs.create_dir("/b").unwrap();
-        fs.create_dir("/b/w").unwrap();
-        fs.create_dir("/b/outside").unwrap();
         Scale {
             fs,
             files: (0..8).map(|_| None).collect(),
@@ -564,6 +576,47 @@ fn check(steps: &[Step]) -> Vec<Outcome> {
         out.push(a);
     }
     out
+}
+
+/// As `check`, with the calls made as an unprivileged user that owns `w`:
+/// on the host by a thread whose fsuid/fsgid are that user's (Linux keeps
+/// them per thread, and a nonzero fsuid drops the thread's DAC override).
+fn check_as_user(steps: &'static [Step]) -> Vec<Outcome> {
+    const NOBODY: u32 = 65534;
+    let h = Host::new();
+    let c = std::ffi::CString::new(h.base.join("w").as_os_str().as_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path; chown has no memory effects.
+    assert_eq!(unsafe { libc::chown(c.as_ptr(), NOBODY, NOBODY) }, 0);
+    let mut s = Scale::with_user(Some(NOBODY));
+    let (h, host) = std::thread::spawn(move || {
+        let mut h = h;
+        // SAFETY: setfsgid/setfsuid change this thread's filesystem ids
+        // only (the raw syscalls are per thread; glibc does not broadcast
+        // them); the thread ends after the steps.
+        unsafe {
+            libc::setfsgid(NOBODY);
+            libc::setfsuid(NOBODY);
+        }
+        let out: Vec<Outcome> = steps.iter().map(|st| h.run(*st)).collect();
+        // Clean up as root again (Host's drop removes the tree).
+        // SAFETY: as above.
+        unsafe {
+            libc::setfsuid(0);
+            libc::setfsgid(0);
+        }
+        (h, out)
+    })
+    .join()
+    .unwrap();
+    drop(h);
+    for (i, st) in steps.iter().enumerate() {
+        let b = s.run(*st);
+        assert_eq!(
+            b, host[i],
+            "step {i} {st:?}: scalevfs (left) vs std (right)"
+        );
+    }
+    host
 }
 
 fn err_of(o: &Outcome) -> &str {
@@ -944,4 +997,44 @@ fn empty_path_and_thread_safety() {
     send_sync::<stdfs::DirEntry>();
     send_sync::<stdfs::Metadata>();
     send_sync::<stdfs::OpenOptions>();
+}
+
+#[test]
+fn permission_errors_as_an_unprivileged_user() {
+    let o = check_as_user(&[
+        CreateDirAll("w/a/b"),
+        SetPerm("w/a", 0o555),
+        CreateDir("w/a/c"),        // EACCES
+        CreateDirAll("w/a/c/d"),   // EACCES
+        CreateDirAll("w/a/b"),     // exists: fine
+        Write("w/a/b/f", b"data"), // b is writable
+        RemoveDirAll("w/a"),       // cannot unlink b from a: EACCES
+        Exists("w/a/b/f"),
+        SetPerm("w/a", 0o755),
+        SetPerm("w/a/b", 0o000),
+        Canonicalize("w/a/b/f"), // EACCES
+        ReadDir("w/a/b"),        // EACCES
+        Metadata("w/a/b/f"),     // EACCES
+        Exists("w/a/b/f"),
+        TryExists("w/a/b/f"), // an error, not false
+        RemoveDirAll("w/a"),  // cannot open b: EACCES
+        SetPerm("w/a/b", 0o700),
+        RemoveDirAll("w/a"),
+        Exists("w/a"),
+        SetPerm("outside", 0o777), // EPERM: not the owner
+        Write("outside/x", b""),   // EACCES
+        CreateDirAll("outside/y/z"),
+        Write("w/wo", b"secret"),
+        SetPerm("w/wo", 0o200),
+        Read("w/wo"),                 // EACCES
+        Open(0, RW, "w/wo"),          // EACCES
+        Copy("w/wo", "w/copy"),       // EACCES
+        Rename("w/wo", "outside/wo"), // EACCES
+        HardLink("outside", "w/hl"),  // EPERM: a directory
+    ]);
+    assert!(err_of(&o[2]).starts_with("PermissionDenied/Some(13)"));
+    assert!(err_of(&o[6]).contains("Some(13)"));
+    assert_eq!(o[13], Ok("false".into()));
+    assert!(err_of(&o[14]).contains("Some(13)"));
+    assert!(err_of(&o[19]).contains("Some(1)"));
 }
