@@ -504,6 +504,17 @@ impl Fs {
             .map_err(err)
     }
 
+    /// `std::env::current_dir`: the task's cwd (getcwd).
+    pub fn current_dir(&self) -> io::Result<PathBuf> {
+        let v = self.task.getcwd().map_err(err)?;
+        Ok(PathBuf::from(OsString::from_vec(v)))
+    }
+    /// `std::env::set_current_dir`: the task's cwd (chdir); shared by the
+    /// clones of this `Fs` and by the task's threads.
+    pub fn set_current_dir<P: AsRef<Path>>(&self, path: P) -> io::Result<()> {
+        self.task.chdir(path_bytes(path.as_ref())?).map_err(err)
+    }
+
     /// `Path::exists`: whether `metadata` succeeds.
     pub fn exists<P: AsRef<Path>>(&self, path: P) -> bool {
         self.metadata(path).is_ok()

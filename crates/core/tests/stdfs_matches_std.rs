@@ -874,7 +874,12 @@ fn metadata_links_rename_copy() {
 fn relative_paths_use_the_task_cwd() {
     let fs = stdfs::Fs::new(Vfs::new().root_task());
     fs.create_dir_all("/x/y").unwrap();
-    fs.task().chdir("/x").unwrap();
+    fs.set_current_dir("/x/y/..").unwrap();
+    assert_eq!(fs.current_dir().unwrap(), Path::new("/x"));
+    assert_eq!(
+        fs.set_current_dir("/nope").unwrap_err().raw_os_error(),
+        Some(libc::ENOENT)
+    );
     fs.write("y/f", b"rel").unwrap();
     assert_eq!(fs.read("/x/y/f").unwrap(), b"rel");
     assert_eq!(fs.canonicalize("y/../y/f").unwrap(), Path::new("/x/y/f"));

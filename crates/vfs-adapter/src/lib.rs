@@ -48,13 +48,26 @@ impl ScaleFS {
             root: String::new(),
         }
     }
-    /// Serve the directory `root` (an absolute path of the namespace) as
-    /// the `vfs` root, as `PhysicalFS::new(root)` does.
+    /// Serve the directory `root` (a path of the namespace) as the `vfs`
+    /// root, as `PhysicalFS::new(root)` does: by prefixing it. A `vfs` path
+    /// with a ".." component is refused (`InvalidPath`; `VfsPath` never
+    /// sends one), but, as with `PhysicalFS`, a symlink under `root` may
+    /// lead out of it: [`ScaleFS::chrooted`] confines those too.
     pub fn with_root(fs: Fs, root: &str) -> ScaleFS {
         ScaleFS {
             fs,
             root: root.trim_end_matches('/').to_string(),
         }
+    }
+    /// Serve `root` confined: the calls go through a forked copy of the
+    /// task (the caller's cwd and fd table are untouched) chrooted into
+    /// `root`, so neither ".." nor a symlink (absolute or relative) leads
+    /// out of it. chroot needs a root task: EPERM otherwise.
+    pub fn chrooted(fs: &Fs, root: &str) -> std::io::Result<ScaleFS> {
+        let t = fs.task().fork();
+        t.chroot(root.as_bytes())?;
+        t.chdir(b"/")?;
+        Ok(ScaleFS::new(Fs::new(t)))
     }
     /// A fresh in-memory scalevfs (memfs root, default variants), served
     /// whole as root: the counterpart of `MemoryFS::new()`.
@@ -66,8 +79,12 @@ impl ScaleFS {
         &self.fs
     }
 
-    /// The namespace path of a `vfs` path ("" or "/a/b").
-    fn path(&self, p: &str) -> PathBuf {
+    /// The namespace path of a `vfs` path ("" or "/a/b"); InvalidPath for
+    /// one that climbs with "..".
+    fn path(&self, p: &str) -> VfsResult<PathBuf> {
+        if p.split('/').any(|c| c == "..") {
+            return Err(VfsErrorKind::InvalidPath.into());
+        }
         let mut s = String::with_capacity(self.root.len() + p.len() + 1);
         s.push_str(&self.root);
         if !p.is_empty() && !p.starts_with('/') {
@@ -77,11 +94,11 @@ impl ScaleFS {
         if s.is_empty() {
             s.push('/');
         }
-        PathBuf::from(s)
+        Ok(PathBuf::from(s))
     }
 
     fn set_times(&self, path: &str, times: [Timespec; 2]) -> VfsResult<()> {
-        let p = self.path(path);
+        let p = self.path(path)?;
         self.fs
             .task()
             .utimensat(AT_FDCWD, p.as_os_str().as_encoded_bytes(), Some(times), 0)
@@ -117,7 +134,7 @@ const OMIT: Timespec = Timespec {
 
 impl FileSystem for ScaleFS {
     fn read_dir(&self, path: &str) -> VfsResult<Box<dyn Iterator<Item = String> + Send>> {
-        let rd = self.fs.read_dir(self.path(path))?;
+        let rd = self.fs.read_dir(self.path(path)?)?;
         // An entry that cannot be read ends nothing: it is left out (the
         // trait's iterator has no error item); a non-UTF-8 name is given
         // lossily (`PhysicalFS` panics on one).
@@ -128,7 +145,7 @@ impl FileSystem for ScaleFS {
     }
 
     fn create_dir(&self, path: &str) -> VfsResult<()> {
-        let p = self.path(path);
+        let p = self.path(path)?;
         self.fs.create_dir(&p).map_err(|e| {
             if e.kind() == std::io::ErrorKind::AlreadyExists {
                 match self.fs.metadata(&p) {
@@ -142,21 +159,21 @@ impl FileSystem for ScaleFS {
     }
 
     fn open_file(&self, path: &str) -> VfsResult<Box<dyn SeekAndRead + Send>> {
-        Ok(Box::new(self.fs.open(self.path(path))?))
+        Ok(Box::new(self.fs.open(self.path(path)?)?))
     }
 
     fn create_file(&self, path: &str) -> VfsResult<Box<dyn SeekAndWrite + Send>> {
-        Ok(Box::new(self.fs.create(self.path(path))?))
+        Ok(Box::new(self.fs.create(self.path(path)?)?))
     }
 
     fn append_file(&self, path: &str) -> VfsResult<Box<dyn SeekAndWrite + Send>> {
         Ok(Box::new(
-            self.fs.options().append(true).open(self.path(path))?,
+            self.fs.options().append(true).open(self.path(path)?)?,
         ))
     }
 
     fn metadata(&self, path: &str) -> VfsResult<VfsMetadata> {
-        let m = self.fs.metadata(self.path(path))?;
+        let m = self.fs.metadata(self.path(path)?)?;
         let dir = m.is_dir();
         Ok(VfsMetadata {
             file_type: if dir {
@@ -180,27 +197,27 @@ impl FileSystem for ScaleFS {
     }
 
     fn exists(&self, path: &str) -> VfsResult<bool> {
-        Ok(self.fs.exists(self.path(path)))
+        Ok(self.fs.exists(self.path(path)?))
     }
 
     fn remove_file(&self, path: &str) -> VfsResult<()> {
-        Ok(self.fs.remove_file(self.path(path))?)
+        Ok(self.fs.remove_file(self.path(path)?)?)
     }
 
     fn remove_dir(&self, path: &str) -> VfsResult<()> {
-        Ok(self.fs.remove_dir(self.path(path))?)
+        Ok(self.fs.remove_dir(self.path(path)?)?)
     }
 
     fn copy_file(&self, src: &str, dest: &str) -> VfsResult<()> {
-        self.fs.copy(self.path(src), self.path(dest))?;
+        self.fs.copy(self.path(src)?, self.path(dest)?)?;
         Ok(())
     }
 
     fn move_file(&self, src: &str, dest: &str) -> VfsResult<()> {
-        Ok(self.fs.rename(self.path(src), self.path(dest))?)
+        Ok(self.fs.rename(self.path(src)?, self.path(dest)?)?)
     }
 
     fn move_dir(&self, src: &str, dest: &str) -> VfsResult<()> {
-        Ok(self.fs.rename(self.path(src), self.path(dest))?)
+        Ok(self.fs.rename(self.path(src)?, self.path(dest)?)?)
     }
 }
