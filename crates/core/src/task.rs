@@ -606,8 +606,21 @@ impl Task {
     fn dir_shared<'a>(&self, i: &'a Inode) -> RwLockReadGuard<'a, ()> {
         i.dir_lock.read().unwrap_or_else(|e| e.into_inner())
     }
-    fn dir_excl<'a>(&self, i: &'a Inode) -> RwLockWriteGuard<'a, ()> {
-        i.dir_lock.write().unwrap_or_else(|e| e.into_inner())
+    /// A victim directory's lock (rmdir, rename over a directory), taken
+    /// with the parents' locks and the name stripes held: a try-lock only,
+    /// so this acquisition never waits (see LOCKING RULES in `vfs.rs`).
+    fn try_victim_excl<'a>(&self, i: &'a Inode) -> Option<RwLockWriteGuard<'a, ()>> {
+        match i.dir_lock.try_write() {
+            Ok(g) => Some(g),
+            Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+    /// After `try_victim_excl` failed and every lock was dropped: wait,
+    /// holding no lock, until the victim's lock has been free once, so the
+    /// caller's retry is not a busy loop.
+    fn wait_victim(&self, i: &Inode) {
+        drop(i.dir_lock.write().unwrap_or_else(|e| e.into_inner()));
     }
 
     /// Common create path: parent locked shared, name locked, existence
@@ -867,44 +880,53 @@ impl Task {
         let mut ch = self.changes();
         let parent = &pw.parent;
         let dir = parent.inode().clone();
-        let _dl = self.dir_shared(&dir);
-        let _nl = self.name_lock(&parent.dentry, &name);
-        let victim = self.lookup_child(parent, &name)?.ok_or(Errno::ENOENT)?;
-        let vi = victim.inode().ok_or(Errno::ENOENT)?.clone();
-        if !rmdir && pw.trailing {
-            return Err(if vi.is_dir() {
-                Errno::EISDIR
-            } else {
-                Errno::ENOTDIR
-            });
-        }
-        self.may_delete(parent, &vi, rmdir)?;
-        if victim.is_mounted() {
-            return Err(Errno::EBUSY);
-        }
         let fs = &parent.mnt.sb.fs;
-        if rmdir {
-            {
-                let g = epoch::pin();
-                let s = self.fs.load(&g);
-                if s.root.dentry == victim {
-                    return Err(Errno::EBUSY);
+        // Retried only when the victim directory's lock was busy (see
+        // `try_victim_excl`); each retry first waits for that lock.
+        loop {
+            let _dl = self.dir_shared(&dir);
+            let _nl = self.name_lock(&parent.dentry, &name);
+            let victim = self.lookup_child(parent, &name)?.ok_or(Errno::ENOENT)?;
+            let vi = victim.inode().ok_or(Errno::ENOENT)?.clone();
+            if !rmdir && pw.trailing {
+                return Err(if vi.is_dir() {
+                    Errno::EISDIR
+                } else {
+                    Errno::ENOTDIR
+                });
+            }
+            self.may_delete(parent, &vi, rmdir)?;
+            if victim.is_mounted() {
+                return Err(Errno::EBUSY);
+            }
+            if rmdir {
+                {
+                    let g = epoch::pin();
+                    let s = self.fs.load(&g);
+                    if s.root.dentry == victim {
+                        return Err(Errno::EBUSY);
+                    }
+                }
+                let Some(_vl) = self.try_victim_excl(&vi) else {
+                    drop(_nl);
+                    drop(_dl);
+                    self.wait_victim(&vi);
+                    continue;
+                };
+                fs.rmdir(&dir, &name, &vi)?;
+                vi.set_flag(crate::inode::I_DEAD);
+            } else {
+                fs.unlink(&dir, &name, &vi)?;
+                if vi.attr().nlink == 0 {
+                    // Still open somewhere: onto the orphan file (orphan.rs).
+                    crate::orphan::mark_unlinked(&parent.mnt.sb.orphans, &vi);
                 }
             }
-            let _vl = self.dir_excl(&vi);
-            fs.rmdir(&dir, &name, &vi)?;
-            vi.set_flag(crate::inode::I_DEAD);
-        } else {
-            fs.unlink(&dir, &name, &vi)?;
-            if vi.attr().nlink == 0 {
-                // Still open somewhere: onto the orphan file (orphan.rs).
-                crate::orphan::mark_unlinked(&parent.mnt.sb.orphans, &vi);
-            }
+            self.vfs.dcache().unhash(&victim);
+            ch.entry(&dir, &name);
+            ch.inode(&vi);
+            return Ok(());
         }
-        self.vfs.dcache().unhash(&victim);
-        ch.entry(&dir, &name);
-        ch.inode(&vi);
-        Ok(())
     }
 
     pub fn unlink<P: AsRef<[u8]> + ?Sized>(&self, path: &P) -> VfsResult<()> {
@@ -967,129 +989,146 @@ impl Task {
         let np = &npw.parent;
         let sb = op.mnt.sb.clone();
         let cross = op.dentry != np.dentry;
-        let _rm = if cross {
-            Some(sb.rename_mutex.lock().unwrap_or_else(|e| e.into_inner()))
-        } else {
-            None
-        };
         let odir = op.inode().clone();
         let ndir = np.inode().clone();
-        // Parents shared, in address order.
-        let (_d1, _d2) = if !cross {
-            (self.dir_shared(&odir), None)
-        } else if Arc::as_ptr(&odir) < Arc::as_ptr(&ndir) {
-            let a = self.dir_shared(&odir);
-            (a, Some(self.dir_shared(&ndir)))
-        } else {
-            let b = self.dir_shared(&ndir);
-            (self.dir_shared(&odir), Some(b))
-        };
-        let _nl = self.name_lock2((&op.dentry, &oname), (&np.dentry, &nname));
-        let src = self.lookup_child(op, &oname)?.ok_or(Errno::ENOENT)?;
-        let si = src.inode().ok_or(Errno::ENOENT)?.clone();
-        // `dst_any` may be a negative dentry: d_move must unhash it, or it
-        // would stay hashed behind the moved dentry and, once that one is
-        // evicted, hide the name (a later create would then overwrite it).
-        let dst_any = self.lookup_child_any(np, &nname)?;
-        let dst = dst_any.as_ref().filter(|d| !d.is_negative()).cloned();
-        let di = dst.as_ref().and_then(|d| d.inode().cloned());
-        if !si.is_dir() && (opw.trailing || npw.trailing) {
-            return Err(Errno::ENOTDIR);
-        }
-        if exchange {
-            match &di {
-                None => return Err(Errno::ENOENT),
-                Some(d) if !d.is_dir() && (opw.trailing || npw.trailing) => {
-                    return Err(Errno::ENOTDIR)
+        // Retried only when a victim directory's lock was busy (see
+        // `try_victim_excl`); each retry first waits for that lock.
+        loop {
+            let _rm = if cross {
+                Some(sb.rename_mutex.lock().unwrap_or_else(|e| e.into_inner()))
+            } else {
+                None
+            };
+            // Parents shared: an ancestor before its descendant, else in address
+            // order (the tree's shape is stable under the rename mutex).
+            let (_d1, _d2) = if !cross {
+                (self.dir_shared(&odir), None)
+            } else if is_ancestor(&op.dentry, &np.dentry)
+                || (!is_ancestor(&np.dentry, &op.dentry) && Arc::as_ptr(&odir) < Arc::as_ptr(&ndir))
+            {
+                let a = self.dir_shared(&odir);
+                (a, Some(self.dir_shared(&ndir)))
+            } else {
+                let b = self.dir_shared(&ndir);
+                (self.dir_shared(&odir), Some(b))
+            };
+            let _nl = self.name_lock2((&op.dentry, &oname), (&np.dentry, &nname));
+            let src = self.lookup_child(op, &oname)?.ok_or(Errno::ENOENT)?;
+            let si = src.inode().ok_or(Errno::ENOENT)?.clone();
+            // `dst_any` may be a negative dentry: d_move must unhash it, or it
+            // would stay hashed behind the moved dentry and, once that one is
+            // evicted, hide the name (a later create would then overwrite it).
+            let dst_any = self.lookup_child_any(np, &nname)?;
+            let dst = dst_any.as_ref().filter(|d| !d.is_negative()).cloned();
+            let di = dst.as_ref().and_then(|d| d.inode().cloned());
+            if !si.is_dir() && (opw.trailing || npw.trailing) {
+                return Err(Errno::ENOTDIR);
+            }
+            if exchange {
+                match &di {
+                    None => return Err(Errno::ENOENT),
+                    Some(d) if !d.is_dir() && (opw.trailing || npw.trailing) => {
+                        return Err(Errno::ENOTDIR)
+                    }
+                    _ => {}
                 }
-                _ => {}
+            } else if flags & RENAME_NOREPLACE != 0 && di.is_some() {
+                return Err(Errno::EEXIST);
             }
-        } else if flags & RENAME_NOREPLACE != 0 && di.is_some() {
-            return Err(Errno::EEXIST);
-        }
-        // Source must not be an ancestor of the target's parent, and the
-        // target must not be an ancestor of the source's parent.
-        if cross {
-            if is_ancestor(&src, &np.dentry) {
-                return Err(Errno::EINVAL);
-            }
-            if let Some(d) = &dst {
-                if is_ancestor(d, &op.dentry) {
-                    return Err(if exchange {
-                        Errno::EINVAL
-                    } else {
-                        Errno::ENOTEMPTY
-                    });
+            // Source must not be an ancestor of the target's parent, and the
+            // target must not be an ancestor of the source's parent.
+            if cross {
+                if is_ancestor(&src, &np.dentry) {
+                    return Err(Errno::EINVAL);
                 }
-            }
-        }
-        if let Some(d) = &di {
-            if Arc::ptr_eq(d, &si) {
-                // Two names of one inode (or the same name): nothing to do.
-                return Ok(());
-            }
-        }
-        self.may_delete(op, &si, si.is_dir())?;
-        match &di {
-            Some(d) => {
-                if exchange {
-                    self.may_delete(np, d, d.is_dir())?;
-                } else {
-                    self.may_delete(np, d, si.is_dir())?;
+                if let Some(d) = &dst {
+                    if is_ancestor(d, &op.dentry) {
+                        return Err(if exchange {
+                            Errno::EINVAL
+                        } else {
+                            Errno::ENOTEMPTY
+                        });
+                    }
                 }
             }
-            None => self.may_create(np)?,
-        }
-        if cross && si.is_dir() && !permission_ok(&si.attr(), &self.cred, W_OK) {
-            return Err(Errno::EACCES);
-        }
-        if exchange && cross {
             if let Some(d) = &di {
-                if d.is_dir() && !permission_ok(&d.attr(), &self.cred, W_OK) {
-                    return Err(Errno::EACCES);
+                if Arc::ptr_eq(d, &si) {
+                    // Two names of one inode (or the same name): nothing to do.
+                    return Ok(());
                 }
             }
-        }
-        if src.is_mounted() || dst.as_ref().is_some_and(|d| d.is_mounted()) {
-            return Err(Errno::EBUSY);
-        }
-        {
-            let g = epoch::pin();
-            let s = self.fs.load(&g);
-            if s.root.dentry == src || dst.as_ref().is_some_and(|d| *d == s.root.dentry) {
+            self.may_delete(op, &si, si.is_dir())?;
+            match &di {
+                Some(d) => {
+                    if exchange {
+                        self.may_delete(np, d, d.is_dir())?;
+                    } else {
+                        self.may_delete(np, d, si.is_dir())?;
+                    }
+                }
+                None => self.may_create(np)?,
+            }
+            if cross && si.is_dir() && !permission_ok(&si.attr(), &self.cred, W_OK) {
+                return Err(Errno::EACCES);
+            }
+            if exchange && cross {
+                if let Some(d) = &di {
+                    if d.is_dir() && !permission_ok(&d.attr(), &self.cred, W_OK) {
+                        return Err(Errno::EACCES);
+                    }
+                }
+            }
+            if src.is_mounted() || dst.as_ref().is_some_and(|d| d.is_mounted()) {
                 return Err(Errno::EBUSY);
             }
-        }
-        let _vl = match (&di, exchange) {
-            (Some(d), false) if d.is_dir() => Some(self.dir_excl(d)),
-            _ => None,
-        };
-        sb.fs
-            .rename(&odir, &oname, &ndir, &nname, &si, di.as_ref(), exchange)?;
-        if let Some(d) = di.as_ref().filter(|d| !exchange && d.attr().nlink == 0) {
-            // The replaced file may still be open: onto the orphan file.
-            crate::orphan::mark_unlinked(&sb.orphans, d);
-        }
-        let dc = self.vfs.dcache();
-        if exchange {
-            if let Some(d) = &dst {
-                dc.d_exchange(&src, d);
-            }
-        } else {
-            if let Some(d) = &di {
-                if d.is_dir() {
-                    d.set_flag(crate::inode::I_DEAD);
+            {
+                let g = epoch::pin();
+                let s = self.fs.load(&g);
+                if s.root.dentry == src || dst.as_ref().is_some_and(|d| *d == s.root.dentry) {
+                    return Err(Errno::EBUSY);
                 }
             }
-            dc.d_move(&src, &np.dentry, &nname, dst_any.as_ref());
+            let _vl = match (&di, exchange) {
+                (Some(d), false) if d.is_dir() => match self.try_victim_excl(d) {
+                    Some(g) => Some(g),
+                    None => {
+                        drop(_nl);
+                        drop(_d2);
+                        drop(_d1);
+                        drop(_rm);
+                        self.wait_victim(d);
+                        continue;
+                    }
+                },
+                _ => None,
+            };
+            sb.fs
+                .rename(&odir, &oname, &ndir, &nname, &si, di.as_ref(), exchange)?;
+            if let Some(d) = di.as_ref().filter(|d| !exchange && d.attr().nlink == 0) {
+                // The replaced file may still be open: onto the orphan file.
+                crate::orphan::mark_unlinked(&sb.orphans, d);
+            }
+            let dc = self.vfs.dcache();
+            if exchange {
+                if let Some(d) = &dst {
+                    dc.d_exchange(&src, d);
+                }
+            } else {
+                if let Some(d) = &di {
+                    if d.is_dir() {
+                        d.set_flag(crate::inode::I_DEAD);
+                    }
+                }
+                dc.d_move(&src, &np.dentry, &nname, dst_any.as_ref());
+            }
+            ch.entry(&odir, &oname);
+            ch.entry(&ndir, &nname);
+            ch.inode(&si);
+            if let Some(d) = &di {
+                ch.inode(d);
+            }
+            return Ok(());
         }
-        ch.entry(&odir, &oname);
-        ch.entry(&ndir, &nname);
-        ch.inode(&si);
-        if let Some(d) = &di {
-            ch.inode(d);
-        }
-        Ok(())
     }
 
     pub fn rename<P: AsRef<[u8]> + ?Sized, Q: AsRef<[u8]> + ?Sized>(

@@ -7,13 +7,19 @@
 //!    filesystem, so the "is the target inside the moved directory" check
 //!    and the move are atomic.
 //! 3. `Inode::dir_lock` of parent directories (rwlock): SHARED for name
-//!    operations in the directory; several parents are locked in address
+//!    operations in the directory; a cross-directory rename (under 2)
+//!    locks an ancestor before its descendant, unrelated ones in address
 //!    order.
 //! 4. `VfsInner::name_locks` stripes (mutexes, by hash of (parent, name)):
 //!    serialise operations on the same name; several are taken in index
-//!    order.
+//!    order. No directory lock is ever waited for while a stripe is held.
 //! 5. `Inode::dir_lock` of a victim directory, EXCLUSIVE (rmdir, rename over
-//!    a directory): always a child of a directory locked in step 3.
+//!    a directory): TRY-LOCK only. A shared parent lock does not pin the
+//!    victim's place in the tree (Linux's exclusive `i_rwsem` does), so
+//!    waiting for it under 3-4 could wait for a directory that has become
+//!    an ancestor (issue 12: rmdir against rename deadlocked). When the
+//!    try fails the operation drops every lock, waits for the victim's lock
+//!    holding nothing, and starts over.
 //! 6. dcache locks (see `dcache.rs`): rename_lock -> per-dir maps -> bucket
 //!    spinlocks -> dentry lockref lock.
 //! 7. `Inode` attribute seqlock writer lock (innermost).
