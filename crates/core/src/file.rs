@@ -21,7 +21,8 @@
 //! fd borrow the `File` under an epoch guard and take no count. The last
 //! drop of a `File` is the "last close" of DESIGN 2.4 (see `orphan.rs`).
 
-use std::sync::{Arc, Mutex};
+use scalevfs_sync::ordered::{Class, Mutex};
+use std::sync::Arc;
 
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned, Shared};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -79,7 +80,7 @@ impl File {
             inode,
             flags: AtomicU32::new(flags),
             pos: AtomicU64::new(0),
-            pos_lock: Mutex::new(()),
+            pos_lock: Mutex::new(Class::PosLock, ()),
         }
     }
     pub fn inode(&self) -> &Arc<Inode> {
@@ -169,7 +170,7 @@ impl FdTable {
     pub fn new() -> FdTable {
         FdTable {
             arr: Atomic::new(new_array(64)),
-            lock: Mutex::new(()),
+            lock: Mutex::new(Class::FdTable, ()),
             max: std::sync::atomic::AtomicUsize::new(DEFAULT_MAX_FDS),
             next_hint: AtomicU64::new(0),
         }
@@ -216,7 +217,7 @@ impl FdTable {
     /// Install `file` at the lowest free fd >= `min`.
     pub fn install(&self, file: Arc<File>, cloexec: bool, min: usize) -> VfsResult<i32> {
         let g = epoch::pin();
-        let _l = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _l = self.lock.lock();
         let max = self.max();
         let mut arr = self.array(&g);
         // Relaxed: a hint read under the table lock.
@@ -257,7 +258,7 @@ impl FdTable {
     /// Install `file` at exactly `fd`, closing what was there (dup2).
     pub fn install_at(&self, fd: i32, file: Arc<File>, cloexec: bool) -> VfsResult<()> {
         let g = epoch::pin();
-        let _l = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _l = self.lock.lock();
         let i = usize::try_from(fd).map_err(|_| Errno::EBADF)?;
         if i >= self.max() {
             return Err(Errno::EBADF);
@@ -295,7 +296,7 @@ impl FdTable {
     /// Close `fd`.
     pub fn close(&self, fd: i32) -> VfsResult<()> {
         let g = epoch::pin();
-        let _l = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _l = self.lock.lock();
         let arr = self.array(&g);
         let i = usize::try_from(fd).map_err(|_| Errno::EBADF)?;
         let slot = arr.slots.get(i).ok_or(Errno::EBADF)?;
@@ -326,7 +327,7 @@ impl FdTable {
 
     pub fn set_cloexec(&self, fd: i32, on: bool) -> VfsResult<()> {
         let g = epoch::pin();
-        let _l = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _l = self.lock.lock();
         let arr = self.array(&g);
         let i = usize::try_from(fd).map_err(|_| Errno::EBADF)?;
         let slot = arr.slots.get(i).ok_or(Errno::EBADF)?;
@@ -340,7 +341,7 @@ impl FdTable {
     /// A copy of the table (fork): same open file descriptions, new table.
     pub fn fork(&self) -> FdTable {
         let g = epoch::pin();
-        let _l = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _l = self.lock.lock();
         let arr = self.array(&g);
         let t = FdTable::new();
         t.set_max(self.max());

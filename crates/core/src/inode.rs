@@ -17,8 +17,8 @@
 //! through their dentry. The filesystem keeps its own (memfs: in directory
 //! entries). An inode whose `nlink` reaches 0 is freed when the last `Arc` goes.
 
+use scalevfs_sync::ordered::{Class, RwLock};
 use std::any::Any;
-use std::sync::RwLock;
 
 use scalevfs_sync::SeqLock;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -79,8 +79,8 @@ impl Inode {
                 private,
             },
             attr: SeqLock::new(attr),
-            dir_lock: RwLock::new(()),
-            data_lock: RwLock::new(()),
+            dir_lock: RwLock::new(Class::DirParent, ()),
+            data_lock: RwLock::new(Class::DataLock, ()),
             orphan: Default::default(),
         }
     }

@@ -7,7 +7,8 @@
 //!   snapshot replaced as a whole and read under an epoch guard.
 //! - The namespace calls take the locks of `vfs.rs` in its global order.
 
-use std::sync::{Arc, Mutex, MutexGuard, RwLockReadGuard, RwLockWriteGuard};
+use scalevfs_sync::ordered::{Class, Mutex, MutexGuard, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::Arc;
 
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -42,7 +43,7 @@ impl FsContext {
     fn new(root: PathRef, cwd: PathRef) -> FsContext {
         FsContext {
             snap: Atomic::new(FsSnap { root, cwd }),
-            lock: Mutex::new(()),
+            lock: Mutex::new(Class::FsContext, ()),
         }
     }
     pub(crate) fn load<'g>(&self, g: &'g Guard) -> &'g FsSnap {
@@ -53,7 +54,7 @@ impl FsContext {
     }
     fn replace(&self, f: impl FnOnce(&FsSnap) -> FsSnap) {
         let g = epoch::pin();
-        let _l = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _l = self.lock.lock();
         let new = f(self.load(&g));
         // AcqRel: publish the new snapshot, take the old one.
         let old = self.snap.swap(Owned::new(new), Ordering::AcqRel, &g);
@@ -495,9 +496,7 @@ impl Task {
 
     fn name_lock(&self, parent: &Dentry, name: &[u8]) -> MutexGuard<'_, ()> {
         let i = self.vfs.name_lock_index(parent, name);
-        self.vfs.inner.name_locks[i]
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        self.vfs.inner.name_locks[i].lock_key(i as u64)
     }
 
     /// Lock two names' stripes in index order (once if they share one).
@@ -509,7 +508,7 @@ impl Task {
         let ia = self.vfs.name_lock_index(a.0, a.1);
         let ib = self.vfs.name_lock_index(b.0, b.1);
         let locks = &self.vfs.inner.name_locks;
-        let lk = |i: usize| locks[i].lock().unwrap_or_else(|e| e.into_inner());
+        let lk = |i: usize| locks[i].lock_key(i as u64);
         match ia.cmp(&ib) {
             std::cmp::Ordering::Equal => (lk(ia), None),
             std::cmp::Ordering::Less => {
@@ -604,23 +603,19 @@ impl Task {
     }
 
     fn dir_shared<'a>(&self, i: &'a Inode) -> RwLockReadGuard<'a, ()> {
-        i.dir_lock.read().unwrap_or_else(|e| e.into_inner())
+        i.dir_lock.read()
     }
     /// A victim directory's lock (rmdir, rename over a directory), taken
     /// with the parents' locks and the name stripes held: a try-lock only,
     /// so this acquisition never waits (see LOCKING RULES in `vfs.rs`).
     fn try_victim_excl<'a>(&self, i: &'a Inode) -> Option<RwLockWriteGuard<'a, ()>> {
-        match i.dir_lock.try_write() {
-            Ok(g) => Some(g),
-            Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
-            Err(std::sync::TryLockError::WouldBlock) => None,
-        }
+        i.dir_lock.try_write_as(Class::DirVictim)
     }
     /// After `try_victim_excl` failed and every lock was dropped: wait,
     /// holding no lock, until the victim's lock has been free once, so the
     /// caller's retry is not a busy loop.
     fn wait_victim(&self, i: &Inode) {
-        drop(i.dir_lock.write().unwrap_or_else(|e| e.into_inner()));
+        drop(i.dir_lock.write());
     }
 
     /// Common create path: parent locked shared, name locked, existence
@@ -995,7 +990,7 @@ impl Task {
         // `try_victim_excl`); each retry first waits for that lock.
         loop {
             let _rm = if cross {
-                Some(sb.rename_mutex.lock().unwrap_or_else(|e| e.into_inner()))
+                Some(sb.rename_mutex.lock())
             } else {
                 None
             };

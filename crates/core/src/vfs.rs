@@ -31,8 +31,9 @@
 //! change listeners and is never held with another lock. Change listeners
 //! are called with no lock of the core held (see [`ChangeListener`]).
 
+use scalevfs_sync::ordered::{Class, Mutex};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned};
 use scalevfs_sync::LockRefVariant;
@@ -389,7 +390,7 @@ impl Vfs {
             fs: fs.clone(),
             dev: 1,
             dc: dc.clone(),
-            rename_mutex: Mutex::new(()),
+            rename_mutex: Mutex::new(Class::RenameMutex, ()),
             orphans: config.new_orphan_file(),
         });
         let root_d = dc.alloc_root(sb.clone(), fs.root());
@@ -404,13 +405,15 @@ impl Vfs {
             config,
             dc,
             mounts: Atomic::new(MountTable::default()),
-            mount_lock: Mutex::new(()),
+            mount_lock: Mutex::new(Class::MountLock, ()),
             root,
-            name_locks: (0..NAME_LOCKS).map(|_| Mutex::new(())).collect(),
+            name_locks: (0..NAME_LOCKS)
+                .map(|_| Mutex::new(Class::NameStripe, ()))
+                .collect(),
             next_dev: AtomicU64::new(2),
             next_mount: AtomicU64::new(2),
             listeners: Atomic::null(),
-            listeners_lock: Mutex::new(()),
+            listeners_lock: Mutex::new(Class::ListenersLock, ()),
         };
         Vfs {
             inner: Arc::new(inner),
@@ -465,11 +468,7 @@ impl Vfs {
         if !at.inode().is_dir() {
             return Err(Errno::ENOTDIR);
         }
-        let _l = self
-            .inner
-            .mount_lock
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let _l = self.inner.mount_lock.lock();
         let guard = epoch::pin();
         let cur = self.table(&guard);
         let key = (Arc::as_ptr(&at.mnt) as usize, at.dentry.as_ptr() as usize);
@@ -482,7 +481,7 @@ impl Vfs {
             fs,
             dev,
             dc: self.inner.dc.clone(),
-            rename_mutex: Mutex::new(()),
+            rename_mutex: Mutex::new(Class::RenameMutex, ()),
             orphans: self.inner.config.new_orphan_file(),
         });
         let root_d = self.inner.dc.alloc_root(sb.clone(), root_inode);
@@ -505,11 +504,7 @@ impl Vfs {
     /// Unmount the filesystem mounted on `at`'s mount point (`at` is the
     /// mount's root). EBUSY if something below it is mounted or in use.
     pub(crate) fn umount_at(&self, at: &PathRef) -> VfsResult<()> {
-        let _l = self
-            .inner
-            .mount_lock
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let _l = self.inner.mount_lock.lock();
         let guard = epoch::pin();
         if !std::ptr::eq(at.dentry.as_ptr(), at.mnt.root.as_ptr()) {
             return Err(Errno::EINVAL);
@@ -583,11 +578,7 @@ impl Vfs {
     }
 
     fn update_listeners(&self, f: impl FnOnce(&mut Vec<Arc<dyn ChangeListener>>)) {
-        let _l = self
-            .inner
-            .listeners_lock
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let _l = self.inner.listeners_lock.lock();
         let guard = epoch::pin();
         // Acquire: pairs with the Release part of the swap below (earlier
         // updates); updates are serialised by `listeners_lock`.

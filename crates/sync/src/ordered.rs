@@ -16,6 +16,8 @@
 //!   [`Class::RenameMutex`] is held (the two parent directories of a
 //!   cross-directory rename; the caller orders them ancestor first, else by
 //!   address; the checker verifies the count and the mutex).
+//! - [`Nest::TryOnly`]: the class is only try-locked; waiting for it is a
+//!   violation whatever is held.
 //!
 //! A try-lock never waits, so it is not checked against the locks held; it
 //! is recorded, and what is taken while holding it is checked against it.
@@ -43,6 +45,10 @@ pub enum Nest {
     Ascending,
     /// At most two, and only under [`Class::RenameMutex`].
     UnderRenameMutex,
+    /// The class is only ever try-locked: a waiting acquisition is itself a
+    /// violation. (A victim directory's lock is a parent directory's lock
+    /// taken out of order, which is safe only because it never waits.)
+    TryOnly,
 }
 
 macro_rules! classes {
@@ -87,7 +93,7 @@ classes! {
     /// `VfsInner::name_locks[i]`: one name stripe.
     NameStripe = 4, "VfsInner::name_locks", Ascending;
     /// `Inode::dir_lock` of a victim directory, exclusive, try-lock only.
-    DirVictim = 5, "Inode::dir_lock (victim)", No;
+    DirVictim = 5, "Inode::dir_lock (victim)", TryOnly;
     /// `FsContext::lock`: chdir and chroot.
     FsContext = 6, "FsContext::lock", No;
     /// `FdTable::lock`: installing and removing fds.
@@ -99,7 +105,7 @@ classes! {
     /// `VfsInner::listeners_lock`: adding and removing change listeners.
     ListenersLock = 10, "VfsInner::listeners_lock", No;
     /// `Dcache::sweeping`: one reclaim sweep at a time (try-lock).
-    DcacheSweep = 11, "Dcache::sweeping", No;
+    DcacheSweep = 11, "Dcache::sweeping", TryOnly;
     /// `Dcache::rename_lock`: in-place moves of dentries.
     DcacheRename = 12, "Dcache::rename_lock", No;
     /// `Dentry::children`: a directory's name map (per-dir index), two in
@@ -109,12 +115,14 @@ classes! {
     DcacheBucket = 14, "Bucket::lock", Ascending;
     /// The spinlock half of a dentry's `LockRef`.
     LockRef = 15, "Dentry LockRef", No;
-    /// The orphan registries (`orphan.rs` `reg`, `OrphanFile::lock`).
-    Orphan = 16, "orphan registry", No;
+    /// An inode's orphan registration (`InodeOrphan::reg`, `orphan.rs`).
+    OrphanReg = 16, "InodeOrphan::reg", No;
+    /// `OrphanFile::lock` (the `locked` orphan variant).
+    OrphanFile = 17, "OrphanFile::lock", No;
     /// `OrphanFile::overflow`.
-    OrphanOverflow = 17, "OrphanFile::overflow", No;
+    OrphanOverflow = 18, "OrphanFile::overflow", No;
     /// The writer lock of an inode's attribute `SeqLock`.
-    AttrWriter = 18, "Inode attr SeqLock writer", No;
+    AttrWriter = 19, "Inode attr SeqLock writer", No;
 }
 
 impl fmt::Display for Class {
@@ -145,6 +153,13 @@ mod imp {
     /// The violation, if taking `class` (same-class `key`) with `held` held
     /// breaks the order.
     pub(super) fn violation(held: &[Held], class: Class, key: u64) -> Option<String> {
+        if class.nest() == Nest::TryOnly {
+            return Some(format!(
+                "lock order violation: waiting for {class}, which may only be try-locked; \
+                 held, oldest first: {:?}",
+                held.iter().map(|h| h.class.name()).collect::<Vec<_>>()
+            ));
+        }
         let same = held.iter().filter(|h| h.class == class).count();
         for h in held {
             let bad = if h.class.level() > class.level() {
@@ -155,7 +170,7 @@ mod imp {
                 true
             } else {
                 match class.nest() {
-                    Nest::No => true,
+                    Nest::No | Nest::TryOnly => true,
                     Nest::Ascending => key <= h.key,
                     Nest::UnderRenameMutex => {
                         same >= 2 || !held.iter().any(|x| x.class == Class::RenameMutex)
@@ -472,6 +487,11 @@ impl<T: ?Sized> RwLock<T> {
         let g = self.inner.write().unwrap_or_else(|e| e.into_inner());
         RwLockWriteGuard { g, _t: t }
     }
+    /// Exclusive lock if free, without waiting (not checked).
+    #[inline]
+    pub fn try_write(&self) -> Option<RwLockWriteGuard<'_, T>> {
+        self.try_write_as(self.cls.get())
+    }
     /// Exclusive lock as `class` if free, without waiting (not checked).
     #[inline]
     pub fn try_write_as(&self, class: Class) -> Option<RwLockWriteGuard<'_, T>> {
@@ -701,6 +721,22 @@ mod tests {
         assert!(msg.contains("Inode::dir_lock (victim)"), "{msg}");
         drop(v);
         assert_eq!(held(), vec![Class::NameStripe]);
+    }
+
+    #[test]
+    fn waiting_for_a_try_only_class_panics() {
+        // Issue 12's old order: parent shared, stripe, then WAIT for the
+        // victim directory's lock.
+        let parent = RwLock::new(Class::DirParent, ());
+        let stripe = Mutex::new(Class::NameStripe, ());
+        let victim = RwLock::new(Class::DirParent, ());
+        let msg = panics(|| {
+            let _p = parent.read();
+            let _s = stripe.lock();
+            let _v = victim.write_as(Class::DirVictim, 0);
+        });
+        assert!(msg.contains("may only be try-locked"), "{msg}");
+        assert!(msg.contains("VfsInner::name_locks"), "{msg}");
     }
 
     #[test]
