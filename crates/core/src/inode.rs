@@ -8,8 +8,9 @@
 //!   operations inside it (create, unlink, rename of one name) take it SHARED,
 //!   so creates of different names do not serialise; operations that need the
 //!   directory's whole contents stable take it EXCLUSIVE (rmdir of this
-//!   directory, rename of a directory over it). Per-name exclusion comes from
-//!   the VFS name locks (see `vfs.rs`).
+//!   directory, rename of a directory over it: a try-lock, see `vfs.rs`).
+//!   Per-name exclusion comes from the VFS name locks (see `vfs.rs`). Both
+//!   locks are `scalevfs_sync::ordered` locks (order checked in debug builds).
 //! - `data_lock`: exclusive by writers, truncate and fallocate (see `io.rs`);
 //!   reads take no lock (memfs's page store is read lock-free).
 //!

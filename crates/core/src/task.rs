@@ -5,7 +5,11 @@
 //! - `FsContext::lock` (mutex) serialises chdir/chroot of tasks sharing the
 //!   context. Readers take no lock: the (root, cwd) pair is an immutable
 //!   snapshot replaced as a whole and read under an epoch guard.
-//! - The namespace calls take the locks of `vfs.rs` in its global order.
+//! - The namespace calls take the locks of `vfs.rs` in its global order:
+//!   parents' `dir_lock` (shared; two only under the rename mutex, ancestor
+//!   first), then name stripes; a victim directory's `dir_lock` only by
+//!   try-lock (`try_victim_excl`), and on failure every lock is dropped, the
+//!   victim's lock waited for with nothing held, and the call starts over.
 
 use scalevfs_sync::ordered::{Class, Mutex, MutexGuard, RwLockReadGuard, RwLockWriteGuard};
 use std::sync::Arc;

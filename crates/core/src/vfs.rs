@@ -1,18 +1,21 @@
 //! The `Vfs`: mounted filesystems, the dentry cache, configuration, and the
 //! locks that order namespace changes.
 //!
-//! LOCKING RULES (global order, outermost first)
-//! 1. `VfsInner::mount_lock` (mutex): mount and unmount.
-//! 2. `Super::rename_mutex` (mutex): cross-directory renames of one
-//!    filesystem, so the "is the target inside the moved directory" check
-//!    and the move are atomic.
-//! 3. `Inode::dir_lock` of parent directories (rwlock): SHARED for name
-//!    operations in the directory; a cross-directory rename (under 2)
-//!    locks an ancestor before its descendant, unrelated ones in address
-//!    order.
-//! 4. `VfsInner::name_locks` stripes (mutexes, by hash of (parent, name)):
-//!    serialise operations on the same name; several are taken in index
-//!    order. No directory lock is ever waited for while a stripe is held.
+//! LOCKING RULES
+//! The global order is one table in code, `scalevfs_sync::ordered::Class`
+//! (levels, outermost first, and the same-class rules), copied in
+//! `docs/design.md` section 2 (a test keeps the two equal). Every lock of
+//! the core is an `ordered` lock, so debug builds check each acquisition
+//! against it. The namespace part, in short:
+//! 1. `VfsInner::mount_lock`, 2. `Super::rename_mutex` (cross-directory
+//!    renames of one filesystem: the ancestor checks and the move are
+//!    atomic).
+//! 3. `Inode::dir_lock` of parent directories, SHARED for name operations;
+//!    two only under 2, an ancestor before its descendant, unrelated ones
+//!    in address order.
+//! 4. `VfsInner::name_locks` stripes (by hash of (parent, name)), several
+//!    in index order. No directory lock is ever waited for while a stripe
+//!    is held.
 //! 5. `Inode::dir_lock` of a victim directory, EXCLUSIVE (rmdir, rename over
 //!    a directory): TRY-LOCK only. A shared parent lock does not pin the
 //!    victim's place in the tree (Linux's exclusive `i_rwsem` does), so
@@ -20,12 +23,13 @@
 //!    an ancestor (issue 12: rmdir against rename deadlocked). When the
 //!    try fails the operation drops every lock, waits for the victim's lock
 //!    holding nothing, and starts over.
-//! 6. dcache locks (see `dcache.rs`): rename_lock -> per-dir maps -> bucket
-//!    spinlocks -> dentry lockref lock.
-//! 7. `Inode` attribute seqlock writer lock (innermost).
+//! Then the per-task and per-file locks, the dcache's (rename_lock -> per-dir
+//! maps -> buckets -> LockRef lock), the orphan locks, and the attribute
+//! seqlock writer (innermost).
 //!
-//! Filesystem methods are called with locks 1-5 as needed but never with a
-//! lock from 6-7. An epoch guard is pinned before any spinlock is taken.
+//! Filesystem methods are called with the sleeping locks (levels 1-9) as
+//! needed but never with a spinlock held. An epoch guard is pinned before
+//! any spinlock is taken.
 //!
 //! `VfsInner::listeners_lock` (mutex) only serialises adding and removing
 //! change listeners and is never held with another lock. Change listeners
