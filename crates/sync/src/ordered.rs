@@ -350,6 +350,19 @@ impl Cls {
     }
 }
 
+// Release builds: the wrappers are exactly the wrapped locks (no class
+// stored; the guards add only zero-sized markers).
+#[cfg(not(debug_assertions))]
+const _: () = {
+    use core::mem::size_of;
+    assert!(size_of::<Mutex<u64>>() == size_of::<std::sync::Mutex<u64>>());
+    assert!(size_of::<RwLock<u64>>() == size_of::<std::sync::RwLock<u64>>());
+    assert!(size_of::<Token>() == 0);
+    assert!(
+        size_of::<MutexGuard<'static, u64>>() == size_of::<std::sync::MutexGuard<'static, u64>>()
+    );
+};
+
 // ---------------------------------------------------------------------------
 // Mutex
 
