@@ -41,12 +41,13 @@
 use std::collections::BTreeMap;
 use std::hash::BuildHasher;
 use std::ptr;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use crossbeam_epoch::{self as epoch, Guard};
 use crossbeam_utils::CachePadded;
 use scalevfs_sync::lockstat::{self, Stat};
-use scalevfs_sync::{LockRef, LockRefVariant, SeqCount, SpinLock};
+use scalevfs_sync::ordered::{Class, RwLock, RwLockWriteGuard, SpinGuard, SpinLock};
+use scalevfs_sync::{LockRef, LockRefVariant, SeqCount};
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use crate::inode::Inode;
@@ -635,7 +636,7 @@ fn free_dentry(d: *mut Dentry) {
 }
 
 /// A per-dir variant directory's child map, write-locked.
-type ChildMapGuard<'a> = std::sync::RwLockWriteGuard<'a, BTreeMap<Box<[u8]>, DPtr>>;
+type ChildMapGuard<'a> = RwLockWriteGuard<'a, BTreeMap<Box<[u8]>, DPtr>>;
 
 struct Bucket {
     head: AtomicPtr<Dentry>,
@@ -817,7 +818,7 @@ impl Dcache {
         let buckets = (0..n)
             .map(|_| Bucket {
                 head: AtomicPtr::new(ptr::null_mut()),
-                lock: SpinLock::with_class((), lockstat::LockClass::DcacheBucket),
+                lock: SpinLock::new(Class::DcacheBucket, lockstat::LockClass::DcacheBucket, ()),
             })
             .collect();
         // Seeded per instance: names chosen by an attacker cannot be aimed
@@ -833,12 +834,12 @@ impl Dcache {
             mask: n - 1,
             seed,
             h0: folded_mul(seed[0], HASH_K),
-            rename_lock: SpinLock::with_class((), lockstat::LockClass::RenameLock),
+            rename_lock: SpinLock::new(Class::DcacheRename, lockstat::LockClass::RenameLock, ()),
             rename_seq: SeqCount::new(),
             nr_dentry: CachePadded::new(AtomicUsize::new(0)),
             nr_negative: CachePadded::new(AtomicUsize::new(0)),
             clock_hand: AtomicUsize::new(0),
-            sweeping: SpinLock::new(()),
+            sweeping: SpinLock::new(Class::DcacheSweep, lockstat::LockClass::Other, ()),
             limit,
         }
     }
@@ -1006,7 +1007,7 @@ impl Dcache {
             cold: Cold {
                 lockref_sep: LockRef::new(1),
                 sb,
-                children: RwLock::new(BTreeMap::new()),
+                children: RwLock::new(Class::DirChildren, BTreeMap::new()),
             },
         });
         if let Some(q) = name {
@@ -1099,11 +1100,7 @@ impl Dcache {
 
     #[cold]
     fn lookup_perdir<'g>(&self, parent: &'g Dentry, q: &QName<'_>) -> RcuLookup<'g> {
-        let map = parent
-            .cold
-            .children
-            .read()
-            .unwrap_or_else(|e| e.into_inner());
+        let map = parent.cold.children.read();
         lockstat::inc(Stat::SharedWrite);
         match map.get(q.bytes) {
             // SAFETY: entries are removed from the map before the dentry is
@@ -1118,11 +1115,7 @@ impl Dcache {
     pub(crate) fn lookup_ref(&self, parent: &Dentry, q: &QName<'_>) -> Option<DentryRef> {
         let _guard = epoch::pin();
         if self.config.index == DcacheIndex::PerDir {
-            let map = parent
-                .cold
-                .children
-                .read()
-                .unwrap_or_else(|e| e.into_inner());
+            let map = parent.cold.children.read();
             // SAFETY: as in lookup_perdir; we also hold the map lock.
             return map
                 .get(q.bytes)
@@ -1203,31 +1196,18 @@ impl Dcache {
         new
     }
 
-    fn lock_children<'a>(
-        &self,
-        parent: &'a Dentry,
-    ) -> Option<std::sync::RwLockWriteGuard<'a, BTreeMap<Box<[u8]>, DPtr>>> {
+    fn lock_children<'a>(&self, parent: &'a Dentry) -> Option<ChildMapGuard<'a>> {
         if self.config.index == DcacheIndex::PerDir {
-            Some(
-                parent
-                    .cold
-                    .children
-                    .write()
-                    .unwrap_or_else(|e| e.into_inner()),
-            )
+            // Keyed by address: two maps are locked in address order.
+            let key = parent as *const Dentry as u64;
+            Some(parent.cold.children.write_as(Class::DirChildren, key))
         } else {
             None
         }
     }
 
     /// Link `d` into bucket `b` (and the parent's map). Bucket lock held.
-    fn hash_locked(
-        &self,
-        b: &Bucket,
-        d: &Dentry,
-        parent: &Dentry,
-        map: Option<std::sync::RwLockWriteGuard<'_, BTreeMap<Box<[u8]>, DPtr>>>,
-    ) {
+    fn hash_locked(&self, b: &Bucket, d: &Dentry, parent: &Dentry, map: Option<ChildMapGuard<'_>>) {
         let _ = parent;
         if let Some(mut m) = map {
             m.insert(d.name_vec().into_boxed_slice(), DPtr(d));
@@ -1429,11 +1409,13 @@ impl Dcache {
         }
     }
 
-    fn lock_buckets(&self, idx: &[Option<usize>]) -> Vec<scalevfs_sync::SpinGuard<'_, ()>> {
+    fn lock_buckets(&self, idx: &[Option<usize>]) -> Vec<SpinGuard<'_, ()>> {
         let mut v: Vec<usize> = idx.iter().flatten().copied().collect();
         v.sort_unstable();
         v.dedup();
-        v.into_iter().map(|i| self.buckets[i].lock.lock()).collect()
+        v.into_iter()
+            .map(|i| self.buckets[i].lock.lock_key(i as u64))
+            .collect()
     }
 
     /// Mark `d` as a mount point (or clear it).
@@ -1520,8 +1502,8 @@ impl Dcache {
                         // child is skipped this turn.
                         let map = if self.config.index == DcacheIndex::PerDir {
                             match pd.cold.children.try_write() {
-                                Ok(m) => Some(m),
-                                Err(_) => {
+                                Some(m) => Some(m),
+                                None => {
                                     p = next;
                                     continue;
                                 }

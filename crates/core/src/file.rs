@@ -27,7 +27,8 @@
 //! fd borrow the `File` under an epoch guard and take no count. The last
 //! drop of a `File` is the "last close" of DESIGN 2.4 (see `orphan.rs`).
 
-use std::sync::{Arc, Mutex};
+use scalevfs_sync::ordered::{Class, Mutex};
+use std::sync::Arc;
 
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned, Shared};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -97,7 +98,7 @@ impl File {
             inode,
             flags: AtomicU32::new(flags),
             pos: AtomicU64::new(0),
-            pos_lock: Mutex::new(()),
+            pos_lock: Mutex::new(Class::PosLock, ()),
             dir_end: AtomicU64::new(u64::MAX),
         }
     }
@@ -198,7 +199,7 @@ impl FdTable {
     pub fn with_nr_open(nr_open: usize) -> FdTable {
         FdTable {
             arr: Atomic::new(new_array(64)),
-            lock: Mutex::new(Vec::new()),
+            lock: Mutex::new(Class::FdTable, Vec::new()),
             max: std::sync::atomic::AtomicUsize::new(DEFAULT_MAX_FDS),
             nr_open: nr_open.clamp(NR_OPEN_MIN, NR_OPEN_MAX),
             next_hint: AtomicU64::new(0),
@@ -256,7 +257,7 @@ impl FdTable {
     /// Install `file` at the lowest free fd >= `min`.
     pub fn install(&self, file: Arc<File>, cloexec: bool, min: usize) -> VfsResult<i32> {
         let g = epoch::pin();
-        let l = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let l = self.lock.lock();
         let fd = self.find_free(&l, min, &g)?;
         let arr = self.array(&g);
         self.store_locked(arr, fd, file, cloexec, &g);
@@ -269,7 +270,7 @@ impl FdTable {
     /// it back with `unreserve`.
     pub fn reserve(&self) -> VfsResult<i32> {
         let g = epoch::pin();
-        let mut l = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let mut l = self.lock.lock();
         let fd = self.find_free(&l, 0, &g)?;
         l.push(fd);
         Ok(fd as i32)
@@ -278,7 +279,7 @@ impl FdTable {
     /// Put `file` in the fd `reserve` returned.
     pub fn install_reserved(&self, fd: i32, file: Arc<File>, cloexec: bool) {
         let g = epoch::pin();
-        let mut l = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let mut l = self.lock.lock();
         let i = fd as usize;
         if let Some(k) = l.iter().position(|&r| r == i) {
             l.swap_remove(k);
@@ -289,7 +290,7 @@ impl FdTable {
 
     /// Give back a reserved fd that was not filled.
     pub fn unreserve(&self, fd: i32) {
-        let mut l = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let mut l = self.lock.lock();
         if let Some(k) = l.iter().position(|&r| r == fd as usize) {
             l.swap_remove(k);
             // Relaxed: under the table lock.
@@ -342,7 +343,7 @@ impl FdTable {
     /// Install `file` at exactly `fd`, closing what was there (dup2).
     pub fn install_at(&self, fd: i32, file: Arc<File>, cloexec: bool) -> VfsResult<()> {
         let g = epoch::pin();
-        let l = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let l = self.lock.lock();
         let i = usize::try_from(fd).map_err(|_| Errno::EBADF)?;
         if i >= self.max() {
             return Err(Errno::EBADF);
@@ -384,7 +385,7 @@ impl FdTable {
     /// Close `fd`.
     pub fn close(&self, fd: i32) -> VfsResult<()> {
         let g = epoch::pin();
-        let _l = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _l = self.lock.lock();
         let arr = self.array(&g);
         let i = usize::try_from(fd).map_err(|_| Errno::EBADF)?;
         let slot = arr.slots.get(i).ok_or(Errno::EBADF)?;
@@ -414,7 +415,7 @@ impl FdTable {
 
     pub fn set_cloexec(&self, fd: i32, on: bool) -> VfsResult<()> {
         let g = epoch::pin();
-        let _l = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _l = self.lock.lock();
         let arr = self.array(&g);
         let i = usize::try_from(fd).map_err(|_| Errno::EBADF)?;
         let slot = arr.slots.get(i).ok_or(Errno::EBADF)?;
@@ -428,7 +429,7 @@ impl FdTable {
     /// A copy of the table (fork): same open file descriptions, new table.
     pub fn fork(&self) -> FdTable {
         let g = epoch::pin();
-        let _l = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _l = self.lock.lock();
         let arr = self.array(&g);
         let t = FdTable::with_nr_open(self.nr_open);
         // Relaxed: as set_max (the value was checked when it was set).

@@ -24,7 +24,7 @@
 
 use std::cell::{RefCell, UnsafeCell};
 use std::ptr::NonNull;
-use std::sync::Mutex;
+use scalevfs_sync::ordered::{Class, Mutex, MutexGuard};
 
 /// Size of one frame (the memfs page size).
 pub(crate) const FRAME: usize = 4096;
@@ -50,7 +50,7 @@ impl Frame {
 }
 
 /// Free frames of all threads (addresses).
-static POOL: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+static POOL: Mutex<Vec<usize>> = Mutex::new(Class::FramePool, Vec::new());
 
 struct Local {
     /// Free frames: zero, not resident.
@@ -89,8 +89,8 @@ thread_local! {
     };
 }
 
-fn pool() -> std::sync::MutexGuard<'static, Vec<usize>> {
-    POOL.lock().unwrap_or_else(|e| e.into_inner())
+fn pool() -> MutexGuard<'static, Vec<usize>> {
+    POOL.lock()
 }
 
 /// `madvise(MADV_DONTNEED)` the frames in `v` (sorted, adjacent frames in

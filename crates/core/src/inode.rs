@@ -8,8 +8,9 @@
 //!   operations inside it (create, unlink, rename of one name) take it SHARED,
 //!   so creates of different names do not serialise; operations that need the
 //!   directory's whole contents stable take it EXCLUSIVE (rmdir of this
-//!   directory, rename of a directory over it). Per-name exclusion comes from
-//!   the VFS name locks (see `vfs.rs`).
+//!   directory, rename of a directory over it: a try-lock, see `vfs.rs`).
+//!   Per-name exclusion comes from the VFS name locks (see `vfs.rs`). Both
+//!   locks are `scalevfs_sync::ordered` locks (order checked in debug builds).
 //! - `data_lock`: exclusive by writers, truncate and fallocate (see `io.rs`);
 //!   reads take no lock (memfs's page store is read lock-free).
 //!
@@ -17,8 +18,8 @@
 //! through their dentry. The filesystem keeps its own (memfs: in directory
 //! entries). An inode whose `nlink` reaches 0 is freed when the last `Arc` goes.
 
+use scalevfs_sync::ordered::{Class, RwLock};
 use std::any::Any;
-use std::sync::RwLock;
 
 use scalevfs_sync::SeqLock;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -82,8 +83,8 @@ impl Inode {
                 private,
             },
             attr: SeqLock::new(attr),
-            dir_lock: RwLock::new(()),
-            data_lock: RwLock::new(()),
+            dir_lock: RwLock::new(Class::DirParent, ()),
+            data_lock: RwLock::new(Class::DataLock, ()),
             orphan: Default::default(),
         }
     }

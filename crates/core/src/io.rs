@@ -124,7 +124,7 @@ pub(crate) fn truncate_inode(p: &PathRef, size: u64, cred: &Cred) -> VfsResult<(
         return Err(Errno::EFBIG);
     }
     let _pin = epoch::pin();
-    let _w = i.data_lock.write().unwrap_or_else(|e| e.into_inner());
+    let _w = i.data_lock.write();
     remove_privs(p, cred)?;
     let _orphan = if size < i.attr().size {
         TruncateGuard::new(&p.mnt.sb.orphans, i)
@@ -151,11 +151,11 @@ fn touch_atime(f: &File) {
 /// Take the inode's data lock exclusively and record it in the lock
 /// statistics (the `locked-llseek` variant: two shared-line writes, lock and
 /// unlock, and a contended acquisition when it had to wait).
-fn lock_data_counted(i: &crate::inode::Inode) -> std::sync::RwLockWriteGuard<'_, ()> {
+fn lock_data_counted(i: &crate::inode::Inode) -> scalevfs_sync::ordered::RwLockWriteGuard<'_, ()> {
     use scalevfs_sync::lockstat::{self, LockClass, Stat};
     let (g, contended) = match i.data_lock.try_write() {
-        Ok(g) => (g, false),
-        Err(_) => (i.data_lock.write().unwrap_or_else(|e| e.into_inner()), true),
+        Some(g) => (g, false),
+        None => (i.data_lock.write(), true),
     };
     lockstat::lock_acquired(LockClass::InodeData, contended, 0);
     lockstat::add(Stat::SharedWrite, 2);
@@ -180,7 +180,7 @@ fn file_write(f: &File, off: Option<u64>, buf: &[u8], cred: &Cred) -> VfsResult<
         return Err(Errno::EISDIR);
     }
     let fs = &f.path().mnt.sb.fs;
-    let _w = i.data_lock.write().unwrap_or_else(|e| e.into_inner());
+    let _w = i.data_lock.write();
     let off = match off {
         Some(o) => o,
         None => i.attr().size,
@@ -293,7 +293,7 @@ impl Task {
             }
             return Ok(n);
         }
-        let _pl = f.pos_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _pl = f.pos_lock.lock();
         let pos = f.position();
         verify_area(pos, buf.len().min(MAX_RW_COUNT))?;
         let (n, end) = file_write(f, Some(pos), buf, self.cred())?;
@@ -372,7 +372,7 @@ impl Task {
         }
         if i.is_dir() {
             // tmpfs's dcache_dir_lseek: SEEK_SET and SEEK_CUR only.
-            let _dl = i.dir_lock.write().unwrap_or_else(|e| e.into_inner());
+            let _dl = i.dir_lock.write();
             let new = match whence {
                 SEEK_SET => off,
                 SEEK_CUR => (f.position() as i64).wrapping_add(off),
@@ -526,7 +526,7 @@ impl Task {
         if mode & !(FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE) != 0 {
             return Err(Errno::EOPNOTSUPP);
         }
-        let _w = i.data_lock.write().unwrap_or_else(|e| e.into_inner());
+        let _w = i.data_lock.write();
         // vfs_fallocate's file_modified, every mode (tmpfs too).
         remove_privs(f.path(), self.cred())?;
         fs.fallocate(i, punch, off as u64, len as u64)?;

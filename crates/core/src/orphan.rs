@@ -31,8 +31,8 @@
 
 use scalevfs_orphan::{thread_hint, OrphanFile, OrphanSlot, OrphanVariant};
 use scalevfs_sync::lockstat::LockClass;
+use scalevfs_sync::ordered::{Class, SpinLock};
 use scalevfs_sync::primitive::{fence, AtomicU32, Ordering};
-use scalevfs_sync::SpinLock;
 
 use crate::inode::Inode;
 use crate::types::FileType;
@@ -64,7 +64,7 @@ impl Default for InodeOrphan {
         InodeOrphan {
             opens: AtomicU32::new(0),
             state: AtomicU32::new(0),
-            reg: SpinLock::with_class(Reg::default(), LockClass::OrphanFile),
+            reg: SpinLock::new(Class::OrphanReg, LockClass::OrphanFile, Reg::default()),
         }
     }
 }

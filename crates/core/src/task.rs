@@ -5,9 +5,14 @@
 //! - `FsContext::lock` (mutex) serialises chdir/chroot of tasks sharing the
 //!   context. Readers take no lock: the (root, cwd) pair is an immutable
 //!   snapshot replaced as a whole and read under an epoch guard.
-//! - The namespace calls take the locks of `vfs.rs` in its global order.
+//! - The namespace calls take the locks of `vfs.rs` in its global order:
+//!   parents' `dir_lock` (shared; two only under the rename mutex, ancestor
+//!   first), then name stripes; a victim directory's `dir_lock` only by
+//!   try-lock (`try_victim_excl`), and on failure every lock is dropped, the
+//!   victim's lock waited for with nothing held, and the call starts over.
 
-use std::sync::{Arc, Mutex, MutexGuard, RwLockReadGuard, RwLockWriteGuard};
+use scalevfs_sync::ordered::{Class, Mutex, MutexGuard, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::Arc;
 
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -58,7 +63,7 @@ impl FsContext {
         s.hold();
         FsContext {
             snap: Atomic::new(s),
-            lock: Mutex::new(()),
+            lock: Mutex::new(Class::FsContext, ()),
         }
     }
     pub(crate) fn load<'g>(&self, g: &'g Guard) -> &'g FsSnap {
@@ -69,7 +74,7 @@ impl FsContext {
     }
     fn replace(&self, f: impl FnOnce(&FsSnap) -> FsSnap) {
         let g = epoch::pin();
-        let _l = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _l = self.lock.lock();
         let new = f(self.load(&g));
         new.hold();
         // AcqRel: publish the new snapshot, take the old one.
@@ -516,9 +521,7 @@ impl Task {
 
     fn name_lock(&self, parent: &Dentry, name: &[u8]) -> MutexGuard<'_, ()> {
         let i = self.vfs.name_lock_index(parent, name);
-        self.vfs.inner.name_locks[i]
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        self.vfs.inner.name_locks[i].lock_key(i as u64)
     }
 
     /// Lock two names' stripes in index order (once if they share one).
@@ -530,7 +533,7 @@ impl Task {
         let ia = self.vfs.name_lock_index(a.0, a.1);
         let ib = self.vfs.name_lock_index(b.0, b.1);
         let locks = &self.vfs.inner.name_locks;
-        let lk = |i: usize| locks[i].lock().unwrap_or_else(|e| e.into_inner());
+        let lk = |i: usize| locks[i].lock_key(i as u64);
         match ia.cmp(&ib) {
             std::cmp::Ordering::Equal => (lk(ia), None),
             std::cmp::Ordering::Less => {
@@ -625,10 +628,19 @@ impl Task {
     }
 
     fn dir_shared<'a>(&self, i: &'a Inode) -> RwLockReadGuard<'a, ()> {
-        i.dir_lock.read().unwrap_or_else(|e| e.into_inner())
+        i.dir_lock.read()
     }
-    fn dir_excl<'a>(&self, i: &'a Inode) -> RwLockWriteGuard<'a, ()> {
-        i.dir_lock.write().unwrap_or_else(|e| e.into_inner())
+    /// A victim directory's lock (rmdir, rename over a directory), taken
+    /// with the parents' locks and the name stripes held: a try-lock only,
+    /// so this acquisition never waits (see LOCKING RULES in `vfs.rs`).
+    fn try_victim_excl<'a>(&self, i: &'a Inode) -> Option<RwLockWriteGuard<'a, ()>> {
+        i.dir_lock.try_write_as(Class::DirVictim)
+    }
+    /// After `try_victim_excl` failed and every lock was dropped: wait,
+    /// holding no lock, until the victim's lock has been free once, so the
+    /// caller's retry is not a busy loop.
+    fn wait_victim(&self, i: &Inode) {
+        drop(i.dir_lock.write());
     }
 
     /// Common create path: parent locked shared, name locked, existence
@@ -900,44 +912,53 @@ impl Task {
         let mut ch = self.changes();
         let parent = &pw.parent;
         let dir = parent.inode().clone();
-        let _dl = self.dir_shared(&dir);
-        let _nl = self.name_lock(&parent.dentry, &name);
-        let victim = self.lookup_child(parent, &name)?.ok_or(Errno::ENOENT)?;
-        let vi = victim.inode().ok_or(Errno::ENOENT)?.clone();
-        if !rmdir && pw.trailing {
-            return Err(if vi.is_dir() {
-                Errno::EISDIR
-            } else {
-                Errno::ENOTDIR
-            });
-        }
-        self.may_delete(parent, &vi, rmdir)?;
-        if victim.is_mounted() {
-            return Err(Errno::EBUSY);
-        }
         let fs = &parent.mnt.sb.fs;
-        if rmdir {
-            {
-                let g = epoch::pin();
-                let s = self.fs.load(&g);
-                if s.root.dentry == victim {
-                    return Err(Errno::EBUSY);
+        // Retried only when the victim directory's lock was busy (see
+        // `try_victim_excl`); each retry first waits for that lock.
+        loop {
+            let _dl = self.dir_shared(&dir);
+            let _nl = self.name_lock(&parent.dentry, &name);
+            let victim = self.lookup_child(parent, &name)?.ok_or(Errno::ENOENT)?;
+            let vi = victim.inode().ok_or(Errno::ENOENT)?.clone();
+            if !rmdir && pw.trailing {
+                return Err(if vi.is_dir() {
+                    Errno::EISDIR
+                } else {
+                    Errno::ENOTDIR
+                });
+            }
+            self.may_delete(parent, &vi, rmdir)?;
+            if victim.is_mounted() {
+                return Err(Errno::EBUSY);
+            }
+            if rmdir {
+                {
+                    let g = epoch::pin();
+                    let s = self.fs.load(&g);
+                    if s.root.dentry == victim {
+                        return Err(Errno::EBUSY);
+                    }
+                }
+                let Some(_vl) = self.try_victim_excl(&vi) else {
+                    drop(_nl);
+                    drop(_dl);
+                    self.wait_victim(&vi);
+                    continue;
+                };
+                fs.rmdir(&dir, &name, &vi)?;
+                vi.set_flag(crate::inode::I_DEAD);
+            } else {
+                fs.unlink(&dir, &name, &vi)?;
+                if vi.attr().nlink == 0 {
+                    // Still open somewhere: onto the orphan file (orphan.rs).
+                    crate::orphan::mark_unlinked(&parent.mnt.sb.orphans, &vi);
                 }
             }
-            let _vl = self.dir_excl(&vi);
-            fs.rmdir(&dir, &name, &vi)?;
-            vi.set_flag(crate::inode::I_DEAD);
-        } else {
-            fs.unlink(&dir, &name, &vi)?;
-            if vi.attr().nlink == 0 {
-                // Still open somewhere: onto the orphan file (orphan.rs).
-                crate::orphan::mark_unlinked(&parent.mnt.sb.orphans, &vi);
-            }
+            self.vfs.dcache().unhash(&victim);
+            ch.entry(&dir, &name);
+            ch.inode(&vi);
+            return Ok(());
         }
-        self.vfs.dcache().unhash(&victim);
-        ch.entry(&dir, &name);
-        ch.inode(&vi);
-        Ok(())
     }
 
     pub fn unlink<P: AsRef<[u8]> + ?Sized>(&self, path: &P) -> VfsResult<()> {
@@ -1000,129 +1021,146 @@ impl Task {
         let np = &npw.parent;
         let sb = op.mnt.sb.clone();
         let cross = op.dentry != np.dentry;
-        let _rm = if cross {
-            Some(sb.rename_mutex.lock().unwrap_or_else(|e| e.into_inner()))
-        } else {
-            None
-        };
         let odir = op.inode().clone();
         let ndir = np.inode().clone();
-        // Parents shared, in address order.
-        let (_d1, _d2) = if !cross {
-            (self.dir_shared(&odir), None)
-        } else if Arc::as_ptr(&odir) < Arc::as_ptr(&ndir) {
-            let a = self.dir_shared(&odir);
-            (a, Some(self.dir_shared(&ndir)))
-        } else {
-            let b = self.dir_shared(&ndir);
-            (self.dir_shared(&odir), Some(b))
-        };
-        let _nl = self.name_lock2((&op.dentry, &oname), (&np.dentry, &nname));
-        let src = self.lookup_child(op, &oname)?.ok_or(Errno::ENOENT)?;
-        let si = src.inode().ok_or(Errno::ENOENT)?.clone();
-        // `dst_any` may be a negative dentry: d_move must unhash it, or it
-        // would stay hashed behind the moved dentry and, once that one is
-        // evicted, hide the name (a later create would then overwrite it).
-        let dst_any = self.lookup_child_any(np, &nname)?;
-        let dst = dst_any.as_ref().filter(|d| !d.is_negative()).cloned();
-        let di = dst.as_ref().and_then(|d| d.inode().cloned());
-        if !si.is_dir() && (opw.trailing || npw.trailing) {
-            return Err(Errno::ENOTDIR);
-        }
-        if exchange {
-            match &di {
-                None => return Err(Errno::ENOENT),
-                Some(d) if !d.is_dir() && (opw.trailing || npw.trailing) => {
-                    return Err(Errno::ENOTDIR)
+        // Retried only when a victim directory's lock was busy (see
+        // `try_victim_excl`); each retry first waits for that lock.
+        loop {
+            let _rm = if cross {
+                Some(sb.rename_mutex.lock())
+            } else {
+                None
+            };
+            // Parents shared: an ancestor before its descendant, else in address
+            // order (the tree's shape is stable under the rename mutex).
+            let (_d1, _d2) = if !cross {
+                (self.dir_shared(&odir), None)
+            } else if is_ancestor(&op.dentry, &np.dentry)
+                || (!is_ancestor(&np.dentry, &op.dentry) && Arc::as_ptr(&odir) < Arc::as_ptr(&ndir))
+            {
+                let a = self.dir_shared(&odir);
+                (a, Some(self.dir_shared(&ndir)))
+            } else {
+                let b = self.dir_shared(&ndir);
+                (self.dir_shared(&odir), Some(b))
+            };
+            let _nl = self.name_lock2((&op.dentry, &oname), (&np.dentry, &nname));
+            let src = self.lookup_child(op, &oname)?.ok_or(Errno::ENOENT)?;
+            let si = src.inode().ok_or(Errno::ENOENT)?.clone();
+            // `dst_any` may be a negative dentry: d_move must unhash it, or it
+            // would stay hashed behind the moved dentry and, once that one is
+            // evicted, hide the name (a later create would then overwrite it).
+            let dst_any = self.lookup_child_any(np, &nname)?;
+            let dst = dst_any.as_ref().filter(|d| !d.is_negative()).cloned();
+            let di = dst.as_ref().and_then(|d| d.inode().cloned());
+            if !si.is_dir() && (opw.trailing || npw.trailing) {
+                return Err(Errno::ENOTDIR);
+            }
+            if exchange {
+                match &di {
+                    None => return Err(Errno::ENOENT),
+                    Some(d) if !d.is_dir() && (opw.trailing || npw.trailing) => {
+                        return Err(Errno::ENOTDIR)
+                    }
+                    _ => {}
                 }
-                _ => {}
+            } else if flags & RENAME_NOREPLACE != 0 && di.is_some() {
+                return Err(Errno::EEXIST);
             }
-        } else if flags & RENAME_NOREPLACE != 0 && di.is_some() {
-            return Err(Errno::EEXIST);
-        }
-        // Source must not be an ancestor of the target's parent, and the
-        // target must not be an ancestor of the source's parent.
-        if cross {
-            if is_ancestor(&src, &np.dentry) {
-                return Err(Errno::EINVAL);
-            }
-            if let Some(d) = &dst {
-                if is_ancestor(d, &op.dentry) {
-                    return Err(if exchange {
-                        Errno::EINVAL
-                    } else {
-                        Errno::ENOTEMPTY
-                    });
+            // Source must not be an ancestor of the target's parent, and the
+            // target must not be an ancestor of the source's parent.
+            if cross {
+                if is_ancestor(&src, &np.dentry) {
+                    return Err(Errno::EINVAL);
                 }
-            }
-        }
-        if let Some(d) = &di {
-            if Arc::ptr_eq(d, &si) {
-                // Two names of one inode (or the same name): nothing to do.
-                return Ok(());
-            }
-        }
-        self.may_delete(op, &si, si.is_dir())?;
-        match &di {
-            Some(d) => {
-                if exchange {
-                    self.may_delete(np, d, d.is_dir())?;
-                } else {
-                    self.may_delete(np, d, si.is_dir())?;
+                if let Some(d) = &dst {
+                    if is_ancestor(d, &op.dentry) {
+                        return Err(if exchange {
+                            Errno::EINVAL
+                        } else {
+                            Errno::ENOTEMPTY
+                        });
+                    }
                 }
             }
-            None => self.may_create(np)?,
-        }
-        if cross && si.is_dir() && !permission_ok(&si.attr(), &self.cred, W_OK) {
-            return Err(Errno::EACCES);
-        }
-        if exchange && cross {
             if let Some(d) = &di {
-                if d.is_dir() && !permission_ok(&d.attr(), &self.cred, W_OK) {
-                    return Err(Errno::EACCES);
+                if Arc::ptr_eq(d, &si) {
+                    // Two names of one inode (or the same name): nothing to do.
+                    return Ok(());
                 }
             }
-        }
-        if src.is_mounted() || dst.as_ref().is_some_and(|d| d.is_mounted()) {
-            return Err(Errno::EBUSY);
-        }
-        {
-            let g = epoch::pin();
-            let s = self.fs.load(&g);
-            if s.root.dentry == src || dst.as_ref().is_some_and(|d| *d == s.root.dentry) {
+            self.may_delete(op, &si, si.is_dir())?;
+            match &di {
+                Some(d) => {
+                    if exchange {
+                        self.may_delete(np, d, d.is_dir())?;
+                    } else {
+                        self.may_delete(np, d, si.is_dir())?;
+                    }
+                }
+                None => self.may_create(np)?,
+            }
+            if cross && si.is_dir() && !permission_ok(&si.attr(), &self.cred, W_OK) {
+                return Err(Errno::EACCES);
+            }
+            if exchange && cross {
+                if let Some(d) = &di {
+                    if d.is_dir() && !permission_ok(&d.attr(), &self.cred, W_OK) {
+                        return Err(Errno::EACCES);
+                    }
+                }
+            }
+            if src.is_mounted() || dst.as_ref().is_some_and(|d| d.is_mounted()) {
                 return Err(Errno::EBUSY);
             }
-        }
-        let _vl = match (&di, exchange) {
-            (Some(d), false) if d.is_dir() => Some(self.dir_excl(d)),
-            _ => None,
-        };
-        sb.fs
-            .rename(&odir, &oname, &ndir, &nname, &si, di.as_ref(), exchange)?;
-        if let Some(d) = di.as_ref().filter(|d| !exchange && d.attr().nlink == 0) {
-            // The replaced file may still be open: onto the orphan file.
-            crate::orphan::mark_unlinked(&sb.orphans, d);
-        }
-        let dc = self.vfs.dcache();
-        if exchange {
-            if let Some(d) = &dst {
-                dc.d_exchange(&src, d);
-            }
-        } else {
-            if let Some(d) = &di {
-                if d.is_dir() {
-                    d.set_flag(crate::inode::I_DEAD);
+            {
+                let g = epoch::pin();
+                let s = self.fs.load(&g);
+                if s.root.dentry == src || dst.as_ref().is_some_and(|d| *d == s.root.dentry) {
+                    return Err(Errno::EBUSY);
                 }
             }
-            dc.d_move(&src, &np.dentry, &nname, dst_any.as_ref());
+            let _vl = match (&di, exchange) {
+                (Some(d), false) if d.is_dir() => match self.try_victim_excl(d) {
+                    Some(g) => Some(g),
+                    None => {
+                        drop(_nl);
+                        drop(_d2);
+                        drop(_d1);
+                        drop(_rm);
+                        self.wait_victim(d);
+                        continue;
+                    }
+                },
+                _ => None,
+            };
+            sb.fs
+                .rename(&odir, &oname, &ndir, &nname, &si, di.as_ref(), exchange)?;
+            if let Some(d) = di.as_ref().filter(|d| !exchange && d.attr().nlink == 0) {
+                // The replaced file may still be open: onto the orphan file.
+                crate::orphan::mark_unlinked(&sb.orphans, d);
+            }
+            let dc = self.vfs.dcache();
+            if exchange {
+                if let Some(d) = &dst {
+                    dc.d_exchange(&src, d);
+                }
+            } else {
+                if let Some(d) = &di {
+                    if d.is_dir() {
+                        d.set_flag(crate::inode::I_DEAD);
+                    }
+                }
+                dc.d_move(&src, &np.dentry, &nname, dst_any.as_ref());
+            }
+            ch.entry(&odir, &oname);
+            ch.entry(&ndir, &nname);
+            ch.inode(&si);
+            if let Some(d) = &di {
+                ch.inode(d);
+            }
+            return Ok(());
         }
-        ch.entry(&odir, &oname);
-        ch.entry(&ndir, &nname);
-        ch.inode(&si);
-        if let Some(d) = &di {
-            ch.inode(d);
-        }
-        Ok(())
     }
 
     pub fn rename<P: AsRef<[u8]> + ?Sized, Q: AsRef<[u8]> + ?Sized>(
@@ -1738,7 +1776,7 @@ impl Task {
         // Linux's f_pos_lock (fdget_pos): two getdents on one shared
         // description must not both list from the same position. Order:
         // pos_lock -> dir_lock, as for writes.
-        let _pl = f.pos_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _pl = f.pos_lock.lock();
         let _dl = self.dir_shared(&i);
         if i.is_dead() {
             return Ok(Vec::new());

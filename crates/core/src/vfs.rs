@@ -1,32 +1,43 @@
 //! The `Vfs`: mounted filesystems, the dentry cache, configuration, and the
 //! locks that order namespace changes.
 //!
-//! LOCKING RULES (global order, outermost first)
-//! 1. `VfsInner::mount_lock` (mutex): mount and unmount.
-//! 2. `Super::rename_mutex` (mutex): cross-directory renames of one
-//!    filesystem, so the "is the target inside the moved directory" check
-//!    and the move are atomic.
-//! 3. `Inode::dir_lock` of parent directories (rwlock): SHARED for name
-//!    operations in the directory; several parents are locked in address
-//!    order.
-//! 4. `VfsInner::name_locks` stripes (mutexes, by hash of (parent, name)):
-//!    serialise operations on the same name; several are taken in index
-//!    order.
+//! LOCKING RULES
+//! The global order is one table in code, `scalevfs_sync::ordered::Class`
+//! (levels, outermost first, and the same-class rules), copied in
+//! `docs/design.md` section 2 (a test keeps the two equal). Every lock of
+//! the core is an `ordered` lock, so debug builds check each acquisition
+//! against it. The namespace part, in short:
+//! 1. `VfsInner::mount_lock`, 2. `Super::rename_mutex` (cross-directory
+//!    renames of one filesystem: the ancestor checks and the move are
+//!    atomic).
+//! 3. `Inode::dir_lock` of parent directories, SHARED for name operations;
+//!    two only under 2, an ancestor before its descendant, unrelated ones
+//!    in address order.
+//! 4. `VfsInner::name_locks` stripes (by hash of (parent, name)), several
+//!    in index order. No directory lock is ever waited for while a stripe
+//!    is held.
 //! 5. `Inode::dir_lock` of a victim directory, EXCLUSIVE (rmdir, rename over
-//!    a directory): always a child of a directory locked in step 3.
-//! 6. dcache locks (see `dcache.rs`): rename_lock -> per-dir maps -> bucket
-//!    spinlocks -> dentry lockref lock.
-//! 7. `Inode` attribute seqlock writer lock (innermost).
+//!    a directory): TRY-LOCK only. A shared parent lock does not pin the
+//!    victim's place in the tree (Linux's exclusive `i_rwsem` does), so
+//!    waiting for it under 3-4 could wait for a directory that has become
+//!    an ancestor (issue 12: rmdir against rename deadlocked). When the
+//!    try fails the operation drops every lock, waits for the victim's lock
+//!    holding nothing, and starts over.
+//! Then the per-task and per-file locks, the dcache's (rename_lock -> per-dir
+//! maps -> buckets -> LockRef lock), the orphan locks, and the attribute
+//! seqlock writer (innermost).
 //!
-//! Filesystem methods are called with locks 1-5 as needed but never with a
-//! lock from 6-7. An epoch guard is pinned before any spinlock is taken.
+//! Filesystem methods are called with the sleeping locks (levels 1-9) as
+//! needed but never with a spinlock held. An epoch guard is pinned before
+//! any spinlock is taken.
 //!
 //! `VfsInner::listeners_lock` (mutex) only serialises adding and removing
 //! change listeners and is never held with another lock. Change listeners
 //! are called with no lock of the core held (see [`ChangeListener`]).
 
+use scalevfs_sync::ordered::{Class, Mutex};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned};
 use scalevfs_sync::LockRefVariant;
@@ -433,7 +444,7 @@ impl Vfs {
             fs: fs.clone(),
             dev: 1,
             dc: dc.clone(),
-            rename_mutex: Mutex::new(()),
+            rename_mutex: Mutex::new(Class::RenameMutex, ()),
             orphans: config.new_orphan_file(),
         });
         let root_d = dc.alloc_root(sb.clone(), fs.root());
@@ -449,13 +460,15 @@ impl Vfs {
             config,
             dc,
             mounts: Atomic::new(MountTable::default()),
-            mount_lock: Mutex::new(()),
+            mount_lock: Mutex::new(Class::MountLock, ()),
             root,
-            name_locks: (0..NAME_LOCKS).map(|_| Mutex::new(())).collect(),
+            name_locks: (0..NAME_LOCKS)
+                .map(|_| Mutex::new(Class::NameStripe, ()))
+                .collect(),
             next_dev: AtomicU64::new(2),
             next_mount: AtomicU64::new(2),
             listeners: Atomic::null(),
-            listeners_lock: Mutex::new(()),
+            listeners_lock: Mutex::new(Class::ListenersLock, ()),
         };
         Vfs {
             inner: Arc::new(inner),
@@ -510,11 +523,7 @@ impl Vfs {
         if !at.inode().is_dir() {
             return Err(Errno::ENOTDIR);
         }
-        let _l = self
-            .inner
-            .mount_lock
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let _l = self.inner.mount_lock.lock();
         let guard = epoch::pin();
         let cur = self.table(&guard);
         let key = (Arc::as_ptr(&at.mnt) as usize, at.dentry.as_ptr() as usize);
@@ -527,7 +536,7 @@ impl Vfs {
             fs,
             dev,
             dc: self.inner.dc.clone(),
-            rename_mutex: Mutex::new(()),
+            rename_mutex: Mutex::new(Class::RenameMutex, ()),
             orphans: self.inner.config.new_orphan_file(),
         });
         let root_d = self.inner.dc.alloc_root(sb.clone(), root_inode);
@@ -554,11 +563,7 @@ impl Vfs {
     /// without MNT_DETACH). An open or chdir that walked into the mount
     /// before the unmount and finishes after it is not excluded.
     pub(crate) fn umount_at(&self, at: &PathRef) -> VfsResult<()> {
-        let _l = self
-            .inner
-            .mount_lock
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let _l = self.inner.mount_lock.lock();
         let guard = epoch::pin();
         if !std::ptr::eq(at.dentry.as_ptr(), at.mnt.root.as_ptr()) {
             return Err(Errno::EINVAL);
@@ -636,11 +641,7 @@ impl Vfs {
     }
 
     fn update_listeners(&self, f: impl FnOnce(&mut Vec<Arc<dyn ChangeListener>>)) {
-        let _l = self
-            .inner
-            .listeners_lock
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let _l = self.inner.listeners_lock.lock();
         let guard = epoch::pin();
         // Acquire: pairs with the Release part of the swap below (earlier
         // updates); updates are serialised by `listeners_lock`.

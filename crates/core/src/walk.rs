@@ -787,11 +787,7 @@ impl<'a> WalkCtx<'a> {
             None
         } else {
             let idx = self.vfs.name_lock_index(&dir.dentry, name);
-            Some(
-                self.vfs.inner.name_locks[idx]
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner()),
-            )
+            Some(self.vfs.inner.name_locks[idx].lock_key(idx as u64))
         };
         if let Some(d) = dc.lookup_ref(&dir.dentry, &q) {
             return Ok(d);

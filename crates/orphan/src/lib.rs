@@ -46,8 +46,8 @@
 
 use crossbeam_utils::CachePadded;
 use scalevfs_sync::lockstat::LockClass;
+use scalevfs_sync::ordered::{Class, SpinLock};
 use scalevfs_sync::primitive::{AtomicU32, Ordering};
-use scalevfs_sync::SpinLock;
 
 /// Size of one orphan block on disk.
 pub const BLOCK_SIZE: usize = 4096;
@@ -162,8 +162,8 @@ impl OrphanFile {
             variant,
             slots_per_block: spb,
             blocks,
-            lock: SpinLock::with_class((), LockClass::OrphanFile),
-            overflow: SpinLock::with_class(Vec::new(), LockClass::OrphanFile),
+            lock: SpinLock::new(Class::OrphanFile, LockClass::OrphanFile, ()),
+            overflow: SpinLock::new(Class::OrphanOverflow, LockClass::OrphanFile, Vec::new()),
         }
     }
 

@@ -8,6 +8,8 @@
 //! - [`lockstat`]: per-thread sharded event counters and per-lock-class
 //!   contention statistics, cheap enough to leave on.
 //! - [`primitive`]: the loom shim every atomic goes through.
+//! - [`ordered`]: the VFS-wide lock-order table and lock wrappers that check
+//!   it at run time in debug builds (a small lockdep).
 //!
 //! Checking:
 //! - `cargo test -p scalevfs-sync`: stress tests on real threads, the
@@ -27,12 +29,14 @@
 //!
 //! Lock order among the locks in this crate: none nests inside another.
 //! A `SeqLock`'s writer lock and a `LockRef`'s lock half are leaves as far as
-//! this crate is concerned; the VFS-wide order is in `docs/design.md`.
+//! this crate is concerned; the VFS-wide order is [`ordered::Class`]
+//! (copied in `docs/design.md`).
 
 #![warn(missing_docs, missing_debug_implementations)]
 
 pub mod lockref;
 pub mod lockstat;
+pub mod ordered;
 pub mod primitive;
 pub mod seqcount;
 pub mod spin;

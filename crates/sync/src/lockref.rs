@@ -394,6 +394,7 @@ impl LockRef {
         // not a store, because `cmpxchg2` may update the count meanwhile.
         let old = self.word.fetch_sub(LOCKED, Ordering::Release);
         debug_assert!(locked(old), "LockRef::unlock of an unlocked LockRef");
+        crate::ordered::release(crate::ordered::Class::LockRef, self.addr());
         lockstat::inc(Stat::SharedWrite);
     }
 
@@ -412,6 +413,7 @@ impl LockRef {
                 Ordering::Relaxed,
             ) {
                 Ok(_) => {
+                    crate::ordered::acquired_try(crate::ordered::Class::LockRef, 0, self.addr());
                     lockstat::record(|r| {
                         r.lock_acquired(LockClass::LockRef, false, 0);
                         r.add(Stat::SharedWrite, 1);
@@ -559,10 +561,18 @@ impl LockRef {
         });
     }
 
+    /// This lock's identity for the lock-order checker.
+    #[inline(always)]
+    fn addr(&self) -> usize {
+        self as *const Self as usize
+    }
+
     /// Acquire the lock half; returns the word we installed (lock bit set)
     /// and whether / how long we had to wait.
     #[inline(always)]
     fn lock_word(&self) -> (u64, bool, u64) {
+        // The lock-order checker (compiled out in release and loom builds).
+        crate::ordered::acquire(crate::ordered::Class::LockRef, 0, self.addr());
         // Relaxed: seeds the CAS.
         let old = self.word.load(Ordering::Relaxed);
         // Acquire: the critical section sees what the last holder published.
@@ -614,6 +624,7 @@ impl LockRef {
             .word
             .fetch_add(count_delta(delta).wrapping_sub(LOCKED), Ordering::Release);
         debug_assert!(locked(_old));
+        crate::ordered::release(crate::ordered::Class::LockRef, self.addr());
     }
 
     /// The locked path shared by the gets: lock, let `f` decide from the

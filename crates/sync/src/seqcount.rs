@@ -320,6 +320,8 @@ impl<T: Pod> SeqLock<T> {
     /// `f` runs before the write section opens, so a panic in `f` leaves the
     /// value and the counter untouched (and the lock released).
     pub fn write<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
+        // The lock-order checker (compiled out in release and loom builds).
+        let _order = WriterOrder::new(&self.writer);
         let _guard = self.writer.lock();
         // Only writers change the words and we exclude them: a plain copy.
         let mut v = self.read_racy();
@@ -383,5 +385,25 @@ impl<T: Pod + fmt::Debug> fmt::Debug for SeqLock<T> {
             .field("seq", &self.seq.current())
             .field("value", &self.read())
             .finish()
+    }
+}
+
+/// Records a [`SeqLock`] writer lock with the lock-order checker
+/// ([`crate::ordered::Class::AttrWriter`]) for as long as it lives.
+struct WriterOrder(usize);
+
+impl WriterOrder {
+    #[inline(always)]
+    fn new<T: ?Sized>(l: &SpinLock<T>) -> WriterOrder {
+        let a = l as *const SpinLock<T> as *const u8 as usize;
+        crate::ordered::acquire(crate::ordered::Class::AttrWriter, 0, a);
+        WriterOrder(a)
+    }
+}
+
+impl Drop for WriterOrder {
+    #[inline(always)]
+    fn drop(&mut self) {
+        crate::ordered::release(crate::ordered::Class::AttrWriter, self.0);
     }
 }

@@ -12,8 +12,9 @@
 //!   from spinning away the lock holder's CPU, but this is not a sleeping
 //!   lock.
 //! - Not reentrant: locking a lock the thread already holds deadlocks.
-//! - Lock order between classes is the caller's business and is written down
-//!   in `docs/design.md`; this module does not check it.
+//! - Lock order between classes is the caller's business; the table is
+//!   [`crate::ordered::Class`] and [`crate::ordered::SpinLock`] wraps this
+//!   lock with the run-time check. This module does not check it.
 //!
 //! ACQUIRE PROTOCOL
 //!

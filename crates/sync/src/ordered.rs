@@ -1,0 +1,770 @@
+//! The VFS-wide lock order, in one table, and lock types that check it at
+//! run time (a small lockdep).
+//!
+//! [`Class`] lists every lock class of scalevfs with its level, outermost
+//! first. `docs/design.md` section 2 copies the table; a test in the core
+//! crate parses that copy and compares it with [`Class::ALL`], so the two
+//! cannot drift.
+//!
+//! THE RULE. A thread may take a lock of class `C` only if every lock it
+//! holds has a level below `C`'s, except where `C`'s [`Nest`] rule allows a
+//! second lock of the same class:
+//! - [`Nest::Ascending`]: same-class locks in strictly increasing key order
+//!   (name stripes and dcache buckets by index, per-directory maps by
+//!   address); the checker verifies the keys.
+//! - [`Nest::UnderRenameMutex`]: at most two, only while a
+//!   [`Class::RenameMutex`] is held (the two parent directories of a
+//!   cross-directory rename; the caller orders them ancestor first, else by
+//!   address; the checker verifies the count and the mutex).
+//! - [`Nest::TryOnly`]: the class is only try-locked; waiting for it is a
+//!   violation whatever is held.
+//!
+//! A try-lock never waits, so it is not checked against the locks held; it
+//! is recorded, and what is taken while holding it is checked against it.
+//!
+//! CHECKING. In builds with `debug_assertions` (tests, `cargo build`) and not
+//! under loom, every acquisition through [`Mutex`], [`RwLock`], [`SpinLock`]
+//! or [`acquire`] runs [`check`] against a per-thread stack of held locks
+//! and panics, naming both locks, on a violation. In release builds the
+//! wrappers are the plain locks: the class is not stored, the guard is the
+//! inner guard plus a zero-sized marker, and every hook is an empty
+//! `#[inline(always)]` function.
+//!
+//! The wrappers do not poison: a panic while a lock is held leaves the data
+//! as it was, as the callers' `unwrap_or_else(|e| e.into_inner())` did.
+
+use core::fmt;
+use core::ops::{Deref, DerefMut};
+
+/// Whether a second lock of one class may be taken while one is held.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Nest {
+    /// Never.
+    No,
+    /// In strictly increasing key order.
+    Ascending,
+    /// At most two, and only under [`Class::RenameMutex`].
+    UnderRenameMutex,
+    /// The class is only ever try-locked: a waiting acquisition is itself a
+    /// violation. (A victim directory's lock is a parent directory's lock
+    /// taken out of order, which is safe only because it never waits.)
+    TryOnly,
+}
+
+macro_rules! classes {
+    ($( $(#[$m:meta])* $v:ident = $level:literal, $name:literal, $nest:ident; )*) => {
+        /// A lock class and its place in the global order (see the module
+        /// documentation).
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum Class {
+            $( $(#[$m])* $v, )*
+        }
+        impl Class {
+            /// Every class, outermost first.
+            pub const ALL: &'static [Class] = &[$(Class::$v),*];
+            /// The level: a lock may be taken only with locks of lower
+            /// levels held (see [`Nest`] for the exceptions).
+            pub const fn level(self) -> u8 {
+                match self { $(Class::$v => $level,)* }
+            }
+            /// The lock's name as the code spells it (`docs/design.md`
+            /// uses the same).
+            pub const fn name(self) -> &'static str {
+                match self { $(Class::$v => $name,)* }
+            }
+            /// The same-class rule.
+            pub const fn nest(self) -> Nest {
+                match self { $(Class::$v => Nest::$nest,)* }
+            }
+        }
+    };
+}
+
+classes! {
+    /// `VfsInner::mount_lock`: mount and unmount.
+    MountLock = 1, "VfsInner::mount_lock", No;
+    /// `Super::rename_mutex`: the tree's shape during a cross-directory
+    /// rename.
+    RenameMutex = 2, "Super::rename_mutex", No;
+    /// `Inode::dir_lock` of a parent directory: shared for a name
+    /// operation in it; exclusive only with nothing else held (lseek on a
+    /// directory, the wait before a victim retry).
+    DirParent = 3, "Inode::dir_lock (parent)", UnderRenameMutex;
+    /// `VfsInner::name_locks[i]`: one name stripe.
+    NameStripe = 4, "VfsInner::name_locks", Ascending;
+    /// `Inode::dir_lock` of a victim directory, exclusive, try-lock only.
+    DirVictim = 5, "Inode::dir_lock (victim)", TryOnly;
+    /// `FsContext::lock`: chdir and chroot.
+    FsContext = 6, "FsContext::lock", No;
+    /// `FdTable::lock`: installing and removing fds.
+    FdTable = 7, "FdTable::lock", No;
+    /// `File::pos_lock`: the file position across a read or write.
+    PosLock = 8, "File::pos_lock", No;
+    /// `Inode::data_lock`: size and data for writers.
+    DataLock = 9, "Inode::data_lock", No;
+    /// `VfsInner::listeners_lock`: adding and removing change listeners.
+    ListenersLock = 10, "VfsInner::listeners_lock", No;
+    /// `Dcache::sweeping`: one reclaim sweep at a time (try-lock).
+    DcacheSweep = 11, "Dcache::sweeping", TryOnly;
+    /// `Dcache::rename_lock`: in-place moves of dentries.
+    DcacheRename = 12, "Dcache::rename_lock", No;
+    /// `Dentry::children`: a directory's name map (per-dir index), two in
+    /// address order.
+    DirChildren = 13, "Dentry::children", Ascending;
+    /// `Bucket::lock`: a dcache hash bucket, several in index order.
+    DcacheBucket = 14, "Bucket::lock", Ascending;
+    /// The spinlock half of a dentry's `LockRef`.
+    LockRef = 15, "Dentry LockRef", No;
+    /// An inode's orphan registration (`InodeOrphan::reg`, `orphan.rs`).
+    OrphanReg = 16, "InodeOrphan::reg", No;
+    /// `OrphanFile::lock` (the `locked` orphan variant).
+    OrphanFile = 17, "OrphanFile::lock", No;
+    /// `OrphanFile::overflow`.
+    OrphanOverflow = 18, "OrphanFile::overflow", No;
+    /// The writer lock of an inode's attribute `SeqLock`.
+    AttrWriter = 19, "Inode attr SeqLock writer", No;
+    /// `frames::POOL`: memfs's pool of free page frames. Innermost: pages
+    /// are allocated under the data lock and freed by epoch destructors,
+    /// which run wherever a thread pins.
+    FramePool = 20, "frames::POOL", No;
+}
+
+impl fmt::Display for Class {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (level {})", self.name(), self.level())
+    }
+}
+
+/// Whether the checker runs in this build.
+pub const CHECKING: bool = cfg!(all(debug_assertions, not(loom)));
+
+#[cfg(all(debug_assertions, not(loom)))]
+mod imp {
+    use super::{Class, Nest};
+    use std::cell::RefCell;
+
+    #[derive(Clone, Copy, Debug)]
+    pub(super) struct Held {
+        pub(super) class: Class,
+        pub(super) key: u64,
+        pub(super) addr: usize,
+    }
+
+    thread_local! {
+        static HELD: RefCell<Vec<Held>> = const { RefCell::new(Vec::new()) };
+    }
+
+    /// The violation, if taking `class` (same-class `key`) with `held` held
+    /// breaks the order.
+    pub(super) fn violation(held: &[Held], class: Class, key: u64) -> Option<String> {
+        if class.nest() == Nest::TryOnly {
+            return Some(format!(
+                "lock order violation: waiting for {class}, which may only be try-locked; \
+                 held, oldest first: {:?}",
+                held.iter().map(|h| h.class.name()).collect::<Vec<_>>()
+            ));
+        }
+        let same = held.iter().filter(|h| h.class == class).count();
+        for h in held {
+            let bad = if h.class.level() > class.level() {
+                true
+            } else if h.class.level() < class.level() {
+                false
+            } else if h.class != class {
+                true
+            } else {
+                match class.nest() {
+                    Nest::No | Nest::TryOnly => true,
+                    Nest::Ascending => key <= h.key,
+                    Nest::UnderRenameMutex => {
+                        same >= 2 || !held.iter().any(|x| x.class == Class::RenameMutex)
+                    }
+                }
+            };
+            if bad {
+                return Some(format!(
+                    "lock order violation: taking {class} [key {key}] while holding {} [key {}]; \
+                     held, oldest first: {:?}",
+                    h.class,
+                    h.key,
+                    held.iter().map(|h| h.class.name()).collect::<Vec<_>>()
+                ));
+            }
+        }
+        None
+    }
+
+    pub(super) fn acquire(class: Class, key: u64, addr: usize, checked: bool) {
+        let msg = HELD
+            .try_with(|s| {
+                let mut s = s.borrow_mut();
+                let msg = if checked {
+                    violation(&s, class, key)
+                } else {
+                    None
+                };
+                if msg.is_none() {
+                    s.push(Held { class, key, addr });
+                }
+                msg
+            })
+            .ok()
+            .flatten();
+        if let Some(m) = msg {
+            panic!("{m}");
+        }
+    }
+
+    pub(super) fn release(class: Class, addr: usize) {
+        let _ = HELD.try_with(|s| {
+            let mut s = s.borrow_mut();
+            if let Some(i) = s.iter().rposition(|h| h.addr == addr && h.class == class) {
+                s.remove(i);
+            }
+        });
+    }
+
+    pub(super) fn held() -> Vec<Class> {
+        HELD.try_with(|s| s.borrow().iter().map(|h| h.class).collect())
+            .unwrap_or_default()
+    }
+}
+
+/// Record that this thread takes (`checked`: is about to wait for) a lock
+/// of `class` at `addr`; panics if that breaks the order. `key` orders
+/// same-class locks for [`Nest::Ascending`]. Pair with [`release`]. For locks
+/// that have no guard (a `LockRef`'s lock half); the wrappers call it.
+#[inline(always)]
+pub fn acquire(class: Class, key: u64, addr: usize) {
+    #[cfg(all(debug_assertions, not(loom)))]
+    imp::acquire(class, key, addr, true);
+    #[cfg(not(all(debug_assertions, not(loom))))]
+    let _ = (class, key, addr);
+}
+
+/// As [`acquire`] for a lock that was taken without waiting (a try-lock):
+/// recorded, not checked.
+#[inline(always)]
+pub fn acquired_try(class: Class, key: u64, addr: usize) {
+    #[cfg(all(debug_assertions, not(loom)))]
+    imp::acquire(class, key, addr, false);
+    #[cfg(not(all(debug_assertions, not(loom))))]
+    let _ = (class, key, addr);
+}
+
+/// Record that this thread released the lock of `class` at `addr`.
+#[inline(always)]
+pub fn release(class: Class, addr: usize) {
+    #[cfg(all(debug_assertions, not(loom)))]
+    imp::release(class, addr);
+    #[cfg(not(all(debug_assertions, not(loom))))]
+    let _ = (class, addr);
+}
+
+/// The classes this thread holds, oldest first (always empty when the
+/// checker is compiled out).
+pub fn held() -> Vec<Class> {
+    #[cfg(all(debug_assertions, not(loom)))]
+    return imp::held();
+    #[cfg(not(all(debug_assertions, not(loom))))]
+    Vec::new()
+}
+
+/// Whether taking `class` (same-class `key`) with `held` (class, key) held
+/// breaks the order; `Some` describes the violation. The pure rule
+/// [`acquire`] applies, for tests and tools. Always `None` when the checker
+/// is compiled out.
+pub fn check(held: &[(Class, u64)], class: Class, key: u64) -> Option<String> {
+    #[cfg(all(debug_assertions, not(loom)))]
+    {
+        let h: Vec<imp::Held> = held
+            .iter()
+            .map(|&(class, key)| imp::Held {
+                class,
+                key,
+                addr: 0,
+            })
+            .collect();
+        imp::violation(&h, class, key)
+    }
+    #[cfg(not(all(debug_assertions, not(loom))))]
+    {
+        let _ = (held, class, key);
+        None
+    }
+}
+
+/// What a guard keeps to undo its record: nothing in release builds.
+struct Token {
+    #[cfg(all(debug_assertions, not(loom)))]
+    class: Class,
+    #[cfg(all(debug_assertions, not(loom)))]
+    addr: usize,
+}
+
+impl Token {
+    #[inline(always)]
+    fn new(class: Class, key: u64, addr: usize, checked: bool) -> Token {
+        if checked {
+            acquire(class, key, addr);
+        } else {
+            acquired_try(class, key, addr);
+        }
+        Token {
+            #[cfg(all(debug_assertions, not(loom)))]
+            class,
+            #[cfg(all(debug_assertions, not(loom)))]
+            addr,
+        }
+    }
+}
+
+impl Drop for Token {
+    #[inline(always)]
+    fn drop(&mut self) {
+        #[cfg(all(debug_assertions, not(loom)))]
+        release(self.class, self.addr);
+    }
+}
+
+/// The class as stored in a lock: only where the checker runs.
+#[derive(Clone, Copy)]
+struct Cls {
+    #[cfg(all(debug_assertions, not(loom)))]
+    c: Class,
+}
+
+impl Cls {
+    #[inline(always)]
+    const fn new(c: Class) -> Cls {
+        #[cfg(not(all(debug_assertions, not(loom))))]
+        let _ = c;
+        Cls {
+            #[cfg(all(debug_assertions, not(loom)))]
+            c,
+        }
+    }
+    /// The class; `Other` (any) when not stored, where nothing reads it.
+    #[inline(always)]
+    fn get(self) -> Class {
+        #[cfg(all(debug_assertions, not(loom)))]
+        return self.c;
+        #[cfg(not(all(debug_assertions, not(loom))))]
+        Class::MountLock
+    }
+}
+
+// Release builds: the wrappers are exactly the wrapped locks (no class
+// stored; the guards add only zero-sized markers).
+#[cfg(not(debug_assertions))]
+const _: () = {
+    use core::mem::size_of;
+    assert!(size_of::<Mutex<u64>>() == size_of::<std::sync::Mutex<u64>>());
+    assert!(size_of::<RwLock<u64>>() == size_of::<std::sync::RwLock<u64>>());
+    assert!(size_of::<Token>() == 0);
+    assert!(
+        size_of::<MutexGuard<'static, u64>>() == size_of::<std::sync::MutexGuard<'static, u64>>()
+    );
+};
+
+// ---------------------------------------------------------------------------
+// Mutex
+
+/// `std::sync::Mutex` with a lock class (see the module documentation).
+pub struct Mutex<T: ?Sized> {
+    cls: Cls,
+    inner: std::sync::Mutex<T>,
+}
+
+/// Guard of a [`Mutex`].
+pub struct MutexGuard<'a, T: ?Sized> {
+    g: std::sync::MutexGuard<'a, T>,
+    _t: Token,
+}
+
+impl<T> Mutex<T> {
+    /// An unlocked mutex of class `class`.
+    pub const fn new(class: Class, v: T) -> Mutex<T> {
+        Mutex {
+            cls: Cls::new(class),
+            inner: std::sync::Mutex::new(v),
+        }
+    }
+}
+
+impl<T: ?Sized> Mutex<T> {
+    fn addr(&self) -> usize {
+        self as *const Self as *const u8 as usize
+    }
+    /// Lock (checked against the order).
+    #[inline]
+    pub fn lock(&self) -> MutexGuard<'_, T> {
+        self.lock_key(0)
+    }
+    /// Lock with a same-class ordering key ([`Nest::Ascending`]).
+    #[inline]
+    pub fn lock_key(&self, key: u64) -> MutexGuard<'_, T> {
+        let t = Token::new(self.cls.get(), key, self.addr(), true);
+        let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        MutexGuard { g, _t: t }
+    }
+    /// Lock if free, without waiting.
+    #[inline]
+    pub fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
+        let g = match self.inner.try_lock() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        };
+        let t = Token::new(self.cls.get(), 0, self.addr(), false);
+        Some(MutexGuard { g, _t: t })
+    }
+}
+
+impl<T: ?Sized> Deref for MutexGuard<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.g
+    }
+}
+impl<T: ?Sized> DerefMut for MutexGuard<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.g
+    }
+}
+impl<T: ?Sized> fmt::Debug for Mutex<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ordered::Mutex")
+    }
+}
+impl<T: ?Sized> fmt::Debug for MutexGuard<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ordered::MutexGuard")
+    }
+}
+
+// ---------------------------------------------------------------------------
+// RwLock
+
+/// `std::sync::RwLock` with a lock class. The `_as` methods take it as
+/// another class (one lock plays two roles: `Inode::dir_lock` is a parent's
+/// lock or a victim's).
+pub struct RwLock<T: ?Sized> {
+    cls: Cls,
+    inner: std::sync::RwLock<T>,
+}
+
+/// Shared guard of a [`RwLock`].
+pub struct RwLockReadGuard<'a, T: ?Sized> {
+    g: std::sync::RwLockReadGuard<'a, T>,
+    _t: Token,
+}
+
+/// Exclusive guard of a [`RwLock`].
+pub struct RwLockWriteGuard<'a, T: ?Sized> {
+    g: std::sync::RwLockWriteGuard<'a, T>,
+    _t: Token,
+}
+
+impl<T> RwLock<T> {
+    /// An unlocked rwlock of class `class`.
+    pub const fn new(class: Class, v: T) -> RwLock<T> {
+        RwLock {
+            cls: Cls::new(class),
+            inner: std::sync::RwLock::new(v),
+        }
+    }
+}
+
+impl<T: ?Sized> RwLock<T> {
+    fn addr(&self) -> usize {
+        self as *const Self as *const u8 as usize
+    }
+    /// Shared lock (checked).
+    #[inline]
+    pub fn read(&self) -> RwLockReadGuard<'_, T> {
+        self.read_as(self.cls.get(), 0)
+    }
+    /// Exclusive lock (checked).
+    #[inline]
+    pub fn write(&self) -> RwLockWriteGuard<'_, T> {
+        self.write_as(self.cls.get(), 0)
+    }
+    /// Shared lock as `class` with same-class key `key` (checked).
+    #[inline]
+    pub fn read_as(&self, class: Class, key: u64) -> RwLockReadGuard<'_, T> {
+        let t = Token::new(class, key, self.addr(), true);
+        let g = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        RwLockReadGuard { g, _t: t }
+    }
+    /// Exclusive lock as `class` with same-class key `key` (checked).
+    #[inline]
+    pub fn write_as(&self, class: Class, key: u64) -> RwLockWriteGuard<'_, T> {
+        let t = Token::new(class, key, self.addr(), true);
+        let g = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        RwLockWriteGuard { g, _t: t }
+    }
+    /// Exclusive lock if free, without waiting (not checked).
+    #[inline]
+    pub fn try_write(&self) -> Option<RwLockWriteGuard<'_, T>> {
+        self.try_write_as(self.cls.get())
+    }
+    /// Exclusive lock as `class` if free, without waiting (not checked).
+    #[inline]
+    pub fn try_write_as(&self, class: Class) -> Option<RwLockWriteGuard<'_, T>> {
+        let g = match self.inner.try_write() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        };
+        let t = Token::new(class, 0, self.addr(), false);
+        Some(RwLockWriteGuard { g, _t: t })
+    }
+}
+
+impl<T: ?Sized> Deref for RwLockReadGuard<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.g
+    }
+}
+impl<T: ?Sized> Deref for RwLockWriteGuard<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.g
+    }
+}
+impl<T: ?Sized> DerefMut for RwLockWriteGuard<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.g
+    }
+}
+impl<T: ?Sized> fmt::Debug for RwLock<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ordered::RwLock")
+    }
+}
+impl<T: ?Sized> fmt::Debug for RwLockReadGuard<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ordered::RwLockReadGuard")
+    }
+}
+impl<T: ?Sized> fmt::Debug for RwLockWriteGuard<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ordered::RwLockWriteGuard")
+    }
+}
+
+// ---------------------------------------------------------------------------
+// SpinLock
+
+/// [`crate::SpinLock`] with a lock class (the statistics class stays the
+/// inner lock's).
+pub struct SpinLock<T: ?Sized> {
+    cls: Cls,
+    inner: crate::SpinLock<T>,
+}
+
+/// Guard of a [`SpinLock`].
+pub struct SpinGuard<'a, T: ?Sized> {
+    g: crate::SpinGuard<'a, T>,
+    _t: Token,
+}
+
+#[cfg(not(loom))]
+impl<T> SpinLock<T> {
+    /// An unlocked spinlock of order class `class` whose statistics go to
+    /// `stat`.
+    pub const fn new(class: Class, stat: crate::LockClass, v: T) -> SpinLock<T> {
+        SpinLock {
+            cls: Cls::new(class),
+            inner: crate::SpinLock::with_class(v, stat),
+        }
+    }
+}
+
+#[cfg(loom)]
+impl<T> SpinLock<T> {
+    /// An unlocked spinlock of order class `class` whose statistics go to
+    /// `stat`.
+    pub fn new(class: Class, stat: crate::LockClass, v: T) -> SpinLock<T> {
+        SpinLock {
+            cls: Cls::new(class),
+            inner: crate::SpinLock::with_class(v, stat),
+        }
+    }
+}
+
+impl<T: ?Sized> SpinLock<T> {
+    fn addr(&self) -> usize {
+        self as *const Self as *const u8 as usize
+    }
+    /// Lock (checked).
+    #[inline]
+    pub fn lock(&self) -> SpinGuard<'_, T> {
+        self.lock_key(0)
+    }
+    /// Lock with a same-class ordering key (checked).
+    #[inline]
+    pub fn lock_key(&self, key: u64) -> SpinGuard<'_, T> {
+        let t = Token::new(self.cls.get(), key, self.addr(), true);
+        SpinGuard {
+            g: self.inner.lock(),
+            _t: t,
+        }
+    }
+    /// Lock if free, without waiting (not checked).
+    #[inline]
+    pub fn try_lock(&self) -> Option<SpinGuard<'_, T>> {
+        let g = self.inner.try_lock()?;
+        let t = Token::new(self.cls.get(), 0, self.addr(), false);
+        Some(SpinGuard { g, _t: t })
+    }
+}
+
+impl<T: ?Sized> Deref for SpinGuard<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.g
+    }
+}
+impl<T: ?Sized> DerefMut for SpinGuard<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.g
+    }
+}
+impl<T: ?Sized> fmt::Debug for SpinLock<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ordered::SpinLock")
+    }
+}
+impl<T: ?Sized> fmt::Debug for SpinGuard<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ordered::SpinGuard")
+    }
+}
+
+#[cfg(all(test, debug_assertions, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn panics(f: impl FnOnce() + std::panic::UnwindSafe) -> String {
+        let e = std::panic::catch_unwind(f).expect_err("expected a lock-order panic");
+        e.downcast_ref::<String>().cloned().unwrap_or_default()
+    }
+
+    #[test]
+    fn levels_strictly_increase_and_names_are_unique() {
+        for w in Class::ALL.windows(2) {
+            assert!(w[0].level() < w[1].level(), "{} then {}", w[0], w[1]);
+        }
+        let mut names: Vec<_> = Class::ALL.iter().map(|c| c.name()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), Class::ALL.len());
+    }
+
+    #[test]
+    fn inversion_panics_with_both_names() {
+        let stripe = Mutex::new(Class::NameStripe, ());
+        let dir = RwLock::new(Class::DirParent, ());
+        let msg = panics(|| {
+            let _s = stripe.lock();
+            let _d = dir.read();
+        });
+        assert!(msg.contains("VfsInner::name_locks"), "{msg}");
+        assert!(msg.contains("Inode::dir_lock (parent)"), "{msg}");
+        // The failed acquisition left nothing behind; the order works.
+        assert!(held().is_empty(), "{:?}", held());
+        let _d = dir.read();
+        let _s = stripe.lock();
+        assert_eq!(held(), vec![Class::DirParent, Class::NameStripe]);
+    }
+
+    #[test]
+    fn same_class_needs_its_rule() {
+        let a = Mutex::new(Class::FdTable, ());
+        let b = Mutex::new(Class::FdTable, ());
+        panics(|| {
+            let _a = a.lock();
+            let _b = b.lock();
+        });
+        // Stripes: ascending keys only.
+        let s = [
+            Mutex::new(Class::NameStripe, ()),
+            Mutex::new(Class::NameStripe, ()),
+        ];
+        {
+            let _x = s[0].lock_key(3);
+            let _y = s[1].lock_key(7);
+        }
+        panics(|| {
+            let _x = s[1].lock_key(7);
+            let _y = s[0].lock_key(3);
+        });
+        // Two parents only under the rename mutex, and never three.
+        let rm = Mutex::new(Class::RenameMutex, ());
+        let d: Vec<_> = (0..3).map(|_| RwLock::new(Class::DirParent, ())).collect();
+        panics(|| {
+            let _a = d[0].read();
+            let _b = d[1].read();
+        });
+        {
+            let _m = rm.lock();
+            let _a = d[0].read();
+            let _b = d[1].read();
+        }
+        panics(|| {
+            let _m = rm.lock();
+            let _a = d[0].read();
+            let _b = d[1].read();
+            let _c = d[2].read();
+        });
+    }
+
+    #[test]
+    fn try_lock_is_recorded_not_checked() {
+        let stripe = Mutex::new(Class::NameStripe, ());
+        let dir = RwLock::new(Class::DirParent, ());
+        let victim = RwLock::new(Class::DirParent, ());
+        let _s = stripe.lock();
+        // Out of order, but it does not wait: allowed.
+        let v = victim.try_write_as(Class::DirVictim).unwrap();
+        assert_eq!(held(), vec![Class::NameStripe, Class::DirVictim]);
+        // What is taken under it is checked against it.
+        let msg = panics(|| {
+            let _d = dir.read();
+        });
+        assert!(msg.contains("Inode::dir_lock (victim)"), "{msg}");
+        drop(v);
+        assert_eq!(held(), vec![Class::NameStripe]);
+    }
+
+    #[test]
+    fn waiting_for_a_try_only_class_panics() {
+        // Issue 12's old order: parent shared, stripe, then WAIT for the
+        // victim directory's lock.
+        let parent = RwLock::new(Class::DirParent, ());
+        let stripe = Mutex::new(Class::NameStripe, ());
+        let victim = RwLock::new(Class::DirParent, ());
+        let msg = panics(|| {
+            let _p = parent.read();
+            let _s = stripe.lock();
+            let _v = victim.write_as(Class::DirVictim, 0);
+        });
+        assert!(msg.contains("may only be try-locked"), "{msg}");
+        assert!(msg.contains("VfsInner::name_locks"), "{msg}");
+    }
+
+    #[test]
+    fn release_out_of_order() {
+        let a = Mutex::new(Class::MountLock, ());
+        let b = Mutex::new(Class::RenameMutex, ());
+        let ga = a.lock();
+        let gb = b.lock();
+        drop(ga);
+        assert_eq!(held(), vec![Class::RenameMutex]);
+        drop(gb);
+        assert!(held().is_empty());
+    }
+}
