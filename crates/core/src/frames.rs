@@ -22,9 +22,9 @@
 //! memfs size limits (file data is allocated only within them) plus the
 //! pages waiting for an epoch grace period.
 
+use scalevfs_sync::ordered::{Class, Mutex, MutexGuard};
 use std::cell::{RefCell, UnsafeCell};
 use std::ptr::NonNull;
-use scalevfs_sync::ordered::{Class, Mutex, MutexGuard};
 
 /// Size of one frame (the memfs page size).
 pub(crate) const FRAME: usize = 4096;

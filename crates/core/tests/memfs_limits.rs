@@ -13,11 +13,16 @@ const PAGE: u64 = 4096;
 /// Wait (bounded) until `cond` holds: a removed file's inode and pages are
 /// freed after an epoch grace period, which pinning and flushing advances.
 fn settle(mut cond: impl FnMut() -> bool) -> bool {
-    for _ in 0..10_000 {
+    // Bounded by time, not by a count of tries: the tests of this binary
+    // run in parallel, and while another test's thread stays pinned (a long
+    // write) the global epoch cannot advance, however often we flush.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while std::time::Instant::now() < deadline {
         if cond() {
             return true;
         }
         crossbeam_epoch::pin().flush();
+        std::thread::yield_now();
     }
     cond()
 }

@@ -81,25 +81,27 @@ macro_rules! classes {
 }
 
 classes! {
+    /// `File::pos_lock`: the file position across a read, write or
+    /// getdents. Outermost, as Linux's `f_pos_lock` is taken before the
+    /// inode's lock (getdents holds it across the directory's lock).
+    PosLock = 1, "File::pos_lock", No;
     /// `VfsInner::mount_lock`: mount and unmount.
-    MountLock = 1, "VfsInner::mount_lock", No;
+    MountLock = 2, "VfsInner::mount_lock", No;
     /// `Super::rename_mutex`: the tree's shape during a cross-directory
     /// rename.
-    RenameMutex = 2, "Super::rename_mutex", No;
+    RenameMutex = 3, "Super::rename_mutex", No;
     /// `Inode::dir_lock` of a parent directory: shared for a name
     /// operation in it; exclusive only with nothing else held (lseek on a
     /// directory, the wait before a victim retry).
-    DirParent = 3, "Inode::dir_lock (parent)", UnderRenameMutex;
+    DirParent = 4, "Inode::dir_lock (parent)", UnderRenameMutex;
     /// `VfsInner::name_locks[i]`: one name stripe.
-    NameStripe = 4, "VfsInner::name_locks", Ascending;
+    NameStripe = 5, "VfsInner::name_locks", Ascending;
     /// `Inode::dir_lock` of a victim directory, exclusive, try-lock only.
-    DirVictim = 5, "Inode::dir_lock (victim)", TryOnly;
+    DirVictim = 6, "Inode::dir_lock (victim)", TryOnly;
     /// `FsContext::lock`: chdir and chroot.
-    FsContext = 6, "FsContext::lock", No;
+    FsContext = 7, "FsContext::lock", No;
     /// `FdTable::lock`: installing and removing fds.
-    FdTable = 7, "FdTable::lock", No;
-    /// `File::pos_lock`: the file position across a read or write.
-    PosLock = 8, "File::pos_lock", No;
+    FdTable = 8, "FdTable::lock", No;
     /// `Inode::data_lock`: size and data for writers.
     DataLock = 9, "Inode::data_lock", No;
     /// `VfsInner::listeners_lock`: adding and removing change listeners.
