@@ -97,7 +97,9 @@ impl Default for DcacheConfig {
             layout: DentryLayout::default(),
             index: DcacheIndex::default(),
             lockref: LockRefVariant::default(),
-            hash_bits: 16,
+            // Smaller under Miri, which interprets every bucket's
+            // initialisation.
+            hash_bits: if cfg!(miri) { 8 } else { 16 },
             max_entries: 1 << 20,
             max_bytes: usize::MAX,
             negative_percent: 25,
@@ -302,6 +304,67 @@ pub(crate) struct DPtr(pub(crate) *const Dentry);
 unsafe impl Send for DPtr {}
 // SAFETY: as above.
 unsafe impl Sync for DPtr {}
+
+/// A pointer to an object that something else keeps alive for `'g` (an
+/// epoch guard, or a count or `Arc` held elsewhere), used in place of a
+/// `&'g T` wherever the pointer may later be turned back into an owning
+/// handle (`DentryRef::try_get`, `Arc::increment_strong_count`).
+///
+/// A `&T` made from a raw pointer only licenses reads of `T`'s non-`Cell`
+/// parts: a pointer cast back from it cannot be used to free the object
+/// (or, for an `Arc`'s contents, to touch the counts next to it) without
+/// undefined behaviour (Miri, Tree Borrows). A `Pinned` keeps the raw
+/// pointer, with the provenance of the allocation (`Box::into_raw`,
+/// `Arc::as_ptr`), and hands out short-lived references on deref. It is the
+/// size of a reference and costs nothing more to use.
+pub(crate) struct Pinned<'g, T> {
+    ptr: ptr::NonNull<T>,
+    _life: std::marker::PhantomData<&'g T>,
+}
+
+impl<T> Clone for Pinned<'_, T> {
+    #[inline(always)]
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for Pinned<'_, T> {}
+
+impl<'g, T> Pinned<'g, T> {
+    /// # Safety
+    /// `p` is non-null, points to a live `T` that stays alive (not freed,
+    /// not mutably borrowed) for `'g`, and carries the provenance of the
+    /// whole allocation (it was never cast from a reference).
+    #[inline(always)]
+    pub(crate) unsafe fn new(p: *const T) -> Self {
+        debug_assert!(!p.is_null());
+        Pinned {
+            // SAFETY: non-null by the caller's contract.
+            ptr: unsafe { ptr::NonNull::new_unchecked(p as *mut T) },
+            _life: std::marker::PhantomData,
+        }
+    }
+    /// The referent for all of `'g`.
+    #[inline(always)]
+    pub(crate) fn get(self) -> &'g T {
+        // SAFETY: alive for 'g by `new`'s contract.
+        unsafe { self.ptr.as_ref() }
+    }
+    /// The raw pointer, with its provenance.
+    #[inline(always)]
+    pub(crate) fn as_ptr(self) -> *const T {
+        self.ptr.as_ptr()
+    }
+}
+
+impl<T> std::ops::Deref for Pinned<'_, T> {
+    type Target = T;
+    #[inline(always)]
+    fn deref(&self) -> &T {
+        // SAFETY: alive for 'g by `new`'s contract, which outlives `&self`.
+        unsafe { self.ptr.as_ref() }
+    }
+}
 
 impl std::fmt::Debug for Dentry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -534,18 +597,24 @@ impl DentryRef {
     /// Adopt one count that the caller already took on `d`.
     ///
     /// # Safety
-    /// The caller owns one unit of `d`'s count.
+    /// The caller owns one unit of `d`'s count, and `d` carries the
+    /// provenance of the whole allocation: it comes from `alloc`'s
+    /// `Box::into_raw` through raw pointers only (a chain link, a parent
+    /// pointer, `DentryRef::as_ptr`, a [`Pinned`]), never cast from a
+    /// `&Dentry`. The last reference frees the dentry through it.
     pub(crate) unsafe fn from_counted(d: *const Dentry) -> DentryRef {
         DentryRef {
             ptr: ptr::NonNull::new(d as *mut Dentry).expect("non-null dentry"),
         }
     }
     /// Take a counted reference on a dentry found under a guard; fails if it
-    /// is dead (being freed).
-    pub(crate) fn try_get(d: &Dentry) -> Option<DentryRef> {
+    /// is dead (being freed). A [`Pinned`], not a `&Dentry`: the reference
+    /// adopts the pointer, provenance included (see `from_counted`).
+    pub(crate) fn try_get(d: Pinned<'_, Dentry>) -> Option<DentryRef> {
         if d.lockref().get_not_dead(d.variant()) {
-            // SAFETY: we just took a count.
-            Some(unsafe { DentryRef::from_counted(d) })
+            // SAFETY: we just took a count; a Pinned carries the
+            // allocation's provenance.
+            Some(unsafe { DentryRef::from_counted(d.as_ptr()) })
         } else {
             None
         }
@@ -559,8 +628,9 @@ impl DentryRef {
         loop {
             let p = self.parent_ptr();
             // SAFETY: the parent is kept alive by our child's reference on it
-            // or, if a rename just switched it, by the epoch guard.
-            let pd = unsafe { &*p };
+            // or, if a rename just switched it, by the epoch guard; parent
+            // pointers are stored from raw pointers.
+            let pd = unsafe { Pinned::new(p) };
             if let Some(r) = DentryRef::try_get(pd) {
                 if ptr::eq(self.parent_ptr(), p) {
                     return r;
@@ -758,7 +828,7 @@ impl RcuKeys<'_> {
         name: std::ops::Range<usize>,
         w0: u64,
         _guard: &'g Guard,
-    ) -> Option<(&'g Dentry, u32)> {
+    ) -> Option<(Pinned<'g, Dentry>, u32)> {
         let len = name.end - name.start;
         debug_assert!(len > 0 && len <= INLINE_NAME && name.end <= b.len());
         let i = hash as usize & self.mask;
@@ -769,8 +839,8 @@ impl RcuKeys<'_> {
         let mut p = bk.head.load(Ordering::Acquire);
         while !p.is_null() {
             // SAFETY: chain members are freed only after a grace period and
-            // we are pinned by `_guard`.
-            let d: &'g Dentry = unsafe { &*p };
+            // we are pinned by `_guard`; chain links are raw pointers.
+            let d: Pinned<'g, Dentry> = unsafe { Pinned::new(p) };
             // Relaxed: a filter; the match is validated by d_seq below.
             if d.hot.hash.load(Ordering::Relaxed) == hash {
                 let s = d.hot.seq.raw_read_begin();
@@ -800,7 +870,7 @@ impl RcuKeys<'_> {
 
 /// Result of a lock-free lookup.
 pub(crate) enum RcuLookup<'g> {
-    Hit(&'g Dentry),
+    Hit(Pinned<'g, Dentry>),
     Miss,
     /// A concurrent change was seen; take the locked path.
     Retry,
@@ -1060,8 +1130,8 @@ impl Dcache {
         let mut p = b.head.load(Ordering::Acquire);
         while !p.is_null() {
             // SAFETY: chain members are freed only after a grace period and
-            // we are pinned by `_guard`.
-            let d: &'g Dentry = unsafe { &*p };
+            // we are pinned by `_guard`; chain links are raw pointers.
+            let d: Pinned<'g, Dentry> = unsafe { Pinned::new(p) };
             // Relaxed: validated by d_seq below.
             if d.hot.hash.load(Ordering::Relaxed) == q.hash {
                 let s = d.hot.seq.raw_read_begin();
@@ -1108,7 +1178,7 @@ impl Dcache {
         match map.get(q.bytes) {
             // SAFETY: entries are removed from the map before the dentry is
             // killed; the caller is pinned, so it is not freed yet.
-            Some(p) => RcuLookup::Hit(unsafe { &*p.0 }),
+            Some(p) => RcuLookup::Hit(unsafe { Pinned::new(p.0) }),
             None => RcuLookup::Miss,
         }
     }
@@ -1126,7 +1196,7 @@ impl Dcache {
             // SAFETY: as in lookup_perdir; we also hold the map lock.
             return map
                 .get(q.bytes)
-                .and_then(|p| DentryRef::try_get(unsafe { &*p.0 }));
+                .and_then(|p| DentryRef::try_get(unsafe { Pinned::new(p.0) }));
         }
         let b = self.bucket(q.hash);
         let _l = b.lock.lock();
@@ -1134,7 +1204,7 @@ impl Dcache {
         let mut p = b.head.load(Ordering::Relaxed);
         while !p.is_null() {
             // SAFETY: chain members are alive while linked; we hold the lock.
-            let d = unsafe { &*p };
+            let d = unsafe { Pinned::new(p) };
             if d.hot.hash.load(Ordering::Relaxed) == q.hash
                 && ptr::eq(d.parent_ptr(), parent)
                 && d.name_eq(q)
@@ -1171,7 +1241,7 @@ impl Dcache {
             let mut p = b.head.load(Ordering::Relaxed);
             while !p.is_null() {
                 // SAFETY: alive while linked; lock held.
-                let e = unsafe { &*p };
+                let e = unsafe { Pinned::new(p) };
                 if e.hot.hash.load(Ordering::Relaxed) == q.hash
                     && ptr::eq(e.parent_ptr(), parent.as_ptr())
                     && e.name_eq(q)
@@ -1196,7 +1266,7 @@ impl Dcache {
             if let Some(old) = &replaced {
                 self.unhash_locked(b, old, _map.as_deref());
             }
-            self.hash_locked(b, &new, parent, _map);
+            self.hash_locked(b, &new, _map);
         }
         drop(replaced);
         self.maybe_reclaim();
@@ -1221,16 +1291,16 @@ impl Dcache {
     }
 
     /// Link `d` into bucket `b` (and the parent's map). Bucket lock held.
+    /// A `DentryRef`, not a `&Dentry`: the pointer stored in the chain is
+    /// the one lookups adopt into references (see `from_counted`).
     fn hash_locked(
         &self,
         b: &Bucket,
-        d: &Dentry,
-        parent: &Dentry,
+        d: &DentryRef,
         map: Option<std::sync::RwLockWriteGuard<'_, BTreeMap<Box<[u8]>, DPtr>>>,
     ) {
-        let _ = parent;
         if let Some(mut m) = map {
-            m.insert(d.name_vec().into_boxed_slice(), DPtr(d));
+            m.insert(d.name_vec().into_boxed_slice(), DPtr(d.as_ptr()));
         }
         // Relaxed: we hold the bucket lock.
         let head = b.head.load(Ordering::Relaxed);
@@ -1238,8 +1308,7 @@ impl Dcache {
         d.hot.next.store(head, Ordering::Relaxed);
         d.set_flag(D_HASHED);
         // Release: publish d's initialised contents to lock-free readers.
-        b.head
-            .store(d as *const Dentry as *mut Dentry, Ordering::Release);
+        b.head.store(d.as_ptr() as *mut Dentry, Ordering::Release);
     }
 
     /// Remove `d` from bucket `b`'s chain (and the parent's map). Bucket lock
@@ -1336,7 +1405,7 @@ impl Dcache {
             d.store_name(&new_q, Some(&guard));
             if was_hashed {
                 let m = if m2.is_some() { m2.take() } else { m1.take() };
-                self.hash_locked(&self.buckets[new_b], d, new_parent, m);
+                self.hash_locked(&self.buckets[new_b], d, m);
             }
             d.hot.seq.write_end();
             self.rename_seq.write_end();
@@ -1395,10 +1464,10 @@ impl Dcache {
             m.insert(name_a.clone().into_boxed_slice(), DPtr(b.as_ptr()));
         }
         if ha {
-            self.hash_locked(&self.buckets[na], a, pbd, None);
+            self.hash_locked(&self.buckets[na], a, None);
         }
         if hb {
-            self.hash_locked(&self.buckets[nb], b, pad, None);
+            self.hash_locked(&self.buckets[nb], b, None);
         }
         b.hot.seq.write_end();
         a.hot.seq.write_end();
@@ -1592,7 +1661,8 @@ mod tests {
             hash_bits: 4,
             ..Default::default()
         });
-        let parent = 0x1234_5678usize as *const Dentry;
+        // An address only (never dereferenced), without provenance.
+        let parent = ptr::null::<Dentry>().wrapping_byte_add(0x1234_5678);
         let names: Vec<Vec<u8>> = (0..70)
             .map(|n| (0..n).map(|i| b'a' + ((i * 7 + n) % 26) as u8).collect())
             .collect();
