@@ -46,8 +46,8 @@ use std::sync::{Arc, RwLock};
 use crossbeam_epoch::{self as epoch, Guard};
 use crossbeam_utils::CachePadded;
 use scalevfs_sync::lockstat::{self, Stat};
+use scalevfs_sync::primitive::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use scalevfs_sync::{LockRef, LockRefVariant, SeqCount, SpinLock};
-use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use crate::inode::Inode;
 use crate::types::FileType;
@@ -1653,6 +1653,55 @@ impl Dcache {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A reference taken on a dentry found by a lookup (`try_get`) can be
+    /// the last one, and the dentry is then freed through its pointer.
+    /// Under Miri (Tree Borrows) this was undefined behaviour while
+    /// `try_get` adopted a pointer cast from `&Dentry` (a read-only tag) and
+    /// `hash_locked` linked such a pointer into the chain. Needs no memfs
+    /// removal, so it runs under Miri's precise Tree Borrows mode.
+    #[test]
+    fn lookup_reference_can_be_the_last_and_free() {
+        for index in [DcacheIndex::GlobalHash, DcacheIndex::PerDir] {
+            let vfs = crate::Vfs::with_config(crate::VfsConfig {
+                dcache: DcacheConfig {
+                    index,
+                    hash_bits: 4,
+                    ..Default::default()
+                },
+                ..Default::default()
+            });
+            let root = vfs.root_path();
+            let dc = vfs.dcache();
+            let base = dc.len();
+            for (i, name) in [&b"x"[..], b"a-name-longer-than-the-inline-32-bytes"]
+                .into_iter()
+                .enumerate()
+            {
+                let q = dc.qname(root.dentry.as_ptr(), name);
+                // Cached at count 0 after this.
+                drop(dc.add(&root.dentry, &q, None));
+                assert_eq!(dc.len(), base + 1);
+                let r = if i == 0 {
+                    let g = epoch::pin();
+                    let RcuLookup::Hit(p) = dc.lookup_rcu(&root.dentry, &q, &g) else {
+                        panic!("cached dentry not found");
+                    };
+                    DentryRef::try_get(p).expect("not dead")
+                } else {
+                    dc.lookup_ref(&root.dentry, &q).expect("cached")
+                };
+                assert_eq!(r.name_vec(), name);
+                dc.unhash(&r);
+                assert!(dc.lookup_ref(&root.dentry, &q).is_none());
+                // The last reference: kills the dentry, frees it after the
+                // grace period through the pointer the lookup adopted.
+                drop(r);
+                assert_eq!(dc.len(), base);
+                vfs.flush_deferred();
+            }
+        }
+    }
 
     /// The walk's one-pass scanner and the plain hash agree on every split.
     #[test]

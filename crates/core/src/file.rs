@@ -24,7 +24,7 @@
 use std::sync::{Arc, Mutex};
 
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned, Shared};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use scalevfs_sync::primitive::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use crate::errno::{Errno, VfsResult};
 use crate::inode::Inode;
@@ -132,7 +132,7 @@ impl Drop for File {
 
 struct Slot {
     file: Atomic<Arc<File>>,
-    cloexec: std::sync::atomic::AtomicBool,
+    cloexec: AtomicBool,
 }
 
 struct FdArray {
@@ -143,7 +143,7 @@ struct FdArray {
 pub struct FdTable {
     arr: Atomic<FdArray>,
     lock: Mutex<()>,
-    max: std::sync::atomic::AtomicUsize,
+    max: AtomicUsize,
     /// Lowest fd that might be free (a hint).
     next_hint: AtomicU64,
 }
@@ -170,18 +170,17 @@ impl FdTable {
         FdTable {
             arr: Atomic::new(new_array(64)),
             lock: Mutex::new(()),
-            max: std::sync::atomic::AtomicUsize::new(DEFAULT_MAX_FDS),
+            max: AtomicUsize::new(DEFAULT_MAX_FDS),
             next_hint: AtomicU64::new(0),
         }
     }
 
     /// Set the limit on open fds (RLIMIT_NOFILE).
     pub fn set_max(&self, n: usize) {
-        self.max
-            .store(n.max(1), std::sync::atomic::Ordering::Relaxed);
+        self.max.store(n.max(1), Ordering::Relaxed);
     }
     pub fn max(&self) -> usize {
-        self.max.load(std::sync::atomic::Ordering::Relaxed)
+        self.max.load(Ordering::Relaxed)
     }
 
     fn array<'g>(&self, g: &'g Guard) -> &'g FdArray {
@@ -244,8 +243,7 @@ impl FdTable {
 
     fn store_locked(&self, arr: &FdArray, fd: usize, file: Arc<File>, cloexec: bool, g: &Guard) {
         let slot = &arr.slots[fd];
-        slot.cloexec
-            .store(cloexec, std::sync::atomic::Ordering::Relaxed);
+        slot.cloexec.store(cloexec, Ordering::Relaxed);
         // Release: publish the File to lock-free readers.
         let old = slot.file.swap(Owned::new(file), Ordering::Release, g);
         if !old.is_null() {
@@ -278,10 +276,8 @@ impl FdTable {
             // Relaxed: under the table lock; published by the Release below.
             s.file
                 .store(o.file.load(Ordering::Relaxed, g), Ordering::Relaxed);
-            s.cloexec.store(
-                o.cloexec.load(std::sync::atomic::Ordering::Relaxed),
-                std::sync::atomic::Ordering::Relaxed,
-            );
+            s.cloexec
+                .store(o.cloexec.load(Ordering::Relaxed), Ordering::Relaxed);
         }
         // Release: publish the copied slots.
         let prev = self.arr.swap(Owned::new(new), Ordering::Release, g);
@@ -321,7 +317,7 @@ impl FdTable {
         if slot.file.load(Ordering::Acquire, &g).is_null() {
             return Err(Errno::EBADF);
         }
-        Ok(slot.cloexec.load(std::sync::atomic::Ordering::Relaxed))
+        Ok(slot.cloexec.load(Ordering::Relaxed))
     }
 
     pub fn set_cloexec(&self, fd: i32, on: bool) -> VfsResult<()> {
@@ -333,7 +329,7 @@ impl FdTable {
         if slot.file.load(Ordering::Acquire, &g).is_null() {
             return Err(Errno::EBADF);
         }
-        slot.cloexec.store(on, std::sync::atomic::Ordering::Relaxed);
+        slot.cloexec.store(on, Ordering::Relaxed);
         Ok(())
     }
 
@@ -354,13 +350,7 @@ impl FdTable {
                 let p = s.file.load(Ordering::Acquire, g2);
                 // SAFETY: live while in the slot; we hold the table lock.
                 if let Some(f) = unsafe { p.as_ref() } {
-                    t.store_locked(
-                        dst,
-                        i,
-                        f.clone(),
-                        s.cloexec.load(std::sync::atomic::Ordering::Relaxed),
-                        g2,
-                    );
+                    t.store_locked(dst, i, f.clone(), s.cloexec.load(Ordering::Relaxed), g2);
                 }
             }
         }

@@ -20,8 +20,8 @@
 use std::any::Any;
 use std::sync::RwLock;
 
+use scalevfs_sync::primitive::{AtomicU32, Ordering};
 use scalevfs_sync::SeqLock;
-use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::types::{Attr, Cred, FileType, Stat, S_IFMT};
 

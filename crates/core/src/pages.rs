@@ -35,8 +35,8 @@
 //! partial truncate or hole punch are kept until the file is truncated to 0
 //! or freed (a known cost for sparse files that shrink).
 
+use scalevfs_sync::primitive::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned, Shared};
 

@@ -10,7 +10,7 @@
 use std::sync::{Arc, Mutex, MutexGuard, RwLockReadGuard, RwLockWriteGuard};
 
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned};
-use std::sync::atomic::{AtomicU32, Ordering};
+use scalevfs_sync::primitive::{AtomicU32, Ordering};
 
 use crate::dcache::{Dentry, DentryRef};
 use crate::errno::{Errno, VfsResult};

@@ -29,8 +29,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned};
+use scalevfs_sync::primitive::{AtomicU64, Ordering};
 use scalevfs_sync::LockRefVariant;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::dcache::{Dcache, DcacheConfig, DcacheIndex, Dentry, DentryLayout, DentryRef};
 use crate::errno::{Errno, VfsResult};

@@ -95,6 +95,14 @@ mod sc_load {
                 pub fn fetch_and(&self, v: $t, o: Ordering) -> $t {
                     self.0.fetch_and(v, o)
                 }
+                pub fn fetch_update<F: FnMut($t) -> Option<$t>>(
+                    &self,
+                    set: Ordering,
+                    fetch: Ordering,
+                    f: F,
+                ) -> Result<$t, $t> {
+                    self.0.fetch_update(set, fetch, f)
+                }
             }
         };
     }
