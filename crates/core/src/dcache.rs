@@ -1315,8 +1315,14 @@ impl Dcache {
         }
         // Relaxed: we hold the bucket lock.
         let head = b.head.load(Ordering::Relaxed);
-        // Relaxed: d is not yet reachable; the Release below publishes it.
-        d.hot.next.store(head, Ordering::Relaxed);
+        // Release, not Relaxed: `d` may already be reachable. d_move re-hashes
+        // a dentry that lock-free readers may be standing on (it was in its
+        // old chain); such a reader follows this link into the new chain with
+        // an Acquire load, which must synchronise with this store for the
+        // successor's initialisation (by the thread that hashed it, ordered
+        // before us by the bucket lock) to happen before its reads. Found by
+        // ThreadSanitizer (ci/tsan.sh, rename_races).
+        d.hot.next.store(head, Ordering::Release);
         d.set_flag(D_HASHED);
         // Release: publish d's initialised contents to lock-free readers.
         b.head.store(d.as_ptr() as *mut Dentry, Ordering::Release);
