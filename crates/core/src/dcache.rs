@@ -1730,6 +1730,8 @@ mod tests {
         // An address only (never dereferenced), without provenance.
         let parent = ptr::null::<Dentry>().wrapping_byte_add(0x1234_5678);
         let names: Vec<Vec<u8>> = (0..70)
+            // Under Miri only the lengths around word boundaries.
+            .filter(|n| !cfg!(miri) || matches!(n % 8, 0 | 1 | 7))
             .map(|n| (0..n).map(|i| b'a' + ((i * 7 + n) % 26) as u8).collect())
             .collect();
         for name in &names {
