@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run every loom model: crates/sync/tests/loom_*.rs (the primitives and the
-# dcache protocols) and crates/orphan/tests/loom_orphan.rs (the orphan file's
-# slot claim and release).
+# dcache protocols), crates/orphan/tests/loom_orphan.rs (the orphan file's
+# slot claim and release) and the core's crates/core/src/loom_models.rs (the
+# last close against unlink, on the production code of orphan.rs).
 #
 # Uses its own target directory so the `--cfg loom` build does not evict the
 # normal build artefacts. Extra arguments are passed to the test binaries, e.g.
@@ -16,3 +17,4 @@ export CARGO_TARGET_DIR="${LOOM_TARGET_DIR:-target/loom}"
 threads="${LOOM_TEST_THREADS:-2}"
 cargo test -p scalevfs-sync --release --test 'loom_*' -- --test-threads="$threads" "$@"
 cargo test -p scalevfs-orphan --release --test loom_orphan -- --test-threads="$threads" "$@"
+cargo test -p scalevfs --release --lib loom_models -- --test-threads="$threads" "$@"

@@ -2,7 +2,9 @@
 # The project's test command (the README's second command; .ci/run runs it):
 #   1. every crate's unit, integration, property and concurrency tests;
 #   2. the loom models of every lock-free algorithm (ci/loom.sh);
-#   3. the FUSE suite against a real mount (ci/fuse-tests.sh: pjdfstest, fsx,
+#   3. Miri over the unsafe code (ci/miri.sh) and ThreadSanitizer over the
+#      concurrency tests (ci/tsan.sh), both on the nightly toolchain;
+#   4. the FUSE suite against a real mount (ci/fuse-tests.sh: pjdfstest, fsx,
 #      real tools). Without /dev/fuse it is skipped with the reason printed;
 #      with SCALEVFS_REQUIRE_FUSE=1 (set by CI) that is a failure.
 set -euo pipefail
@@ -13,6 +15,12 @@ cargo test --workspace --quiet
 
 echo "== loom models"
 ci/loom.sh
+
+echo "== Miri"
+ci/miri.sh
+
+echo "== ThreadSanitizer"
+ci/tsan.sh
 
 echo "== FUSE tests"
 cargo build --release --quiet -p scalevfs-cli

@@ -138,6 +138,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[cfg_attr(miri, ignore = "calls the C library's strerror, which Miri cannot run")]
     fn display_matches_libc_strerror() {
         for e in [
             Errno::ENOENT,

@@ -31,7 +31,7 @@ use scalevfs_sync::ordered::{Class, Mutex};
 use std::sync::Arc;
 
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned, Shared};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use scalevfs_sync::primitive::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use crate::errno::{Errno, VfsResult};
 use crate::inode::Inode;
@@ -152,7 +152,7 @@ impl Drop for File {
 
 struct Slot {
     file: Atomic<Arc<File>>,
-    cloexec: std::sync::atomic::AtomicBool,
+    cloexec: AtomicBool,
 }
 
 struct FdArray {
@@ -165,7 +165,7 @@ pub struct FdTable {
     /// The table lock; it guards the fds reserved by an open in progress
     /// (`reserve`: taken, not yet filled; Linux's get_unused_fd_flags).
     lock: Mutex<Vec<usize>>,
-    max: std::sync::atomic::AtomicUsize,
+    max: AtomicUsize,
     /// The most `set_max` allows (fs.nr_open).
     nr_open: usize,
     /// Lowest fd that might be free (a hint).
@@ -200,7 +200,7 @@ impl FdTable {
         FdTable {
             arr: Atomic::new(new_array(64)),
             lock: Mutex::new(Class::FdTable, Vec::new()),
-            max: std::sync::atomic::AtomicUsize::new(DEFAULT_MAX_FDS),
+            max: AtomicUsize::new(DEFAULT_MAX_FDS),
             nr_open: nr_open.clamp(NR_OPEN_MIN, NR_OPEN_MAX),
             next_hint: AtomicU64::new(0),
         }
@@ -214,7 +214,7 @@ impl FdTable {
             return Err(Errno::EPERM);
         }
         // Relaxed: a limit read at each allocation, publishing nothing else.
-        self.max.store(n, std::sync::atomic::Ordering::Relaxed);
+        self.max.store(n, Ordering::Relaxed);
         Ok(())
     }
     /// The most `set_max` accepts (the Vfs's `nr-open`, default [`NR_OPEN`]).
@@ -222,7 +222,7 @@ impl FdTable {
         self.nr_open
     }
     pub fn max(&self) -> usize {
-        self.max.load(std::sync::atomic::Ordering::Relaxed)
+        self.max.load(Ordering::Relaxed)
     }
 
     fn array<'g>(&self, g: &'g Guard) -> &'g FdArray {
@@ -331,7 +331,7 @@ impl FdTable {
     fn store_locked(&self, arr: &FdArray, fd: usize, file: Arc<File>, cloexec: bool, g: &Guard) {
         let slot = &arr.slots[fd];
         slot.cloexec
-            .store(cloexec, std::sync::atomic::Ordering::Relaxed);
+            .store(cloexec, Ordering::Relaxed);
         // Each slot holds its file's mount busy (umount's EBUSY), from here
         // to the slot's close, not to the deferred drop.
         file.path.mnt.hold();
@@ -368,10 +368,8 @@ impl FdTable {
             // Relaxed: under the table lock; published by the Release below.
             s.file
                 .store(o.file.load(Ordering::Relaxed, g), Ordering::Relaxed);
-            s.cloexec.store(
-                o.cloexec.load(std::sync::atomic::Ordering::Relaxed),
-                std::sync::atomic::Ordering::Relaxed,
-            );
+            s.cloexec
+                .store(o.cloexec.load(Ordering::Relaxed), Ordering::Relaxed);
         }
         // Release: publish the copied slots.
         let prev = self.arr.swap(Owned::new(new), Ordering::Release, g);
@@ -410,7 +408,7 @@ impl FdTable {
         if slot.file.load(Ordering::Acquire, &g).is_null() {
             return Err(Errno::EBADF);
         }
-        Ok(slot.cloexec.load(std::sync::atomic::Ordering::Relaxed))
+        Ok(slot.cloexec.load(Ordering::Relaxed))
     }
 
     pub fn set_cloexec(&self, fd: i32, on: bool) -> VfsResult<()> {
@@ -422,7 +420,7 @@ impl FdTable {
         if slot.file.load(Ordering::Acquire, &g).is_null() {
             return Err(Errno::EBADF);
         }
-        slot.cloexec.store(on, std::sync::atomic::Ordering::Relaxed);
+        slot.cloexec.store(on, Ordering::Relaxed);
         Ok(())
     }
 
@@ -445,13 +443,7 @@ impl FdTable {
                 let p = s.file.load(Ordering::Acquire, g2);
                 // SAFETY: live while in the slot; we hold the table lock.
                 if let Some(f) = unsafe { p.as_ref() } {
-                    t.store_locked(
-                        dst,
-                        i,
-                        f.clone(),
-                        s.cloexec.load(std::sync::atomic::Ordering::Relaxed),
-                        g2,
-                    );
+                    t.store_locked(dst, i, f.clone(), s.cloexec.load(Ordering::Relaxed), g2);
                 }
             }
         }

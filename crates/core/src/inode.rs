@@ -21,8 +21,8 @@
 use scalevfs_sync::ordered::{Class, RwLock};
 use std::any::Any;
 
+use scalevfs_sync::primitive::{AtomicU32, Ordering};
 use scalevfs_sync::SeqLock;
-use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::types::{Attr, Cred, FileType, Stat, S_IFMT};
 

@@ -22,6 +22,9 @@ pub mod types;
 pub mod vfs;
 pub(crate) mod walk;
 
+#[cfg(all(test, loom))]
+mod loom_models;
+
 pub use dcache::{DcacheConfig, DcacheIndex, DentryLayout};
 pub use errno::{Errno, VfsResult};
 pub use fs::Filesystem;

@@ -24,7 +24,7 @@
 use std::sync::Arc;
 
 use crossbeam_skiplist::SkipMap;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use scalevfs_sync::primitive::{AtomicI64, AtomicU64, Ordering};
 
 use crate::errno::{Errno, VfsResult};
 use crate::fs::{Filesystem, NewNode};

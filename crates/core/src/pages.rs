@@ -50,7 +50,7 @@
 //! partial truncate or hole punch are kept until the file is truncated to 0
 //! or freed (a known cost for sparse files that shrink).
 
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use scalevfs_sync::primitive::{AtomicI64, AtomicU64, Ordering};
 
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned, Shared};
 

@@ -15,7 +15,7 @@ use scalevfs_sync::ordered::{Class, Mutex, MutexGuard, RwLockReadGuard, RwLockWr
 use std::sync::Arc;
 
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned};
-use std::sync::atomic::{AtomicU32, Ordering};
+use scalevfs_sync::primitive::{AtomicU32, Ordering};
 
 use crate::dcache::{Dentry, DentryRef};
 use crate::errno::{Errno, VfsResult};

@@ -40,8 +40,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned};
+use scalevfs_sync::primitive::{AtomicU64, AtomicUsize, Ordering};
 use scalevfs_sync::LockRefVariant;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crate::dcache::{Dcache, DcacheConfig, DcacheIndex, Dentry, DentryLayout, DentryRef};
 use crate::errno::{Errno, VfsResult};

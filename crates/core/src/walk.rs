@@ -49,7 +49,7 @@ use crossbeam_epoch::Guard;
 use scalevfs_sync::lockstat::{self, Stat};
 
 use crate::dcache::{
-    Dentry, DentryRef, RcuKeys, RcuLookup, D_DIR, D_MOUNTED, D_NEGATIVE, D_SYMLINK,
+    Dentry, DentryRef, Pinned, RcuKeys, RcuLookup, D_DIR, D_MOUNTED, D_NEGATIVE, D_SYMLINK,
 };
 use crate::errno::{Errno, VfsResult};
 use crate::inode::permission_ok;
@@ -268,10 +268,12 @@ pub(crate) struct WalkCtx<'a> {
 }
 
 /// A position in the walk; `held` owns a reference on exactly (mnt, d) in
-/// reference mode.
+/// reference mode. `Pinned`, not references: `hold` and `legitimize` turn
+/// these pointers back into an `Arc<Mount>` and a `DentryRef`, which needs
+/// the allocations' provenance.
 struct Pos<'g> {
-    mnt: &'g Mount,
-    d: &'g Dentry,
+    mnt: Pinned<'g, Mount>,
+    d: Pinned<'g, Dentry>,
     held: Option<PathRef>,
 }
 
@@ -285,11 +287,12 @@ enum Lazy<T> {
 }
 
 /// Take a new strong count on a mount known to be alive under the guard.
-fn mount_arc(m: &Mount) -> std::sync::Arc<Mount> {
-    let p = m as *const Mount;
+fn mount_arc(m: Pinned<'_, Mount>) -> std::sync::Arc<Mount> {
+    let p = m.as_ptr();
     // SAFETY: `m` is kept alive by an Arc in the mount table or in a PathRef
-    // that the walk's guard or reference holds; the count we add is released
-    // by the returned Arc.
+    // that the walk's guard or reference holds, and came from `Arc::as_ptr`
+    // through raw pointers only (the provenance covers the counts); the
+    // count we add is released by the returned Arc.
     unsafe {
         std::sync::Arc::increment_strong_count(p);
         std::sync::Arc::from_raw(p)
@@ -325,7 +328,7 @@ impl<'a> WalkCtx<'a> {
             let mut pos = self.start_pos(start, path, guard);
             match self.walk_lazy(guard, &mut comps, &mut pos, opts, seq0) {
                 Lazy::Done(Ok(())) => {
-                    let r = f(pos.mnt, pos.d);
+                    let r = f(pos.mnt.get(), pos.d.get());
                     if !self.vfs.dcache().rename_retry(seq0) {
                         lockstat::inc(Stat::WalkHandled);
                         return r;
@@ -483,11 +486,12 @@ impl<'a> WalkCtx<'a> {
             }
         };
         // SAFETY: the PathRef is owned by the task's fs snapshot or by an open
-        // file, both kept alive by the guard for the walk's duration.
+        // file, both kept alive by the guard for the walk's duration; the
+        // pointers come from `Arc::as_ptr` and `DentryRef::as_ptr`.
         unsafe {
             Pos {
-                mnt: &*(std::sync::Arc::as_ptr(&p.mnt)),
-                d: &*p.dentry.as_ptr(),
+                mnt: Pinned::new(std::sync::Arc::as_ptr(&p.mnt)),
+                d: Pinned::new(p.dentry.as_ptr()),
                 held: None,
             }
         }
@@ -496,8 +500,9 @@ impl<'a> WalkCtx<'a> {
     fn hold(&self, p: &Pos<'_>) -> PathRef {
         let d = DentryRef::try_get(p.d).unwrap_or_else(|| {
             // Starting points are held by their owners and cannot be dead.
-            // SAFETY: a start dentry is referenced by its owner.
-            unsafe { DentryRef::from_counted(p.d) }
+            // SAFETY: a start dentry is referenced by its owner; a Pinned
+            // carries the allocation's provenance.
+            unsafe { DentryRef::from_counted(p.d.as_ptr()) }
         });
         PathRef {
             mnt: mount_arc(p.mnt),
@@ -540,7 +545,7 @@ impl<'a> WalkCtx<'a> {
                 break;
             }
             let prev_must_dir = comps.must_dir;
-            let Some((c, q)) = comps.next_hashed(dc, pos.d) else {
+            let Some((c, q)) = comps.next_hashed(dc, pos.d.get()) else {
                 break;
             };
             if opts.parent && c.last {
@@ -570,7 +575,7 @@ impl<'a> WalkCtx<'a> {
             if name.len() > NAME_MAX {
                 return Lazy::Done(Err(Errno::ENAMETOOLONG));
             }
-            let child = match dc.lookup_rcu(pos.d, &q, guard) {
+            let child = match dc.lookup_rcu(pos.d.get(), &q, guard) {
                 RcuLookup::Hit(d) => d,
                 RcuLookup::Miss => {
                     if pos.mnt.sb.fs.dcache_authoritative() {
@@ -625,17 +630,17 @@ impl<'a> WalkCtx<'a> {
 
     fn dotdot_lazy<'g>(&self, pos: &mut Pos<'g>, root: &Pos<'g>, guard: &'g Guard) {
         loop {
-            if std::ptr::eq(pos.mnt, root.mnt) && std::ptr::eq(pos.d, root.d) {
+            if pos.mnt.as_ptr() == root.mnt.as_ptr() && pos.d.as_ptr() == root.d.as_ptr() {
                 return;
             }
-            if std::ptr::eq(pos.d, pos.mnt.root.as_ptr()) {
-                match &pos.mnt.parent {
+            if pos.d.as_ptr() == pos.mnt.root.as_ptr() {
+                match &pos.mnt.get().parent {
                     Some((pm, pd)) => {
                         // SAFETY: the parent mount and mountpoint are held by
                         // `pos.mnt`, which the guard keeps alive.
                         unsafe {
-                            pos.mnt = &*std::sync::Arc::as_ptr(pm);
-                            pos.d = &*pd.as_ptr();
+                            pos.mnt = Pinned::new(std::sync::Arc::as_ptr(pm));
+                            pos.d = Pinned::new(pd.as_ptr());
                         }
                         continue;
                     }
@@ -645,7 +650,7 @@ impl<'a> WalkCtx<'a> {
             // SAFETY: a parent is kept alive by its child's reference, or by
             // the guard if a rename just moved the child (then the final
             // rename_seq check voids this walk).
-            pos.d = unsafe { &*pos.d.parent_ptr() };
+            pos.d = unsafe { Pinned::new(pos.d.parent_ptr()) };
             let _ = guard;
             return;
         }
@@ -654,16 +659,13 @@ impl<'a> WalkCtx<'a> {
     fn cross_mounts_lazy<'g>(&self, pos: &mut Pos<'g>, guard: &'g Guard) {
         while pos.d.is_mounted() {
             let t = self.vfs.table(guard);
-            let key = (
-                pos.mnt as *const Mount as usize,
-                pos.d as *const Dentry as usize,
-            );
+            let key = (pos.mnt.as_ptr() as usize, pos.d.as_ptr() as usize);
             match t.on.get(&key) {
                 Some(m) => {
                     // SAFETY: the table is alive under the guard and holds m.
-                    pos.mnt = unsafe { &*std::sync::Arc::as_ptr(m) };
+                    pos.mnt = unsafe { Pinned::new(std::sync::Arc::as_ptr(m)) };
                     // SAFETY: m holds its root dentry.
-                    pos.d = unsafe { &*m.root.as_ptr() };
+                    pos.d = unsafe { Pinned::new(m.root.as_ptr()) };
                 }
                 None => return,
             }
@@ -824,7 +826,7 @@ fn walk_fast<'g>(
     let b = comps.path;
     let len = b.len();
     let mut p = comps.pos;
-    let mut d: &'g Dentry = pos.d;
+    let mut d: Pinned<'g, Dentry> = pos.d;
     let mut flags = d.flags();
     let mut must_dir = comps.must_dir;
     while p < len && b[p] == b'/' {
@@ -844,7 +846,7 @@ fn walk_fast<'g>(
         if !inode.search_for_all() {
             break;
         }
-        let Some((end, hash, w0)) = dc.scan_fast(d, b, p) else {
+        let Some((end, hash, w0)) = dc.scan_fast(d.get(), b, p) else {
             break;
         };
         let mut q = end;
@@ -855,7 +857,7 @@ fn walk_fast<'g>(
         if last && opts.parent {
             break;
         }
-        let Some((child, cf)) = dc.lookup_rcu_fast(d, hash, b, p..end, w0, guard) else {
+        let Some((child, cf)) = dc.lookup_rcu_fast(d.get(), hash, b, p..end, w0, guard) else {
             break;
         };
         // Symlinks (to follow or not), negative dentries (ENOENT or a
@@ -904,6 +906,83 @@ fn unstep(comps: &mut Comps<'_>, c: Comp) {
 #[cfg(test)]
 mod tests {
     use super::has_nul;
+    use crate::dcache::{DcacheConfig, DcacheIndex};
+    use crate::types::{O_CREAT, O_RDONLY, O_WRONLY};
+    use crate::{Errno, MemFsOptions, Vfs, VfsConfig, WalkMode};
+
+    fn small_vfs(walk: WalkMode, index: DcacheIndex, authoritative: bool) -> Vfs {
+        let mut c = VfsConfig {
+            walk,
+            dcache: DcacheConfig {
+                index,
+                hash_bits: 4,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        c.memfs.authoritative = authoritative;
+        Vfs::with_config(c)
+    }
+
+    /// References the walk takes on the mounts and dentries it reached
+    /// without counts (`hold`, `legitimize`, `lookup_ref`) are the ones that
+    /// later free them. Under Miri (Tree Borrows) this was undefined
+    /// behaviour while `mount_arc` incremented an `Arc` count through a
+    /// pointer cast from `&Mount`, and `try_get` adopted a pointer cast from
+    /// `&Dentry`: freeing through it is a write through a read-only tag.
+    /// Outside Miri it checks the walk's results across mounts, renames and
+    /// unlinks.
+    #[test]
+    fn counted_walk_then_free_through_the_walks_pointers() {
+        let mut configs = Vec::new();
+        for walk in [WalkMode::LockFree, WalkMode::RefOnly] {
+            for index in [DcacheIndex::GlobalHash, DcacheIndex::PerDir] {
+                for auth in [true, false] {
+                    configs.push((walk, index, auth));
+                }
+            }
+        }
+        if cfg!(miri) {
+            // Each walk mode and index once (Miri is slow).
+            configs = vec![
+                (WalkMode::LockFree, DcacheIndex::GlobalHash, true),
+                (WalkMode::RefOnly, DcacheIndex::PerDir, false),
+            ];
+        }
+        for (walk, index, auth) in configs {
+            let vfs = small_vfs(walk, index, auth);
+            let t = vfs.root_task();
+            t.mkdir("/m", 0o755).unwrap();
+            let fs = vfs.new_memfs(MemFsOptions::default());
+            t.mount("/m", fs, false).unwrap();
+            t.mkdir("/m/d", 0o755).unwrap();
+            let fd = t.open("/m/d/f", O_CREAT | O_WRONLY, 0o644).unwrap();
+            assert_eq!(t.write(fd, b"abc").unwrap(), 3);
+            t.close(fd).unwrap();
+            // Counted walks across the mount: `legitimize` (or, in
+            // ref-only mode, `hold`) takes the Arc<Mount> and DentryRef.
+            t.chdir("/m/d").unwrap();
+            let fd = t.open("f", O_RDONLY, 0).unwrap();
+            assert_eq!(t.stat("../d/f").unwrap().size, 3);
+            // ".." out of the mount's root back into the parent mount.
+            assert_eq!(t.stat("../..").unwrap().ino, t.stat("/").unwrap().ino);
+            t.rename("/m/d/f", "/m/g").unwrap();
+            t.unlink("/m/g").unwrap();
+            assert_eq!(t.stat("f"), Err(Errno::ENOENT));
+            // The last references on the file's dentry are the open
+            // file's and the cwd's, both taken by the walk.
+            t.close(fd).unwrap();
+            t.chdir("/").unwrap();
+            t.rmdir("/m/d").unwrap();
+            t.umount("/m").unwrap();
+            t.rmdir("/m").unwrap();
+            assert_eq!(t.stat("/m"), Err(Errno::ENOENT));
+            vfs.dcache().shrink_all();
+            vfs.flush_deferred();
+            drop(t);
+            drop(vfs);
+        }
+    }
 
     #[test]
     fn has_nul_matches_contains() {

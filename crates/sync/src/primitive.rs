@@ -9,23 +9,123 @@
 //! `lockstat`, whose counters live in `static`s and are compiled out under
 //! loom (loom atomics cannot live in statics and must not outlive a model).
 //!
+//! The core crate (`scalevfs`) routes its protocol atomics through here too
+//! (`dcache.rs`, `orphan.rs`, `inode.rs`), so its loom models
+//! (`crates/core/src/loom_models.rs`) run the production code.
+//!
 //! Differences under loom worth knowing:
+//! - A `SeqCst` *load* of an integer or bool atomic is performed as a
+//!   read-only RMW (`fetch_add(0)`, `fetch_or(false)`) by the wrappers below.
+//!   loom treats `SeqCst` as `AcqRel`, so a plain load could read a value
+//!   that the single total order of `SeqCst` operations forbids, and every
+//!   store-buffer protocol (`orphan.rs`'s last close against unlink) would
+//!   fail spuriously. An RMW reads the latest value in modification order,
+//!   which is what a `SeqCst` load reads in those patterns. Loads with any
+//!   other ordering, and every other operation, are loom's own. (`AtomicPtr`
+//!   is loom's unchanged; nothing loads a pointer with `SeqCst`.)
 //! - `spin_loop()` is a yield, so every busy-wait loop is a scheduling point.
 //! - [`Backoff::snooze`] is a plain yield (no exponential spinning).
 //! - loom atomics are not `const`-constructible, so constructors that are
 //!   `const fn` in a normal build are ordinary functions under loom.
 
 #[cfg(loom)]
-pub use loom::sync::atomic::{
-    fence, AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering,
-};
+pub use loom::sync::atomic::{fence, AtomicPtr, Ordering};
 #[cfg(loom)]
 pub use loom::{hint, thread};
+#[cfg(loom)]
+pub use sc_load::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicUsize};
 
 #[cfg(not(loom))]
 pub use std::sync::atomic::{
-    fence, AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+    fence, AtomicBool, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,
 };
+
+/// loom's atomics with `SeqCst` loads performed as read-only RMWs (see the
+/// module documentation); everything else forwards.
+#[cfg(loom)]
+mod sc_load {
+    use loom::sync::atomic as l;
+    use loom::sync::atomic::Ordering;
+
+    macro_rules! sc_atomic {
+        ($name:ident, $t:ty, $zero:expr, $read:ident) => {
+            #[doc = concat!("loom's `", stringify!($name), "`; a `SeqCst` load is an RMW.")]
+            #[derive(Debug, Default)]
+            pub struct $name(l::$name);
+
+            #[allow(missing_docs)]
+            impl $name {
+                pub fn new(v: $t) -> Self {
+                    $name(l::$name::new(v))
+                }
+                pub fn load(&self, o: Ordering) -> $t {
+                    if o == Ordering::SeqCst {
+                        self.0.$read($zero, o)
+                    } else {
+                        self.0.load(o)
+                    }
+                }
+                pub fn store(&self, v: $t, o: Ordering) {
+                    self.0.store(v, o)
+                }
+                pub fn swap(&self, v: $t, o: Ordering) -> $t {
+                    self.0.swap(v, o)
+                }
+                pub fn compare_exchange(
+                    &self,
+                    cur: $t,
+                    new: $t,
+                    s: Ordering,
+                    f: Ordering,
+                ) -> Result<$t, $t> {
+                    self.0.compare_exchange(cur, new, s, f)
+                }
+                pub fn compare_exchange_weak(
+                    &self,
+                    cur: $t,
+                    new: $t,
+                    s: Ordering,
+                    f: Ordering,
+                ) -> Result<$t, $t> {
+                    self.0.compare_exchange_weak(cur, new, s, f)
+                }
+                pub fn fetch_or(&self, v: $t, o: Ordering) -> $t {
+                    self.0.fetch_or(v, o)
+                }
+                pub fn fetch_and(&self, v: $t, o: Ordering) -> $t {
+                    self.0.fetch_and(v, o)
+                }
+                pub fn fetch_update<F: FnMut($t) -> Option<$t>>(
+                    &self,
+                    set: Ordering,
+                    fetch: Ordering,
+                    f: F,
+                ) -> Result<$t, $t> {
+                    self.0.fetch_update(set, fetch, f)
+                }
+            }
+        };
+    }
+    macro_rules! sc_int {
+        ($name:ident, $t:ty) => {
+            sc_atomic!($name, $t, 0, fetch_add);
+            #[allow(missing_docs)]
+            impl $name {
+                pub fn fetch_add(&self, v: $t, o: Ordering) -> $t {
+                    self.0.fetch_add(v, o)
+                }
+                pub fn fetch_sub(&self, v: $t, o: Ordering) -> $t {
+                    self.0.fetch_sub(v, o)
+                }
+            }
+        };
+    }
+    sc_atomic!(AtomicBool, bool, false, fetch_or);
+    sc_int!(AtomicU32, u32);
+    sc_int!(AtomicU64, u64);
+    sc_int!(AtomicUsize, usize);
+    sc_int!(AtomicI64, i64);
+}
 #[cfg(not(loom))]
 pub use std::{hint, thread};
 
