@@ -1290,12 +1290,7 @@ impl Dcache {
     /// Link `d` into bucket `b` (and the parent's map). Bucket lock held.
     /// A `DentryRef`, not a `&Dentry`: the pointer stored in the chain is
     /// the one lookups adopt into references (see `from_counted`).
-    fn hash_locked(
-        &self,
-        b: &Bucket,
-        d: &DentryRef,
-        map: Option<ChildMapGuard<'_>>,
-    ) {
+    fn hash_locked(&self, b: &Bucket, d: &DentryRef, map: Option<ChildMapGuard<'_>>) {
         if let Some(mut m) = map {
             m.insert(d.name_vec().into_boxed_slice(), DPtr(d.as_ptr()));
         }

@@ -330,8 +330,7 @@ impl FdTable {
 
     fn store_locked(&self, arr: &FdArray, fd: usize, file: Arc<File>, cloexec: bool, g: &Guard) {
         let slot = &arr.slots[fd];
-        slot.cloexec
-            .store(cloexec, Ordering::Relaxed);
+        slot.cloexec.store(cloexec, Ordering::Relaxed);
         // Each slot holds its file's mount busy (umount's EBUSY), from here
         // to the slot's close, not to the deferred drop.
         file.path.mnt.hold();
@@ -431,8 +430,7 @@ impl FdTable {
         let arr = self.array(&g);
         let t = FdTable::with_nr_open(self.nr_open);
         // Relaxed: as set_max (the value was checked when it was set).
-        t.max
-            .store(self.max(), std::sync::atomic::Ordering::Relaxed);
+        t.max.store(self.max(), Ordering::Relaxed);
         {
             let g2 = &g;
             let mut dst = t.array(g2);
