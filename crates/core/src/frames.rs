@@ -104,9 +104,15 @@ fn release(v: &mut [usize]) {
             j += 1;
         }
         let len = (j - i) * FRAME;
-        // SAFETY: the range is frames of our mappings that no one uses (they
-        // were freed); DONTNEED on private anonymous memory only drops them.
-        let r = unsafe { libc::madvise(v[i] as *mut libc::c_void, len, libc::MADV_DONTNEED) };
+        // Miri has no madvise: it takes the memset below.
+        let r = if cfg!(miri) {
+            -1
+        } else {
+            // SAFETY: the range is frames of our mappings that no one uses
+            // (they were freed); DONTNEED on private anonymous memory only
+            // drops them.
+            unsafe { libc::madvise(v[i] as *mut libc::c_void, len, libc::MADV_DONTNEED) }
+        };
         if r != 0 {
             // Cannot happen for our own mappings; keep the zero invariant.
             // SAFETY: as above, the frames are ours and unused.
@@ -118,6 +124,22 @@ fn release(v: &mut [usize]) {
 
 /// Map a new chunk; returns its frames, or an empty vector if the OS has no
 /// memory.
+#[cfg(miri)]
+fn map_chunk() -> Vec<usize> {
+    // Miri has no mmap: a zeroed, frame-aligned heap chunk, never freed
+    // (as mappings are never unmapped).
+    let layout = std::alloc::Layout::from_size_align(CHUNK, FRAME).expect("constant layout");
+    // SAFETY: the layout has a non-zero size.
+    let p = unsafe { std::alloc::alloc_zeroed(layout) };
+    if p.is_null() {
+        return Vec::new();
+    }
+    (0..CHUNK / FRAME).map(|i| p as usize + i * FRAME).collect()
+}
+
+/// Map a new chunk; returns its frames, or an empty vector if the OS has no
+/// memory.
+#[cfg(not(miri))]
 fn map_chunk() -> Vec<usize> {
     // SAFETY: a fresh private anonymous mapping, no existing memory touched.
     let p = unsafe {

@@ -6,26 +6,29 @@
 //! (levels, outermost first, and the same-class rules), copied in
 //! `docs/design.md` section 2 (a test keeps the two equal). Every lock of
 //! the core is an `ordered` lock, so debug builds check each acquisition
-//! against it. The namespace part, in short:
-//! 1. `VfsInner::mount_lock`, 2. `Super::rename_mutex` (cross-directory
+//! against it. The namespace part, in short (levels as in the table):
+//! 1. `File::pos_lock` (a read, write or getdents on a shared open file;
+//!    Linux's `f_pos_lock`, taken before any inode lock).
+//! 2. `VfsInner::mount_lock`, 3. `Super::rename_mutex` (cross-directory
 //!    renames of one filesystem: the ancestor checks and the move are
 //!    atomic).
-//! 3. `Inode::dir_lock` of parent directories, SHARED for name operations;
-//!    two only under 2, an ancestor before its descendant, unrelated ones
+//! 4. `Inode::dir_lock` of parent directories, SHARED for name operations;
+//!    two only under 3, an ancestor before its descendant, unrelated ones
 //!    in address order.
-//! 4. `VfsInner::name_locks` stripes (by hash of (parent, name)), several
+//! 5. `VfsInner::name_locks` stripes (by hash of (parent, name)), several
 //!    in index order. No directory lock is ever waited for while a stripe
 //!    is held.
-//! 5. `Inode::dir_lock` of a victim directory, EXCLUSIVE (rmdir, rename over
+//! 6. `Inode::dir_lock` of a victim directory, EXCLUSIVE (rmdir, rename over
 //!    a directory): TRY-LOCK only. A shared parent lock does not pin the
 //!    victim's place in the tree (Linux's exclusive `i_rwsem` does), so
-//!    waiting for it under 3-4 could wait for a directory that has become
+//!    waiting for it under 4-5 could wait for a directory that has become
 //!    an ancestor (issue 12: rmdir against rename deadlocked). When the
-//!    try fails the operation drops every lock, waits for the victim's lock
-//!    holding nothing, and starts over.
-//! Then the per-task and per-file locks, the dcache's (rename_lock -> per-dir
-//! maps -> buckets -> LockRef lock), the orphan locks, and the attribute
-//! seqlock writer (innermost).
+//!    try fails the operation drops every lock, waits for the victim's
+//!    lock holding nothing, and starts over.
+//!
+//! Then the per-task locks, the data lock, the dcache's (rename_lock ->
+//! per-dir maps -> buckets -> LockRef lock), the orphan locks, the
+//! attribute seqlock writer and memfs's frame pool (innermost).
 //!
 //! Filesystem methods are called with the sleeping locks (levels 1-9) as
 //! needed but never with a spinlock held. An epoch guard is pinned before
