@@ -220,10 +220,16 @@ impl Ext4 {
         }
         let raw = self.read_inode(ino)?;
         if raw.links_count == 0 {
-            return Err(corrupt(format!("inode {ino}"), "a name refers to a free inode"));
+            return Err(corrupt(
+                format!("inode {ino}"),
+                "a name refers to a free inode",
+            ));
         }
         let Some(ft) = FileType::from_mode(u32::from(raw.mode)) else {
-            return Err(corrupt(format!("inode {ino}"), format!("mode {:#o}", raw.mode)));
+            return Err(corrupt(
+                format!("inode {ino}"),
+                format!("mode {:#o}", raw.mode),
+            ));
         };
         if raw.flags & inode::FL_INLINE_DATA != 0 {
             return Err(Error::Incompatible(format!("inode {ino} has inline data")));
@@ -233,7 +239,10 @@ impl Ext4 {
             _ => 0,
         };
         if ft == FileType::Symlink && raw.size > 4096 {
-            return Err(corrupt(format!("inode {ino}"), format!("symlink length {}", raw.size)));
+            return Err(corrupt(
+                format!("inode {ino}"),
+                format!("symlink length {}", raw.size),
+            ));
         }
         let attr = Attr {
             mode: u32::from(raw.mode),
@@ -275,7 +284,11 @@ impl Ext4 {
 
     /// Number of inode numbers in the cache's map (live or not yet swept).
     pub fn cached_inodes(&self) -> usize {
-        self.cache.lock().unwrap_or_else(|e| e.into_inner()).map.len()
+        self.cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .map
+            .len()
     }
 
     fn node(i: &Inode) -> VfsResult<&RawInode> {
@@ -508,8 +521,7 @@ impl Ext4 {
         let Some(v) = self.leaf_entries(raw, lblk, b)? else {
             return Ok(None);
         };
-        Ok(v
-            .iter()
+        Ok(v.iter()
             .find(|e| e.inode != 0 && e.name == name)
             .map(|e| e.inode))
     }
@@ -784,7 +796,11 @@ fn ft_from_dirent(ft: u8) -> Option<FileType> {
 /// The target of a fast symlink (stored in `i_block`), as the kernel's
 /// ext4_inode_is_fast_symlink decides: no data blocks besides an xattr block.
 fn fast_link(raw: &RawInode, bs: usize) -> Option<&[u8]> {
-    let ea = if raw.file_acl != 0 { bs as u64 / 512 } else { 0 };
+    let ea = if raw.file_acl != 0 {
+        bs as u64 / 512
+    } else {
+        0
+    };
     if raw.file_type_bits() != libc::S_IFLNK || raw.blocks != ea || raw.size >= 60 {
         return None;
     }

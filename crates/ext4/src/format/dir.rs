@@ -90,12 +90,19 @@ pub fn entries<'a>(
     let mut off = 0;
     while off < end {
         if off + ENTRY_HEADER > end {
-            return Err(corrupt(what(), format!("entry at {off} crosses the block end")));
+            return Err(corrupt(
+                what(),
+                format!("entry at {off} crosses the block end"),
+            ));
         }
         let inode = le32(b, off);
         let rec_len = rec_len_from_disk(le16(b, off + 4), b.len());
         let name_len = usize::from(u8_at(b, off + 6));
-        let file_type = if filetype { u8_at(b, off + 7) } else { FT_UNKNOWN };
+        let file_type = if filetype {
+            u8_at(b, off + 7)
+        } else {
+            FT_UNKNOWN
+        };
         if rec_len < ENTRY_HEADER
             || rec_len % 4 != 0
             || off + rec_len > end

@@ -105,7 +105,10 @@ pub fn parse_node(
                 leaf: u64::from(le32(e, 4)) | (u64::from(le16(e, 8)) << 32),
             };
             if ix.leaf == 0 || ix.leaf >= fs_blocks {
-                return Err(corrupt(what(), format!("extent index -> block {}", ix.leaf)));
+                return Err(corrupt(
+                    what(),
+                    format!("extent index -> block {}", ix.leaf),
+                ));
             }
             if prev_end.is_some_and(|p| u64::from(ix.block) < p) {
                 return Err(corrupt(what(), "extent index out of order"));
@@ -134,7 +137,9 @@ pub fn parse_node(
             if x.len == 0 || end > 1u64 << 32 {
                 return Err(corrupt(what(), format!("extent length {raw_len}")));
             }
-            if x.start == 0 || !matches!(x.start.checked_add(u64::from(x.len)), Some(pe) if pe <= fs_blocks) {
+            if x.start == 0
+                || !matches!(x.start.checked_add(u64::from(x.len)), Some(pe) if pe <= fs_blocks)
+            {
                 return Err(corrupt(
                     what(),
                     format!("extent -> blocks {}+{}", x.start, x.len),

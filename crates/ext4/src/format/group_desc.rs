@@ -42,8 +42,20 @@ impl GroupDesc {
         }
         let b = &b[..size];
         let wide = sb.is_64bit() && size >= GD_SIZE_64;
-        let hi16 = |off: usize| if wide { u32::from(le16(b, off)) << 16 } else { 0 };
-        let hi32 = |off: usize| if wide { u64::from(le32(b, off)) << 32 } else { 0 };
+        let hi16 = |off: usize| {
+            if wide {
+                u32::from(le16(b, off)) << 16
+            } else {
+                0
+            }
+        };
+        let hi32 = |off: usize| {
+            if wide {
+                u64::from(le32(b, off)) << 32
+            } else {
+                0
+            }
+        };
         let gd = GroupDesc {
             block_bitmap: u64::from(le32(b, 0x0)) | hi32(0x20),
             inode_bitmap: u64::from(le32(b, 0x4)) | hi32(0x24),
@@ -66,7 +78,10 @@ impl GroupDesc {
         let itb = inode_table_blocks(sb);
         let end = gd.inode_table.checked_add(itb);
         if gd.inode_table == 0 || !matches!(end, Some(e) if e <= sb.blocks_count) {
-            return Err(corrupt(what(), format!("inode table at {}", gd.inode_table)));
+            return Err(corrupt(
+                what(),
+                format!("inode table at {}", gd.inode_table),
+            ));
         }
         for (n, blk) in [("block", gd.block_bitmap), ("inode", gd.inode_bitmap)] {
             if blk >= sb.blocks_count {

@@ -122,9 +122,7 @@ pub fn dirhash(name: &[u8], version: u8, seed: &[u32; 4]) -> Option<u32> {
         *seed
     };
     let hash = match version {
-        HASH_LEGACY | HASH_LEGACY_UNSIGNED => {
-            dx_hack_hash(name, version == HASH_LEGACY_UNSIGNED)
-        }
+        HASH_LEGACY | HASH_LEGACY_UNSIGNED => dx_hack_hash(name, version == HASH_LEGACY_UNSIGNED),
         HASH_HALF_MD4 | HASH_HALF_MD4_UNSIGNED => {
             let unsigned = version == HASH_HALF_MD4_UNSIGNED;
             let mut p = name;

@@ -110,7 +110,8 @@ impl RawInode {
             }
         }
         // An _extra field exists when i_extra_isize reaches its end.
-        let extra = |off: usize| (off + 4 - GOOD_OLD_INODE_SIZE <= extra_isize).then(|| le32(b, off));
+        let extra =
+            |off: usize| (off + 4 - GOOD_OLD_INODE_SIZE <= extra_isize).then(|| le32(b, off));
         let mode = le16(b, 0x0);
         let size_hi = le32(b, 0x6C);
         let size = u64::from(le32(b, 0x4)) | (u64::from(size_hi) << 32);

@@ -262,7 +262,8 @@ impl Superblock {
             return true;
         }
         if self.has_compat(COMPAT_SPARSE_SUPER2) {
-            return group == u64::from(self.backup_bgs[0]) || group == u64::from(self.backup_bgs[1]);
+            return group == u64::from(self.backup_bgs[0])
+                || group == u64::from(self.backup_bgs[1]);
         }
         if group <= 1 || !self.has_ro_compat(RO_COMPAT_SPARSE_SUPER) {
             return true;
