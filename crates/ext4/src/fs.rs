@@ -631,6 +631,17 @@ impl Ext4 {
         Ok(None)
     }
 
+    /// List a directory: `f(ino, name)` for each live entry ("." and ".."
+    /// left out) until it returns false.
+    pub fn list(&self, raw: &RawInode, f: &mut dyn FnMut(u32, &[u8]) -> bool) -> Result<()> {
+        self.readdir_raw(raw, 0, &mut |e| f(e.ino as u32, &e.name))
+    }
+
+    /// Look `name` up in directory `raw` (htree or linear, as the directory is).
+    pub fn lookup_name(&self, raw: &RawInode, name: &[u8]) -> Result<Option<u32>> {
+        self.lookup_ino(raw, name)
+    }
+
     fn lookup_ino(&self, raw: &RawInode, name: &[u8]) -> Result<Option<u32>> {
         if self.is_htree(raw) {
             self.lookup_htree(raw, name)

@@ -86,7 +86,9 @@ pub fn parse_entries(
         let toff = count_off + usize::from(limit) * DX_ENTRY_SIZE;
         let stored = le32(b, toff + 4);
         let mut c = crc32c(seed, &b[..size]);
+        // dt_reserved, then dt_checksum counted as zero.
         c = crc32c(c, &b[toff..toff + 4]);
+        c = crc32c(c, &[0; 4]);
         if c != stored {
             return Err(corrupt(
                 what(),
