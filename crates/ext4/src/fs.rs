@@ -952,12 +952,17 @@ impl Filesystem for Ext4 {
 /// Block number of group descriptor block `gdb` (meta_bg puts the blocks of
 /// later meta groups in the first group of each).
 fn gdt_block(sb: &Superblock, gdb: u64) -> u64 {
-    let first = u64::from(sb.first_data_block);
+    // The block after the superblock's (block 1 of 1 KiB blocks even with
+    // bigalloc, whose first data block is 0).
+    let sb_block = SB_OFFSET / sb.block_size() as u64;
     if !sb.has_incompat(INCOMPAT_META_BG) || gdb < u64::from(sb.first_meta_bg) {
-        return first + 1 + gdb;
+        return sb_block + 1 + gdb;
     }
     let per_block = (sb.block_size() / usize::from(sb.desc_size())) as u64;
     let group = gdb * per_block;
-    let has_super = u64::from(sb.group_has_super(group));
-    group * u64::from(sb.blocks_per_group) + first + has_super
+    let mut has_super = u64::from(sb.group_has_super(group));
+    if group == 0 && sb.block_size() == 1024 && sb.first_data_block == 0 {
+        has_super += 1;
+    }
+    group * u64::from(sb.blocks_per_group) + u64::from(sb.first_data_block) + has_super
 }

@@ -2,10 +2,15 @@
 
 #![allow(dead_code)]
 
+use std::collections::BTreeMap;
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+use scalevfs::stdfs::Fs;
+use scalevfs_ext4::Ext4;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Where mkfs.ext4 is, or None (the caller skips, printing why).
@@ -75,11 +80,24 @@ impl Drop for Scratch {
 /// Run mkfs.ext4 -d `src` into `img` with block size `bs`, `size` (mke2fs
 /// syntax), and extra `-O` features.
 pub fn make_image(src: &Path, img: &Path, bs: usize, size: &str, features: &str) {
+    make_image_args(src, img, bs, size, features, &[]);
+}
+
+/// As `make_image`, with more mkfs arguments (`-C 4096`).
+pub fn make_image_args(
+    src: &Path,
+    img: &Path,
+    bs: usize,
+    size: &str,
+    features: &str,
+    extra: &[&str],
+) {
     let mut c = Command::new(mkfs().unwrap());
     c.args(["-q", "-F", "-b", &bs.to_string()]);
     if !features.is_empty() {
         c.args(["-O", features]);
     }
+    c.args(extra);
     c.arg("-d").arg(src).arg(img).arg(size);
     // Fixed hash seed and UUID would make the image reproducible; a random
     // one exercises the seeded hash, which is what we want.
@@ -211,4 +229,139 @@ pub fn build_tree(root: &Path, big: usize, frag_blocks: usize, bs: usize) {
     // (mke2fs -d drops the epoch bits of times past 2038: those are set
     // through debugfs by the tests.)
     set_times(&root.join("a/b/c/d/deep.txt"), 2_000_000_017, 999_999_999);
+}
+
+#[derive(Debug, PartialEq)]
+pub struct Node {
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub nlink: u64,
+    pub size: u64,
+    pub rdev: u64,
+    pub mtime: (i64, i64),
+    pub content: Option<Vec<u8>>,
+    pub target: Option<Vec<u8>>,
+}
+
+/// Long contents compare by a digest so mismatches print short.
+pub fn short(v: Vec<u8>) -> Vec<u8> {
+    if v.len() <= 64 {
+        return v;
+    }
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for &b in &v {
+        h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+    }
+    let mut out = (v.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(&h.to_le_bytes());
+    out
+}
+
+pub fn host_tree(root: &Path) -> BTreeMap<String, Node> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![String::new()];
+    while let Some(rel) = stack.pop() {
+        let p = root.join(&rel);
+        for e in std::fs::read_dir(&p).unwrap() {
+            let e = e.unwrap();
+            let name = format!("{rel}/{}", e.file_name().to_str().unwrap());
+            let path = root.join(name.trim_start_matches('/'));
+            let m = std::fs::symlink_metadata(&path).unwrap();
+            let ft = m.file_type();
+            if ft.is_dir() {
+                stack.push(name.trim_start_matches('/').to_string());
+            }
+            out.insert(
+                name,
+                Node {
+                    mode: m.mode(),
+                    uid: m.uid(),
+                    gid: m.gid(),
+                    // Directory link counts differ from the source's (lost+found).
+                    nlink: if ft.is_dir() { 0 } else { m.nlink() },
+                    size: if ft.is_dir() { 0 } else { m.size() },
+                    rdev: m.rdev(),
+                    // mke2fs -d stores whole seconds (nanoseconds are
+                    // checked separately, set through debugfs).
+                    mtime: (m.mtime(), 0),
+                    content: ft
+                        .is_file()
+                        .then(|| std::fs::read(&path).unwrap())
+                        .map(short),
+                    target: ft.is_symlink().then(|| {
+                        use std::os::unix::ffi::OsStrExt;
+                        std::fs::read_link(&path)
+                            .unwrap()
+                            .as_os_str()
+                            .as_bytes()
+                            .to_vec()
+                    }),
+                },
+            );
+        }
+    }
+    out
+}
+
+pub fn vfs_tree(fs: &Fs) -> BTreeMap<String, Node> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut out = BTreeMap::new();
+    let mut stack = vec![String::new()];
+    while let Some(rel) = stack.pop() {
+        for e in fs.read_dir(format!("/{rel}")).unwrap() {
+            let e = e.unwrap();
+            let fname = e.file_name();
+            let fname = fname.to_str().unwrap();
+            if rel.is_empty() && fname == "lost+found" {
+                continue;
+            }
+            let name = format!("{rel}/{fname}");
+            let path = format!("/{}", name.trim_start_matches('/'));
+            let m = fs.symlink_metadata(&path).unwrap();
+            let st = *m.stat();
+            let dir = m.is_dir();
+            if dir {
+                stack.push(name.trim_start_matches('/').to_string());
+            }
+            out.insert(
+                name,
+                Node {
+                    mode: st.mode,
+                    uid: st.uid,
+                    gid: st.gid,
+                    nlink: if dir { 0 } else { u64::from(st.nlink) },
+                    size: if dir { 0 } else { st.size },
+                    rdev: st.rdev,
+                    mtime: (st.mtime.sec, st.mtime.nsec),
+                    content: m.is_file().then(|| fs.read(&path).unwrap()).map(short),
+                    target: m
+                        .is_symlink()
+                        .then(|| fs.read_link(&path).unwrap().as_os_str().as_bytes().to_vec()),
+                },
+            );
+        }
+    }
+    out
+}
+
+/// Walk the whole tree through the library, panicking with the full error
+/// message (the VFS only passes the errno on).
+pub fn walk_lib(e: &Ext4) {
+    let mut stack = vec![(String::from(""), 2u32)];
+    while let Some((path, ino)) = stack.pop() {
+        let raw = e.read_inode(ino).unwrap_or_else(|x| panic!("{path}: {x}"));
+        let mut kids = Vec::new();
+        e.list(&raw, &mut |i, n| {
+            kids.push((format!("{path}/{}", String::from_utf8_lossy(n)), i));
+            true
+        })
+        .unwrap_or_else(|x| panic!("{path}: {x}"));
+        for (p, i) in kids {
+            let r = e.read_inode(i).unwrap_or_else(|x| panic!("{p}: {x}"));
+            if r.mode & 0o170000 == 0o040000 {
+                stack.push((p, i));
+            }
+        }
+    }
 }

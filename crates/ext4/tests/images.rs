@@ -3,8 +3,6 @@
 
 mod common;
 
-use std::collections::BTreeMap;
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -14,146 +12,15 @@ use scalevfs_ext4::{Ext4, Ext4Options};
 
 use common::*;
 
-#[derive(Debug, PartialEq)]
-struct Node {
-    mode: u32,
-    uid: u32,
-    gid: u32,
-    nlink: u64,
-    size: u64,
-    rdev: u64,
-    mtime: (i64, i64),
-    content: Option<Vec<u8>>,
-    target: Option<Vec<u8>>,
-}
-
-/// Long contents compare by a digest so mismatches print short.
-fn short(v: Vec<u8>) -> Vec<u8> {
-    if v.len() <= 64 {
-        return v;
-    }
-    let mut h = 0xcbf2_9ce4_8422_2325u64;
-    for &b in &v {
-        h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
-    }
-    let mut out = (v.len() as u64).to_le_bytes().to_vec();
-    out.extend_from_slice(&h.to_le_bytes());
-    out
-}
-
-fn host_tree(root: &Path) -> BTreeMap<String, Node> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![String::new()];
-    while let Some(rel) = stack.pop() {
-        let p = root.join(&rel);
-        for e in std::fs::read_dir(&p).unwrap() {
-            let e = e.unwrap();
-            let name = format!("{rel}/{}", e.file_name().to_str().unwrap());
-            let path = root.join(name.trim_start_matches('/'));
-            let m = std::fs::symlink_metadata(&path).unwrap();
-            let ft = m.file_type();
-            if ft.is_dir() {
-                stack.push(name.trim_start_matches('/').to_string());
-            }
-            out.insert(
-                name,
-                Node {
-                    mode: m.mode(),
-                    uid: m.uid(),
-                    gid: m.gid(),
-                    // Directory link counts differ from the source's (lost+found).
-                    nlink: if ft.is_dir() { 0 } else { m.nlink() },
-                    size: if ft.is_dir() { 0 } else { m.size() },
-                    rdev: m.rdev(),
-                    // mke2fs -d stores whole seconds (nanoseconds are
-                    // checked separately, set through debugfs).
-                    mtime: (m.mtime(), 0),
-                    content: ft
-                        .is_file()
-                        .then(|| std::fs::read(&path).unwrap())
-                        .map(short),
-                    target: ft.is_symlink().then(|| {
-                        use std::os::unix::ffi::OsStrExt;
-                        std::fs::read_link(&path)
-                            .unwrap()
-                            .as_os_str()
-                            .as_bytes()
-                            .to_vec()
-                    }),
-                },
-            );
-        }
-    }
-    out
-}
-
-fn vfs_tree(fs: &Fs) -> BTreeMap<String, Node> {
-    use std::os::unix::ffi::OsStrExt;
-    let mut out = BTreeMap::new();
-    let mut stack = vec![String::new()];
-    while let Some(rel) = stack.pop() {
-        for e in fs.read_dir(format!("/{rel}")).unwrap() {
-            let e = e.unwrap();
-            let fname = e.file_name();
-            let fname = fname.to_str().unwrap();
-            if rel.is_empty() && fname == "lost+found" {
-                continue;
-            }
-            let name = format!("{rel}/{fname}");
-            let path = format!("/{}", name.trim_start_matches('/'));
-            let m = fs.symlink_metadata(&path).unwrap();
-            let st = *m.stat();
-            let dir = m.is_dir();
-            if dir {
-                stack.push(name.trim_start_matches('/').to_string());
-            }
-            out.insert(
-                name,
-                Node {
-                    mode: st.mode,
-                    uid: st.uid,
-                    gid: st.gid,
-                    nlink: if dir { 0 } else { u64::from(st.nlink) },
-                    size: if dir { 0 } else { st.size },
-                    rdev: st.rdev,
-                    mtime: (st.mtime.sec, st.mtime.nsec),
-                    content: m.is_file().then(|| fs.read(&path).unwrap()).map(short),
-                    target: m
-                        .is_symlink()
-                        .then(|| fs.read_link(&path).unwrap().as_os_str().as_bytes().to_vec()),
-                },
-            );
-        }
-    }
-    out
-}
-
-/// Walk the whole tree through the library, panicking with the full error
-/// message (the VFS only passes the errno on).
-fn walk_lib(e: &Ext4) {
-    let mut stack = vec![(String::from(""), 2u32)];
-    while let Some((path, ino)) = stack.pop() {
-        let raw = e.read_inode(ino).unwrap_or_else(|x| panic!("{path}: {x}"));
-        let mut kids = Vec::new();
-        e.list(&raw, &mut |i, n| {
-            kids.push((format!("{path}/{}", String::from_utf8_lossy(n)), i));
-            true
-        })
-        .unwrap_or_else(|x| panic!("{path}: {x}"));
-        for (p, i) in kids {
-            let r = e.read_inode(i).unwrap_or_else(|x| panic!("{p}: {x}"));
-            if r.mode & 0o170000 == 0o040000 {
-                stack.push((p, i));
-            }
-        }
-    }
-}
-
 fn open(img: &Path) -> Arc<Ext4> {
     Ext4::open(img, Ext4Options::default()).unwrap_or_else(|e| panic!("open: {e}"))
 }
 
 fn compare(bs: usize, features: &str) {
+    compare_args(bs, features, &[]);
+}
+
+fn compare_args(bs: usize, features: &str, extra: &[&str]) {
     if !have_tools() {
         return;
     }
@@ -165,7 +32,7 @@ fn compare(bs: usize, features: &str) {
     let frag = if bs == 1024 { 500 } else { 1500 };
     build_tree(&src, 3000, frag, bs);
     let img = s.0.join("img");
-    make_image(&src, &img, bs, "64M", features);
+    make_image_args(&src, &img, bs, "64M", features, extra);
     // A time past 2038 with nanoseconds: base 0x80000010 (negative as
     // i32), epoch bits 1, 123456789 ns.
     let timed = debugfs(&img, "sif /pattern.bin mtime 0x80000010")
@@ -251,4 +118,13 @@ fn tree_matches_source_without_metadata_csum() {
 #[test]
 fn tree_matches_source_with_csum_seed_and_64bit() {
     compare(1024, "metadata_csum_seed,64bit");
+}
+
+#[test]
+fn tree_matches_source_bigalloc_1k() {
+    // Regression: bigalloc was refused (blocks_per_group checked against
+    // the bitmap instead of clusters_per_group), then the descriptor table
+    // was read from first_data_block + 1 (0 + 1 with bigalloc) instead of
+    // the block after the superblock's (2 with 1 KiB blocks).
+    compare_args(1024, "bigalloc", &["-C", "4096"]);
 }

@@ -146,8 +146,16 @@ impl Superblock {
             return bad("clusters_per_group != blocks_per_group without bigalloc".into());
         }
         let bs = self.block_size();
-        if self.blocks_per_group == 0 || u64::from(self.blocks_per_group) > bs as u64 * 8 {
-            return bad(format!("blocks_per_group {}", self.blocks_per_group));
+        // The block bitmap has one bit per cluster of the group.
+        let cpg = u64::from(self.clusters_per_group);
+        if cpg == 0
+            || cpg > bs as u64 * 8
+            || u64::from(self.blocks_per_group) != cpg * self.cluster_ratio()
+        {
+            return bad(format!(
+                "blocks_per_group {} clusters_per_group {cpg}",
+                self.blocks_per_group
+            ));
         }
         if self.inodes_per_group == 0 || u64::from(self.inodes_per_group) > bs as u64 * 8 {
             return bad(format!("inodes_per_group {}", self.inodes_per_group));
