@@ -104,7 +104,7 @@ pub fn entries<'a>(
             FT_UNKNOWN
         };
         if rec_len < ENTRY_HEADER
-            || rec_len % 4 != 0
+            || rec_len & 3 != 0
             || off + rec_len > end
             || ENTRY_HEADER + name_len > rec_len
         {

@@ -72,7 +72,7 @@ impl RawInode {
         let b = &b[..isz];
         let extra_isize = if isz > GOOD_OLD_INODE_SIZE {
             let e = usize::from(le16(b, 0x80));
-            if GOOD_OLD_INODE_SIZE + e > isz || e % 4 != 0 {
+            if GOOD_OLD_INODE_SIZE + e > isz || e & 3 != 0 {
                 return Err(corrupt(what(), format!("i_extra_isize {e}")));
             }
             e

@@ -284,7 +284,7 @@ impl Superblock {
 }
 
 fn is_power_of(mut n: u64, p: u64) -> bool {
-    while n > 1 && n % p == 0 {
+    while n > 1 && n.checked_rem(p) == Some(0) {
         n /= p;
     }
     n == 1
