@@ -128,3 +128,56 @@ fn tree_matches_source_bigalloc_1k() {
     // the block after the superblock's (2 with 1 KiB blocks).
     compare_args(1024, "bigalloc", &["-C", "4096"]);
 }
+
+/// Every hash the htree may use: legacy, half_md4 and tea, each with signed
+/// and unsigned chars (`s_flags`), on names with bytes >= 0x80 (where the
+/// two differ). tune2fs sets the default hash, debugfs the signedness, and
+/// e2fsck -fyD rebuilds the index with them.
+#[test]
+fn htree_lookup_every_hash_version() {
+    if !have_tools() || !have_e2fsck() {
+        eprintln!("SKIP: needs e2fsck, tune2fs, debugfs");
+        return;
+    }
+    let s = Scratch::new("hash");
+    let src = s.0.join("src");
+    std::fs::create_dir_all(src.join("big")).unwrap();
+    let names: Vec<String> = (0..800)
+        .map(|i| format!("n\u{e9}\u{fc}-{i:04}-\u{3b1}\u{3b2}-{}", i * 31 % 97))
+        .collect();
+    for n in &names {
+        std::fs::write(src.join("big").join(n), b"").unwrap();
+    }
+    let sbin = mkfs().unwrap();
+    for alg in ["legacy", "half_md4", "tea"] {
+        for flags in ["1", "2"] {
+            let img = s.0.join(format!("img-{alg}-{flags}"));
+            make_image(&src, &img, 1024, "16M", "");
+            let ok = std::process::Command::new(sbin.with_file_name("tune2fs"))
+                .args(["-E", &format!("hash_alg={alg}")])
+                .arg(&img)
+                .output()
+                .unwrap()
+                .status
+                .success();
+            assert!(ok, "tune2fs -E hash_alg={alg}");
+            assert!(debugfs(&img, &format!("ssv flags {flags}")));
+            let out = std::process::Command::new(sbin.with_file_name("e2fsck"))
+                .arg("-fyD")
+                .arg(&img)
+                .output()
+                .unwrap();
+            assert!(matches!(out.status.code(), Some(0 | 1)));
+            let e = open(&img);
+            assert_eq!(e.superblock().flags, flags.parse::<u32>().unwrap());
+            let root = e.read_inode(2).unwrap();
+            let big = e.lookup_name(&root, b"big").unwrap().unwrap();
+            let raw = e.read_inode(big).unwrap();
+            assert!(raw.flags & 0x1000 != 0, "{alg}: big is not indexed");
+            for n in &names {
+                let h = e.lookup_htree(&raw, n.as_bytes()).unwrap();
+                assert!(h.is_some(), "{alg} flags {flags}: htree lookup missed {n}");
+            }
+        }
+    }
+}
