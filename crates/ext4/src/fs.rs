@@ -634,11 +634,17 @@ impl Ext4 {
     /// List a directory: `f(ino, name)` for each live entry ("." and ".."
     /// left out) until it returns false.
     pub fn list(&self, raw: &RawInode, f: &mut dyn FnMut(u32, &[u8]) -> bool) -> Result<()> {
+        if raw.file_type_bits() != libc::S_IFDIR {
+            return Err(Error::Io(std::io::Error::from_raw_os_error(libc::ENOTDIR)));
+        }
         self.readdir_raw(raw, 0, &mut |e| f(e.ino as u32, &e.name))
     }
 
     /// Look `name` up in directory `raw` (htree or linear, as the directory is).
     pub fn lookup_name(&self, raw: &RawInode, name: &[u8]) -> Result<Option<u32>> {
+        if raw.file_type_bits() != libc::S_IFDIR {
+            return Err(Error::Io(std::io::Error::from_raw_os_error(libc::ENOTDIR)));
+        }
         self.lookup_ino(raw, name)
     }
 

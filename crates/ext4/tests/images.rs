@@ -181,3 +181,55 @@ fn htree_lookup_every_hash_version() {
         }
     }
 }
+
+fn open_err(img: &Path) -> scalevfs_ext4::Error {
+    match Ext4::open(img, Ext4Options::default()) {
+        Ok(_) => panic!("{} opened", img.display()),
+        Err(e) => e,
+    }
+}
+
+/// Unsupported INCOMPAT features are refused by name; a journal that needs
+/// recovery is refused with its own message; a bad checksum names the object.
+#[test]
+fn refusals_name_the_feature_or_object() {
+    if !have_tools() {
+        return;
+    }
+    let s = Scratch::new("refuse");
+    let src = s.0.join("src");
+    std::fs::create_dir_all(src.join("d")).unwrap();
+    std::fs::write(src.join("d/f"), b"data").unwrap();
+    let img = s.0.join("inline");
+    make_image(&src, &img, 4096, "8M", "inline_data");
+    let e = open_err(&img);
+    assert!(matches!(e, scalevfs_ext4::Error::Incompatible(_)), "{e}");
+    assert!(e.to_string().contains("inline_data"), "{e}");
+
+    let img = s.0.join("recover");
+    make_image(&src, &img, 4096, "8M", "");
+    if debugfs(&img, "feature needs_recovery") {
+        let e = open_err(&img);
+        assert!(e.to_string().contains("needs recovery"), "{e}");
+    }
+
+    // A bad root inode checksum: open fails naming inode 2.
+    let img = s.0.join("csum");
+    make_image(&src, &img, 4096, "8M", "");
+    let mut bytes = std::fs::read(&img).unwrap();
+    let fs = scalevfs_ext4::Ext4::open_device(
+        Box::new(scalevfs_ext4::MemDevice::new(bytes.clone())),
+        Ext4Options::default(),
+    )
+    .unwrap();
+    let isz = fs.superblock().inode_size();
+    // Group 0's inode table: from descriptor 0 (block 1 with 4 KiB blocks).
+    let itable = u32::from_le_bytes(bytes[4096 + 8..4096 + 12].try_into().unwrap()) as usize;
+    let root_off = itable * 4096 + isz; // inode 2 is the second slot
+    bytes[root_off + 0x10] ^= 1; // i_mtime
+    std::fs::write(&img, &bytes).unwrap();
+    let e = open_err(&img);
+    assert!(e.is_corrupt(), "{e}");
+    assert!(e.to_string().contains("inode 2"), "{e}");
+    assert_eq!(e.errno(), scalevfs::Errno::EUCLEAN);
+}
