@@ -444,6 +444,41 @@ impl Ext4 {
         Ok(done)
     }
 
+    /// SEEK_DATA (`data`) / SEEK_HOLE from `off`, as ext4_llseek on a clean
+    /// image: unwritten extents count as holes, EOF is a hole.
+    fn seek_raw(&self, raw: &RawInode, off: u64, data: bool) -> Result<Option<u64>> {
+        if off >= raw.size {
+            return Ok(None);
+        }
+        if raw.flags & inode::FL_EXTENTS == 0 {
+            // Block maps: the whole file is data (as the VFS default).
+            return Ok(Some(if data { off } else { raw.size }));
+        }
+        let bs = self.bs as u64;
+        let mut lblk = off / bs;
+        // Each step passes one extent or one hole between extents; the
+        // extents of a file are bounded by its tree, itself by the image.
+        while lblk * bs < raw.size {
+            let Ok(l) = u32::try_from(lblk) else {
+                break;
+            };
+            let (is_data, count) = match self.map_block(raw, l)? {
+                Mapping::Data {
+                    uninit: false,
+                    count,
+                    ..
+                } => (true, count),
+                Mapping::Data { count, .. } | Mapping::Hole { count } => (false, count),
+            };
+            if is_data == data {
+                return Ok(Some((lblk * bs).max(off)));
+            }
+            lblk += count.max(1);
+        }
+        // Past the last extent: a hole up to EOF, and no more data.
+        Ok(if data { None } else { Some(raw.size) })
+    }
+
     /// Block `lblk` of directory `raw` into `buf`; a hole is corruption.
     fn dir_block(&self, raw: &RawInode, lblk: u32, buf: &mut [u8]) -> Result<()> {
         match self.map_block(raw, lblk)? {
@@ -940,6 +975,10 @@ impl Filesystem for Ext4 {
             _ => return Err(Errno::EINVAL),
         }
         vfs(self.read_data(Ext4::node(i)?, off, buf))
+    }
+
+    fn seek_data_hole(&self, i: &Arc<Inode>, off: u64, data: bool) -> VfsResult<u64> {
+        vfs(self.seek_raw(Ext4::node(i)?, off, data))?.ok_or(Errno::ENXIO)
     }
 
     fn write(&self, _inode: &Arc<Inode>, _off: u64, _buf: &[u8]) -> VfsResult<usize> {

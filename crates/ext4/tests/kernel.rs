@@ -85,6 +85,25 @@ fn interop(bs: usize, features: &str, extra: &[&str]) {
         .map(|(k, w)| format!("{k}:\n kernel {w:?}\n   ours {:?}", ours.get(k)))
         .collect();
     assert!(bad.is_empty(), "{} differ:\n{}", bad.len(), bad.join("\n"));
+    // SEEK_DATA / SEEK_HOLE agree with the kernel's on sparse files.
+    for name in ["sparse", "frag", "pattern.bin", "empty"] {
+        let host = std::fs::File::open(km.0.join(name)).unwrap();
+        let ino = fs_ino(&e, name);
+        let inode = e.iget(ino).unwrap();
+        let size = host.metadata().unwrap().len();
+        let mut offs: Vec<u64> = vec![0, 1, 4095, 4096, 5 << 20, size.saturating_sub(1), size];
+        offs.extend((0..40).map(|i| i * 12_345));
+        for off in offs {
+            for (data, whence) in [(true, libc::SEEK_DATA), (false, libc::SEEK_HOLE)] {
+                use std::os::unix::io::AsRawFd;
+                // SAFETY: a valid fd; lseek has no memory effects.
+                let k = unsafe { libc::lseek(host.as_raw_fd(), off as i64, whence) };
+                let k = if k < 0 { None } else { Some(k as u64) };
+                let o = e.seek_data_hole(&inode, off, data).ok();
+                assert_eq!(k, o, "{name} off {off} data {data}");
+            }
+        }
+    }
     let k = statvfs(&km.0);
     let o = e.statfs();
     assert_eq!(
@@ -100,6 +119,11 @@ fn interop(bs: usize, features: &str, extra: &[&str]) {
         (o.bsize, o.blocks, o.bfree, o.bavail, o.files, o.ffree, o.namelen),
         "statfs (kernel, ours)"
     );
+}
+
+fn fs_ino(e: &Ext4, name: &str) -> u32 {
+    let root = e.read_inode(2).unwrap();
+    e.lookup_name(&root, name.as_bytes()).unwrap().unwrap()
 }
 
 /// The trees with nanosecond mtimes (both sides read the same image).
