@@ -233,3 +233,44 @@ fn refusals_name_the_feature_or_object() {
     assert!(e.to_string().contains("inode 2"), "{e}");
     assert_eq!(e.errno(), scalevfs::Errno::EUCLEAN);
 }
+
+/// The inode cache stays bounded however many inodes are visited, and an
+/// inode number maps to one `Arc<Inode>` while it is held (hard links).
+#[test]
+fn inode_cache_is_bounded_and_shared() {
+    if !have_tools() {
+        return;
+    }
+    let s = Scratch::new("cache");
+    let src = s.0.join("src");
+    std::fs::create_dir_all(src.join("big")).unwrap();
+    for i in 0..1000 {
+        std::fs::write(src.join("big").join(format!("f{i}")), b"x").unwrap();
+    }
+    std::fs::hard_link(src.join("big/f1"), src.join("link")).unwrap();
+    let img = s.0.join("img");
+    make_image(&src, &img, 4096, "16M", "");
+    let cap = 16;
+    let e = Ext4::open(
+        &img,
+        Ext4Options {
+            inode_cache: cap,
+            ..Ext4Options::default()
+        },
+    )
+    .unwrap();
+    let root = e.root();
+    let big = e.lookup(&root, b"big").unwrap().unwrap();
+    let held = e.lookup(&big, b"f1").unwrap().unwrap();
+    for i in 0..1000 {
+        let name = format!("f{i}");
+        let _ = e.lookup(&big, name.as_bytes()).unwrap().unwrap();
+        // Live inodes: the ring (cap) and the 3 held here; dead entries are
+        // swept when the map doubles.
+        let bound = 2 * (cap + 3) + 1;
+        assert!(e.cached_inodes() <= bound, "{} cached", e.cached_inodes());
+    }
+    let again = e.lookup(&root, b"link").unwrap().unwrap();
+    assert!(Arc::ptr_eq(&held, &again), "hard link gave a second inode");
+    assert_eq!(held.attr().nlink, 2);
+}
