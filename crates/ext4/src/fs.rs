@@ -797,7 +797,7 @@ impl Ext4 {
             }
             if sb.has_compat(COMPAT_HAS_JOURNAL) && sb.journal_inum != 0 {
                 let j = self.read_inode(sb.journal_inum)?;
-                o += j.size / self.bs as u64;
+                o = o.saturating_add(j.size / self.bs as u64);
             }
             o
         };
@@ -811,14 +811,15 @@ impl Ext4 {
             .iter()
             .map(|g| u64::from(g.free_inodes_count))
             .sum();
-        let bfree = free_clusters * ratio;
+        // Image-controlled values: saturate rather than overflow.
+        let bfree = free_clusters.saturating_mul(ratio);
         let resv = ((sb.blocks_count / ratio) / 50).min(4096) * ratio;
         Ok(StatFs {
             fs_type: EXT4_SUPER_MAGIC,
             bsize: self.bs as u64,
             blocks: sb.blocks_count.saturating_sub(overhead_blocks),
             bfree,
-            bavail: bfree.saturating_sub(sb.r_blocks_count + resv),
+            bavail: bfree.saturating_sub(sb.r_blocks_count.saturating_add(resv)),
             files: u64::from(sb.inodes_count),
             ffree: free_inodes,
             namelen: 255,

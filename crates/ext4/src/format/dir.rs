@@ -9,6 +9,9 @@ use crate::error::{corrupt, Result};
 pub const ENTRY_HEADER: usize = 8;
 pub const TAIL_SIZE: usize = 12;
 pub const TAIL_FT: u8 = 0xDE;
+// ext4_dir_entry_tail: inode, rec_len, name_len, file_type, checksum.
+const _: () = assert!(TAIL_SIZE == 4 + 2 + 1 + 1 + 4);
+const _: () = assert!(ENTRY_HEADER == 4 + 2 + 1 + 1);
 
 // ext4 file type codes in directory entries.
 pub const FT_UNKNOWN: u8 = 0;
@@ -123,4 +126,44 @@ pub fn entries<'a>(
         off += rec_len;
     }
     Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn what() -> String {
+        "test".into()
+    }
+
+    #[test]
+    fn bad_rec_len_is_corrupt() {
+        let mut b = vec![0u8; 1024];
+        // inode 11, rec_len 6 (< header), name_len 1.
+        b[0..4].copy_from_slice(&11u32.to_le_bytes());
+        b[4..6].copy_from_slice(&6u16.to_le_bytes());
+        b[6] = 1;
+        assert!(entries(&b, false, true, &what).unwrap_err().is_corrupt());
+        // rec_len past the block end.
+        b[4..6].copy_from_slice(&2000u16.to_le_bytes());
+        assert!(entries(&b, false, true, &what).unwrap_err().is_corrupt());
+        // name longer than the record.
+        b[4..6].copy_from_slice(&12u16.to_le_bytes());
+        b[6] = 9;
+        assert!(entries(&b, false, true, &what).unwrap_err().is_corrupt());
+        // One entry spanning the block is fine.
+        b[4..6].copy_from_slice(&1024u16.to_le_bytes());
+        b[6] = 1;
+        b[8] = b'a';
+        let v = entries(&b, false, true, &what).unwrap();
+        assert_eq!((v.len(), v[0].name), (1, &b"a"[..]));
+    }
+
+    #[test]
+    fn rec_len_encoding_of_64k_blocks() {
+        assert_eq!(rec_len_from_disk(12, 4096), 12);
+        assert_eq!(rec_len_from_disk(0, 65536), 65536);
+        assert_eq!(rec_len_from_disk(65535, 65536), 65536);
+        assert_eq!(rec_len_from_disk(0xfffc | 1, 65536), 0xfffc | (1 << 16));
+    }
 }

@@ -13,6 +13,10 @@ pub const ENTRY_SIZE: usize = 12;
 pub const MAX_DEPTH: u16 = 5;
 /// Lengths above this mark an uninitialized (unwritten) extent.
 pub const INIT_MAX_LEN: u16 = 32768;
+// ext4_extent_header, ext4_extent_idx and ext4_extent are all 12 bytes;
+// four entries plus the header fill the 60-byte i_block.
+const _: () = assert!(HEADER_SIZE == 12 && ENTRY_SIZE == 12);
+const _: () = assert!(HEADER_SIZE + 4 * ENTRY_SIZE == super::inode::I_BLOCK_LEN);
 
 /// An extent node's header.
 #[derive(Clone, Copy, Debug)]
@@ -152,5 +156,56 @@ pub fn parse_node(
             v.push(x);
         }
         Ok(Node::Leaf(h, v))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(depth: u16, entries: u16, max: u16) -> Vec<u8> {
+        let mut b = vec![0u8; 60];
+        b[0..2].copy_from_slice(&EXTENT_MAGIC.to_le_bytes());
+        b[2..4].copy_from_slice(&entries.to_le_bytes());
+        b[4..6].copy_from_slice(&max.to_le_bytes());
+        b[6..8].copy_from_slice(&depth.to_le_bytes());
+        b
+    }
+
+    #[test]
+    fn bad_headers_are_corrupt() {
+        let w = || "t".to_string();
+        for (depth, entries, max) in [(6, 0, 4), (0, 5, 4), (0, 1, 5), (0, 0, 0)] {
+            let e = parse_node(&node(depth, entries, max), &w, None, None, 100).unwrap_err();
+            assert!(e.is_corrupt(), "{depth} {entries} {max}");
+        }
+        // Wrong depth below a parent.
+        assert!(parse_node(&node(1, 0, 4), &w, Some(0), None, 100).is_err());
+        assert!(parse_node(&node(0, 0, 4), &w, Some(0), None, 100).is_ok());
+    }
+
+    #[test]
+    fn extents_beyond_the_fs_or_overlapping_are_corrupt() {
+        let w = || "t".to_string();
+        let mut b = node(0, 2, 4);
+        let put = |b: &mut Vec<u8>, i: usize, lblk: u32, len: u16, start: u32| {
+            let o = 12 + 12 * i;
+            b[o..o + 4].copy_from_slice(&lblk.to_le_bytes());
+            b[o + 4..o + 6].copy_from_slice(&len.to_le_bytes());
+            b[o + 8..o + 12].copy_from_slice(&start.to_le_bytes());
+        };
+        put(&mut b, 0, 0, 10, 50);
+        put(&mut b, 1, 5, 1, 70);
+        assert!(parse_node(&b, &w, None, None, 100).is_err(), "overlap");
+        put(&mut b, 1, 10, 1, 99);
+        assert!(parse_node(&b, &w, None, None, 100).is_ok());
+        put(&mut b, 1, 10, 2, 99);
+        assert!(parse_node(&b, &w, None, None, 100).is_err(), "past the end");
+        // Uninitialized: length above 32768.
+        put(&mut b, 1, 10, 32768 + 1, 90);
+        let Node::Leaf(_, v) = parse_node(&b, &w, None, None, 100).unwrap() else {
+            panic!()
+        };
+        assert!(v[1].uninit && v[1].len == 1);
     }
 }

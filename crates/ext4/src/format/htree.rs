@@ -22,6 +22,11 @@ pub const DX_TAIL_SIZE: usize = 8;
 /// The kernel's limit on index levels (3 with large_dir, else 2).
 pub const MAX_LEVELS_LARGEDIR: u8 = 3;
 pub const MAX_LEVELS: u8 = 2;
+// dx_root: "." (12 bytes) + ".." header (12) before dx_root_info (8),
+// then count/limit; a dx_entry is hash + block; dx_tail is reserved + csum.
+const _: () = assert!(ROOT_INFO_OFF == 12 + 12);
+const _: () = assert!(DX_ENTRY_SIZE == 4 + 4 && DX_TAIL_SIZE == 4 + 4);
+const _: () = assert!(NODE_COUNT_OFF == super::dir::ENTRY_HEADER);
 
 /// dx_root_info.
 #[derive(Clone, Copy, Debug)]

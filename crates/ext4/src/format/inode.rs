@@ -15,6 +15,9 @@ const CSUM_LO_OFF: usize = 0x7C;
 const CSUM_HI_OFF: usize = 0x82;
 /// `i_extra_isize` must reach past `i_checksum_hi` for it to exist.
 const CSUM_HI_EXTRA_END: usize = CSUM_HI_OFF + 2 - GOOD_OLD_INODE_SIZE;
+const _: () = assert!(CSUM_HI_EXTRA_END == 4);
+// osd2 (12 bytes at 0x74) ends the 128-byte base inode.
+const _: () = assert!(CSUM_LO_OFF + 2 + 2 == GOOD_OLD_INODE_SIZE);
 
 // i_flags
 pub const FL_INDEX: u32 = 0x1000;

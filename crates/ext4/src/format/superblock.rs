@@ -289,3 +289,68 @@ fn is_power_of(mut n: u64, p: u64) -> bool {
     }
     n == 1
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A minimal valid superblock: 4 KiB blocks, one group.
+    fn base() -> Vec<u8> {
+        let mut b = vec![0u8; SB_SIZE];
+        let put32 =
+            |b: &mut Vec<u8>, off: usize, v: u32| b[off..off + 4].copy_from_slice(&v.to_le_bytes());
+        put32(&mut b, 0x0, 128); // inodes
+        put32(&mut b, 0x4, 1000); // blocks
+        put32(&mut b, 0x18, 2); // log_block_size: 4 KiB
+        put32(&mut b, 0x20, 32768);
+        put32(&mut b, 0x24, 32768);
+        put32(&mut b, 0x28, 128);
+        b[0x38..0x3A].copy_from_slice(&EXT4_MAGIC.to_le_bytes());
+        put32(&mut b, 0x4C, 1); // dynamic rev
+        put32(&mut b, 0x54, 11);
+        b[0x58..0x5A].copy_from_slice(&256u16.to_le_bytes());
+        b
+    }
+
+    #[test]
+    fn minimal_superblock_parses() {
+        let sb = Superblock::parse(&base()).unwrap();
+        assert_eq!(sb.block_size(), 4096);
+        assert_eq!(sb.group_count(), 1);
+    }
+
+    #[test]
+    fn corrupt_fields_are_errors_not_panics() {
+        // Each field set to values that once could overflow or divide by 0.
+        for (off, v) in [
+            (0x18, 99u32),
+            (0x20, 0),
+            (0x24, 0),
+            (0x28, 0),
+            (0x4, 0),
+            (0x0, 7),
+        ] {
+            let mut b = base();
+            b[off..off + 4].copy_from_slice(&v.to_le_bytes());
+            let e = Superblock::parse(&b).unwrap_err();
+            assert!(e.is_corrupt(), "{off:#x}={v}: {e}");
+        }
+    }
+
+    #[test]
+    fn unknown_incompat_is_refused_by_name() {
+        let mut b = base();
+        b[0x60..0x64].copy_from_slice(&(1u32 << 30).to_le_bytes());
+        let e = Superblock::parse(&b).unwrap_err();
+        assert!(e.to_string().contains("FEATURE_I30"), "{e}");
+    }
+
+    #[test]
+    fn sparse_super_backups() {
+        let mut b = base();
+        b[0x64..0x68].copy_from_slice(&RO_COMPAT_SPARSE_SUPER.to_le_bytes());
+        let sb = Superblock::parse(&b).unwrap();
+        let with: Vec<u64> = (0..50).filter(|&g| sb.group_has_super(g)).collect();
+        assert_eq!(with, [0, 1, 3, 5, 7, 9, 25, 27, 49]);
+    }
+}
