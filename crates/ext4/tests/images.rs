@@ -274,3 +274,32 @@ fn inode_cache_is_bounded_and_shared() {
     assert!(Arc::ptr_eq(&held, &again), "hard link gave a second inode");
     assert_eq!(held.attr().nlink, 2);
 }
+
+/// A directory's i_size_high is i_dir_acl without large_dir: ignored, as
+/// the kernel's ext4_isize does (it reports such a directory as 1024 bytes).
+#[test]
+fn directory_size_high_is_ignored_without_large_dir() {
+    if !have_tools() {
+        return;
+    }
+    let s = Scratch::new("sizehi");
+    let src = s.0.join("src");
+    std::fs::create_dir_all(src.join("dd")).unwrap();
+    std::fs::write(src.join("dd/f"), b"x").unwrap();
+    let img = s.0.join("img");
+    make_image(&src, &img, 1024, "8M", "");
+    if !debugfs(&img, "sif /dd size 0x100000400") {
+        return;
+    }
+    let e = open(&img);
+    let root = e.root();
+    let dd = e.lookup(&root, b"dd").unwrap().unwrap();
+    assert_eq!(dd.attr().size, 1024);
+    let mut names = Vec::new();
+    e.readdir(&dd, 0, &mut |d| {
+        names.push(d.name);
+        true
+    })
+    .unwrap();
+    assert_eq!(names, [b"f".to_vec()]);
+}

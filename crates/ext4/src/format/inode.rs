@@ -117,7 +117,11 @@ impl RawInode {
             |off: usize| (off + 4 - GOOD_OLD_INODE_SIZE <= extra_isize).then(|| le32(b, off));
         let mode = le16(b, 0x0);
         let size_hi = le32(b, 0x6C);
-        let size = u64::from(le32(b, 0x4)) | (u64::from(size_hi) << 32);
+        // As ext4_isize: the high word is i_dir_acl on old directories, so
+        // only regular files (and everything with large_dir) use it.
+        let wide = sb.has_incompat(super::features::INCOMPAT_LARGEDIR)
+            || u32::from(mode) & 0o170000 == 0o100000;
+        let size = u64::from(le32(b, 0x4)) | if wide { u64::from(size_hi) << 32 } else { 0 };
         let flags = le32(b, 0x20);
         let blocks_lo = u64::from(le32(b, 0x1C));
         let blocks = if sb.has_ro_compat(RO_COMPAT_HUGE_FILE) {
