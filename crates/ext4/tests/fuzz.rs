@@ -1,6 +1,6 @@
 //! Corrupt images never panic or hang: random bytes of the superblock, the
 //! group descriptors, an inode table block, an extent block, a directory
-//! block and an htree node of a small image are changed, then the image is
+//! block, an htree root and an htree leaf of a small image are changed, then the image is
 //! opened, walked and read through the `Filesystem` API. Every call must
 //! return Ok or an error. Each case's work is bounded by the walk's limits.
 
@@ -122,6 +122,9 @@ fn targets(img: &[u8]) -> Vec<(&'static str, usize, usize)> {
         panic!("big has no block")
     };
     t.push(("htree root", pblk as usize * bs, bs));
+    if let Ok(Mapping::Data { pblk, .. }) = fs.map_block(&big, 1) {
+        t.push(("htree leaf", pblk as usize * bs, bs));
+    }
     t
 }
 
