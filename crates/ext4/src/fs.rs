@@ -232,7 +232,12 @@ impl Ext4 {
             ));
         };
         if raw.flags & inode::FL_INLINE_DATA != 0 {
-            return Err(Error::Incompatible(format!("inode {ino} has inline data")));
+            // Images with inline_data are refused at open: the flag
+            // without the feature is corruption (EUCLEAN).
+            return Err(corrupt(
+                format!("inode {ino}"),
+                "inline data flag without the feature",
+            ));
         }
         let rdev = match ft {
             FileType::CharDevice | FileType::BlockDevice => raw.rdev(),
