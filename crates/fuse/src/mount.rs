@@ -23,9 +23,13 @@ use crate::ops::{FuseConfig, ScaleFs, Shared};
 pub struct MountArgs {
     /// Mount point: an existing, empty directory.
     pub dir: PathBuf,
-    /// Filesystem type to serve (only `memfs` in this build).
+    /// Filesystem type to serve: `memfs`, or `ext4` (implied by `--image`).
     #[arg(long = "fs", default_value = "memfs")]
     pub fs: String,
+    /// Serve this ext4 image (or block device) instead of a memfs; read-only
+    /// for now, so `-o ro` is required.
+    #[arg(long)]
+    pub image: Option<PathBuf>,
     /// Mount options, comma separated (allow_other, allow_root,
     /// default_permissions, ro, auto_unmount, fsname=..., dev, suid, ...),
     /// and memfs's limits as tmpfs spells them: size=BYTES[k|m|g|t] or
@@ -401,11 +405,19 @@ fn on_path(bin: &str) -> bool {
 
 /// Everything that can be checked before mounting, with a clear message.
 fn preflight(args: &MountArgs) -> Result<(), String> {
-    if args.fs != "memfs" {
-        return Err(format!(
-            "unsupported --fs `{}` (this build serves `memfs`)",
-            args.fs
-        ));
+    match (args.fs.as_str(), &args.image) {
+        ("memfs" | "ext4", Some(_)) => {
+            if !args.options.iter().any(|o| o == "ro") {
+                return Err("ext4 is read-only in this build: add -o ro".into());
+            }
+        }
+        ("ext4", None) => return Err("--fs ext4 needs --image IMAGE".into()),
+        ("memfs", None) => {}
+        (other, _) => {
+            return Err(format!(
+                "unsupported --fs `{other}` (this build serves `memfs` and `ext4`)"
+            ))
+        }
     }
     let dir = &args.dir;
     let md = std::fs::metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -603,6 +615,14 @@ pub fn run_mount(args: MountArgs) -> ExitCode {
         Ok(d) => d,
         Err(e) => return fail(format!("{}: {e}", args.dir.display())),
     };
+    // Open the image before detaching, so its errors reach the terminal.
+    let root_fs: Option<Arc<dyn scalevfs::Filesystem>> = match &args.image {
+        Some(img) => match scalevfs_ext4::Ext4::open(img, scalevfs_ext4::Ext4Options::default()) {
+            Ok(fs) => Some(fs),
+            Err(e) => return fail(format!("{}: {e}", img.display())),
+        },
+        None => None,
+    };
     let status_fd = if args.foreground {
         None
     } else {
@@ -612,7 +632,11 @@ pub fn run_mount(args: MountArgs) -> ExitCode {
         }
     };
     let sigs = block_signals();
-    let fs = match ScaleFs::new(Vfs::with_config(vcfg), cfg.fuse.clone()) {
+    let vfs = match root_fs {
+        Some(fs) => Vfs::with_root_fs(vcfg, fs),
+        None => Vfs::with_config(vcfg),
+    };
+    let fs = match ScaleFs::new(vfs, cfg.fuse.clone()) {
         Ok(fs) => fs,
         Err(e) => {
             let m = format!("cannot open the VFS root: {}", e.message());

@@ -1,0 +1,169 @@
+//! Linear directory blocks: a chain of `ext4_dir_entry_2` records, and with
+//! metadata_csum a 12-byte tail holding the block's checksum.
+
+use super::checksum::crc32c;
+use super::{le16, le32, u8_at};
+use crate::error::{corrupt, Result};
+
+/// Size of the fixed part of an entry (inode, rec_len, name_len, file_type).
+pub const ENTRY_HEADER: usize = 8;
+pub const TAIL_SIZE: usize = 12;
+pub const TAIL_FT: u8 = 0xDE;
+// ext4_dir_entry_tail: inode, rec_len, name_len, file_type, checksum.
+const _: () = assert!(TAIL_SIZE == 4 + 2 + 1 + 1 + 4);
+const _: () = assert!(ENTRY_HEADER == 4 + 2 + 1 + 1);
+
+// ext4 file type codes in directory entries.
+pub const FT_UNKNOWN: u8 = 0;
+pub const FT_REG: u8 = 1;
+pub const FT_DIR: u8 = 2;
+pub const FT_CHR: u8 = 3;
+pub const FT_BLK: u8 = 4;
+pub const FT_FIFO: u8 = 5;
+pub const FT_SOCK: u8 = 6;
+pub const FT_SYMLINK: u8 = 7;
+
+/// One directory entry, borrowed from its block.
+#[derive(Clone, Copy, Debug)]
+pub struct Entry<'a> {
+    /// Byte offset in the block.
+    pub offset: usize,
+    pub inode: u32,
+    pub rec_len: usize,
+    pub file_type: u8,
+    pub name: &'a [u8],
+}
+
+/// `rec_len` as stored, decoded as the kernel's `ext4_rec_len_from_disk`
+/// (block sizes of 64 KiB need the two low bits).
+pub fn rec_len_from_disk(raw: u16, block_size: usize) -> usize {
+    let len = usize::from(raw);
+    if block_size < 65536 {
+        len
+    } else if raw == 65535 || raw == 0 {
+        block_size
+    } else {
+        (len & 65532) | ((len & 3) << 16)
+    }
+}
+
+/// Whether the block ends in a checksum tail (a fake entry of inode 0,
+/// rec_len 12, name_len 0, type 0xDE).
+pub fn has_tail(b: &[u8]) -> bool {
+    let Some(t) = b.len().checked_sub(TAIL_SIZE).and_then(|o| b.get(o..)) else {
+        return false;
+    };
+    le32(t, 0) == 0 && le16(t, 4) == TAIL_SIZE as u16 && u8_at(t, 6) == 0 && u8_at(t, 7) == TAIL_FT
+}
+
+/// Verify a leaf block's tail checksum (metadata_csum). A block without a
+/// tail is corrupt on such a filesystem.
+pub fn verify_tail(b: &[u8], csum_seed: u32, what: &dyn Fn() -> String) -> Result<()> {
+    if !has_tail(b) {
+        return Err(corrupt(what(), "directory block has no checksum tail"));
+    }
+    let off = b.len() - TAIL_SIZE;
+    let stored = le32(b, off + 8);
+    let c = crc32c(csum_seed, &b[..off]);
+    if c != stored {
+        return Err(corrupt(
+            what(),
+            format!("directory block checksum {stored:#010x}, computed {c:#010x}"),
+        ));
+    }
+    Ok(())
+}
+
+/// The entries of a linear directory block `b` (the tail excluded when
+/// `tail`), each checked: rec_len at least the header plus the name, 4-byte
+/// aligned, inside the block. Entries with inode 0 (free space) are kept;
+/// callers skip them.
+pub fn entries<'a>(
+    b: &'a [u8],
+    tail: bool,
+    filetype: bool,
+    what: &dyn Fn() -> String,
+) -> Result<Vec<Entry<'a>>> {
+    let end = if tail {
+        b.len().saturating_sub(TAIL_SIZE)
+    } else {
+        b.len()
+    };
+    let mut v = Vec::new();
+    let mut off = 0;
+    while off < end {
+        if off + ENTRY_HEADER > end {
+            return Err(corrupt(
+                what(),
+                format!("entry at {off} crosses the block end"),
+            ));
+        }
+        let inode = le32(b, off);
+        let rec_len = rec_len_from_disk(le16(b, off + 4), b.len());
+        let name_len = usize::from(u8_at(b, off + 6));
+        let file_type = if filetype {
+            u8_at(b, off + 7)
+        } else {
+            FT_UNKNOWN
+        };
+        if rec_len < ENTRY_HEADER
+            || rec_len & 3 != 0
+            || off + rec_len > end
+            || ENTRY_HEADER + name_len > rec_len
+        {
+            return Err(corrupt(
+                what(),
+                format!("entry at {off}: rec_len {rec_len} name_len {name_len}"),
+            ));
+        }
+        v.push(Entry {
+            offset: off,
+            inode,
+            rec_len,
+            file_type,
+            name: &b[off + ENTRY_HEADER..off + ENTRY_HEADER + name_len],
+        });
+        off += rec_len;
+    }
+    Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn what() -> String {
+        "test".into()
+    }
+
+    #[test]
+    fn bad_rec_len_is_corrupt() {
+        let mut b = vec![0u8; 1024];
+        // inode 11, rec_len 6 (< header), name_len 1.
+        b[0..4].copy_from_slice(&11u32.to_le_bytes());
+        b[4..6].copy_from_slice(&6u16.to_le_bytes());
+        b[6] = 1;
+        assert!(entries(&b, false, true, &what).unwrap_err().is_corrupt());
+        // rec_len past the block end.
+        b[4..6].copy_from_slice(&2000u16.to_le_bytes());
+        assert!(entries(&b, false, true, &what).unwrap_err().is_corrupt());
+        // name longer than the record.
+        b[4..6].copy_from_slice(&12u16.to_le_bytes());
+        b[6] = 9;
+        assert!(entries(&b, false, true, &what).unwrap_err().is_corrupt());
+        // One entry spanning the block is fine.
+        b[4..6].copy_from_slice(&1024u16.to_le_bytes());
+        b[6] = 1;
+        b[8] = b'a';
+        let v = entries(&b, false, true, &what).unwrap();
+        assert_eq!((v.len(), v[0].name), (1, &b"a"[..]));
+    }
+
+    #[test]
+    fn rec_len_encoding_of_64k_blocks() {
+        assert_eq!(rec_len_from_disk(12, 4096), 12);
+        assert_eq!(rec_len_from_disk(0, 65536), 65536);
+        assert_eq!(rec_len_from_disk(65535, 65536), 65536);
+        assert_eq!(rec_len_from_disk(0xfffc | 1, 65536), 0xfffc | (1 << 16));
+    }
+}

@@ -1,0 +1,129 @@
+//! Block group descriptors: 32 bytes, or `s_desc_size` (>= 64) with 64bit.
+
+use super::checksum::{crc16, crc32c};
+use super::superblock::Superblock;
+use super::{le16, le32};
+use crate::error::{corrupt, Result};
+
+pub const GD_SIZE_32: usize = 32;
+pub const GD_SIZE_64: usize = 64;
+/// Offset of `bg_checksum`.
+const GD_CSUM_OFF: usize = 0x1E;
+const _: () = assert!(GD_CSUM_OFF + 2 == GD_SIZE_32);
+
+/// bg_flags bits.
+pub const BG_INODE_UNINIT: u16 = 0x1;
+pub const BG_BLOCK_UNINIT: u16 = 0x2;
+pub const BG_INODE_ZEROED: u16 = 0x4;
+
+/// A checked group descriptor.
+#[derive(Clone, Debug, Default)]
+pub struct GroupDesc {
+    pub block_bitmap: u64,
+    pub inode_bitmap: u64,
+    pub inode_table: u64,
+    pub free_blocks_count: u32,
+    pub free_inodes_count: u32,
+    pub used_dirs_count: u32,
+    pub flags: u16,
+    pub itable_unused: u32,
+    pub checksum: u16,
+}
+
+impl GroupDesc {
+    /// Parse descriptor `group` from its `desc_size()` bytes, verifying its
+    /// checksum (metadata_csum or gdt_csum) and that its tables lie inside
+    /// the filesystem.
+    pub fn parse(sb: &Superblock, group: u64, b: &[u8]) -> Result<GroupDesc> {
+        let what = || format!("group descriptor {group}");
+        let size = usize::from(sb.desc_size());
+        if b.len() < size || size < GD_SIZE_32 {
+            return Err(corrupt(what(), "short descriptor"));
+        }
+        let b = &b[..size];
+        let wide = sb.is_64bit() && size >= GD_SIZE_64;
+        let hi16 = |off: usize| {
+            if wide {
+                u32::from(le16(b, off)) << 16
+            } else {
+                0
+            }
+        };
+        let hi32 = |off: usize| {
+            if wide {
+                u64::from(le32(b, off)) << 32
+            } else {
+                0
+            }
+        };
+        let gd = GroupDesc {
+            block_bitmap: u64::from(le32(b, 0x0)) | hi32(0x20),
+            inode_bitmap: u64::from(le32(b, 0x4)) | hi32(0x24),
+            inode_table: u64::from(le32(b, 0x8)) | hi32(0x28),
+            free_blocks_count: u32::from(le16(b, 0xC)) | hi16(0x2C),
+            free_inodes_count: u32::from(le16(b, 0xE)) | hi16(0x2E),
+            used_dirs_count: u32::from(le16(b, 0x10)) | hi16(0x30),
+            flags: le16(b, 0x12),
+            itable_unused: u32::from(le16(b, 0x1C)) | hi16(0x32),
+            checksum: le16(b, GD_CSUM_OFF),
+        };
+        if let Some(c) = checksum(sb, group, b) {
+            if c != gd.checksum {
+                return Err(corrupt(
+                    what(),
+                    format!("checksum {:#06x}, computed {c:#06x}", gd.checksum),
+                ));
+            }
+        }
+        let itb = inode_table_blocks(sb);
+        let end = gd.inode_table.checked_add(itb);
+        if gd.inode_table == 0 || !matches!(end, Some(e) if e <= sb.blocks_count) {
+            return Err(corrupt(
+                what(),
+                format!("inode table at {}", gd.inode_table),
+            ));
+        }
+        for (n, blk) in [("block", gd.block_bitmap), ("inode", gd.inode_bitmap)] {
+            if blk >= sb.blocks_count {
+                return Err(corrupt(what(), format!("{n} bitmap at {blk}")));
+            }
+        }
+        if gd.free_inodes_count > sb.inodes_per_group {
+            return Err(corrupt(
+                what(),
+                format!("free inodes {}", gd.free_inodes_count),
+            ));
+        }
+        Ok(gd)
+    }
+}
+
+/// Blocks of one group's inode table.
+pub fn inode_table_blocks(sb: &Superblock) -> u64 {
+    (u64::from(sb.inodes_per_group) * sb.inode_size() as u64).div_ceil(sb.block_size() as u64)
+}
+
+/// The checksum descriptor `group` should carry, or `None` when the image
+/// has no group descriptor checksums.
+pub fn checksum(sb: &Superblock, group: u64, b: &[u8]) -> Option<u16> {
+    let le_group = (group as u32).to_le_bytes();
+    let head = b.get(..GD_CSUM_OFF)?;
+    let tail = b.get(GD_CSUM_OFF + 2..).unwrap_or(&[]);
+    if sb.has_metadata_csum() {
+        let mut c = crc32c(sb.csum_seed(), &le_group);
+        c = crc32c(c, head);
+        c = crc32c(c, &[0, 0]);
+        c = crc32c(c, tail);
+        Some((c & 0xFFFF) as u16)
+    } else if sb.has_ro_compat(super::features::RO_COMPAT_GDT_CSUM) {
+        let mut c = crc16(!0, &sb.uuid);
+        c = crc16(c, &le_group);
+        c = crc16(c, head);
+        if sb.is_64bit() {
+            c = crc16(c, tail);
+        }
+        Some(c)
+    } else {
+        None
+    }
+}

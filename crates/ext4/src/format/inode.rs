@@ -1,0 +1,186 @@
+//! The on-disk inode: 128 bytes plus `i_extra_isize` extra bytes.
+
+use super::checksum::crc32c;
+use super::features::{RO_COMPAT_HUGE_FILE, RO_COMPAT_LARGE_FILE};
+use super::superblock::Superblock;
+use super::{le16, le32};
+use crate::error::{corrupt, Result};
+
+pub const GOOD_OLD_INODE_SIZE: usize = 128;
+/// `i_block`: 15 32-bit words at 0x28.
+pub const I_BLOCK_OFF: usize = 0x28;
+pub const I_BLOCK_LEN: usize = 60;
+const _: () = assert!(I_BLOCK_OFF + I_BLOCK_LEN == 0x64);
+const CSUM_LO_OFF: usize = 0x7C;
+const CSUM_HI_OFF: usize = 0x82;
+/// `i_extra_isize` must reach past `i_checksum_hi` for it to exist.
+const CSUM_HI_EXTRA_END: usize = CSUM_HI_OFF + 2 - GOOD_OLD_INODE_SIZE;
+const _: () = assert!(CSUM_HI_EXTRA_END == 4);
+// osd2 (12 bytes at 0x74) ends the 128-byte base inode.
+const _: () = assert!(CSUM_LO_OFF + 2 + 2 == GOOD_OLD_INODE_SIZE);
+
+// i_flags
+pub const FL_INDEX: u32 = 0x1000;
+pub const FL_HUGE_FILE: u32 = 0x40000;
+pub const FL_EXTENTS: u32 = 0x80000;
+pub const FL_EA_INODE: u32 = 0x200000;
+pub const FL_INLINE_DATA: u32 = 0x1000_0000;
+
+pub const ROOT_INO: u32 = 2;
+
+/// A checked inode.
+#[derive(Clone, Debug)]
+pub struct RawInode {
+    pub ino: u32,
+    pub mode: u16,
+    pub uid: u32,
+    pub gid: u32,
+    pub size: u64,
+    pub links_count: u16,
+    /// 512-byte sectors.
+    pub blocks: u64,
+    pub flags: u32,
+    pub block: [u8; I_BLOCK_LEN],
+    pub generation: u32,
+    pub file_acl: u64,
+    pub atime: (i64, i64),
+    pub ctime: (i64, i64),
+    pub mtime: (i64, i64),
+    pub dtime: u32,
+    /// The seed of this inode's extent, directory and htree checksums.
+    pub csum_seed: u32,
+}
+
+/// Seconds and nanoseconds of an inode time: the signed 32-bit base plus
+/// the 2 epoch bits and 30 nanosecond bits of its `_extra` word, if any.
+pub fn decode_time(base: u32, extra: Option<u32>) -> (i64, i64) {
+    let mut sec = i64::from(base as i32);
+    let mut nsec = 0;
+    if let Some(x) = extra {
+        sec += i64::from(x & 3) << 32;
+        nsec = i64::from(x >> 2).min(999_999_999);
+    }
+    (sec, nsec)
+}
+
+impl RawInode {
+    /// Parse inode `ino` from its `inode_size` bytes, verifying the
+    /// metadata_csum checksum.
+    pub fn parse(sb: &Superblock, ino: u32, b: &[u8]) -> Result<RawInode> {
+        let what = || format!("inode {ino}");
+        let isz = sb.inode_size();
+        if b.len() < isz || isz < GOOD_OLD_INODE_SIZE {
+            return Err(corrupt(what(), "short inode"));
+        }
+        let b = &b[..isz];
+        let extra_isize = if isz > GOOD_OLD_INODE_SIZE {
+            let e = usize::from(le16(b, 0x80));
+            if GOOD_OLD_INODE_SIZE + e > isz || e & 3 != 0 {
+                return Err(corrupt(what(), format!("i_extra_isize {e}")));
+            }
+            e
+        } else {
+            0
+        };
+        let generation = le32(b, 0x64);
+        let mut csum_seed = 0;
+        if sb.has_metadata_csum() {
+            let le_ino = ino.to_le_bytes();
+            let le_gen = generation.to_le_bytes();
+            csum_seed = crc32c(crc32c(sb.csum_seed(), &le_ino), &le_gen);
+            let has_hi = extra_isize >= CSUM_HI_EXTRA_END;
+            let stored = u32::from(le16(b, CSUM_LO_OFF))
+                | if has_hi {
+                    u32::from(le16(b, CSUM_HI_OFF)) << 16
+                } else {
+                    0
+                };
+            let mut c = crc32c(csum_seed, &b[..CSUM_LO_OFF]);
+            c = crc32c(c, &[0, 0]);
+            if has_hi {
+                c = crc32c(c, &b[CSUM_LO_OFF + 2..CSUM_HI_OFF]);
+                c = crc32c(c, &[0, 0]);
+                c = crc32c(c, &b[CSUM_HI_OFF + 2..]);
+            } else {
+                c = crc32c(c, &b[CSUM_LO_OFF + 2..]);
+                c &= 0xFFFF;
+            }
+            if c != stored {
+                return Err(corrupt(
+                    what(),
+                    format!("checksum {stored:#010x}, computed {c:#010x}"),
+                ));
+            }
+        }
+        // An _extra field exists when i_extra_isize reaches its end.
+        let extra =
+            |off: usize| (off + 4 - GOOD_OLD_INODE_SIZE <= extra_isize).then(|| le32(b, off));
+        let mode = le16(b, 0x0);
+        let size_hi = le32(b, 0x6C);
+        // As ext4_isize: the high word is i_dir_acl on old directories, so
+        // only regular files (and everything with large_dir) use it.
+        let wide = sb.has_incompat(super::features::INCOMPAT_LARGEDIR)
+            || u32::from(mode) & 0o170000 == 0o100000;
+        let size = u64::from(le32(b, 0x4)) | if wide { u64::from(size_hi) << 32 } else { 0 };
+        let flags = le32(b, 0x20);
+        let blocks_lo = u64::from(le32(b, 0x1C));
+        let blocks = if sb.has_ro_compat(RO_COMPAT_HUGE_FILE) {
+            let raw = blocks_lo | (u64::from(le16(b, 0x74)) << 32);
+            if flags & FL_HUGE_FILE != 0 {
+                raw.saturating_mul(sb.block_size() as u64 / 512)
+            } else {
+                raw
+            }
+        } else {
+            blocks_lo
+        };
+        let mut block = [0u8; I_BLOCK_LEN];
+        block.copy_from_slice(&b[I_BLOCK_OFF..I_BLOCK_OFF + I_BLOCK_LEN]);
+        let ino_struct = RawInode {
+            ino,
+            mode,
+            uid: u32::from(le16(b, 0x2)) | (u32::from(le16(b, 0x78)) << 16),
+            gid: u32::from(le16(b, 0x18)) | (u32::from(le16(b, 0x7A)) << 16),
+            size,
+            links_count: le16(b, 0x1A),
+            blocks,
+            flags,
+            block,
+            generation,
+            file_acl: u64::from(le32(b, 0x68)) | (u64::from(le16(b, 0x76)) << 32),
+            atime: decode_time(le32(b, 0x8), extra(0x8C)),
+            ctime: decode_time(le32(b, 0xC), extra(0x84)),
+            mtime: decode_time(le32(b, 0x10), extra(0x88)),
+            dtime: le32(b, 0x14),
+            csum_seed,
+        };
+        if size > i64::MAX as u64 {
+            return Err(corrupt(what(), format!("size {size}")));
+        }
+        if !sb.has_ro_compat(RO_COMPAT_LARGE_FILE) && size_hi != 0 && mode & 0o170000 == 0o100000 {
+            return Err(corrupt(what(), "large size without large_file"));
+        }
+        Ok(ino_struct)
+    }
+
+    pub fn file_type_bits(&self) -> u32 {
+        u32::from(self.mode) & 0o170000
+    }
+
+    /// The i_block word `i` (block map pointers, device numbers).
+    pub fn block_word(&self, i: usize) -> u32 {
+        le32(&self.block, i * 4)
+    }
+
+    /// Device number of a character or block device, in Linux's encoding.
+    pub fn rdev(&self) -> u64 {
+        let old = self.block_word(0);
+        let (major, minor) = if old != 0 {
+            ((old >> 8) & 0xff, old & 0xff)
+        } else {
+            let new = self.block_word(1);
+            ((new & 0xfff00) >> 8, (new & 0xff) | ((new >> 12) & 0xfff00))
+        };
+        libc::makedev(major, minor)
+    }
+}

@@ -1,0 +1,1019 @@
+//! `Ext4`: a read-only ext4 filesystem over a [`BlockDevice`], as a
+//! `scalevfs` [`Filesystem`].
+
+use std::collections::{HashMap, VecDeque};
+use std::path::Path;
+use std::sync::{Arc, Mutex, Weak};
+
+use scalevfs::fs::{Filesystem, NewNode};
+use scalevfs::inode::Inode;
+use scalevfs::types::{Attr, DirEntry, FileType, SetAttr, StatFs};
+use scalevfs::{Errno, VfsResult};
+
+use crate::device::{BlockDevice, FileDevice};
+use crate::error::{corrupt, Error, Result};
+use crate::format::dir::{self, Entry};
+use crate::format::extent::{self, Node as ExtNode};
+use crate::format::features::*;
+use crate::format::group_desc::{self, GroupDesc};
+use crate::format::htree;
+use crate::format::inode::{self, RawInode};
+use crate::format::superblock::{Superblock, FLAG_UNSIGNED_HASH, SB_OFFSET, SB_SIZE};
+
+/// `statfs` f_type of ext2/3/4.
+pub const EXT4_SUPER_MAGIC: u64 = 0xEF53;
+
+/// How an image is opened.
+#[derive(Clone, Debug)]
+pub struct Ext4Options {
+    /// Device number reported in `stat` (the root filesystem of a `Vfs` is 1).
+    pub dev: u64,
+    /// Inodes kept alive by the cache beyond those the VFS holds.
+    pub inode_cache: usize,
+}
+
+impl Default for Ext4Options {
+    fn default() -> Self {
+        Ext4Options {
+            dev: 1,
+            inode_cache: 4096,
+        }
+    }
+}
+
+/// What an ext4 inode carries as the VFS inode's private data.
+#[derive(Debug)]
+pub struct Ext4Inode {
+    pub raw: RawInode,
+}
+
+/// Where a logical block of a file lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mapping {
+    /// `count` blocks from physical block `pblk` (`uninit`: read as zeros).
+    Data { pblk: u64, count: u64, uninit: bool },
+    /// `count` blocks of hole.
+    Hole { count: u64 },
+}
+
+struct InodeCache {
+    map: HashMap<u32, Weak<Inode>>,
+    /// Recently used inodes kept alive (bounded).
+    recent: VecDeque<Arc<Inode>>,
+    /// Map size after the last sweep of dead entries.
+    swept: usize,
+}
+
+/// A read-only ext4 filesystem.
+pub struct Ext4 {
+    dev: Box<dyn BlockDevice>,
+    sb: Superblock,
+    groups: Vec<GroupDesc>,
+    bs: usize,
+    devno: u64,
+    cache_cap: usize,
+    cache: Mutex<InodeCache>,
+    root: Arc<Inode>,
+    statfs: StatFs,
+}
+
+impl std::fmt::Debug for Ext4 {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ext4")
+            .field("block_size", &self.bs)
+            .field("groups", &self.groups.len())
+            .finish()
+    }
+}
+
+fn ino_what(ino: u32) -> impl Fn() -> String {
+    move || format!("inode {ino}")
+}
+
+impl Ext4 {
+    /// Open the image (or block device) at `path`, read-only.
+    pub fn open(path: &Path, opts: Ext4Options) -> Result<Arc<Ext4>> {
+        let dev = FileDevice::open(path, false)?;
+        Ext4::open_device(Box::new(dev), opts)
+    }
+
+    /// Open a filesystem on `dev`, read-only.
+    pub fn open_device(dev: Box<dyn BlockDevice>, opts: Ext4Options) -> Result<Arc<Ext4>> {
+        let mut sbb = vec![0u8; SB_SIZE];
+        dev.read_at(SB_OFFSET, &mut sbb)?;
+        let sb = Superblock::parse(&sbb)?;
+        let bs = sb.block_size();
+        let dev_blocks = dev.size() / bs as u64;
+        if sb.blocks_count > dev_blocks {
+            return Err(corrupt(
+                "superblock",
+                format!(
+                    "{} blocks but the device holds {dev_blocks} (truncated image?)",
+                    sb.blocks_count
+                ),
+            ));
+        }
+        // group_count <= blocks_count, itself bounded by the device size.
+        let ngroups = sb.group_count();
+        let dsz = usize::from(sb.desc_size());
+        let per_block = (bs / dsz) as u64;
+        let mut groups = Vec::with_capacity(ngroups as usize);
+        let mut blk = vec![0u8; bs];
+        let mut loaded = u64::MAX;
+        for g in 0..ngroups {
+            let gdb = g / per_block;
+            let b = gdt_block(&sb, gdb);
+            if b >= sb.blocks_count {
+                return Err(corrupt("group descriptor table", format!("block {b}")));
+            }
+            if loaded != b {
+                dev.read_at(b * bs as u64, &mut blk)?;
+                loaded = b;
+            }
+            let off = (g % per_block) as usize * dsz;
+            groups.push(GroupDesc::parse(&sb, g, &blk[off..off + dsz])?);
+        }
+        let cache = Mutex::new(InodeCache {
+            map: HashMap::new(),
+            recent: VecDeque::new(),
+            swept: 0,
+        });
+        // A placeholder root until the real one is read (the struct needs one).
+        let placeholder = Arc::new(Inode::new(
+            0,
+            opts.dev,
+            Attr {
+                mode: libc::S_IFDIR,
+                ..Attr::default()
+            },
+            Box::new(()),
+        ));
+        let mut fs = Ext4 {
+            dev,
+            sb,
+            groups,
+            bs,
+            devno: opts.dev,
+            cache_cap: opts.inode_cache.max(16),
+            cache,
+            root: placeholder,
+            statfs: StatFs::default(),
+        };
+        let root = fs.iget(inode::ROOT_INO)?;
+        if !root.is_dir() {
+            return Err(corrupt("inode 2", "the root is not a directory"));
+        }
+        fs.root = root;
+        fs.statfs = fs.compute_statfs()?;
+        Ok(Arc::new(fs))
+    }
+
+    /// The checked superblock.
+    pub fn superblock(&self) -> &Superblock {
+        &self.sb
+    }
+
+    /// Block size in bytes.
+    pub fn block_size(&self) -> usize {
+        self.bs
+    }
+
+    fn read_block(&self, blk: u64, buf: &mut [u8]) -> Result<()> {
+        if blk >= self.sb.blocks_count {
+            return Err(corrupt(
+                format!("block {blk}"),
+                "block number beyond the filesystem",
+            ));
+        }
+        self.dev.read_at(blk * self.bs as u64, buf)?;
+        Ok(())
+    }
+
+    /// Read and check inode `ino`.
+    pub fn read_inode(&self, ino: u32) -> Result<RawInode> {
+        if ino == 0 || ino > self.sb.inodes_count {
+            return Err(corrupt(format!("inode {ino}"), "inode number out of range"));
+        }
+        let ipg = self.sb.inodes_per_group;
+        let g = (ino - 1) / ipg;
+        let idx = (ino - 1) % ipg;
+        let gd = self
+            .groups
+            .get(g as usize)
+            .ok_or_else(|| corrupt(format!("inode {ino}"), "group out of range"))?;
+        let isz = self.sb.inode_size();
+        let off = idx as usize * isz;
+        let blk = gd.inode_table + (off / self.bs) as u64;
+        let mut b = vec![0u8; self.bs];
+        self.read_block(blk, &mut b)?;
+        let inb = off % self.bs;
+        RawInode::parse(&self.sb, ino, &b[inb..inb + isz])
+    }
+
+    /// The VFS inode for `ino` (cached).
+    pub fn iget(&self, ino: u32) -> Result<Arc<Inode>> {
+        {
+            let c = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(i) = c.map.get(&ino).and_then(Weak::upgrade) {
+                return Ok(i);
+            }
+        }
+        let raw = self.read_inode(ino)?;
+        if raw.links_count == 0 {
+            return Err(corrupt(
+                format!("inode {ino}"),
+                "a name refers to a free inode",
+            ));
+        }
+        let Some(ft) = FileType::from_mode(u32::from(raw.mode)) else {
+            return Err(corrupt(
+                format!("inode {ino}"),
+                format!("mode {:#o}", raw.mode),
+            ));
+        };
+        if raw.flags & inode::FL_INLINE_DATA != 0 {
+            // Images with inline_data are refused at open: the flag
+            // without the feature is corruption (EUCLEAN).
+            return Err(corrupt(
+                format!("inode {ino}"),
+                "inline data flag without the feature",
+            ));
+        }
+        let rdev = match ft {
+            FileType::CharDevice | FileType::BlockDevice => raw.rdev(),
+            _ => 0,
+        };
+        if ft == FileType::Symlink && raw.size > 4096 {
+            return Err(corrupt(
+                format!("inode {ino}"),
+                format!("symlink length {}", raw.size),
+            ));
+        }
+        let attr = Attr {
+            mode: u32::from(raw.mode),
+            uid: raw.uid,
+            gid: raw.gid,
+            nlink: u32::from(raw.links_count),
+            size: raw.size,
+            blocks: raw.blocks,
+            rdev,
+            atime_sec: raw.atime.0,
+            atime_nsec: raw.atime.1,
+            mtime_sec: raw.mtime.0,
+            mtime_nsec: raw.mtime.1,
+            ctime_sec: raw.ctime.0,
+            ctime_nsec: raw.ctime.1,
+        };
+        let new = Arc::new(Inode::new(
+            u64::from(ino),
+            self.devno,
+            attr,
+            Box::new(Ext4Inode { raw }),
+        ));
+        let mut c = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = c.map.get(&ino).and_then(Weak::upgrade) {
+            // Another thread read it meanwhile: one inode per number.
+            return Ok(i);
+        }
+        c.map.insert(ino, Arc::downgrade(&new));
+        c.recent.push_back(new.clone());
+        while c.recent.len() > self.cache_cap {
+            c.recent.pop_front();
+        }
+        if c.map.len() > 2 * c.swept.max(self.cache_cap) {
+            c.map.retain(|_, w| w.strong_count() > 0);
+            c.swept = c.map.len();
+        }
+        Ok(new)
+    }
+
+    /// Number of inode numbers in the cache's map (live or not yet swept).
+    pub fn cached_inodes(&self) -> usize {
+        self.cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .map
+            .len()
+    }
+
+    fn node(i: &Inode) -> VfsResult<&RawInode> {
+        i.private::<Ext4Inode>().map(|n| &n.raw).ok_or(Errno::EIO)
+    }
+
+    /// Where logical block `lblk` of `raw` lives.
+    pub fn map_block(&self, raw: &RawInode, lblk: u32) -> Result<Mapping> {
+        if raw.flags & inode::FL_EXTENTS != 0 {
+            self.map_extent(raw, lblk)
+        } else {
+            self.map_indirect(raw, lblk)
+        }
+    }
+
+    fn map_extent(&self, raw: &RawInode, lblk: u32) -> Result<Mapping> {
+        let what = ino_what(raw.ino);
+        let fs_blocks = self.sb.blocks_count;
+        let mut node = extent::parse_node(&raw.block, &what, None, None, fs_blocks)?;
+        let seed = self.sb.has_metadata_csum().then_some(raw.csum_seed);
+        // The end of the range the current node covers (exclusive).
+        let mut limit: u64 = 1 << 32;
+        let mut buf = vec![0u8; self.bs];
+        // Depth is at most MAX_DEPTH and falls by one each step.
+        loop {
+            match node {
+                ExtNode::Index(h, ix) => {
+                    let pos = ix.partition_point(|e| e.block <= lblk);
+                    if pos == 0 {
+                        let next = ix.first().map_or(limit, |e| u64::from(e.block));
+                        return Ok(Mapping::Hole {
+                            count: next.min(limit) - u64::from(lblk),
+                        });
+                    }
+                    if let Some(n) = ix.get(pos) {
+                        limit = limit.min(u64::from(n.block));
+                    }
+                    let child = ix[pos - 1].leaf;
+                    self.read_block(child, &mut buf)?;
+                    let what = || format!("inode {} extent block {child}", raw.ino);
+                    node = extent::parse_node(&buf, &what, Some(h.depth - 1), seed, fs_blocks)?;
+                }
+                ExtNode::Leaf(_, ex) => {
+                    let pos = ex.partition_point(|e| e.block <= lblk);
+                    if pos > 0 {
+                        let e = ex[pos - 1];
+                        let end = u64::from(e.block) + u64::from(e.len);
+                        if u64::from(lblk) < end {
+                            let d = u64::from(lblk - e.block);
+                            return Ok(Mapping::Data {
+                                pblk: e.start + d,
+                                count: end.min(limit) - u64::from(lblk),
+                                uninit: e.uninit,
+                            });
+                        }
+                    }
+                    let next = ex.get(pos).map_or(limit, |e| u64::from(e.block));
+                    return Ok(Mapping::Hole {
+                        count: next.min(limit).saturating_sub(u64::from(lblk)).max(1),
+                    });
+                }
+            }
+        }
+    }
+
+    /// The ext2/3 block map: 12 direct pointers, then single, double and
+    /// triple indirect blocks.
+    fn map_indirect(&self, raw: &RawInode, lblk: u32) -> Result<Mapping> {
+        let per = (self.bs / 4) as u64;
+        let mut l = u64::from(lblk);
+        let (mut ptr, levels) = if l < 12 {
+            (raw.block_word(l as usize), 0)
+        } else {
+            l -= 12;
+            if l < per {
+                (raw.block_word(12), 1)
+            } else if l - per < per * per {
+                l -= per;
+                (raw.block_word(13), 2)
+            } else {
+                l -= per + per * per;
+                if l >= per * per * per {
+                    return Ok(Mapping::Hole { count: 1 });
+                }
+                (raw.block_word(14), 3)
+            }
+        };
+        let mut buf = vec![0u8; self.bs];
+        for level in (0..levels).rev() {
+            if ptr == 0 {
+                return Ok(Mapping::Hole { count: 1 });
+            }
+            self.read_block(u64::from(ptr), &mut buf)?;
+            let idx = (l / per.pow(level)) % per;
+            ptr = crate::format::le32(&buf, idx as usize * 4);
+        }
+        if ptr == 0 {
+            return Ok(Mapping::Hole { count: 1 });
+        }
+        if u64::from(ptr) >= self.sb.blocks_count {
+            return Err(corrupt(
+                format!("inode {}", raw.ino),
+                format!("block pointer {ptr}"),
+            ));
+        }
+        Ok(Mapping::Data {
+            pblk: u64::from(ptr),
+            count: 1,
+            uninit: false,
+        })
+    }
+
+    /// Read file data of `raw` at `off` (clipped to its size).
+    fn read_data(&self, raw: &RawInode, off: u64, buf: &mut [u8]) -> Result<usize> {
+        if off >= raw.size {
+            return Ok(0);
+        }
+        let want = (buf.len() as u64).min(raw.size - off) as usize;
+        let bs = self.bs as u64;
+        let mut done = 0usize;
+        while done < want {
+            let pos = off + done as u64;
+            let lblk = pos / bs;
+            let inb = pos % bs;
+            let rest = want - done;
+            let (map, cap) = match u32::try_from(lblk) {
+                Ok(l) => {
+                    let m = self.map_block(raw, l)?;
+                    let count = match m {
+                        Mapping::Data { count, .. } | Mapping::Hole { count } => count,
+                    };
+                    (m, count.max(1).saturating_mul(bs) - inb)
+                }
+                Err(_) => (Mapping::Hole { count: 1 }, u64::MAX),
+            };
+            let n = (rest as u64).min(cap) as usize;
+            let dst = &mut buf[done..done + n];
+            match map {
+                Mapping::Data {
+                    pblk,
+                    uninit: false,
+                    count,
+                } => {
+                    if !matches!(pblk.checked_add(count), Some(e) if e <= self.sb.blocks_count) {
+                        return Err(corrupt(format!("inode {}", raw.ino), "data beyond the end"));
+                    }
+                    self.dev.read_at(pblk * bs + inb, dst)?;
+                }
+                _ => dst.fill(0),
+            }
+            done += n;
+        }
+        Ok(done)
+    }
+
+    /// SEEK_DATA (`data`) / SEEK_HOLE from `off`, as ext4_llseek on a clean
+    /// image: unwritten extents count as holes, EOF is a hole.
+    fn seek_raw(&self, raw: &RawInode, off: u64, data: bool) -> Result<Option<u64>> {
+        if off >= raw.size {
+            return Ok(None);
+        }
+        if raw.flags & inode::FL_EXTENTS == 0 {
+            // Block maps: the whole file is data (as the VFS default).
+            return Ok(Some(if data { off } else { raw.size }));
+        }
+        let bs = self.bs as u64;
+        let mut lblk = off / bs;
+        // Each step passes one extent or one hole between extents; the
+        // extents of a file are bounded by its tree, itself by the image.
+        while lblk * bs < raw.size {
+            let Ok(l) = u32::try_from(lblk) else {
+                break;
+            };
+            let (is_data, count) = match self.map_block(raw, l)? {
+                Mapping::Data {
+                    uninit: false,
+                    count,
+                    ..
+                } => (true, count),
+                Mapping::Data { count, .. } | Mapping::Hole { count } => (false, count),
+            };
+            if is_data == data {
+                return Ok(Some((lblk * bs).max(off)));
+            }
+            lblk += count.max(1);
+        }
+        // Past the last extent: a hole up to EOF, and no more data.
+        Ok(if data { None } else { Some(raw.size) })
+    }
+
+    /// Block `lblk` of directory `raw` into `buf`; a hole is corruption.
+    fn dir_block(&self, raw: &RawInode, lblk: u32, buf: &mut [u8]) -> Result<()> {
+        match self.map_block(raw, lblk)? {
+            Mapping::Data { pblk, uninit, .. } => {
+                if uninit {
+                    return Err(corrupt(
+                        format!("directory {}", raw.ino),
+                        format!("block {lblk} is unwritten"),
+                    ));
+                }
+                self.read_block(pblk, buf)
+            }
+            Mapping::Hole { .. } => Err(corrupt(
+                format!("directory {}", raw.ino),
+                format!("hole at block {lblk}"),
+            )),
+        }
+    }
+
+    fn dir_blocks(&self, raw: &RawInode) -> Result<u32> {
+        let n = raw.size.div_ceil(self.bs as u64);
+        if n > self.sb.blocks_count || n > u64::from(u32::MAX) {
+            return Err(corrupt(
+                format!("directory {}", raw.ino),
+                format!("size {}", raw.size),
+            ));
+        }
+        Ok(n as u32)
+    }
+
+    fn is_htree(&self, raw: &RawInode) -> bool {
+        raw.flags & inode::FL_INDEX != 0 && self.sb.has_compat(COMPAT_DIR_INDEX)
+    }
+
+    fn csum_seed(&self, raw: &RawInode) -> Option<u32> {
+        self.sb.has_metadata_csum().then_some(raw.csum_seed)
+    }
+
+    /// Whether directory block `b` is an htree interior node (one empty
+    /// entry covering the whole block, so no room for a dirent tail).
+    fn is_dx_node(&self, b: &[u8]) -> bool {
+        crate::format::le32(b, 0) == 0
+            && dir::rec_len_from_disk(crate::format::le16(b, 4), self.bs) == self.bs
+    }
+
+    /// The live entries of directory block `lblk` (`b` holds it); `None` for
+    /// an htree index block.
+    fn leaf_entries<'a>(
+        &self,
+        raw: &RawInode,
+        lblk: u32,
+        b: &'a [u8],
+    ) -> Result<Option<Vec<Entry<'a>>>> {
+        let what = || format!("directory {} block {lblk}", raw.ino);
+        let htree = self.is_htree(raw);
+        if htree && (lblk == 0 || self.is_dx_node(b)) {
+            return Ok(None);
+        }
+        let seed = self.csum_seed(raw);
+        if let Some(s) = seed {
+            dir::verify_tail(b, s, &what)?;
+        }
+        let filetype = self.sb.has_incompat(INCOMPAT_FILETYPE);
+        let v = dir::entries(b, seed.is_some(), filetype, &what)?;
+        Ok(Some(v))
+    }
+
+    fn find_in_block(
+        &self,
+        raw: &RawInode,
+        lblk: u32,
+        b: &[u8],
+        name: &[u8],
+    ) -> Result<Option<u32>> {
+        let Some(v) = self.leaf_entries(raw, lblk, b)? else {
+            return Ok(None);
+        };
+        Ok(v.iter()
+            .find(|e| e.inode != 0 && e.name == name)
+            .map(|e| e.inode))
+    }
+
+    /// Look `name` up by a linear scan of every block.
+    pub fn lookup_linear(&self, raw: &RawInode, name: &[u8]) -> Result<Option<u32>> {
+        let n = self.dir_blocks(raw)?;
+        let mut b = vec![0u8; self.bs];
+        for lblk in 0..n {
+            self.dir_block(raw, lblk, &mut b)?;
+            if let Some(i) = self.find_in_block(raw, lblk, &b, name)? {
+                return Ok(Some(i));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Read an htree index block and its entries.
+    fn dx_node(&self, raw: &RawInode, lblk: u32, buf: &mut [u8]) -> Result<htree::DxEntries> {
+        let what = || format!("directory {} htree node {lblk}", raw.ino);
+        let nblocks = self.dir_blocks(raw)?;
+        if lblk == 0 || lblk >= nblocks {
+            return Err(corrupt(what(), "index points outside the directory"));
+        }
+        self.dir_block(raw, lblk, buf)?;
+        if !self.is_dx_node(buf) {
+            return Err(corrupt(what(), "not an index block"));
+        }
+        htree::parse_entries(buf, htree::NODE_COUNT_OFF, self.csum_seed(raw), &what)
+    }
+
+    /// Look `name` up through the htree index (the kernel's dx_probe and
+    /// ext4_htree_next_block for hash collisions across blocks).
+    pub fn lookup_htree(&self, raw: &RawInode, name: &[u8]) -> Result<Option<u32>> {
+        let what = || format!("directory {} htree root", raw.ino);
+        let nblocks = self.dir_blocks(raw)?;
+        let mut b = vec![0u8; self.bs];
+        self.dir_block(raw, 0, &mut b)?;
+        let max_levels = if self.sb.has_incompat(INCOMPAT_LARGEDIR) {
+            htree::MAX_LEVELS_LARGEDIR
+        } else {
+            htree::MAX_LEVELS
+        };
+        let info = htree::parse_root_info(&b, max_levels, &what)?;
+        let mut version = info.hash_version;
+        if version <= htree::HASH_TEA && self.sb.flags & FLAG_UNSIGNED_HASH != 0 {
+            version += 3;
+        }
+        let Some(hash) = htree::dirhash(name, version, &self.sb.hash_seed) else {
+            return Err(corrupt(what(), format!("hash version {version}")));
+        };
+        let count_off = htree::ROOT_INFO_OFF + usize::from(info.info_length);
+        let root = htree::parse_entries(&b, count_off, self.csum_seed(raw), &what)?;
+        // frames[i] = (entries, chosen index) at level i.
+        let mut frames: Vec<(htree::DxEntries, usize)> = Vec::new();
+        let pick = |e: &htree::DxEntries| e.entries.partition_point(|x| x.0 <= hash).max(1) - 1;
+        let at = pick(&root);
+        frames.push((root, at));
+        let levels = usize::from(info.indirect_levels);
+        while frames.len() <= levels {
+            let (e, at) = &frames[frames.len() - 1];
+            let child = e.entries[*at].1;
+            let node = self.dx_node(raw, child, &mut b)?;
+            let at = pick(&node);
+            frames.push((node, at));
+        }
+        // Each pass moves to a later leaf: at most nblocks passes.
+        for _ in 0..nblocks {
+            let (e, at) = &frames[frames.len() - 1];
+            let leaf = e.entries[*at].1;
+            if leaf == 0 || leaf >= nblocks {
+                return Err(corrupt(what(), format!("leaf block {leaf}")));
+            }
+            self.dir_block(raw, leaf, &mut b)?;
+            if self.is_dx_node(&b) {
+                return Err(corrupt(what(), format!("leaf {leaf} is an index block")));
+            }
+            if let Some(i) = self.find_in_block(raw, leaf, &b, name)? {
+                return Ok(Some(i));
+            }
+            // Continue only while the next leaf starts with our hash (a
+            // collision run spanning blocks).
+            let mut lvl = frames.len();
+            loop {
+                if lvl == 0 {
+                    return Ok(None);
+                }
+                lvl -= 1;
+                let (e, at) = &mut frames[lvl];
+                if *at + 1 < e.entries.len() {
+                    *at += 1;
+                    break;
+                }
+            }
+            frames.truncate(lvl + 1);
+            let (e, at) = &frames[lvl];
+            if e.entries[*at].0 & !1 != hash {
+                return Ok(None);
+            }
+            while frames.len() <= levels {
+                let (e, at) = &frames[frames.len() - 1];
+                let child = e.entries[*at].1;
+                let node = self.dx_node(raw, child, &mut b)?;
+                frames.push((node, 0));
+            }
+        }
+        Ok(None)
+    }
+
+    /// List a directory: `f(ino, name)` for each live entry ("." and ".."
+    /// left out) until it returns false.
+    pub fn list(&self, raw: &RawInode, f: &mut dyn FnMut(u32, &[u8]) -> bool) -> Result<()> {
+        if raw.file_type_bits() != libc::S_IFDIR {
+            return Err(Error::Io(std::io::Error::from_raw_os_error(libc::ENOTDIR)));
+        }
+        self.readdir_raw(raw, 0, &mut |e| f(e.ino as u32, &e.name))
+    }
+
+    /// Look `name` up in directory `raw` (htree or linear, as the directory is).
+    pub fn lookup_name(&self, raw: &RawInode, name: &[u8]) -> Result<Option<u32>> {
+        if raw.file_type_bits() != libc::S_IFDIR {
+            return Err(Error::Io(std::io::Error::from_raw_os_error(libc::ENOTDIR)));
+        }
+        self.lookup_ino(raw, name)
+    }
+
+    fn lookup_ino(&self, raw: &RawInode, name: &[u8]) -> Result<Option<u32>> {
+        if self.is_htree(raw) {
+            self.lookup_htree(raw, name)
+        } else {
+            self.lookup_linear(raw, name)
+        }
+    }
+
+    fn readdir_raw(
+        &self,
+        raw: &RawInode,
+        cookie: u64,
+        emit: &mut dyn FnMut(DirEntry) -> bool,
+    ) -> Result<()> {
+        let bs = self.bs as u64;
+        let start = cookie.saturating_sub(COOKIE_BASE);
+        let n = self.dir_blocks(raw)?;
+        let mut b = vec![0u8; self.bs];
+        let first = start / bs;
+        if first >= u64::from(n) {
+            return Ok(());
+        }
+        for lblk in first as u32..n {
+            self.dir_block(raw, lblk, &mut b)?;
+            let Some(v) = self.leaf_entries(raw, lblk, &b)? else {
+                continue;
+            };
+            let base = u64::from(lblk) * bs;
+            for e in v {
+                if base + (e.offset as u64) < start {
+                    continue;
+                }
+                if e.inode == 0 || e.name == b"." || e.name == b".." {
+                    continue;
+                }
+                if e.inode > self.sb.inodes_count {
+                    return Err(corrupt(
+                        format!("directory {} block {lblk}", raw.ino),
+                        format!("entry names inode {}", e.inode),
+                    ));
+                }
+                let file_type = match ft_from_dirent(e.file_type) {
+                    Some(t) => t,
+                    None => self.iget(e.inode)?.file_type(),
+                };
+                let ent = DirEntry {
+                    ino: u64::from(e.inode),
+                    next_cookie: base + (e.offset + e.rec_len) as u64 + COOKIE_BASE,
+                    file_type,
+                    name: e.name.to_vec(),
+                };
+                if !emit(ent) {
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn read_link(&self, raw: &RawInode) -> Result<Vec<u8>> {
+        let what = || format!("symlink {}", raw.ino);
+        let len = raw.size as usize;
+        if len == 0 || len > 4096 {
+            return Err(corrupt(what(), format!("length {len}")));
+        }
+        if let Some(t) = fast_link(raw, self.bs) {
+            return Ok(t.to_vec());
+        }
+        let mut v = vec![0u8; len];
+        let n = self.read_data(raw, 0, &mut v)?;
+        if n != len {
+            return Err(corrupt(what(), "short target"));
+        }
+        Ok(v)
+    }
+
+    /// `statfs` as Linux's ext4_statfs computes it: f_blocks is the block
+    /// count minus the metadata overhead (s_overhead_clusters if set, else
+    /// superblock copies, descriptor tables, bitmaps, inode tables and the
+    /// internal journal), f_bavail leaves out the reserved blocks and the
+    /// kernel's own reserve (2% up to 4096 clusters).
+    fn compute_statfs(&self) -> Result<StatFs> {
+        let sb = &self.sb;
+        let ratio = sb.cluster_ratio();
+        let ngroups = sb.group_count();
+        let overhead_blocks = if sb.overhead_clusters != 0 {
+            u64::from(sb.overhead_clusters) * ratio
+        } else {
+            let mut o = u64::from(sb.first_data_block);
+            let itb = group_desc::inode_table_blocks(sb);
+            let per_block = (self.bs / usize::from(sb.desc_size())) as u64;
+            let gdt_blocks = ngroups.div_ceil(per_block);
+            for g in 0..ngroups {
+                o += 2 + itb;
+                if sb.group_has_super(g) {
+                    o += 1;
+                    if sb.has_incompat(INCOMPAT_META_BG) {
+                        // Only the descriptor block of its own meta group.
+                        let mg = g / per_block;
+                        let first = g % per_block;
+                        if mg >= u64::from(sb.first_meta_bg) {
+                            if first == 0 || first == 1 || first == per_block - 1 {
+                                o += 1;
+                            }
+                        } else {
+                            o += u64::from(sb.first_meta_bg) + u64::from(sb.reserved_gdt_blocks);
+                        }
+                    } else {
+                        o += gdt_blocks + u64::from(sb.reserved_gdt_blocks);
+                    }
+                }
+            }
+            if sb.has_compat(COMPAT_HAS_JOURNAL) && sb.journal_inum != 0 {
+                let j = self.read_inode(sb.journal_inum)?;
+                o = o.saturating_add(j.size / self.bs as u64);
+            }
+            o
+        };
+        let free_clusters: u64 = self
+            .groups
+            .iter()
+            .map(|g| u64::from(g.free_blocks_count))
+            .sum();
+        let free_inodes: u64 = self
+            .groups
+            .iter()
+            .map(|g| u64::from(g.free_inodes_count))
+            .sum();
+        // Image-controlled values: saturate rather than overflow.
+        let bfree = free_clusters.saturating_mul(ratio);
+        let resv = ((sb.blocks_count / ratio) / 50).min(4096) * ratio;
+        Ok(StatFs {
+            fs_type: EXT4_SUPER_MAGIC,
+            bsize: self.bs as u64,
+            blocks: sb.blocks_count.saturating_sub(overhead_blocks),
+            bfree,
+            bavail: bfree.saturating_sub(sb.r_blocks_count.saturating_add(resv)),
+            files: u64::from(sb.inodes_count),
+            ffree: free_inodes,
+            namelen: 255,
+            frsize: self.bs as u64,
+            flags: libc::ST_RDONLY,
+        })
+    }
+}
+
+/// Readdir cookies 0 and 1 are the VFS's "." and ".."; byte offset `o` in
+/// the directory is cookie `o + 2`.
+const COOKIE_BASE: u64 = 2;
+
+fn ft_from_dirent(ft: u8) -> Option<FileType> {
+    Some(match ft {
+        dir::FT_REG => FileType::Regular,
+        dir::FT_DIR => FileType::Directory,
+        dir::FT_CHR => FileType::CharDevice,
+        dir::FT_BLK => FileType::BlockDevice,
+        dir::FT_FIFO => FileType::Fifo,
+        dir::FT_SOCK => FileType::Socket,
+        dir::FT_SYMLINK => FileType::Symlink,
+        _ => return None,
+    })
+}
+
+/// The target of a fast symlink (stored in `i_block`), as the kernel's
+/// ext4_inode_is_fast_symlink decides: no data blocks besides an xattr block.
+fn fast_link(raw: &RawInode, bs: usize) -> Option<&[u8]> {
+    let ea = if raw.file_acl != 0 {
+        bs as u64 / 512
+    } else {
+        0
+    };
+    if raw.file_type_bits() != libc::S_IFLNK || raw.blocks != ea || raw.size >= 60 {
+        return None;
+    }
+    raw.block.get(..raw.size as usize)
+}
+
+fn vfs<T>(r: Result<T>) -> VfsResult<T> {
+    r.map_err(|e| e.errno())
+}
+
+impl Filesystem for Ext4 {
+    fn name(&self) -> &'static str {
+        "ext4"
+    }
+
+    fn root(&self) -> Arc<Inode> {
+        self.root.clone()
+    }
+
+    fn dcache_authoritative(&self) -> bool {
+        false
+    }
+
+    fn lookup(&self, d: &Arc<Inode>, name: &[u8]) -> VfsResult<Option<Arc<Inode>>> {
+        if !d.is_dir() {
+            return Err(Errno::ENOTDIR);
+        }
+        let raw = Ext4::node(d)?;
+        match vfs(self.lookup_ino(raw, name))? {
+            None => Ok(None),
+            Some(ino) => Ok(Some(vfs(self.iget(ino))?)),
+        }
+    }
+
+    fn create(
+        &self,
+        _dir: &Arc<Inode>,
+        _name: &[u8],
+        _node: NewNode<'_>,
+        _owner: (u32, u32),
+    ) -> VfsResult<Arc<Inode>> {
+        Err(Errno::EROFS)
+    }
+
+    fn create_tmpfile(
+        &self,
+        _dir: &Arc<Inode>,
+        _mode: u32,
+        _owner: (u32, u32),
+    ) -> VfsResult<Arc<Inode>> {
+        Err(Errno::EROFS)
+    }
+
+    fn link(&self, _dir: &Arc<Inode>, _name: &[u8], _inode: &Arc<Inode>) -> VfsResult<()> {
+        Err(Errno::EROFS)
+    }
+
+    fn unlink(&self, _dir: &Arc<Inode>, _name: &[u8], _inode: &Arc<Inode>) -> VfsResult<()> {
+        Err(Errno::EROFS)
+    }
+
+    fn rmdir(&self, _dir: &Arc<Inode>, _name: &[u8], _inode: &Arc<Inode>) -> VfsResult<()> {
+        Err(Errno::EROFS)
+    }
+
+    fn rename(
+        &self,
+        _old_dir: &Arc<Inode>,
+        _old_name: &[u8],
+        _new_dir: &Arc<Inode>,
+        _new_name: &[u8],
+        _moved: &Arc<Inode>,
+        _replaced: Option<&Arc<Inode>>,
+        _exchange: bool,
+    ) -> VfsResult<()> {
+        Err(Errno::EROFS)
+    }
+
+    fn readlink(&self, i: &Arc<Inode>) -> VfsResult<Vec<u8>> {
+        if i.file_type() != FileType::Symlink {
+            return Err(Errno::EINVAL);
+        }
+        vfs(self.read_link(Ext4::node(i)?))
+    }
+
+    fn get_link_cached<'i>(&self, i: &'i Inode) -> Option<&'i [u8]> {
+        let raw = &i.private::<Ext4Inode>()?.raw;
+        fast_link(raw, self.bs).filter(|t| !t.is_empty())
+    }
+
+    fn setattr(&self, _inode: &Arc<Inode>, _set: &SetAttr) -> VfsResult<()> {
+        Err(Errno::EROFS)
+    }
+
+    fn readdir(
+        &self,
+        d: &Arc<Inode>,
+        cookie: u64,
+        emit: &mut dyn FnMut(DirEntry) -> bool,
+    ) -> VfsResult<()> {
+        if !d.is_dir() {
+            return Err(Errno::ENOTDIR);
+        }
+        vfs(self.readdir_raw(Ext4::node(d)?, cookie, emit))
+    }
+
+    fn statfs(&self) -> StatFs {
+        self.statfs
+    }
+
+    fn max_file_size(&self) -> u64 {
+        // 2^32 logical blocks of extents.
+        (self.bs as u64) << 32
+    }
+
+    fn read(&self, i: &Arc<Inode>, off: u64, buf: &mut [u8]) -> VfsResult<usize> {
+        match i.file_type() {
+            FileType::Directory => return Err(Errno::EISDIR),
+            FileType::Regular => {}
+            _ => return Err(Errno::EINVAL),
+        }
+        vfs(self.read_data(Ext4::node(i)?, off, buf))
+    }
+
+    fn seek_data_hole(&self, i: &Arc<Inode>, off: u64, data: bool) -> VfsResult<u64> {
+        vfs(self.seek_raw(Ext4::node(i)?, off, data))?.ok_or(Errno::ENXIO)
+    }
+
+    fn write(&self, _inode: &Arc<Inode>, _off: u64, _buf: &[u8]) -> VfsResult<usize> {
+        Err(Errno::EROFS)
+    }
+
+    fn truncate(&self, _inode: &Arc<Inode>, _size: u64) -> VfsResult<()> {
+        Err(Errno::EROFS)
+    }
+
+    fn fallocate(&self, _inode: &Arc<Inode>, _punch: bool, _off: u64, _len: u64) -> VfsResult<()> {
+        Err(Errno::EROFS)
+    }
+}
+
+/// Block number of group descriptor block `gdb` (meta_bg puts the blocks of
+/// later meta groups in the first group of each).
+fn gdt_block(sb: &Superblock, gdb: u64) -> u64 {
+    // The block after the superblock's (block 1 of 1 KiB blocks even with
+    // bigalloc, whose first data block is 0).
+    let sb_block = SB_OFFSET / sb.block_size() as u64;
+    if !sb.has_incompat(INCOMPAT_META_BG) || gdb < u64::from(sb.first_meta_bg) {
+        return sb_block + 1 + gdb;
+    }
+    let per_block = (sb.block_size() / usize::from(sb.desc_size())) as u64;
+    let group = gdb * per_block;
+    let mut has_super = u64::from(sb.group_has_super(group));
+    if group == 0 && sb.block_size() == 1024 && sb.first_data_block == 0 {
+        has_super += 1;
+    }
+    group * u64::from(sb.blocks_per_group) + u64::from(sb.first_data_block) + has_super
+}

@@ -1,0 +1,20 @@
+//! ext4 for scalevfs: reads real ext4 images (made by mke2fs or the
+//! kernel) through the [`scalevfs::Filesystem`] trait. Read-only for now;
+//! see `docs/ext4.md` for what is supported.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use scalevfs_ext4::{Ext4, Ext4Options};
+//! let fs: Arc<dyn scalevfs::Filesystem> = Ext4::open("disk.img".as_ref(), Ext4Options::default())?;
+//! let vfs = scalevfs::Vfs::with_root_fs(Default::default(), fs);
+//! # Ok::<(), scalevfs_ext4::Error>(())
+//! ```
+
+pub mod device;
+pub mod error;
+pub mod format;
+mod fs;
+
+pub use device::{BlockDevice, FileDevice, MemDevice};
+pub use error::{Error, Result};
+pub use fs::{Ext4, Ext4Inode, Ext4Options, Mapping, EXT4_SUPER_MAGIC};

@@ -1,0 +1,367 @@
+//! Shared helpers: build ext4 images with mke2fs -d from generated trees.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{FileExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use scalevfs::stdfs::Fs;
+use scalevfs_ext4::Ext4;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Where mkfs.ext4 is, or None (the caller skips, printing why).
+pub fn mkfs() -> Option<PathBuf> {
+    for d in ["/usr/sbin", "/sbin", "/usr/bin", "/bin"] {
+        let p = Path::new(d).join("mkfs.ext4");
+        if p.exists() {
+            return Some(p);
+        }
+    }
+    None
+}
+
+/// Run a debugfs -w request on `img`; false (with a note) without debugfs.
+pub fn debugfs(img: &Path, req: &str) -> bool {
+    let Some(p) = mkfs()
+        .map(|m| m.with_file_name("debugfs"))
+        .filter(|p| p.exists())
+    else {
+        eprintln!("note: debugfs not found, skipping `{req}`");
+        return false;
+    };
+    let out = Command::new(p)
+        .args(["-w", "-R", req])
+        .arg(img)
+        .output()
+        .expect("run debugfs");
+    assert!(
+        out.status.success(),
+        "debugfs {req}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    true
+}
+
+pub fn have_tools() -> bool {
+    if mkfs().is_none() {
+        eprintln!("SKIP: mkfs.ext4 not found (install e2fsprogs)");
+        return false;
+    }
+    true
+}
+
+static N: AtomicUsize = AtomicUsize::new(0);
+
+/// A fresh scratch directory, removed on drop.
+pub struct Scratch(pub PathBuf);
+
+impl Scratch {
+    pub fn new(tag: &str) -> Scratch {
+        // Relaxed: only uniqueness matters.
+        let n = N.fetch_add(1, Ordering::Relaxed);
+        let p =
+            std::env::temp_dir().join(format!("scalevfs-ext4-{tag}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        Scratch(p)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Run mkfs.ext4 -d `src` into `img` with block size `bs`, `size` (mke2fs
+/// syntax), and extra `-O` features.
+pub fn make_image(src: &Path, img: &Path, bs: usize, size: &str, features: &str) {
+    make_image_args(src, img, bs, size, features, &[]);
+}
+
+/// As `make_image`, with more mkfs arguments (`-C 4096`).
+pub fn make_image_args(
+    src: &Path,
+    img: &Path,
+    bs: usize,
+    size: &str,
+    features: &str,
+    extra: &[&str],
+) {
+    let mut c = Command::new(mkfs().unwrap());
+    c.args(["-q", "-F", "-b", &bs.to_string()]);
+    if !features.is_empty() {
+        c.args(["-O", features]);
+    }
+    c.args(extra);
+    c.arg("-d").arg(src).arg(img).arg(size);
+    // Fixed hash seed and UUID would make the image reproducible; a random
+    // one exercises the seeded hash, which is what we want.
+    let out = c.output().expect("run mkfs.ext4");
+    assert!(
+        out.status.success(),
+        "mkfs.ext4 failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // mke2fs -d writes linear directories; e2fsck -D indexes the large
+    // ones (htree) as the kernel would have.
+    let fsck = mkfs().unwrap().with_file_name("e2fsck");
+    if fsck.exists() {
+        let out = Command::new(fsck)
+            .arg("-fyD")
+            .arg(img)
+            .output()
+            .expect("run e2fsck");
+        // 0: clean, 1: errors corrected (the re-indexing itself).
+        assert!(
+            matches!(out.status.code(), Some(0 | 1)),
+            "e2fsck -fyD: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    } else {
+        eprintln!("note: e2fsck not found; directories stay linear");
+    }
+}
+
+/// Whether e2fsck is there to index directories.
+pub fn have_e2fsck() -> bool {
+    mkfs().is_some_and(|m| m.with_file_name("e2fsck").exists())
+}
+
+fn set_times(p: &Path, sec: i64, nsec: i64) {
+    let c = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+    let ts = [
+        libc::timespec {
+            tv_sec: sec,
+            tv_nsec: nsec,
+        },
+        libc::timespec {
+            tv_sec: sec,
+            tv_nsec: nsec,
+        },
+    ];
+    // SAFETY: c is a valid NUL-terminated path and ts points to two timespecs.
+    let r = unsafe {
+        libc::utimensat(
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            ts.as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+    assert_eq!(r, 0, "utimensat {}", p.display());
+}
+
+/// Fill `root` with the test tree. `big` entries go in `big/`;
+/// `frag_blocks` blocks of `bs` with a hole after each go in `frag`.
+pub fn build_tree(root: &Path, big: usize, frag_blocks: usize, bs: usize) {
+    use std::fs;
+    fs::create_dir_all(root.join("a/b/c/d")).unwrap();
+    fs::write(root.join("a/b/c/d/deep.txt"), b"deep file\n").unwrap();
+    fs::write(root.join("empty"), b"").unwrap();
+    fs::write(root.join("small.txt"), b"hello ext4\n").unwrap();
+    // A file of several blocks with a pattern.
+    let pat: Vec<u8> = (0..300_000u32).map(|i| (i * 7 + i / 251) as u8).collect();
+    fs::write(root.join("pattern.bin"), &pat).unwrap();
+    // A sparse file: data at 0, at 5 MiB and at its end.
+    {
+        let f = fs::File::create(root.join("sparse")).unwrap();
+        f.write_all_at(b"start", 0).unwrap();
+        f.write_all_at(b"middle", 5 << 20).unwrap();
+        f.write_all_at(b"end", (9 << 20) - 3).unwrap();
+    }
+    // A file made of many one-block fragments: a deep extent tree.
+    {
+        let f = fs::File::create(root.join("frag")).unwrap();
+        let mut blk = vec![0u8; bs];
+        for i in 0..frag_blocks {
+            for (j, b) in blk.iter_mut().enumerate() {
+                *b = (i as u8) ^ (j as u8) ^ 0x5a;
+            }
+            f.write_all_at(&blk, (2 * i * bs) as u64).unwrap();
+        }
+        f.set_len((2 * frag_blocks * bs) as u64).unwrap();
+    }
+    fs::create_dir(root.join("big")).unwrap();
+    for i in 0..big {
+        let name = format!("entry-{i:05}-with-a-longer-name-{}", i * 7919 % 1000);
+        fs::write(root.join("big").join(name), format!("{i}")).unwrap();
+    }
+    // Symlinks: fast (fits in i_block) and slow (needs a block).
+    std::os::unix::fs::symlink("small.txt", root.join("fastlink")).unwrap();
+    let long = format!("a/b/c/d/{}", "x".repeat(120));
+    std::os::unix::fs::symlink(&long, root.join("slowlink")).unwrap();
+    std::os::unix::fs::symlink("a/b/c/d/deep.txt", root.join("deeplink")).unwrap();
+    // Hard links.
+    fs::hard_link(root.join("small.txt"), root.join("a/hardlink")).unwrap();
+    // A FIFO.
+    let c = std::ffi::CString::new(root.join("fifo").as_os_str().as_bytes()).unwrap();
+    // SAFETY: c is a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o640) }, 0);
+    // A character device, when we may make one (root).
+    let c = std::ffi::CString::new(root.join("chardev").as_os_str().as_bytes()).unwrap();
+    // SAFETY: c is a valid NUL-terminated path.
+    let _ = unsafe {
+        libc::mknod(
+            c.as_ptr(),
+            libc::S_IFCHR | 0o600,
+            libc::makedev(4, 70000 & 0xfffff),
+        )
+    };
+    // Odd modes.
+    fs::write(root.join("setuid"), b"#!/bin/sh\n").unwrap();
+    fs::set_permissions(root.join("setuid"), fs::Permissions::from_mode(0o4751)).unwrap();
+    fs::write(root.join("nomode"), b"x").unwrap();
+    fs::set_permissions(root.join("nomode"), fs::Permissions::from_mode(0o000)).unwrap();
+    fs::create_dir(root.join("sticky")).unwrap();
+    fs::set_permissions(root.join("sticky"), fs::Permissions::from_mode(0o1777)).unwrap();
+    // Owners with high bits, when we are root.
+    let c = std::ffi::CString::new(root.join("small.txt").as_os_str().as_bytes()).unwrap();
+    // SAFETY: c is a valid NUL-terminated path.
+    let _ = unsafe { libc::lchown(c.as_ptr(), 100_123, 70_007) };
+    // Times with nanoseconds, before 1970 and after 2038.
+    set_times(&root.join("pattern.bin"), 1_234_567_890, 123_456_789);
+    set_times(&root.join("empty"), -86_400 * 365, 5);
+    // (mke2fs -d drops the epoch bits of times past 2038: those are set
+    // through debugfs by the tests.)
+    set_times(&root.join("a/b/c/d/deep.txt"), 2_000_000_017, 999_999_999);
+}
+
+#[derive(Debug, PartialEq)]
+pub struct Node {
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub nlink: u64,
+    pub size: u64,
+    pub rdev: u64,
+    pub mtime: (i64, i64),
+    pub content: Option<Vec<u8>>,
+    pub target: Option<Vec<u8>>,
+}
+
+/// Long contents compare by a digest so mismatches print short.
+pub fn short(v: Vec<u8>) -> Vec<u8> {
+    if v.len() <= 64 {
+        return v;
+    }
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for &b in &v {
+        h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+    }
+    let mut out = (v.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(&h.to_le_bytes());
+    out
+}
+
+pub fn host_tree(root: &Path) -> BTreeMap<String, Node> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![String::new()];
+    while let Some(rel) = stack.pop() {
+        let p = root.join(&rel);
+        for e in std::fs::read_dir(&p).unwrap() {
+            let e = e.unwrap();
+            let name = format!("{rel}/{}", e.file_name().to_str().unwrap());
+            let path = root.join(name.trim_start_matches('/'));
+            let m = std::fs::symlink_metadata(&path).unwrap();
+            let ft = m.file_type();
+            if ft.is_dir() {
+                stack.push(name.trim_start_matches('/').to_string());
+            }
+            out.insert(
+                name,
+                Node {
+                    mode: m.mode(),
+                    uid: m.uid(),
+                    gid: m.gid(),
+                    // Directory link counts differ from the source's (lost+found).
+                    nlink: if ft.is_dir() { 0 } else { m.nlink() },
+                    size: if ft.is_dir() { 0 } else { m.size() },
+                    rdev: m.rdev(),
+                    // mke2fs -d stores whole seconds (nanoseconds are
+                    // checked separately, set through debugfs).
+                    mtime: (m.mtime(), 0),
+                    content: ft
+                        .is_file()
+                        .then(|| std::fs::read(&path).unwrap())
+                        .map(short),
+                    target: ft.is_symlink().then(|| {
+                        use std::os::unix::ffi::OsStrExt;
+                        std::fs::read_link(&path)
+                            .unwrap()
+                            .as_os_str()
+                            .as_bytes()
+                            .to_vec()
+                    }),
+                },
+            );
+        }
+    }
+    out
+}
+
+pub fn vfs_tree(fs: &Fs) -> BTreeMap<String, Node> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut out = BTreeMap::new();
+    let mut stack = vec![String::new()];
+    while let Some(rel) = stack.pop() {
+        for e in fs.read_dir(format!("/{rel}")).unwrap() {
+            let e = e.unwrap();
+            let fname = e.file_name();
+            let fname = fname.to_str().unwrap();
+            if rel.is_empty() && fname == "lost+found" {
+                continue;
+            }
+            let name = format!("{rel}/{fname}");
+            let path = format!("/{}", name.trim_start_matches('/'));
+            let m = fs.symlink_metadata(&path).unwrap();
+            let st = *m.stat();
+            let dir = m.is_dir();
+            if dir {
+                stack.push(name.trim_start_matches('/').to_string());
+            }
+            out.insert(
+                name,
+                Node {
+                    mode: st.mode,
+                    uid: st.uid,
+                    gid: st.gid,
+                    nlink: if dir { 0 } else { u64::from(st.nlink) },
+                    size: if dir { 0 } else { st.size },
+                    rdev: st.rdev,
+                    mtime: (st.mtime.sec, st.mtime.nsec),
+                    content: m.is_file().then(|| fs.read(&path).unwrap()).map(short),
+                    target: m
+                        .is_symlink()
+                        .then(|| fs.read_link(&path).unwrap().as_os_str().as_bytes().to_vec()),
+                },
+            );
+        }
+    }
+    out
+}
+
+/// Walk the whole tree through the library, panicking with the full error
+/// message (the VFS only passes the errno on).
+pub fn walk_lib(e: &Ext4) {
+    let mut stack = vec![(String::from(""), 2u32)];
+    while let Some((path, ino)) = stack.pop() {
+        let raw = e.read_inode(ino).unwrap_or_else(|x| panic!("{path}: {x}"));
+        let mut kids = Vec::new();
+        e.list(&raw, &mut |i, n| {
+            kids.push((format!("{path}/{}", String::from_utf8_lossy(n)), i));
+            true
+        })
+        .unwrap_or_else(|x| panic!("{path}: {x}"));
+        for (p, i) in kids {
+            let r = e.read_inode(i).unwrap_or_else(|x| panic!("{p}: {x}"));
+            if r.mode & 0o170000 == 0o040000 {
+                stack.push((p, i));
+            }
+        }
+    }
+}

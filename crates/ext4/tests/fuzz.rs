@@ -1,0 +1,174 @@
+//! Corrupt images never panic or hang: random bytes of the superblock, the
+//! group descriptors, an inode table block, an extent block, a directory
+//! block, an htree root and an htree leaf of a small image are changed, then the image is
+//! opened, walked and read through the `Filesystem` API. Every call must
+//! return Ok or an error. Each case's work is bounded by the walk's limits.
+
+mod common;
+
+use scalevfs::types::FileType;
+use scalevfs::Filesystem;
+use scalevfs_ext4::format::extent::{self, Node};
+use scalevfs_ext4::{Ext4, Ext4Options, Mapping, MemDevice};
+use std::panic::AssertUnwindSafe;
+
+use common::*;
+
+/// Deterministic xorshift64* so a failing case can be replayed.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+const MAX_ENTRIES: usize = 5000;
+const MAX_READ: u64 = 4 << 20;
+
+/// Open and walk everything; errors are fine, panics are not.
+fn exercise(img: Vec<u8>) {
+    let Ok(fs) = Ext4::open_device(Box::new(MemDevice::new(img)), Ext4Options::default()) else {
+        return;
+    };
+    let _ = fs.statfs();
+    let mut stack = vec![fs.root()];
+    let mut seen = 0usize;
+    let mut buf = vec![0u8; 64 * 1024];
+    while let Some(d) = stack.pop() {
+        let mut names = Vec::new();
+        let _ = fs.readdir(&d, 0, &mut |e| {
+            names.push(e.name);
+            names.len() + seen < MAX_ENTRIES
+        });
+        seen += names.len();
+        for n in names {
+            let Ok(Some(i)) = fs.lookup(&d, &n) else {
+                continue;
+            };
+            match i.file_type() {
+                FileType::Directory if i.ino() != d.ino() && stack.len() < 64 => stack.push(i),
+                FileType::Regular => {
+                    let mut off = 0;
+                    while off < MAX_READ {
+                        match fs.read(&i, off, &mut buf) {
+                            Ok(0) | Err(_) => break,
+                            Ok(k) => off += k as u64,
+                        }
+                    }
+                }
+                FileType::Symlink => {
+                    let _ = fs.readlink(&i);
+                    let _ = fs.get_link_cached(&i);
+                }
+                _ => {}
+            }
+        }
+        if seen >= MAX_ENTRIES {
+            break;
+        }
+    }
+}
+
+/// Byte ranges of the structures to corrupt in `img`.
+fn targets(img: &[u8]) -> Vec<(&'static str, usize, usize)> {
+    let fs = Ext4::open_device(
+        Box::new(MemDevice::new(img.to_vec())),
+        Ext4Options::default(),
+    )
+    .expect("pristine image opens");
+    let bs = fs.block_size();
+    let sb = fs.superblock().clone();
+    let mut t = vec![("superblock", 1024, 1024)];
+    t.push((
+        "group descriptors",
+        (sb.first_data_block as usize + 1) * bs,
+        bs,
+    ));
+    // The inode table block holding the root (inode 2).
+    let root = fs.read_inode(2).unwrap();
+    let itb = {
+        let gd_off = (sb.first_data_block as usize + 1) * bs;
+        let lo = u32::from_le_bytes(img[gd_off + 8..gd_off + 12].try_into().unwrap()) as usize;
+        lo + sb.inode_size() / bs
+    };
+    t.push(("inode table", itb * bs, bs));
+    let lookup = |name: &[u8]| {
+        let ino = fs.lookup_name(&root, name).unwrap().unwrap();
+        fs.read_inode(ino).unwrap()
+    };
+    let frag = lookup(b"frag");
+    let node = extent::parse_node(&frag.block, &|| "frag".into(), None, None, u64::MAX).unwrap();
+    let Node::Index(_, ix) = node else {
+        panic!("frag has no extent block")
+    };
+    t.push(("extent block", ix[0].leaf as usize * bs, bs));
+    let small = lookup(b"a");
+    let Mapping::Data { pblk, .. } = fs.map_block(&small, 0).unwrap() else {
+        panic!("a has no block")
+    };
+    t.push(("directory block", pblk as usize * bs, bs));
+    let big = lookup(b"big");
+    assert!(
+        big.flags & 0x1000 != 0 || !have_e2fsck(),
+        "big is not indexed"
+    );
+    let Mapping::Data { pblk, .. } = fs.map_block(&big, 0).unwrap() else {
+        panic!("big has no block")
+    };
+    t.push(("htree root", pblk as usize * bs, bs));
+    if let Ok(Mapping::Data { pblk, .. }) = fs.map_block(&big, 1) {
+        t.push(("htree leaf", pblk as usize * bs, bs));
+    }
+    t
+}
+
+fn fuzz(features: &str, seed: u64) {
+    if !have_tools() {
+        return;
+    }
+    let s = Scratch::new("fuzz");
+    let src = s.0.join("src");
+    build_tree(&src, 150, 60, 1024);
+    let img = s.0.join("img");
+    make_image(&src, &img, 1024, "12M", features);
+    let pristine = std::fs::read(&img).unwrap();
+    exercise(pristine.clone());
+    let cases: u64 = std::env::var("EXT4_FUZZ_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(150);
+    let mut rng = Rng(seed);
+    for (what, start, len) in targets(&pristine) {
+        for case in 0..cases {
+            let mut img = pristine.clone();
+            let flips = 1 + rng.below(8);
+            for _ in 0..flips {
+                let at = start + rng.below(len as u64) as usize;
+                img[at] = match rng.below(4) {
+                    0 => 0,
+                    1 => 0xff,
+                    _ => rng.next() as u8,
+                };
+            }
+            let r = std::panic::catch_unwind(AssertUnwindSafe(|| exercise(img)));
+            assert!(r.is_ok(), "panic: {what} case {case} (seed {seed:#x})");
+        }
+    }
+}
+
+#[test]
+fn corrupt_images_never_panic_with_metadata_csum() {
+    fuzz("", 0x9E37_79B9_7F4A_7C15);
+}
+
+#[test]
+fn corrupt_images_never_panic_without_checksums() {
+    // Without checksums the corruption reaches every parser.
+    fuzz("^metadata_csum", 0xD1B5_4A32_D192_ED03);
+}

@@ -1,0 +1,143 @@
+//! An ext4 image served through FUSE (what `scalevfs mount --image IMG -o
+//! ro` does): the mounted tree equals the tree the image was made from, as
+//! seen by ordinary programs through the kernel. Skipped with the reason
+//! printed without FUSE (a failure with SCALEVFS_REQUIRE_FUSE=1) or without
+//! mkfs.ext4.
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use scalevfs::{Vfs, VfsConfig};
+use scalevfs_ext4::{Ext4, Ext4Options};
+use scalevfs_fuse::{spawn_mount, FuseConfig, MountConfig};
+
+fn skip(why: &str) -> bool {
+    if std::env::var("SCALEVFS_REQUIRE_FUSE").as_deref() == Ok("1") && why.contains("fuse") {
+        panic!("FUSE required (SCALEVFS_REQUIRE_FUSE=1) but unavailable: {why}");
+    }
+    eprintln!("SKIPPED: {why}");
+    true
+}
+
+fn mkfs() -> Option<PathBuf> {
+    [
+        "/usr/sbin/mkfs.ext4",
+        "/sbin/mkfs.ext4",
+        "/usr/bin/mkfs.ext4",
+    ]
+    .iter()
+    .map(PathBuf::from)
+    .find(|p| p.exists())
+}
+
+/// (relative path, mode, size, content or link target) of every entry.
+fn tree(root: &Path) -> Vec<(String, u32, u64, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![PathBuf::new()];
+    while let Some(rel) = stack.pop() {
+        let mut names: Vec<_> = fs::read_dir(root.join(&rel))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        names.sort();
+        for n in names {
+            let r = rel.join(&n);
+            if r == Path::new("lost+found") {
+                continue;
+            }
+            let p = root.join(&r);
+            let m = fs::symlink_metadata(&p).unwrap();
+            let (size, body) = if m.is_dir() {
+                stack.push(r.clone());
+                (0, Vec::new())
+            } else if m.file_type().is_symlink() {
+                use std::os::unix::ffi::OsStrExt;
+                (
+                    m.size(),
+                    fs::read_link(&p).unwrap().as_os_str().as_bytes().to_vec(),
+                )
+            } else {
+                (m.size(), fs::read(&p).unwrap())
+            };
+            out.push((r.to_string_lossy().into_owned(), m.mode(), size, body));
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn ext4_image_through_fuse_matches_its_source() {
+    if fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+        .is_err()
+    {
+        skip("/dev/fuse cannot be opened");
+        return;
+    }
+    let Some(mkfs) = mkfs() else {
+        skip("mkfs.ext4 not found (e2fsprogs)");
+        return;
+    };
+    let base = std::env::temp_dir().join(format!("scalevfs-fuse-ext4-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&base);
+    let src = base.join("src");
+    fs::create_dir_all(src.join("d/e")).unwrap();
+    fs::write(src.join("d/e/f.txt"), b"through fuse\n").unwrap();
+    let big: Vec<u8> = (0..200_000u32).map(|i| (i % 253) as u8).collect();
+    fs::write(src.join("big.bin"), &big).unwrap();
+    fs::create_dir(src.join("many")).unwrap();
+    for i in 0..500 {
+        fs::write(
+            src.join("many").join(format!("entry-{i:04}")),
+            i.to_string(),
+        )
+        .unwrap();
+    }
+    std::os::unix::fs::symlink("d/e/f.txt", src.join("link")).unwrap();
+    fs::set_permissions(src.join("d"), fs::Permissions::from_mode(0o750)).unwrap();
+    let img = base.join("img");
+    let out = Command::new(mkfs)
+        .args(["-q", "-F", "-b", "4096", "-d"])
+        .arg(&src)
+        .arg(&img)
+        .arg("16M")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let ext4 = Ext4::open(&img, Ext4Options::default()).unwrap();
+    let vfs = Vfs::with_root_fs(VfsConfig::default(), ext4);
+    let mnt = base.join("mnt");
+    fs::create_dir_all(&mnt).unwrap();
+    let cfg = MountConfig {
+        fuse: FuseConfig::default(),
+        options: vec!["ro".into()],
+        threads: 2,
+    };
+    let m = spawn_mount(vfs, &mnt, &cfg).expect("mount");
+    let want = tree(&src);
+    let got = tree(&mnt);
+    let write = fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .open(mnt.join("new"))
+        .and_then(|mut f| f.write_all(b"x"));
+    let _ = m.unmount();
+    let _ = fs::remove_dir_all(&base);
+    assert_eq!(want.len(), got.len());
+    for (w, g) in want.iter().zip(&got) {
+        assert_eq!(w, g);
+    }
+    assert_eq!(write.unwrap_err().raw_os_error(), Some(libc::EROFS));
+}
