@@ -44,10 +44,11 @@ use std::ptr;
 use std::sync::Arc;
 
 use crossbeam_epoch::{self as epoch, Guard};
-use crossbeam_utils::CachePadded;
 use scalevfs_sync::lockstat::{self, Stat};
 use scalevfs_sync::ordered::{Class, RwLock, RwLockWriteGuard, SpinGuard, SpinLock};
 use scalevfs_sync::{LockRef, LockRefVariant, SeqCount};
+
+use crate::percpu::ShardedCounter;
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use crate::inode::Inode;
@@ -612,10 +613,10 @@ fn free_dentry(d: *mut Dentry) {
     let dent = unsafe { &*d };
     dent.set_flag(D_DEAD);
     let dc = &dent.cold.sb.dc;
-    // Relaxed: statistics counters, read approximately.
-    dc.nr_dentry.fetch_sub(1, Ordering::Relaxed);
+    // Per-thread counters (percpu.rs): no shared line per free.
+    dc.nr_dentry.add(-1);
     if dent.is_negative() {
-        dc.nr_negative.fetch_sub(1, Ordering::Relaxed);
+        dc.nr_negative.add(-1);
     }
     let p = DPtr(d);
     let guard = epoch::pin();
@@ -655,8 +656,8 @@ pub struct Dcache {
     /// Global rename lock and sequence counter.
     rename_lock: SpinLock<()>,
     rename_seq: SeqCount,
-    pub(crate) nr_dentry: CachePadded<AtomicUsize>,
-    pub(crate) nr_negative: CachePadded<AtomicUsize>,
+    pub(crate) nr_dentry: ShardedCounter,
+    pub(crate) nr_negative: ShardedCounter,
     clock_hand: AtomicUsize,
     sweeping: SpinLock<()>,
     /// The entry limit: `max_entries`, or fewer if `max_bytes` says so.
@@ -667,7 +668,7 @@ impl std::fmt::Debug for Dcache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Dcache")
             .field("config", &self.config)
-            .field("entries", &self.nr_dentry.load(Ordering::Relaxed))
+            .field("entries", &self.nr_dentry.sum())
             .finish()
     }
 }
@@ -836,8 +837,8 @@ impl Dcache {
             h0: folded_mul(seed[0], HASH_K),
             rename_lock: SpinLock::new(Class::DcacheRename, lockstat::LockClass::RenameLock, ()),
             rename_seq: SeqCount::new(),
-            nr_dentry: CachePadded::new(AtomicUsize::new(0)),
-            nr_negative: CachePadded::new(AtomicUsize::new(0)),
+            nr_dentry: ShardedCounter::default(),
+            nr_negative: ShardedCounter::default(),
             clock_hand: AtomicUsize::new(0),
             sweeping: SpinLock::new(Class::DcacheSweep, lockstat::LockClass::Other, ()),
             limit,
@@ -846,7 +847,7 @@ impl Dcache {
 
     /// Number of cached dentries (approximate under concurrency).
     pub fn len(&self) -> usize {
-        self.nr_dentry.load(Ordering::Relaxed)
+        self.nr_dentry.sum()
     }
     pub fn is_empty(&self) -> bool {
         self.len() == 0
@@ -858,7 +859,7 @@ impl Dcache {
 
     /// Number of cached negative dentries.
     pub fn negative_len(&self) -> usize {
-        self.nr_negative.load(Ordering::Relaxed)
+        self.nr_negative.sum()
     }
 
     /// Hash a component for lookups under `parent`.
@@ -1018,10 +1019,10 @@ impl Dcache {
             let p = unsafe { &*parent };
             p.lockref().get(p.variant());
         }
-        // Relaxed: statistics.
-        self.nr_dentry.fetch_add(1, Ordering::Relaxed);
+        // Per-thread counters (percpu.rs): no shared line per alloc.
+        self.nr_dentry.add(1);
         if negative {
-            self.nr_negative.fetch_add(1, Ordering::Relaxed);
+            self.nr_negative.add(1);
         }
         Box::into_raw(d)
     }
@@ -1429,12 +1430,14 @@ impl Dcache {
 
     /// Run the CLOCK sweep if the cache is over its limits.
     fn maybe_reclaim(&self) {
-        let total = self.len();
-        let neg = self.negative_len();
         let neg_cap = self.limit / 100 * self.config.negative_percent as usize;
-        if total <= self.limit && neg <= neg_cap.max(1) {
+        // The per-thread counters' cheap test first: the slots are only
+        // summed near a limit.
+        if !self.nr_dentry.above(self.limit) && !self.nr_negative.above(neg_cap.max(1)) {
             return;
         }
+        let total = self.len();
+        let neg = self.negative_len();
         // One sweeper at a time; others go on (a lookup never waits for it).
         let Some(_s) = self.sweeping.try_lock() else {
             // Unless the sweeper falls behind (descheduled while adders run
