@@ -1122,6 +1122,27 @@ impl Dcache {
                 .get(q.bytes)
                 .and_then(|p| DentryRef::try_get(unsafe { &*p.0 }));
         }
+        // Lock-free first (issue 16: a create or unlink of its own name must
+        // not write the bucket lock's line, which other names share). A
+        // validated miss with no rename meanwhile is definite: every insert
+        // of a (parent, name) pair is made under that name's lock, which the
+        // callers either hold (creates, unlinks) or do not need a fresher
+        // answer than the lock-free walk gives (`lookup_slow` retries under
+        // it). A hit is taken with a counted reference and checked to be
+        // still hashed (reclaim kills only unreferenced dentries, so a dead
+        // one fails the `try_get`); anything doubtful takes the lock.
+        let seq = self.rename_read_begin();
+        match self.lookup_rcu(parent, q, &_guard) {
+            RcuLookup::Miss if !self.rename_retry(seq) => return None,
+            RcuLookup::Hit(d) => {
+                if let Some(r) = DentryRef::try_get(d) {
+                    if r.is_hashed() && ptr::eq(r.parent_ptr(), parent) {
+                        return Some(r);
+                    }
+                }
+            }
+            _ => {}
+        }
         let b = self.bucket(q.hash);
         let _l = b.lock.lock();
         // Relaxed: the chain is stable under the bucket lock.
