@@ -517,6 +517,20 @@ fn setup_creat_clo(v: &Variant, _d: Option<u32>, _t: usize) -> Result<Box<dyn In
     .pipe(Ok)
 }
 
+fn setup_mkdir_rmdir(v: &Variant, _d: Option<u32>, _t: usize) -> Result<Box<dyn Instance>, String> {
+    let ns = Ns::new(v)?;
+    ns.tmpdir("/md")?;
+    instance(ns, |ns, ctx| {
+        let t = ns.thread();
+        let path = format!("/md/d{}", ctx.index());
+        ctx.run(|| {
+            t.mkdir(&path, 0o755)?;
+            t.rmdir(&path)
+        })
+    })
+    .pipe(Ok)
+}
+
 // ---------------------------------------------------------------------------
 // will-it-scale fs set
 // ---------------------------------------------------------------------------
@@ -947,6 +961,13 @@ pub fn all() -> Vec<Workload> {
                 Variant::new("lockless", &[("orphan", "lockless")]).default_(),
             ],
             setup_creat_clo,
+        ),
+        wl(
+            "mkdir-rmdir",
+            "issue 16 (commuting creates)",
+            "mkdir+rmdir own name in one shared directory",
+            vec![Variant::plain()],
+            setup_mkdir_rmdir,
         ),
     ];
     for (name, desc) in WIS_TESTS.iter() {

@@ -44,11 +44,12 @@ use std::ptr;
 use std::sync::Arc;
 
 use crossbeam_epoch::{self as epoch, Guard};
-use crossbeam_utils::CachePadded;
 use scalevfs_sync::lockstat::{self, Stat};
 use scalevfs_sync::ordered::{Class, RwLock, RwLockWriteGuard, SpinGuard, SpinLock};
 use scalevfs_sync::primitive::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use scalevfs_sync::{LockRef, LockRefVariant, SeqCount};
+
+use crate::percpu::ShardedCounter;
 
 use crate::inode::Inode;
 use crate::types::FileType;
@@ -682,10 +683,10 @@ fn free_dentry(d: *mut Dentry) {
     let dent = unsafe { &*d };
     dent.set_flag(D_DEAD);
     let dc = &dent.cold.sb.dc;
-    // Relaxed: statistics counters, read approximately.
-    dc.nr_dentry.fetch_sub(1, Ordering::Relaxed);
+    // Per-thread counters (percpu.rs): no shared line per free.
+    dc.nr_dentry.add(-1);
     if dent.is_negative() {
-        dc.nr_negative.fetch_sub(1, Ordering::Relaxed);
+        dc.nr_negative.add(-1);
     }
     let p = DPtr(d);
     // Under loom (crates/core/src/loom_models.rs) the memory is leaked: loom
@@ -733,8 +734,8 @@ pub struct Dcache {
     /// Global rename lock and sequence counter.
     rename_lock: SpinLock<()>,
     rename_seq: SeqCount,
-    pub(crate) nr_dentry: CachePadded<AtomicUsize>,
-    pub(crate) nr_negative: CachePadded<AtomicUsize>,
+    pub(crate) nr_dentry: ShardedCounter,
+    pub(crate) nr_negative: ShardedCounter,
     clock_hand: AtomicUsize,
     sweeping: SpinLock<()>,
     /// The entry limit: `max_entries`, or fewer if `max_bytes` says so.
@@ -745,7 +746,7 @@ impl std::fmt::Debug for Dcache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Dcache")
             .field("config", &self.config)
-            .field("entries", &self.nr_dentry.load(Ordering::Relaxed))
+            .field("entries", &self.nr_dentry.sum())
             .finish()
     }
 }
@@ -917,8 +918,8 @@ impl Dcache {
             h0: folded_mul(seed[0], HASH_K),
             rename_lock: SpinLock::new(Class::DcacheRename, lockstat::LockClass::RenameLock, ()),
             rename_seq: SeqCount::new(),
-            nr_dentry: CachePadded::new(AtomicUsize::new(0)),
-            nr_negative: CachePadded::new(AtomicUsize::new(0)),
+            nr_dentry: ShardedCounter::default(),
+            nr_negative: ShardedCounter::default(),
             clock_hand: AtomicUsize::new(0),
             sweeping: SpinLock::new(Class::DcacheSweep, lockstat::LockClass::Other, ()),
             limit,
@@ -927,7 +928,7 @@ impl Dcache {
 
     /// Number of cached dentries (approximate under concurrency).
     pub fn len(&self) -> usize {
-        self.nr_dentry.load(Ordering::Relaxed)
+        self.nr_dentry.sum()
     }
     pub fn is_empty(&self) -> bool {
         self.len() == 0
@@ -939,7 +940,7 @@ impl Dcache {
 
     /// Number of cached negative dentries.
     pub fn negative_len(&self) -> usize {
-        self.nr_negative.load(Ordering::Relaxed)
+        self.nr_negative.sum()
     }
 
     /// Hash a component for lookups under `parent`.
@@ -1099,10 +1100,10 @@ impl Dcache {
             let p = unsafe { &*parent };
             p.lockref().get(p.variant());
         }
-        // Relaxed: statistics.
-        self.nr_dentry.fetch_add(1, Ordering::Relaxed);
+        // Per-thread counters (percpu.rs): no shared line per alloc.
+        self.nr_dentry.add(1);
         if negative {
-            self.nr_negative.fetch_add(1, Ordering::Relaxed);
+            self.nr_negative.add(1);
         }
         Box::into_raw(d)
     }
@@ -1201,6 +1202,27 @@ impl Dcache {
             return map
                 .get(q.bytes)
                 .and_then(|p| DentryRef::try_get(unsafe { Pinned::new(p.0) }));
+        }
+        // Lock-free first (issue 16: a create or unlink of its own name must
+        // not write the bucket lock's line, which other names share). A
+        // validated miss with no rename meanwhile is definite: every insert
+        // of a (parent, name) pair is made under that name's lock, which the
+        // callers either hold (creates, unlinks) or do not need a fresher
+        // answer than the lock-free walk gives (`lookup_slow` retries under
+        // it). A hit is taken with a counted reference and checked to be
+        // still hashed (reclaim kills only unreferenced dentries, so a dead
+        // one fails the `try_get`); anything doubtful takes the lock.
+        let seq = self.rename_read_begin();
+        match self.lookup_rcu(parent, q, &_guard) {
+            RcuLookup::Miss if !self.rename_retry(seq) => return None,
+            RcuLookup::Hit(d) => {
+                if let Some(r) = DentryRef::try_get(d) {
+                    if r.is_hashed() && ptr::eq(r.parent_ptr(), parent) {
+                        return Some(r);
+                    }
+                }
+            }
+            _ => {}
         }
         let b = self.bucket(q.hash);
         let _l = b.lock.lock();
@@ -1516,12 +1538,14 @@ impl Dcache {
 
     /// Run the CLOCK sweep if the cache is over its limits.
     fn maybe_reclaim(&self) {
-        let total = self.len();
-        let neg = self.negative_len();
         let neg_cap = self.limit / 100 * self.config.negative_percent as usize;
-        if total <= self.limit && neg <= neg_cap.max(1) {
+        // The per-thread counters' cheap test first: the slots are only
+        // summed near a limit.
+        if !self.nr_dentry.above(self.limit) && !self.nr_negative.above(neg_cap.max(1)) {
             return;
         }
+        let total = self.len();
+        let neg = self.negative_len();
         // One sweeper at a time; others go on (a lookup never waits for it).
         let Some(_s) = self.sweeping.try_lock() else {
             // Unless the sweeper falls behind (descheduled while adders run

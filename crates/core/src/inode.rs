@@ -131,7 +131,13 @@ impl Inode {
         // Release: a walker that sees the new mode sees the attribute write
         // that produced it. (Racing chmods are ordered by the writer lock;
         // the copy may briefly lag the seqlock, as a concurrent chmod may.)
-        self.hot.mode.store(mode, Ordering::Release);
+        // Stored only when it changed: the hot line is read by every walk
+        // through this directory, and a create in it (mtime, size) must not
+        // invalidate the walkers' copies. Relaxed load: a stale value only
+        // costs a redundant store.
+        if self.hot.mode.load(Ordering::Relaxed) != mode {
+            self.hot.mode.store(mode, Ordering::Release);
+        }
         r
     }
 

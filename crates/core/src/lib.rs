@@ -16,6 +16,7 @@ pub mod io;
 pub mod memfs;
 pub mod orphan;
 pub(crate) mod pages;
+pub(crate) mod percpu;
 pub mod stdfs;
 pub mod task;
 pub mod types;

@@ -13,7 +13,10 @@
 //! - Attributes live in the VFS inode (its seqlock); memfs has no copy.
 //! - Limits (tmpfs's `size=` and `nr_inodes=`): one counter each in
 //!   `MemStats`, taken with a bounded read-modify-write (never past the
-//!   limit) and given back when pages or inodes are freed.
+//!   limit) and given back when pages or inodes are freed. The inode count
+//!   is a per-thread `LimitedCounter` (`percpu.rs`): a create takes a unit
+//!   its thread reserved, so creates on different threads write no shared
+//!   line; inode numbers come from per-thread batches (`InoAllocator`).
 //!
 //! By default memfs keeps every dentry in the dcache (`dcache_authoritative`),
 //! as tmpfs does: a cache miss is a definite ENOENT. With
@@ -25,6 +28,8 @@ use std::sync::Arc;
 
 use crossbeam_skiplist::SkipMap;
 use scalevfs_sync::primitive::{AtomicI64, AtomicU64, Ordering};
+
+use crate::percpu::{InoAllocator, LimitedCounter};
 
 use crate::errno::{Errno, VfsResult};
 use crate::fs::{Filesystem, NewNode};
@@ -155,7 +160,7 @@ fn parse_suffixed(v: &str) -> Result<u64, String> {
 
 #[derive(Debug, Default)]
 pub(crate) struct MemStats {
-    live_inodes: AtomicI64,
+    live_inodes: LimitedCounter,
     used_pages: AtomicI64,
 }
 
@@ -175,8 +180,7 @@ enum MemKind {
 
 impl Drop for MemNode {
     fn drop(&mut self) {
-        // Relaxed: statistics.
-        self.stats.live_inodes.fetch_sub(1, Ordering::Relaxed);
+        self.stats.live_inodes.dec();
         if let MemKind::File(f) = &self.kind {
             self.stats
                 .used_pages
@@ -205,7 +209,7 @@ pub struct MemFs {
     dev: u64,
     opts: MemFsOptions,
     root: Arc<Inode>,
-    next_ino: AtomicU64,
+    next_ino: InoAllocator,
     stats: Arc<MemStats>,
 }
 
@@ -247,8 +251,7 @@ impl MemFs {
         };
         a.set_atime(now);
         a.touch_mc(now);
-        // Relaxed: statistics.
-        stats.live_inodes.fetch_add(1, Ordering::Relaxed);
+        stats.live_inodes.inc();
         let root = Arc::new(Inode::new(
             1,
             dev,
@@ -262,15 +265,14 @@ impl MemFs {
             dev,
             opts,
             root,
-            next_ino: AtomicU64::new(2),
+            next_ino: InoAllocator::new(2),
             stats,
         }
     }
 
     /// Inodes alive (named or open), the root included.
     pub fn live_inodes(&self) -> i64 {
-        // Relaxed: statistics.
-        self.stats.live_inodes.load(Ordering::Relaxed)
+        self.stats.live_inodes.sum()
     }
 
     fn quota(&self) -> crate::pages::Quota<'_> {
@@ -281,16 +283,12 @@ impl MemFs {
     }
 
     fn new_inode(&self, attr: Attr, kind: MemKind) -> VfsResult<Arc<Inode>> {
-        // Relaxed: the counter orders nothing but itself; the RMW keeps it at
-        // or below the limit (one shared RMW per create: a known cost).
-        self.stats
-            .live_inodes
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-                ((n.max(0) as u64) < self.opts.max_inodes).then_some(n + 1)
-            })
-            .map_err(|_| Errno::ENOSPC)?;
-        // Relaxed: only uniqueness of the number matters.
-        let ino = self.next_ino.fetch_add(1, Ordering::Relaxed);
+        // Never past the limit; a unit this thread reserved, so no shared
+        // line in the common case (see `percpu.rs`).
+        if !self.stats.live_inodes.try_inc(self.opts.max_inodes) {
+            return Err(Errno::ENOSPC);
+        }
+        let ino = self.next_ino.next();
         Ok(Arc::new(Inode::new(
             ino,
             self.dev,
@@ -303,13 +301,20 @@ impl MemFs {
     }
 
     fn insert(&self, d: &MemDir, dir_inode: &Inode, name: &[u8], inode: Arc<Inode>) {
+        self.insert_entry(d, name, inode);
+        dir_inode.update_attr(|a| a.size += BOGO_DIRENT_SIZE);
+    }
+
+    /// `insert` without the directory's size: the caller adds
+    /// `BOGO_DIRENT_SIZE` in the one attribute write it makes anyway (one
+    /// seqlock write of the parent per create, not two).
+    fn insert_entry(&self, d: &MemDir, name: &[u8], inode: Arc<Inode>) {
         // Relaxed: cookies only need to be unique and increasing per directory;
         // the skip lists order their own publication.
         let cookie = FIRST_COOKIE + d.next_cookie.fetch_add(1, Ordering::Relaxed);
         d.by_cookie.insert(cookie, name.to_vec().into_boxed_slice());
         d.by_name
             .insert(name.to_vec().into_boxed_slice(), DirSlot { cookie, inode });
-        dir_inode.update_attr(|a| a.size += BOGO_DIRENT_SIZE);
     }
 
     /// Rename `old` to `new` in one directory keeping its readdir cookie
@@ -340,10 +345,16 @@ impl MemFs {
     }
 
     fn remove(&self, d: &MemDir, dir_inode: &Inode, name: &[u8]) -> Option<Arc<Inode>> {
+        let i = self.remove_entry(d, name)?;
+        dir_inode.update_attr(|a| a.size = a.size.saturating_sub(BOGO_DIRENT_SIZE));
+        Some(i)
+    }
+
+    /// `remove` without the directory's size (see `insert_entry`).
+    fn remove_entry(&self, d: &MemDir, name: &[u8]) -> Option<Arc<Inode>> {
         let e = d.by_name.remove(name)?;
         let slot = e.value();
         d.by_cookie.remove(&slot.cookie);
-        dir_inode.update_attr(|a| a.size = a.size.saturating_sub(BOGO_DIRENT_SIZE));
         Some(slot.inode.clone())
     }
 }
@@ -389,13 +400,12 @@ impl Filesystem for MemFs {
         owner: (u32, u32),
     ) -> VfsResult<Arc<Inode>> {
         let md = dir(d)?;
+        let is_dir = matches!(new, NewNode::Dir { .. });
         let inode = match new {
             NewNode::Dir { mode } => {
                 let mut a = new_attr(S_IFDIR | (mode & 0o7777), owner, 2, 0);
                 a.size = 2 * BOGO_DIRENT_SIZE;
-                let i = self.new_inode(a, MemKind::Dir(Box::default()))?;
-                d.update_attr(|a| a.nlink += 1);
-                i
+                self.new_inode(a, MemKind::Dir(Box::default()))?
             }
             NewNode::Symlink { target } => {
                 let mut a = new_attr(S_IFLNK | 0o777, owner, 1, 0);
@@ -413,9 +423,16 @@ impl Filesystem for MemFs {
                 self.new_inode(new_attr(mode, owner, 1, rdev), kind)?
             }
         };
-        self.insert(md, d, name, inode.clone());
+        self.insert_entry(md, name, inode.clone());
         let now = Timespec::now();
-        d.update_attr(|a| a.touch_mc(now));
+        // One write of the parent's attributes: size, link count, times.
+        d.update_attr(|a| {
+            a.size += BOGO_DIRENT_SIZE;
+            if is_dir {
+                a.nlink += 1;
+            }
+            a.touch_mc(now);
+        });
         Ok(inode)
     }
 
@@ -431,25 +448,31 @@ impl Filesystem for MemFs {
 
     fn link(&self, d: &Arc<Inode>, name: &[u8], inode: &Arc<Inode>) -> VfsResult<()> {
         let md = dir(d)?;
-        self.insert(md, d, name, inode.clone());
+        self.insert_entry(md, name, inode.clone());
         let now = Timespec::now();
         inode.update_attr(|a| {
             a.nlink += 1;
             a.set_ctime(now);
         });
-        d.update_attr(|a| a.touch_mc(now));
+        d.update_attr(|a| {
+            a.size += BOGO_DIRENT_SIZE;
+            a.touch_mc(now);
+        });
         Ok(())
     }
 
     fn unlink(&self, d: &Arc<Inode>, name: &[u8], inode: &Arc<Inode>) -> VfsResult<()> {
         let md = dir(d)?;
-        self.remove(md, d, name).ok_or(Errno::ENOENT)?;
+        self.remove_entry(md, name).ok_or(Errno::ENOENT)?;
         let now = Timespec::now();
         inode.update_attr(|a| {
             a.nlink = a.nlink.saturating_sub(1);
             a.set_ctime(now);
         });
-        d.update_attr(|a| a.touch_mc(now));
+        d.update_attr(|a| {
+            a.size = a.size.saturating_sub(BOGO_DIRENT_SIZE);
+            a.touch_mc(now);
+        });
         Ok(())
     }
 
@@ -458,13 +481,14 @@ impl Filesystem for MemFs {
         if !dir(inode)?.by_name.is_empty() {
             return Err(Errno::ENOTEMPTY);
         }
-        self.remove(md, d, name).ok_or(Errno::ENOENT)?;
+        self.remove_entry(md, name).ok_or(Errno::ENOENT)?;
         let now = Timespec::now();
         inode.update_attr(|a| {
             a.nlink = 0;
             a.set_ctime(now);
         });
         d.update_attr(|a| {
+            a.size = a.size.saturating_sub(BOGO_DIRENT_SIZE);
             a.nlink = a.nlink.saturating_sub(1);
             a.touch_mc(now);
         });
@@ -598,7 +622,7 @@ impl Filesystem for MemFs {
     fn statfs(&self) -> StatFs {
         // Relaxed: statistics.
         let used = self.stats.used_pages.load(Ordering::Relaxed).max(0) as u64;
-        let files = self.stats.live_inodes.load(Ordering::Relaxed).max(0) as u64;
+        let files = self.stats.live_inodes.sum().max(0) as u64;
         let blocks = self.opts.max_bytes / PAGE as u64;
         StatFs {
             fs_type: 0x0102_1994, // TMPFS_MAGIC

@@ -653,8 +653,10 @@ impl Task {
     ) -> VfsResult<DentryRef> {
         let mut ch = self.changes();
         let parent = &op.pw.parent;
-        let dir = parent.inode().clone();
-        let _dl = self.dir_shared(&dir);
+        // Borrowed, not cloned: no RMW of the parent inode's shared Arc count
+        // per create (issue 16); the same in the other name operations.
+        let dir = parent.inode();
+        let _dl = self.dir_shared(dir);
         let _nl = self.name_lock(&parent.dentry, &op.name);
         if self.lookup_child(parent, &op.name)?.is_some() {
             return Err(Errno::EEXIST);
@@ -668,11 +670,11 @@ impl Task {
             return Err(Errno::EROFS);
         }
         self.may_create(parent)?;
-        let (owner, sgid) = self.owner_for(&dir);
-        let inode = make(&parent.mnt.sb.fs, &dir, owner, sgid)?;
+        let (owner, sgid) = self.owner_for(dir);
+        let inode = make(&parent.mnt.sb.fs, dir, owner, sgid)?;
         let q = self.vfs.dcache().qname(parent.dentry.as_ptr(), &op.name);
         let d = self.vfs.dcache().add(&parent.dentry, &q, Some(inode));
-        ch.entry(&dir, &op.name);
+        ch.entry(dir, &op.name);
         Ok(d)
     }
 
@@ -817,8 +819,8 @@ impl Task {
         }
         let inode = src.inode().clone();
         let parent = &op.pw.parent;
-        let dir = parent.inode().clone();
-        let _dl = self.dir_shared(&dir);
+        let dir = parent.inode();
+        let _dl = self.dir_shared(dir);
         let _nl = self.name_lock(&parent.dentry, &op.name);
         if self.lookup_child(parent, &op.name)?.is_some() {
             return Err(Errno::EEXIST);
@@ -841,12 +843,12 @@ impl Task {
         if revive && inode.flags() & crate::inode::I_LINKABLE == 0 {
             return Err(Errno::ENOENT);
         }
-        parent.mnt.sb.fs.link(&dir, &op.name, &inode)?;
+        parent.mnt.sb.fs.link(dir, &op.name, &inode)?;
         if revive {
             inode.clear_flag(crate::inode::I_LINKABLE);
             crate::orphan::mark_linked(&parent.mnt.sb.orphans, &inode);
         }
-        ch.entry(&dir, &op.name);
+        ch.entry(dir, &op.name);
         ch.inode(&inode);
         let q = self.vfs.dcache().qname(parent.dentry.as_ptr(), &op.name);
         drop(self.vfs.dcache().add(&parent.dentry, &q, Some(inode)));
@@ -911,12 +913,12 @@ impl Task {
         }
         let mut ch = self.changes();
         let parent = &pw.parent;
-        let dir = parent.inode().clone();
+        let dir = parent.inode();
         let fs = &parent.mnt.sb.fs;
         // Retried only when the victim directory's lock was busy (see
         // `try_victim_excl`); each retry first waits for that lock.
         loop {
-            let _dl = self.dir_shared(&dir);
+            let _dl = self.dir_shared(dir);
             let _nl = self.name_lock(&parent.dentry, &name);
             let victim = self.lookup_child(parent, &name)?.ok_or(Errno::ENOENT)?;
             let vi = victim.inode().ok_or(Errno::ENOENT)?.clone();
@@ -945,17 +947,17 @@ impl Task {
                     self.wait_victim(&vi);
                     continue;
                 };
-                fs.rmdir(&dir, &name, &vi)?;
+                fs.rmdir(dir, &name, &vi)?;
                 vi.set_flag(crate::inode::I_DEAD);
             } else {
-                fs.unlink(&dir, &name, &vi)?;
+                fs.unlink(dir, &name, &vi)?;
                 if vi.attr().nlink == 0 {
                     // Still open somewhere: onto the orphan file (orphan.rs).
                     crate::orphan::mark_unlinked(&parent.mnt.sb.orphans, &vi);
                 }
             }
             self.vfs.dcache().unhash(&victim);
-            ch.entry(&dir, &name);
+            ch.entry(dir, &name);
             ch.inode(&vi);
             return Ok(());
         }
@@ -1610,9 +1612,9 @@ impl Task {
         }
         let mut ch = self.changes();
         let parent = &pw.parent;
-        let dir = parent.inode().clone();
+        let dir = parent.inode();
         let existing = {
-            let _dl = self.dir_shared(&dir);
+            let _dl = self.dir_shared(dir);
             let _nl = self.name_lock(&parent.dentry, &name);
             match self.lookup_child(parent, &name)? {
                 Some(d) => d,
@@ -1621,17 +1623,17 @@ impl Task {
                         return Err(Errno::EROFS);
                     }
                     self.may_create(parent)?;
-                    let (owner, sgid) = self.owner_for(&dir);
+                    let (owner, sgid) = self.owner_for(dir);
                     let perm = self.strip_sgid(mode & 0o7777 & !self.cur_umask(), owner.1, sgid);
                     let node = NewNode::Node {
                         mode: S_IFREG | perm,
                         rdev: 0,
                     };
-                    let inode = parent.mnt.sb.fs.create(&dir, &name, node, owner)?;
+                    let inode = parent.mnt.sb.fs.create(dir, &name, node, owner)?;
                     let q = self.vfs.dcache().qname(parent.dentry.as_ptr(), &name);
                     let d = self.vfs.dcache().add(&parent.dentry, &q, Some(inode));
                     // Reported when `ch` drops, after the locks.
-                    ch.entry(&dir, &name);
+                    ch.entry(dir, &name);
                     return Ok((
                         PathRef {
                             mnt: parent.mnt.clone(),

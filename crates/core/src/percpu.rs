@@ -1,0 +1,398 @@
+//! Per-thread ("sloppy") counters and number allocators for the write side
+//! (issue 16): a create or unlink must not write a cache line that every
+//! other creating thread writes too.
+//!
+//! DESIGN
+//! - A [`ShardedCounter`] has one cache-padded slot per shard; a thread
+//!   updates the slot of its own shard index (threads are numbered once, at
+//!   their first use, and the index is that number modulo the shard count,
+//!   which is a power of two at least twice the machine's parallelism). With
+//!   no more threads than shards every slot has one writer and the update is
+//!   an RMW of a line no other thread writes. More threads share slots:
+//!   still exact, just no longer private. The value is the sum of the slots,
+//!   exact when no update runs concurrently (Linux's `percpu_counter_sum`).
+//! - A [`LimitedCounter`] adds a limit: the shared total counts units
+//!   granted, each slot holds units its threads reserved but do not use
+//!   (taken from the total a `BATCH` at a time, with a bounded RMW that
+//!   never passes the limit; a decrement returns its unit to the slot).
+//!   An increment takes a reserved unit from its own slot; only a refill
+//!   (once per `BATCH`) writes the total. At the limit the increment takes
+//!   every slot's reservations back first, so nothing is ever granted past
+//!   the limit and a lone thread gets exactly what is left (concurrent
+//!   threads near the limit may see ENOSPC while another holds a
+//!   reservation it has not used yet, as per-CPU quota schemes do).
+//! - [`InoAllocator`]: unique numbers handed out in per-shard batches of
+//!   `INO_BATCH` (Linux's `get_next_ino`): one shared RMW per batch.
+//!
+//! No locks; every ordering is Relaxed (each counter orders nothing but its
+//! own value; uniqueness of numbers needs only the RMWs' atomicity).
+
+use crossbeam_utils::CachePadded;
+use scalevfs_sync::primitive::{AtomicI64, AtomicU64, Ordering};
+// The thread-slot index is a process-wide static; loom's atomics cannot be
+// built in a `static`, so these two stay std's (they only hand out indexes).
+use std::sync::atomic::{AtomicUsize, Ordering as StdOrdering};
+
+/// How many increments a [`LimitedCounter`] slot gathers before folding them
+/// into the shared total.
+pub(crate) const BATCH: i64 = 64;
+
+/// Inode numbers per batch of an [`InoAllocator`] shard.
+pub(crate) const INO_BATCH: u64 = 1024;
+
+/// Shard count: a power of two, at least twice the parallelism, at most 256.
+fn shard_count() -> usize {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    // Relaxed: a cached pure function of the machine; racing stores agree.
+    let n = N.load(StdOrdering::Relaxed);
+    if n != 0 {
+        return n;
+    }
+    let p = std::thread::available_parallelism().map_or(8, |p| p.get());
+    let n = (2 * p).next_power_of_two().clamp(2, 256);
+    // Relaxed: see above.
+    N.store(n, StdOrdering::Relaxed);
+    n
+}
+
+/// This thread's number (assigned at its first call).
+fn thread_index() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        // Relaxed: only uniqueness (spreading) of the numbers matters.
+        static IDX: usize = NEXT.fetch_add(1, StdOrdering::Relaxed);
+    }
+    // During thread-local teardown: shard 0 (still exact, only shared).
+    IDX.try_with(|i| *i).unwrap_or(0)
+}
+
+fn slots<T: Default>() -> Box<[CachePadded<T>]> {
+    (0..shard_count())
+        .map(|_| CachePadded::new(T::default()))
+        .collect()
+}
+
+/// A counter whose updates write a per-thread slot (see the module doc);
+/// a slot folds into the shared `total` when it holds a batch either way,
+/// so [`approx`](Self::approx) is within `shards * BATCH` of the value
+/// without reading the slots (Linux's `percpu_counter_read`).
+pub(crate) struct ShardedCounter {
+    total: CachePadded<AtomicI64>,
+    slots: Box<[CachePadded<AtomicI64>]>,
+}
+
+impl std::fmt::Debug for ShardedCounter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("ShardedCounter").field(&self.sum()).finish()
+    }
+}
+
+impl Default for ShardedCounter {
+    fn default() -> Self {
+        ShardedCounter {
+            total: CachePadded::new(AtomicI64::new(0)),
+            slots: slots(),
+        }
+    }
+}
+
+impl ShardedCounter {
+    #[inline]
+    pub(crate) fn add(&self, v: i64) {
+        let s = &self.slots[thread_index() & (self.slots.len() - 1)];
+        // Relaxed (here and below): a counter orders nothing but itself; the
+        // RMWs' atomicity keeps the sum exact.
+        let now = s.fetch_add(v, Ordering::Relaxed) + v;
+        if !(-BATCH..BATCH).contains(&now) {
+            let d = s.swap(0, Ordering::Relaxed);
+            self.total.fetch_add(d, Ordering::Relaxed);
+        }
+    }
+
+    /// Within `slack()` of the value; reads one shared line.
+    #[inline]
+    pub(crate) fn approx(&self) -> usize {
+        // Relaxed: see `add`.
+        self.total.load(Ordering::Relaxed).max(0) as usize
+    }
+
+    /// The most `approx` may differ from the value.
+    pub(crate) fn slack(&self) -> usize {
+        self.slots.len() * BATCH as usize
+    }
+
+    /// Whether the value is above `limit`: from `approx` when that is
+    /// conclusive, else from the exact sum (`percpu_counter_compare`).
+    #[inline]
+    pub(crate) fn above(&self, limit: usize) -> bool {
+        let a = self.approx();
+        if a + self.slack() <= limit {
+            false
+        } else if a > limit + self.slack() {
+            true
+        } else {
+            self.sum() > limit
+        }
+    }
+
+    /// The total plus every slot (never below 0; exact when no update runs
+    /// concurrently).
+    pub(crate) fn sum(&self) -> usize {
+        // Relaxed: see `add`.
+        let s: i64 = self.total.load(Ordering::Relaxed)
+            + self
+                .slots
+                .iter()
+                .map(|s| s.load(Ordering::Relaxed))
+                .sum::<i64>();
+        s.max(0) as usize
+    }
+}
+
+/// A counter with a limit (see the module doc): `total` counts the units
+/// granted, those in use and those reserved in the slots; the value is
+/// `total - Σ slots`.
+pub(crate) struct LimitedCounter {
+    total: CachePadded<AtomicI64>,
+    slots: Box<[CachePadded<AtomicI64>]>,
+}
+
+impl std::fmt::Debug for LimitedCounter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("LimitedCounter").field(&self.sum()).finish()
+    }
+}
+
+impl Default for LimitedCounter {
+    fn default() -> Self {
+        LimitedCounter {
+            total: CachePadded::new(AtomicI64::new(0)),
+            slots: slots(),
+        }
+    }
+}
+
+impl LimitedCounter {
+    #[inline]
+    fn mine(&self) -> &AtomicI64 {
+        &self.slots[thread_index() & (self.slots.len() - 1)]
+    }
+
+    /// Count one more unless that would pass `limit`.
+    pub(crate) fn try_inc(&self, limit: u64) -> bool {
+        let limit = limit.min(i64::MAX as u64 / 2) as i64;
+        let s = self.mine();
+        // Relaxed (every access below): the counter orders nothing but
+        // itself; exactness comes from the RMWs' atomicity.
+        if s.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |r| {
+            (r > 0).then_some(r - 1)
+        })
+        .is_ok()
+        {
+            return true;
+        }
+        // Refill: a batch (or what is left below the limit) from the total.
+        let mut grant = 0;
+        let got = self
+            .total
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                grant = BATCH.min(limit - n);
+                (grant > 0).then_some(n + grant)
+            });
+        if got.is_ok() {
+            if grant > 1 {
+                s.fetch_add(grant - 1, Ordering::Relaxed);
+            }
+            return true;
+        }
+        // At the limit: take back every reservation, then one unit, bounded.
+        self.unreserve_all();
+        self.total
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < limit).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    /// Give every slot's reserved units back to the total.
+    fn unreserve_all(&self) {
+        for s in self.slots.iter() {
+            // Relaxed: see `try_inc`.
+            let v = s.swap(0, Ordering::Relaxed);
+            if v != 0 {
+                self.total.fetch_sub(v, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Count one more, ignoring any limit.
+    pub(crate) fn inc(&self) {
+        // Relaxed: see `try_inc`.
+        self.total.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Count one less: the unit becomes a reservation of this thread's slot
+    /// (up to a batch; past that it goes back to the total).
+    pub(crate) fn dec(&self) {
+        let s = self.mine();
+        // Relaxed: see `try_inc`.
+        if s.fetch_add(1, Ordering::Relaxed) >= BATCH {
+            let v = s.swap(0, Ordering::Relaxed);
+            self.total.fetch_sub(v, Ordering::Relaxed);
+        }
+    }
+
+    /// The value: units granted less units reserved (exact when nothing
+    /// runs concurrently).
+    pub(crate) fn sum(&self) -> i64 {
+        // Relaxed: see `try_inc`.
+        self.total.load(Ordering::Relaxed)
+            - self
+                .slots
+                .iter()
+                .map(|s| s.load(Ordering::Relaxed))
+                .sum::<i64>()
+    }
+}
+
+/// Unique numbers from `first` up, handed out in per-shard batches.
+pub(crate) struct InoAllocator {
+    /// The next batch's index (batch k = numbers `k*INO_BATCH ..`).
+    next_batch: CachePadded<AtomicU64>,
+    /// Each shard's next number; 0 or a multiple of `INO_BATCH` means its
+    /// batch is used up.
+    slots: Box<[CachePadded<AtomicU64>]>,
+    /// Numbers below this are never handed out (batch 0 starts here).
+    first: u64,
+}
+
+impl std::fmt::Debug for InoAllocator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InoAllocator").finish_non_exhaustive()
+    }
+}
+
+impl InoAllocator {
+    /// Numbers from `first` (< `INO_BATCH`) up.
+    pub(crate) fn new(first: u64) -> InoAllocator {
+        assert!(first > 0 && first < INO_BATCH);
+        InoAllocator {
+            next_batch: CachePadded::new(AtomicU64::new(0)),
+            slots: slots(),
+            first,
+        }
+    }
+
+    /// A number never returned before by this allocator.
+    pub(crate) fn next(&self) -> u64 {
+        let s = &self.slots[thread_index() & (self.slots.len() - 1)];
+        // Relaxed (every access below): uniqueness comes from each RMW's
+        // atomicity; the numbers publish nothing.
+        let mut v = s.load(Ordering::Relaxed);
+        loop {
+            if !v.is_multiple_of(INO_BATCH) {
+                match s.compare_exchange_weak(v, v + 1, Ordering::Relaxed, Ordering::Relaxed) {
+                    Ok(_) => return v,
+                    Err(now) => v = now,
+                }
+                continue;
+            }
+            // Used up (or never filled): a fresh batch, all ours.
+            let k = self.next_batch.fetch_add(1, Ordering::Relaxed);
+            let base = k.checked_mul(INO_BATCH).expect("inode numbers exhausted");
+            let start = if k == 0 { self.first } else { base };
+            // Keep the rest of it in the slot unless another thread sharing
+            // the slot refilled it meanwhile (then the rest is skipped:
+            // still unique).
+            let _ = s.compare_exchange(v, start + 1, Ordering::Relaxed, Ordering::Relaxed);
+            return start;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+    use std::sync::Arc;
+
+    #[test]
+    fn sharded_counter_sums_every_thread() {
+        let c = Arc::new(ShardedCounter::default());
+        let hs: Vec<_> = (0..4)
+            .map(|i| {
+                let c = c.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..1000 {
+                        c.add(1);
+                    }
+                    for _ in 0..(100 * i) {
+                        c.add(-1);
+                    }
+                })
+            })
+            .collect();
+        hs.into_iter().for_each(|h| h.join().unwrap());
+        assert_eq!(c.sum(), 4000 - 600);
+        assert!(c.approx().abs_diff(3400) <= c.slack());
+        assert!(c.above(3399) && !c.above(3400));
+    }
+
+    #[test]
+    fn limited_counter_never_passes_the_limit() {
+        let c = Arc::new(LimitedCounter::default());
+        let limit = 5 * BATCH as u64 + 7;
+        // Threads race for the units: never more than the limit granted.
+        let granted: u64 = (0..4)
+            .map(|_| {
+                let c = c.clone();
+                std::thread::spawn(move || (0..limit).filter(|_| c.try_inc(limit)).count() as u64)
+            })
+            .map(|h| h.join().unwrap())
+            .sum();
+        assert!(granted <= limit, "{granted} > {limit}");
+        assert_eq!(c.sum(), granted as i64);
+        // Alone, a thread gets exactly the rest (the others' reservations
+        // included), and not one more.
+        let mut more = 0;
+        while c.try_inc(limit) {
+            more += 1;
+            assert!(more <= limit);
+        }
+        assert_eq!(granted + more, limit);
+        assert_eq!(c.sum(), limit as i64);
+        // Decrements on another thread (kept there as reservations) make
+        // room again, exactly.
+        let c2 = c.clone();
+        std::thread::spawn(move || {
+            c2.dec();
+            c2.dec();
+        })
+        .join()
+        .unwrap();
+        assert_eq!(c.sum(), limit as i64 - 2);
+        assert!(c.try_inc(limit));
+        assert!(c.try_inc(limit));
+        assert!(!c.try_inc(limit));
+        assert_eq!(c.sum(), limit as i64);
+    }
+
+    #[test]
+    fn ino_allocator_numbers_are_unique() {
+        let a = Arc::new(InoAllocator::new(2));
+        let mut all = HashSet::new();
+        let hs: Vec<_> = (0..4)
+            .map(|_| {
+                let a = a.clone();
+                std::thread::spawn(move || (0..3000).map(|_| a.next()).collect::<Vec<_>>())
+            })
+            .collect();
+        for h in hs {
+            for n in h.join().unwrap() {
+                assert!(n >= 2, "{n}");
+                assert!(all.insert(n), "{n} twice");
+            }
+        }
+        assert_eq!(all.len(), 12000);
+    }
+}
