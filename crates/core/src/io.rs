@@ -142,10 +142,13 @@ pub(crate) fn truncate_inode(p: &PathRef, size: u64, cred: &Cred) -> VfsResult<(
 /// relatime: update atime only when it is not newer than mtime or ctime, so
 /// repeated reads write nothing and call no clock.
 fn touch_atime(f: &File) {
-    if f.flags() & O_NOATIME != 0 || f.path().mnt.is_readonly() {
+    let i = f.inode();
+    if f.flags() & O_NOATIME != 0
+        || f.path().mnt.is_readonly()
+        || i.fs_flags() & crate::inode::FS_NOATIME_FL != 0
+    {
         return;
     }
-    let i = f.inode();
     let a = i.attr();
     if a.atime() <= a.mtime() || a.atime() <= a.ctime() {
         let now = Timespec::now();
@@ -465,6 +468,11 @@ impl Task {
         if f.inode().file_type() != FileType::Regular || !f.can_write() {
             return Err(Errno::EINVAL);
         }
+        // do_ftruncate: append-only is EPERM (immutable is not checked: the
+        // file was open for writing before it became immutable).
+        if f.inode().is_append_only() {
+            return Err(Errno::EPERM);
+        }
         truncate_inode(f.path(), size as u64, self.cred())?;
         ch.inode(f.inode());
         Ok(())
@@ -486,8 +494,15 @@ impl Task {
         if p.mnt.is_readonly() {
             return Err(Errno::EROFS);
         }
+        // inode_permission(MAY_WRITE): immutable is EPERM.
+        if i.is_immutable() {
+            return Err(Errno::EPERM);
+        }
         if !crate::inode::permission_ok(&i.attr(), self.cred(), W_OK) {
             return Err(Errno::EACCES);
+        }
+        if i.is_append_only() {
+            return Err(Errno::EPERM);
         }
         truncate_inode(&p, size as u64, self.cred())?;
         // No lock is held here: report at once.
@@ -526,6 +541,11 @@ impl Task {
             return Err(Errno::EBADF);
         }
         let i = f.inode();
+        // vfs_fallocate: on an append-only file only preallocation; nothing
+        // on an immutable one.
+        if (mode & !FALLOC_FL_KEEP_SIZE != 0 && i.is_append_only()) || i.is_immutable() {
+            return Err(Errno::EPERM);
+        }
         match i.file_type() {
             FileType::Fifo => return Err(Errno::ESPIPE),
             FileType::Directory => return Err(Errno::EISDIR),

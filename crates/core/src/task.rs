@@ -570,6 +570,10 @@ impl Task {
         if i.is_dead() {
             return Err(Errno::ENOENT);
         }
+        // inode_permission(MAY_WRITE): an immutable directory is EPERM.
+        if i.is_immutable() {
+            return Err(Errno::EPERM);
+        }
         if !permission_ok(&i.attr(), &self.cred, W_OK | X_OK) {
             return Err(Errno::EACCES);
         }
@@ -580,8 +584,17 @@ impl Task {
     /// operation expects.
     fn may_delete(&self, dir: &PathRef, victim: &Inode, isdir: bool) -> VfsResult<()> {
         let da = dir.inode().attr();
+        // inode_permission(MAY_WRITE): an immutable directory is EPERM.
+        if dir.inode().is_immutable() {
+            return Err(Errno::EPERM);
+        }
         if !permission_ok(&da, &self.cred, W_OK | X_OK) {
             return Err(Errno::EACCES);
+        }
+        // may_delete: an append-only directory, an immutable or append-only
+        // victim.
+        if dir.inode().is_append_only() || victim.is_immutable() || victim.is_append_only() {
+            return Err(Errno::EPERM);
         }
         if da.mode & S_ISVTX != 0 && !self.cred.is_root() {
             let va = victim.attr();
@@ -832,6 +845,10 @@ impl Task {
         // do_linkat: may_linkat (EPERM) before vfs_link's may_create.
         self.may_linkat(&inode)?;
         self.may_create(parent)?;
+        // vfs_link: an immutable or append-only file gets no new name.
+        if inode.is_immutable() || inode.is_append_only() {
+            return Err(Errno::EPERM);
+        }
         if inode.is_dir() {
             return Err(Errno::EPERM);
         }
@@ -1225,13 +1242,69 @@ impl Task {
         self.chmod_path(&p, mode)
     }
 
+    /// `ioctl(fd, FS_IOC_GETFLAGS)`: the chattr flags (`FS_*_FL`). Any
+    /// open file but O_PATH (EBADF); fifos, sockets and devices are ENOTTY
+    /// (their ioctls are the driver's), as on tmpfs.
+    pub fn ioctl_getflags(&self, fd: i32) -> VfsResult<u32> {
+        let f = self.files.get_arc(fd)?;
+        if f.is_path_only() {
+            return Err(Errno::EBADF);
+        }
+        let i = f.inode();
+        if !matches!(i.file_type(), FileType::Regular | FileType::Directory) {
+            return Err(Errno::ENOTTY);
+        }
+        Ok(i.fs_flags())
+    }
+
+    /// `ioctl(fd, FS_IOC_SETFLAGS, &flags)`, in Linux's order: EROFS on a
+    /// read-only mount, EPERM unless owner or root, EPERM when a non-root
+    /// task changes FS_IMMUTABLE_FL or FS_APPEND_FL (CAP_LINUX_IMMUTABLE),
+    /// EOPNOTSUPP for a flag memfs does not keep (tmpfs's set). The ctime
+    /// changes. Needs no write access to the file.
+    pub fn ioctl_setflags(&self, fd: i32, flags: u32) -> VfsResult<()> {
+        use crate::inode::{FS_APPEND_FL, FS_FL_SETTABLE, FS_IMMUTABLE_FL};
+        let f = self.files.get_arc(fd)?;
+        if f.is_path_only() {
+            return Err(Errno::EBADF);
+        }
+        let i = f.inode();
+        if f.path().mnt.is_readonly() {
+            return Err(Errno::EROFS);
+        }
+        if !self.is_owner(&i.attr()) {
+            return Err(Errno::EPERM);
+        }
+        if !matches!(i.file_type(), FileType::Regular | FileType::Directory) {
+            return Err(Errno::ENOTTY);
+        }
+        // Under the data lock, so a write or truncate that checked the
+        // flags finishes first (Linux holds the inode lock here).
+        let _pin = epoch::pin();
+        let _w = i.data_lock.write();
+        let old = i.fs_flags();
+        if (old ^ flags) & (FS_IMMUTABLE_FL | FS_APPEND_FL) != 0 && !self.cred.is_root() {
+            return Err(Errno::EPERM);
+        }
+        if flags & !FS_FL_SETTABLE != 0 {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        i.set_fs_flags(flags);
+        let now = Timespec::now();
+        i.update_attr(|a| a.set_ctime(now));
+        drop(_w);
+        self.changes().inode(i);
+        Ok(())
+    }
+
     fn chmod_path(&self, p: &PathRef, mode: u32) -> VfsResult<()> {
         let i = p.inode();
         if p.mnt.is_readonly() {
             return Err(Errno::EROFS);
         }
         let a = i.attr();
-        if !self.is_owner(&a) {
+        // notify_change: no mode change on an immutable or append-only file.
+        if !self.is_owner(&a) || i.is_immutable() || i.is_append_only() {
             return Err(Errno::EPERM);
         }
         let mut m = mode & 0o7777;
@@ -1277,6 +1350,10 @@ impl Task {
         let a = i.attr();
         let uid = (uid != u32::MAX).then_some(uid);
         let gid = (gid != u32::MAX).then_some(gid);
+        // notify_change: no owner change on an immutable or append-only file.
+        if (uid.is_some() || gid.is_some()) && (i.is_immutable() || i.is_append_only()) {
+            return Err(Errno::EPERM);
+        }
         if !self.cred.is_root() {
             if let Some(u) = uid {
                 if u != a.uid {
@@ -1346,6 +1423,11 @@ impl Task {
         }
         let a = i.attr();
         let now = Timespec::now();
+        // notify_change: setting times is EPERM on an immutable or
+        // append-only file; touching them (now) only on an immutable one.
+        if i.is_immutable() || (times.is_some() && i.is_append_only()) {
+            return Err(Errno::EPERM);
+        }
         let set = match times {
             None => {
                 if !self.is_owner(&a) && !permission_ok(&a, &self.cred, W_OK) {
@@ -1568,8 +1650,19 @@ impl Task {
             return Err(Errno::EROFS);
         }
         let a = i.attr();
+        // inode_permission(MAY_WRITE) on an immutable file is EPERM.
+        if want & W_OK != 0 && i.is_immutable() {
+            return Err(Errno::EPERM);
+        }
         if !permission_ok(&a, &self.cred, want) {
             return Err(Errno::EACCES);
+        }
+        // may_open: an append-only file opens for writing only with
+        // O_APPEND, and never with O_TRUNC.
+        if i.is_append_only()
+            && ((flags & O_ACCMODE != O_RDONLY && flags & O_APPEND == 0) || flags & O_TRUNC != 0)
+        {
+            return Err(Errno::EPERM);
         }
         if flags & O_NOATIME != 0 && !self.cred.is_root() && self.cred.uid != a.uid {
             return Err(Errno::EPERM);
