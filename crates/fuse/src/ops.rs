@@ -10,9 +10,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fuser::{
-    AccessFlags, FileHandle, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, OpenFlags,
-    RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty,
-    ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
+    AccessFlags, FileHandle, FopenFlags, Generation, INodeNo, InitFlags, IoctlFlags, KernelConfig,
+    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
+    ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, Request,
+    TimeOrNow, WriteFlags,
 };
 use scalevfs::{
     Cred, Errno, Stat, Task, Vfs, AT_EMPTY_PATH, AT_FDCWD, AT_REMOVEDIR, AT_SYMLINK_NOFOLLOW,
@@ -927,6 +928,48 @@ impl fuser::Filesystem for ScaleFs {
         // The handle was opened for writing (checked by the core): no
         // credentials needed, as for write.
         reply_empty(reply, self.shared.base.fallocate(fd, mode, off, len))
+    }
+
+    /// FS_IOC_GETFLAGS / FS_IOC_SETFLAGS (chattr), which the kernel sends
+    /// through its fileattr calls; with the caller's credentials (setflags
+    /// checks owner and CAP_LINUX_IMMUTABLE). Other commands: ENOTTY.
+    fn ioctl(
+        &self,
+        req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: IoctlFlags,
+        cmd: u32,
+        in_data: &[u8],
+        out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        // FS_IOC_{GET,SET}FLAGS and their 32-bit twins (the argument is an
+        // int either way).
+        const GET: [u32; 2] = [0x8008_6601, 0x8004_6601];
+        const SET: [u32; 2] = [0x4008_6602, 0x4004_6602];
+        let fd = tri!(reply, fd_of(fh));
+        let s = &self.shared;
+        if GET.contains(&cmd) {
+            let v = tri!(
+                reply,
+                s.with_task(req, |t| t.ioctl_getflags(fd)).map_err(errno)
+            );
+            let b = (v as i32).to_ne_bytes();
+            reply.ioctl(0, &b[..b.len().min(out_size as usize)]);
+        } else if SET.contains(&cmd) {
+            let Some(b) = in_data.get(..4) else {
+                return reply.error(raw(libc::EINVAL));
+            };
+            let v = u32::from_ne_bytes([b[0], b[1], b[2], b[3]]);
+            tri!(
+                reply,
+                s.with_task(req, |t| t.ioctl_setflags(fd, v)).map_err(errno)
+            );
+            reply.ioctl(0, &[]);
+        } else {
+            reply.error(raw(libc::ENOTTY));
+        }
     }
 
     fn lseek(
