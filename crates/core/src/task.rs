@@ -997,17 +997,13 @@ impl Task {
         if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE | RENAME_WHITEOUT) != 0 {
             return Err(Errno::EINVAL);
         }
-        if flags & RENAME_NOREPLACE != 0 && flags & RENAME_EXCHANGE != 0 {
+        if flags & (RENAME_NOREPLACE | RENAME_WHITEOUT) != 0 && flags & RENAME_EXCHANGE != 0 {
             return Err(Errno::EINVAL);
         }
-        if flags & RENAME_WHITEOUT != 0 {
-            // Whiteouts are an overlayfs device node; not supported.
-            return Err(if flags & RENAME_EXCHANGE != 0 {
-                Errno::EINVAL
-            } else {
-                Errno::EPERM
-            });
-        }
+        // RENAME_WHITEOUT (overlayfs's): the old name becomes a whiteout, a
+        // character device 0:0 with no permission bits owned by the caller,
+        // as tmpfs makes it. No CAP_MKNOD needed (Linux 5.8 and later).
+        let whiteout = flags & RENAME_WHITEOUT != 0;
         let exchange = flags & RENAME_EXCHANGE != 0;
         let opw = self.parent_of(olddirfd, as_bytes(old))?;
         let npw = self.parent_of(newdirfd, as_bytes(new))?;
@@ -1153,6 +1149,19 @@ impl Task {
             };
             sb.fs
                 .rename(&odir, &oname, &ndir, &nname, &si, di.as_ref(), exchange)?;
+            // The whiteout, made once the name is free (tmpfs makes it first;
+            // here a failure, ENOSPC of inodes, leaves the rename done and
+            // no whiteout, and is returned).
+            let wo = if whiteout {
+                let (owner, _) = self.owner_for(&odir);
+                let node = NewNode::Node {
+                    mode: S_IFCHR,
+                    rdev: 0,
+                };
+                Some(sb.fs.create(&odir, &oname, node, owner))
+            } else {
+                None
+            };
             if let Some(d) = di.as_ref().filter(|d| !exchange && d.attr().nlink == 0) {
                 // The replaced file may still be open: onto the orphan file.
                 crate::orphan::mark_unlinked(&sb.orphans, d);
@@ -1170,13 +1179,17 @@ impl Task {
                 }
                 dc.d_move(&src, &np.dentry, &nname, dst_any.as_ref());
             }
+            if let Some(Ok(w)) = &wo {
+                let q = dc.qname(op.dentry.as_ptr(), &oname);
+                drop(dc.add(&op.dentry, &q, Some(w.clone())));
+            }
             ch.entry(&odir, &oname);
             ch.entry(&ndir, &nname);
             ch.inode(&si);
             if let Some(d) = &di {
                 ch.inode(d);
             }
-            return Ok(());
+            return wo.map_or(Ok(()), |w| w.map(drop));
         }
     }
 

@@ -19,7 +19,7 @@ use scalevfs::{
     Cred, Errno, Stat, Task, Vfs, AT_EMPTY_PATH, AT_FDCWD, AT_REMOVEDIR, AT_SYMLINK_NOFOLLOW,
     O_ACCMODE, O_APPEND, O_CLOEXEC, O_CREAT, O_DIRECTORY, O_DSYNC, O_EXCL, O_NOATIME, O_NOFOLLOW,
     O_NONBLOCK, O_PATH, O_RDONLY, O_SYNC, O_TRUNC, O_WRONLY, RENAME_EXCHANGE, RENAME_NOREPLACE,
-    S_ISGID, S_ISUID,
+    RENAME_WHITEOUT, S_ISGID, S_ISUID,
 };
 
 use crate::attr::{errno, file_attr, name_bytes, raw, time_or_now};
@@ -539,8 +539,7 @@ impl fuser::Filesystem for ScaleFs {
         let od = tri!(reply, s.node(parent));
         let nd = tri!(reply, s.node(newparent));
         let bits = flags.bits();
-        if bits & !(RENAME_NOREPLACE | RENAME_EXCHANGE) != 0 {
-            // RENAME_WHITEOUT is overlayfs's; the core has no whiteouts.
+        if bits & !(RENAME_NOREPLACE | RENAME_EXCHANGE | RENAME_WHITEOUT) != 0 {
             return reply.error(raw(libc::EINVAL));
         }
         reply_empty(
