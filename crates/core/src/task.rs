@@ -130,6 +130,16 @@ struct NameOp {
     name: Vec<u8>,
 }
 
+/// A regular file just opened for writing on a mount that a concurrent
+/// remount made read-only meanwhile (see `Vfs::remount_at`): EROFS (the
+/// file is dropped, which uncounts it).
+fn read_only_race(r: VfsResult<File>) -> VfsResult<File> {
+    match r {
+        Ok(f) if f.writer_on_readonly() => Err(Errno::EROFS),
+        r => r,
+    }
+}
+
 fn as_bytes<P: AsRef<[u8]> + ?Sized>(p: &P) -> &[u8] {
     p.as_ref()
 }
@@ -1491,6 +1501,18 @@ impl Task {
         self.vfs.mount_at(p, fs, readonly)
     }
 
+    /// `mount -o remount,ro` (`readonly`) or `remount,rw` of the mount whose
+    /// root is `path` (root only, EPERM): EINVAL if `path` is not a mount
+    /// root, EBUSY for `ro` while a regular file is open for writing
+    /// through it. While read-only, every change through it is EROFS.
+    pub fn remount<P: AsRef<[u8]> + ?Sized>(&self, path: &P, readonly: bool) -> VfsResult<()> {
+        if !self.cred.is_root() {
+            return Err(Errno::EPERM);
+        }
+        let p = self.resolve(AT_FDCWD, as_bytes(path), true, false)?;
+        self.vfs.remount_at(&p, readonly)
+    }
+
     /// Unmount the filesystem mounted at `path` (root only).
     pub fn umount<P: AsRef<[u8]> + ?Sized>(&self, path: &P) -> VfsResult<()> {
         if !self.cred.is_root() {
@@ -1570,7 +1592,7 @@ impl Task {
             if flags & (O_TMPFILE | O_CREAT) != O_TMPFILE || acc == O_RDONLY {
                 return Err(Errno::EINVAL);
             }
-            return self.open_tmpfile(dirfd, path, flags, mode);
+            return read_only_race(self.open_tmpfile(dirfd, path, flags, mode));
         }
         if flags & O_PATH != 0 {
             let p = self.resolve(dirfd, path, flags & O_NOFOLLOW == 0, false)?;
@@ -1617,6 +1639,10 @@ impl Task {
     /// Linux's `do_open` + `may_open` on the final location. A file this
     /// open just created (`created`) skips the permission checks and O_TRUNC.
     fn open_checked(&self, p: PathRef, flags: u32, created: bool) -> VfsResult<File> {
+        read_only_race(self.open_checked_inner(p, flags, created))
+    }
+
+    fn open_checked_inner(&self, p: PathRef, flags: u32, created: bool) -> VfsResult<File> {
         if created {
             return Ok(File::new(p, flags));
         }
