@@ -929,9 +929,11 @@ impl fuser::Filesystem for ScaleFs {
         reply_empty(reply, self.shared.base.fallocate(fd, mode, off, len))
     }
 
-    /// FS_IOC_GETFLAGS / FS_IOC_SETFLAGS (chattr), which the kernel sends
-    /// through its fileattr calls; with the caller's credentials (setflags
-    /// checks owner and CAP_LINUX_IMMUTABLE). Other commands: ENOTTY.
+    /// FS_IOC_GETFLAGS / FS_IOC_SETFLAGS (chattr) and FS_IOC_FSGETXATTR /
+    /// FS_IOC_FSSETXATTR (the same four flags as `fsx_xflags`; the kernel's
+    /// fileattr code asks FSGETXATTR before every SETFLAGS), with the
+    /// caller's credentials (setflags checks owner and CAP_LINUX_IMMUTABLE).
+    /// Other commands: ENOTTY.
     fn ioctl(
         &self,
         req: &Request,
@@ -944,27 +946,49 @@ impl fuser::Filesystem for ScaleFs {
         reply: ReplyIoctl,
     ) {
         // FS_IOC_{GET,SET}FLAGS and their 32-bit twins (the argument is an
-        // int either way).
+        // int either way), FS_IOC_FS{GET,SET}XATTR (struct fsxattr, 28 bytes).
         const GET: [u32; 2] = [0x8008_6601, 0x8004_6601];
         const SET: [u32; 2] = [0x4008_6602, 0x4004_6602];
+        const FSGETXATTR: u32 = 0x801c_581f;
+        const FSSETXATTR: u32 = 0x401c_5820;
+        // (FS_*_FL, FS_XFLAG_*): immutable, append, nodump, noatime.
+        const XMAP: [(u32, u32); 4] = [(0x10, 0x8), (0x20, 0x10), (0x40, 0x80), (0x80, 0x40)];
         let fd = tri!(reply, fd_of(fh));
         let s = &self.shared;
+        let get = || s.with_task(req, |t| t.ioctl_getflags(fd)).map_err(errno);
+        let set = |v: u32| s.with_task(req, |t| t.ioctl_setflags(fd, v)).map_err(errno);
+        let word = |d: &[u8]| {
+            d.get(..4)
+                .map(|b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+        };
+        let out = |b: &[u8]| b.len().min(out_size as usize);
         if GET.contains(&cmd) {
-            let v = tri!(
-                reply,
-                s.with_task(req, |t| t.ioctl_getflags(fd)).map_err(errno)
-            );
-            let b = (v as i32).to_ne_bytes();
-            reply.ioctl(0, &b[..b.len().min(out_size as usize)]);
+            let b = tri!(reply, get()).to_ne_bytes();
+            reply.ioctl(0, &b[..out(&b)]);
         } else if SET.contains(&cmd) {
-            let Some(b) = in_data.get(..4) else {
-                return reply.error(raw(libc::EINVAL));
-            };
-            let v = u32::from_ne_bytes([b[0], b[1], b[2], b[3]]);
-            tri!(
-                reply,
-                s.with_task(req, |t| t.ioctl_setflags(fd, v)).map_err(errno)
-            );
+            let v = tri!(reply, word(in_data).ok_or(raw(libc::EINVAL)));
+            tri!(reply, set(v));
+            reply.ioctl(0, &[]);
+        } else if cmd == FSGETXATTR {
+            let fl = tri!(reply, get());
+            let x = XMAP
+                .iter()
+                .filter(|(f, _)| fl & f != 0)
+                .fold(0u32, |a, (_, x)| a | x);
+            let mut b = [0u8; 28];
+            b[..4].copy_from_slice(&x.to_ne_bytes());
+            reply.ioctl(0, &b[..out(&b)]);
+        } else if cmd == FSSETXATTR {
+            let x = tri!(reply, word(in_data).ok_or(raw(libc::EINVAL)));
+            let known = XMAP.iter().fold(0u32, |a, (_, x)| a | x);
+            if x & !known != 0 {
+                return reply.error(raw(libc::EOPNOTSUPP));
+            }
+            let fl = XMAP
+                .iter()
+                .filter(|(_, xf)| x & xf != 0)
+                .fold(0u32, |a, (f, _)| a | f);
+            tri!(reply, set(fl));
             reply.ioctl(0, &[]);
         } else {
             reply.error(raw(libc::ENOTTY));
