@@ -253,8 +253,10 @@ fn remount_read_only_matches_linux() {
     }
     let mut hl = Log::default();
     scenario(&Host { dir: dir.clone() }, &mut hl);
+    // Lazily: the scenario leaves descriptors open (MNT_DETACH detaches the
+    // mount now; the last close frees it).
     // SAFETY: plain syscall.
-    unsafe { libc::umount(c.as_ptr()) };
+    unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
     let _ = std::fs::remove_dir(&dir);
     if std::env::var_os("OPS_SHOW").is_some() {
         eprintln!("{hl:#?}");
