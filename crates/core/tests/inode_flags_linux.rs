@@ -60,58 +60,72 @@ impl Host {
     }
 }
 
-// SAFETY (every `unsafe` below): plain syscalls on valid C strings and
-// buffers that outlive the call.
 impl Sys for Host {
     fn open(&self, p: &str, flags: u32) -> R {
+        // SAFETY: a plain syscall on valid pointers that outlive it.
         cr(unsafe { libc::open(self.c(p).as_ptr(), flags as i32, 0o644) } as i64)
     }
     fn close(&self, fd: i32) -> R {
+        // SAFETY: a plain syscall on valid pointers that outlive it.
         cr(unsafe { libc::close(fd) } as i64)
     }
     fn pwrite(&self, fd: i32, b: &[u8], off: i64) -> R {
+        // SAFETY: a plain syscall on valid pointers that outlive it.
         cr(unsafe { libc::pwrite(fd, b.as_ptr().cast(), b.len(), off) } as i64)
     }
     fn getflags(&self, fd: i32) -> R {
         let mut v: libc::c_int = 0;
+        // SAFETY: a plain syscall on valid pointers that outlive it.
         cr(unsafe { libc::ioctl(fd, FS_IOC_GETFLAGS, &mut v) } as i64)?;
         Ok(v as i64)
     }
     fn setflags(&self, fd: i32, fl: u32) -> R {
         let v = fl as libc::c_int;
+        // SAFETY: a plain syscall on valid pointers that outlive it.
         cr(unsafe { libc::ioctl(fd, FS_IOC_SETFLAGS, &v) } as i64)
     }
     fn truncate(&self, p: &str, len: i64) -> R {
+        // SAFETY: a plain syscall on valid pointers that outlive it.
         cr(unsafe { libc::truncate(self.c(p).as_ptr(), len) } as i64)
     }
     fn ftruncate(&self, fd: i32, len: i64) -> R {
+        // SAFETY: a plain syscall on valid pointers that outlive it.
         cr(unsafe { libc::ftruncate(fd, len) } as i64)
     }
     fn fallocate(&self, fd: i32, mode: u32, off: i64, len: i64) -> R {
+        // SAFETY: a plain syscall on valid pointers that outlive it.
         cr(unsafe { libc::fallocate(fd, mode as i32, off, len) } as i64)
     }
     fn unlink(&self, p: &str) -> R {
+        // SAFETY: a plain syscall on valid pointers that outlive it.
         cr(unsafe { libc::unlink(self.c(p).as_ptr()) } as i64)
     }
     fn rmdir(&self, p: &str) -> R {
+        // SAFETY: a plain syscall on valid pointers that outlive it.
         cr(unsafe { libc::rmdir(self.c(p).as_ptr()) } as i64)
     }
     fn mkdir(&self, p: &str) -> R {
+        // SAFETY: a plain syscall on valid pointers that outlive it.
         cr(unsafe { libc::mkdir(self.c(p).as_ptr(), 0o755) } as i64)
     }
     fn mkfifo(&self, p: &str) -> R {
+        // SAFETY: a plain syscall on valid pointers that outlive it.
         cr(unsafe { libc::mkfifo(self.c(p).as_ptr(), 0o644) } as i64)
     }
     fn rename(&self, a: &str, b: &str) -> R {
+        // SAFETY: a plain syscall on valid pointers that outlive it.
         cr(unsafe { libc::rename(self.c(a).as_ptr(), self.c(b).as_ptr()) } as i64)
     }
     fn link(&self, a: &str, b: &str) -> R {
+        // SAFETY: a plain syscall on valid pointers that outlive it.
         cr(unsafe { libc::link(self.c(a).as_ptr(), self.c(b).as_ptr()) } as i64)
     }
     fn chmod(&self, p: &str, m: u32) -> R {
+        // SAFETY: a plain syscall on valid pointers that outlive it.
         cr(unsafe { libc::chmod(self.c(p).as_ptr(), m) } as i64)
     }
     fn chown(&self, p: &str, u: u32, g: u32) -> R {
+        // SAFETY: a plain syscall on valid pointers that outlive it.
         cr(unsafe { libc::chown(self.c(p).as_ptr(), u, g) } as i64)
     }
     fn utimes(&self, p: &str, t: Option<i64>) -> R {
@@ -122,6 +136,7 @@ impl Sys for Host {
             }; 2]
         });
         let ptr = ts.as_ref().map_or(std::ptr::null(), |a| a.as_ptr());
+        // SAFETY: a plain syscall on valid pointers that outlive it.
         cr(unsafe { libc::utimensat(libc::AT_FDCWD, self.c(p).as_ptr(), ptr, 0) } as i64)
     }
     fn size(&self, p: &str) -> R {

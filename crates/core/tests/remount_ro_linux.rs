@@ -46,12 +46,11 @@ fn cr(r: i64) -> R {
     }
 }
 
-// SAFETY (every `unsafe` below): plain syscalls on valid C strings and
-// buffers.
 impl Sys for Host {
     fn remount(&self, p: &str, ro: bool) -> R {
         let fl = libc::MS_REMOUNT | if ro { libc::MS_RDONLY } else { 0 };
         let t = CString::new("tmpfs").unwrap();
+        // SAFETY: a plain syscall on valid pointers that outlive it.
         cr(unsafe {
             libc::mount(
                 t.as_ptr(),
@@ -63,44 +62,56 @@ impl Sys for Host {
         } as i64)
     }
     fn open(&self, p: &str, flags: u32) -> R {
+        // SAFETY: a plain syscall on valid pointers that outlive it.
         cr(unsafe { libc::open(self.c(p).as_ptr(), flags as i32, 0o644) } as i64)
     }
     fn close(&self, fd: i32) -> R {
+        // SAFETY: a plain syscall on valid pointers that outlive it.
         cr(unsafe { libc::close(fd) } as i64)
     }
     fn read(&self, fd: i32) -> R {
         let mut b = [0u8; 16];
+        // SAFETY: a plain syscall on valid pointers that outlive it.
         cr(unsafe { libc::pread(fd, b.as_mut_ptr().cast(), 16, 0) } as i64)
     }
     fn unlink(&self, p: &str) -> R {
+        // SAFETY: a plain syscall on valid pointers that outlive it.
         cr(unsafe { libc::unlink(self.c(p).as_ptr()) } as i64)
     }
     fn mkdir(&self, p: &str) -> R {
+        // SAFETY: a plain syscall on valid pointers that outlive it.
         cr(unsafe { libc::mkdir(self.c(p).as_ptr(), 0o755) } as i64)
     }
     fn rename(&self, a: &str, b: &str) -> R {
+        // SAFETY: a plain syscall on valid pointers that outlive it.
         cr(unsafe { libc::rename(self.c(a).as_ptr(), self.c(b).as_ptr()) } as i64)
     }
     fn link(&self, a: &str, b: &str) -> R {
+        // SAFETY: a plain syscall on valid pointers that outlive it.
         cr(unsafe { libc::link(self.c(a).as_ptr(), self.c(b).as_ptr()) } as i64)
     }
     fn symlink(&self, a: &str, b: &str) -> R {
         let a = CString::new(a).unwrap();
+        // SAFETY: a plain syscall on valid pointers that outlive it.
         cr(unsafe { libc::symlink(a.as_ptr(), self.c(b).as_ptr()) } as i64)
     }
     fn chmod(&self, p: &str, m: u32) -> R {
+        // SAFETY: a plain syscall on valid pointers that outlive it.
         cr(unsafe { libc::chmod(self.c(p).as_ptr(), m) } as i64)
     }
     fn truncate(&self, p: &str, n: i64) -> R {
+        // SAFETY: a plain syscall on valid pointers that outlive it.
         cr(unsafe { libc::truncate(self.c(p).as_ptr(), n) } as i64)
     }
     fn utimes(&self, p: &str) -> R {
         cr(
+            // SAFETY: a plain syscall on valid pointers that outlive it.
             unsafe { libc::utimensat(libc::AT_FDCWD, self.c(p).as_ptr(), std::ptr::null(), 0) }
                 as i64,
         )
     }
     fn mkfifo(&self, p: &str) -> R {
+        // SAFETY: a plain syscall on valid pointers that outlive it.
         cr(unsafe { libc::mkfifo(self.c(p).as_ptr(), 0o644) } as i64)
     }
 }

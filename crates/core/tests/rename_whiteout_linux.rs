@@ -37,11 +37,10 @@ fn cr(r: i64) -> R {
     }
 }
 
-// SAFETY (every `unsafe` below): plain syscalls on valid C strings and
-// buffers.
 impl Sys for Host {
     fn rename2(&self, a: &str, b: &str, fl: u32) -> R {
         let (a, b) = (self.c(a), self.c(b));
+        // SAFETY: a plain syscall on valid pointers that outlive it.
         cr(unsafe {
             libc::syscall(
                 libc::SYS_renameat2,
@@ -54,7 +53,9 @@ impl Sys for Host {
         })
     }
     fn lstat(&self, p: &str) -> Result<(u32, u64, u32, u32, u64, u64), i32> {
+        // SAFETY: a plain syscall on valid pointers that outlive it.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: a plain syscall on valid pointers that outlive it.
         cr(unsafe { libc::lstat(self.c(p).as_ptr(), &mut st) } as i64)?;
         Ok((
             st.st_mode,
@@ -70,13 +71,17 @@ impl Sys for Host {
         ))
     }
     fn mkdir(&self, p: &str) -> R {
+        // SAFETY: a plain syscall on valid pointers that outlive it.
         cr(unsafe { libc::mkdir(self.c(p).as_ptr(), 0o755) } as i64)
     }
     fn mkfile(&self, p: &str) -> R {
         let fd = cr(
+            // SAFETY: a plain syscall on valid pointers that outlive it.
             unsafe { libc::open(self.c(p).as_ptr(), libc::O_CREAT | libc::O_WRONLY, 0o644) } as i64,
         )?;
+        // SAFETY: a plain syscall on valid pointers that outlive it.
         cr(unsafe { libc::write(fd as i32, b"abc".as_ptr().cast(), 3) } as i64)?;
+        // SAFETY: a plain syscall on valid pointers that outlive it.
         cr(unsafe { libc::close(fd as i32) } as i64)
     }
 }
