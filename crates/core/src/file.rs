@@ -62,6 +62,15 @@ pub struct File {
     flags: AtomicU32,
     /// The file position.
     pub(crate) pos: AtomicU64,
+    /// A regular file opened for writing: counted in its mount's writers
+    /// (read-only remount is EBUSY meanwhile) from `new` until its last fd
+    /// slot closes (not until the deferred drop: Linux's close releases it
+    /// before returning), or until the drop if it was never installed.
+    writer: bool,
+    /// Whether `writer` is counted now.
+    writer_counted: AtomicBool,
+    /// fd-table slots holding this file.
+    slots: AtomicUsize,
     /// Serialises position-using writes (see LOCKING RULES).
     pub(crate) pos_lock: Mutex<()>,
     /// A directory listing's end (`Filesystem::readdir_end`), taken when a
@@ -93,9 +102,18 @@ impl File {
                 | O_LARGEFILE_KERNEL
         };
         crate::orphan::file_opened(&path.mnt.sb.orphans, &inode);
+        let writer = flags & O_PATH == 0
+            && matches!(flags & O_ACCMODE, O_WRONLY | O_RDWR)
+            && inode.file_type() == crate::types::FileType::Regular;
+        if writer {
+            path.mnt.add_writer();
+        }
         File {
             path,
             inode,
+            writer,
+            writer_counted: AtomicBool::new(writer),
+            slots: AtomicUsize::new(0),
             flags: AtomicU32::new(flags),
             pos: AtomicU64::new(0),
             pos_lock: Mutex::new(Class::PosLock, ()),
@@ -132,6 +150,17 @@ impl File {
         let f = self.flags();
         f & O_PATH == 0 && matches!(f & O_ACCMODE, O_WRONLY | O_RDWR)
     }
+    fn uncount_writer(&self) {
+        // SeqCst: with the mount's writer count (see `Vfs::remount_at`).
+        if self.writer && self.writer_counted.swap(false, Ordering::SeqCst) {
+            self.path.mnt.drop_writer();
+        }
+    }
+    /// Whether this is a counted writer on a mount that is read-only now:
+    /// an open checks this after making the file (see `Vfs::remount_at`).
+    pub(crate) fn writer_on_readonly(&self) -> bool {
+        self.writer && self.path.mnt.is_readonly()
+    }
     pub fn is_append(&self) -> bool {
         self.flags() & O_APPEND != 0
     }
@@ -146,6 +175,7 @@ impl Drop for File {
     /// The last close: lock-free unless the inode was unlinked or is being
     /// truncated (`orphan::file_closed`).
     fn drop(&mut self) {
+        self.uncount_writer();
         crate::orphan::file_closed(&self.path.mnt.sb.orphans, &self.inode);
     }
 }
@@ -334,6 +364,14 @@ impl FdTable {
         // Each slot holds its file's mount busy (umount's EBUSY), from here
         // to the slot's close, not to the deferred drop.
         file.path.mnt.hold();
+        // Relaxed: a count (tables of different tasks may share the file:
+        // an RMW); the last decrement in `release_slot` is AcqRel.
+        file.slots.fetch_add(1, Ordering::Relaxed);
+        // SeqCst: a file installed again after its last slot closed (an
+        // `Arc<File>` kept by a library user) counts as a writer again.
+        if file.writer && !file.writer_counted.swap(true, Ordering::SeqCst) {
+            file.path.mnt.add_writer();
+        }
         // Release: publish the File to lock-free readers.
         let old = slot.file.swap(Owned::new(file), Ordering::Release, g);
         release_slot(old, g);
@@ -479,6 +517,11 @@ fn release_slot(old: Shared<'_, Arc<File>>, g: &Guard) {
     // only by the deferred destruction below.
     if let Some(f) = unsafe { old.as_ref() } {
         f.path.mnt.release();
+        // AcqRel: the last slot's close uncounts the writer now, not at the
+        // deferred drop (a read-only remount right after close succeeds).
+        if f.slots.fetch_sub(1, Ordering::AcqRel) == 1 {
+            f.uncount_writer();
+        }
         // SAFETY: unreachable from the table now; pinned readers are waited for.
         unsafe { g.defer_destroy(old) };
     }

@@ -168,6 +168,20 @@ pub trait Filesystem: Send + Sync + 'static {
         Err(Errno::EOPNOTSUPP)
     }
 
+    /// The fallocate modes that zero or move data (`RangeOp`), with the
+    /// data lock held; the VFS grows the size after `Zero` without
+    /// KEEP_SIZE. The filesystem checks its own alignment rules.
+    fn fallocate_range(
+        &self,
+        inode: &Arc<Inode>,
+        op: RangeOp,
+        off: u64,
+        len: u64,
+    ) -> VfsResult<()> {
+        let _ = (inode, op, off, len);
+        Err(Errno::EOPNOTSUPP)
+    }
+
     /// SEEK_DATA (`data`) or SEEK_HOLE from `off`; ENXIO past the end.
     fn seek_data_hole(&self, inode: &Arc<Inode>, off: u64, data: bool) -> VfsResult<u64> {
         // Default: the whole file is data, with the implicit hole at EOF.
@@ -188,6 +202,18 @@ pub trait Filesystem: Send + Sync + 'static {
     fn evict(&self, inode: &Inode) {
         let _ = inode;
     }
+}
+
+/// fallocate modes beyond allocate and punch (ext4 has all three; tmpfs
+/// none).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RangeOp {
+    /// FALLOC_FL_ZERO_RANGE.
+    Zero,
+    /// FALLOC_FL_COLLAPSE_RANGE.
+    Collapse,
+    /// FALLOC_FL_INSERT_RANGE.
+    Insert,
 }
 
 /// Apply the non-size fields of `set` to an attribute block.

@@ -32,6 +32,19 @@ pub const I_DEAD: u32 = 1;
 /// give a name although its link count is 0 (Linux's I_LINKABLE).
 pub const I_LINKABLE: u32 = 2;
 
+/// chattr(1) flags (`FS_IOC_GETFLAGS`/`SETFLAGS`) that memfs keeps, as
+/// tmpfs does: immutable, append-only, no-dump, no-atime. They live in the
+/// inode's flag word shifted by [`FS_FL_SHIFT`] (set and read with
+/// `fs_flags`/`set_fs_flags`); the VFS enforces them (`task.rs`, `io.rs`).
+pub const FS_IMMUTABLE_FL: u32 = 0x10;
+pub const FS_APPEND_FL: u32 = 0x20;
+pub const FS_NODUMP_FL: u32 = 0x40;
+pub const FS_NOATIME_FL: u32 = 0x80;
+/// The chattr flags a task may set (tmpfs's SHMEM_FL_USER_MODIFIABLE less
+/// casefold); others are EOPNOTSUPP.
+pub const FS_FL_SETTABLE: u32 = FS_IMMUTABLE_FL | FS_APPEND_FL | FS_NODUMP_FL | FS_NOATIME_FL;
+const FS_FL_SHIFT: u32 = 8;
+
 /// An in-memory inode.
 #[repr(C)]
 pub struct Inode {
@@ -165,6 +178,29 @@ impl Inode {
     pub(crate) fn clear_flag(&self, f: u32) {
         // Release: as set_flag.
         self.hot.flags.fetch_and(!f, Ordering::Release);
+    }
+    /// The chattr flags (`FS_*_FL`).
+    pub fn fs_flags(&self) -> u32 {
+        (self.flags() >> FS_FL_SHIFT) & FS_FL_SETTABLE
+    }
+    /// Replace the chattr flags (`FS_*_FL`, within [`FS_FL_SETTABLE`]).
+    pub(crate) fn set_fs_flags(&self, fl: u32) {
+        let fl = (fl & FS_FL_SETTABLE) << FS_FL_SHIFT;
+        // Release: as set_flag; the RMW keeps the other flag bits.
+        let _ = self
+            .hot
+            .flags
+            .fetch_update(Ordering::Release, Ordering::Relaxed, |f| {
+                Some((f & !(FS_FL_SETTABLE << FS_FL_SHIFT)) | fl)
+            });
+    }
+    /// FS_IMMUTABLE_FL: no change at all (EPERM).
+    pub fn is_immutable(&self) -> bool {
+        self.fs_flags() & FS_IMMUTABLE_FL != 0
+    }
+    /// FS_APPEND_FL: data only appended; no truncate, unlink, rename (EPERM).
+    pub fn is_append_only(&self) -> bool {
+        self.fs_flags() & FS_APPEND_FL != 0
     }
     pub fn is_dead(&self) -> bool {
         // Acquire: a dead directory's removal must be visible to a creator that sees the flag.

@@ -41,6 +41,11 @@ pub const SEEK_HOLE: u32 = 4;
 /// `fallocate` modes.
 pub const FALLOC_FL_KEEP_SIZE: u32 = 0x01;
 pub const FALLOC_FL_PUNCH_HOLE: u32 = 0x02;
+pub const FALLOC_FL_COLLAPSE_RANGE: u32 = 0x08;
+pub const FALLOC_FL_ZERO_RANGE: u32 = 0x10;
+pub const FALLOC_FL_INSERT_RANGE: u32 = 0x20;
+const FALLOC_FL_UNSHARE_RANGE: u32 = 0x40;
+const FALLOC_FL_WRITE_ZEROES: u32 = 0x80;
 /// Every mode bit Linux's VFS knows (collapse, zero, insert, unshare,
 /// write-zeroes); tmpfs supports only KEEP_SIZE and PUNCH_HOLE.
 const FALLOC_FL_KNOWN: u32 = 0x01 | 0x02 | 0x04 | 0x08 | 0x10 | 0x20 | 0x40 | 0x80;
@@ -137,10 +142,13 @@ pub(crate) fn truncate_inode(p: &PathRef, size: u64, cred: &Cred) -> VfsResult<(
 /// relatime: update atime only when it is not newer than mtime or ctime, so
 /// repeated reads write nothing and call no clock.
 fn touch_atime(f: &File) {
-    if f.flags() & O_NOATIME != 0 || f.path().mnt.is_readonly() {
+    let i = f.inode();
+    if f.flags() & O_NOATIME != 0
+        || f.path().mnt.is_readonly()
+        || i.fs_flags() & crate::inode::FS_NOATIME_FL != 0
+    {
         return;
     }
-    let i = f.inode();
     let a = i.attr();
     if a.atime() <= a.mtime() || a.atime() <= a.ctime() {
         let now = Timespec::now();
@@ -460,6 +468,11 @@ impl Task {
         if f.inode().file_type() != FileType::Regular || !f.can_write() {
             return Err(Errno::EINVAL);
         }
+        // do_ftruncate: append-only is EPERM (immutable is not checked: the
+        // file was open for writing before it became immutable).
+        if f.inode().is_append_only() {
+            return Err(Errno::EPERM);
+        }
         truncate_inode(f.path(), size as u64, self.cred())?;
         ch.inode(f.inode());
         Ok(())
@@ -481,8 +494,15 @@ impl Task {
         if p.mnt.is_readonly() {
             return Err(Errno::EROFS);
         }
+        // inode_permission(MAY_WRITE): immutable is EPERM.
+        if i.is_immutable() {
+            return Err(Errno::EPERM);
+        }
         if !crate::inode::permission_ok(&i.attr(), self.cred(), W_OK) {
             return Err(Errno::EACCES);
+        }
+        if i.is_append_only() {
+            return Err(Errno::EPERM);
         }
         truncate_inode(&p, size as u64, self.cred())?;
         // No lock is held here: report at once.
@@ -490,19 +510,28 @@ impl Task {
         Ok(())
     }
 
-    /// `fallocate(2)`: mode 0 (allocate, growing the size), KEEP_SIZE, and
-    /// PUNCH_HOLE|KEEP_SIZE; the other modes are EOPNOTSUPP as on tmpfs.
+    /// `fallocate(2)`: mode 0 (allocate, growing the size), KEEP_SIZE,
+    /// PUNCH_HOLE|KEEP_SIZE (as tmpfs), and ZERO_RANGE (with or without
+    /// KEEP_SIZE), COLLAPSE_RANGE and INSERT_RANGE (as ext4, where the
+    /// filesystem has them: `Filesystem::fallocate_range`); UNSHARE_RANGE
+    /// and WRITE_ZEROES are EOPNOTSUPP. Mode checks as `vfs_fallocate`.
     pub fn fallocate(&self, fd: i32, mode: u32, off: i64, len: i64) -> VfsResult<()> {
+        use crate::fs::RangeOp;
         if off < 0 || len <= 0 {
             return Err(Errno::EINVAL);
         }
         if mode & !FALLOC_FL_KNOWN != 0 {
             return Err(Errno::EOPNOTSUPP);
         }
-        let punch = mode & FALLOC_FL_PUNCH_HOLE != 0;
         let keep = mode & FALLOC_FL_KEEP_SIZE != 0;
-        if punch && !keep {
-            return Err(Errno::EOPNOTSUPP);
+        // One operation, with KEEP_SIZE where it means something.
+        let op = mode & !FALLOC_FL_KEEP_SIZE;
+        match op {
+            0 | FALLOC_FL_ZERO_RANGE | FALLOC_FL_UNSHARE_RANGE => {}
+            FALLOC_FL_PUNCH_HOLE if keep => {}
+            FALLOC_FL_COLLAPSE_RANGE | FALLOC_FL_INSERT_RANGE | FALLOC_FL_WRITE_ZEROES if !keep => {
+            }
+            _ => return Err(Errno::EOPNOTSUPP),
         }
         // Reported when this drops, after `_w` (and with `g` unpinned).
         let mut ch = self.changes();
@@ -512,6 +541,11 @@ impl Task {
             return Err(Errno::EBADF);
         }
         let i = f.inode();
+        // vfs_fallocate: on an append-only file only preallocation; nothing
+        // on an immutable one.
+        if (mode & !FALLOC_FL_KEEP_SIZE != 0 && i.is_append_only()) || i.is_immutable() {
+            return Err(Errno::EPERM);
+        }
         match i.file_type() {
             FileType::Fifo => return Err(Errno::ESPIPE),
             FileType::Directory => return Err(Errno::EISDIR),
@@ -523,14 +557,22 @@ impl Task {
         if end > fs.max_file_size() {
             return Err(Errno::EFBIG);
         }
-        if mode & !(FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE) != 0 {
-            return Err(Errno::EOPNOTSUPP);
-        }
+        let range = match op {
+            FALLOC_FL_ZERO_RANGE => Some(RangeOp::Zero),
+            FALLOC_FL_COLLAPSE_RANGE => Some(RangeOp::Collapse),
+            FALLOC_FL_INSERT_RANGE => Some(RangeOp::Insert),
+            0 | FALLOC_FL_PUNCH_HOLE => None,
+            _ => return Err(Errno::EOPNOTSUPP),
+        };
         let _w = i.data_lock.write();
-        // vfs_fallocate's file_modified, every mode (tmpfs too).
+        // vfs_fallocate's file_modified, every mode (tmpfs and ext4 too,
+        // before their own checks).
         remove_privs(f.path(), self.cred())?;
-        fs.fallocate(i, punch, off as u64, len as u64)?;
-        if !keep && end > i.attr().size {
+        match range {
+            None => fs.fallocate(i, op == FALLOC_FL_PUNCH_HOLE, off as u64, len as u64)?,
+            Some(r) => fs.fallocate_range(i, r, off as u64, len as u64)?,
+        }
+        if !keep && matches!(op, 0 | FALLOC_FL_ZERO_RANGE) && end > i.attr().size {
             fs.truncate(i, end)?;
         }
         ch.inode(i);

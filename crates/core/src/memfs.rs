@@ -671,6 +671,28 @@ impl Filesystem for MemFs {
         f.fallocate(inode, &self.quota(), punch, off, len)
     }
 
+    fn fallocate_range(
+        &self,
+        inode: &Arc<Inode>,
+        op: crate::fs::RangeOp,
+        off: u64,
+        len: u64,
+    ) -> VfsResult<()> {
+        use crate::fs::RangeOp;
+        let f = file(inode)?;
+        let max = self.opts.max_file_size;
+        match op {
+            RangeOp::Zero => {
+                if !matches!(off.checked_add(len), Some(e) if e <= max) {
+                    return Err(Errno::EFBIG);
+                }
+                f.zero_range(inode, &self.quota(), off, len)
+            }
+            RangeOp::Collapse => f.collapse_range(inode, &self.quota(), off, len),
+            RangeOp::Insert => f.insert_range(inode, off, len, max),
+        }
+    }
+
     fn seek_data_hole(&self, inode: &Arc<Inode>, off: u64, data: bool) -> VfsResult<u64> {
         file(inode)?.seek_data_hole(inode, off, data)
     }

@@ -847,6 +847,218 @@ impl FileData {
         Ok(())
     }
 
+    /// FALLOC_FL_ZERO_RANGE over `[off, off + len)` (data lock held): the
+    /// range reads as zeros and every page it touches is allocated, as ext4
+    /// allocates (unwritten) blocks; the size is the VFS's business. Whole
+    /// written pages are replaced by fresh unwritten ones and partial pages
+    /// by zeroed copies (copy on write, module comment). Space is checked
+    /// and taken before anything changes (ENOSPC leaves the file as it was).
+    pub(crate) fn zero_range(
+        &self,
+        inode: &Inode,
+        q: &Quota<'_>,
+        off: u64,
+        len: u64,
+    ) -> VfsResult<()> {
+        let g = epoch::pin();
+        let p = PAGE as u64;
+        let end = off.checked_add(len).ok_or(Errno::EFBIG)?;
+        let (first, last) = (off / p, end.div_ceil(p));
+        // O(1) checks first, as in `fallocate`: the loop below is bounded by
+        // the filesystem's size.
+        let want = last - first;
+        if want > q.max_pages || want.saturating_sub(self.npages()) > q.free() {
+            return Err(Errno::ENOSPC);
+        }
+        let missing = want - self.count_range(first, last, &g);
+        if !q.take(missing) {
+            return Err(Errno::ENOSPC);
+        }
+        // Partial pages at the ends: zeroed copies of those that exist.
+        let a = (off % p) as usize;
+        let b = (end % p) as usize;
+        let to = if b == 0 { PAGE } else { b };
+        let partial = |idx: u64, from: usize, to: usize| {
+            if from == 0 && to == PAGE {
+                Ok(())
+            } else {
+                self.zero_in_page(idx, from, to, false, &g)
+            }
+        };
+        let ends = if first + 1 == last {
+            partial(first, a, to)
+        } else {
+            partial(first, a, PAGE).and_then(|()| partial(last - 1, 0, to))
+        };
+        if let Err(e) = ends {
+            q.give(missing);
+            return Err(e);
+        }
+        let mut added = 0;
+        for idx in first..last {
+            let whole = (idx > first || a == 0) && (idx + 1 < last || b == 0);
+            let slot = self.slot_for_write(idx, &g);
+            // Relaxed: writer-side read (data lock held).
+            let cur = slot.load(Ordering::Relaxed, &g);
+            // Kept: a partial page (zeroed above) or an unwritten one.
+            let replace = cur.is_null() || (whole && Page(cur).is_written());
+            if !replace {
+                continue;
+            }
+            let Some(np) = Page::new(false) else {
+                q.give(missing - added);
+                self.set_blocks(inode, added as i64, Some(Timespec::now()), None);
+                return Err(Errno::ENOMEM);
+            };
+            // Release: publish the initialised (zero) page.
+            let old = slot.swap(np.0, Ordering::Release, &g);
+            if old.is_null() {
+                added += 1;
+            } else {
+                // SAFETY: unreachable now.
+                unsafe { Page(old).retire(&g) };
+            }
+        }
+        debug_assert_eq!(added, missing);
+        self.set_blocks(inode, added as i64, Some(Timespec::now()), None);
+        Ok(())
+    }
+
+    /// FALLOC_FL_COLLAPSE_RANGE (data lock held): remove `[off, off + len)`
+    /// and move every later page down by `len`, shrinking the size by `len`.
+    /// Rules as ext4's with 4 KiB blocks: `off` and `len` page-aligned and
+    /// the range ending before EOF, else EINVAL.
+    ///
+    /// Readers: the new size is stored first, then the range's pages leave
+    /// and the later pages move down in increasing order (a page is never
+    /// written, only moved, so it may briefly be at two indices). A reader
+    /// that loaded a page at its old index `i` copies in-page bytes below
+    /// `size - i * PAGE` for the size it read (old or new); the page's new
+    /// index is lower by `len / PAGE`, so the bytes a later append writes in
+    /// place (at or past the new size) are at or above those, and never
+    /// overlap what such a reader copies. Work: the pages of the file.
+    pub(crate) fn collapse_range(
+        &self,
+        inode: &Inode,
+        q: &Quota<'_>,
+        off: u64,
+        len: u64,
+    ) -> VfsResult<()> {
+        let p = PAGE as u64;
+        if !off.is_multiple_of(p) || !len.is_multiple_of(p) {
+            return Err(Errno::EINVAL);
+        }
+        let size = inode.attr().size;
+        let end = off.checked_add(len).ok_or(Errno::EINVAL)?;
+        if end >= size {
+            return Err(Errno::EINVAL);
+        }
+        let g = epoch::pin();
+        let now = Timespec::now();
+        inode.update_attr(|a| {
+            a.size = size - len;
+            a.touch_mc(now);
+        });
+        let (lo, k) = (off / p, len / p);
+        let removed = self.remove_range(lo, lo + k, &g);
+        let mut from = lo + k;
+        while let Some((idx, pg)) = self.next_present(from, &g) {
+            // Release: publish the page at its new index first, so a reader
+            // finds it at one of the two.
+            self.slot_for_write(idx - k, &g)
+                .store(pg.0, Ordering::Release);
+            self.slot_for_write(idx, &g)
+                .store(Shared::null(), Ordering::Release);
+            match idx.checked_add(1) {
+                Some(n) => from = n,
+                None => break,
+            }
+        }
+        q.give(removed);
+        self.set_blocks(inode, -(removed as i64), None, None);
+        Ok(())
+    }
+
+    /// FALLOC_FL_INSERT_RANGE (data lock held): move every page at or past
+    /// `off` up by `len`, leaving a hole, and grow the size by `len`. Rules
+    /// as ext4's: `off` and `len` page-aligned and `off` below EOF (EINVAL),
+    /// the new size within `max` (EFBIG).
+    ///
+    /// Readers: pages move first (in decreasing order), then the new size is
+    /// stored. A reader that loaded a page at its old index `i` and then
+    /// read the new size may copy in-page bytes up to `new size - i * PAGE`,
+    /// which for the page holding the old EOF and the pages past it
+    /// includes bytes a later append writes in place at the page's new,
+    /// higher index. So those pages are replaced by copies (module comment:
+    /// a page is written in place only if it has been in the tree only while
+    /// the size was at or below those bytes); the pages below the old EOF
+    /// page are wholly inside the file and never written in place. The
+    /// copies are made before anything changes, so ENOMEM changes nothing.
+    /// Work: the pages of the file.
+    pub(crate) fn insert_range(
+        &self,
+        inode: &Inode,
+        off: u64,
+        len: u64,
+        max: u64,
+    ) -> VfsResult<()> {
+        let p = PAGE as u64;
+        if !off.is_multiple_of(p) || !len.is_multiple_of(p) {
+            return Err(Errno::EINVAL);
+        }
+        let size = inode.attr().size;
+        if off >= size {
+            return Err(Errno::EINVAL);
+        }
+        if len > max.saturating_sub(size) {
+            return Err(Errno::EFBIG);
+        }
+        let g = epoch::pin();
+        let (lo, k) = (off / p, len / p);
+        let eof_page = size / p;
+        // Pages to move, highest first, with the replacements of those at or
+        // past the old EOF page (bounded by the pages the file has).
+        let mut moves = Vec::new();
+        let mut from = lo;
+        while let Some((idx, pg)) = self.next_present(from, &g) {
+            let np = if idx < eof_page {
+                None
+            } else if pg.is_written() {
+                Some(pg.copy().ok_or(Errno::ENOMEM)?)
+            } else {
+                Some(Page::new(false).ok_or(Errno::ENOMEM)?)
+            };
+            moves.push((idx, pg, np));
+            match idx.checked_add(1) {
+                Some(n) => from = n,
+                None => break,
+            }
+        }
+        for (idx, pg, np) in moves.into_iter().rev() {
+            let dst = self.slot_for_write(idx + k, &g);
+            match np {
+                Some(np) => {
+                    // Release: publish the initialised copy.
+                    dst.store(np.0, Ordering::Release);
+                    // Release: readers that load null read zeros (a hole).
+                    self.slot_for_write(idx, &g)
+                        .store(Shared::null(), Ordering::Release);
+                    // SAFETY: unreachable now.
+                    unsafe { pg.retire(&g) };
+                }
+                None => {
+                    // Release: publish the page at its new index first.
+                    dst.store(pg.0, Ordering::Release);
+                    self.slot_for_write(idx, &g)
+                        .store(Shared::null(), Ordering::Release);
+                }
+            }
+        }
+        let now = Timespec::now();
+        self.set_blocks(inode, 0, Some(now), Some(size + len));
+        Ok(())
+    }
+
     /// SEEK_DATA (`data`) or SEEK_HOLE from `off` (lock-free). Pages never
     /// written count as holes, and so does everything at or past EOF.
     pub(crate) fn seek_data_hole(&self, inode: &Inode, off: u64, data: bool) -> VfsResult<u64> {
@@ -933,6 +1145,50 @@ mod tests {
         );
         assert_eq!(page_ptr(&f, 1), 0);
     }
+    /// Issue 13 (5): the range modes keep the page accounting (quota and
+    /// st_blocks) exact and fail without changing anything when they must.
+    #[test]
+    fn range_ops_account_pages() {
+        let (i, f, used) = file();
+        let q = Quota {
+            used: &used,
+            max_pages: 8,
+        };
+        let p = PAGE as u64;
+        assert_eq!(f.write(&i, &q, 0, &[7u8; 4 * PAGE + 10]), Ok(4 * PAGE + 10));
+        assert_eq!(used.load(Ordering::Relaxed), 5);
+        // Collapse gives the range's pages back; the rest move down.
+        f.collapse_range(&i, &q, p, 2 * p).unwrap();
+        assert_eq!((i.attr().size, f.npages()), (2 * p + 10, 3));
+        assert_eq!(used.load(Ordering::Relaxed), 3);
+        let mut b = [0u8; 11];
+        assert_eq!(f.read(&i, p, &mut b), 11);
+        assert_eq!(b, [7u8; 11]);
+        // Insert takes nothing: a hole.
+        f.insert_range(&i, p, 3 * p, u64::MAX).unwrap();
+        assert_eq!((i.attr().size, f.npages()), (5 * p + 10, 3));
+        assert_eq!(used.load(Ordering::Relaxed), 3);
+        assert_eq!(f.read(&i, p, &mut b), 11);
+        assert_eq!(b, [0u8; 11]);
+        assert_eq!(
+            f.insert_range(&i, 0, p, 6 * p),
+            Err(Errno::EFBIG),
+            "past the maximum size"
+        );
+        // Zero range needing more pages than are free: ENOSPC, unchanged.
+        assert_eq!(f.zero_range(&i, &q, 0, 20 * p), Err(Errno::ENOSPC));
+        assert_eq!(f.zero_range(&i, &q, 6 * p, 6 * p), Err(Errno::ENOSPC));
+        assert_eq!((f.npages(), used.load(Ordering::Relaxed)), (3, 3));
+        assert_eq!(f.read(&i, 4 * p, &mut b), 11);
+        assert_eq!(b, [7u8; 11]);
+        // Within the limit it allocates every page of the range.
+        f.zero_range(&i, &q, 0, 6 * p).unwrap();
+        assert_eq!((f.npages(), used.load(Ordering::Relaxed)), (6, 6));
+        assert_eq!(f.read(&i, 4 * p, &mut b), 11);
+        assert_eq!(b, [0u8; 11]);
+        f.truncate(&i, &q, 0).unwrap();
+        assert_eq!((f.npages(), used.load(Ordering::Relaxed)), (0, 0));
+    }
 }
 
 #[cfg(test)]
@@ -971,6 +1227,48 @@ mod race_tests {
                 f.truncate(&i, &q, 2 * PAGE as u64).unwrap();
                 f.truncate(&i, &q, 100).unwrap();
                 assert_eq!(f.write(&i, &q, 100, &[b'B'; 1000]), Ok(1000));
+            }
+            // Relaxed: a stop flag.
+            done.store(true, Ordering::Relaxed);
+        });
+    }
+
+    /// Issue 13 (5), concurrently: readers copy the file while a writer
+    /// inserts and collapses ranges and appends in place into the page that
+    /// held the old EOF. Readers must only ever see zeros or written bytes
+    /// (under ThreadSanitizer, an insert that moved the EOF page instead of
+    /// replacing it reports the race with the append).
+    #[test]
+    fn readers_race_insert_collapse_and_append() {
+        let (i, f, used) = file();
+        let q = Quota {
+            used: &used,
+            max_pages: 32,
+        };
+        let p = PAGE as u64;
+        let done = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            for _ in 0..2 {
+                s.spawn(|| {
+                    let mut buf = vec![0u8; 8 * PAGE];
+                    // Relaxed: a stop flag.
+                    while !done.load(Ordering::Relaxed) {
+                        let n = f.read(&i, 0, &mut buf);
+                        assert!(buf[..n].iter().all(|&b| b == 0 || b == b'B'));
+                    }
+                });
+            }
+            for _ in 0..1000 {
+                f.truncate(&i, &q, 0).unwrap();
+                assert_eq!(
+                    f.write(&i, &q, 0, &[b'B'; 2 * PAGE + 100]),
+                    Ok(2 * PAGE + 100)
+                );
+                f.insert_range(&i, p, 2 * p, u64::MAX).unwrap();
+                assert_eq!(f.write(&i, &q, 4 * p + 100, &[b'B'; 100]), Ok(100));
+                f.collapse_range(&i, &q, 0, 2 * p).unwrap();
+                assert_eq!(f.write(&i, &q, 2 * p + 200, &[b'B'; 100]), Ok(100));
+                f.zero_range(&i, &q, 10, p).unwrap();
             }
             // Relaxed: a stop flag.
             done.store(true, Ordering::Relaxed);

@@ -130,6 +130,16 @@ struct NameOp {
     name: Vec<u8>,
 }
 
+/// A regular file just opened for writing on a mount that a concurrent
+/// remount made read-only meanwhile (see `Vfs::remount_at`): EROFS (the
+/// file is dropped, which uncounts it).
+fn read_only_race(r: VfsResult<File>) -> VfsResult<File> {
+    match r {
+        Ok(f) if f.writer_on_readonly() => Err(Errno::EROFS),
+        r => r,
+    }
+}
+
 fn as_bytes<P: AsRef<[u8]> + ?Sized>(p: &P) -> &[u8] {
     p.as_ref()
 }
@@ -570,6 +580,10 @@ impl Task {
         if i.is_dead() {
             return Err(Errno::ENOENT);
         }
+        // inode_permission(MAY_WRITE): an immutable directory is EPERM.
+        if i.is_immutable() {
+            return Err(Errno::EPERM);
+        }
         if !permission_ok(&i.attr(), &self.cred, W_OK | X_OK) {
             return Err(Errno::EACCES);
         }
@@ -580,8 +594,17 @@ impl Task {
     /// operation expects.
     fn may_delete(&self, dir: &PathRef, victim: &Inode, isdir: bool) -> VfsResult<()> {
         let da = dir.inode().attr();
+        // inode_permission(MAY_WRITE): an immutable directory is EPERM.
+        if dir.inode().is_immutable() {
+            return Err(Errno::EPERM);
+        }
         if !permission_ok(&da, &self.cred, W_OK | X_OK) {
             return Err(Errno::EACCES);
+        }
+        // may_delete: an append-only directory, an immutable or append-only
+        // victim.
+        if dir.inode().is_append_only() || victim.is_immutable() || victim.is_append_only() {
+            return Err(Errno::EPERM);
         }
         if da.mode & S_ISVTX != 0 && !self.cred.is_root() {
             let va = victim.attr();
@@ -834,6 +857,10 @@ impl Task {
         // do_linkat: may_linkat (EPERM) before vfs_link's may_create.
         self.may_linkat(&inode)?;
         self.may_create(parent)?;
+        // vfs_link: an immutable or append-only file gets no new name.
+        if inode.is_immutable() || inode.is_append_only() {
+            return Err(Errno::EPERM);
+        }
         if inode.is_dir() {
             return Err(Errno::EPERM);
         }
@@ -982,17 +1009,13 @@ impl Task {
         if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE | RENAME_WHITEOUT) != 0 {
             return Err(Errno::EINVAL);
         }
-        if flags & RENAME_NOREPLACE != 0 && flags & RENAME_EXCHANGE != 0 {
+        if flags & (RENAME_NOREPLACE | RENAME_WHITEOUT) != 0 && flags & RENAME_EXCHANGE != 0 {
             return Err(Errno::EINVAL);
         }
-        if flags & RENAME_WHITEOUT != 0 {
-            // Whiteouts are an overlayfs device node; not supported.
-            return Err(if flags & RENAME_EXCHANGE != 0 {
-                Errno::EINVAL
-            } else {
-                Errno::EPERM
-            });
-        }
+        // RENAME_WHITEOUT (overlayfs's): the old name becomes a whiteout, a
+        // character device 0:0 with no permission bits owned by the caller,
+        // as tmpfs makes it. No CAP_MKNOD needed (Linux 5.8 and later).
+        let whiteout = flags & RENAME_WHITEOUT != 0;
         let exchange = flags & RENAME_EXCHANGE != 0;
         let opw = self.parent_of(olddirfd, as_bytes(old))?;
         let npw = self.parent_of(newdirfd, as_bytes(new))?;
@@ -1138,6 +1161,19 @@ impl Task {
             };
             sb.fs
                 .rename(&odir, &oname, &ndir, &nname, &si, di.as_ref(), exchange)?;
+            // The whiteout, made once the name is free (tmpfs makes it first;
+            // here a failure, ENOSPC of inodes, leaves the rename done and
+            // no whiteout, and is returned).
+            let wo = if whiteout {
+                let (owner, _) = self.owner_for(&odir);
+                let node = NewNode::Node {
+                    mode: S_IFCHR,
+                    rdev: 0,
+                };
+                Some(sb.fs.create(&odir, &oname, node, owner))
+            } else {
+                None
+            };
             if let Some(d) = di.as_ref().filter(|d| !exchange && d.attr().nlink == 0) {
                 // The replaced file may still be open: onto the orphan file.
                 crate::orphan::mark_unlinked(&sb.orphans, d);
@@ -1155,13 +1191,17 @@ impl Task {
                 }
                 dc.d_move(&src, &np.dentry, &nname, dst_any.as_ref());
             }
+            if let Some(Ok(w)) = &wo {
+                let q = dc.qname(op.dentry.as_ptr(), &oname);
+                drop(dc.add(&op.dentry, &q, Some(w.clone())));
+            }
             ch.entry(&odir, &oname);
             ch.entry(&ndir, &nname);
             ch.inode(&si);
             if let Some(d) = &di {
                 ch.inode(d);
             }
-            return Ok(());
+            return wo.map_or(Ok(()), |w| w.map(drop));
         }
     }
 
@@ -1227,13 +1267,69 @@ impl Task {
         self.chmod_path(&p, mode)
     }
 
+    /// `ioctl(fd, FS_IOC_GETFLAGS)`: the chattr flags (`FS_*_FL`). Any
+    /// open file but O_PATH (EBADF); fifos, sockets and devices are ENOTTY
+    /// (their ioctls are the driver's), as on tmpfs.
+    pub fn ioctl_getflags(&self, fd: i32) -> VfsResult<u32> {
+        let f = self.files.get_arc(fd)?;
+        if f.is_path_only() {
+            return Err(Errno::EBADF);
+        }
+        let i = f.inode();
+        if !matches!(i.file_type(), FileType::Regular | FileType::Directory) {
+            return Err(Errno::ENOTTY);
+        }
+        Ok(i.fs_flags())
+    }
+
+    /// `ioctl(fd, FS_IOC_SETFLAGS, &flags)`, in Linux's order: EROFS on a
+    /// read-only mount, EPERM unless owner or root, EPERM when a non-root
+    /// task changes FS_IMMUTABLE_FL or FS_APPEND_FL (CAP_LINUX_IMMUTABLE),
+    /// EOPNOTSUPP for a flag memfs does not keep (tmpfs's set). The ctime
+    /// changes. Needs no write access to the file.
+    pub fn ioctl_setflags(&self, fd: i32, flags: u32) -> VfsResult<()> {
+        use crate::inode::{FS_APPEND_FL, FS_FL_SETTABLE, FS_IMMUTABLE_FL};
+        let f = self.files.get_arc(fd)?;
+        if f.is_path_only() {
+            return Err(Errno::EBADF);
+        }
+        let i = f.inode();
+        if f.path().mnt.is_readonly() {
+            return Err(Errno::EROFS);
+        }
+        if !self.is_owner(&i.attr()) {
+            return Err(Errno::EPERM);
+        }
+        if !matches!(i.file_type(), FileType::Regular | FileType::Directory) {
+            return Err(Errno::ENOTTY);
+        }
+        // Under the data lock, so a write or truncate that checked the
+        // flags finishes first (Linux holds the inode lock here).
+        let _pin = epoch::pin();
+        let _w = i.data_lock.write();
+        let old = i.fs_flags();
+        if (old ^ flags) & (FS_IMMUTABLE_FL | FS_APPEND_FL) != 0 && !self.cred.is_root() {
+            return Err(Errno::EPERM);
+        }
+        if flags & !FS_FL_SETTABLE != 0 {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        i.set_fs_flags(flags);
+        let now = Timespec::now();
+        i.update_attr(|a| a.set_ctime(now));
+        drop(_w);
+        self.changes().inode(i);
+        Ok(())
+    }
+
     fn chmod_path(&self, p: &PathRef, mode: u32) -> VfsResult<()> {
         let i = p.inode();
         if p.mnt.is_readonly() {
             return Err(Errno::EROFS);
         }
         let a = i.attr();
-        if !self.is_owner(&a) {
+        // notify_change: no mode change on an immutable or append-only file.
+        if !self.is_owner(&a) || i.is_immutable() || i.is_append_only() {
             return Err(Errno::EPERM);
         }
         let mut m = mode & 0o7777;
@@ -1279,6 +1375,10 @@ impl Task {
         let a = i.attr();
         let uid = (uid != u32::MAX).then_some(uid);
         let gid = (gid != u32::MAX).then_some(gid);
+        // notify_change: no owner change on an immutable or append-only file.
+        if (uid.is_some() || gid.is_some()) && (i.is_immutable() || i.is_append_only()) {
+            return Err(Errno::EPERM);
+        }
         if !self.cred.is_root() {
             if let Some(u) = uid {
                 if u != a.uid {
@@ -1348,6 +1448,11 @@ impl Task {
         }
         let a = i.attr();
         let now = Timespec::now();
+        // notify_change: setting times is EPERM on an immutable or
+        // append-only file; touching them (now) only on an immutable one.
+        if i.is_immutable() || (times.is_some() && i.is_append_only()) {
+            return Err(Errno::EPERM);
+        }
         let set = match times {
             None => {
                 if !self.is_owner(&a) && !permission_ok(&a, &self.cred, W_OK) {
@@ -1396,6 +1501,18 @@ impl Task {
         }
         let p = self.resolve(AT_FDCWD, as_bytes(path), true, false)?;
         self.vfs.mount_at(p, fs, readonly)
+    }
+
+    /// `mount -o remount,ro` (`readonly`) or `remount,rw` of the mount whose
+    /// root is `path` (root only, EPERM): EINVAL if `path` is not a mount
+    /// root, EBUSY for `ro` while a regular file is open for writing
+    /// through it. While read-only, every change through it is EROFS.
+    pub fn remount<P: AsRef<[u8]> + ?Sized>(&self, path: &P, readonly: bool) -> VfsResult<()> {
+        if !self.cred.is_root() {
+            return Err(Errno::EPERM);
+        }
+        let p = self.resolve(AT_FDCWD, as_bytes(path), true, false)?;
+        self.vfs.remount_at(&p, readonly)
     }
 
     /// Unmount the filesystem mounted at `path` (root only).
@@ -1477,7 +1594,7 @@ impl Task {
             if flags & (O_TMPFILE | O_CREAT) != O_TMPFILE || acc == O_RDONLY {
                 return Err(Errno::EINVAL);
             }
-            return self.open_tmpfile(dirfd, path, flags, mode);
+            return read_only_race(self.open_tmpfile(dirfd, path, flags, mode));
         }
         if flags & O_PATH != 0 {
             let p = self.resolve(dirfd, path, flags & O_NOFOLLOW == 0, false)?;
@@ -1524,6 +1641,10 @@ impl Task {
     /// Linux's `do_open` + `may_open` on the final location. A file this
     /// open just created (`created`) skips the permission checks and O_TRUNC.
     fn open_checked(&self, p: PathRef, flags: u32, created: bool) -> VfsResult<File> {
+        read_only_race(self.open_checked_inner(p, flags, created))
+    }
+
+    fn open_checked_inner(&self, p: PathRef, flags: u32, created: bool) -> VfsResult<File> {
         if created {
             return Ok(File::new(p, flags));
         }
@@ -1570,8 +1691,19 @@ impl Task {
             return Err(Errno::EROFS);
         }
         let a = i.attr();
+        // inode_permission(MAY_WRITE) on an immutable file is EPERM.
+        if want & W_OK != 0 && i.is_immutable() {
+            return Err(Errno::EPERM);
+        }
         if !permission_ok(&a, &self.cred, want) {
             return Err(Errno::EACCES);
+        }
+        // may_open: an append-only file opens for writing only with
+        // O_APPEND, and never with O_TRUNC.
+        if i.is_append_only()
+            && ((flags & O_ACCMODE != O_RDONLY && flags & O_APPEND == 0) || flags & O_TRUNC != 0)
+        {
+            return Err(Errno::EPERM);
         }
         if flags & O_NOATIME != 0 && !self.cred.is_root() && self.cred.uid != a.uid {
             return Err(Errno::EPERM);

@@ -43,7 +43,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned};
-use scalevfs_sync::primitive::{AtomicU64, AtomicUsize, Ordering};
+use scalevfs_sync::primitive::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use scalevfs_sync::LockRefVariant;
 
 use crate::dcache::{Dcache, DcacheConfig, DcacheIndex, Dentry, DentryLayout, DentryRef};
@@ -79,7 +79,11 @@ pub struct Mount {
     pub(crate) root: DentryRef,
     /// Where it is mounted: the parent mount and the mount point dentry.
     pub(crate) parent: Option<(Arc<Mount>, DentryRef)>,
-    pub(crate) readonly: bool,
+    /// Read-only (EROFS); flipped by `Vfs::remount_at`.
+    pub(crate) readonly: AtomicBool,
+    /// Regular files open for writing through this mount (Linux's
+    /// mnt_writers): a read-only remount is EBUSY while any is open.
+    pub(crate) writers: AtomicUsize,
     /// What keeps it busy for `umount` (Linux's mnt_count beyond the tree's
     /// own): fd-table slots holding a file in it, and tasks' root or cwd
     /// snapshots in it. Changed with `hold`/`release`.
@@ -106,7 +110,18 @@ impl Mount {
         self.users.fetch_sub(1, Ordering::Relaxed);
     }
     pub fn is_readonly(&self) -> bool {
-        self.readonly
+        // SeqCst: with `writers`, a Dekker pair against `Vfs::remount_at`
+        // (see `File::new`).
+        self.readonly.load(Ordering::SeqCst)
+    }
+    /// A regular file opened for writing (`File::new`).
+    pub(crate) fn add_writer(&self) {
+        // SeqCst: the store side of the Dekker pair (see `is_readonly`).
+        self.writers.fetch_add(1, Ordering::SeqCst);
+    }
+    pub(crate) fn drop_writer(&self) {
+        // SeqCst: as add_writer.
+        self.writers.fetch_sub(1, Ordering::SeqCst);
     }
     pub fn sb(&self) -> &Arc<Super> {
         &self.sb
@@ -456,7 +471,8 @@ impl Vfs {
             sb,
             root: root_d,
             parent: None,
-            readonly: false,
+            readonly: AtomicBool::new(false),
+            writers: AtomicUsize::new(0),
             users: AtomicUsize::new(0),
         });
         let inner = VfsInner {
@@ -551,7 +567,8 @@ impl Vfs {
             sb,
             root: root_d,
             parent: Some((at.mnt.clone(), at.dentry.clone())),
-            readonly,
+            readonly: AtomicBool::new(readonly),
+            writers: AtomicUsize::new(0),
             users: AtomicUsize::new(0),
         });
         let mut next = MountTable { on: cur.on.clone() };
@@ -591,6 +608,39 @@ impl Vfs {
         next.on.remove(&key);
         self.inner.dc.set_mounted(pd, false);
         self.publish(next, &guard);
+        Ok(())
+    }
+
+    /// `mount -o remount,ro` / `remount,rw` of the mount whose root is
+    /// `at`: EINVAL if `at` is not a mount root; making it read-only is
+    /// EBUSY while a regular file is open for writing through it (Linux's
+    /// sb_prepare_remount_readonly). Race with opens (Dekker, SeqCst): the
+    /// flag is set first and the writer count read after; an open counts
+    /// itself first and reads the flag after (`File::new`'s callers), so
+    /// one of them sees the other: the remount fails EBUSY (the flag goes
+    /// back) or the open fails EROFS. Unlike Linux (MNT_WRITE_HOLD) an open
+    /// racing with a remount that then fails may see EROFS.
+    pub(crate) fn remount_at(&self, at: &PathRef, readonly: bool) -> VfsResult<()> {
+        let _l = self.inner.mount_lock.lock();
+        if !std::ptr::eq(at.dentry.as_ptr(), at.mnt.root.as_ptr()) {
+            return Err(Errno::EINVAL);
+        }
+        let m = &at.mnt;
+        if !readonly {
+            // SeqCst: as is_readonly.
+            m.readonly.store(false, Ordering::SeqCst);
+            return Ok(());
+        }
+        // SeqCst: the Dekker pair with add_writer/is_readonly.
+        if m.readonly.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        // SeqCst: as above.
+        if m.writers.load(Ordering::SeqCst) != 0 {
+            // SeqCst: as above.
+            m.readonly.store(false, Ordering::SeqCst);
+            return Err(Errno::EBUSY);
+        }
         Ok(())
     }
 

@@ -674,7 +674,9 @@ fn data_io(s: &dyn Sys, l: &mut Log) {
     l.r("falloc len 0", s.fallocate(f, 0, 0, 0));
     l.r("falloc neg", s.fallocate(f, 0, -1, 10));
     l.r("falloc efbig", s.fallocate(f, 0, i64::MAX - 10, 100));
-    l.r("falloc zero range", s.fallocate(f, 0x10, 0, 10));
+    // ZERO_RANGE (0x10) is memfs-only (ext4 semantics, tests/falloc_ranges_ext4.rs).
+    l.r("falloc unshare range", s.fallocate(f, 0x40, 0, 10));
+    l.r("falloc collapse keep", s.fallocate(f, 0x08 | 0x01, 0, 4096));
     l.r("falloc bad mode", s.fallocate(f, 0x1000, 0, 10));
     l.r("write after", s.pwrite(f, b"tail", 34_998));
     l.any("stat end", s.fstat(f));

@@ -10,15 +10,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fuser::{
-    AccessFlags, FileHandle, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, OpenFlags,
-    RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty,
-    ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
+    AccessFlags, FileHandle, FopenFlags, Generation, INodeNo, InitFlags, IoctlFlags, KernelConfig,
+    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
+    ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, Request,
+    TimeOrNow, WriteFlags,
 };
 use scalevfs::{
     Cred, Errno, Stat, Task, Vfs, AT_EMPTY_PATH, AT_FDCWD, AT_REMOVEDIR, AT_SYMLINK_NOFOLLOW,
     O_ACCMODE, O_APPEND, O_CLOEXEC, O_CREAT, O_DIRECTORY, O_DSYNC, O_EXCL, O_NOATIME, O_NOFOLLOW,
     O_NONBLOCK, O_PATH, O_RDONLY, O_SYNC, O_TRUNC, O_WRONLY, RENAME_EXCHANGE, RENAME_NOREPLACE,
-    S_ISGID, S_ISUID,
+    RENAME_WHITEOUT, S_ISGID, S_ISUID,
 };
 
 use crate::attr::{errno, file_attr, name_bytes, raw, time_or_now};
@@ -538,8 +539,7 @@ impl fuser::Filesystem for ScaleFs {
         let od = tri!(reply, s.node(parent));
         let nd = tri!(reply, s.node(newparent));
         let bits = flags.bits();
-        if bits & !(RENAME_NOREPLACE | RENAME_EXCHANGE) != 0 {
-            // RENAME_WHITEOUT is overlayfs's; the core has no whiteouts.
+        if bits & !(RENAME_NOREPLACE | RENAME_EXCHANGE | RENAME_WHITEOUT) != 0 {
             return reply.error(raw(libc::EINVAL));
         }
         reply_empty(
@@ -927,6 +927,72 @@ impl fuser::Filesystem for ScaleFs {
         // The handle was opened for writing (checked by the core): no
         // credentials needed, as for write.
         reply_empty(reply, self.shared.base.fallocate(fd, mode, off, len))
+    }
+
+    /// FS_IOC_GETFLAGS / FS_IOC_SETFLAGS (chattr) and FS_IOC_FSGETXATTR /
+    /// FS_IOC_FSSETXATTR (the same four flags as `fsx_xflags`; the kernel's
+    /// fileattr code asks FSGETXATTR before every SETFLAGS), with the
+    /// caller's credentials (setflags checks owner and CAP_LINUX_IMMUTABLE).
+    /// Other commands: ENOTTY.
+    fn ioctl(
+        &self,
+        req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: IoctlFlags,
+        cmd: u32,
+        in_data: &[u8],
+        out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        // FS_IOC_{GET,SET}FLAGS and their 32-bit twins (the argument is an
+        // int either way), FS_IOC_FS{GET,SET}XATTR (struct fsxattr, 28 bytes).
+        const GET: [u32; 2] = [0x8008_6601, 0x8004_6601];
+        const SET: [u32; 2] = [0x4008_6602, 0x4004_6602];
+        const FSGETXATTR: u32 = 0x801c_581f;
+        const FSSETXATTR: u32 = 0x401c_5820;
+        // (FS_*_FL, FS_XFLAG_*): immutable, append, nodump, noatime.
+        const XMAP: [(u32, u32); 4] = [(0x10, 0x8), (0x20, 0x10), (0x40, 0x80), (0x80, 0x40)];
+        let fd = tri!(reply, fd_of(fh));
+        let s = &self.shared;
+        let get = || s.with_task(req, |t| t.ioctl_getflags(fd)).map_err(errno);
+        let set = |v: u32| s.with_task(req, |t| t.ioctl_setflags(fd, v)).map_err(errno);
+        let word = |d: &[u8]| {
+            d.get(..4)
+                .map(|b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+        };
+        let out = |b: &[u8]| b.len().min(out_size as usize);
+        if GET.contains(&cmd) {
+            let b = tri!(reply, get()).to_ne_bytes();
+            reply.ioctl(0, &b[..out(&b)]);
+        } else if SET.contains(&cmd) {
+            let v = tri!(reply, word(in_data).ok_or(raw(libc::EINVAL)));
+            tri!(reply, set(v));
+            reply.ioctl(0, &[]);
+        } else if cmd == FSGETXATTR {
+            let fl = tri!(reply, get());
+            let x = XMAP
+                .iter()
+                .filter(|(f, _)| fl & f != 0)
+                .fold(0u32, |a, (_, x)| a | x);
+            let mut b = [0u8; 28];
+            b[..4].copy_from_slice(&x.to_ne_bytes());
+            reply.ioctl(0, &b[..out(&b)]);
+        } else if cmd == FSSETXATTR {
+            let x = tri!(reply, word(in_data).ok_or(raw(libc::EINVAL)));
+            let known = XMAP.iter().fold(0u32, |a, (_, x)| a | x);
+            if x & !known != 0 {
+                return reply.error(raw(libc::EOPNOTSUPP));
+            }
+            let fl = XMAP
+                .iter()
+                .filter(|(_, xf)| x & xf != 0)
+                .fold(0u32, |a, (f, _)| a | f);
+            tri!(reply, set(fl));
+            reply.ioctl(0, &[]);
+        } else {
+            reply.error(raw(libc::ENOTTY));
+        }
     }
 
     fn lseek(
