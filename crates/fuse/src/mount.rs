@@ -27,8 +27,17 @@ pub struct MountArgs {
     #[arg(long = "fs", default_value = "memfs")]
     pub fs: String,
     /// Mount options, comma separated (allow_other, allow_root,
-    /// default_permissions, ro, auto_unmount, fsname=..., dev, suid, ...).
-    #[arg(short = 'o', value_delimiter = ',')]
+    /// default_permissions, no_default_permissions, ro, auto_unmount,
+    /// fsname=..., dev, suid, ...).
+    ///
+    /// Safe by default: a mount other users can reach (allow_other,
+    /// allow_root) gets default_permissions (the kernel checks permissions
+    /// before scalevfs does), since the kernel reuses cached names without
+    /// asking scalevfs, which would let a user open a file in a directory
+    /// they may not search. no_default_permissions opts out: scalevfs alone
+    /// checks, and the kernel then caches no names (--entry-timeout and
+    /// --negative-timeout become 0).
+    #[arg(short = 'o', value_delimiter = ',', verbatim_doc_comment)]
     pub options: Vec<String>,
     /// Request threads (default: the number of CPUs, at most 16).
     #[arg(long)]
@@ -283,11 +292,34 @@ fn trim_slashes(p: &[u8]) -> &[u8] {
     &p[..end]
 }
 
-/// fuser's session configuration for `cfg`.
-fn session_config(cfg: &MountConfig) -> io::Result<fuser::Config> {
+/// Who checks permissions on a mount.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PermChecks {
+    /// The kernel (`default_permissions`), then scalevfs again.
+    Kernel,
+    /// scalevfs only; names are not cached if other users can reach the
+    /// mount (each path walk must reach scalevfs with the caller's
+    /// credentials).
+    ScalevfsOnly,
+}
+
+/// fuser's session configuration for `cfg`, and the kernel-cache settings
+/// the mount really uses.
+///
+/// Safe by default: the kernel reuses a cached name without asking the
+/// filesystem, so without `default_permissions` a user could reach a file
+/// through a directory they may not search once another user has looked
+/// the name up. Hence a mount other users can reach (`allow_other`,
+/// `allow_root`) gets `default_permissions` unless `no_default_permissions`
+/// is given, and then the kernel caches no names (entry and negative
+/// timeouts 0).
+fn session_config(cfg: &MountConfig) -> io::Result<(fuser::Config, FuseConfig)> {
     let mut c = fuser::Config::default();
+    let mut fuse = cfg.fuse.clone();
     let mut fsname = false;
     let mut subtype = false;
+    let mut default_permissions = false;
+    let mut no_default_permissions = false;
     for o in cfg
         .options
         .iter()
@@ -303,8 +335,15 @@ fn session_config(cfg: &MountConfig) -> io::Result<fuser::Config> {
                 c.acl = SessionACL::RootAndOwner;
                 continue;
             }
+            "default_permissions" => {
+                default_permissions = true;
+                continue;
+            }
+            "no_default_permissions" => {
+                no_default_permissions = true;
+                continue;
+            }
             "auto_unmount" => MountOption::AutoUnmount,
-            "default_permissions" => MountOption::DefaultPermissions,
             "dev" => MountOption::Dev,
             "nodev" => MountOption::NoDev,
             "suid" => MountOption::Suid,
@@ -335,6 +374,24 @@ fn session_config(cfg: &MountConfig) -> io::Result<fuser::Config> {
         };
         c.mount_options.push(opt);
     }
+    if default_permissions && no_default_permissions {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "default_permissions and no_default_permissions contradict each other",
+        ));
+    }
+    let multi_user = c.acl != SessionACL::Owner;
+    let checks = if default_permissions || (multi_user && !no_default_permissions) {
+        PermChecks::Kernel
+    } else {
+        PermChecks::ScalevfsOnly
+    };
+    if checks == PermChecks::Kernel {
+        c.mount_options.push(MountOption::DefaultPermissions);
+    } else if multi_user {
+        fuse.entry_timeout = Duration::ZERO;
+        fuse.negative_timeout = Duration::ZERO;
+    }
     if !fsname {
         c.mount_options.push(MountOption::FSName("scalevfs".into()));
     }
@@ -345,15 +402,15 @@ fn session_config(cfg: &MountConfig) -> io::Result<fuser::Config> {
     c.n_threads = Some(cfg.threads.max(1));
     // One /dev/fuse descriptor per thread: no shared read queue lock.
     c.clone_fd = true;
-    Ok(c)
+    Ok((c, fuse))
 }
 
 /// Mount `vfs` at `mountpoint` and serve it from background threads.
 pub fn spawn_mount(vfs: Vfs, mountpoint: &Path, cfg: &MountConfig) -> io::Result<FuseMount> {
-    let fs = ScaleFs::new(vfs, cfg.fuse.clone())
+    let (scfg, fuse) = session_config(cfg)?;
+    let fs = ScaleFs::new(vfs, fuse)
         .map_err(|e| io::Error::other(format!("cannot open the VFS root: {}", e.message())))?;
     let shared = fs.shared.clone();
-    let scfg = session_config(cfg)?;
     let mountpoint = mountpoint.canonicalize()?;
     let vfs = shared.vfs.clone();
     let mut session = Session::new(fs, &mountpoint, &scfg)?;
@@ -574,7 +631,7 @@ pub fn run_mount(args: MountArgs) -> ExitCode {
         options: args.options.clone(),
         threads: args.threads.unwrap_or_else(default_threads),
     };
-    let scfg = match session_config(&cfg) {
+    let (scfg, fuse) = match session_config(&cfg) {
         Ok(c) => c,
         Err(e) => return fail(e),
     };
@@ -591,7 +648,7 @@ pub fn run_mount(args: MountArgs) -> ExitCode {
         }
     };
     let sigs = block_signals();
-    let fs = match ScaleFs::new(Vfs::with_config(vcfg), cfg.fuse.clone()) {
+    let fs = match ScaleFs::new(Vfs::with_config(vcfg), fuse) {
         Ok(fs) => fs,
         Err(e) => {
             let m = format!("cannot open the VFS root: {}", e.message());

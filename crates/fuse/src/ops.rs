@@ -15,10 +15,10 @@ use fuser::{
     ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
 };
 use scalevfs::{
-    Cred, Errno, Stat, Task, Vfs, AT_EMPTY_PATH, AT_FDCWD, AT_REMOVEDIR, AT_SYMLINK_NOFOLLOW,
-    O_ACCMODE, O_APPEND, O_CLOEXEC, O_CREAT, O_DIRECTORY, O_DSYNC, O_EXCL, O_NOATIME, O_NOFOLLOW,
-    O_NONBLOCK, O_PATH, O_RDONLY, O_SYNC, O_TRUNC, O_WRONLY, RENAME_EXCHANGE, RENAME_NOREPLACE,
-    S_ISGID, S_ISUID,
+    Cred, Errno, Stat, Task, Vfs, AT_EACCESS, AT_EMPTY_PATH, AT_FDCWD, AT_REMOVEDIR,
+    AT_SYMLINK_NOFOLLOW, O_ACCMODE, O_APPEND, O_CLOEXEC, O_CREAT, O_DIRECTORY, O_DSYNC, O_EXCL,
+    O_NOATIME, O_NOFOLLOW, O_NONBLOCK, O_PATH, O_RDONLY, O_SYNC, O_TRUNC, O_WRONLY,
+    RENAME_EXCHANGE, RENAME_NOREPLACE, S_ISGID, S_ISUID,
 };
 
 use crate::attr::{errno, file_attr, name_bytes, raw, time_or_now};
@@ -53,6 +53,10 @@ impl Default for FuseConfig {
 /// mean nothing to a daemon-side open.
 const PASS_FLAGS: u32 =
     O_ACCMODE | O_APPEND | O_TRUNC | O_NONBLOCK | O_DIRECTORY | O_SYNC | O_DSYNC | O_NOATIME;
+
+/// The kernel's `__FMODE_EXEC` in FUSE_OPEN's flags: the open of execve(2)
+/// (or uselib), which needs execute permission, not read.
+const FMODE_EXEC: u32 = 0x20;
 
 /// Highest inode number representable per device in node ids.
 const INO_BITS: u32 = 48;
@@ -566,8 +570,13 @@ impl fuser::Filesystem for ScaleFs {
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let s = &self.shared;
         let node = tri!(reply, s.node(ino));
-        let fl = (flags.0 as u32 & PASS_FLAGS) | O_CLOEXEC;
-        match s.with_task(req, |t| t.reopen(node.fd, fl)) {
+        let r = if flags.0 as u32 & FMODE_EXEC != 0 {
+            open_for_exec(s, req, node.fd)
+        } else {
+            let fl = (flags.0 as u32 & PASS_FLAGS) | O_CLOEXEC;
+            s.with_task(req, |t| t.reopen(node.fd, fl))
+        };
+        match r {
             Ok(fd) => reply.opened(FileHandle(fd as u64), self.fopen_flags()),
             Err(e) => reply.error(errno(e)),
         }
@@ -949,6 +958,24 @@ impl ScaleFs {
             FopenFlags::FOPEN_KEEP_CACHE
         }
     }
+}
+
+/// The open of execve(2): the caller needs execute permission (effective
+/// ids, as Linux's `may_open` with `MAY_EXEC`), not read permission, yet the
+/// kernel reads the program through the handle, so the handle is opened
+/// read-only by the daemon's own (root) task once the check has passed.
+///
+/// To switch to the core's open-for-exec entry point once it exists: the
+/// whole body becomes one `t.reopen_exec(fd)`-style call on the caller's
+/// task.
+fn open_for_exec(s: &Shared, req: &Request, fd: i32) -> Result<i32, Errno> {
+    s.with_task(req, |t| {
+        t.faccessat(fd, "", libc::X_OK as u32, AT_EMPTY_PATH | AT_EACCESS)
+    })?;
+    if s.base.fstat(fd)?.mode & libc::S_IFMT != libc::S_IFREG {
+        return Err(Errno::EACCES);
+    }
+    s.base.reopen(fd, O_RDONLY | O_CLOEXEC)
 }
 
 /// Answer an operation that returns nothing but success or an errno.

@@ -1,0 +1,248 @@
+//! The FUSE mount as several users: permission checks that the kernel's
+//! caches must not bypass, and execute-only programs.
+//!
+//! The second user is `nobody` (uid/gid 65534), reached with `setpriv`, so
+//! these tests need root. Without /dev/fuse, root or setpriv each test
+//! prints why it is skipped and passes; with `SCALEVFS_REQUIRE_FUSE=1` that
+//! is a failure instead (CI sets it).
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use scalevfs::Vfs;
+use scalevfs_fuse::{spawn_mount, FuseConfig, FuseMount, MountConfig};
+
+const NOBODY: &str = "65534";
+
+fn unavailable() -> Option<String> {
+    if let Err(e) = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+    {
+        return Some(format!("/dev/fuse cannot be opened: {e}"));
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("not root: cannot act as a second user".into());
+    }
+    if Command::new("setpriv").arg("--version").output().is_err() {
+        return Some("setpriv (util-linux) is not installed".into());
+    }
+    None
+}
+
+/// Whether to run: false (with the reason printed) where a requirement is
+/// missing; a panic instead if SCALEVFS_REQUIRE_FUSE=1.
+fn fuse_ok(test: &str) -> bool {
+    match unavailable() {
+        None => true,
+        Some(why) => {
+            if std::env::var("SCALEVFS_REQUIRE_FUSE").as_deref() == Ok("1") {
+                panic!("{test}: FUSE required (SCALEVFS_REQUIRE_FUSE=1) but unavailable: {why}");
+            }
+            eprintln!("SKIPPED {test}: {why}");
+            false
+        }
+    }
+}
+
+/// A mount point other users can reach (the temporary directory's own
+/// mode is the host's business: 0755 here).
+fn scratch_dir(tag: &str) -> PathBuf {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let d = std::env::temp_dir().join(format!(
+        "scalevfs-fuse-users-{}-{}-{}",
+        tag,
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    fs::create_dir_all(&d).unwrap();
+    fs::set_permissions(&d, fs::Permissions::from_mode(0o755)).unwrap();
+    d
+}
+
+struct Mounted {
+    m: Option<FuseMount>,
+    dir: PathBuf,
+}
+
+impl Mounted {
+    fn new(tag: &str, options: &[&str], fuse: FuseConfig) -> Mounted {
+        let dir = scratch_dir(tag);
+        let cfg = MountConfig {
+            fuse,
+            options: options.iter().map(|s| s.to_string()).collect(),
+            threads: 2,
+        };
+        let m = spawn_mount(Vfs::new(), &dir, &cfg).expect("mount");
+        // The mount's root is the caller's (root's), mode 0755.
+        Mounted { m: Some(m), dir }
+    }
+    fn p(&self, rel: &str) -> PathBuf {
+        self.dir.join(rel)
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        if let Some(m) = self.m.take() {
+            let _ = m.unmount();
+        }
+        let _ = fs::remove_dir(&self.dir);
+    }
+}
+
+/// Run `prog args` as nobody:nogroup with no supplementary groups.
+fn as_nobody(prog: &Path, args: &[&Path]) -> Output {
+    Command::new("setpriv")
+        .args(["--reuid", NOBODY, "--regid", NOBODY, "--clear-groups", "--"])
+        .arg(prog)
+        .args(args)
+        .output()
+        .expect("setpriv")
+}
+
+/// The case of issue 12 item 9: root reads `private/f` (so the kernel caches
+/// the names), then nobody, who may not search `private`, tries within the
+/// entry timeout. Linux (tmpfs): EACCES.
+fn private_file_case(m: &Mounted) {
+    fs::create_dir(m.p("private")).unwrap();
+    fs::write(m.p("private/f"), b"secret\n").unwrap();
+    fs::set_permissions(m.p("private/f"), fs::Permissions::from_mode(0o644)).unwrap();
+    fs::set_permissions(m.p("private"), fs::Permissions::from_mode(0o700)).unwrap();
+    assert_eq!(fs::read(m.p("private/f")).unwrap(), b"secret\n");
+    let out = as_nobody(Path::new("/bin/cat"), &[&m.p("private/f")]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && out.stdout.is_empty(),
+        "nobody read a file in a directory it may not search: {:?} {:?}",
+        String::from_utf8_lossy(&out.stdout),
+        stderr
+    );
+    assert!(
+        stderr.contains("Permission denied"),
+        "expected EACCES, got {stderr:?}"
+    );
+    // Root still reads it (the entry is still cached).
+    assert_eq!(fs::read(m.p("private/f")).unwrap(), b"secret\n");
+}
+
+/// Long entry and attribute timeouts: the kernel surely still has the names
+/// when nobody tries.
+fn long_cache() -> FuseConfig {
+    let long = std::time::Duration::from_secs(60);
+    FuseConfig {
+        attr_timeout: long,
+        entry_timeout: long,
+        negative_timeout: long,
+        readdirplus: true,
+    }
+}
+
+#[test]
+fn cached_names_do_not_skip_search_permission_default_options() {
+    if !fuse_ok("cached_names_do_not_skip_search_permission_default_options") {
+        return;
+    }
+    let m = Mounted::new("priv-default", &[], long_cache());
+    private_file_case(&m);
+}
+
+#[test]
+fn cached_names_do_not_skip_search_permission_allow_other() {
+    if !fuse_ok("cached_names_do_not_skip_search_permission_allow_other") {
+        return;
+    }
+    let m = Mounted::new("priv-other", &["allow_other"], long_cache());
+    private_file_case(&m);
+    // nobody can still read what it may.
+    fs::create_dir(m.p("open")).unwrap();
+    fs::write(m.p("open/f"), b"public\n").unwrap();
+    let out = as_nobody(Path::new("/bin/cat"), &[&m.p("open/f")]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(out.stdout, b"public\n");
+}
+
+/// The documented opt-out: scalevfs checks alone, and with names not
+/// cached every walk reaches it, so the case is still denied.
+#[test]
+fn cached_names_do_not_skip_search_permission_no_default_permissions() {
+    if !fuse_ok("cached_names_do_not_skip_search_permission_no_default_permissions") {
+        return;
+    }
+    let m = Mounted::new(
+        "priv-nodp",
+        &["allow_other", "no_default_permissions"],
+        long_cache(),
+    );
+    private_file_case(&m);
+}
+
+#[test]
+fn contradictory_permission_options_are_refused() {
+    let dir = scratch_dir("contra");
+    let cfg = MountConfig {
+        fuse: FuseConfig::default(),
+        options: vec![
+            "default_permissions".into(),
+            "no_default_permissions".into(),
+        ],
+        threads: 1,
+    };
+    let e = spawn_mount(Vfs::new(), &dir, &cfg).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{e}");
+    fs::remove_dir(&dir).unwrap();
+}
+
+/// xfstests generic/126: a mode 0711 binary runs for another user (exec
+/// needs execute permission, not read), and a 0644 one does not.
+fn exec_only_case(m: &Mounted) {
+    fs::copy("/bin/true", m.p("true711")).unwrap();
+    fs::set_permissions(m.p("true711"), fs::Permissions::from_mode(0o711)).unwrap();
+    let out = as_nobody(&m.p("true711"), &[]);
+    assert!(
+        out.status.success(),
+        "nobody cannot run a 0711 program: {:?}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Nor may nobody read it.
+    let out = as_nobody(Path::new("/bin/cat"), &[&m.p("true711")]);
+    assert!(!out.status.success() && out.stdout.is_empty(), "{out:?}");
+    // Without any execute bit for others: EACCES.
+    fs::copy("/bin/true", m.p("true744")).unwrap();
+    fs::set_permissions(m.p("true744"), fs::Permissions::from_mode(0o744)).unwrap();
+    let out = as_nobody(&m.p("true744"), &[]);
+    assert!(!out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("Permission denied"),
+        "{out:?}"
+    );
+    // Root may run it (an execute bit is set).
+    assert!(Command::new(m.p("true744")).status().unwrap().success());
+}
+
+#[test]
+fn execute_only_program_runs_for_another_user() {
+    if !fuse_ok("execute_only_program_runs_for_another_user") {
+        return;
+    }
+    let m = Mounted::new("exec", &["allow_other"], FuseConfig::default());
+    exec_only_case(&m);
+}
+
+#[test]
+fn execute_only_program_runs_for_another_user_no_default_permissions() {
+    if !fuse_ok("execute_only_program_runs_for_another_user_no_default_permissions") {
+        return;
+    }
+    let m = Mounted::new(
+        "exec-nodp",
+        &["allow_other", "no_default_permissions"],
+        FuseConfig::default(),
+    );
+    exec_only_case(&m);
+}
