@@ -57,6 +57,10 @@ pub struct MountArgs {
     /// Do not offer READDIRPLUS.
     #[arg(long)]
     pub no_readdirplus: bool,
+    /// Capacity of the memfs: file data past it gives ENOSPC (bytes, or
+    /// with a K, M, G or T suffix: powers of 1024). Default 1T.
+    #[arg(long, value_parser = parse_size)]
+    pub size: Option<u64>,
     /// VFS variant settings, KEY=VALUE (as `VfsConfig::set`: lockref=spin,
     /// walk=ref, index=per-dir, ...). Repeatable.
     #[arg(long = "set", value_name = "KEY=VALUE")]
@@ -448,6 +452,24 @@ fn secs(name: &str, v: f64) -> Result<Duration, String> {
         .map_err(|_| format!("--{name} must be a non-negative number of seconds"))
 }
 
+/// `--size`: bytes, or with a K, M, G or T suffix (powers of 1024).
+fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, shift) = match t.as_bytes().last().map(u8::to_ascii_uppercase) {
+        Some(b'K') => (&t[..t.len() - 1], 10),
+        Some(b'M') => (&t[..t.len() - 1], 20),
+        Some(b'G') => (&t[..t.len() - 1], 30),
+        Some(b'T') => (&t[..t.len() - 1], 40),
+        _ => (t, 0),
+    };
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?}: a size is a number with an optional K, M, G or T"))?;
+    n.checked_mul(1u64 << shift)
+        .filter(|&b| b > 0)
+        .ok_or_else(|| format!("{s:?}: must be between 1 byte and 16 EiB"))
+}
+
 fn on_path(bin: &str) -> bool {
     std::env::var_os("PATH")
         .map(|p| std::env::split_paths(&p).any(|d| d.join(bin).is_file()))
@@ -618,6 +640,9 @@ pub fn run_mount(args: MountArgs) -> ExitCode {
         Err(m) => return fail(m),
     };
     let mut vcfg = VfsConfig::default();
+    if let Some(size) = args.size {
+        vcfg.memfs.max_bytes = size;
+    }
     for kv in &args.set {
         let Some((k, v)) = kv.split_once('=') else {
             return fail(format!("--set wants KEY=VALUE, got `{kv}`"));
@@ -697,5 +722,55 @@ pub fn run_mount(args: MountArgs) -> ExitCode {
     match session.run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(format!("FUSE session ended with an error: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(options: &[&str]) -> MountConfig {
+        MountConfig {
+            options: options.iter().map(|s| s.to_string()).collect(),
+            ..MountConfig::default()
+        }
+    }
+
+    fn has_default_permissions(c: &fuser::Config) -> bool {
+        c.mount_options.contains(&MountOption::DefaultPermissions)
+    }
+
+    #[test]
+    fn other_users_get_default_permissions_unless_opted_out() {
+        let (c, f) = session_config(&cfg(&[])).unwrap();
+        assert!(!has_default_permissions(&c));
+        assert_eq!(f.entry_timeout, FuseConfig::default().entry_timeout);
+        for o in ["allow_other", "allow_root"] {
+            let (c, f) = session_config(&cfg(&[o])).unwrap();
+            assert!(has_default_permissions(&c), "{o}");
+            assert_eq!(f.entry_timeout, FuseConfig::default().entry_timeout);
+            let (c, f) = session_config(&cfg(&[o, "no_default_permissions"])).unwrap();
+            assert!(!has_default_permissions(&c), "{o}");
+            assert!(f.entry_timeout.is_zero() && f.negative_timeout.is_zero());
+        }
+        let (c, _) = session_config(&cfg(&["default_permissions"])).unwrap();
+        assert!(has_default_permissions(&c));
+        // Only the owner: the opt-out keeps the caching it was given.
+        let (c, f) = session_config(&cfg(&["no_default_permissions"])).unwrap();
+        assert!(!has_default_permissions(&c));
+        assert!(!f.entry_timeout.is_zero());
+        assert!(session_config(&cfg(&["default_permissions", "no_default_permissions"])).is_err());
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("2G"), Ok(2 << 30));
+        assert_eq!(parse_size("3m"), Ok(3 << 20));
+        assert_eq!(parse_size("1T"), Ok(1 << 40));
+        assert!(parse_size("0").is_err());
+        assert!(parse_size("G").is_err());
+        assert!(parse_size("-1K").is_err());
+        assert!(parse_size("16777216T").is_err());
     }
 }
