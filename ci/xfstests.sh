@@ -175,7 +175,20 @@ else
 fi
 [ -n "\$cg" ] || ulimit -v \$((cap / 1024 + (1 << 20)))
 echo "\$(date -u +%T) mount \$src \$dir -o \$(IFS=,; echo "\${keep[*]}") cgroup=\${cg:-none}" >> "$work/mounts.log"
-exec "$bin" mount "\$dir" --size $size -o "\$(IFS=,; echo "\${keep[*]}")"
+# The daemon in the foreground in its own session, its messages (a panic
+# included) kept in a log; the helper returns once the mount is up.
+log="$work/daemon-\$src.log"
+echo "\$(date -u +%T) mount" >> "\$log"
+setsid "$bin" mount "\$dir" --foreground --size $size -o "\$(IFS=,; echo "\${keep[*]}")" \
+  >> "\$log" 2>&1 < /dev/null &
+pid=\$!
+for _ in \$(seq 1 200); do
+  mountpoint -q "\$dir" && exit 0
+  kill -0 \$pid 2> /dev/null || break
+  sleep 0.05
+done
+tail -3 "\$log" >&2
+exit 1
 EOF
 chmod 755 "$helper"
 
@@ -216,7 +229,7 @@ trap 'exit 130' INT TERM
 # ---------------------------------------------------------------- run
 echo "xfstests: binary $bin, daemon memory cap $mem, memfs size $size, logs $work"
 echo "xfstests: ./check $*"
-rm -rf "$work/results"
+rm -rf "$work/results" "$work"/daemon-*.log
 (
   cd "$xfs" || exit 1
   if [ -n "$timeout_s" ]; then
@@ -277,6 +290,12 @@ echo
 echo "Not run (reason):"
 grep -E '\[not run\]' "$work/check.log" | sed 's/^/  /' | head -1000 > "$work/notrun.txt"
 awk '{ $1 = $1 } 1' "$work/notrun.txt" | sed -E 's/^[^ ]+ +\[not run\] +//' | sort | uniq -c | sort -rn | head -40
+echo
+if grep -l 'panicked' "$work"/daemon-*.log > /dev/null 2>&1; then
+  echo "Daemon panics (see $work/daemon-*.log):"
+  grep -h -A2 'panicked' "$work"/daemon-*.log | head -20
+  unknown=$((unknown + 1))
+fi
 echo
 echo "xfstests: $npass passed, $nfail failed ($unknown not in ci/xfstests-known.txt), $nnot not run; check.log in $work"
 [ $unknown = 0 ]
