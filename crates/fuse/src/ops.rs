@@ -423,6 +423,11 @@ impl fuser::Filesystem for ScaleFs {
                         r?;
                     }
                 }
+                // Linux's do_truncate: a truncate by a caller without
+                // CAP_FSETID clears the set-id bits (generic/193).
+                if !caller_keeps_setid(req) {
+                    kill_suid_sgid(s, fd);
+                }
             }
             if atime.is_some() || mtime.is_some() {
                 t.futimens(fd, Some([time_or_now(atime), time_or_now(mtime)]))?;
@@ -574,7 +579,13 @@ impl fuser::Filesystem for ScaleFs {
             open_for_exec(s, req, node.fd)
         } else {
             let fl = (flags.0 as u32 & PASS_FLAGS) | O_CLOEXEC;
-            s.with_task(req, |t| t.reopen(node.fd, fl))
+            let r = s.with_task(req, |t| t.reopen(node.fd, fl));
+            // O_TRUNC (FUSE_ATOMIC_O_TRUNC) by a caller without
+            // CAP_FSETID clears the set-id bits, as a truncate does.
+            if r.is_ok() && fl & O_TRUNC != 0 && !caller_keeps_setid(req) {
+                kill_suid_sgid(s, node.fd);
+            }
+            r
         };
         match r {
             Ok(fd) => reply.opened(FileHandle(fd as u64), self.fopen_flags()),
@@ -668,20 +679,9 @@ impl fuser::Filesystem for ScaleFs {
         let fd = tri!(reply, fd_of(fh));
         let off = tri!(reply, off_of(offset));
         if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
-            // A write by a caller without CAP_FSETID clears setuid, and
-            // setgid with group-exec, as Linux does (HANDLE_KILLPRIV_V2).
-            // The write is authorised by the handle, so this is done with
-            // the daemon's own credentials.
-            if let Ok(st) = s.base.fstat(fd) {
-                let m = st.mode & 0o7777;
-                let mut new = m & !S_ISUID;
-                if m & 0o010 != 0 {
-                    new &= !S_ISGID;
-                }
-                if new != m {
-                    let _ = s.base.fchmod(fd, new);
-                }
-            }
+            // A write by a caller without CAP_FSETID (HANDLE_KILLPRIV_V2).
+            // The write is authorised by the handle.
+            kill_suid_sgid(s, fd);
         }
         match s.base.pwrite(fd, data, off) {
             Ok(n) => reply.written(n as u32),
@@ -958,6 +958,35 @@ impl ScaleFs {
             FopenFlags::FOPEN_KEEP_CACHE
         }
     }
+}
+
+/// Clear setuid, and setgid with group-exec, of the regular file open at
+/// `fd`, as Linux does on a write or truncate by a caller without
+/// CAP_FSETID. Done with the daemon's own credentials: the change is
+/// authorised by the write or truncate it goes with.
+fn kill_suid_sgid(s: &Shared, fd: i32) {
+    if let Ok(st) = s.base.fstat(fd) {
+        if st.mode & libc::S_IFMT != libc::S_IFREG {
+            return;
+        }
+        let m = st.mode & 0o7777;
+        let mut new = m & !S_ISUID;
+        if m & 0o010 != 0 {
+            new &= !S_ISGID;
+        }
+        if new != m {
+            let _ = s.base.fchmod(fd, new);
+        }
+    }
+}
+
+/// Whether the caller of `req` may keep set-id bits across a write or
+/// truncate (CAP_FSETID). fuser passes neither the capability nor the
+/// kernel's FATTR_KILL_SUIDGID / FUSE_OPEN_KILL_SUIDGID flags, so root
+/// stands for the capability (as for every other privilege the core
+/// grants).
+fn caller_keeps_setid(req: &Request) -> bool {
+    req.uid() == 0
 }
 
 /// The open of execve(2): the caller needs execute permission (effective

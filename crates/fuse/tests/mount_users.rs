@@ -246,3 +246,52 @@ fn execute_only_program_runs_for_another_user_no_default_permissions() {
     );
     exec_only_case(&m);
 }
+
+/// xfstests generic/193: a truncate (or an O_TRUNC open) by a caller
+/// without CAP_FSETID clears setuid, and setgid where group-exec is set, as
+/// Linux does; root's keeps them.
+#[test]
+fn truncate_by_another_user_clears_set_id_bits() {
+    if !fuse_ok("truncate_by_another_user_clears_set_id_bits") {
+        return;
+    }
+    let m = Mounted::new("setid", &["allow_other"], FuseConfig::default());
+    let f = m.p("f");
+    let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+    let set = |p: &Path, mo: u32| {
+        std::os::unix::fs::chown(p, Some(65534), Some(65534)).unwrap();
+        fs::set_permissions(p, fs::Permissions::from_mode(mo)).unwrap();
+    };
+    fs::write(&f, b"data").unwrap();
+    // (mode before, mode after a truncate by the owner, nobody)
+    for (before, after) in [
+        (0o6644, 0o2644),
+        (0o6744, 0o2744),
+        (0o6654, 0o0654),
+        (0o6754, 0o0754),
+    ] {
+        set(&f, before);
+        let out = as_nobody(Path::new("/usr/bin/truncate"), &[Path::new("-s0"), &f]);
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(mode(&f), after, "truncate of {before:o}");
+        // An O_TRUNC open (the shell's `>`).
+        set(&f, before);
+        let out = Command::new("setpriv")
+            .args(["--reuid", NOBODY, "--regid", NOBODY, "--clear-groups"])
+            .args(["/bin/sh", "-c", "echo x > \"$0\""])
+            .arg(&f)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(mode(&f), after, "O_TRUNC open of {before:o}");
+    }
+    // Root (CAP_FSETID) keeps them.
+    set(&f, 0o6754);
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&f)
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+    assert_eq!(mode(&f), 0o6754);
+}
