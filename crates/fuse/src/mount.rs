@@ -419,6 +419,7 @@ pub fn spawn_mount(vfs: Vfs, mountpoint: &Path, cfg: &MountConfig) -> io::Result
     let vfs = shared.vfs.clone();
     let mut session = Session::new(fs, &mountpoint, &scfg)?;
     let notifier = session.notifier();
+    let _ = shared.notifier.set(notifier.clone());
     let unmounter = session.unmount_callable();
     let thread = std::thread::Builder::new()
         .name("scalevfs-fuse".into())
@@ -683,6 +684,7 @@ pub fn run_mount(args: MountArgs) -> ExitCode {
             return fail(m);
         }
     };
+    let shared = fs.shared.clone();
     let mut session = match Session::new(fs, &dir, &scfg) {
         Ok(s) => s,
         Err(e) => {
@@ -693,6 +695,8 @@ pub fn run_mount(args: MountArgs) -> ExitCode {
             return fail(m);
         }
     };
+    let _ = shared.notifier.set(session.notifier());
+    drop(shared);
     let mut unmounter = session.unmount_callable();
     let sig_dir = dir.clone();
     let spawned = std::thread::Builder::new()

@@ -6,7 +6,7 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use fuser::{
@@ -75,6 +75,9 @@ pub(crate) struct Shared {
     root_ino: u64,
     /// Devices other than the root's, by slot (node id bits 48..).
     other_devs: Mutex<Vec<u64>>,
+    /// The session's notifier, set once mounted: for the few changes a
+    /// request makes beyond what its reply tells the kernel.
+    pub(crate) notifier: OnceLock<fuser::Notifier>,
 }
 
 static NEXT_ADAPTER: AtomicU64 = AtomicU64::new(1);
@@ -257,6 +260,7 @@ impl ScaleFs {
             root_dev: st.dev,
             root_ino: st.ino,
             other_devs: Mutex::new(Vec::new()),
+            notifier: OnceLock::new(),
             base,
         };
         // The root's count never reaches zero (FUSE never forgets node 1).
@@ -425,8 +429,9 @@ impl fuser::Filesystem for ScaleFs {
                 }
                 // Linux's do_truncate: a truncate by a caller without
                 // CAP_FSETID clears the set-id bits (generic/193).
+                // The reply carries the new attributes.
                 if !caller_keeps_setid(req) {
-                    kill_suid_sgid(s, fd);
+                    kill_suid_sgid(s, fd, None);
                 }
             }
             if atime.is_some() || mtime.is_some() {
@@ -583,7 +588,7 @@ impl fuser::Filesystem for ScaleFs {
             // O_TRUNC (FUSE_ATOMIC_O_TRUNC) by a caller without
             // CAP_FSETID clears the set-id bits, as a truncate does.
             if r.is_ok() && fl & O_TRUNC != 0 && !caller_keeps_setid(req) {
-                kill_suid_sgid(s, node.fd);
+                kill_suid_sgid(s, node.fd, Some(ino.0));
             }
             r
         };
@@ -665,8 +670,8 @@ impl fuser::Filesystem for ScaleFs {
 
     fn write(
         &self,
-        _req: &Request,
-        _ino: INodeNo,
+        req: &Request,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         data: &[u8],
@@ -678,10 +683,15 @@ impl fuser::Filesystem for ScaleFs {
         let s = &self.shared;
         let fd = tri!(reply, fd_of(fh));
         let off = tri!(reply, off_of(offset));
-        if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
-            // A write by a caller without CAP_FSETID (HANDLE_KILLPRIV_V2).
-            // The write is authorised by the handle.
-            kill_suid_sgid(s, fd);
+        // A write by a caller without CAP_FSETID (HANDLE_KILLPRIV_V2). The
+        // kernel does not flag direct (O_DIRECT) writes, so a write that
+        // carries a real non-root caller counts as well (generic/355);
+        // writeback of mmap'ed pages carries no caller. The write is
+        // authorised by the handle.
+        if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID)
+            || (req.uid() != u32::MAX && !caller_keeps_setid(req))
+        {
+            kill_suid_sgid(s, fd, Some(ino.0));
         }
         match s.base.pwrite(fd, data, off) {
             Ok(n) => reply.written(n as u32),
@@ -964,7 +974,13 @@ impl ScaleFs {
 /// `fd`, as Linux does on a write or truncate by a caller without
 /// CAP_FSETID. Done with the daemon's own credentials: the change is
 /// authorised by the write or truncate it goes with.
-fn kill_suid_sgid(s: &Shared, fd: i32) {
+///
+/// The kernel keeps the mode it has cached (a write's or an open's reply
+/// carries no attributes), so where `tell` names the node it is told to
+/// drop the node's cached attributes. Attributes only (offset -1): no page
+/// is touched, so this cannot wait on the pages the request's own caller
+/// holds locked.
+fn kill_suid_sgid(s: &Shared, fd: i32, tell: Option<u64>) {
     if let Ok(st) = s.base.fstat(fd) {
         if st.mode & libc::S_IFMT != libc::S_IFREG {
             return;
@@ -974,8 +990,10 @@ fn kill_suid_sgid(s: &Shared, fd: i32) {
         if m & 0o010 != 0 {
             new &= !S_ISGID;
         }
-        if new != m {
-            let _ = s.base.fchmod(fd, new);
+        if new != m && s.base.fchmod(fd, new).is_ok() {
+            if let (Some(id), Some(n)) = (tell, s.notifier.get()) {
+                let _ = n.inval_inode(INodeNo(id), -1, 0);
+            }
         }
     }
 }

@@ -131,6 +131,19 @@ fn private_file_case(m: &Mounted) {
     assert_eq!(fs::read(m.p("private/f")).unwrap(), b"secret\n");
 }
 
+/// The mode as `stat -c %A` gets it (xfstests): statx asking for the mode
+/// alone, which the kernel answers from its cache unless told otherwise (a
+/// write only marks times and size stale).
+fn mode_only(p: &Path) -> u32 {
+    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: statx is plain data.
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid NUL-terminated path and out pointer.
+    let r = unsafe { libc::statx(libc::AT_FDCWD, c.as_ptr(), 0, libc::STATX_MODE, &mut stx) };
+    assert_eq!(r, 0, "statx {}", p.display());
+    u32::from(stx.stx_mode) & 0o7777
+}
+
 /// Long entry and attribute timeouts: the kernel surely still has the names
 /// when nobody tries.
 fn long_cache() -> FuseConfig {
@@ -257,7 +270,7 @@ fn truncate_by_another_user_clears_set_id_bits() {
     }
     let m = Mounted::new("setid", &["allow_other"], FuseConfig::default());
     let f = m.p("f");
-    let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+    let mode = mode_only;
     let set = |p: &Path, mo: u32| {
         std::os::unix::fs::chown(p, Some(65534), Some(65534)).unwrap();
         fs::set_permissions(p, fs::Permissions::from_mode(mo)).unwrap();
@@ -294,4 +307,44 @@ fn truncate_by_another_user_clears_set_id_bits() {
         .set_len(0)
         .unwrap();
     assert_eq!(mode(&f), 0o6754);
+}
+
+/// xfstests generic/355 (and 193's writes): a write, direct (O_DIRECT) or
+/// not, by a caller without CAP_FSETID clears the set-id bits, and the
+/// kernel, which caches the mode (here for a minute) and gets no attributes
+/// with a write's reply, sees that at once.
+#[test]
+fn write_by_another_user_clears_set_id_bits() {
+    if !fuse_ok("write_by_another_user_clears_set_id_bits") {
+        return;
+    }
+    let m = Mounted::new("setid-write", &["allow_other"], long_cache());
+    let f = m.p("f");
+    fs::write(&f, vec![0u8; 8192]).unwrap();
+    for (before, after, direct) in [
+        (0o6644, 0o2644, true),
+        (0o6754, 0o0754, true),
+        (0o6644, 0o2644, false),
+    ] {
+        std::os::unix::fs::chown(&f, Some(65534), Some(65534)).unwrap();
+        fs::set_permissions(&f, fs::Permissions::from_mode(before)).unwrap();
+        let mut args = vec![
+            "if=/dev/zero".to_string(),
+            format!("of={}", f.display()),
+            "bs=4096".into(),
+            "count=1".into(),
+            "conv=notrunc".into(),
+        ];
+        if direct {
+            args.push("oflag=direct".into());
+        }
+        let args: Vec<&Path> = args.iter().map(Path::new).collect();
+        let out = as_nobody(Path::new("/bin/dd"), &args);
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(
+            mode_only(&f),
+            after,
+            "write (direct: {direct}) to {before:o}"
+        );
+    }
 }
