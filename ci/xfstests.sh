@@ -152,14 +152,23 @@ while [ \$# -gt 0 ]; do
   esac
 done
 keep=()
+dev=dev suid=suid
 IFS=, read -ra all <<< "\$opts"
 for o in "\${all[@]}"; do
   case \$o in
+    # A remount (mount -o remount,ro DIR) is the kernel's: FUSE takes the
+    # read-only flag; mount -i keeps mount(8) from calling this helper again.
+    remount) exec mount -i -o "\$opts" "\$dir" ;;
     ''|defaults|source=*|fsname=*|subtype=*|user|nouser|auto|noauto|_netdev|nofail) ;;
+    nodev) dev= ;;
+    nosuid) suid= ;;
+    dev|suid) ;;
     *) keep+=("\$o") ;;
   esac
 done
-keep+=("fsname=\$src")
+# As mount(8) does for other filesystems (and fuser does not): device files
+# and set-id programs work unless nodev / nosuid are given.
+keep+=(\$dev \$suid "fsname=\$src")
 # Memory cap: a cgroup if one can be made, else the address-space limit.
 cap=$mem_bytes
 cg=
@@ -179,7 +188,8 @@ echo "\$(date -u +%T) mount \$src \$dir -o \$(IFS=,; echo "\${keep[*]}") cgroup=
 # included) kept in a log; the helper returns once the mount is up.
 log="$work/daemon-\$src.log"
 echo "\$(date -u +%T) mount" >> "\$log"
-setsid "$bin" mount "\$dir" --foreground --size $size -o "\$(IFS=,; echo "\${keep[*]}")" \
+setsid bash -c '"\$@"; echo "\$(date -u +%T) daemon exit status \$?"' daemon \
+  "$bin" mount "\$dir" --foreground --size $size -o "\$(IFS=,; echo "\${keep[*]}")" \
   >> "\$log" 2>&1 < /dev/null &
 pid=\$!
 for _ in \$(seq 1 200); do
