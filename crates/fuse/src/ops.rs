@@ -431,7 +431,7 @@ impl fuser::Filesystem for ScaleFs {
                 // CAP_FSETID clears the set-id bits (generic/193).
                 // The reply carries the new attributes.
                 if !caller_keeps_setid(req) {
-                    kill_suid_sgid(s, fd, None);
+                    kill_suid_sgid(s, req, fd, None);
                 }
             }
             if atime.is_some() || mtime.is_some() {
@@ -588,7 +588,7 @@ impl fuser::Filesystem for ScaleFs {
             // O_TRUNC (FUSE_ATOMIC_O_TRUNC) by a caller without
             // CAP_FSETID clears the set-id bits, as a truncate does.
             if r.is_ok() && fl & O_TRUNC != 0 && !caller_keeps_setid(req) {
-                kill_suid_sgid(s, node.fd, Some(ino.0));
+                kill_suid_sgid(s, req, node.fd, Some(ino.0));
             }
             r
         };
@@ -691,7 +691,7 @@ impl fuser::Filesystem for ScaleFs {
         if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID)
             || (req.uid() != u32::MAX && !caller_keeps_setid(req))
         {
-            kill_suid_sgid(s, fd, Some(ino.0));
+            kill_suid_sgid(s, req, fd, Some(ino.0));
         }
         match s.base.pwrite(fd, data, off) {
             Ok(n) => reply.written(n as u32),
@@ -920,8 +920,8 @@ impl fuser::Filesystem for ScaleFs {
 
     fn fallocate(
         &self,
-        _req: &Request,
-        _ino: INodeNo,
+        req: &Request,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         length: u64,
@@ -937,7 +937,14 @@ impl fuser::Filesystem for ScaleFs {
         );
         // The handle was opened for writing (checked by the core): no
         // credentials needed, as for write.
-        reply_empty(reply, self.shared.base.fallocate(fd, mode, off, len))
+        let s = &self.shared;
+        let r = s.base.fallocate(fd, mode, off, len);
+        // Linux's file_modified: set-id bits go as on a write (generic/683,
+        // 684).
+        if r.is_ok() && req.uid() != u32::MAX && !caller_keeps_setid(req) {
+            kill_suid_sgid(s, req, fd, Some(ino.0));
+        }
+        reply_empty(reply, r)
     }
 
     fn lseek(
@@ -970,9 +977,9 @@ impl ScaleFs {
     }
 }
 
-/// Clear setuid, and setgid with group-exec, of the regular file open at
-/// `fd`, as Linux does on a write or truncate by a caller without
-/// CAP_FSETID. Done with the daemon's own credentials: the change is
+/// Clear setuid, and setgid with group-exec (or outside the caller's
+/// groups), of the regular file open at `fd`, as Linux does on a write,
+/// truncate or fallocate by a caller without CAP_FSETID. Done with the daemon's own credentials: the change is
 /// authorised by the write or truncate it goes with.
 ///
 /// The kernel keeps the mode it has cached (a write's or an open's reply
@@ -980,14 +987,19 @@ impl ScaleFs {
 /// drop the node's cached attributes. Attributes only (offset -1): no page
 /// is touched, so this cannot wait on the pages the request's own caller
 /// holds locked.
-fn kill_suid_sgid(s: &Shared, fd: i32, tell: Option<u64>) {
+fn kill_suid_sgid(s: &Shared, req: &Request, fd: i32, tell: Option<u64>) {
     if let Ok(st) = s.base.fstat(fd) {
         if st.mode & libc::S_IFMT != libc::S_IFREG {
             return;
         }
         let m = st.mode & 0o7777;
         let mut new = m & !S_ISUID;
-        if m & 0o010 != 0 {
+        // Linux's setattr_should_drop_sgid: setgid goes with group-exec,
+        // or, without it, when the caller is not in the file's group
+        // (generic/683, 684).
+        if m & S_ISGID != 0
+            && (m & 0o010 != 0 || !request_cred(req.uid(), req.gid(), req.pid()).in_group(st.gid))
+        {
             new &= !S_ISGID;
         }
         if new != m && s.base.fchmod(fd, new).is_ok() {

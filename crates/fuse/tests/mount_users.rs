@@ -348,3 +348,45 @@ fn write_by_another_user_clears_set_id_bits() {
         );
     }
 }
+
+/// xfstests generic/683, 684: fallocate (and punch hole) by a caller
+/// without CAP_FSETID clears the set-id bits as a write does; setgid
+/// without group-exec goes too when the caller is not in the file's group
+/// (Linux's setattr_should_drop_sgid).
+#[test]
+fn fallocate_by_another_user_clears_set_id_bits() {
+    if !fuse_ok("fallocate_by_another_user_clears_set_id_bits") {
+        return;
+    }
+    let m = Mounted::new("setid-falloc", &["allow_other"], long_cache());
+    let f = m.p("f");
+    fs::write(&f, vec![1u8; 16384]).unwrap();
+    // root:root 6666: nobody may write but is not in the group.
+    for (args, before, after) in [
+        (&["-l", "65536"][..], 0o6666, 0o0666),
+        (&["-p", "-o", "0", "-l", "4096"][..], 0o6666, 0o0666),
+        (&["-l", "65536"][..], 0o6676, 0o0676),
+    ] {
+        fs::set_permissions(&f, fs::Permissions::from_mode(before)).unwrap();
+        let mut a: Vec<&Path> = args.iter().map(Path::new).collect();
+        a.push(&f);
+        let out = as_nobody(Path::new("/usr/bin/fallocate"), &a);
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(mode_only(&f), after, "fallocate {args:?} on {before:o}");
+    }
+    // A write by someone outside the group drops setgid without
+    // group-exec as well.
+    fs::set_permissions(&f, fs::Permissions::from_mode(0o6666)).unwrap();
+    let of = format!("of={}", f.display());
+    let words = [
+        "if=/dev/zero",
+        of.as_str(),
+        "bs=512",
+        "count=1",
+        "conv=notrunc",
+    ];
+    let args: Vec<&Path> = words.iter().map(Path::new).collect();
+    let out = as_nobody(Path::new("/bin/dd"), &args);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(mode_only(&f), 0o0666, "write to 6666");
+}
