@@ -184,6 +184,12 @@ else
 fi
 [ -n "\$cg" ] || ulimit -v \$((cap / 1024 + (1 << 20)))
 echo "\$(date -u +%T) mount \$src \$dir -o \$(IFS=,; echo "\${keep[*]}") cgroup=\${cg:-none}" >> "$work/mounts.log"
+# A mount point that is still mounted (a previous mount not yet gone)
+# would make the wait below report success for the old mount.
+if mountpoint -q "\$dir"; then
+  echo "mount.fuse.scalevfs: \$dir is already a mount point" >&2
+  exit 32
+fi
 # The daemon in the foreground in its own session, its messages (a panic
 # included) kept in a log; the helper returns once the mount is up.
 log="$work/daemon-\$src.log"
