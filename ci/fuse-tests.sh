@@ -127,9 +127,10 @@ else
   result "mount (default_permissions)" 1
 fi
 
-# 2. pjdfstest with every permission check done by scalevfs (no
-#    default_permissions), caching off.
-if mount_fs -o allow_other --attr-timeout 0 --entry-timeout 0; then
+# 2. pjdfstest with every permission check done by scalevfs
+#    (no_default_permissions: allow_other alone gets default_permissions),
+#    caching off.
+if mount_fs -o allow_other,no_default_permissions --attr-timeout 0 --entry-timeout 0; then
   run_pjdfstest scalevfs_permissions; result "pjdfstest (scalevfs permission checks, caching off)" $?
   # fsx with caching off: every reopen drops the page cache, so reads and
   # writes reach the daemon.

@@ -31,10 +31,19 @@ pub struct MountArgs {
     #[arg(long)]
     pub image: Option<PathBuf>,
     /// Mount options, comma separated (allow_other, allow_root,
-    /// default_permissions, ro, auto_unmount, fsname=..., dev, suid, ...),
-    /// and memfs's limits as tmpfs spells them: size=BYTES[k|m|g|t] or
-    /// size=N% of RAM (default 50%), nr_inodes=N[k|m|g].
-    #[arg(short = 'o', value_delimiter = ',')]
+    /// default_permissions, no_default_permissions, ro, auto_unmount,
+    /// fsname=..., dev, suid, ...), and memfs's limits as tmpfs spells
+    /// them: size=BYTES[k|m|g|t] or size=N% of RAM (default 50%),
+    /// nr_inodes=N[k|m|g].
+    ///
+    /// Safe by default: a mount other users can reach (allow_other,
+    /// allow_root) gets default_permissions (the kernel checks permissions
+    /// before scalevfs does), since the kernel reuses cached names without
+    /// asking scalevfs, which would let a user open a file in a directory
+    /// they may not search. no_default_permissions opts out: scalevfs alone
+    /// checks, and the kernel then caches no names (--entry-timeout and
+    /// --negative-timeout become 0).
+    #[arg(short = 'o', value_delimiter = ',', verbatim_doc_comment)]
     pub options: Vec<String>,
     /// Request threads (default: the number of CPUs, at most 16).
     #[arg(long)]
@@ -54,6 +63,10 @@ pub struct MountArgs {
     /// Do not offer READDIRPLUS.
     #[arg(long)]
     pub no_readdirplus: bool,
+    /// Capacity of the memfs, as `-o size=`: file data past it gives ENOSPC
+    /// (bytes with a k, m, g, t suffix, or N% of RAM). Default 50% of RAM.
+    #[arg(long, value_parser = parse_size)]
+    pub size: Option<u64>,
     /// VFS variant settings, KEY=VALUE (as `VfsConfig::set`: lockref=spin,
     /// walk=ref, index=per-dir, ...). Repeatable.
     #[arg(long = "set", value_name = "KEY=VALUE")]
@@ -289,11 +302,34 @@ fn trim_slashes(p: &[u8]) -> &[u8] {
     &p[..end]
 }
 
-/// fuser's session configuration for `cfg`.
-fn session_config(cfg: &MountConfig) -> io::Result<fuser::Config> {
+/// Who checks permissions on a mount.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PermChecks {
+    /// The kernel (`default_permissions`), then scalevfs again.
+    Kernel,
+    /// scalevfs only; names are not cached if other users can reach the
+    /// mount (each path walk must reach scalevfs with the caller's
+    /// credentials).
+    ScalevfsOnly,
+}
+
+/// fuser's session configuration for `cfg`, and the kernel-cache settings
+/// the mount really uses.
+///
+/// Safe by default: the kernel reuses a cached name without asking the
+/// filesystem, so without `default_permissions` a user could reach a file
+/// through a directory they may not search once another user has looked
+/// the name up. Hence a mount other users can reach (`allow_other`,
+/// `allow_root`) gets `default_permissions` unless `no_default_permissions`
+/// is given, and then the kernel caches no names (entry and negative
+/// timeouts 0).
+fn session_config(cfg: &MountConfig) -> io::Result<(fuser::Config, FuseConfig)> {
     let mut c = fuser::Config::default();
+    let mut fuse = cfg.fuse.clone();
     let mut fsname = false;
     let mut subtype = false;
+    let mut default_permissions = false;
+    let mut no_default_permissions = false;
     for o in cfg
         .options
         .iter()
@@ -309,8 +345,15 @@ fn session_config(cfg: &MountConfig) -> io::Result<fuser::Config> {
                 c.acl = SessionACL::RootAndOwner;
                 continue;
             }
+            "default_permissions" => {
+                default_permissions = true;
+                continue;
+            }
+            "no_default_permissions" => {
+                no_default_permissions = true;
+                continue;
+            }
             "auto_unmount" => MountOption::AutoUnmount,
-            "default_permissions" => MountOption::DefaultPermissions,
             "dev" => MountOption::Dev,
             "nodev" => MountOption::NoDev,
             "suid" => MountOption::Suid,
@@ -341,6 +384,24 @@ fn session_config(cfg: &MountConfig) -> io::Result<fuser::Config> {
         };
         c.mount_options.push(opt);
     }
+    if default_permissions && no_default_permissions {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "default_permissions and no_default_permissions contradict each other",
+        ));
+    }
+    let multi_user = c.acl != SessionACL::Owner;
+    let checks = if default_permissions || (multi_user && !no_default_permissions) {
+        PermChecks::Kernel
+    } else {
+        PermChecks::ScalevfsOnly
+    };
+    if checks == PermChecks::Kernel {
+        c.mount_options.push(MountOption::DefaultPermissions);
+    } else if multi_user {
+        fuse.entry_timeout = Duration::ZERO;
+        fuse.negative_timeout = Duration::ZERO;
+    }
     if !fsname {
         c.mount_options.push(MountOption::FSName("scalevfs".into()));
     }
@@ -351,19 +412,20 @@ fn session_config(cfg: &MountConfig) -> io::Result<fuser::Config> {
     c.n_threads = Some(cfg.threads.max(1));
     // One /dev/fuse descriptor per thread: no shared read queue lock.
     c.clone_fd = true;
-    Ok(c)
+    Ok((c, fuse))
 }
 
 /// Mount `vfs` at `mountpoint` and serve it from background threads.
 pub fn spawn_mount(vfs: Vfs, mountpoint: &Path, cfg: &MountConfig) -> io::Result<FuseMount> {
-    let fs = ScaleFs::new(vfs, cfg.fuse.clone())
+    let (scfg, fuse) = session_config(cfg)?;
+    let fs = ScaleFs::new(vfs, fuse)
         .map_err(|e| io::Error::other(format!("cannot open the VFS root: {}", e.message())))?;
     let shared = fs.shared.clone();
-    let scfg = session_config(cfg)?;
     let mountpoint = mountpoint.canonicalize()?;
     let vfs = shared.vfs.clone();
     let mut session = Session::new(fs, &mountpoint, &scfg)?;
     let notifier = session.notifier();
+    let _ = shared.notifier.set(notifier.clone());
     let unmounter = session.unmount_callable();
     let thread = std::thread::Builder::new()
         .name("scalevfs-fuse".into())
@@ -395,6 +457,12 @@ fn fail(msg: impl std::fmt::Display) -> ExitCode {
 fn secs(name: &str, v: f64) -> Result<Duration, String> {
     Duration::try_from_secs_f64(v)
         .map_err(|_| format!("--{name} must be a non-negative number of seconds"))
+}
+
+/// `--size`: the same as `-o size=` (bytes with a k, m, g, t suffix, or
+/// N% of RAM), one parser for both.
+fn parse_size(s: &str) -> Result<u64, String> {
+    scalevfs::MemFsOptions::parse_size(s.trim())
 }
 
 fn on_path(bin: &str) -> bool {
@@ -590,6 +658,9 @@ pub fn run_mount(args: MountArgs) -> ExitCode {
         Err(m) => return fail(m),
     };
     let mut vcfg = VfsConfig::default();
+    if let Some(size) = args.size {
+        vcfg.memfs.max_bytes = size;
+    }
     for kv in &args.set {
         let Some((k, v)) = kv.split_once('=') else {
             return fail(format!("--set wants KEY=VALUE, got `{kv}`"));
@@ -607,7 +678,7 @@ pub fn run_mount(args: MountArgs) -> ExitCode {
         options,
         threads: args.threads.unwrap_or_else(default_threads),
     };
-    let scfg = match session_config(&cfg) {
+    let (scfg, fuse) = match session_config(&cfg) {
         Ok(c) => c,
         Err(e) => return fail(e),
     };
@@ -636,7 +707,7 @@ pub fn run_mount(args: MountArgs) -> ExitCode {
         Some(fs) => Vfs::with_root_fs(vcfg, fs),
         None => Vfs::with_config(vcfg),
     };
-    let fs = match ScaleFs::new(vfs, cfg.fuse.clone()) {
+    let fs = match ScaleFs::new(vfs, fuse) {
         Ok(fs) => fs,
         Err(e) => {
             let m = format!("cannot open the VFS root: {}", e.message());
@@ -646,6 +717,7 @@ pub fn run_mount(args: MountArgs) -> ExitCode {
             return fail(m);
         }
     };
+    let shared = fs.shared.clone();
     let mut session = match Session::new(fs, &dir, &scfg) {
         Ok(s) => s,
         Err(e) => {
@@ -656,6 +728,8 @@ pub fn run_mount(args: MountArgs) -> ExitCode {
             return fail(m);
         }
     };
+    let _ = shared.notifier.set(session.notifier());
+    drop(shared);
     let mut unmounter = session.unmount_callable();
     let sig_dir = dir.clone();
     let spawned = std::thread::Builder::new()
@@ -711,5 +785,55 @@ mod tests {
             ..MountConfig::default()
         })
         .is_err());
+    }
+
+    fn cfg(options: &[&str]) -> MountConfig {
+        MountConfig {
+            options: options.iter().map(|s| s.to_string()).collect(),
+            ..MountConfig::default()
+        }
+    }
+
+    fn has_default_permissions(c: &fuser::Config) -> bool {
+        c.mount_options.contains(&MountOption::DefaultPermissions)
+    }
+
+    #[test]
+    fn other_users_get_default_permissions_unless_opted_out() {
+        let (c, f) = session_config(&cfg(&[])).unwrap();
+        assert!(!has_default_permissions(&c));
+        assert_eq!(f.entry_timeout, FuseConfig::default().entry_timeout);
+        for o in ["allow_other", "allow_root"] {
+            let (c, f) = session_config(&cfg(&[o])).unwrap();
+            assert!(has_default_permissions(&c), "{o}");
+            assert_eq!(f.entry_timeout, FuseConfig::default().entry_timeout);
+            let (c, f) = session_config(&cfg(&[o, "no_default_permissions"])).unwrap();
+            assert!(!has_default_permissions(&c), "{o}");
+            assert!(f.entry_timeout.is_zero() && f.negative_timeout.is_zero());
+        }
+        let (c, _) = session_config(&cfg(&["default_permissions"])).unwrap();
+        assert!(has_default_permissions(&c));
+        // Only the owner: the opt-out keeps the caching it was given.
+        let (c, f) = session_config(&cfg(&["no_default_permissions"])).unwrap();
+        assert!(!has_default_permissions(&c));
+        assert!(!f.entry_timeout.is_zero());
+        assert!(session_config(&cfg(&["default_permissions", "no_default_permissions"])).is_err());
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("2G"), Ok(2 << 30));
+        assert_eq!(parse_size("3m"), Ok(3 << 20));
+        assert_eq!(parse_size("1T"), Ok(1 << 40));
+        assert!(parse_size("0").is_err());
+        assert!(parse_size("G").is_err());
+        assert!(parse_size("-1K").is_err());
+        assert!(parse_size("16777216T").is_err());
+        assert_eq!(
+            parse_size("5000"),
+            Ok(8192),
+            "rounded up to pages, as tmpfs"
+        );
     }
 }

@@ -6,7 +6,7 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use fuser::{
@@ -16,10 +16,10 @@ use fuser::{
     TimeOrNow, WriteFlags,
 };
 use scalevfs::{
-    Cred, Errno, Stat, Task, Vfs, AT_EMPTY_PATH, AT_FDCWD, AT_REMOVEDIR, AT_SYMLINK_NOFOLLOW,
-    O_ACCMODE, O_APPEND, O_CLOEXEC, O_CREAT, O_DIRECTORY, O_DSYNC, O_EXCL, O_NOATIME, O_NOFOLLOW,
-    O_NONBLOCK, O_PATH, O_RDONLY, O_SYNC, O_TRUNC, O_WRONLY, RENAME_EXCHANGE, RENAME_NOREPLACE,
-    RENAME_WHITEOUT, S_ISGID, S_ISUID,
+    Cred, Errno, Stat, Task, Vfs, AT_EACCESS, AT_EMPTY_PATH, AT_FDCWD, AT_REMOVEDIR,
+    AT_SYMLINK_NOFOLLOW, O_ACCMODE, O_APPEND, O_CLOEXEC, O_CREAT, O_DIRECTORY, O_DSYNC, O_EXCL,
+    O_NOATIME, O_NOFOLLOW, O_NONBLOCK, O_PATH, O_RDONLY, O_SYNC, O_TRUNC, O_WRONLY,
+    RENAME_EXCHANGE, RENAME_NOREPLACE, RENAME_WHITEOUT, S_ISGID, S_ISUID,
 };
 
 use crate::attr::{errno, file_attr, name_bytes, raw, time_or_now};
@@ -55,6 +55,10 @@ impl Default for FuseConfig {
 const PASS_FLAGS: u32 =
     O_ACCMODE | O_APPEND | O_TRUNC | O_NONBLOCK | O_DIRECTORY | O_SYNC | O_DSYNC | O_NOATIME;
 
+/// The kernel's `__FMODE_EXEC` in FUSE_OPEN's flags: the open of execve(2)
+/// (or uselib), which needs execute permission, not read.
+const FMODE_EXEC: u32 = 0x20;
+
 /// Highest inode number representable per device in node ids.
 const INO_BITS: u32 = 48;
 
@@ -72,6 +76,9 @@ pub(crate) struct Shared {
     root_ino: u64,
     /// Devices other than the root's, by slot (node id bits 48..).
     other_devs: Mutex<Vec<u64>>,
+    /// The session's notifier, set once mounted: for the few changes a
+    /// request makes beyond what its reply tells the kernel.
+    pub(crate) notifier: OnceLock<fuser::Notifier>,
 }
 
 static NEXT_ADAPTER: AtomicU64 = AtomicU64::new(1);
@@ -254,6 +261,7 @@ impl ScaleFs {
             root_dev: st.dev,
             root_ino: st.ino,
             other_devs: Mutex::new(Vec::new()),
+            notifier: OnceLock::new(),
             base,
         };
         // The root's count never reaches zero (FUSE never forgets node 1).
@@ -422,6 +430,12 @@ impl fuser::Filesystem for ScaleFs {
                         r?;
                     }
                 }
+                // Linux's do_truncate: a truncate by a caller without
+                // CAP_FSETID clears the set-id bits (generic/193).
+                // The reply carries the new attributes.
+                if !caller_keeps_setid(req) {
+                    kill_suid_sgid(s, req, fd, None);
+                }
             }
             if atime.is_some() || mtime.is_some() {
                 t.futimens(fd, Some([time_or_now(atime), time_or_now(mtime)]))?;
@@ -570,8 +584,19 @@ impl fuser::Filesystem for ScaleFs {
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let s = &self.shared;
         let node = tri!(reply, s.node(ino));
-        let fl = (flags.0 as u32 & PASS_FLAGS) | O_CLOEXEC;
-        match s.with_task(req, |t| t.reopen(node.fd, fl)) {
+        let r = if flags.0 as u32 & FMODE_EXEC != 0 {
+            open_for_exec(s, req, node.fd)
+        } else {
+            let fl = (flags.0 as u32 & PASS_FLAGS) | O_CLOEXEC;
+            let r = s.with_task(req, |t| t.reopen(node.fd, fl));
+            // O_TRUNC (FUSE_ATOMIC_O_TRUNC) by a caller without
+            // CAP_FSETID clears the set-id bits, as a truncate does.
+            if r.is_ok() && fl & O_TRUNC != 0 && !caller_keeps_setid(req) {
+                kill_suid_sgid(s, req, node.fd, Some(ino.0));
+            }
+            r
+        };
+        match r {
             Ok(fd) => reply.opened(FileHandle(fd as u64), self.fopen_flags()),
             Err(e) => reply.error(errno(e)),
         }
@@ -649,8 +674,8 @@ impl fuser::Filesystem for ScaleFs {
 
     fn write(
         &self,
-        _req: &Request,
-        _ino: INodeNo,
+        req: &Request,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         data: &[u8],
@@ -662,21 +687,15 @@ impl fuser::Filesystem for ScaleFs {
         let s = &self.shared;
         let fd = tri!(reply, fd_of(fh));
         let off = tri!(reply, off_of(offset));
-        if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
-            // A write by a caller without CAP_FSETID clears setuid, and
-            // setgid with group-exec, as Linux does (HANDLE_KILLPRIV_V2).
-            // The write is authorised by the handle, so this is done with
-            // the daemon's own credentials.
-            if let Ok(st) = s.base.fstat(fd) {
-                let m = st.mode & 0o7777;
-                let mut new = m & !S_ISUID;
-                if m & 0o010 != 0 {
-                    new &= !S_ISGID;
-                }
-                if new != m {
-                    let _ = s.base.fchmod(fd, new);
-                }
-            }
+        // A write by a caller without CAP_FSETID (HANDLE_KILLPRIV_V2). The
+        // kernel does not flag direct (O_DIRECT) writes, so a write that
+        // carries a real non-root caller counts as well (generic/355);
+        // writeback of mmap'ed pages carries no caller. The write is
+        // authorised by the handle.
+        if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID)
+            || (req.uid() != u32::MAX && !caller_keeps_setid(req))
+        {
+            kill_suid_sgid(s, req, fd, Some(ino.0));
         }
         match s.base.pwrite(fd, data, off) {
             Ok(n) => reply.written(n as u32),
@@ -909,8 +928,8 @@ impl fuser::Filesystem for ScaleFs {
 
     fn fallocate(
         &self,
-        _req: &Request,
-        _ino: INodeNo,
+        req: &Request,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         length: u64,
@@ -926,7 +945,14 @@ impl fuser::Filesystem for ScaleFs {
         );
         // The handle was opened for writing (checked by the core): no
         // credentials needed, as for write.
-        reply_empty(reply, self.shared.base.fallocate(fd, mode, off, len))
+        let s = &self.shared;
+        let r = s.base.fallocate(fd, mode, off, len);
+        // Linux's file_modified: set-id bits go as on a write (generic/683,
+        // 684).
+        if r.is_ok() && req.uid() != u32::MAX && !caller_keeps_setid(req) {
+            kill_suid_sgid(s, req, fd, Some(ino.0));
+        }
+        reply_empty(reply, r)
     }
 
     /// FS_IOC_GETFLAGS / FS_IOC_SETFLAGS (chattr) and FS_IOC_FSGETXATTR /
@@ -1023,6 +1049,66 @@ impl ScaleFs {
             FopenFlags::FOPEN_KEEP_CACHE
         }
     }
+}
+
+/// Clear setuid, and setgid with group-exec (or outside the caller's
+/// groups), of the regular file open at `fd`, as Linux does on a write,
+/// truncate or fallocate by a caller without CAP_FSETID. Done with the daemon's own credentials: the change is
+/// authorised by the write or truncate it goes with.
+///
+/// The kernel keeps the mode it has cached (a write's or an open's reply
+/// carries no attributes), so where `tell` names the node it is told to
+/// drop the node's cached attributes. Attributes only (offset -1): no page
+/// is touched, so this cannot wait on the pages the request's own caller
+/// holds locked.
+fn kill_suid_sgid(s: &Shared, req: &Request, fd: i32, tell: Option<u64>) {
+    if let Ok(st) = s.base.fstat(fd) {
+        if st.mode & libc::S_IFMT != libc::S_IFREG {
+            return;
+        }
+        let m = st.mode & 0o7777;
+        let mut new = m & !S_ISUID;
+        // Linux's setattr_should_drop_sgid: setgid goes with group-exec,
+        // or, without it, when the caller is not in the file's group
+        // (generic/683, 684).
+        if m & S_ISGID != 0
+            && (m & 0o010 != 0 || !request_cred(req.uid(), req.gid(), req.pid()).in_group(st.gid))
+        {
+            new &= !S_ISGID;
+        }
+        if new != m && s.base.fchmod(fd, new).is_ok() {
+            if let (Some(id), Some(n)) = (tell, s.notifier.get()) {
+                let _ = n.inval_inode(INodeNo(id), -1, 0);
+            }
+        }
+    }
+}
+
+/// Whether the caller of `req` may keep set-id bits across a write or
+/// truncate (CAP_FSETID). fuser passes neither the capability nor the
+/// kernel's FATTR_KILL_SUIDGID / FUSE_OPEN_KILL_SUIDGID flags, so root
+/// stands for the capability (as for every other privilege the core
+/// grants).
+fn caller_keeps_setid(req: &Request) -> bool {
+    req.uid() == 0
+}
+
+/// The open of execve(2): the caller needs execute permission (effective
+/// ids, as Linux's `may_open` with `MAY_EXEC`), not read permission, yet the
+/// kernel reads the program through the handle, so the handle is opened
+/// read-only by the daemon's own (root) task once the check has passed.
+///
+/// To switch to the core's open-for-exec entry point once it exists: the
+/// whole body becomes one `t.reopen_exec(fd)`-style call on the caller's
+/// task.
+fn open_for_exec(s: &Shared, req: &Request, fd: i32) -> Result<i32, Errno> {
+    s.with_task(req, |t| {
+        t.faccessat(fd, "", libc::X_OK as u32, AT_EMPTY_PATH | AT_EACCESS)
+    })?;
+    if s.base.fstat(fd)?.mode & libc::S_IFMT != libc::S_IFREG {
+        return Err(Errno::EACCES);
+    }
+    s.base.reopen(fd, O_RDONLY | O_CLOEXEC)
 }
 
 /// Answer an operation that returns nothing but success or an errno.

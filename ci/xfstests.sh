@@ -1,0 +1,317 @@
+#!/usr/bin/env bash
+# xfstests (fstests) against a scalevfs memfs FUSE mount.
+#
+#   ci/xfstests.sh [options] XFSTESTS_DIR [CHECK ARGS...]
+#
+# XFSTESTS_DIR is an xfstests checkout (git://git.kernel.org/pub/scm/fs/xfs/
+# xfstests-dev.git or github.com/kdave/xfstests); CHECK ARGS go to its
+# ./check (default: -g quick). Needs root and /dev/fuse.
+#
+# Options:
+#   --bin PATH        scalevfs binary (default target/release/scalevfs, else
+#                     target/debug/scalevfs, under $CARGO_TARGET_DIR if set)
+#   --install-deps    apt-get install the build dependencies that are missing
+#   --mem SIZE        memory cap of each scalevfs daemon (default 4G): a
+#                     cgroup v1/v2 memory limit where one can be made, else
+#                     ulimit -v
+#   --size SIZE       memfs capacity (ENOSPC past it; default 2G)
+#   --timeout SECS    stop ./check after this long (default: none); the
+#                     results so far are still counted
+#   --results DIR     where the logs go (default /tmp/scalevfs-xfstests)
+#
+# What it does: builds xfstests if needed (make), creates the users and
+# groups the suite wants (fsgqa, fsgqa2, 123456-fsgqa), writes the mount
+# helper /sbin/mount.fuse.scalevfs (mount -t fuse.scalevfs runs it) and
+# XFSTESTS_DIR/local.config for FSTYP=fuse, then runs ./check with TEST and
+# SCRATCH mounted by `scalevfs mount -o allow_other,default_permissions`.
+# It prints pass / fail / not-run counts, the reason of every failure (the
+# first lines of its .out.bad diff or its check message) and which failures
+# ci/xfstests-known.txt lists as inherent. Exit status: 0 when every failure
+# is a known one, 1 otherwise.
+#
+# Where /dev/fuse is missing the run is SKIPPED (exit 0) with the reason
+# printed -- unless SCALEVFS_REQUIRE_FUSE=1, which makes that a failure.
+set -uo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+tdir=${CARGO_TARGET_DIR:-$root/target}
+bin=
+install_deps=0
+mem=4G
+size=2G
+timeout_s=
+results=/tmp/scalevfs-xfstests
+
+usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}"; }
+
+while [ $# -gt 0 ]; do
+  case $1 in
+    --bin) bin=$2; shift 2 ;;
+    --install-deps) install_deps=1; shift ;;
+    --mem) mem=$2; shift 2 ;;
+    --size) size=$2; shift 2 ;;
+    --timeout) timeout_s=$2; shift 2 ;;
+    --results) results=$2; shift 2 ;;
+    -h|--help) usage 0 ;;
+    -*) echo "xfstests: unknown option $1"; usage 1 ;;
+    *) break ;;
+  esac
+done
+[ $# -ge 1 ] || usage 1
+xfs=$(cd "$1" && pwd) || { echo "xfstests: no directory $1"; exit 1; }
+shift
+[ $# -gt 0 ] || set -- -g quick
+[ -x "$xfs/check" ] || { echo "xfstests: $xfs is not an xfstests checkout (no ./check)"; exit 1; }
+
+skip() {
+  if [ "${SCALEVFS_REQUIRE_FUSE:-0}" = 1 ]; then
+    echo "xfstests: FAILED: $* (SCALEVFS_REQUIRE_FUSE=1)"
+    exit 1
+  fi
+  echo "xfstests: SKIPPED: $*"
+  exit 0
+}
+
+if [ -z "$bin" ]; then
+  if [ -x "$tdir/release/scalevfs" ]; then bin=$tdir/release/scalevfs; else bin=$tdir/debug/scalevfs; fi
+fi
+bin=$(readlink -f "$bin")
+[ -x "$bin" ] || { echo "xfstests: no scalevfs binary at $bin (build it, or --bin PATH)"; exit 1; }
+[ "$(id -u)" = 0 ] || skip "xfstests needs root (mount, users, mount helper)"
+[ -c /dev/fuse ] || skip "/dev/fuse is not available"
+
+to_bytes() { # 4G -> bytes
+  local v=${1^^} m=1
+  case $v in *K) m=1024 ;; *M) m=$((1 << 20)) ;; *G) m=$((1 << 30)) ;; *T) m=$((1 << 40)) ;; esac
+  v=${v%[KMGT]}
+  [[ $v =~ ^[0-9]+$ ]] || { echo "xfstests: bad size $1" >&2; exit 1; }
+  echo $((v * m))
+}
+mem_bytes=$(to_bytes "$mem")
+to_bytes "$size" > /dev/null
+
+# ---------------------------------------------------------------- deps
+# Commands the suite (or its build) needs, with the Debian package.
+deps="autoreconf:automake libtoolize:libtool make:make gcc:gcc gawk:gawk bc:bc
+  xfs_io:xfsprogs setfacl:acl getfattr:attr fio:fio dbench:dbench killall:psmisc
+  uuidgen:uuid-runtime mkfs.ext4:e2fsprogs python3:python3 dump:dump
+  quota:quota lvm:lvm2 sed:sed"
+headers="/usr/include/xfs/xfs.h:xfslibs-dev /usr/include/acl/libacl.h:libacl1-dev
+  /usr/include/attr/attributes.h:libattr1-dev /usr/include/libaio.h:libaio-dev
+  /usr/include/uuid/uuid.h:uuid-dev /usr/include/gdbm.h:libgdbm-dev
+  /usr/include/liburing.h:liburing-dev"
+missing=()
+for d in $deps; do command -v "${d%%:*}" > /dev/null || missing+=("${d#*:}"); done
+for d in $headers; do [ -e "${d%%:*}" ] || missing+=("${d#*:}"); done
+command -v libtool > /dev/null || missing+=(libtool-bin)
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ $install_deps = 1 ]; then
+    echo "xfstests: installing ${missing[*]}"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" > /dev/null \
+      || { echo "xfstests: apt-get install failed"; exit 1; }
+  else
+    echo "xfstests: missing packages: ${missing[*]} (apt-get install them, or pass --install-deps)"
+    exit 1
+  fi
+fi
+
+# ---------------------------------------------------------------- build
+if [ ! -x "$xfs/ltp/fsx" ] || [ ! -x "$xfs/src/godown" -a ! -x "$xfs/src/xfsctl" ]; then
+  echo "xfstests: building $xfs (make)"
+  (cd "$xfs" && make -j"$(nproc)") > "$xfs/build.log" 2>&1 \
+    || { echo "xfstests: build failed, see $xfs/build.log"; tail -20 "$xfs/build.log"; exit 1; }
+fi
+
+# ---------------------------------------------------------------- users
+getent group fsgqa > /dev/null || groupadd fsgqa
+getent passwd fsgqa > /dev/null || useradd -m -g fsgqa fsgqa
+getent passwd fsgqa2 > /dev/null || useradd -m fsgqa2
+getent passwd 123456-fsgqa > /dev/null || useradd 123456-fsgqa 2> /dev/null \
+  || echo "xfstests: note: cannot create user 123456-fsgqa (tests that need it will not run)"
+
+# ---------------------------------------------------------------- helper
+# mount(8) runs /sbin/mount.fuse.scalevfs SOURCE DIR -o OPTIONS for
+# `mount -t fuse.scalevfs`. The helper starts the daemon (which returns once
+# the mount is up), with SOURCE as the fsname so that /proc/mounts names the
+# "device" xfstests expects, in a memory-capped cgroup.
+work=$results
+mkdir -p "$work"
+helper=/sbin/mount.fuse.scalevfs
+cat > "$helper" << EOF
+#!/bin/bash
+# Written by scalevfs ci/xfstests.sh: mount -t fuse.scalevfs SOURCE DIR -o OPTS
+src=\$1 dir=\$2
+shift 2
+opts=
+while [ \$# -gt 0 ]; do
+  case \$1 in
+    -o) opts=\${opts:+\$opts,}\$2; shift 2 ;;
+    -o*) opts=\${opts:+\$opts,}\${1#-o}; shift ;;
+    *) shift ;;                      # -n, -s, -v: nothing to do
+  esac
+done
+keep=()
+dev=dev suid=suid
+IFS=, read -ra all <<< "\$opts"
+for o in "\${all[@]}"; do
+  case \$o in
+    # A remount (mount -o remount,ro DIR) is the kernel's: FUSE takes the
+    # read-only flag; mount -i keeps mount(8) from calling this helper again.
+    remount) exec mount -i -o "\$opts" "\$dir" ;;
+    ''|defaults|source=*|fsname=*|subtype=*|user|nouser|auto|noauto|_netdev|nofail) ;;
+    nodev) dev= ;;
+    nosuid) suid= ;;
+    dev|suid) ;;
+    *) keep+=("\$o") ;;
+  esac
+done
+# As mount(8) does for other filesystems (and fuser does not): device files
+# and set-id programs work unless nodev / nosuid are given.
+keep+=(\$dev \$suid "fsname=\$src")
+# Memory cap: a cgroup if one can be made, else the address-space limit.
+cap=$mem_bytes
+cg=
+if [ -f /sys/fs/cgroup/cgroup.controllers ]; then
+  cg=/sys/fs/cgroup/scalevfs-xfstests-\$\$
+  mkdir "\$cg" 2> /dev/null && echo "\$cap" > "\$cg/memory.max" 2> /dev/null \\
+    && echo \$\$ > "\$cg/cgroup.procs" 2> /dev/null || cg=
+else
+  base=/sys/fs/cgroup/memory\$(awk -F: '\$2 == "memory" {print \$3}' /proc/self/cgroup)
+  cg=\$base/scalevfs-xfstests-\$\$
+  mkdir "\$cg" 2> /dev/null && echo "\$cap" > "\$cg/memory.limit_in_bytes" 2> /dev/null \\
+    && echo \$\$ > "\$cg/tasks" 2> /dev/null || cg=
+fi
+[ -n "\$cg" ] || ulimit -v \$((cap / 1024 + (1 << 20)))
+echo "\$(date -u +%T) mount \$src \$dir -o \$(IFS=,; echo "\${keep[*]}") cgroup=\${cg:-none}" >> "$work/mounts.log"
+# A mount point that is still mounted (a previous mount not yet gone)
+# would make the wait below report success for the old mount.
+if mountpoint -q "\$dir"; then
+  echo "mount.fuse.scalevfs: \$dir is already a mount point" >&2
+  exit 32
+fi
+# The daemon in the foreground in its own session, its messages (a panic
+# included) kept in a log; the helper returns once the mount is up.
+log="$work/daemon-\$src.log"
+echo "\$(date -u +%T) mount" >> "\$log"
+setsid bash -c '"\$@"; echo "\$(date -u +%T) daemon exit status \$?"' daemon \
+  "$bin" mount "\$dir" --foreground --size $size -o "\$(IFS=,; echo "\${keep[*]}")" \
+  >> "\$log" 2>&1 < /dev/null &
+pid=\$!
+for _ in \$(seq 1 200); do
+  mountpoint -q "\$dir" && exit 0
+  kill -0 \$pid 2> /dev/null || break
+  sleep 0.05
+done
+tail -3 "\$log" >&2
+exit 1
+EOF
+chmod 755 "$helper"
+
+# ---------------------------------------------------------------- config
+mnt=/mnt/scalevfs-xfstests
+mkdir -p "$mnt/test" "$mnt/scratch"
+for d in "$mnt/test" "$mnt/scratch"; do
+  mountpoint -q "$d" && umount "$d"
+done
+cat > "$xfs/local.config" << EOF
+# Written by scalevfs ci/xfstests.sh
+export TEST_DEV=scalevfs-test
+export TEST_DIR=$mnt/test
+export SCRATCH_DEV=scalevfs-scratch
+export SCRATCH_MNT=$mnt/scratch
+export FSTYP=fuse
+export FUSE_SUBTYP=.scalevfs
+export MOUNT_OPTIONS="-oallow_other,default_permissions"
+export TEST_FS_MOUNT_OPTS="-oallow_other,default_permissions"
+export RESULT_BASE=$work/results
+EOF
+
+cleanup() {
+  for d in "$mnt/test" "$mnt/scratch"; do
+    mountpoint -q "$d" && { umount "$d" 2> /dev/null || umount -l "$d"; }
+  done
+  # The helper's cgroups, once their daemons are gone.
+  local cg
+  for cg in /sys/fs/cgroup/scalevfs-xfstests-* \
+    /sys/fs/cgroup/memory"$(awk -F: '$2 == "memory" {print $3}' /proc/self/cgroup)"/scalevfs-xfstests-*; do
+    [ -d "$cg" ] && rmdir "$cg" 2> /dev/null
+  done
+  return 0
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# ---------------------------------------------------------------- run
+echo "xfstests: binary $bin, daemon memory cap $mem, memfs size $size, logs $work"
+echo "xfstests: ./check $*"
+rm -rf "$work/results" "$work"/daemon-*.log
+(
+  cd "$xfs" || exit 1
+  if [ -n "$timeout_s" ]; then
+    timeout --foreground -k 30 "$timeout_s" ./check "$@"
+  else
+    ./check "$@"
+  fi
+) > "$work/check.log" 2>&1
+rc=$?
+[ $rc = 124 ] && echo "xfstests: stopped after $timeout_s s (--timeout); counting what ran"
+
+# ---------------------------------------------------------------- report
+known=$here/xfstests-known.txt
+# One line per test that ran: "generic/001 pass|fail|notrun|..."
+awk '
+  /^[a-z0-9]+\/[0-9]+[ \t]/ {
+    t = $1; s = "pass"
+    if ($0 ~ /\[not run\]/) s = "notrun"
+    else if ($0 ~ /\[failed/ || $0 ~ /- output mismatch/ || $0 ~ /_check_/) s = "fail"
+    else if ($0 ~ /\[expunged\]/) s = "expunged"
+    st[t] = s; if (!(t in seen)) { seen[t] = 1; order[++n] = t }
+  }
+  /^Failures:/ { for (i = 2; i <= NF; i++) st[$i] = "fail" }
+  END { for (i = 1; i <= n; i++) print order[i], st[order[i]] }
+' "$work/check.log" > "$work/status.txt"
+npass=$(awk '$2 == "pass"' "$work/status.txt" | wc -l)
+nfail=$(awk '$2 == "fail"' "$work/status.txt" | wc -l)
+nnot=$(awk '$2 == "notrun"' "$work/status.txt" | wc -l)
+echo
+echo "| result  | tests |"
+echo "|---------|-------|"
+echo "| pass    | $npass |"
+echo "| fail    | $nfail |"
+echo "| not run | $nnot |"
+echo "| applicable (pass + fail) | $((npass + nfail)) |"
+echo
+unknown=0
+echo "Failures (reason: first lines of the diff or the check message):"
+while read -r t s; do
+  [ "$s" = fail ] || continue
+  reason=
+  bad=$(ls "$work"/results/*/"$t".out.bad "$work"/results/"$t".out.bad 2> /dev/null | head -1)
+  full=$(ls "$work"/results/*/"$t".full "$work"/results/"$t".full 2> /dev/null | head -1)
+  if [ -n "$bad" ]; then
+    reason=$(diff -u "$xfs/tests/$t.out" "$bad" 2> /dev/null | grep -E '^[+-][^+-]' | head -3 | tr '\n' ' ')
+  fi
+  [ -n "$reason" ] || reason=$(grep -A3 -E "^$t[ \t]" "$work/check.log" | grep -vE "^$t[ \t]" | head -2 | tr '\n' ' ')
+  [ -n "$reason" ] || reason=$(grep -E "^$t[ \t]" "$work/check.log" | head -1)
+  if grep -qE "^$t[[:space:]]" "$known" 2> /dev/null; then
+    tag="known: $(grep -E "^$t[[:space:]]" "$known" | head -1 | cut -f2- -d' ' | sed 's/^[[:space:]]*//')"
+  else
+    tag=NEW; unknown=$((unknown + 1))
+  fi
+  echo "  $t [$tag] ${reason:0:300}"
+  [ -n "$full" ] && echo "      full log: $full"
+done < "$work/status.txt"
+echo
+echo "Not run (reason):"
+grep -E '\[not run\]' "$work/check.log" | sed 's/^/  /' | head -1000 > "$work/notrun.txt"
+awk '{ $1 = $1 } 1' "$work/notrun.txt" | sed -E 's/^[^ ]+ +\[not run\] +//' | sort | uniq -c | sort -rn | head -40
+echo
+if grep -l 'panicked' "$work"/daemon-*.log > /dev/null 2>&1; then
+  echo "Daemon panics (see $work/daemon-*.log):"
+  grep -h -A2 'panicked' "$work"/daemon-*.log | head -20
+  unknown=$((unknown + 1))
+fi
+echo
+echo "xfstests: $npass passed, $nfail failed ($unknown not in ci/xfstests-known.txt), $nnot not run; check.log in $work"
+[ $unknown = 0 ]
