@@ -35,3 +35,5 @@ run -p scalevfs --test append_atomicity --test orphan_lifecycle --test dcache_bo
 # that dcache_bounded (eviction) and this one do not; left to the normal run.
 run -p scalevfs --test rename_races -- --test-threads="$threads" \
   rename_races_authoritative_memfs "${@}"
+echo "== tsan: scalevfs page and counter races (unit tests)"
+run -p scalevfs --lib -- --test-threads="$threads" race_tests percpu "${@}"
