@@ -658,6 +658,11 @@ pub fn run_mount(args: MountArgs) -> ExitCode {
         Err(m) => return fail(m),
     };
     let mut vcfg = VfsConfig::default();
+    // The kernel applies its own fs.protected_hardlinks (may_linkat in
+    // linkat(2)) before it sends LINK, for every filesystem; checking again
+    // here would refuse links the host's sysctl allows (xfstests
+    // generic/597). `--set protected-hardlinks=1` restores it.
+    vcfg.protected_hardlinks_off = true;
     if let Some(size) = args.size {
         vcfg.memfs.max_bytes = size;
     }
