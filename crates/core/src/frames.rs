@@ -243,7 +243,11 @@ mod tests {
     fn recycled_frames_are_zero() {
         // Under Miri (an interpreter) fewer frames and a sampled check: the
         // unsafe code paths are the same.
-        let (n, stride) = if cfg!(miri) { (DIRTY_MAX + 8, 509) } else { (3 * DIRTY_MAX, 1) };
+        let (n, stride) = if cfg!(miri) {
+            (DIRTY_MAX + 8, 509)
+        } else {
+            (3 * DIRTY_MAX, 1)
+        };
         let mut v = Vec::new();
         for i in 0..n {
             let f = alloc_dirty().unwrap();
