@@ -23,6 +23,7 @@
 //!    an ancestor (issue 12: rmdir against rename deadlocked). When the
 //!    try fails the operation drops every lock, waits for the victim's lock
 //!    holding nothing, and starts over.
+//!
 //! Then the per-task and per-file locks, the dcache's (rename_lock -> per-dir
 //! maps -> buckets -> LockRef lock), the orphan locks, and the attribute
 //! seqlock writer (innermost).
