@@ -130,9 +130,35 @@ impl MemFsOptions {
 /// does: the space and memory of a deleted file would stay taken. Cheap
 /// when there is nothing to free. The FUSE adapter calls it after a
 /// release or forget; a library user may call it after deleting files.
+///
+/// One flush collects only a few sealed bags (crossbeam's COLLECT_STEPS, 8
+/// bags of up to 64 frees), and an overwrite of existing pages retires a
+/// page per 4 KiB: after overwriting 200 MiB, 800 bags wait, and a later
+/// delete's frees queue behind them (issue 12: stress-ng's sync-file left
+/// ~1 GiB resident and counted as used after the file was gone). So keep
+/// flushing while retired pages are being freed, then a few rounds more
+/// for what is queued behind them. Bounded: the rounds needed for the
+/// pages pending at the start, plus slack.
 pub fn flush_deferred_frees() {
-    for _ in 0..4 {
+    let mut last = crate::pages::retired_pending();
+    let bound = 4 + last / 64 + 16;
+    // Rounds that free no retired page before stopping: after a backlog,
+    // more, since what queued behind it (the file's inode) waits for the
+    // epoch to advance past it.
+    let patience = if last == 0 { 4 } else { 8 };
+    let mut idle = 0;
+    for _ in 0..bound {
         crossbeam_epoch::pin().flush();
+        let now = crate::pages::retired_pending();
+        if now < last {
+            idle = 0;
+        } else {
+            idle += 1;
+            if idle >= patience {
+                break;
+            }
+        }
+        last = now;
     }
 }
 

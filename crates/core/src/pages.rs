@@ -51,6 +51,9 @@
 //! or freed (a known cost for sparse files that shrink).
 
 use scalevfs_sync::primitive::{AtomicI64, AtomicU64, Ordering};
+// `RETIRED` is a process-wide static; loom's atomics cannot be built in a
+// `static`, so it stays std's (a statistic for `flush_deferred_frees`).
+use std::sync::atomic::AtomicUsize;
 
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned, Shared};
 
@@ -146,13 +149,29 @@ impl<'g> Page<'g> {
     /// The page is unreachable for new readers.
     unsafe fn retire(self, g: &Guard) {
         let a = self.0.as_raw() as usize;
+        // Relaxed: a count for `flush_deferred_frees`, no data hangs on it.
+        RETIRED.fetch_add(1, Ordering::Relaxed);
         // SAFETY: pinned readers are waited for; then no one uses the frame.
         unsafe {
             g.defer_unchecked(move || {
-                frames::free(std::ptr::NonNull::new_unchecked(a as *mut Frame))
+                frames::free(std::ptr::NonNull::new_unchecked(a as *mut Frame));
+                // Relaxed: as above.
+                RETIRED.fetch_sub(1, Ordering::Relaxed);
             })
         };
     }
+}
+
+/// Pages retired one by one (`Page::retire`: a page replaced by a copy,
+/// removed by a punch or truncate) whose frames wait for a grace period.
+/// An overwrite of N existing pages retires N, each its own deferred free;
+/// `memfs::flush_deferred_frees` drains while this falls.
+static RETIRED: AtomicUsize = AtomicUsize::new(0);
+
+/// See `RETIRED`.
+pub(crate) fn retired_pending() -> usize {
+    // Relaxed: a hint for how long to keep flushing.
+    RETIRED.load(Ordering::Relaxed)
 }
 
 enum Slots {

@@ -1078,19 +1078,22 @@ impl Task {
             let dst_any = self.lookup_child_any(np, &nname)?;
             let dst = dst_any.as_ref().filter(|d| !d.is_negative()).cloned();
             let di = dst.as_ref().and_then(|d| d.inode().cloned());
-            if !si.is_dir() && (opw.trailing || npw.trailing) {
-                return Err(Errno::ENOTDIR);
+            // do_renameat2's order: EEXIST / the exchange target's ENOENT
+            // before the trailing-slash ENOTDIRs; a trailing slash counts
+            // against the name it ends (and, when not exchanging, a slash
+            // on the new name against a source that is no directory).
+            if flags & RENAME_NOREPLACE != 0 && di.is_some() {
+                return Err(Errno::EEXIST);
             }
             if exchange {
                 match &di {
                     None => return Err(Errno::ENOENT),
-                    Some(d) if !d.is_dir() && (opw.trailing || npw.trailing) => {
-                        return Err(Errno::ENOTDIR)
-                    }
+                    Some(d) if !d.is_dir() && npw.trailing => return Err(Errno::ENOTDIR),
                     _ => {}
                 }
-            } else if flags & RENAME_NOREPLACE != 0 && di.is_some() {
-                return Err(Errno::EEXIST);
+            }
+            if !si.is_dir() && (opw.trailing || (!exchange && npw.trailing)) {
+                return Err(Errno::ENOTDIR);
             }
             // Source must not be an ancestor of the target's parent, and the
             // target must not be an ancestor of the source's parent.
@@ -1734,6 +1737,9 @@ impl Task {
         let pw = self.parent_of(dirfd, path)?;
         let name = match &pw.last {
             Last::Normal(n) => n.clone(),
+            // ".", ".." or "/": an existing directory. Linux's do_open
+            // checks O_EXCL (EEXIST) before the directory (EISDIR).
+            _ if flags & O_EXCL != 0 => return Err(Errno::EEXIST),
             _ => return Err(Errno::EISDIR),
         };
         if pw.trailing {
