@@ -64,9 +64,13 @@ impl Local {
     fn clean(&mut self) {
         release(&mut self.dirty);
         self.cache.append(&mut self.dirty);
+        // Keep BATCH, hand the rest to the pool. (Draining only the last
+        // BATCH stranded the rest here: a thread that mostly frees, e.g.
+        // the one running epoch collections, grew its cache without bound
+        // while the allocating threads mapped new chunks; issue 13:
+        // stress-ng's sync-file left ~1 GB of free-list vectors resident.)
         if self.cache.len() > 2 * BATCH {
-            let keep = self.cache.len() - BATCH;
-            pool().extend(self.cache.drain(keep..));
+            pool().extend(self.cache.drain(BATCH..));
         }
     }
 }
@@ -211,6 +215,13 @@ pub(crate) fn alloc_dirty() -> Option<NonNull<Frame>> {
         Some(a) => Some(to_frame(a)),
         None => alloc_zeroed(),
     }
+}
+
+/// Give this thread's freed frames back to the OS now rather than when
+/// its batch fills: an idle server thread would otherwise keep up to
+/// `DIRTY_MAX` frames (1 MiB) of deleted data resident.
+pub(crate) fn clean_local() {
+    let _ = LOCAL.try_with(|l| l.borrow_mut().clean());
 }
 
 /// Free a frame.

@@ -446,6 +446,12 @@ impl fuser::Filesystem for ScaleFs {
             Ok(st) => reply.attr(&s.cfg.attr_timeout, &file_attr(&st, ino.0)),
             Err(e) => reply.error(errno(e)),
         }
+        if size.is_some() {
+            // A shrinking truncate defers the removed pages' frees: run them
+            // now, or a truncate+refill loop (stress-ng's sync-file) maps
+            // new frames faster than the old ones are collected.
+            scalevfs::flush_deferred_frees();
+        }
     }
 
     fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
@@ -952,7 +958,11 @@ impl fuser::Filesystem for ScaleFs {
         if r.is_ok() && req.uid() != u32::MAX && !caller_keeps_setid(req) {
             kill_suid_sgid(s, req, fd, Some(ino.0));
         }
-        reply_empty(reply, r)
+        reply_empty(reply, r);
+        // A hole punch, collapse or zero range defers frees (as truncate).
+        if mode != 0 {
+            scalevfs::flush_deferred_frees();
+        }
     }
 
     /// FS_IOC_GETFLAGS / FS_IOC_SETFLAGS (chattr) and FS_IOC_FSGETXATTR /
