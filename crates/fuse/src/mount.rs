@@ -657,12 +657,14 @@ pub fn run_mount(args: MountArgs) -> ExitCode {
         Ok(f) => f,
         Err(m) => return fail(m),
     };
-    let mut vcfg = VfsConfig::default();
     // The kernel applies its own fs.protected_hardlinks (may_linkat in
     // linkat(2)) before it sends LINK, for every filesystem; checking again
     // here would refuse links the host's sysctl allows (xfstests
     // generic/597). `--set protected-hardlinks=1` restores it.
-    vcfg.protected_hardlinks_off = true;
+    let mut vcfg = VfsConfig {
+        protected_hardlinks_off: true,
+        ..VfsConfig::default()
+    };
     if let Some(size) = args.size {
         vcfg.memfs.max_bytes = size;
     }
