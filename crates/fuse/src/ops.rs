@@ -442,15 +442,16 @@ impl fuser::Filesystem for ScaleFs {
             }
             t.fstat(fd)
         });
+        if size.is_some() {
+            // A shrinking truncate defers the removed pages' frees: run them
+            // now, before the reply, or a truncate+refill loop (stress-ng's
+            // sync-file) maps new frames while the refill, pinned on another
+            // thread, holds the epoch back from collecting the old ones.
+            scalevfs::flush_deferred_frees();
+        }
         match r {
             Ok(st) => reply.attr(&s.cfg.attr_timeout, &file_attr(&st, ino.0)),
             Err(e) => reply.error(errno(e)),
-        }
-        if size.is_some() {
-            // A shrinking truncate defers the removed pages' frees: run them
-            // now, or a truncate+refill loop (stress-ng's sync-file) maps
-            // new frames faster than the old ones are collected.
-            scalevfs::flush_deferred_frees();
         }
     }
 
@@ -958,11 +959,12 @@ impl fuser::Filesystem for ScaleFs {
         if r.is_ok() && req.uid() != u32::MAX && !caller_keeps_setid(req) {
             kill_suid_sgid(s, req, fd, Some(ino.0));
         }
-        reply_empty(reply, r);
-        // A hole punch, collapse or zero range defers frees (as truncate).
+        // A hole punch, collapse or zero range defers frees: run them before
+        // the reply (as truncate, in setattr).
         if mode != 0 {
             scalevfs::flush_deferred_frees();
         }
+        reply_empty(reply, r)
     }
 
     /// FS_IOC_GETFLAGS / FS_IOC_SETFLAGS (chattr) and FS_IOC_FSGETXATTR /
