@@ -25,6 +25,8 @@
 use scalevfs_sync::ordered::{Class, Mutex, MutexGuard};
 use std::cell::{RefCell, UnsafeCell};
 use std::ptr::NonNull;
+// Process-wide statics: std's atomics (loom's cannot be built in a static).
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Size of one frame (the memfs page size).
 pub(crate) const FRAME: usize = 4096;
@@ -49,6 +51,13 @@ impl Frame {
     }
 }
 
+/// Frames given back to the OS so far (for `clean_local`'s heap trim).
+static RELEASED: AtomicUsize = AtomicUsize::new(0);
+/// `RELEASED` at the last heap trim.
+static TRIMMED_AT: AtomicUsize = AtomicUsize::new(0);
+/// Frames given back between heap trims (64 MiB).
+const TRIM_EVERY: usize = (64 << 20) / FRAME;
+
 /// Free frames of all threads (addresses).
 static POOL: Mutex<Vec<usize>> = Mutex::new(Class::FramePool, Vec::new());
 
@@ -64,9 +73,13 @@ impl Local {
     fn clean(&mut self) {
         release(&mut self.dirty);
         self.cache.append(&mut self.dirty);
+        // Keep BATCH, hand the rest to the pool. (Draining only the last
+        // BATCH stranded the rest here: a thread that mostly frees, e.g.
+        // the one running epoch collections, grew its cache without bound
+        // while the allocating threads mapped new chunks; issue 13:
+        // stress-ng's sync-file left ~1 GB of free-list vectors resident.)
         if self.cache.len() > 2 * BATCH {
-            let keep = self.cache.len() - BATCH;
-            pool().extend(self.cache.drain(keep..));
+            pool().extend(self.cache.drain(BATCH..));
         }
     }
 }
@@ -96,6 +109,8 @@ fn pool() -> MutexGuard<'static, Vec<usize>> {
 /// `madvise(MADV_DONTNEED)` the frames in `v` (sorted, adjacent frames in
 /// one call). Afterwards they read as zeros and take no memory.
 fn release(v: &mut [usize]) {
+    // Relaxed: a statistic, no data hangs on it.
+    RELEASED.fetch_add(v.len(), Ordering::Relaxed);
     v.sort_unstable();
     let mut i = 0;
     while i < v.len() {
@@ -210,6 +225,33 @@ pub(crate) fn alloc_dirty() -> Option<NonNull<Frame>> {
     match a {
         Some(a) => Some(to_frame(a)),
         None => alloc_zeroed(),
+    }
+}
+
+/// Give this thread's freed frames back to the OS now rather than when
+/// its batch fills: an idle server thread would otherwise keep up to
+/// `DIRTY_MAX` frames (1 MiB) of deleted data resident.
+///
+/// Also trims the C heap once per `TRIM_EVERY` frames given back: the radix
+/// nodes, epoch bags and free lists of deleted data are freed on whichever
+/// thread collects them, and glibc keeps freed memory inside its per-thread
+/// arenas (issue 13: tens of MB after a delete, without a trim).
+pub(crate) fn clean_local() {
+    let _ = LOCAL.try_with(|l| l.borrow_mut().clean());
+    // Relaxed: statistics; the CAS only picks one thread to trim.
+    let r = RELEASED.load(Ordering::Relaxed);
+    let t = TRIMMED_AT.load(Ordering::Relaxed);
+    if r.wrapping_sub(t) >= TRIM_EVERY
+        && TRIMMED_AT
+            .compare_exchange(t, r, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    {
+        #[cfg(all(target_os = "linux", target_env = "gnu", not(miri)))]
+        // SAFETY: malloc_trim has no preconditions; it only gives free heap
+        // memory back to the OS.
+        unsafe {
+            libc::malloc_trim(0);
+        }
     }
 }
 

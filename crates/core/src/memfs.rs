@@ -160,6 +160,7 @@ pub fn flush_deferred_frees() {
         }
         last = now;
     }
+    crate::frames::clean_local();
 }
 
 /// A number with an optional binary suffix, as the kernel's `memparse`.

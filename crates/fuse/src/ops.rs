@@ -442,6 +442,13 @@ impl fuser::Filesystem for ScaleFs {
             }
             t.fstat(fd)
         });
+        if size.is_some() {
+            // A shrinking truncate defers the removed pages' frees: run them
+            // now, before the reply, or a truncate+refill loop (stress-ng's
+            // sync-file) maps new frames while the refill, pinned on another
+            // thread, holds the epoch back from collecting the old ones.
+            scalevfs::flush_deferred_frees();
+        }
         match r {
             Ok(st) => reply.attr(&s.cfg.attr_timeout, &file_attr(&st, ino.0)),
             Err(e) => reply.error(errno(e)),
@@ -951,6 +958,11 @@ impl fuser::Filesystem for ScaleFs {
         // 684).
         if r.is_ok() && req.uid() != u32::MAX && !caller_keeps_setid(req) {
             kill_suid_sgid(s, req, fd, Some(ino.0));
+        }
+        // A hole punch, collapse or zero range defers frees: run them before
+        // the reply (as truncate, in setattr).
+        if mode != 0 {
+            scalevfs::flush_deferred_frees();
         }
         reply_empty(reply, r)
     }
