@@ -516,7 +516,7 @@ impl Task {
     /// filesystem has them: `Filesystem::fallocate_range`); UNSHARE_RANGE
     /// and WRITE_ZEROES are EOPNOTSUPP. Mode checks as `vfs_fallocate`.
     pub fn fallocate(&self, fd: i32, mode: u32, off: i64, len: i64) -> VfsResult<()> {
-        use crate::fs::RangeOp;
+        use crate::fstype::RangeOp;
         if off < 0 || len <= 0 {
             return Err(Errno::EINVAL);
         }

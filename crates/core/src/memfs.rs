@@ -32,7 +32,7 @@ use scalevfs_sync::primitive::{AtomicI64, AtomicU64, Ordering};
 use crate::percpu::{InoAllocator, LimitedCounter};
 
 use crate::errno::{Errno, VfsResult};
-use crate::fs::{Filesystem, NewNode};
+use crate::fstype::{Filesystem, NewNode};
 use crate::inode::Inode;
 use crate::types::{Attr, DirEntry, FileType, StatFs, Timespec, S_IFDIR, S_IFLNK};
 
@@ -701,11 +701,11 @@ impl Filesystem for MemFs {
     fn fallocate_range(
         &self,
         inode: &Arc<Inode>,
-        op: crate::fs::RangeOp,
+        op: crate::fstype::RangeOp,
         off: u64,
         len: u64,
     ) -> VfsResult<()> {
-        use crate::fs::RangeOp;
+        use crate::fstype::RangeOp;
         let f = file(inode)?;
         let max = self.opts.max_file_size;
         match op {

@@ -20,7 +20,7 @@ use scalevfs_sync::primitive::{AtomicU32, Ordering};
 use crate::dcache::{Dentry, DentryRef};
 use crate::errno::{Errno, VfsResult};
 use crate::file::{FdTable, File};
-use crate::fs::{Filesystem, NewNode};
+use crate::fstype::{Filesystem, NewNode};
 use crate::inode::{permission_ok, Inode};
 use crate::types::*;
 use crate::vfs::{Changes, Mount, PathRef, Vfs};

@@ -48,7 +48,7 @@ use scalevfs_sync::LockRefVariant;
 
 use crate::dcache::{Dcache, DcacheConfig, DcacheIndex, Dentry, DentryLayout, DentryRef};
 use crate::errno::{Errno, VfsResult};
-use crate::fs::Filesystem;
+use crate::fstype::Filesystem;
 use crate::inode::Inode;
 use crate::memfs::{MemFs, MemFsOptions};
 use crate::types::Cred;

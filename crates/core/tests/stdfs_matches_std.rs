@@ -1,4 +1,4 @@
-//! `scalevfs::stdfs` against `std::fs` on the host: each scenario is a
+//! `scalevfs::fs` against `std::fs` on the host: each scenario is a
 //! table of steps run once with std in a fresh directory of the host's
 //! tmpfs (`/dev/shm`) and once with `stdfs::Fs` over a fresh `Vfs`; every
 //! step's outcome (a value, or the error's kind and raw errno) must match.
@@ -13,7 +13,7 @@ use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use scalevfs::stdfs::{self, MetadataExt as _};
+use scalevfs::fs::{self as stdfs, MetadataExt as _};
 use scalevfs::Vfs;
 
 #[derive(Clone, Copy, Debug, Default)]

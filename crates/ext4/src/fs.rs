@@ -5,7 +5,7 @@ use std::collections::{HashMap, VecDeque};
 use std::path::Path;
 use std::sync::{Arc, Mutex, Weak};
 
-use scalevfs::fs::{Filesystem, NewNode};
+use scalevfs::fstype::{Filesystem, NewNode};
 use scalevfs::inode::Inode;
 use scalevfs::types::{Attr, DirEntry, FileType, SetAttr, StatFs};
 use scalevfs::{Errno, VfsResult};

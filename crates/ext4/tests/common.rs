@@ -9,7 +9,7 @@ use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use scalevfs::stdfs::Fs;
+use scalevfs::fs::Fs;
 use scalevfs_ext4::Ext4;
 use std::sync::atomic::{AtomicUsize, Ordering};
 

@@ -6,7 +6,7 @@ mod common;
 use std::path::Path;
 use std::sync::Arc;
 
-use scalevfs::stdfs::Fs;
+use scalevfs::fs::Fs;
 use scalevfs::{Filesystem, Vfs, VfsConfig};
 use scalevfs_ext4::{Ext4, Ext4Options};
 

@@ -18,7 +18,7 @@
 //!
 //! Like `PhysicalFS`, a [`ScaleFS`] serves one directory of the scalevfs
 //! namespace as the `vfs` root (by default, the task's `/`), and calls are
-//! made through [`scalevfs::stdfs::Fs`] as its task: permissions, symlinks
+//! made through [`scalevfs::fs::Fs`] as its task: permissions, symlinks
 //! and errors are those of scalevfs (Linux's). An `io::Error` reaches the
 //! `vfs` caller as `VfsErrorKind::IoError` with the errno, except NotFound
 //! (`FileNotFound`, as `vfs` maps it) and an existing name given to
@@ -27,7 +27,7 @@
 use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use scalevfs::stdfs::Fs;
+use scalevfs::fs::Fs;
 use scalevfs::{Timespec, Vfs, AT_FDCWD, UTIME_OMIT};
 use vfs::error::VfsErrorKind;
 use vfs::{FileSystem, SeekAndRead, SeekAndWrite, VfsError, VfsFileType, VfsMetadata, VfsResult};

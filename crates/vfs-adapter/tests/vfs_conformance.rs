@@ -5,7 +5,7 @@
 // The macro's own code (not ours) trips these.
 #![allow(clippy::useless_vec)]
 
-use scalevfs::stdfs::Fs;
+use scalevfs::fs::Fs;
 use scalevfs_vfs_adapter::ScaleFS;
 
 mod whole {

@@ -1,0 +1,242 @@
+//! The filesystem trait: what a filesystem type supplies under the VFS caches
+//! (the analogue of Linux's inode and super operations).
+//!
+//! The VFS does every check that POSIX defines in terms of the namespace
+//! (permissions, existence, type mismatches, emptiness, loops) before calling
+//! a method here, under the locks described in `vfs.rs`; a filesystem only
+//! stores. Methods are called with:
+//! - the parent directory's namespace lock held shared (exclusive for
+//!   `rmdir`'s victim), and the per-name lock of every name involved;
+//! - never a spinlock, so a method may block or do I/O.
+//!
+//! CONTRACT FOR LOCK-FREE CALLBACKS: `get_link_cached` is called from inside
+//! the lock-free path walk, under an epoch guard and with no reference held on
+//! the inode's dentry. It must not block, must not take a lock that a writer
+//! could hold for long, and must return data that stays valid as long as the
+//! inode is alive. Returning `None` is always allowed: the walk then leaves
+//! lock-free mode and calls `readlink`.
+
+use std::sync::Arc;
+
+use crate::errno::{Errno, VfsResult};
+use crate::inode::Inode;
+use crate::types::{Cred, DirEntry, SetAttr, StatFs};
+
+/// What kind of object `create` makes; the mode's permission bits come in
+/// `mode` (already masked by the umask).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NewNode<'a> {
+    /// A regular file, FIFO, socket or device: full mode (type bits included) and rdev.
+    Node {
+        mode: u32,
+        rdev: u64,
+    },
+    Dir {
+        mode: u32,
+    },
+    Symlink {
+        target: &'a [u8],
+    },
+}
+
+/// A filesystem type's operations.
+pub trait Filesystem: Send + Sync + 'static {
+    /// Short type name ("memfs").
+    fn name(&self) -> &'static str;
+
+    /// The root directory inode.
+    fn root(&self) -> Arc<Inode>;
+
+    /// True when the dcache always holds every existing name of this
+    /// filesystem (memfs keeps all its dentries), so a miss in the cache is a
+    /// definite ENOENT: the walk needs no negative dentry and no `lookup` call.
+    fn dcache_authoritative(&self) -> bool {
+        false
+    }
+
+    /// Find `name` in `dir`. `Ok(None)`: no such name (a negative dentry).
+    fn lookup(&self, dir: &Arc<Inode>, name: &[u8]) -> VfsResult<Option<Arc<Inode>>>;
+
+    /// Make a new object called `name` in `dir`, owned by `owner` (uid, gid).
+    fn create(
+        &self,
+        dir: &Arc<Inode>,
+        name: &[u8],
+        node: NewNode<'_>,
+        owner: (u32, u32),
+    ) -> VfsResult<Arc<Inode>>;
+
+    /// Make an unnamed regular file (O_TMPFILE) in the filesystem of `dir`.
+    fn create_tmpfile(
+        &self,
+        dir: &Arc<Inode>,
+        mode: u32,
+        owner: (u32, u32),
+    ) -> VfsResult<Arc<Inode>> {
+        let _ = (dir, mode, owner);
+        Err(Errno::EOPNOTSUPP)
+    }
+
+    /// Add a name for an existing non-directory inode.
+    fn link(&self, dir: &Arc<Inode>, name: &[u8], inode: &Arc<Inode>) -> VfsResult<()>;
+
+    /// Remove the name of a non-directory.
+    fn unlink(&self, dir: &Arc<Inode>, name: &[u8], inode: &Arc<Inode>) -> VfsResult<()>;
+
+    /// Remove an empty directory (the filesystem reports ENOTEMPTY).
+    fn rmdir(&self, dir: &Arc<Inode>, name: &[u8], inode: &Arc<Inode>) -> VfsResult<()>;
+
+    /// Rename: the VFS has checked everything; `replaced` is the inode that
+    /// `new_name` named before (already checked to be replaceable), and with
+    /// `exchange` the two names swap.
+    #[allow(clippy::too_many_arguments)]
+    fn rename(
+        &self,
+        old_dir: &Arc<Inode>,
+        old_name: &[u8],
+        new_dir: &Arc<Inode>,
+        new_name: &[u8],
+        moved: &Arc<Inode>,
+        replaced: Option<&Arc<Inode>>,
+        exchange: bool,
+    ) -> VfsResult<()>;
+
+    /// The target of a symlink.
+    fn readlink(&self, inode: &Arc<Inode>) -> VfsResult<Vec<u8>>;
+
+    /// The target of a symlink without blocking, for the lock-free walk (see
+    /// the contract above).
+    fn get_link_cached<'i>(&self, inode: &'i Inode) -> Option<&'i [u8]> {
+        let _ = inode;
+        None
+    }
+
+    /// Apply an attribute change. The default writes the inode's attribute
+    /// block; a persistent filesystem also records it.
+    fn setattr(&self, inode: &Arc<Inode>, set: &SetAttr) -> VfsResult<()> {
+        if let Some(size) = set.size {
+            self.truncate(inode, size)?;
+        }
+        inode.update_attr(|a| apply_setattr(a, set));
+        Ok(())
+    }
+
+    /// List `dir` from `cookie` (0 = start). `emit` returns false to stop.
+    /// Cookies must stay valid across concurrent creates and unlinks: an
+    /// entry present throughout is returned exactly once, an entry created or
+    /// removed meanwhile at most once.
+    fn readdir(
+        &self,
+        dir: &Arc<Inode>,
+        cookie: u64,
+        emit: &mut dyn FnMut(DirEntry) -> bool,
+    ) -> VfsResult<()>;
+
+    /// Where a listing that starts now ends: `Some(c)` if `readdir` goes in
+    /// increasing cookie order and every entry added to `dir` from now on
+    /// (created, or renamed in) gets a cookie >= `c`. A listing started at
+    /// position 0 stops there, so entries that keep arriving behind it
+    /// (renamed out and back) cannot make it endless (Linux's offset
+    /// directories do the same). `None` (the default): no bound.
+    fn readdir_end(&self, dir: &Arc<Inode>) -> Option<u64> {
+        let _ = dir;
+        None
+    }
+
+    fn statfs(&self) -> StatFs;
+
+    /// Largest file size supported.
+    fn max_file_size(&self) -> u64 {
+        i64::MAX as u64
+    }
+
+    // ---- data ----
+
+    /// Read at `off`; returns bytes read (0 at or past end of file).
+    fn read(&self, inode: &Arc<Inode>, off: u64, buf: &mut [u8]) -> VfsResult<usize>;
+
+    /// Write at `off` (the VFS holds the inode's data lock exclusively and
+    /// has checked limits); returns bytes written and updates size/times.
+    fn write(&self, inode: &Arc<Inode>, off: u64, buf: &[u8]) -> VfsResult<usize>;
+
+    /// Set the size (grow with a hole or shrink, freeing data).
+    fn truncate(&self, inode: &Arc<Inode>, size: u64) -> VfsResult<()>;
+
+    /// Allocate (mode 0) or punch a hole (`punch`, size kept).
+    fn fallocate(&self, inode: &Arc<Inode>, punch: bool, off: u64, len: u64) -> VfsResult<()> {
+        let _ = (inode, punch, off, len);
+        Err(Errno::EOPNOTSUPP)
+    }
+
+    /// The fallocate modes that zero or move data (`RangeOp`), with the
+    /// data lock held; the VFS grows the size after `Zero` without
+    /// KEEP_SIZE. The filesystem checks its own alignment rules.
+    fn fallocate_range(
+        &self,
+        inode: &Arc<Inode>,
+        op: RangeOp,
+        off: u64,
+        len: u64,
+    ) -> VfsResult<()> {
+        let _ = (inode, op, off, len);
+        Err(Errno::EOPNOTSUPP)
+    }
+
+    /// SEEK_DATA (`data`) or SEEK_HOLE from `off`; ENXIO past the end.
+    fn seek_data_hole(&self, inode: &Arc<Inode>, off: u64, data: bool) -> VfsResult<u64> {
+        // Default: the whole file is data, with the implicit hole at EOF.
+        let size = inode.attr().size;
+        if off >= size {
+            return Err(Errno::ENXIO);
+        }
+        Ok(if data { off } else { size })
+    }
+
+    /// Make the inode's data (and with `!datasync` its metadata) durable.
+    fn fsync(&self, inode: &Arc<Inode>, datasync: bool) -> VfsResult<()> {
+        let _ = (inode, datasync);
+        Ok(())
+    }
+
+    /// The inode is no longer used (no names, no open files): free its storage.
+    fn evict(&self, inode: &Inode) {
+        let _ = inode;
+    }
+}
+
+/// fallocate modes beyond allocate and punch (ext4 has all three; tmpfs
+/// none).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RangeOp {
+    /// FALLOC_FL_ZERO_RANGE.
+    Zero,
+    /// FALLOC_FL_COLLAPSE_RANGE.
+    Collapse,
+    /// FALLOC_FL_INSERT_RANGE.
+    Insert,
+}
+
+/// Apply the non-size fields of `set` to an attribute block.
+pub fn apply_setattr(a: &mut crate::types::Attr, set: &SetAttr) {
+    if let Some(m) = set.mode {
+        a.mode = (a.mode & crate::types::S_IFMT) | (m & 0o7777);
+    }
+    if let Some(u) = set.uid {
+        a.uid = u;
+    }
+    if let Some(g) = set.gid {
+        a.gid = g;
+    }
+    if let Some(t) = set.atime {
+        a.set_atime(t);
+    }
+    if let Some(t) = set.mtime {
+        a.set_mtime(t);
+    }
+    if let Some(t) = set.ctime {
+        a.set_ctime(t);
+    }
+}
+
+/// Credentials type re-exported for filesystem implementors.
+pub type FsCred = Cred;
