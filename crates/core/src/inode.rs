@@ -18,7 +18,9 @@
 //! through their dentry. The filesystem keeps its own (memfs: in directory
 //! entries). An inode whose `nlink` reaches 0 is freed when the last `Arc` goes.
 
-use scalevfs_sync::ordered::{Class, RwLock};
+use scalevfs_orphan::OrphanSlot;
+use scalevfs_sync::lockstat::LockClass;
+use scalevfs_sync::ordered::{Class, RwLock, SpinLock};
 use std::any::Any;
 
 use scalevfs_sync::primitive::{AtomicU32, Ordering};
@@ -56,7 +58,7 @@ pub struct Inode {
     pub(crate) dir_lock: RwLock<()>,
     pub(crate) data_lock: RwLock<()>,
     /// Open count and orphan registration (see `orphan.rs`).
-    pub(crate) orphan: crate::orphan::InodeOrphan,
+    pub(crate) orphan: InodeOrphan,
 }
 
 #[repr(C, align(64))]
@@ -259,4 +261,38 @@ pub fn permission_ok(a: &Attr, cred: &Cred, mask: u32) -> bool {
         mode & 7
     };
     bits & mask == mask
+}
+
+#[derive(Default)]
+pub(crate) struct Reg {
+    pub(crate) count: u32,
+    pub(crate) slot: Option<OrphanSlot>,
+    pub(crate) unlinked: bool,
+}
+
+/// Per-inode orphan state (the protocol that uses it is `orphan.rs`'s; it
+/// lives here so that the inode, the lower layer, does not name `orphan`).
+pub(crate) struct InodeOrphan {
+    /// Open file descriptions of this inode.
+    pub(crate) opens: AtomicU32,
+    /// `UNLINKED` | truncates in progress * `TRUNCATING`: non-zero means a
+    /// last close must look closer.
+    pub(crate) state: AtomicU32,
+    pub(crate) reg: SpinLock<Reg>,
+}
+
+impl Default for InodeOrphan {
+    fn default() -> Self {
+        InodeOrphan {
+            opens: AtomicU32::new(0),
+            state: AtomicU32::new(0),
+            reg: SpinLock::new(Class::OrphanReg, LockClass::OrphanFile, Reg::default()),
+        }
+    }
+}
+
+impl std::fmt::Debug for InodeOrphan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InodeOrphan").finish_non_exhaustive()
+    }
 }

@@ -29,51 +29,16 @@
 //!   and outside the orphan file's own locks. Nothing is pinned while it is
 //!   held.
 
-use scalevfs_orphan::{thread_hint, OrphanFile, OrphanSlot, OrphanVariant};
-use scalevfs_sync::lockstat::LockClass;
-use scalevfs_sync::ordered::{Class, SpinLock};
-use scalevfs_sync::primitive::{fence, AtomicU32, Ordering};
+use scalevfs_orphan::{thread_hint, OrphanFile, OrphanVariant};
+use scalevfs_sync::primitive::{fence, Ordering};
 
-use crate::inode::Inode;
+use crate::inode::{Inode, Reg};
 use crate::types::FileType;
 
 /// `state` bit: unlinked while open, holds a registration.
 const UNLINKED: u32 = 1;
 /// `state` increment per truncate in progress.
 const TRUNCATING: u32 = 2;
-
-#[derive(Default)]
-struct Reg {
-    count: u32,
-    slot: Option<OrphanSlot>,
-    unlinked: bool,
-}
-
-/// Per-inode orphan state.
-pub(crate) struct InodeOrphan {
-    /// Open file descriptions of this inode.
-    opens: AtomicU32,
-    /// `UNLINKED` | truncates in progress * `TRUNCATING`: non-zero means a
-    /// last close must look closer.
-    state: AtomicU32,
-    reg: SpinLock<Reg>,
-}
-
-impl Default for InodeOrphan {
-    fn default() -> Self {
-        InodeOrphan {
-            opens: AtomicU32::new(0),
-            state: AtomicU32::new(0),
-            reg: SpinLock::new(Class::OrphanReg, LockClass::OrphanFile, Reg::default()),
-        }
-    }
-}
-
-impl std::fmt::Debug for InodeOrphan {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("InodeOrphan").finish_non_exhaustive()
-    }
-}
 
 fn tracked(of: &OrphanFile, inode: &Inode) -> bool {
     of.variant() != OrphanVariant::None && inode.file_type() == FileType::Regular

@@ -51,9 +51,6 @@
 //! or freed (a known cost for sparse files that shrink).
 
 use scalevfs_sync::primitive::{AtomicI64, AtomicU64, Ordering};
-// `RETIRED` is a process-wide static; loom's atomics cannot be built in a
-// `static`, so it stays std's (a statistic for `flush_deferred_frees`).
-use std::sync::atomic::AtomicUsize;
 
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned, Shared};
 
@@ -149,14 +146,13 @@ impl<'g> Page<'g> {
     /// The page is unreachable for new readers.
     unsafe fn retire(self, g: &Guard) {
         let a = self.0.as_raw() as usize;
-        // Relaxed: a count for `flush_deferred_frees`, no data hangs on it.
-        RETIRED.fetch_add(1, Ordering::Relaxed);
+        // Per-thread slots: the overwrite path writes no shared line here.
+        RETIRED.add(1);
         // SAFETY: pinned readers are waited for; then no one uses the frame.
         unsafe {
             g.defer_unchecked(move || {
                 frames::free(std::ptr::NonNull::new_unchecked(a as *mut Frame));
-                // Relaxed: as above.
-                RETIRED.fetch_sub(1, Ordering::Relaxed);
+                RETIRED.add(-1);
             })
         };
     }
@@ -166,12 +162,14 @@ impl<'g> Page<'g> {
 /// removed by a punch or truncate) whose frames wait for a grace period.
 /// An overwrite of N existing pages retires N, each its own deferred free;
 /// `memfs::flush_deferred_frees` drains while this falls.
-static RETIRED: AtomicUsize = AtomicUsize::new(0);
+/// A per-thread (sharded) counter, so an overwrite writes no shared cache
+/// line for it; only `retired_pending` sums the slots.
+static RETIRED: std::sync::LazyLock<crate::percpu::ShardedCounter> =
+    std::sync::LazyLock::new(crate::percpu::ShardedCounter::default);
 
 /// See `RETIRED`.
 pub(crate) fn retired_pending() -> usize {
-    // Relaxed: a hint for how long to keep flushing.
-    RETIRED.load(Ordering::Relaxed)
+    RETIRED.sum()
 }
 
 enum Slots {
