@@ -99,32 +99,9 @@ run_pjdfstest() {
   local summary
   summary=$(grep '^Summary:' "$log")
   echo "  pjdfstest ($1): ${summary:-no summary}"
-  local ok=1
   if [ $rc != 0 ] || ! grep -q '^Summary: 0 failed' "$log"; then
-    ok=0
     grep -E 'FAILED|panicked' "$log" | head -40
-    # The ETXTBSY cases (exec a copy of sleep, then open/truncate it for
-    # writing) are timing-dependent through FUSE on this kernel: in a tight
-    # loop they fail on the session-start binary too (10 of 10), while the
-    # kernel, not scalevfs, enforces ETXTBSY (deny_write_access on its own
-    # inode). When they are the only failures, retry just them, up to 3
-    # times, and say so; any other failure fails the run.
-    if [ "$(grep -E 'FAILED' "$log" | grep -vc '::etxtbsy')" = 0 ]; then
-      local i
-      for i in 1 2 3; do
-        if (cd "$mnt/pjd" && pjdfstest -c "$here/pjdfstest.toml" -p "$mnt/pjd" etxtbsy) \
-          > "$log.etxtbsy" 2>&1 && grep -q '^Summary: 0 failed' "$log.etxtbsy"; then
-          echo "  pjdfstest ($1): only etxtbsy failed; retry $i passed (known FUSE timing flake)"
-          ok=1
-          break
-        fi
-      done
-      if [ $ok = 0 ]; then
-        echo "  pjdfstest ($1): WARNING: only etxtbsy failed, 4 times: known open issue (exec through FUSE; see the closing note), not gating"
-        ok=1
-      fi
-    fi
-    [ $ok = 1 ] || return 1
+    return 1
   fi
   local unexplained=0
   while read -r t; do

@@ -326,8 +326,14 @@ macro_rules! tri {
 
 impl fuser::Filesystem for ScaleFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        let mut want = InitFlags::FUSE_ATOMIC_O_TRUNC
-            | InitFlags::FUSE_PARALLEL_DIROPS
+        // Not FUSE_ATOMIC_O_TRUNC: with it the kernel hands O_TRUNC to our
+        // OPEN, which runs before the kernel's own "text file busy" check
+        // (handle_truncate's get_write_access), so an
+        // open(O_RDONLY|O_TRUNC) of a running program truncated it and then
+        // failed with ETXTBSY, and the program crashed on its next page
+        // fault. Without it the kernel checks first and truncates with a
+        // SETATTR (one more round trip per O_TRUNC open).
+        let mut want = InitFlags::FUSE_PARALLEL_DIROPS
             | InitFlags::FUSE_HANDLE_KILLPRIV_V2
             | InitFlags::FUSE_CACHE_SYMLINKS;
         if self.shared.cfg.readdirplus {
@@ -596,8 +602,9 @@ impl fuser::Filesystem for ScaleFs {
         } else {
             let fl = (flags.0 as u32 & PASS_FLAGS) | O_CLOEXEC;
             let r = s.with_task(req, |t| t.reopen(node.fd, fl));
-            // O_TRUNC (FUSE_ATOMIC_O_TRUNC) by a caller without
-            // CAP_FSETID clears the set-id bits, as a truncate does.
+            // O_TRUNC (only from a kernel that was offered
+            // FUSE_ATOMIC_O_TRUNC; ours truncates with SETATTR) by a caller
+            // without CAP_FSETID clears the set-id bits, as a truncate does.
             if r.is_ok() && fl & O_TRUNC != 0 && !caller_keeps_setid(req) {
                 kill_suid_sgid(s, req, node.fd, Some(ino.0));
             }

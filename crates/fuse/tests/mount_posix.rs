@@ -530,3 +530,65 @@ fn run_mount_refuses_a_non_empty_directory() {
     );
     fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A running program's file is "text busy": every open that would change it
+/// fails with ETXTBSY and leaves it intact. Through FUSE with
+/// FUSE_ATOMIC_O_TRUNC the O_RDONLY|O_TRUNC case used to reach the daemon
+/// (which truncated the file) before the kernel's own check failed the call,
+/// so the program lost its text and crashed — the pjdfstest `etxtbsy` flake.
+#[test]
+fn running_program_is_text_busy_and_survives() {
+    if !fuse_ok("running_program_is_text_busy_and_survives") {
+        return;
+    }
+    let Ok(sleep) = fs::read("/bin/sleep") else {
+        eprintln!("SKIPPED running_program_is_text_busy_and_survives: no /bin/sleep");
+        return;
+    };
+    let m = Mounted::new("etxtbsy", FuseConfig::default());
+    let prog = m.p("sleeper");
+    fs::write(&prog, &sleep).unwrap();
+    fs::set_permissions(&prog, fs::Permissions::from_mode(0o755)).unwrap();
+    let mut child = std::process::Command::new(&prog).arg("30").spawn().unwrap();
+    // The exec has finished once /proc shows the program as the child's exe.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while fs::read_link(format!("/proc/{}/exe", child.id())).ok() != Some(prog.clone()) {
+        assert!(Instant::now() < deadline, "the program never started");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let c = cpath(&prog);
+    for (flags, what) in [
+        (libc::O_WRONLY, "O_WRONLY"),
+        (libc::O_RDWR, "O_RDWR"),
+        (libc::O_RDONLY | libc::O_TRUNC, "O_RDONLY|O_TRUNC"),
+    ] {
+        // SAFETY: open with a valid C string; a returned fd is closed.
+        let fd = unsafe { libc::open(c.as_ptr(), flags | libc::O_CLOEXEC) };
+        let err = std::io::Error::last_os_error();
+        if fd >= 0 {
+            // SAFETY: closing the fd we just got.
+            unsafe { libc::close(fd) };
+        }
+        assert_eq!(fd, -1, "{what} of a running program succeeded");
+        assert_eq!(errno_of(&err), libc::ETXTBSY, "{what}");
+    }
+    // SAFETY: truncate with a valid C string.
+    assert_eq!(unsafe { libc::truncate(c.as_ptr(), 1) }, -1);
+    assert_eq!(errno_of(&std::io::Error::last_os_error()), libc::ETXTBSY);
+    // Nothing was lost, and the program still runs.
+    assert_eq!(
+        fs::read(&prog).unwrap(),
+        sleep,
+        "the program's text changed"
+    );
+    assert!(child.try_wait().unwrap().is_none(), "the program died");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // Once it is gone the file can be written again.
+    fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(&prog)
+        .unwrap();
+    assert_eq!(fs::metadata(&prog).unwrap().len(), 0);
+}
