@@ -35,6 +35,7 @@ use scalevfs_sync::primitive::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Or
 
 use crate::errno::{Errno, VfsResult};
 use crate::inode::Inode;
+use crate::types::FMODE_EXEC;
 use crate::types::{
     O_ACCMODE, O_APPEND, O_CLOEXEC, O_CREAT, O_DIRECT, O_DIRECTORY, O_EXCL, O_LARGEFILE, O_NOATIME,
     O_NOCTTY, O_NOFOLLOW, O_NONBLOCK, O_PATH, O_RDONLY, O_RDWR, O_TRUNC, O_WRONLY,
@@ -63,12 +64,16 @@ pub struct File {
     /// The file position.
     pub(crate) pos: AtomicU64,
     /// A regular file opened for writing: counted in its mount's writers
-    /// (read-only remount is EBUSY meanwhile) from `new` until its last fd
-    /// slot closes (not until the deferred drop: Linux's close releases it
-    /// before returning), or until the drop if it was never installed.
+    /// (read-only remount is EBUSY meanwhile) and in its inode's write
+    /// access from `new` until its last fd slot closes (not until the
+    /// deferred drop: Linux's close releases them before returning), or
+    /// until the drop if it was never installed.
     writer: bool,
-    /// Whether `writer` is counted now.
-    writer_counted: AtomicBool,
+    /// Opened to execute (`FMODE_EXEC`): holds the inode's writers off for
+    /// the same span.
+    exec: bool,
+    /// Whether `writer`'s or `exec`'s counts are held now.
+    access_held: AtomicBool,
     /// fd-table slots holding this file.
     slots: AtomicUsize,
     /// Serialises position-using writes (see LOCKING RULES).
@@ -93,32 +98,45 @@ pub const SETFL_MASK: u32 = O_APPEND | O_NONBLOCK | O_DIRECT | O_NOATIME;
 impl File {
     /// A new open file description; `flags` as given to open (the ones that
     /// only matter at open time are dropped, as Linux's `f_flags`).
-    pub(crate) fn new(path: PathRef, flags: u32) -> File {
+    /// A new open file description; `flags` as given to open (the ones that
+    /// only matter at open time are dropped, as Linux's `f_flags`).
+    /// A regular file opened for writing takes write access (ETXTBSY while
+    /// it runs as a program); one opened with [`FMODE_EXEC`] holds writers
+    /// off while it is open (Linux's `deny_write_access`).
+    pub(crate) fn new(path: PathRef, flags: u32) -> VfsResult<File> {
         let inode = path.inode().clone();
+        let exec = flags & O_PATH == 0 && flags & FMODE_EXEC != 0;
         let flags = if flags & O_PATH != 0 {
             flags & (O_PATH | O_DIRECTORY | O_NOFOLLOW)
         } else {
-            (flags & !(O_CLOEXEC | O_CREAT | O_EXCL | O_NOCTTY | O_TRUNC | O_LARGEFILE))
+            (flags
+                & !(O_CLOEXEC | O_CREAT | O_EXCL | O_NOCTTY | O_TRUNC | O_LARGEFILE | FMODE_EXEC))
                 | O_LARGEFILE_KERNEL
         };
-        crate::orphan::file_opened(&path.mnt.sb.orphans, &inode);
         let writer = flags & O_PATH == 0
             && matches!(flags & O_ACCMODE, O_WRONLY | O_RDWR)
             && inode.file_type() == crate::types::FileType::Regular;
         if writer {
+            inode.get_write_access()?;
+        } else if exec {
+            inode.deny_write_access()?;
+        }
+        crate::orphan::file_opened(&path.mnt.sb.orphans, &inode);
+        if writer {
             path.mnt.add_writer();
         }
-        File {
+        Ok(File {
             path,
             inode,
             writer,
-            writer_counted: AtomicBool::new(writer),
+            exec,
+            access_held: AtomicBool::new(writer || exec),
             slots: AtomicUsize::new(0),
             flags: AtomicU32::new(flags),
             pos: AtomicU64::new(0),
             pos_lock: Mutex::new(Class::PosLock, ()),
             dir_end: AtomicU64::new(u64::MAX),
-        }
+        })
     }
     pub fn inode(&self) -> &Arc<Inode> {
         &self.inode
@@ -150,10 +168,17 @@ impl File {
         let f = self.flags();
         f & O_PATH == 0 && matches!(f & O_ACCMODE, O_WRONLY | O_RDWR)
     }
-    fn uncount_writer(&self) {
+    /// Give back what `new` counted (once): the mount's writer and the
+    /// inode's write access, or the exec's hold on writers.
+    fn release_access(&self) {
         // SeqCst: with the mount's writer count (see `Vfs::remount_at`).
-        if self.writer && self.writer_counted.swap(false, Ordering::SeqCst) {
-            self.path.mnt.drop_writer();
+        if (self.writer || self.exec) && self.access_held.swap(false, Ordering::SeqCst) {
+            if self.writer {
+                self.inode.put_write_access();
+                self.path.mnt.drop_writer();
+            } else {
+                self.inode.allow_write_access();
+            }
         }
     }
     /// Whether this is a counted writer on a mount that is read-only now:
@@ -175,7 +200,7 @@ impl Drop for File {
     /// The last close: lock-free unless the inode was unlinked or is being
     /// truncated (`orphan::file_closed`).
     fn drop(&mut self) {
-        self.uncount_writer();
+        self.release_access();
         crate::orphan::file_closed(&self.path.mnt.sb.orphans, &self.inode);
     }
 }
@@ -368,9 +393,27 @@ impl FdTable {
         // an RMW); the last decrement in `release_slot` is AcqRel.
         file.slots.fetch_add(1, Ordering::Relaxed);
         // SeqCst: a file installed again after its last slot closed (an
-        // `Arc<File>` kept by a library user) counts as a writer again.
-        if file.writer && !file.writer_counted.swap(true, Ordering::SeqCst) {
-            file.path.mnt.add_writer();
+        // `Arc<File>` kept by a library user) counts as a writer again. Its
+        // write access (or exec hold) is taken again only if that is
+        // possible now; otherwise the description goes on without it.
+        if (file.writer || file.exec) && !file.access_held.load(Ordering::SeqCst) {
+            let ok = if file.writer {
+                file.inode.get_write_access().is_ok()
+            } else {
+                file.inode.deny_write_access().is_ok()
+            };
+            if ok && !file.access_held.swap(true, Ordering::SeqCst) {
+                if file.writer {
+                    file.path.mnt.add_writer();
+                }
+            } else if ok {
+                // Another install took it first: give ours back.
+                if file.writer {
+                    file.inode.put_write_access();
+                } else {
+                    file.inode.allow_write_access();
+                }
+            }
         }
         // Release: publish the File to lock-free readers.
         let old = slot.file.swap(Owned::new(file), Ordering::Release, g);
@@ -517,10 +560,10 @@ fn release_slot(old: Shared<'_, Arc<File>>, g: &Guard) {
     // only by the deferred destruction below.
     if let Some(f) = unsafe { old.as_ref() } {
         f.path.mnt.release();
-        // AcqRel: the last slot's close uncounts the writer now, not at the
+        // AcqRel: the last slot's close gives write access back now, not at the
         // deferred drop (a read-only remount right after close succeeds).
         if f.slots.fetch_sub(1, Ordering::AcqRel) == 1 {
-            f.uncount_writer();
+            f.release_access();
         }
         // SAFETY: unreachable from the table now; pinned readers are waited for.
         unsafe { g.defer_destroy(old) };

@@ -23,7 +23,7 @@ use scalevfs_sync::lockstat::LockClass;
 use scalevfs_sync::ordered::{Class, RwLock, SpinLock};
 use std::any::Any;
 
-use scalevfs_sync::primitive::{AtomicU32, Ordering};
+use scalevfs_sync::primitive::{AtomicI64, AtomicU32, Ordering};
 use scalevfs_sync::SeqLock;
 
 use crate::types::{Attr, Cred, FileType, Stat, S_IFMT};
@@ -59,6 +59,10 @@ pub struct Inode {
     pub(crate) data_lock: RwLock<()>,
     /// Open count and orphan registration (see `orphan.rs`).
     pub(crate) orphan: InodeOrphan,
+    /// Linux's `i_writecount`: n > 0 open file descriptions may write,
+    /// n < 0 running programs hold it (`Task::open_exec`), never both; the
+    /// clash is ETXTBSY ("text file busy").
+    write_count: AtomicI64,
 }
 
 #[repr(C, align(64))]
@@ -101,7 +105,42 @@ impl Inode {
             dir_lock: RwLock::new(Class::DirParent, ()),
             data_lock: RwLock::new(Class::DataLock, ()),
             orphan: Default::default(),
+            write_count: AtomicI64::new(0),
         }
+    }
+
+    /// Linux's `get_write_access`: count one more writer, or ETXTBSY while
+    /// the file is being executed.
+    pub(crate) fn get_write_access(&self) -> crate::errno::VfsResult<()> {
+        // Relaxed: the count is the whole state (no data is published
+        // through it); the RMW alone decides between writers and programs.
+        self.write_count
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n >= 0).then_some(n + 1)
+            })
+            .map(|_| ())
+            .map_err(|_| crate::errno::Errno::ETXTBSY)
+    }
+    /// Undo one `get_write_access`.
+    pub(crate) fn put_write_access(&self) {
+        // Relaxed: as in get_write_access.
+        self.write_count.fetch_sub(1, Ordering::Relaxed);
+    }
+    /// Linux's `deny_write_access` (exec): hold off writers, or ETXTBSY
+    /// while the file is open for writing.
+    pub(crate) fn deny_write_access(&self) -> crate::errno::VfsResult<()> {
+        // Relaxed: as in get_write_access.
+        self.write_count
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n <= 0).then_some(n - 1)
+            })
+            .map(|_| ())
+            .map_err(|_| crate::errno::Errno::ETXTBSY)
+    }
+    /// Undo one `deny_write_access`.
+    pub(crate) fn allow_write_access(&self) {
+        // Relaxed: as in get_write_access.
+        self.write_count.fetch_add(1, Ordering::Relaxed);
     }
 
     #[inline]

@@ -504,7 +504,11 @@ impl Task {
         if i.is_append_only() {
             return Err(Errno::EPERM);
         }
-        truncate_inode(&p, size as u64, self.cred())?;
+        // vfs_truncate: a running program is ETXTBSY.
+        i.get_write_access()?;
+        let r = truncate_inode(&p, size as u64, self.cred());
+        i.put_write_access();
+        r?;
         // No lock is held here: report at once.
         self.changes().inode(i);
         Ok(())

@@ -1604,7 +1604,7 @@ impl Task {
             if flags & O_DIRECTORY != 0 && !p.inode().is_dir() {
                 return Err(Errno::ENOTDIR);
             }
-            return Ok(File::new(p, flags & (O_PATH | O_DIRECTORY | O_NOFOLLOW)));
+            return File::new(p, flags & (O_PATH | O_DIRECTORY | O_NOFOLLOW));
         }
         if flags & O_CREAT != 0 && flags & O_DIRECTORY != 0 {
             return Err(Errno::EINVAL);
@@ -1649,7 +1649,7 @@ impl Task {
 
     fn open_checked_inner(&self, p: PathRef, flags: u32, created: bool) -> VfsResult<File> {
         if created {
-            return Ok(File::new(p, flags));
+            return File::new(p, flags & !FMODE_EXEC);
         }
         let i = p.inode().clone();
         let ty = i.file_type();
@@ -1711,12 +1711,27 @@ impl Task {
         if flags & O_NOATIME != 0 && !self.cred.is_root() && self.cred.uid != a.uid {
             return Err(Errno::EPERM);
         }
+        // The description first: it takes write access (or, for exec,
+        // holds writers off), so a running program is ETXTBSY before
+        // anything is truncated (Linux's do_dentry_open, then
+        // handle_truncate).
+        let file = File::new(p, flags)?;
         if trunc {
-            crate::io::truncate_inode(&p, 0, &self.cred)?;
+            // O_RDONLY|O_TRUNC holds no write access: take it for the
+            // truncate, as handle_truncate does.
+            let temporary = !file.can_write();
+            if temporary {
+                i.get_write_access()?;
+            }
+            let r = crate::io::truncate_inode(file.path(), 0, &self.cred);
+            if temporary {
+                i.put_write_access();
+            }
+            r?;
             // No lock is held here: report at once.
             self.changes().inode(&i);
         }
-        Ok(File::new(p, flags & !FMODE_EXEC))
+        Ok(file)
     }
 
     /// O_CREAT: find or create the last component. Returns the location and
@@ -1849,13 +1864,13 @@ impl Task {
         // last reference.
         let q = self.vfs.dcache().qname(p.dentry.as_ptr(), b"#tmpfile");
         let d = self.vfs.dcache().alloc_unhashed(&p.dentry, &q, inode);
-        Ok(File::new(
+        File::new(
             PathRef {
                 mnt: p.mnt.clone(),
                 dentry: d,
             },
             flags,
-        ))
+        )
     }
 
     /// `close(2)`.
