@@ -13,6 +13,7 @@
 pub mod harness;
 pub mod plot;
 pub mod report;
+pub mod tree;
 pub mod workloads;
 
 use std::path::{Path, PathBuf};

@@ -35,6 +35,36 @@ enum Command {
     Stats(StatsArgs),
     /// Serve a scalevfs filesystem at DIR through FUSE.
     Mount(scalevfs_fuse::MountArgs),
+    /// Tree workloads (untar-like create, find+stat, read back, delete) on
+    /// ext4 images and memfs: the library, the FUSE mount, fuse2fs and the
+    /// kernel's ext4 side by side.
+    BenchTree(TreeArgs),
+}
+
+#[derive(Args, Debug)]
+struct TreeArgs {
+    /// Files in the tree.
+    #[arg(long, default_value_t = 20_000)]
+    files: usize,
+    /// Directories the files are spread over.
+    #[arg(long, default_value_t = 200)]
+    dirs: usize,
+    /// Thread counts, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    threads: Vec<usize>,
+    /// Targets, comma-separated (default: all): lib-memfs, lib-ext4,
+    /// fuse-memfs, fuse-ext4, fuse2fs, kernel, tmpfs.
+    #[arg(long, value_delimiter = ',')]
+    targets: Vec<String>,
+    /// Size of each ext4 image, MiB.
+    #[arg(long, default_value_t = 1024)]
+    image_mib: u64,
+    /// Work directory for images and mount points (default: in /dev/shm).
+    #[arg(long)]
+    workdir: Option<PathBuf>,
+    /// Directory for tree.json and tree.md.
+    #[arg(long, default_value = "bench-report")]
+    report_dir: PathBuf,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -221,12 +251,49 @@ fn stats(a: StatsArgs) -> Result<(), String> {
     Ok(())
 }
 
+fn bench_tree(a: TreeArgs) -> Result<(), String> {
+    use scalevfs_bench::tree;
+    let image_size = a
+        .image_mib
+        .checked_mul(1 << 20)
+        .filter(|&s| s >= 16 << 20)
+        .ok_or("--image-mib must be at least 16")?;
+    let opts = tree::TreeOptions {
+        files: a.files,
+        dirs: a.dirs,
+        threads: a.threads,
+        targets: if a.targets.is_empty() {
+            tree::TARGETS.iter().map(|s| s.to_string()).collect()
+        } else {
+            a.targets
+        },
+        image_size,
+        workdir: a.workdir.unwrap_or_else(|| {
+            PathBuf::from(format!("/dev/shm/scalevfs-tree-{}", std::process::id()))
+        }),
+        bin: std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?,
+        seed: 1,
+    };
+    let rep = tree::run(&opts, &mut |s| eprintln!("bench-tree: {s}"))?;
+    let md = tree::markdown(&rep);
+    print!("{md}");
+    std::fs::create_dir_all(&a.report_dir)
+        .map_err(|e| format!("{}: {e}", a.report_dir.display()))?;
+    let json = serde_json::to_string_pretty(&rep).map_err(|e| e.to_string())?;
+    for (name, body) in [("tree.json", json.as_str()), ("tree.md", md.as_str())] {
+        let p = a.report_dir.join(name);
+        std::fs::write(&p, body).map_err(|e| format!("{}: {e}", p.display()))?;
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.command {
         Command::Mount(a) => return scalevfs_fuse::run_mount(a),
         Command::Bench(a) => bench(a),
         Command::Stats(a) => stats(a),
+        Command::BenchTree(a) => bench_tree(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
