@@ -145,6 +145,7 @@ fn touch_atime(f: &File) {
     let i = f.inode();
     if f.flags() & O_NOATIME != 0
         || f.path().mnt.is_readonly()
+        || f.path().mnt.is_noatime()
         || i.fs_flags() & crate::inode::FS_NOATIME_FL != 0
     {
         return;

@@ -1518,6 +1518,22 @@ impl Task {
         self.vfs.remount_at(&p, readonly)
     }
 
+    /// `mount -o remount,noatime` (`on`) or `remount,relatime` of the
+    /// mount whose root is `path` (root only, EPERM; EINVAL if `path` is not
+    /// a mount root): with it, reads never update atime.
+    pub fn set_noatime<P: AsRef<[u8]> + ?Sized>(&self, path: &P, on: bool) -> VfsResult<()> {
+        if !self.cred.is_root() {
+            return Err(Errno::EPERM);
+        }
+        let p = self.resolve(AT_FDCWD, as_bytes(path), true, false)?;
+        if !std::ptr::eq(p.dentry.as_ptr(), p.mnt.root.as_ptr()) {
+            return Err(Errno::EINVAL);
+        }
+        // Relaxed: see Mount::is_noatime.
+        p.mnt.noatime.store(on, Ordering::Relaxed);
+        Ok(())
+    }
+
     /// Unmount the filesystem mounted at `path` (root only).
     pub fn umount<P: AsRef<[u8]> + ?Sized>(&self, path: &P) -> VfsResult<()> {
         if !self.cred.is_root() {

@@ -81,6 +81,9 @@ pub struct Mount {
     pub(crate) parent: Option<(Arc<Mount>, DentryRef)>,
     /// Read-only (EROFS); flipped by `Vfs::remount_at`.
     pub(crate) readonly: AtomicBool,
+    /// `noatime`: reads through this mount never update atime (set by
+    /// `Task::set_noatime`, e.g. from the FUSE front end's `-o noatime`).
+    pub(crate) noatime: AtomicBool,
     /// Regular files open for writing through this mount (Linux's
     /// mnt_writers): a read-only remount is EBUSY while any is open.
     pub(crate) writers: AtomicUsize,
@@ -113,6 +116,11 @@ impl Mount {
         // SeqCst: with `writers`, a Dekker pair against `Vfs::remount_at`
         // (see `File::new`).
         self.readonly.load(Ordering::SeqCst)
+    }
+    pub fn is_noatime(&self) -> bool {
+        // Relaxed: a policy bit; a read racing with the change may go
+        // either way, as on Linux.
+        self.noatime.load(Ordering::Relaxed)
     }
     /// A regular file opened for writing (`File::new`).
     pub(crate) fn add_writer(&self) {
@@ -472,6 +480,7 @@ impl Vfs {
             root: root_d,
             parent: None,
             readonly: AtomicBool::new(false),
+            noatime: AtomicBool::new(false),
             writers: AtomicUsize::new(0),
             users: AtomicUsize::new(0),
         });
@@ -568,6 +577,7 @@ impl Vfs {
             root: root_d,
             parent: Some((at.mnt.clone(), at.dentry.clone())),
             readonly: AtomicBool::new(readonly),
+            noatime: AtomicBool::new(false),
             writers: AtomicUsize::new(0),
             users: AtomicUsize::new(0),
         });

@@ -412,3 +412,33 @@ fn protected_hardlinks_switch() {
         .set("protected-hardlinks", "2")
         .is_err());
 }
+
+/// `mount -o noatime`: reads through the mount leave atime alone, where
+/// relatime (the default) would update an atime older than the mtime.
+/// Only root may change it, and only on a mount's root (EINVAL elsewhere).
+#[test]
+fn noatime_mount_leaves_atime_alone() {
+    let vfs = Vfs::new();
+    let t = vfs.root_task();
+    t.mkdir("/d", 0o755).unwrap();
+    let fd = t.open("/d/f", O_CREAT | O_RDWR, 0o644).unwrap();
+    t.write(fd, b"data").unwrap();
+    let old = Timespec { sec: 1000, nsec: 0 };
+    let read_atime = |t: &Task| {
+        t.futimens(fd, Some([old, Timespec { sec: 2000, nsec: 0 }]))
+            .unwrap();
+        let mut buf = [0u8; 4];
+        t.pread(fd, &mut buf, 0).unwrap();
+        t.fstat(fd).unwrap().atime.sec
+    };
+    // relatime: an atime older than mtime is brought up to date.
+    assert!(read_atime(&t) > 2000);
+    let user = vfs.task(Cred::user(NOBODY, NOBODY));
+    assert_eq!(user.set_noatime("/", true), Err(Errno::EPERM));
+    assert_eq!(t.set_noatime("/d", true), Err(Errno::EINVAL));
+    t.set_noatime("/", true).unwrap();
+    assert_eq!(read_atime(&t), 1000);
+    t.set_noatime("/", false).unwrap();
+    assert!(read_atime(&t) > 2000);
+    t.close(fd).unwrap();
+}

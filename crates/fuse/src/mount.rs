@@ -415,9 +415,28 @@ fn session_config(cfg: &MountConfig) -> io::Result<(fuser::Config, FuseConfig)> 
     Ok((c, fuse))
 }
 
+/// `-o noatime`: the kernel leaves atime to the filesystem, so the core's
+/// root mount must know not to update it on reads (xfstests generic/120).
+fn apply_noatime(vfs: &Vfs, options: &[String]) {
+    let mut noatime = false;
+    for o in options.iter().map(|o| o.trim()) {
+        match o {
+            "noatime" => noatime = true,
+            "atime" | "relatime" | "strictatime" => noatime = false,
+            _ => {}
+        }
+    }
+    if noatime {
+        // The root task is root and "/" is the root mount's root: this
+        // cannot fail.
+        let _ = vfs.root_task().set_noatime("/", true);
+    }
+}
+
 /// Mount `vfs` at `mountpoint` and serve it from background threads.
 pub fn spawn_mount(vfs: Vfs, mountpoint: &Path, cfg: &MountConfig) -> io::Result<FuseMount> {
     let (scfg, fuse) = session_config(cfg)?;
+    apply_noatime(&vfs, &cfg.options);
     let fs = ScaleFs::new(vfs, fuse)
         .map_err(|e| io::Error::other(format!("cannot open the VFS root: {}", e.message())))?;
     let shared = fs.shared.clone();
@@ -714,6 +733,7 @@ pub fn run_mount(args: MountArgs) -> ExitCode {
         Some(fs) => Vfs::with_root_fs(vcfg, fs),
         None => Vfs::with_config(vcfg),
     };
+    apply_noatime(&vfs, &args.options);
     let fs = match ScaleFs::new(vfs, fuse) {
         Ok(fs) => fs,
         Err(e) => {

@@ -592,3 +592,45 @@ fn running_program_is_text_busy_and_survives() {
         .unwrap();
     assert_eq!(fs::metadata(&prog).unwrap().len(), 0);
 }
+
+/// `-o noatime` (xfstests generic/120): FUSE leaves atime to the
+/// filesystem, so the option must reach the core; without it, relatime
+/// updates an atime older than the mtime on read.
+#[test]
+fn noatime_option_reaches_the_core() {
+    if !fuse_ok("noatime_option_reaches_the_core") {
+        return;
+    }
+    for (noatime, options) in [
+        (false, vec!["allow_other"]),
+        (true, vec!["allow_other", "noatime"]),
+    ] {
+        let dir = scratch_dir("noatime");
+        let vfs = Vfs::new();
+        let cfg = MountConfig {
+            fuse: FuseConfig::default(),
+            options: options.iter().map(|s| s.to_string()).collect(),
+            threads: 2,
+        };
+        let m = spawn_mount(vfs.clone(), &dir, &cfg).expect("mount");
+        let f = dir.join("f");
+        fs::write(&f, b"some data").unwrap();
+        let t = vfs.root_task();
+        let old = scalevfs::Timespec { sec: 1000, nsec: 0 };
+        let newer = scalevfs::Timespec { sec: 2000, nsec: 0 };
+        t.utimensat(scalevfs::AT_FDCWD, "/f", Some([old, newer]), 0)
+            .unwrap();
+        // A fresh open drops the kernel's page cache: the read reaches us.
+        let mut buf = Vec::new();
+        fs::File::open(&f).unwrap().read_to_end(&mut buf).unwrap();
+        assert_eq!(buf, b"some data");
+        let atime = t.stat("/f").unwrap().atime.sec;
+        if noatime {
+            assert_eq!(atime, 1000, "noatime mount updated atime");
+        } else {
+            assert!(atime > 2000, "relatime did not update atime ({atime})");
+        }
+        m.unmount().unwrap();
+        let _ = fs::remove_dir(&dir);
+    }
+}
