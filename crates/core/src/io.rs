@@ -22,6 +22,8 @@
 //!   run deferred destructors (a last close), which must not find us holding
 //!   a lock they need.
 
+use std::sync::Arc;
+
 use crossbeam_epoch::{self as epoch, Guard};
 use scalevfs_sync::primitive::Ordering;
 
@@ -632,3 +634,116 @@ impl Task {
 }
 
 const _: () = assert!(O_LARGEFILE_KERNEL == 0 || O_LARGEFILE_KERNEL & crate::file::SETFL_MASK == 0);
+
+/// How much `copy_file_range` moves per read/write step: the buffer it
+/// needs, whatever the length asked for.
+const COPY_CHUNK: usize = 128 << 10;
+
+impl Task {
+    /// `copy_file_range(2)`: copy up to `len` bytes from `fd_in` at `off_in`
+    /// to `fd_out` at `off_out` inside the kernel (here: without a round trip
+    /// through the caller). An offset of `None` uses and advances the
+    /// description's position. Checks in Linux's order
+    /// (`vfs_copy_file_range`, `generic_copy_file_checks`): flags (EINVAL),
+    /// directories (EISDIR), non-regular files (EINVAL), access modes and
+    /// O_APPEND (EBADF), an immutable target (EPERM), offset overflow
+    /// (EOVERFLOW), different filesystems (EXDEV), the copy shortened to the
+    /// source's end and the target's size limit (EFBIG at it), overlapping
+    /// ranges of one file (EINVAL). At most `MAX_RW_COUNT` bytes per call.
+    pub fn copy_file_range(
+        &self,
+        fd_in: i32,
+        off_in: Option<i64>,
+        fd_out: i32,
+        off_out: Option<i64>,
+        len: usize,
+        flags: u32,
+    ) -> VfsResult<usize> {
+        let mut ch = self.changes();
+        let g = epoch::pin();
+        let fin = self.io_file(fd_in, &g)?;
+        let fout = self.io_file(fd_out, &g)?;
+        if flags != 0 {
+            return Err(Errno::EINVAL);
+        }
+        let (ii, io) = (fin.inode(), fout.inode());
+        if ii.is_dir() || io.is_dir() {
+            return Err(Errno::EISDIR);
+        }
+        if ii.file_type() != FileType::Regular || io.file_type() != FileType::Regular {
+            return Err(Errno::EINVAL);
+        }
+        if !fin.can_read() || !fout.can_write() || fout.is_append() {
+            return Err(Errno::EBADF);
+        }
+        if io.is_immutable() {
+            return Err(Errno::EPERM);
+        }
+        let pos_in = off_in
+            .map_or(Ok(fin.position()), |o| u64::try_from(o))
+            .map_err(|_| Errno::EOVERFLOW)?;
+        let pos_out = off_out
+            .map_or(Ok(fout.position()), |o| u64::try_from(o))
+            .map_err(|_| Errno::EOVERFLOW)?;
+        let mut count = len.min(MAX_RW_COUNT) as u64;
+        // A negative offset is a huge one here, as in Linux's unsigned sum.
+        if pos_in.checked_add(count).is_none() || pos_out.checked_add(count).is_none() {
+            return Err(Errno::EOVERFLOW);
+        }
+        if !Arc::ptr_eq(&fin.path().mnt.sb, &fout.path().mnt.sb) {
+            return Err(Errno::EXDEV);
+        }
+        let size_in = ii.attr().size;
+        count = if pos_in >= size_in {
+            0
+        } else {
+            count.min(size_in - pos_in)
+        };
+        // generic_write_check_limits: EFBIG at the limit, else shortened.
+        let fs = &fout.path().mnt.sb.fs;
+        let max = fs.max_file_size().min(i64::MAX as u64);
+        if count > 0 {
+            if pos_out >= max {
+                return Err(Errno::EFBIG);
+            }
+            count = count.min(max - pos_out);
+        }
+        if std::ptr::eq(&**ii, &**io) && pos_out < pos_in + count && pos_in < pos_out + count {
+            return Err(Errno::EINVAL);
+        }
+        if count == 0 {
+            return Ok(0);
+        }
+        // Bounded: `count` <= MAX_RW_COUNT, moved in COPY_CHUNK steps
+        // through one buffer; a short read (the source shrank) ends it.
+        let mut buf = vec![0u8; COPY_CHUNK.min(count as usize)];
+        let mut done = 0u64;
+        while done < count {
+            let want = (count - done).min(buf.len() as u64) as usize;
+            let n = file_read(fin, pos_in + done, &mut buf[..want])?;
+            if n == 0 {
+                break;
+            }
+            let w = match file_write(fout, Some(pos_out + done), &buf[..n], self.cred()) {
+                Ok((w, _)) => w,
+                Err(e) if done == 0 => return Err(e),
+                Err(_) => break,
+            };
+            done += w as u64;
+            if w < n {
+                break;
+            }
+        }
+        // Relaxed: positions are values (as read and write publish them).
+        if off_in.is_none() {
+            fin.pos.fetch_add(done, Ordering::Relaxed);
+        }
+        if off_out.is_none() {
+            fout.pos.fetch_add(done, Ordering::Relaxed);
+        }
+        if done > 0 {
+            ch.inode(io);
+        }
+        Ok(done as usize)
+    }
+}

@@ -686,6 +686,45 @@ impl fuser::Filesystem for ScaleFs {
         })
     }
 
+    /// FUSE_COPY_FILE_RANGE: the copy stays inside scalevfs (one request
+    /// instead of a read and a write per chunk through the kernel), with the
+    /// core's checks (an immutable target is EPERM: the kernel cannot see
+    /// chattr flags of a FUSE inode). A non-root caller's copy clears the
+    /// target's set-id bits, as a write does.
+    fn copy_file_range(
+        &self,
+        req: &Request,
+        _ino_in: INodeNo,
+        fh_in: FileHandle,
+        offset_in: u64,
+        ino_out: INodeNo,
+        fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+        flags: fuser::CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        let s = &self.shared;
+        let fd_in = tri!(reply, fd_of(fh_in));
+        let fd_out = tri!(reply, fd_of(fh_out));
+        let off_in = tri!(reply, off_of(offset_in));
+        let off_out = tri!(reply, off_of(offset_out));
+        let Ok(flags) = u32::try_from(flags.bits()) else {
+            return reply.error(raw(libc::EINVAL));
+        };
+        let len = usize::try_from(len).unwrap_or(usize::MAX);
+        if !caller_keeps_setid(req) {
+            kill_suid_sgid(s, req, fd_out, Some(ino_out.0));
+        }
+        match s
+            .base
+            .copy_file_range(fd_in, Some(off_in), fd_out, Some(off_out), len, flags)
+        {
+            Ok(n) => reply.written(n as u32),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
     fn write(
         &self,
         req: &Request,
