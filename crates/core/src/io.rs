@@ -680,10 +680,10 @@ impl Task {
             return Err(Errno::EPERM);
         }
         let pos_in = off_in
-            .map_or(Ok(fin.position()), |o| u64::try_from(o))
+            .map_or(Ok(fin.position()), u64::try_from)
             .map_err(|_| Errno::EOVERFLOW)?;
         let pos_out = off_out
-            .map_or(Ok(fout.position()), |o| u64::try_from(o))
+            .map_or(Ok(fout.position()), u64::try_from)
             .map_err(|_| Errno::EOVERFLOW)?;
         let mut count = len.min(MAX_RW_COUNT) as u64;
         // A negative offset is a huge one here, as in Linux's unsigned sum.
