@@ -685,8 +685,6 @@ fn copy_file_range_through_the_mount() {
     assert_eq!(errno_of(&std::io::Error::last_os_error()), libc::EPERM);
     let none: libc::c_long = 0;
     // SAFETY: as above.
-    assert_eq!(
-        unsafe { libc::ioctl(dst.as_raw_fd(), FS_IOC_SETFLAGS, &none) },
-        0
-    );
+    let r = unsafe { libc::ioctl(dst.as_raw_fd(), FS_IOC_SETFLAGS, &none) };
+    assert_eq!(r, 0);
 }
