@@ -292,10 +292,8 @@ fn run_host(c: &Case, k: usize) -> Option<Outcome> {
     let a = open("a", libc::O_CREAT | libc::O_RDWR);
     let data = src_data();
     // SAFETY: writing our buffer to our fd.
-    assert_eq!(
-        unsafe { libc::write(a, data.as_ptr().cast(), data.len()) },
-        SRC as isize
-    );
+    let w = unsafe { libc::write(a, data.as_ptr().cast(), data.len()) };
+    assert_eq!(w, SRC as isize);
     let b = open("b", libc::O_CREAT | libc::O_RDWR);
     let c_ = open("c", libc::O_CREAT | libc::O_RDWR | libc::O_APPEND);
     let aro = open("a", libc::O_RDONLY);
