@@ -39,6 +39,8 @@ pub enum Replay {
 }
 
 // Fields of the ext4 superblock this module edits.
+const SB_WTIME: usize = 0x30;
+const SB_WTIME_HI: usize = 0x274;
 const SB_STATE: usize = 0x3A;
 const SB_COMPAT: usize = 0x5C;
 const SB_INCOMPAT: usize = 0x60;
@@ -53,8 +55,13 @@ fn le32(b: &[u8], off: usize) -> u32 {
 }
 
 /// Clear needs_recovery in a superblock image (1024 bytes), mark errors if
-/// asked, and recompute its checksum under metadata_csum.
-fn fix_superblock(sb: &mut [u8], errors: bool) {
+/// asked, set the write time to `now` if given (as e2fsck's flush does),
+/// and recompute its checksum under metadata_csum.
+fn fix_superblock(sb: &mut [u8], errors: bool, now: Option<u64>) {
+    if let Some(t) = now {
+        sb[SB_WTIME..SB_WTIME + 4].copy_from_slice(&(t as u32).to_le_bytes());
+        sb[SB_WTIME_HI] = (t >> 32) as u8;
+    }
     let inc = le32(sb, SB_INCOMPAT) & !INCOMPAT_RECOVER;
     sb[SB_INCOMPAT..SB_INCOMPAT + 4].copy_from_slice(&inc.to_le_bytes());
     if errors {
@@ -222,7 +229,7 @@ fn prepare(dev: &Arc<dyn BlockDevice>) -> Result<Prepared> {
     // Read the journal inode through a reader that sees needs_recovery
     // cleared (the rest of the image as it is).
     let mut clean = sb.clone();
-    fix_superblock(&mut clean, false);
+    fix_superblock(&mut clean, false, None);
     let bs0 = 1024u64 << le32(&sb, 0x18).min(6);
     let (sbblk, sboff) = (SB_OFFSET / bs0, (SB_OFFSET % bs0) as usize);
     let mut blk = vec![0u8; bs0 as usize];
@@ -311,9 +318,13 @@ fn prepare(dev: &Arc<dyn BlockDevice>) -> Result<Prepared> {
         }
         None => dev.read_at(sbblk * bs, &mut sbb)?,
     }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
     fix_superblock(
         &mut sbb[sboff..sboff + SB_SIZE],
         plan.failed_commit.is_some(),
+        Some(now),
     );
     let mut jsb = jb;
     jsb[..format::SB_SIZE].copy_from_slice(&js.reset_bytes(plan.next_sequence()));
