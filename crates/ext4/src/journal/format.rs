@@ -257,9 +257,26 @@ impl JournalSuperblock {
     /// next transaction at `sequence`, checksum updated: what recovery
     /// writes back (as e2fsck's journal release does).
     pub fn reset_bytes(&self, sequence: u32) -> Vec<u8> {
+        let mut js = self.clone();
+        js.sequence = sequence;
+        js.start = 0;
+        js.to_bytes()
+    }
+
+    /// The 1024 bytes of this superblock: the raw bytes it was parsed from
+    /// with s_sequence, s_start, s_errno, the feature words (v2) and the
+    /// checksum type written back, checksum updated.
+    pub fn to_bytes(&self) -> Vec<u8> {
         let mut b = self.raw.clone();
-        put32(&mut b, 0x18, sequence);
-        put32(&mut b, 0x1C, 0);
+        put32(&mut b, 0x18, self.sequence);
+        put32(&mut b, 0x1C, self.start);
+        put32(&mut b, 0x20, self.errno as u32);
+        if self.blocktype == SUPERBLOCK_V2 {
+            put32(&mut b, 0x24, self.feature_compat);
+            put32(&mut b, 0x28, self.feature_incompat);
+            put32(&mut b, 0x2C, self.feature_ro_compat);
+            b[0x50] = self.checksum_type;
+        }
         if self.csum_v2or3() {
             let c = sb_checksum(&b);
             put32(&mut b, SB_CSUM_OFF, c);
