@@ -619,7 +619,7 @@ mod tests {
             let blocks: Vec<(u64, &[u8], bool)> = homes
                 .iter()
                 .zip(&data)
-                .map(|(&h, d)| (h, d.as_slice(), h % 3 == 0))
+                .map(|(&h, d)| (h, d.as_slice(), h.is_multiple_of(3)))
                 .collect();
             let d = build_descriptor(&js, 7, &blocks);
             assert!(block_tail_ok(&js, &d));
@@ -627,7 +627,7 @@ mod tests {
             assert_eq!(t.len(), n, "incompat {inc:#x}");
             for (i, tag) in t.iter().enumerate() {
                 assert_eq!(tag.blocknr, homes[i]);
-                assert_eq!(tag.flags & FLAG_ESCAPE != 0, homes[i] % 3 == 0);
+                assert_eq!(tag.flags & FLAG_ESCAPE != 0, homes[i].is_multiple_of(3));
                 assert!(tag.csum_ok(&js, 7, &data[i]));
                 assert_eq!(tag.csum_ok(&js, 8, &data[i]), !js.csum_v2or3());
             }
