@@ -423,9 +423,60 @@ fn corrupt_commit_ends_the_log() {
     }
 }
 
-/// A log written by our builders that wraps around the end of the journal,
-/// with a revoke; csum v3 and none. e2fsck replays it the same way: this
-/// proves both the writer's format and the wrap handling to the referee.
+/// Write, with our builders, a log that wraps around the end of the
+/// journal: T1 logs four blocks (one escaped) across the wrap, T2 revokes
+/// one of them and logs a fifth; needs_recovery set. Returns the data T1
+/// logged and the sequence of T1.
+fn craft_wrapping_log(img: &Img, v3: bool) -> (Vec<Vec<u8>>, u32) {
+    let bs = img.bs;
+    let (mut js, jb) = journal_sb(img);
+    if v3 {
+        js.feature_incompat |= jf::INCOMPAT_CSUM_V3;
+        js.checksum_type = jf::CHECKSUM_CRC32C;
+    }
+    let d = &img.data_blocks;
+    let last = js.last();
+    let seq = js.sequence.wrapping_add(41);
+    let mut at = last - 2;
+    let mut put = |b: &[u8]| {
+        write_block(&img.path, bs, jb[at as usize], b);
+        at = js.wrap_next(at);
+    };
+    let data: Vec<Vec<u8>> = (0..4)
+        .map(|i| {
+            let mut v = vec![0x30 + i as u8; bs];
+            if i == 2 {
+                v[..4].copy_from_slice(&jf::MAGIC.to_be_bytes());
+            }
+            v
+        })
+        .collect();
+    let esc: Vec<(Vec<u8>, bool)> = data.iter().map(|v| jf::escape(v)).collect();
+    let tags: Vec<(u64, &[u8], bool)> = (0..4)
+        .map(|i| (d[20 + i], esc[i].0.as_slice(), esc[i].1))
+        .collect();
+    put(&jf::build_descriptor(&js, seq, &tags));
+    for (v, _) in &esc {
+        put(v);
+    }
+    put(&jf::build_commit(&js, seq, 1_700_000_000, 0));
+    put(&jf::build_revoke(&js, seq + 1, &[d[21]]));
+    let v = vec![0x77u8; bs];
+    put(&jf::build_descriptor(&js, seq + 1, &[(d[24], &v, false)]));
+    put(&v);
+    put(&jf::build_commit(&js, seq + 1, 1_700_000_001, 0));
+    js.start = last - 2;
+    js.sequence = seq;
+    let mut b = read_block(&img.path, bs, jb[0]);
+    b[..1024].copy_from_slice(&js.to_bytes());
+    write_block(&img.path, bs, jb[0], &b);
+    set_needs_recovery(&img.path, true);
+    (data, seq)
+}
+
+/// Our log, wrapping around the end of the journal, with a revoke; csum v3
+/// and none. e2fsck replays it the same way: this proves both the writer's
+/// format and the wrap handling to the referee.
 #[test]
 fn our_log_wrapping_around_the_end() {
     if !tools() {
@@ -434,52 +485,8 @@ fn our_log_wrapping_around_the_end() {
     for bs in [1024, 4096] {
         for v3 in [true, false] {
             let img = make(bs, "jwrap");
-            let (mut js, jb) = journal_sb(&img);
-            if v3 {
-                js.feature_incompat |= jf::INCOMPAT_CSUM_V3;
-                js.checksum_type = jf::CHECKSUM_CRC32C;
-            }
+            let (data, seq) = craft_wrapping_log(&img, v3);
             let d = &img.data_blocks;
-            let last = js.last();
-            let seq = js.sequence.wrapping_add(41);
-            let mut at = last - 2;
-            let mut put = |b: &[u8]| {
-                write_block(&img.path, bs, jb[at as usize], b);
-                at = js.wrap_next(at);
-            };
-            // T1: four blocks (one escaped) across the wrap.
-            let data: Vec<Vec<u8>> = (0..4)
-                .map(|i| {
-                    let mut v = vec![0x30 + i as u8; bs];
-                    if i == 2 {
-                        v[..4].copy_from_slice(&jf::MAGIC.to_be_bytes());
-                    }
-                    v
-                })
-                .collect();
-            let esc: Vec<(Vec<u8>, bool)> = data.iter().map(|v| jf::escape(v)).collect();
-            let tags: Vec<(u64, &[u8], bool)> = (0..4)
-                .map(|i| (d[20 + i], esc[i].0.as_slice(), esc[i].1))
-                .collect();
-            put(&jf::build_descriptor(&js, seq, &tags));
-            for (v, _) in &esc {
-                put(v);
-            }
-            put(&jf::build_commit(&js, seq, 1_700_000_000, 0));
-            // T2: revoke d[21], log d[24].
-            put(&jf::build_revoke(&js, seq + 1, &[d[21]]));
-            let v = vec![0x77u8; bs];
-            put(&jf::build_descriptor(&js, seq + 1, &[(d[24], &v, false)]));
-            put(&v);
-            put(&jf::build_commit(&js, seq + 1, 1_700_000_001, 0));
-            js.start = last - 2;
-            js.sequence = seq;
-            write_block(&img.path, bs, jb[0], &{
-                let mut b = read_block(&img.path, bs, jb[0]);
-                b[..1024].copy_from_slice(&js.to_bytes());
-                b
-            });
-            set_needs_recovery(&img.path, true);
             let r = referee(&img);
             let homes: Vec<u64> = r.plan.writes.keys().copied().collect();
             assert_eq!(homes, vec![d[20], d[22], d[23], d[24]]);
@@ -488,6 +495,64 @@ fn our_log_wrapping_around_the_end() {
             let b = read_block(&img.path.with_file_name("b.img"), bs, d[22]);
             assert_eq!(b, data[2], "escaped block restored");
         }
+    }
+}
+
+/// The host kernel replays our csum-v3 log at mount (a read-write loop
+/// mount: a read-only one may not replay) and /data reads the same as
+/// after our replay. Skipped where loop mounts are not possible.
+#[test]
+fn kernel_replays_our_log() {
+    if !tools() {
+        return;
+    }
+    for bs in [1024, 4096] {
+        let img = make(bs, "jkern");
+        craft_wrapping_log(&img, true);
+        let b = copy(&img.path, "b.img");
+        our_replay(&b);
+        let ours = {
+            let fs = Ext4::open(&b, Ext4Options::default()).unwrap();
+            let root = fs.read_inode(2).unwrap();
+            let ino = fs.lookup_name(&root, b"data").unwrap().unwrap();
+            let raw = fs.read_inode(ino).unwrap();
+            let mut out = Vec::new();
+            for l in 0..64 {
+                match fs.map_block(&raw, l).unwrap() {
+                    scalevfs_ext4::Mapping::Data { pblk, .. } => {
+                        out.extend(read_block(&b, bs, pblk))
+                    }
+                    m => panic!("{m:?}"),
+                }
+            }
+            out
+        };
+        assert!(ours[20 * bs..21 * bs].iter().all(|&x| x == 0x30), "replayed");
+        assert_eq!(&ours[22 * bs..22 * bs + 4], &jf::MAGIC.to_be_bytes());
+        let k = copy(&img.path, "k.img");
+        let mnt = img.dir.join("mnt");
+        std::fs::create_dir_all(&mnt).unwrap();
+        let out = Command::new("mount")
+            .args(["-t", "ext4", "-o", "loop"])
+            .arg(&k)
+            .arg(&mnt)
+            .output()
+            .unwrap();
+        if !out.status.success() {
+            eprintln!(
+                "SKIP: cannot loop-mount ext4 here: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+            return;
+        }
+        let kernel = std::fs::read(mnt.join("data"));
+        let _ = Command::new("umount").arg(&mnt).status();
+        assert_eq!(
+            kernel.unwrap(),
+            ours,
+            "bs {bs}: the kernel's replay differs"
+        );
+        e2fsck_clean(&k).unwrap();
     }
 }
 
