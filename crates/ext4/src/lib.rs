@@ -10,6 +10,7 @@
 //! # Ok::<(), scalevfs_ext4::Error>(())
 //! ```
 
+pub mod crashdev;
 pub mod device;
 pub mod error;
 pub mod format;
