@@ -26,7 +26,10 @@ fn tools() -> bool {
     ok
 }
 
-/// An image with a 64-block file `/data`, and where its blocks are.
+/// Blocks of `/data`.
+const DATA_BLOCKS: usize = 700;
+
+/// An image with a `DATA_BLOCKS`-block file `/data`, and where its blocks are.
 struct Img {
     _dir: Scratch,
     dir: PathBuf,
@@ -39,7 +42,7 @@ fn make(bs: usize, tag: &str) -> Img {
     let dir = Scratch::new(tag);
     let src = dir.0.join("src");
     std::fs::create_dir(&src).unwrap();
-    let pat: Vec<u8> = (0..64 * bs).map(|i| (i % 251) as u8).collect();
+    let pat: Vec<u8> = (0..DATA_BLOCKS * bs).map(|i| (i % 251) as u8).collect();
     std::fs::write(src.join("data"), &pat).unwrap();
     std::fs::write(src.join("small"), b"small file\n").unwrap();
     let path = dir.0.join("img");
@@ -65,7 +68,7 @@ fn make(bs: usize, tag: &str) -> Img {
         .split_whitespace()
         .map(|s| s.parse().unwrap())
         .collect();
-    assert_eq!(data_blocks.len(), 64, "blocks of /data");
+    assert_eq!(data_blocks.len(), DATA_BLOCKS, "blocks of /data");
     Img {
         dir: dir.0.clone(),
         _dir: dir,
@@ -494,6 +497,65 @@ fn our_log_wrapping_around_the_end() {
             assert_eq!(r.plan.next_sequence(), seq + 3);
             let b = read_block(&img.path.with_file_name("b.img"), bs, d[22]);
             assert_eq!(b, data[2], "escaped block restored");
+        }
+    }
+}
+
+/// One big transaction from `build_transaction` (several descriptor
+/// blocks, a block that needs escaping) and a second one with several
+/// revoke blocks: e2fsck replays them as we do.
+#[test]
+fn our_multi_block_transactions() {
+    if !tools() {
+        return;
+    }
+    for bs in [1024, 4096] {
+        for v3 in [true, false] {
+            let img = make(bs, "jbig");
+            let (mut js, jb) = journal_sb(&img);
+            if v3 {
+                js.feature_incompat |= jf::INCOMPAT_CSUM_V3;
+                js.checksum_type = jf::CHECKSUM_CRC32C;
+            }
+            let d = &img.data_blocks;
+            let tpd = jf::tags_per_descriptor(&js);
+            let n = (2 * tpd + 5).min(d.len());
+            assert!(n > tpd + 1, "{n} blocks: want two descriptors at least");
+            let data: Vec<Vec<u8>> = (0..n)
+                .map(|i| {
+                    let mut v = vec![(i % 200) as u8 + 1; bs];
+                    if i % 17 == 0 {
+                        v[..4].copy_from_slice(&jf::MAGIC.to_be_bytes());
+                    }
+                    v
+                })
+                .collect();
+            let blocks: Vec<(u64, &[u8])> = (0..n).map(|i| (d[i], data[i].as_slice())).collect();
+            let seq = js.sequence;
+            let mut log = jf::build_transaction(&js, seq, &blocks, &[], 1_700_000_000);
+            // T2 revokes every other block of T1 plus many that were never
+            // logged: more records than one revoke block holds.
+            let mut revokes: Vec<u64> = d[..n].iter().copied().step_by(2).collect();
+            let extra = jf::revokes_per_block(&js) as u64 + 3;
+            revokes.extend((0..extra).map(|i| 1_000_000 + i));
+            let t2 = jf::build_transaction(&js, seq + 1, &[], &revokes, 1_700_000_001);
+            assert!(t2.len() >= 3, "two revoke blocks and a commit");
+            log.extend(t2);
+            assert!(log.len() < (js.maxlen - js.first) as usize);
+            for (i, b) in log.iter().enumerate() {
+                write_block(&img.path, bs, jb[js.first as usize + i], b);
+            }
+            js.start = js.first;
+            let mut b = read_block(&img.path, bs, jb[0]);
+            b[..1024].copy_from_slice(&js.to_bytes());
+            write_block(&img.path, bs, jb[0], &b);
+            set_needs_recovery(&img.path, true);
+            let r = referee(&img);
+            assert_eq!(r.plan.writes.len(), n / 2);
+            assert_eq!(r.plan.revoke_hits as usize, n.div_ceil(2));
+            assert_eq!(r.plan.revokes as usize, revokes.len());
+            let got = read_block(&img.path.with_file_name("b.img"), bs, d[17]);
+            assert_eq!(got, data[17], "escaped block restored");
         }
     }
 }

@@ -566,6 +566,37 @@ pub fn build_commit(js: &JournalSuperblock, sequence: u32, sec: u64, nsec: u32) 
     b
 }
 
+/// A whole transaction as the journal stores it, in log order: revoke
+/// blocks for `revokes`, then for each run of blocks that fits a
+/// descriptor, the descriptor and the (escaped) data blocks, then the
+/// commit block. `blocks` are (home block, contents of one block).
+pub fn build_transaction(
+    js: &JournalSuperblock,
+    sequence: u32,
+    blocks: &[(u64, &[u8])],
+    revokes: &[u64],
+    commit_sec: u64,
+) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let per_revoke = revokes_per_block(js).max(1);
+    for chunk in revokes.chunks(per_revoke) {
+        out.push(build_revoke(js, sequence, chunk));
+    }
+    let per_desc = tags_per_descriptor(js).max(1);
+    for chunk in blocks.chunks(per_desc) {
+        let escaped: Vec<(Vec<u8>, bool)> = chunk.iter().map(|(_, d)| escape(d)).collect();
+        let tags: Vec<(u64, &[u8], bool)> = chunk
+            .iter()
+            .zip(&escaped)
+            .map(|(&(home, _), (data, esc))| (home, data.as_slice(), *esc))
+            .collect();
+        out.push(build_descriptor(js, sequence, &tags));
+        out.extend(escaped.into_iter().map(|(d, _)| d));
+    }
+    out.push(build_commit(js, sequence, commit_sec, 0));
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
