@@ -470,6 +470,10 @@ fn craft_wrapping_log(img: &Img, v3: bool) -> (Vec<Vec<u8>>, u32) {
     put(&jf::build_commit(&js, seq + 1, 1_700_000_001, 0));
     js.start = last - 2;
     js.sequence = seq;
+    if !v3 {
+        // An aborted journal: recovery moves the error to the filesystem.
+        js.errno = -5;
+    }
     let mut b = read_block(&img.path, bs, jb[0]);
     b[..1024].copy_from_slice(&js.to_bytes());
     write_block(&img.path, bs, jb[0], &b);
@@ -497,6 +501,9 @@ fn our_log_wrapping_around_the_end() {
             assert_eq!(r.plan.next_sequence(), seq + 3);
             let b = read_block(&img.path.with_file_name("b.img"), bs, d[22]);
             assert_eq!(b, data[2], "escaped block restored");
+            // The aborted journal's error went to s_state (as e2fsck puts it).
+            let sb = std::fs::read(img.path.with_file_name("b.img")).unwrap();
+            assert_eq!(sb[1024 + 0x3A] & 2 != 0, !v3, "EXT2_ERROR_FS");
         }
     }
 }

@@ -227,9 +227,14 @@ impl JournalSuperblock {
     pub fn is_64bit(&self) -> bool {
         self.has_incompat(INCOMPAT_64BIT)
     }
-    /// One past the last log block (fast-commit blocks are not log).
+    /// One past the last log block (fast-commit blocks, if the feature
+    /// is on, are not log; recovery refuses that feature anyway).
     pub fn last(&self) -> u32 {
-        self.maxlen.saturating_sub(self.num_fc_blocks)
+        if self.has_incompat(INCOMPAT_FAST_COMMIT) {
+            self.maxlen.saturating_sub(self.num_fc_blocks)
+        } else {
+            self.maxlen
+        }
     }
     /// Blocks in the circular log.
     pub fn log_len(&self) -> u32 {
@@ -253,13 +258,15 @@ impl JournalSuperblock {
         }
     }
 
-    /// This superblock with the log marked empty (s_start = 0) and the
-    /// next transaction at `sequence`, checksum updated: what recovery
-    /// writes back (as e2fsck's journal release does).
+    /// This superblock with the log marked empty (s_start = 0), the next
+    /// transaction at `sequence` and s_errno cleared, checksum updated:
+    /// what recovery writes back (as e2fsck's journal release does).
     pub fn reset_bytes(&self, sequence: u32) -> Vec<u8> {
         let mut js = self.clone();
         js.sequence = sequence;
         js.start = 0;
+        // An aborted journal's error moves to the filesystem's state.
+        js.errno = 0;
         js.to_bytes()
     }
 

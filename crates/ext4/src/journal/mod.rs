@@ -323,7 +323,9 @@ fn prepare(dev: &Arc<dyn BlockDevice>) -> Result<Prepared> {
         .map_or(0, |d| d.as_secs());
     fix_superblock(
         &mut sbb[sboff..sboff + SB_SIZE],
-        plan.failed_commit.is_some(),
+        // e2fsck marks the filesystem as having errors for a corrupt
+        // commit block or an aborted journal (s_errno set).
+        plan.failed_commit.is_some() || js.errno != 0,
         Some(now),
     );
     let mut jsb = jb;
