@@ -904,6 +904,9 @@ fn recovery_survives_crashes() {
     assert!(states > 40);
 }
 
+/// A copy of a mounted image and the files of `/d` the kernel showed then.
+type Snapshot = (PathBuf, Vec<(String, Vec<u8>)>);
+
 /// `e2fsck -fn`'s report, without the image's name.
 fn e2fsck_report(img: &Path) -> String {
     let out = Command::new(tool("e2fsck"))
@@ -952,8 +955,8 @@ fn kernel_journal_snapshots() {
             return;
         }
         // (snapshot, files and their contents as the kernel shows them)
-        let mut snaps: Vec<(PathBuf, Vec<(String, Vec<u8>)>)> = Vec::new();
-        let step = |n: usize, snaps: &mut Vec<(PathBuf, Vec<(String, Vec<u8>)>)>| {
+        let mut snaps: Vec<Snapshot> = Vec::new();
+        let step = |n: usize, snaps: &mut Vec<Snapshot>| {
             let st = Command::new("sync").arg("-f").arg(&mnt).status().unwrap();
             assert!(st.success());
             let p = s.0.join(format!("snap{n}.img"));
