@@ -658,6 +658,17 @@ fn open_refuses_or_replays() {
             .unwrap();
         data[..64 * 1024].to_vec()
     };
+    // On-device replay of a read-only device: refused, nothing written.
+    let e = Ext4::open(
+        &img.path,
+        Ext4Options {
+            replay: Replay::OnDevice,
+            ..Ext4Options::default()
+        },
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("cannot be written"), "{e}");
+    assert!(std::fs::read(&img.path).unwrap() == before);
     let mem = Ext4::open_device(
         Box::new(FileDevice::open(&img.path, false).unwrap()),
         Ext4Options {

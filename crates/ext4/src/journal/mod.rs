@@ -346,6 +346,16 @@ fn prepare(dev: &Arc<dyn BlockDevice>) -> Result<Prepared> {
 /// point leaves an image that recovers again to the same state.
 pub fn recover(dev: &Arc<dyn BlockDevice>) -> Result<Recovered> {
     let p = prepare(dev)?;
+    // The journal superblock goes first, unchanged: a device that cannot
+    // be written fails here, before anything changed, with a clear message.
+    let mut jsb = vec![0u8; p.bs as usize];
+    dev.read_at(p.jsb_block.0 * p.bs, &mut jsb)?;
+    dev.write_at(p.jsb_block.0 * p.bs, &jsb).map_err(|e| {
+        Error::Incompatible(format!(
+            "the journal needs recovery and the device cannot be written ({e}): \
+             open it read-write, or replay in memory (Replay::InMemory)"
+        ))
+    })?;
     let mut buf = vec![0u8; p.bs as usize];
     for (&home, l) in &p.recovered.plan.writes {
         if home == p.sb_block.0 {
