@@ -9,6 +9,7 @@
 
 pub mod format;
 pub mod recovery;
+pub mod writer;
 
 use std::collections::BTreeMap;
 use std::io;
@@ -72,6 +73,26 @@ fn fix_superblock(sb: &mut [u8], errors: bool, now: Option<u64>) {
         let c = crc32c(!0, &sb[..SB_CSUM]);
         sb[SB_CSUM..SB_CSUM + 4].copy_from_slice(&c.to_le_bytes());
     }
+}
+
+/// Set or clear needs_recovery in the primary superblock (checksum
+/// redone) and flush.
+pub(crate) fn set_needs_recovery(dev: &dyn BlockDevice, on: bool) -> Result<()> {
+    let mut sb = vec![0u8; SB_SIZE];
+    dev.read_at(SB_OFFSET, &mut sb)?;
+    if on {
+        let inc = le32(&sb, SB_INCOMPAT) | INCOMPAT_RECOVER;
+        sb[SB_INCOMPAT..SB_INCOMPAT + 4].copy_from_slice(&inc.to_le_bytes());
+        if le32(&sb, SB_RO_COMPAT) & RO_COMPAT_METADATA_CSUM != 0 {
+            let c = crc32c(!0, &sb[..SB_CSUM]);
+            sb[SB_CSUM..SB_CSUM + 4].copy_from_slice(&c.to_le_bytes());
+        }
+    } else {
+        fix_superblock(&mut sb, false, None);
+    }
+    dev.write_at(SB_OFFSET, &sb)?;
+    dev.flush()?;
+    Ok(())
 }
 
 /// A device shared through an `Arc` (the temporary reader and the result
@@ -211,7 +232,25 @@ struct Prepared {
 
 /// Read the journal of the image on `dev` (whose superblock says
 /// needs_recovery) and plan its replay; writes nothing.
-fn prepare(dev: &Arc<dyn BlockDevice>) -> Result<Prepared> {
+/// The journal of an image, located and checked.
+pub(crate) struct Loaded {
+    pub js: JournalSuperblock,
+    /// Filesystem block size.
+    pub bs: u64,
+    pub fs_blocks: u64,
+    /// Log block index -> physical block (s_maxlen entries).
+    pub map: Vec<u64>,
+    /// The block holding the primary superblock, and its offset there.
+    pub sbblk: u64,
+    pub sboff: usize,
+    /// The journal superblock's block as read.
+    pub jsb_block: Vec<u8>,
+}
+
+/// Locate the journal of the image on `dev` through its inode (read with
+/// needs_recovery masked so the reader accepts the image) and check its
+/// superblock; writes nothing.
+pub(crate) fn load(dev: &Arc<dyn BlockDevice>) -> Result<Loaded> {
     let mut sb = vec![0u8; SB_SIZE];
     dev.read_at(SB_OFFSET, &mut sb)?;
     if le32(&sb, SB_RO_COMPAT) & RO_COMPAT_METADATA_CSUM != 0 {
@@ -222,8 +261,7 @@ fn prepare(dev: &Arc<dyn BlockDevice>) -> Result<Prepared> {
     }
     if le32(&sb, SB_COMPAT) & COMPAT_HAS_JOURNAL == 0 || le32(&sb, SB_JOURNAL_INUM) == 0 {
         return Err(Error::Incompatible(
-            "needs_recovery without an internal journal (external journals are not supported)"
-                .into(),
+            "no internal journal (external journals are not supported)".into(),
         ));
     }
     // Read the journal inode through a reader that sees needs_recovery
@@ -298,6 +336,28 @@ fn prepare(dev: &Arc<dyn BlockDevice>) -> Result<Prepared> {
         }
     }
     drop(fs);
+    Ok(Loaded {
+        js,
+        bs,
+        fs_blocks,
+        map,
+        sbblk,
+        sboff,
+        jsb_block: jb,
+    })
+}
+
+fn prepare(dev: &Arc<dyn BlockDevice>) -> Result<Prepared> {
+    let Loaded {
+        js,
+        bs,
+        fs_blocks,
+        map,
+        sbblk,
+        sboff,
+        jsb_block: jb,
+    } = load(dev)?;
+    let first = map[0];
     let mut sorted = map.clone();
     sorted.sort_unstable();
     let log = JournalLog {
