@@ -60,8 +60,10 @@ impl LogWriter {
             js.feature_incompat |= format::INCOMPAT_CSUM_V3;
             js.checksum_type = format::CHECKSUM_CRC32C;
         }
-        // A v1 superblock has no feature words: make it v2.
+        // A v1 superblock has no feature words: make it v2. Revoke records
+        // are always allowed (the kernel sets the feature at mount).
         js.blocktype = format::SUPERBLOCK_V2;
+        js.feature_incompat |= format::INCOMPAT_REVOKE;
         let seq = js.sequence;
         let mut w = LogWriter {
             dev,
