@@ -1,5 +1,5 @@
-//! The jbd2 journal of an ext4 image: its on-disk format ([`format`]) and
-//! recovery at mount ([`recovery`]).
+//! The jbd2 journal of an ext4 image: its on-disk format ([`format`]),
+//! recovery at mount ([`recovery`]) and a log writer ([`writer`]).
 //!
 //! [`replay_on_open`] is the hook `Ext4::open_device` calls: an image whose
 //! superblock says needs_recovery gets its journal replayed — on the device
