@@ -573,6 +573,62 @@ pub fn build_commit(js: &JournalSuperblock, sequence: u32, sec: u64, nsec: u32) 
     b
 }
 
+/// The CRC of checksum v1 (COMPAT_CHECKSUM): the big-endian (MSB-first)
+/// CRC-32 with polynomial 0x04C11DB7 and no inversion, as the kernel's
+/// `crc32_be(crc, p, len)`; a transaction's starts at !0.
+pub fn crc32_be(mut crc: u32, data: &[u8]) -> u32 {
+    const TABLE: [u32; 256] = {
+        let mut t = [0u32; 256];
+        let mut i = 0;
+        while i < 256 {
+            let mut c = (i as u32) << 24;
+            let mut k = 0;
+            while k < 8 {
+                c = if c & 0x8000_0000 != 0 {
+                    (c << 1) ^ 0x04C1_1DB7
+                } else {
+                    c << 1
+                };
+                k += 1;
+            }
+            t[i] = c;
+            i += 1;
+        }
+        t
+    };
+    for &b in data {
+        crc = (crc << 8) ^ TABLE[((crc >> 24) as u8 ^ b) as usize];
+    }
+    crc
+}
+
+/// Checksum v1 is on: one CRC over each transaction's descriptor and data
+/// blocks, stored in its commit block.
+pub fn v1_checksums(js: &JournalSuperblock) -> bool {
+    js.feature_compat & COMPAT_CHECKSUM != 0 && !js.csum_v2or3()
+}
+
+/// `h_chksum_type` of a v1 (crc32_be) commit block.
+pub const CHECKSUM_CRC32: u8 = 1;
+
+/// The v1 fields of a commit block: (type, size, h_chksum[0]).
+pub fn commit_v1(b: &[u8]) -> (u8, u8, u32) {
+    (
+        b[COMMIT_CHKSUM_TYPE],
+        b[COMMIT_CHKSUM_SIZE],
+        be32(b, COMMIT_CHKSUM0),
+    )
+}
+
+/// A commit block carrying the v1 checksum `crc`.
+pub fn build_commit_v1(js: &JournalSuperblock, sequence: u32, sec: u64, crc: u32) -> Vec<u8> {
+    let mut b = build_commit(js, sequence, sec, 0);
+    b[COMMIT_CHKSUM_TYPE] = CHECKSUM_CRC32;
+    b[COMMIT_CHKSUM_SIZE] = 4;
+    put32(&mut b, COMMIT_CHKSUM0, crc);
+    b
+}
+
 /// A whole transaction as the journal stores it, in log order: revoke
 /// blocks for `revokes`, then for each run of blocks that fits a
 /// descriptor, the descriptor and the (escaped) data blocks, then the
@@ -600,7 +656,17 @@ pub fn build_transaction(
         out.push(build_descriptor(js, sequence, &tags));
         out.extend(escaped.into_iter().map(|(d, _)| d));
     }
-    out.push(build_commit(js, sequence, commit_sec, 0));
+    if v1_checksums(js) {
+        // Descriptors and data blocks, in log order; revoke blocks are not
+        // covered.
+        let crc = out
+            .iter()
+            .filter(|b| header(b).is_none_or(|(t, _)| t != REVOKE_BLOCK))
+            .fold(!0, |c, b| crc32_be(c, b));
+        out.push(build_commit_v1(js, sequence, commit_sec, crc));
+    } else {
+        out.push(build_commit(js, sequence, commit_sec, 0));
+    }
     out
 }
 
@@ -621,6 +687,12 @@ mod tests {
         let c = sb_checksum(&b);
         put32(&mut b, SB_CSUM_OFF, c);
         JournalSuperblock::parse(&b, bs as usize, 1024).unwrap()
+    }
+
+    #[test]
+    fn crc32_be_matches_the_standard_check_value() {
+        // CRC-32/MPEG-2 (MSB-first, init !0, no final xor) of "123456789".
+        assert_eq!(crc32_be(!0, b"123456789"), 0x0376_E6E7);
     }
 
     #[test]
