@@ -259,7 +259,8 @@ impl Walk<'_> {
                             let (ty, size, found) = format::commit_v1(&b);
                             let ok = crc == found && ty == format::CHECKSUM_CRC32 && size == 4;
                             // Commits written without checksums (all zero) pass.
-                            bad |= !ok && !(ty == 0 && size == 0 && found == 0);
+                            let unchecked = ty == 0 && size == 0 && found == 0;
+                            bad |= !(ok || unchecked);
                             crc = !0;
                         }
                         if bad {
