@@ -30,6 +30,9 @@ pub struct Ext4Options {
     pub dev: u64,
     /// Inodes kept alive by the cache beyond those the VFS holds.
     pub inode_cache: usize,
+    /// An image whose journal needs recovery: refused (the default),
+    /// replayed in memory, or replayed on the device (journal/mod.rs).
+    pub replay: crate::journal::Replay,
 }
 
 impl Default for Ext4Options {
@@ -37,6 +40,7 @@ impl Default for Ext4Options {
         Ext4Options {
             dev: 1,
             inode_cache: 4096,
+            replay: crate::journal::Replay::Refuse,
         }
     }
 }
@@ -99,6 +103,7 @@ impl Ext4 {
 
     /// Open a filesystem on `dev`, read-only.
     pub fn open_device(dev: Box<dyn BlockDevice>, opts: Ext4Options) -> Result<Arc<Ext4>> {
+        let dev = crate::journal::replay_on_open(dev, opts.replay)?;
         let mut sbb = vec![0u8; SB_SIZE];
         dev.read_at(SB_OFFSET, &mut sbb)?;
         let sb = Superblock::parse(&sbb)?;

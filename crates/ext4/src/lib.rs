@@ -10,10 +10,12 @@
 //! # Ok::<(), scalevfs_ext4::Error>(())
 //! ```
 
+pub mod crashdev;
 pub mod device;
 pub mod error;
 pub mod format;
 mod fs;
+pub mod journal;
 
 pub use device::{BlockDevice, FileDevice, MemDevice};
 pub use error::{Error, Result};

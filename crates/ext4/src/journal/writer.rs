@@ -1,0 +1,207 @@
+//! Writing the log: [`LogWriter`] appends transactions to the circular log
+//! of an image's journal the way jbd2 commits them (descriptor, data and
+//! revoke blocks, a flush, the commit block, a flush) and checkpoints them
+//! (home blocks written and flushed, then the log tail moved in the journal
+//! superblock). It is the format side of the future journaled write path:
+//! single-threaded, synchronous commits, no group commit yet.
+//!
+//! While the log holds transactions the superblock says needs_recovery; a
+//! crash at any point leaves an image that recovery (ours, e2fsck's, the
+//! kernel's) brings to the state after the last transaction whose commit
+//! reached the disk.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use super::format::{self, JournalSuperblock};
+use super::{load, set_needs_recovery};
+use crate::device::BlockDevice;
+use crate::error::{corrupt, Error, Result};
+
+/// A committed transaction not yet written home.
+struct Live {
+    /// Log blocks it occupies.
+    len: u32,
+    blocks: Vec<(u64, Vec<u8>)>,
+}
+
+/// Appends transactions to an image's journal.
+pub struct LogWriter {
+    dev: Arc<dyn BlockDevice>,
+    js: JournalSuperblock,
+    bs: u64,
+    fs_blocks: u64,
+    map: Vec<u64>,
+    /// Next free log block.
+    head: u32,
+    /// First block of the oldest live transaction (== head when none).
+    tail: u32,
+    /// Sequence of the next transaction.
+    next_seq: u32,
+    live: VecDeque<Live>,
+    /// The journal superblock on disk says the log is empty.
+    sb_empty: bool,
+}
+
+impl LogWriter {
+    /// Open the journal of the image on `dev` for writing. The journal must
+    /// be empty (recover it first); `csum_v3` turns on checksum v3 in the
+    /// journal superblock. Sets needs_recovery (flushed) as a mount does.
+    pub fn open(dev: Arc<dyn BlockDevice>, csum_v3: bool) -> Result<LogWriter> {
+        let l = load(&dev)?;
+        let mut js = l.js;
+        if js.start != 0 {
+            return Err(Error::Incompatible(
+                "the journal holds transactions: recover it before writing".into(),
+            ));
+        }
+        if csum_v3 {
+            js.feature_incompat &= !format::INCOMPAT_CSUM_V2;
+            js.feature_incompat |= format::INCOMPAT_CSUM_V3;
+            js.checksum_type = format::CHECKSUM_CRC32C;
+        }
+        // A v1 superblock has no feature words: make it v2. Revoke records
+        // are always allowed (the kernel sets the feature at mount).
+        js.blocktype = format::SUPERBLOCK_V2;
+        js.feature_incompat |= format::INCOMPAT_REVOKE;
+        let seq = js.sequence;
+        let mut w = LogWriter {
+            dev,
+            js,
+            bs: l.bs,
+            fs_blocks: l.fs_blocks,
+            map: l.map,
+            head: 0,
+            tail: 0,
+            next_seq: seq,
+            live: VecDeque::new(),
+            sb_empty: true,
+        };
+        w.head = w.js.first;
+        w.tail = w.js.first;
+        w.write_jsb(0, seq)?;
+        w.dev.flush()?;
+        set_needs_recovery(&*w.dev, true)?;
+        Ok(w)
+    }
+
+    /// The journal superblock as this writer keeps it.
+    pub fn journal(&self) -> &JournalSuperblock {
+        &self.js
+    }
+
+    /// Sequence number the next commit gets.
+    pub fn next_sequence(&self) -> u32 {
+        self.next_seq
+    }
+
+    fn used(&self) -> u32 {
+        let n = self.js.log_len();
+        (self.head + n - self.tail) % n
+    }
+
+    fn write_log(&self, idx: u32, b: &[u8]) -> Result<()> {
+        self.dev.write_at(self.map[idx as usize] * self.bs, b)?;
+        Ok(())
+    }
+
+    fn write_jsb(&mut self, start: u32, sequence: u32) -> Result<()> {
+        self.js.start = start;
+        self.js.sequence = sequence;
+        let mut b = vec![0u8; self.bs as usize];
+        self.dev.read_at(self.map[0] * self.bs, &mut b)?;
+        b[..format::SB_SIZE].copy_from_slice(&self.js.to_bytes());
+        self.dev.write_at(self.map[0] * self.bs, &b)?;
+        self.sb_empty = start == 0;
+        Ok(())
+    }
+
+    /// Commit a transaction: `blocks` (home block, new contents of one
+    /// block) and `revokes` (home blocks whose logged copies in earlier
+    /// transactions must not be replayed). Durable when this returns.
+    /// Checkpoints older transactions first if the log lacks room.
+    pub fn commit(&mut self, blocks: &[(u64, &[u8])], revokes: &[u64], time: u64) -> Result<u32> {
+        let bs = self.bs as usize;
+        for &(home, data) in blocks {
+            if home >= self.fs_blocks || data.len() != bs {
+                return Err(corrupt(
+                    format!("block {home}"),
+                    "cannot be logged (beyond the filesystem or not one block)",
+                ));
+            }
+            if self.map.contains(&home) {
+                return Err(corrupt(format!("block {home}"), "lies inside the journal"));
+            }
+        }
+        if !revokes.is_empty() && !self.js.has_incompat(format::INCOMPAT_REVOKE) {
+            return Err(Error::Incompatible(
+                "the journal lacks the revoke feature".into(),
+            ));
+        }
+        let seq = self.next_seq;
+        let log = format::build_transaction(&self.js, seq, blocks, revokes, time);
+        let n = log.len() as u32;
+        // One block stays free so that head == tail means empty.
+        if n >= self.js.log_len() {
+            return Err(Error::Incompatible(format!(
+                "a transaction of {n} log blocks does not fit a log of {}",
+                self.js.log_len()
+            )));
+        }
+        if self.used() + n >= self.js.log_len() {
+            self.checkpoint()?;
+        }
+        let start = self.head;
+        let mut at = start;
+        for b in &log[..log.len() - 1] {
+            self.write_log(at, b)?;
+            at = self.js.wrap_next(at);
+        }
+        if self.sb_empty {
+            // Recovery must find the log: point the superblock at it.
+            self.write_jsb(start, seq)?;
+        }
+        self.dev.flush()?;
+        self.write_log(at, &log[log.len() - 1])?;
+        self.dev.flush()?;
+        self.head = self.js.wrap_next(at);
+        self.next_seq = seq.wrapping_add(1);
+        self.live.push_back(Live {
+            len: n,
+            blocks: blocks.iter().map(|&(h, d)| (h, d.to_vec())).collect(),
+        });
+        Ok(seq)
+    }
+
+    /// Write every committed transaction home, flush, and move the log
+    /// tail past them in the journal superblock (flushed).
+    pub fn checkpoint(&mut self) -> Result<()> {
+        if self.live.is_empty() {
+            return Ok(());
+        }
+        for t in &self.live {
+            for (home, data) in &t.blocks {
+                self.dev.write_at(home * self.bs, data)?;
+            }
+        }
+        self.dev.flush()?;
+        for t in self.live.drain(..) {
+            self.tail = (self.tail - self.js.first + t.len) % self.js.log_len() + self.js.first;
+        }
+        // The log is empty from here: the next transaction starts at head.
+        self.write_jsb(self.head, self.next_seq)?;
+        self.dev.flush()?;
+        Ok(())
+    }
+
+    /// Checkpoint everything, mark the journal empty and clear
+    /// needs_recovery: a clean unmount.
+    pub fn close(mut self) -> Result<()> {
+        self.checkpoint()?;
+        let seq = self.next_seq;
+        self.write_jsb(0, seq)?;
+        self.dev.flush()?;
+        set_needs_recovery(&*self.dev, false)?;
+        Ok(())
+    }
+}
