@@ -18,6 +18,13 @@
 //!   and not while a file is still open. (Checked: with `mark_unlinked`'s
 //!   re-check of `opens` removed, `unlink_vs_last_close` reports the leak.)
 //!
+//! - **read-only remount vs open for writing** (`Vfs::remount_at` against
+//!   `File::new` and the open's re-check of the flag, with the mount's
+//!   writer count in per-thread slots, `percpu::SplitCount`): never do both
+//!   succeed, whichever slots the two threads count in. (Checked: with the
+//!   open's re-check of the flag removed, `read_only_race`, it reports
+//!   "both succeeded".)
+//!
 //! Two concessions to loom in the production code, both `cfg(loom)` only:
 //! the dcache may have a single hash bucket (which bucket a name falls in
 //! depends on a random seed and the parent's address; loom needs every
@@ -220,5 +227,37 @@ fn unlink_vs_racing_open_and_close() {
         crate::orphan::file_closed(&of, &i);
         assert!(of.is_empty(), "orphan slot leaked after the last close");
         assert!(!crate::orphan::is_orphan(&i));
+    });
+}
+
+/// Read-only remount against an open for writing (see the module doc):
+/// the opener counts itself in its own slot of the mount's writers, then
+/// reads the flag; the remount sets the flag, then sums every slot.
+#[test]
+fn remount_ro_vs_open_for_write() {
+    use crate::types::{O_CREAT, O_WRONLY};
+    model(3, || {
+        let vfs = tiny_vfs();
+        let t = vfs.root_task();
+        let fd = t.open("/f", O_CREAT | O_WRONLY, 0o644).unwrap();
+        t.close(fd).unwrap();
+        let opener = vfs.root_task();
+        let h = thread::spawn(move || {
+            let r = opener.open("/f", O_WRONLY, 0);
+            (opener, r)
+        });
+        let remounted = t.remount("/", true).is_ok();
+        let (opener, r) = h.join().unwrap();
+        assert!(!(remounted && r.is_ok()), "both succeeded");
+        if let Ok(fd) = r {
+            opener.close(fd).unwrap();
+        }
+        // Closed files are freed after an epoch grace period (real
+        // crossbeam-epoch, not loom): run those frees now, inside this
+        // execution, not in a later one whose loom objects they do not know.
+        drop((opener, t, vfs));
+        for _ in 0..128 {
+            epoch::pin().flush();
+        }
     });
 }

@@ -55,7 +55,23 @@ fn shard_count() -> usize {
     n
 }
 
+/// This thread's number (assigned at its first call). Under loom, model
+/// threads run on one OS thread, so the number comes from loom's own
+/// thread-locals: each model thread gets its own slot, as real threads do.
+#[cfg(loom)]
+fn thread_index() -> usize {
+    loom::lazy_static! {
+        static ref NEXT: loom::sync::atomic::AtomicUsize = loom::sync::atomic::AtomicUsize::new(0);
+    }
+    loom::thread_local! {
+        // Relaxed: only uniqueness (spreading) of the numbers matters.
+        static IDX: usize = NEXT.fetch_add(1, Ordering::Relaxed);
+    }
+    IDX.with(|i| *i)
+}
+
 /// This thread's number (assigned at its first call).
+#[cfg(not(loom))]
 fn thread_index() -> usize {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     thread_local! {
@@ -146,6 +162,47 @@ impl ShardedCounter {
                 .map(|s| s.load(Ordering::Relaxed))
                 .sum::<i64>();
         s.max(0) as usize
+    }
+}
+
+/// A count that is only ever compared with zero by a rare reader (a
+/// mount's open files and writers, read by umount and a read-only
+/// remount): per-thread slots and no shared total, so an update writes only
+/// its own thread's line. A thread may take a unit on one slot and give it
+/// back on another, so slots go negative; the value is their sum. Updates
+/// and the reader's loads are SeqCst, which keeps the "flag, then count"
+/// handshake of `Vfs::remount_at` (see `Mount::add_writer`) sound: a unit
+/// whose increment the reader's scan missed came after the reader's flag
+/// store in the single total order, so its taker sees the flag. Nothing is
+/// folded between slots, so no unit is ever in flight between two places
+/// and a zero sum is never a false one for a unit still held.
+pub(crate) struct SplitCount {
+    slots: Box<[CachePadded<AtomicI64>]>,
+}
+
+impl std::fmt::Debug for SplitCount {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("SplitCount").field(&self.sum()).finish()
+    }
+}
+
+impl Default for SplitCount {
+    fn default() -> Self {
+        SplitCount { slots: slots() }
+    }
+}
+
+impl SplitCount {
+    #[inline]
+    pub(crate) fn add(&self, v: i64) {
+        let s = &self.slots[thread_index() & (self.slots.len() - 1)];
+        // SeqCst: the handshake in the type's doc.
+        s.fetch_add(v, Ordering::SeqCst);
+    }
+
+    /// The sum of the slots (SeqCst loads, see the type's doc).
+    pub(crate) fn sum(&self) -> i64 {
+        self.slots.iter().map(|s| s.load(Ordering::SeqCst)).sum()
     }
 }
 

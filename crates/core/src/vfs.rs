@@ -43,7 +43,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned};
-use scalevfs_sync::primitive::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use scalevfs_sync::primitive::{AtomicBool, AtomicU64, Ordering};
 use scalevfs_sync::LockRefVariant;
 
 use crate::dcache::{Dcache, DcacheConfig, DcacheIndex, Dentry, DentryLayout, DentryRef};
@@ -51,6 +51,7 @@ use crate::errno::{Errno, VfsResult};
 use crate::fstype::Filesystem;
 use crate::inode::Inode;
 use crate::memfs::{MemFs, MemFsOptions};
+use crate::percpu::SplitCount;
 use crate::types::Cred;
 
 /// One mounted filesystem instance.
@@ -85,12 +86,13 @@ pub struct Mount {
     /// `Task::set_noatime`, e.g. from the FUSE front end's `-o noatime`).
     pub(crate) noatime: AtomicBool,
     /// Regular files open for writing through this mount (Linux's
-    /// mnt_writers): a read-only remount is EBUSY while any is open.
-    pub(crate) writers: AtomicUsize,
+    /// mnt_writers, per-CPU there, per-thread slots here): a read-only
+    /// remount is EBUSY while any is open.
+    pub(crate) writers: SplitCount,
     /// What keeps it busy for `umount` (Linux's mnt_count beyond the tree's
     /// own): fd-table slots holding a file in it, and tasks' root or cwd
     /// snapshots in it. Changed with `hold`/`release`.
-    pub(crate) users: AtomicUsize,
+    pub(crate) users: SplitCount,
 }
 
 impl std::fmt::Debug for Mount {
@@ -104,13 +106,13 @@ impl std::fmt::Debug for Mount {
 
 impl Mount {
     pub(crate) fn hold(&self) {
-        // Relaxed: a count only umount reads, and it orders nothing else
-        // (an open racing with umount is not excluded: see umount_at).
-        self.users.fetch_add(1, Ordering::Relaxed);
+        // A per-thread slot: an open or close writes no line that other
+        // threads' opens write (issue 16). An open racing with umount is not
+        // excluded (see umount_at).
+        self.users.add(1);
     }
     pub(crate) fn release(&self) {
-        // Relaxed: as hold.
-        self.users.fetch_sub(1, Ordering::Relaxed);
+        self.users.add(-1);
     }
     pub fn is_readonly(&self) -> bool {
         // SeqCst: with `writers`, a Dekker pair against `Vfs::remount_at`
@@ -124,12 +126,12 @@ impl Mount {
     }
     /// A regular file opened for writing (`File::new`).
     pub(crate) fn add_writer(&self) {
-        // SeqCst: the store side of the Dekker pair (see `is_readonly`).
-        self.writers.fetch_add(1, Ordering::SeqCst);
+        // SeqCst inside: the store side of the Dekker pair (see
+        // `is_readonly` and `SplitCount`).
+        self.writers.add(1);
     }
     pub(crate) fn drop_writer(&self) {
-        // SeqCst: as add_writer.
-        self.writers.fetch_sub(1, Ordering::SeqCst);
+        self.writers.add(-1);
     }
     pub fn sb(&self) -> &Arc<Super> {
         &self.sb
@@ -481,8 +483,8 @@ impl Vfs {
             parent: None,
             readonly: AtomicBool::new(false),
             noatime: AtomicBool::new(false),
-            writers: AtomicUsize::new(0),
-            users: AtomicUsize::new(0),
+            writers: SplitCount::default(),
+            users: SplitCount::default(),
         });
         let inner = VfsInner {
             config,
@@ -578,8 +580,8 @@ impl Vfs {
             parent: Some((at.mnt.clone(), at.dentry.clone())),
             readonly: AtomicBool::new(readonly),
             noatime: AtomicBool::new(false),
-            writers: AtomicUsize::new(0),
-            users: AtomicUsize::new(0),
+            writers: SplitCount::default(),
+            users: SplitCount::default(),
         });
         let mut next = MountTable { on: cur.on.clone() };
         next.on.insert(key, m);
@@ -609,8 +611,7 @@ impl Vfs {
         }) {
             return Err(Errno::EBUSY);
         }
-        // Relaxed: see Mount::hold.
-        if at.mnt.users.load(Ordering::Relaxed) != 0 {
+        if at.mnt.users.sum() != 0 {
             return Err(Errno::EBUSY);
         }
         let key = (Arc::as_ptr(pm) as usize, pd.as_ptr() as usize);
@@ -646,7 +647,7 @@ impl Vfs {
             return Ok(());
         }
         // SeqCst: as above.
-        if m.writers.load(Ordering::SeqCst) != 0 {
+        if m.writers.sum() != 0 {
             // SeqCst: as above.
             m.readonly.store(false, Ordering::SeqCst);
             return Err(Errno::EBUSY);
