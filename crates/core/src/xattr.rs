@@ -27,6 +27,7 @@
 use std::sync::Arc;
 
 use crossbeam_epoch::{self as epoch, Atomic, Owned};
+use crossbeam_skiplist::SkipMap;
 use scalevfs_sync::primitive::{AtomicU64, Ordering};
 
 use crate::errno::{Errno, VfsResult};
@@ -249,13 +250,11 @@ fn as_bytes<P: AsRef<[u8]> + ?Sized>(p: &P) -> &[u8] {
 
 impl Task {
     /// The file an xattr call names: a path (`follow`: the `l` variants do
-    /// not) or, with `AT_EMPTY_PATH` and an empty path, `dirfd` itself.
+    /// not) or, with `AT_EMPTY_PATH` and an empty path, `dirfd` itself (an
+    /// O_PATH fd too, as for Linux's `getxattrat`).
     fn xattr_target(&self, dirfd: i32, path: &[u8], at_flags: u32) -> VfsResult<PathRef> {
         if at_flags & !(AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH) != 0 {
             return Err(Errno::EINVAL);
-        }
-        if path.is_empty() && at_flags & AT_EMPTY_PATH != 0 && dirfd != AT_FDCWD {
-            return self.xattr_fd(dirfd);
         }
         self.resolve(
             dirfd,
@@ -701,21 +700,16 @@ pub(crate) fn xattr_space(name: &[u8], value: &[u8]) -> u64 {
     (32 + name.len() + 1 + value.len()) as u64
 }
 
-/// One inode's attributes, copy on write: readers load the current list
-/// under an epoch guard with no lock; a writer (serialised by the inode's
-/// data lock, see `Task::xattr_change`) builds a new list and swaps it in.
-/// Values are shared between versions, so a change copies only names.
+/// Name -> value (values shared with readers that copy them out).
+type XattrMap = SkipMap<Box<[u8]>, Arc<[u8]>>;
+
+/// One inode's attributes: a concurrent skip list (name -> value), made on
+/// the first set and kept until the inode goes. Readers take no lock;
+/// writers are serialised by the inode's data lock (see
+/// `Task::xattr_change`), so a check-then-insert is not raced.
 #[derive(Default)]
 pub(crate) struct XattrStore {
-    list: Atomic<XattrList>,
-}
-
-/// A name and its value (shared between list versions).
-type XattrEntry = (Box<[u8]>, Arc<[u8]>);
-
-#[derive(Clone, Default)]
-struct XattrList {
-    entries: Vec<XattrEntry>,
+    map: Atomic<XattrMap>,
 }
 
 impl std::fmt::Debug for XattrStore {
@@ -749,41 +743,35 @@ impl XattrBudget<'_> {
 }
 
 impl XattrStore {
+    fn map<'g>(&self, g: &'g epoch::Guard) -> Option<&'g XattrMap> {
+        // Acquire: pairs with the Release store that published the map.
+        let p = self.map.load(Ordering::Acquire, g);
+        // SAFETY: once published the map lives as long as the store, which
+        // outlives every `&self`.
+        unsafe { p.as_ref() }
+    }
+
     pub(crate) fn get(&self, name: &[u8]) -> VfsResult<Vec<u8>> {
         let g = epoch::pin();
-        // Acquire: pairs with the AcqRel swap that published the list.
-        let p = self.list.load(Ordering::Acquire, &g);
-        // SAFETY: a published list is freed only after a grace period, and
-        // we are pinned.
-        let l = unsafe { p.as_ref() }.ok_or(Errno::ENODATA)?;
-        l.entries
-            .iter()
-            .find(|(n, _)| &**n == name)
-            .map(|(_, v)| v.to_vec())
+        let m = self.map(&g).ok_or(Errno::ENODATA)?;
+        m.get(name)
+            .map(|e| e.value().to_vec())
             .ok_or(Errno::ENODATA)
     }
 
     pub(crate) fn names(&self) -> Vec<Vec<u8>> {
         let g = epoch::pin();
-        // Acquire: as get.
-        let p = self.list.load(Ordering::Acquire, &g);
-        // SAFETY: as get.
-        match unsafe { p.as_ref() } {
-            Some(l) => l.entries.iter().map(|(n, _)| n.to_vec()).collect(),
+        match self.map(&g) {
+            Some(m) => m.iter().map(|e| e.key().to_vec()).collect(),
             None => Vec::new(),
         }
     }
 
     /// The space all the attributes are charged.
     pub(crate) fn space(&mut self) -> u64 {
-        // SAFETY: `&mut self`: no reader holds this store.
-        let l = unsafe {
-            self.list
-                .load(Ordering::Relaxed, epoch::unprotected())
-                .as_ref()
-        };
-        l.map_or(0, |l| {
-            l.entries.iter().map(|(n, v)| xattr_space(n, v)).sum()
+        let g = epoch::pin();
+        self.map(&g).map_or(0, |m| {
+            m.iter().map(|e| xattr_space(e.key(), e.value())).sum()
         })
     }
 
@@ -796,55 +784,49 @@ impl XattrStore {
         budget: &XattrBudget<'_>,
     ) -> VfsResult<()> {
         let g = epoch::pin();
-        // Acquire: as get.
-        let cur = self.list.load(Ordering::Acquire, &g);
-        // SAFETY: as get.
-        let mut l = unsafe { cur.as_ref() }.cloned().unwrap_or_default();
-        let at = l.entries.iter().position(|(n, _)| &**n == name);
-        let old_space = at.map_or(0, |k| xattr_space(name, &l.entries[k].1));
-        match (value, at) {
+        let m = match (self.map(&g), value) {
+            (Some(m), _) => m,
             (None, None) => return Err(Errno::ENODATA),
-            (None, Some(k)) => {
-                l.entries.remove(k);
-                budget.release(old_space);
+            (None, Some(_)) => {
+                let m = Owned::new(SkipMap::new()).into_shared(&g);
+                // Release: publish the empty map; writers are serialised,
+                // so nobody else installs one.
+                self.map.store(m, Ordering::Release);
+                // SAFETY: just made, and lives as long as the store.
+                unsafe { m.deref() }
             }
-            (Some(_), Some(_)) if flags & XATTR_CREATE != 0 => return Err(Errno::EEXIST),
-            (Some(_), None) if flags & XATTR_REPLACE != 0 => return Err(Errno::ENODATA),
-            (Some(v), at) => {
-                let new_space = xattr_space(name, v);
-                if new_space > old_space {
-                    budget.charge(new_space - old_space)?;
-                } else {
-                    budget.release(old_space - new_space);
-                }
-                let entry = (Box::from(name), Arc::from(v));
-                match at {
-                    Some(k) => l.entries[k] = entry,
-                    None => l.entries.push(entry),
-                }
-            }
-        }
-        let new = if l.entries.is_empty() {
-            epoch::Shared::null()
-        } else {
-            Owned::new(l).into_shared(&g)
         };
-        // AcqRel: publish the new list (Release) and take the old one.
-        let old = self.list.swap(new, Ordering::AcqRel, &g);
-        if !old.is_null() {
-            // SAFETY: unreachable now; pinned readers are waited for.
-            unsafe { g.defer_destroy(old) };
+        let old_space = m.get(name).map(|e| xattr_space(name, e.value()));
+        match (value, old_space) {
+            (None, None) => Err(Errno::ENODATA),
+            (None, Some(old)) => {
+                m.remove(name);
+                budget.release(old);
+                Ok(())
+            }
+            (Some(_), Some(_)) if flags & XATTR_CREATE != 0 => Err(Errno::EEXIST),
+            (Some(_), None) if flags & XATTR_REPLACE != 0 => Err(Errno::ENODATA),
+            (Some(v), old) => {
+                let old = old.unwrap_or(0);
+                let new = xattr_space(name, v);
+                if new > old {
+                    budget.charge(new - old)?;
+                } else {
+                    budget.release(old - new);
+                }
+                m.insert(Box::from(name), Arc::from(v));
+                Ok(())
+            }
         }
-        Ok(())
     }
 }
 
 impl Drop for XattrStore {
     fn drop(&mut self) {
-        // SAFETY: `&mut self`: no reader holds this store, so the list can
+        // SAFETY: `&mut self`: no reader holds this store, so the map can
         // be freed at once.
         unsafe {
-            let p = self.list.load(Ordering::Relaxed, epoch::unprotected());
+            let p = self.map.load(Ordering::Relaxed, epoch::unprotected());
             if !p.is_null() {
                 drop(p.into_owned());
             }
