@@ -330,3 +330,73 @@ fn stress_ng_xattr_runs_on_the_mount() {
     assert!(ops.is_some(), "no xattr metrics line: {text}");
     eprintln!("stress-ng xattr bogo ops in 5 s: {}", ops.unwrap());
 }
+
+#[test]
+fn ext4_image_xattrs_through_fuse() {
+    if !fuse_ok("ext4_image_xattrs_through_fuse") {
+        return;
+    }
+    let Some(mkfs) = ["/usr/sbin/mkfs.ext4", "/sbin/mkfs.ext4"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+    else {
+        eprintln!("SKIPPED: mkfs.ext4 not found");
+        return;
+    };
+    // The source on tmpfs, which keeps user.* attributes.
+    let src = PathBuf::from(format!(
+        "/dev/shm/scalevfs-fuse-ext4x-{}",
+        std::process::id()
+    ));
+    let _ = fs::remove_dir_all(&src);
+    fs::create_dir(&src).unwrap();
+    let f = src.join("f");
+    fs::write(&f, b"x").unwrap();
+    set(&f, "user.small", b"in the inode", 0, false).unwrap();
+    set(&f, "user.big", &[b'b'; 2000], 0, false).unwrap();
+    set(&f, "trusted.t", b"T", 0, false).unwrap();
+    let base = std::env::temp_dir().join(format!("scalevfs-fuse-ext4x-{}", std::process::id()));
+    fs::create_dir_all(&base).unwrap();
+    let img = base.join("img");
+    let out = Command::new(mkfs)
+        .args(["-q", "-F", "-b", "4096", "-d"])
+        .arg(&src)
+        .arg(&img)
+        .arg("8M")
+        .output()
+        .unwrap();
+    let _ = fs::remove_dir_all(&src);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ext4 = scalevfs_ext4::Ext4::open(&img, scalevfs_ext4::Ext4Options::default()).unwrap();
+    let vfs = Vfs::with_root_fs(scalevfs::VfsConfig::default(), ext4);
+    let mnt = base.join("mnt");
+    fs::create_dir_all(&mnt).unwrap();
+    let cfg = MountConfig {
+        fuse: FuseConfig::default(),
+        options: vec!["ro".into()],
+        threads: 2,
+    };
+    let m = spawn_mount(vfs, &mnt, &cfg).expect("mount");
+    let mf = mnt.join("f");
+    let got = (
+        list(&mf, 1000),
+        get(&mf, "user.small", 100, false),
+        get(&mf, "user.big", 0, false),
+        get(&mf, "trusted.t", 10, false),
+        get(&mf, "user.none", 10, false),
+        set(&mf, "user.new", b"1", 0, false),
+    );
+    let _ = m.unmount();
+    let _ = fs::remove_dir_all(&base);
+    assert_eq!(got.0, Ok("trusted.t,user.big,user.small".to_string()));
+    assert_eq!(got.1, Ok("in the inode".to_string()));
+    assert_eq!(got.2, Ok("len 2000".to_string()));
+    assert_eq!(got.3, Ok("T".to_string()));
+    assert_eq!(got.4, Err(libc::ENODATA));
+    assert_eq!(got.5, Err(libc::EROFS));
+}
