@@ -136,11 +136,15 @@ pub struct AclEntry {
 
 /// Parse and validate an ACL in xattr form (`posix_acl_from_xattr` then
 /// `posix_acl_valid`): `Ok(None)` for an empty ACL (a header only), which
-/// means "no ACL". EINVAL for a bad header, size, tag, permission, order or
-/// a missing entry.
+/// means "no ACL". EOPNOTSUPP for another version; EINVAL for a short
+/// header, a size, tag, permission, id, order or a missing entry.
 pub fn parse_acl(v: &[u8]) -> VfsResult<Option<Vec<AclEntry>>> {
-    if v.len() < 4 || u32::from_le_bytes([v[0], v[1], v[2], v[3]]) != ACL_VERSION {
+    if v.len() < 4 {
         return Err(Errno::EINVAL);
+    }
+    // As posix_acl_from_xattr: another version is EOPNOTSUPP, not EINVAL.
+    if u32::from_le_bytes([v[0], v[1], v[2], v[3]]) != ACL_VERSION {
+        return Err(Errno::EOPNOTSUPP);
     }
     let body = &v[4..];
     if !body.len().is_multiple_of(8) {
@@ -160,7 +164,8 @@ pub fn parse_acl(v: &[u8]) -> VfsResult<Option<Vec<AclEntry>>> {
         let tag = u16::from_le_bytes([e[0], e[1]]);
         let perm = u16::from_le_bytes([e[2], e[3]]);
         let id = u32::from_le_bytes([e[4], e[5], e[6], e[7]]);
-        if perm & !7 != 0 {
+        // An id of -1 maps to no user or group (make_kuid fails).
+        if perm & !7 != 0 || (matches!(tag, ACL_USER | ACL_GROUP) && id == ACL_UNDEFINED_ID) {
             return Err(Errno::EINVAL);
         }
         let id = match tag {

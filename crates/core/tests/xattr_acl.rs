@@ -36,9 +36,7 @@ fn acl_format_is_validated() {
     assert_eq!(parse_acl(&2u32.to_le_bytes()).unwrap(), None);
     let bad: Vec<Vec<u8>> = vec![
         vec![],
-        b"garbage!".to_vec(),
-        // Version 1.
-        [&1u32.to_le_bytes()[..], &ok[4..]].concat(),
+        b"\x02\0\0\0garbage".to_vec(),
         // Not a whole number of entries.
         ok[..ok.len() - 1].to_vec(),
         // Missing OTHER.
@@ -76,6 +74,22 @@ fn acl_format_is_validated() {
     for (k, b) in bad.iter().enumerate() {
         assert_eq!(parse_acl(b), Err(Errno::EINVAL), "case {k}");
     }
+    // Another version is EOPNOTSUPP (posix_acl_from_xattr).
+    assert_eq!(
+        parse_acl(&[&1u32.to_le_bytes()[..], &ok[4..]].concat()),
+        Err(Errno::EOPNOTSUPP)
+    );
+    // A named user of id -1.
+    assert_eq!(
+        parse_acl(&acl(&[
+            (USER_OBJ, 7, U),
+            (USER, 7, U),
+            (GROUP_OBJ, 5, U),
+            (MASK, 7, U),
+            (OTHER, 4, U)
+        ])),
+        Err(Errno::EINVAL)
+    );
 }
 
 #[test]
@@ -86,9 +100,13 @@ fn acl_set_updates_mode_and_reads_back() {
         .unwrap();
     t.mkdir("/d", 0o755).unwrap();
     t.symlink("f", "/l").unwrap();
-    // Garbage is EINVAL, and nothing changes.
+    // Garbage is EOPNOTSUPP (a bad version) or EINVAL, and nothing changes.
     assert_eq!(
         t.setxattr("/f", POSIX_ACL_ACCESS, b"garbage!", 0),
+        Err(Errno::EOPNOTSUPP)
+    );
+    assert_eq!(
+        t.setxattr("/f", POSIX_ACL_ACCESS, b"\x02\0\0\0garbage", 0),
         Err(Errno::EINVAL)
     );
     assert_eq!(mode(&t, "/f"), 0o644);
