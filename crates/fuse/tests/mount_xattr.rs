@@ -285,6 +285,31 @@ fn xattrs_through_fuse_match_tmpfs() {
         String::from_utf8_lossy(&out.stderr).contains("Permission denied"),
         "{out:?}"
     );
+    // A POSIX ACL through the kernel (which parses it too): stored,
+    // returned, and the mode's group bits follow its mask.
+    let a = m.dir.join("acl");
+    fs::write(&a, b"x").unwrap();
+    fs::set_permissions(&a, fs::Permissions::from_mode(0o644)).unwrap();
+    let mut acl = 2u32.to_le_bytes().to_vec();
+    for (tag, perm, id) in [
+        (1u16, 7u16, u32::MAX),
+        (2, 4, 1000),
+        (4, 4, u32::MAX),
+        (0x10, 5, u32::MAX),
+        (0x20, 1, u32::MAX),
+    ] {
+        acl.extend_from_slice(&tag.to_le_bytes());
+        acl.extend_from_slice(&perm.to_le_bytes());
+        acl.extend_from_slice(&id.to_le_bytes());
+    }
+    set(&a, "system.posix_acl_access", &acl, 0, false).unwrap();
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(fs::metadata(&a).unwrap().mode() & 0o777, 0o751);
+    assert_eq!(
+        get(&a, "system.posix_acl_access", 0, false),
+        Ok(format!("len {}", acl.len()))
+    );
+    assert_eq!(list(&a, 100), Ok("system.posix_acl_access".to_string()));
 }
 
 #[test]
