@@ -1,6 +1,6 @@
 //! Extended attributes: the `*xattr` calls of a [`Task`], Linux's name
-//! spaces and permission rules, POSIX ACL validation, and the copy-on-write
-//! store memfs keeps per inode.
+//! spaces and permission rules, POSIX ACL validation, and the store memfs
+//! keeps per inode (a skip list read without locks).
 //!
 //! What the VFS decides (as `fs/xattr.c` does) and what the filesystem
 //! stores: names are checked here (empty or over 255 bytes: ERANGE; values
@@ -18,7 +18,7 @@
 //!
 //! POSIX ACLs are stored and returned, in the `posix_acl_xattr` format
 //! (version 2, then 8-byte entries); a value that is not a valid ACL is
-//! EINVAL. Setting the access ACL updates the mode's permission bits as
+//! EINVAL (EOPNOTSUPP for another version, as Linux). Setting the access ACL updates the mode's permission bits as
 //! Linux does (an ACL the mode says in full is not stored at all). ACLs are
 //! not enforced (permission checks read the mode only), a chmod does not
 //! rewrite a stored access ACL, and a default ACL is not inherited by new
