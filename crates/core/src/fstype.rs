@@ -198,6 +198,38 @@ pub trait Filesystem: Send + Sync + 'static {
         Ok(())
     }
 
+    // ---- extended attributes ----
+    //
+    // Names come whole ("user.foo"); the VFS has checked the name, the
+    // permissions and the name space (see `xattr.rs`). `setxattr` and
+    // `removexattr` are called with the inode's data lock held exclusively;
+    // the VFS then sets the ctime.
+
+    /// The value of `name`: ENODATA if absent. The default: no xattrs.
+    fn getxattr(&self, inode: &Arc<Inode>, name: &[u8]) -> VfsResult<Vec<u8>> {
+        let _ = (inode, name);
+        Err(Errno::EOPNOTSUPP)
+    }
+
+    /// Every name the inode has (the VFS hides `trusted.*` from non-root).
+    fn listxattr(&self, inode: &Arc<Inode>) -> VfsResult<Vec<Vec<u8>>> {
+        let _ = inode;
+        Ok(Vec::new())
+    }
+
+    /// Set `name` to `value`; `flags`: XATTR_CREATE (EEXIST if present) or
+    /// XATTR_REPLACE (ENODATA if absent).
+    fn setxattr(&self, inode: &Arc<Inode>, name: &[u8], value: &[u8], flags: u32) -> VfsResult<()> {
+        let _ = (inode, name, value, flags);
+        Err(Errno::EOPNOTSUPP)
+    }
+
+    /// Remove `name`: ENODATA if absent.
+    fn removexattr(&self, inode: &Arc<Inode>, name: &[u8]) -> VfsResult<()> {
+        let _ = (inode, name);
+        Err(Errno::EOPNOTSUPP)
+    }
+
     /// The inode is no longer used (no names, no open files): free its storage.
     fn evict(&self, inode: &Inode) {
         let _ = inode;

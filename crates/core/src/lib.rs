@@ -22,6 +22,7 @@ pub mod task;
 pub mod types;
 pub mod vfs;
 pub(crate) mod walk;
+pub mod xattr;
 
 #[cfg(all(test, loom))]
 mod loom_models;

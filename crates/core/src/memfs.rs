@@ -30,6 +30,7 @@ use crossbeam_skiplist::SkipMap;
 use scalevfs_sync::primitive::{AtomicI64, AtomicU64, Ordering};
 
 use crate::percpu::{InoAllocator, LimitedCounter};
+use crate::xattr::{XattrBudget, XattrStore};
 
 use crate::errno::{Errno, VfsResult};
 use crate::fstype::{Filesystem, NewNode};
@@ -189,12 +190,15 @@ fn parse_suffixed(v: &str) -> Result<u64, String> {
 pub(crate) struct MemStats {
     live_inodes: LimitedCounter,
     used_pages: AtomicI64,
+    /// Bytes charged by extended attributes (`xattr::xattr_space`).
+    xattr_bytes: AtomicU64,
 }
 
 /// memfs's per-inode data.
 pub(crate) struct MemNode {
     kind: MemKind,
     stats: Arc<MemStats>,
+    xattrs: XattrStore,
 }
 
 enum MemKind {
@@ -208,6 +212,11 @@ enum MemKind {
 impl Drop for MemNode {
     fn drop(&mut self) {
         self.stats.live_inodes.dec();
+        let x = self.xattrs.space();
+        if x != 0 {
+            // Relaxed: a bounded counter (see `XattrBudget`).
+            self.stats.xattr_bytes.fetch_sub(x, Ordering::Relaxed);
+        }
         if let MemKind::File(f) = &self.kind {
             self.stats
                 .used_pages
@@ -286,6 +295,7 @@ impl MemFs {
             Box::new(MemNode {
                 kind: MemKind::Dir(Box::default()),
                 stats: stats.clone(),
+                xattrs: XattrStore::default(),
             }),
         ));
         MemFs {
@@ -309,6 +319,15 @@ impl MemFs {
         }
     }
 
+    /// The extended attributes' space limit: as tmpfs's `free_ispace`,
+    /// 1 KiB per inode of `nr_inodes`.
+    fn xattr_budget(&self) -> XattrBudget<'_> {
+        XattrBudget {
+            used: &self.stats.xattr_bytes,
+            max: self.opts.max_inodes.saturating_mul(1024),
+        }
+    }
+
     fn new_inode(&self, attr: Attr, kind: MemKind) -> VfsResult<Arc<Inode>> {
         // Never past the limit; a unit this thread reserved, so no shared
         // line in the common case (see `percpu.rs`).
@@ -323,6 +342,7 @@ impl MemFs {
             Box::new(MemNode {
                 kind,
                 stats: self.stats.clone(),
+                xattrs: XattrStore::default(),
             }),
         )))
     }
@@ -589,6 +609,26 @@ impl Filesystem for MemFs {
             new_dir.update_attr(|a| a.touch_mc(now));
         }
         Ok(())
+    }
+
+    fn getxattr(&self, inode: &Arc<Inode>, name: &[u8]) -> VfsResult<Vec<u8>> {
+        node(inode).xattrs.get(name)
+    }
+
+    fn listxattr(&self, inode: &Arc<Inode>) -> VfsResult<Vec<Vec<u8>>> {
+        Ok(node(inode).xattrs.names())
+    }
+
+    fn setxattr(&self, inode: &Arc<Inode>, name: &[u8], value: &[u8], flags: u32) -> VfsResult<()> {
+        node(inode)
+            .xattrs
+            .change(name, Some(value), flags, &self.xattr_budget())
+    }
+
+    fn removexattr(&self, inode: &Arc<Inode>, name: &[u8]) -> VfsResult<()> {
+        node(inode)
+            .xattrs
+            .change(name, None, 0, &self.xattr_budget())
     }
 
     fn readlink(&self, inode: &Arc<Inode>) -> VfsResult<Vec<u8>> {

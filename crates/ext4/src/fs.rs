@@ -19,6 +19,7 @@ use crate::format::group_desc::{self, GroupDesc};
 use crate::format::htree;
 use crate::format::inode::{self, RawInode};
 use crate::format::superblock::{Superblock, FLAG_UNSIGNED_HASH, SB_OFFSET, SB_SIZE};
+use crate::format::xattr;
 
 /// `statfs` f_type of ext2/3/4.
 pub const EXT4_SUPER_MAGIC: u64 = 0xEF53;
@@ -1002,6 +1003,95 @@ impl Filesystem for Ext4 {
 
     fn fallocate(&self, _inode: &Arc<Inode>, _punch: bool, _off: u64, _len: u64) -> VfsResult<()> {
         Err(Errno::EROFS)
+    }
+
+    // Extended attributes: read from the inode body and the xattr block
+    // (`format/xattr.rs`); writing them comes with the write path.
+
+    fn getxattr(&self, i: &Arc<Inode>, name: &[u8]) -> VfsResult<Vec<u8>> {
+        let raw = Ext4::node(i)?;
+        let e = vfs(self.xattrs(raw))?
+            .into_iter()
+            .find(|e| e.name == name)
+            .ok_or(Errno::ENODATA)?;
+        vfs(self.xattr_value(raw, &e))
+    }
+
+    fn listxattr(&self, i: &Arc<Inode>) -> VfsResult<Vec<Vec<u8>>> {
+        let raw = Ext4::node(i)?;
+        Ok(vfs(self.xattrs(raw))?.into_iter().map(|e| e.name).collect())
+    }
+
+    fn setxattr(&self, _i: &Arc<Inode>, _name: &[u8], _value: &[u8], _flags: u32) -> VfsResult<()> {
+        Err(Errno::EROFS)
+    }
+
+    fn removexattr(&self, _i: &Arc<Inode>, _name: &[u8]) -> VfsResult<()> {
+        Err(Errno::EROFS)
+    }
+}
+
+impl Ext4 {
+    /// The extended attributes of `raw`: those in its body, then those in
+    /// its xattr block (the kernel's order).
+    fn xattrs(&self, raw: &RawInode) -> Result<Vec<xattr::Entry>> {
+        let mut out = Vec::new();
+        let isz = self.sb.inode_size();
+        if isz > inode::GOOD_OLD_INODE_SIZE {
+            // The inode's bytes again (its checksum was checked when it was
+            // read; the image is not written under us).
+            let ipg = self.sb.inodes_per_group;
+            let g = (raw.ino - 1) / ipg;
+            let gd = self
+                .groups
+                .get(g as usize)
+                .ok_or_else(|| corrupt(format!("inode {}", raw.ino), "group out of range"))?;
+            let off = ((raw.ino - 1) % ipg) as usize * isz;
+            let mut b = vec![0u8; self.bs];
+            self.read_block(gd.inode_table + (off / self.bs) as u64, &mut b)?;
+            let b = &b[off % self.bs..off % self.bs + isz];
+            let extra = usize::from(u16::from_le_bytes([b[0x80], b[0x81]]));
+            // RawInode::parse checked 128 + extra <= isz.
+            out = xattr::parse_ibody(&b[inode::GOOD_OLD_INODE_SIZE + extra..], raw.ino)?;
+        }
+        if raw.file_acl != 0 {
+            let mut b = vec![0u8; self.bs];
+            self.read_block(raw.file_acl, &mut b)?;
+            let seed = self.sb.has_metadata_csum().then(|| self.sb.csum_seed());
+            out.extend(xattr::parse_block(&b, raw.file_acl, seed)?);
+        }
+        Ok(out)
+    }
+
+    /// An attribute's value as the VFS returns it: ACLs converted from
+    /// ext4's format, values in an `ea_inode` read from its data.
+    fn xattr_value(&self, raw: &RawInode, e: &xattr::Entry) -> Result<Vec<u8>> {
+        let what = || {
+            format!(
+                "inode {} xattr {}",
+                raw.ino,
+                String::from_utf8_lossy(&e.name)
+            )
+        };
+        let v = match &e.value {
+            xattr::Value::Here(v) => v.clone(),
+            &xattr::Value::Inode { ino, size } => {
+                let ea = self.read_inode(ino)?;
+                if ea.flags & inode::FL_EA_INODE == 0 || ea.size != u64::from(size) {
+                    return Err(corrupt(what(), format!("value inode {ino}")));
+                }
+                // size <= xattr::VALUE_MAX (checked by the parser).
+                let mut v = vec![0u8; size as usize];
+                if self.read_data(&ea, 0, &mut v)? != v.len() {
+                    return Err(corrupt(what(), "short value inode"));
+                }
+                v
+            }
+        };
+        if matches!(e.index, 2 | 3) {
+            return xattr::acl_to_xattr(&v, &what);
+        }
+        Ok(v)
     }
 }
 

@@ -12,8 +12,8 @@ use std::time::Duration;
 use fuser::{
     AccessFlags, FileHandle, FopenFlags, Generation, INodeNo, InitFlags, IoctlFlags, KernelConfig,
     OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
-    ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, Request,
-    TimeOrNow, WriteFlags,
+    ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
+    Request, TimeOrNow, WriteFlags,
 };
 use scalevfs::{
     Cred, Errno, Stat, Task, Vfs, AT_EACCESS, AT_EMPTY_PATH, AT_FDCWD, AT_REMOVEDIR,
@@ -54,6 +54,10 @@ impl Default for FuseConfig {
 /// mean nothing to a daemon-side open.
 const PASS_FLAGS: u32 =
     O_ACCMODE | O_APPEND | O_TRUNC | O_NONBLOCK | O_DIRECTORY | O_SYNC | O_DSYNC | O_NOATIME;
+
+/// How the xattr ops name a node: its own fd (an O_PATH fd), not what a
+/// symlink points to.
+const XATTR_AT: u32 = AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW;
 
 /// The kernel's `__FMODE_EXEC` in FUSE_OPEN's flags: the open of execve(2)
 /// (or uselib), which needs execute permission, not read.
@@ -1094,6 +1098,74 @@ impl fuser::Filesystem for ScaleFs {
             Ok(p) => reply.offset(p as i64),
             Err(e) => reply.error(errno(e)),
         }
+    }
+
+    // ---- extended attributes: the core's *xattrat on the node's fd ----
+
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let s = &self.shared;
+        let node = tri!(reply, s.node(ino));
+        // The kernel asks with size 0 for the length, then with a buffer;
+        // it never asks for more than XATTR_SIZE_MAX.
+        let size = (size as usize).min(scalevfs::xattr::XATTR_SIZE_MAX);
+        let r = s.with_task(req, |t| {
+            let mut buf = vec![0u8; size];
+            t.getxattrat(node.fd, "", XATTR_AT, name.as_bytes(), &mut buf)
+                .map(|n| (buf, n))
+        });
+        match r {
+            Ok((_, n)) if size == 0 => reply.size(n as u32),
+            Ok((buf, n)) => reply.data(&buf[..n]),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn setxattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let s = &self.shared;
+        let node = tri!(reply, s.node(ino));
+        let flags = tri!(reply, u32::try_from(flags).map_err(|_| raw(libc::EINVAL)));
+        reply_empty(
+            reply,
+            s.with_task(req, |t| {
+                t.setxattrat(node.fd, "", XATTR_AT, name.as_bytes(), value, flags)
+            }),
+        );
+    }
+
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let s = &self.shared;
+        let node = tri!(reply, s.node(ino));
+        let size = (size as usize).min(scalevfs::xattr::XATTR_LIST_MAX);
+        let r = s.with_task(req, |t| {
+            let mut buf = vec![0u8; size];
+            t.listxattrat(node.fd, "", XATTR_AT, &mut buf)
+                .map(|n| (buf, n))
+        });
+        match r {
+            Ok((_, n)) if size == 0 => reply.size(n as u32),
+            Ok((buf, n)) => reply.data(&buf[..n]),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let s = &self.shared;
+        let node = tri!(reply, s.node(ino));
+        reply_empty(
+            reply,
+            s.with_task(req, |t| {
+                t.removexattrat(node.fd, "", XATTR_AT, name.as_bytes())
+            }),
+        );
     }
 }
 

@@ -11,6 +11,7 @@ pub mod group_desc;
 pub mod htree;
 pub mod inode;
 pub mod superblock;
+pub mod xattr;
 
 /// Little-endian field readers. Callers check the slice length first (each
 /// parser checks its structure's size once); out-of-range offsets read as 0

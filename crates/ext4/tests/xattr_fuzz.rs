@@ -1,0 +1,133 @@
+//! Corrupt extended attributes never panic or hang (the shape of
+//! `fuzz.rs`): random bytes of the inode table block (in-inode attributes)
+//! and of an xattr block of a small image with attributes are changed, then
+//! every inode's attributes are listed and read through the `Filesystem`
+//! API. Every call must return Ok or an error. Without metadata_csum too,
+//! so the corruption reaches the parser instead of the checksum.
+
+mod common;
+
+use std::panic::AssertUnwindSafe;
+use std::path::Path;
+use std::process::Command;
+
+use scalevfs::Filesystem;
+use scalevfs_ext4::{Ext4, Ext4Options, MemDevice};
+
+use common::*;
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+const NAMES: [&[u8]; 4] = [b"a", b"b", b"c", b"d"];
+
+fn exercise(img: Vec<u8>) {
+    let Ok(fs) = Ext4::open_device(Box::new(MemDevice::new(img)), Ext4Options::default()) else {
+        return;
+    };
+    let root = fs.root();
+    for n in NAMES {
+        let Ok(Some(i)) = fs.lookup(&root, n) else {
+            continue;
+        };
+        if let Ok(names) = fs.listxattr(&i) {
+            for name in names.iter().take(100) {
+                let _ = fs.getxattr(&i, name);
+            }
+        }
+        let _ = fs.getxattr(&i, b"system.posix_acl_access");
+    }
+}
+
+fn fuzz(features: &str, seed: u64) {
+    if !have_tools() || Command::new("debugfs").arg("-V").output().is_err() {
+        return;
+    }
+    let s = Scratch::new("xfuzz");
+    let src = s.0.join("src");
+    std::fs::create_dir(&src).unwrap();
+    for n in NAMES {
+        std::fs::write(src.join(Path::new(std::str::from_utf8(n).unwrap())), n).unwrap();
+    }
+    let img = s.0.join("img");
+    make_image(&src, &img, 1024, "4M", features);
+    let val = s.0.join("val");
+    std::fs::write(&val, vec![b'v'; 600]).unwrap();
+    assert!(debugfs(&img, "ea_set /a user.small hi"));
+    assert!(debugfs(
+        &img,
+        &format!("ea_set -f {} /a user.big", val.display())
+    ));
+    assert!(debugfs(&img, "ea_set /b trusted.t x"));
+    assert!(debugfs(
+        &img,
+        &format!("ea_set -f {} /c security.big", val.display())
+    ));
+    let pristine = std::fs::read(&img).unwrap();
+    let fs = Ext4::open_device(
+        Box::new(MemDevice::new(pristine.clone())),
+        Ext4Options::default(),
+    )
+    .unwrap();
+    let root = fs.read_inode(2).unwrap();
+    let a = fs
+        .read_inode(fs.lookup_name(&root, b"a").unwrap().unwrap())
+        .unwrap();
+    let ia = fs.iget(a.ino).unwrap();
+    assert_eq!(fs.getxattr(&ia, b"user.big").unwrap(), vec![b'v'; 600]);
+    assert_eq!(fs.getxattr(&ia, b"user.small").unwrap(), b"hi");
+    assert_ne!(a.file_acl, 0);
+    let bs = fs.block_size();
+    let sb = fs.superblock().clone();
+    // The inode table block holding `a` (as fuzz.rs finds the root's).
+    let gd_off = (sb.first_data_block as usize + 1) * bs;
+    let itable = u32::from_le_bytes(pristine[gd_off + 8..gd_off + 12].try_into().unwrap()) as usize;
+    let a_off = itable * bs + (a.ino as usize - 1) * sb.inode_size();
+    let targets = [
+        ("inode table", a_off / bs * bs, bs),
+        ("xattr block", a.file_acl as usize * bs, bs),
+    ];
+    drop(ia);
+    drop(fs);
+    exercise(pristine.clone());
+    let cases: u64 = std::env::var("EXT4_FUZZ_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300);
+    let mut rng = Rng(seed);
+    for (what, start, len) in targets {
+        for case in 0..cases {
+            let mut img = pristine.clone();
+            for _ in 0..1 + rng.below(8) {
+                let at = start + rng.below(len as u64) as usize;
+                img[at] = match rng.below(4) {
+                    0 => 0,
+                    1 => 0xff,
+                    _ => rng.next() as u8,
+                };
+            }
+            let r = std::panic::catch_unwind(AssertUnwindSafe(|| exercise(img)));
+            assert!(r.is_ok(), "panic: {what} case {case} (seed {seed:#x})");
+        }
+    }
+}
+
+#[test]
+fn corrupt_xattrs_never_panic_with_metadata_csum() {
+    fuzz("metadata_csum", 0x9E37_79B9_7F4A_7C15);
+}
+
+#[test]
+fn corrupt_xattrs_never_panic_without_checksums() {
+    fuzz("^metadata_csum", 0xD1B5_4A32_D192_ED03);
+}
