@@ -5,6 +5,7 @@
 //!   variants.
 //! - `scalevfs mount DIR`: serve a scalevfs filesystem through FUSE
 //!   (`crates/fuse`).
+//! - `scalevfs mkfs IMAGE --size SIZE`: make an empty ext4 image file.
 //! - `scalevfs stats`: run a short built-in workload and print the built-in
 //!   contention counters (DESIGN section 6).
 
@@ -14,6 +15,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+
+mod mkfs;
 use scalevfs_bench::{report, workloads, Options};
 
 #[derive(Parser, Debug)]
@@ -35,6 +38,8 @@ enum Command {
     Stats(StatsArgs),
     /// Serve a scalevfs filesystem at DIR through FUSE.
     Mount(scalevfs_fuse::MountArgs),
+    /// Make an empty ext4 image file (as mke2fs -t ext4).
+    Mkfs(mkfs::MkfsArgs),
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -227,6 +232,7 @@ fn main() -> ExitCode {
         Command::Mount(a) => return scalevfs_fuse::run_mount(a),
         Command::Bench(a) => bench(a),
         Command::Stats(a) => stats(a),
+        Command::Mkfs(a) => mkfs::run(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

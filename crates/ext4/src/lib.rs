@@ -14,6 +14,7 @@ pub mod device;
 pub mod error;
 pub mod format;
 mod fs;
+pub mod mkfs;
 
 pub use device::{BlockDevice, FileDevice, MemDevice};
 pub use error::{Error, Result};
