@@ -191,6 +191,9 @@ struct Features {
     compat: u32,
     incompat: u32,
     ro_compat: u32,
+    /// has_journal / orphan_file were asked for by name.
+    asked_journal: bool,
+    asked_orphan: bool,
 }
 
 impl Features {
@@ -218,6 +221,8 @@ impl Features {
             compat: 0,
             incompat: 0,
             ro_compat: 0,
+            asked_journal: false,
+            asked_orphan: false,
         };
         for &(_, k, bit) in FEATURES {
             match k {
@@ -251,13 +256,39 @@ impl Features {
                 Kind::Incompat => &mut f.incompat,
                 Kind::RoCompat => &mut f.ro_compat,
             };
+            if on && name == "has_journal" {
+                f.asked_journal = true;
+            }
+            if on && name == "orphan_file" {
+                f.asked_orphan = true;
+            }
             if on {
                 *word |= bit;
             } else {
                 *word &= !bit;
             }
         }
+        // The orphan file lives with the journal (e2fsck refuses one
+        // without the other).
+        if f.compat & COMPAT_HAS_JOURNAL == 0 && f.compat & COMPAT_ORPHAN_FILE != 0 {
+            if f.asked_orphan {
+                return Err(invalid("orphan_file needs has_journal"));
+            }
+            f.compat &= !COMPAT_ORPHAN_FILE;
+        }
         Ok(f)
+    }
+
+    /// Drop the journal (and with it the orphan file) from a filesystem
+    /// too small for one, as mke2fs does; an error where they were asked for.
+    fn drop_journal(&mut self) -> Result<()> {
+        if self.asked_journal || self.asked_orphan {
+            return Err(invalid(
+                "too small for a journal (at least 2048 blocks): drop -O has_journal/orphan_file",
+            ));
+        }
+        self.compat &= !(COMPAT_HAS_JOURNAL | COMPAT_ORPHAN_FILE);
+        Ok(())
     }
 }
 
@@ -329,7 +360,7 @@ impl Layout {
 
 /// Plan the layout for `o`, refusing impossible requests with a message.
 pub fn plan(o: &MkfsOptions) -> Result<Layout> {
-    let features = Features::parse(&o.features)?;
+    let mut features = Features::parse(&o.features)?;
     const MEG: u64 = 1 << 20;
     let bs = match o.block_size {
         Some(b @ (1024 | 2048 | 4096)) => b,
@@ -389,6 +420,9 @@ pub fn plan(o: &MkfsOptions) -> Result<Layout> {
     let bpg = bs * 8;
     let gdpb = bs / 64;
     let ipb = bs / u32::from(inode_size);
+    if blocks < 2048 && features.has("has_journal") {
+        features.drop_journal()?;
+    }
     let journal = features.has("has_journal");
     let too_small = |why: &str| {
         invalid(format!(
@@ -397,12 +431,8 @@ pub fn plan(o: &MkfsOptions) -> Result<Layout> {
         ))
     };
     // mke2fs's own floor (ext2fs_initialize and the journal's 1024 blocks).
-    if blocks < 64 || (journal && blocks < 2048) {
-        return Err(too_small(if journal {
-            "a journal needs at least 2048 blocks; -O ^has_journal makes smaller ones"
-        } else {
-            "at least 64 blocks"
-        }));
+    if blocks < 64 {
+        return Err(too_small("at least 64 blocks"));
     }
     loop {
         let groups64 = div_ceil(blocks - first_data_block, u64::from(bpg));
@@ -764,7 +794,7 @@ fn write(dev: &dyn BlockDevice, l: &Layout, zeroed: bool) -> Result<Report> {
     let lpf_blocks = (16384 / bs).clamp(2, 12);
     let lpf_blocks = if bs == 1024 { 12 } else { lpf_blocks };
     let lpf_runs = alloc(&mut used, lpf_blocks, "lost+found")?;
-    let dind = if l.reserved_gdt > 0 {
+    let dind = if l.features.has("resize_inode") {
         Some(alloc(&mut used, 1, "the resize inode")?[0].0)
     } else {
         None
