@@ -5,6 +5,7 @@
 //!   variants.
 //! - `scalevfs mount DIR`: serve a scalevfs filesystem through FUSE
 //!   (`crates/fuse`).
+//! - `scalevfs mkfs IMAGE --size SIZE`: make an empty ext4 image file.
 //! - `scalevfs stats`: run a short built-in workload and print the built-in
 //!   contention counters (DESIGN section 6).
 
@@ -14,6 +15,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+
+mod mkfs;
 use scalevfs_bench::{report, workloads, Options};
 
 #[derive(Parser, Debug)]
@@ -35,6 +38,7 @@ enum Command {
     Stats(StatsArgs),
     /// Serve a scalevfs filesystem at DIR through FUSE.
     Mount(scalevfs_fuse::MountArgs),
+<<<<<<< HEAD
     /// Tree workloads (untar-like create, find+stat, read back, delete) on
     /// ext4 images and memfs: the library, the FUSE mount, fuse2fs and the
     /// kernel's ext4 side by side.
@@ -65,6 +69,10 @@ struct TreeArgs {
     /// Directory for tree.json and tree.md.
     #[arg(long, default_value = "bench-report")]
     report_dir: PathBuf,
+=======
+    /// Make an empty ext4 image file (as mke2fs -t ext4).
+    Mkfs(mkfs::MkfsArgs),
+>>>>>>> h-mkfs
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -293,7 +301,11 @@ fn main() -> ExitCode {
         Command::Mount(a) => return scalevfs_fuse::run_mount(a),
         Command::Bench(a) => bench(a),
         Command::Stats(a) => stats(a),
+<<<<<<< HEAD
         Command::BenchTree(a) => bench_tree(a),
+=======
+        Command::Mkfs(a) => mkfs::run(a),
+>>>>>>> h-mkfs
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -16,6 +16,7 @@ pub mod error;
 pub mod format;
 mod fs;
 pub mod journal;
+pub mod mkfs;
 
 pub use device::{BlockDevice, FileDevice, MemDevice};
 pub use error::{Error, Result};
