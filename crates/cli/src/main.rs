@@ -38,7 +38,8 @@ enum Command {
     Stats(StatsArgs),
     /// Serve a scalevfs filesystem at DIR through FUSE.
     Mount(scalevfs_fuse::MountArgs),
-<<<<<<< HEAD
+    /// Make an empty ext4 image file (as mke2fs -t ext4).
+    Mkfs(mkfs::MkfsArgs),
     /// Tree workloads (untar-like create, find+stat, read back, delete) on
     /// ext4 images and memfs: the library, the FUSE mount, fuse2fs and the
     /// kernel's ext4 side by side.
@@ -69,10 +70,6 @@ struct TreeArgs {
     /// Directory for tree.json and tree.md.
     #[arg(long, default_value = "bench-report")]
     report_dir: PathBuf,
-=======
-    /// Make an empty ext4 image file (as mke2fs -t ext4).
-    Mkfs(mkfs::MkfsArgs),
->>>>>>> h-mkfs
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -301,11 +298,8 @@ fn main() -> ExitCode {
         Command::Mount(a) => return scalevfs_fuse::run_mount(a),
         Command::Bench(a) => bench(a),
         Command::Stats(a) => stats(a),
-<<<<<<< HEAD
         Command::BenchTree(a) => bench_tree(a),
-=======
         Command::Mkfs(a) => mkfs::run(a),
->>>>>>> h-mkfs
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
