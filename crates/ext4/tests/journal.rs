@@ -156,9 +156,20 @@ fn our_replay(img: &Path) -> journal::Recovered {
 /// over them.
 const SB_ALLOWED: &[(usize, usize)] = &[(0x30, 4), (0x274, 1), (0x178, 8), (0x3FC, 4)];
 
-/// The byte ranges where A and B differ, as (offset, len); panics on a
-/// difference outside the primary superblock's allowed fields.
+/// Panics on a difference between A and B outside the primary
+/// superblock's allowed fields.
 fn compare(a: &Path, b: &Path) {
+    let bad = differences(a, b);
+    assert!(
+        bad.is_empty(),
+        "{} bytes differ, first at {:#x?}",
+        bad.len(),
+        &bad[..bad.len().min(16)]
+    );
+}
+
+/// The offsets where A and B differ outside the allowed fields.
+fn differences(a: &Path, b: &Path) -> Vec<usize> {
     let a = std::fs::read(a).unwrap();
     let b = std::fs::read(b).unwrap();
     assert_eq!(a.len(), b.len());
@@ -174,12 +185,7 @@ fn compare(a: &Path, b: &Path) {
             }
         }
     }
-    assert!(
-        bad.is_empty(),
-        "{} bytes differ, first at {:#x?}",
-        bad.len(),
-        &bad[..bad.len().min(16)]
-    );
+    bad
 }
 
 /// Write `n` blocks of pattern `seed` to a file for `jw -b`.
@@ -739,7 +745,7 @@ fn fuzz_journal_mutations() {
         let (js, jb) = journal_sb(&img);
         // The blocks that hold the log (superblock included).
         let hot: Vec<u64> = jb[..(js.first as usize + 12).min(jb.len())].to_vec();
-        for _ in 0..150 {
+        for _ in 0..fuzz_cases(150) {
             let mut m = base.clone();
             for _ in 0..1 + next() % 8 {
                 let blk = hot[(next() % hot.len() as u64) as usize];
@@ -777,6 +783,14 @@ fn fuzz_journal_mutations() {
     }
     eprintln!("fuzz: {} recovered, {} refused", outcomes[0], outcomes[1]);
     assert!(outcomes[0] > 0 && outcomes[1] > 0, "{outcomes:?}");
+}
+
+/// Cases per fuzz configuration: `EXT4_FUZZ_CASES` (as fuzz.rs) or `default`.
+fn fuzz_cases(default: u64) -> u64 {
+    std::env::var("EXT4_FUZZ_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 fn snapshot(d: &dyn BlockDevice) -> Vec<u8> {
@@ -821,12 +835,13 @@ fn mutations_agree_with_e2fsck() {
         let (js, jb) = journal_sb(&img);
         let hot: Vec<u64> = jb[..js.first as usize + 12].to_vec();
         let (a, b) = (img.dir.join("a.img"), img.dir.join("b.img"));
-        for _ in 0..60 {
+        for _ in 0..fuzz_cases(60) {
             let mut m = base.clone();
             let blk = hot[(next() % hot.len() as u64) as usize] as usize;
             // Headers, tags and the superblock's fields live in the first bytes.
             let off = blk * 1024 + (next() % 96) as usize;
-            m[off] ^= 1 << (next() % 8);
+            let bit = next() % 8;
+            m[off] ^= 1 << bit;
             std::fs::write(&b, &m).unwrap();
             let dev: Arc<dyn BlockDevice> = Arc::new(FileDevice::open(&b, true).unwrap());
             if journal::recover(&dev).is_err() {
@@ -835,8 +850,15 @@ fn mutations_agree_with_e2fsck() {
                 continue;
             }
             std::fs::write(&a, &m).unwrap();
-            e2fsck_replay(&a);
-            compare(&a, &b);
+            let said = e2fsck_replay(&a);
+            let diff = differences(&a, &b);
+            assert!(
+                diff.is_empty(),
+                "{jo}: bit {bit} of byte {:#x} of block {blk} flipped: we and e2fsck differ \
+                 at {:#x?}; e2fsck said: {said}",
+                off % 1024,
+                &diff[..diff.len().min(8)]
+            );
             agreed += 1;
         }
     }
@@ -1025,6 +1047,7 @@ fn kernel_journal_snapshots() {
         r3.unwrap();
         r4.unwrap();
         let mut revokes = 0;
+        let mut sb_logged = false;
         for (snap, files) in &snaps {
             let mut sb = vec![0u8; 1024];
             {
@@ -1044,20 +1067,37 @@ fn kernel_journal_snapshots() {
             assert!(rec.journal.has_incompat(jf::INCOMPAT_CSUM_V3));
             compare(&a, &b);
             assert_eq!(e2fsck_report(&a), e2fsck_report(&b));
-            let e = Ext4::open(&b, Ext4Options::default()).unwrap();
-            let fs: Arc<dyn scalevfs::Filesystem> = e;
-            let vfs = scalevfs::Vfs::with_root_fs(scalevfs::VfsConfig::default(), fs);
-            let f = scalevfs::fs::Fs::new(vfs.root_task());
-            let mut got = Vec::new();
-            for e in f.read_dir("/d").unwrap() {
-                let name = e.unwrap().file_name().into_string().unwrap();
-                let data = f.read(format!("/d/{name}")).unwrap();
-                got.push((name, data));
-            }
-            got.sort();
-            assert!(got == *files, "bs {bs} {}: tree differs", snap.display());
+            // The superblock's block is among the logged ones (the kernel
+            // journals it): the replay writes it with needs_recovery clear.
+            sb_logged |= rec.plan.writes.contains_key(&(1024 / bs as u64));
+            let read_d = |e: Arc<Ext4>| {
+                let fs: Arc<dyn scalevfs::Filesystem> = e;
+                let vfs = scalevfs::Vfs::with_root_fs(scalevfs::VfsConfig::default(), fs);
+                let f = scalevfs::fs::Fs::new(vfs.root_task());
+                let mut got = Vec::new();
+                for e in f.read_dir("/d").unwrap() {
+                    let name = e.unwrap().file_name().into_string().unwrap();
+                    let data = f.read(format!("/d/{name}")).unwrap();
+                    got.push((name, data));
+                }
+                got.sort();
+                got
+            };
+            let ours = read_d(Ext4::open(&b, Ext4Options::default()).unwrap());
+            assert!(ours == *files, "bs {bs} {}: tree differs", snap.display());
+            // The same through the in-memory view of the untouched snapshot.
+            let view = Ext4::open(
+                snap,
+                Ext4Options {
+                    replay: Replay::InMemory,
+                    ..Ext4Options::default()
+                },
+            )
+            .unwrap();
+            assert!(read_d(view) == *files, "bs {bs}: in-memory view differs");
         }
         assert!(revokes > 0, "bs {bs}: the kernel logged no revoke records");
+        assert!(sb_logged, "bs {bs}: the kernel never logged the superblock");
     }
 }
 

@@ -166,6 +166,14 @@ impl JournalSuperblock {
                 "journal incompat feature {name}: replay it with e2fsck -fy IMAGE"
             )));
         }
+        // jbd2 defines no read-only-compatible features: any is unknown,
+        // and the kernel and e2fsck refuse to load such a journal.
+        if js.feature_ro_compat != 0 {
+            return Err(Error::Incompatible(format!(
+                "journal ro_compat feature {:#x}: replay it with e2fsck -fy IMAGE",
+                js.feature_ro_compat
+            )));
+        }
         if js.feature_incompat & INCOMPAT_CSUM_V2 != 0
             && js.feature_incompat & INCOMPAT_CSUM_V3 != 0
         {
@@ -183,6 +191,15 @@ impl JournalSuperblock {
                     format!("checksum {stored:#010x}, computed {c:#010x}"),
                 ));
             }
+        }
+        // s_nr_users: more than one filesystem shares an external journal
+        // only (e2fsck repairs or refuses such an internal one).
+        let users = be32(b, 0x40);
+        if v2 && users > 1 {
+            return Err(corrupt(
+                what,
+                format!("s_nr_users {users} in an internal journal"),
+            ));
         }
         if js.block_size as usize != fs_block_size {
             return Err(corrupt(
