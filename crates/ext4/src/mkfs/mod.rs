@@ -331,7 +331,7 @@ impl Layout {
         }
         [3u32, 5, 7].iter().any(|&p| {
             let mut x = g;
-            while x % p == 0 {
+            while x.is_multiple_of(p) {
                 x /= p;
             }
             x == 1
