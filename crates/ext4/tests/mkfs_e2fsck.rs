@@ -292,6 +292,22 @@ fn kernel_mounts_it() {
         assert!(lpf.unwrap().is_dir());
         assert_eq!(names, ["lost+found"]);
     }
+    // Read-write: the kernel takes the journal and the orphan file, writes,
+    // and leaves an image e2fsck and our reader accept.
+    mkfs::make(&img, &opts("64M", 1024, "")).unwrap();
+    let st = Command::new("mount")
+        .args(["-t", "ext4", "-o", "loop"])
+        .arg(&img)
+        .arg(&dir)
+        .status()
+        .unwrap();
+    assert!(st.success(), "rw mount after a ro mount worked");
+    let wrote = std::fs::write(dir.join("f"), b"kernel\n")
+        .and_then(|()| std::fs::create_dir(dir.join("d")));
+    let _ = Command::new("umount").arg(&dir).status();
+    wrote.unwrap();
+    assert_fsck_clean(&img, "after a kernel rw mount");
+    assert_eq!(root_names(&open(&img)), ["d", "f", "lost+found"]);
 }
 
 #[test]
