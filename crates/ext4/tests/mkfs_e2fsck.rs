@@ -145,11 +145,25 @@ fn dumpe2fs_matches_mke2fs() {
     let s = Scratch::new("mkfs-vs-mke2fs");
     let ours = s.0.join("ours.img");
     let theirs = s.0.join("theirs.img");
-    for (bs, size) in [(1024, "64M"), (1024, "1100M"), (2048, "300M"), (4096, "1G")] {
-        mkfs::make(&ours, &opts(size, bs, "")).unwrap();
+    // Ours by default against `mke2fs -O orphan_file`, and ours with
+    // `^orphan_file` against plain mkfs.ext4 (1.47.0's defaults).
+    for (bs, size, ours_f, theirs_f) in [
+        (1024, "64M", "", "orphan_file"),
+        (1024, "1100M", "", "orphan_file"),
+        (2048, "300M", "", "orphan_file"),
+        (4096, "1G", "", "orphan_file"),
+        (1024, "300M", "^orphan_file", ""),
+        (4096, "2G", "^orphan_file", ""),
+    ] {
+        mkfs::make(&ours, &opts(size, bs, ours_f)).unwrap();
         let _ = std::fs::remove_file(&theirs);
-        let st = Command::new(&mke2fs)
-            .args(["-q", "-F", "-t", "ext4", "-O", "orphan_file", "-b"])
+        let mut c = Command::new(&mke2fs);
+        c.args(["-q", "-F", "-t", "ext4"]);
+        if !theirs_f.is_empty() {
+            c.args(["-O", theirs_f]);
+        }
+        let st = c
+            .arg("-b")
             .arg(bs.to_string())
             .arg(&theirs)
             .arg(size)
