@@ -172,6 +172,11 @@ impl ExtentTree {
         self.extents.len() > 4
     }
 
+    /// The tree fits the inode plus at most one leaf block.
+    pub fn fits(&self) -> bool {
+        self.extents.len() <= (self.bs as usize - HEADER_SIZE) / 12
+    }
+
     /// The leaf block (depth 0) with the extent tail checksum. Callers
     /// keep the extent count within one leaf (it is bounded by the group
     /// count: runs break only at superblock backups).

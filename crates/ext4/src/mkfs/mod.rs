@@ -815,12 +815,17 @@ fn write(dev: &dyn BlockDevice, l: &Layout, zeroed: bool) -> Result<Report> {
     }
     // Extent trees with more than 4 extents need a leaf block.
     let journal_tree = ExtentTree::plan(&journal_runs, bs);
+    let orphan_tree = ExtentTree::plan(&orphan_runs, bs);
+    if !journal_tree.fits() || !orphan_tree.fits() {
+        return Err(invalid(
+            "the journal or orphan file is too fragmented for one extent leaf",
+        ));
+    }
     let journal_leaf = if journal_tree.needs_leaf() {
         Some(alloc(&mut used, 1, "the journal's extent block")?[0].0)
     } else {
         None
     };
-    let orphan_tree = ExtentTree::plan(&orphan_runs, bs);
     let orphan_leaf = if orphan_tree.needs_leaf() {
         Some(alloc(&mut used, 1, "the orphan file's extent block")?[0].0)
     } else {
