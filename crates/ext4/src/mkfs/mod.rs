@@ -822,7 +822,14 @@ fn write(dev: &dyn BlockDevice, l: &Layout, zeroed: bool) -> Result<Report> {
         ));
     }
     let journal_leaf = if journal_tree.needs_leaf() {
-        Some(alloc(&mut used, 1, "the journal's extent block")?[0].0)
+        // mke2fs puts it just before the journal when that block is free.
+        let before = journal_runs[0].0 - 1;
+        if before >= data_start && used.next_used(before).is_none_or(|(s, _)| s > before) {
+            used.mark(before, 1);
+            Some(before)
+        } else {
+            Some(alloc(&mut used, 1, "the journal's extent block")?[0].0)
+        }
     } else {
         None
     };
