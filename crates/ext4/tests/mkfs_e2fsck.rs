@@ -439,3 +439,68 @@ fn mkfs_of_any_size_never_panics() {
         }
     }
 }
+
+#[test]
+fn make_on_a_dirty_device_is_clean_too() {
+    // A device full of garbage (not known to be zero): group 0's inode
+    // table is zeroed, the other tables are left uninitialized, and every
+    // referee still accepts the result.
+    let s = Scratch::new("mkfs-dirty");
+    let img = s.0.join("dirty.img");
+    for bs in [1024u32, 4096] {
+        std::fs::write(&img, vec![0xA5u8; 24 << 20]).unwrap();
+        let dev = scalevfs_ext4::FileDevice::open(&img, true).unwrap();
+        let r = mkfs::make_on(&dev, &opts("24M", bs, ""), false).unwrap();
+        drop(dev);
+        assert!(r.groups >= 1);
+        assert_eq!(root_names(&open(&img)), ["lost+found"]);
+        if !assert_fsck_clean(&img, &format!("dirty device, bs {bs}")) {
+            return;
+        }
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+    /// Arbitrary option values never panic: planning either refuses them
+    /// or gives an image (made in memory when small enough) that our
+    /// reader opens.
+    #[test]
+    fn arbitrary_options_never_panic(
+        size in proptest::prop_oneof![0u64..(48 << 20), proptest::num::u64::ANY],
+        bs in proptest::option::of(proptest::prop_oneof![
+            proptest::sample::select(vec![1024u32, 2048, 4096]),
+            proptest::num::u32::ANY,
+        ]),
+        ratio in proptest::option::of(proptest::prop_oneof![1024u32..70000, proptest::num::u32::ANY]),
+        isize in proptest::option::of(proptest::prop_oneof![
+            proptest::sample::select(vec![128u16, 256, 512, 1024]),
+            proptest::num::u16::ANY,
+        ]),
+        feats in proptest::sample::subsequence(
+            vec!["^has_journal", "^resize_inode", "^orphan_file", "^flex_bg",
+                 "^sparse_super", "^extra_isize", "orphan_file", "has_journal"],
+            0..3,
+        ),
+    ) {
+        let o = MkfsOptions {
+            size,
+            block_size: bs,
+            inode_ratio: ratio,
+            inode_size: isize,
+            features: feats.iter().map(|f| f.to_string()).collect(),
+            uuid: Some([1; 16]),
+            hash_seed: Some([2; 16]),
+            ..Default::default()
+        };
+        if size <= 48 << 20 {
+            let dev = MemDevice::new(vec![0; size as usize]);
+            if mkfs::make_on(&dev, &o, true).is_ok() {
+                let e = Ext4::open_device(Box::new(dev), Ext4Options::default()).unwrap();
+                proptest::prop_assert_eq!(root_names(&e), ["lost+found"]);
+            }
+        } else {
+            let _ = mkfs::plan(&o);
+        }
+    }
+}
