@@ -98,7 +98,7 @@ impl InodeBuf {
     }
     /// Map the inode's data through `tree` (its leaf at `leaf` when the
     /// extents do not fit the inode); sets the flag and `i_blocks`.
-    pub fn extents(&mut self, tree: &ExtentTree, leaf: Option<u64>, _enc: &Enc, _ino: u32) {
+    pub fn extents(&mut self, tree: &ExtentTree, leaf: Option<u64>) {
         let flags = u32::from_le_bytes(self.b[0x20..0x24].try_into().unwrap_or([0; 4]));
         put32(&mut self.b, 0x20, flags | EXTENTS_FL);
         let ib = &mut self.b[0x28..0x28 + 60];

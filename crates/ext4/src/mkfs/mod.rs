@@ -872,7 +872,7 @@ fn write(dev: &dyn BlockDevice, l: &Layout, zeroed: bool) -> Result<Report> {
         root.mode(0o040755);
         root.links(3);
         root.size(bs);
-        root.extents(&ExtentTree::plan(&root_runs, bs), None, &enc, ROOT_INO);
+        root.extents(&ExtentTree::plan(&root_runs, bs), None);
         put(ROOT_INO, enc.finish_inode(ROOT_INO, root));
         // lost+found.
         let mut lpf = InodeBuf::new(l, true);
@@ -880,7 +880,7 @@ fn write(dev: &dyn BlockDevice, l: &Layout, zeroed: bool) -> Result<Report> {
         lpf.mode(0o040700);
         lpf.links(2);
         lpf.size(lpf_blocks * bs);
-        lpf.extents(&ExtentTree::plan(&lpf_runs, bs), None, &enc, LOST_FOUND_INO);
+        lpf.extents(&ExtentTree::plan(&lpf_runs, bs), None);
         put(LOST_FOUND_INO, enc.finish_inode(LOST_FOUND_INO, lpf));
         // Resize inode.
         if let Some(dind) = dind {
@@ -902,7 +902,7 @@ fn write(dev: &dyn BlockDevice, l: &Layout, zeroed: bool) -> Result<Report> {
             j.mode(0o100600);
             j.links(1);
             j.size(u64::from(l.journal_blocks) * bs);
-            j.extents(&journal_tree, journal_leaf, &enc, JOURNAL_INO);
+            j.extents(&journal_tree, journal_leaf);
             put(JOURNAL_INO, enc.finish_inode(JOURNAL_INO, j));
         }
         if let Some(ino) = orphan_ino {
@@ -911,7 +911,7 @@ fn write(dev: &dyn BlockDevice, l: &Layout, zeroed: bool) -> Result<Report> {
             o.mode(0o100600);
             o.links(1);
             o.size(u64::from(l.orphan_blocks) * bs);
-            o.extents(&orphan_tree, orphan_leaf, &enc, ino);
+            o.extents(&orphan_tree, orphan_leaf);
             put(ino, enc.finish_inode(ino, o));
         }
     }
@@ -1050,7 +1050,7 @@ fn write(dev: &dyn BlockDevice, l: &Layout, zeroed: bool) -> Result<Report> {
     // Superblocks last: backups first, the primary at the very end.
     let journal_iblock = {
         let mut j = InodeBuf::new(l, true);
-        j.extents(&journal_tree, journal_leaf, &enc, JOURNAL_INO);
+        j.extents(&journal_tree, journal_leaf);
         j.iblock()
     };
     let sbi = SuperInfo {
