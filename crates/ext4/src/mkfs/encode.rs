@@ -98,7 +98,7 @@ impl InodeBuf {
     }
     /// Map the inode's data through `tree` (its leaf at `leaf` when the
     /// extents do not fit the inode); sets the flag and `i_blocks`.
-    pub fn extents(&mut self, tree: &ExtentTree, leaf: Option<u64>, _enc: &Enc, _ino: u32) {
+    pub fn extents(&mut self, tree: &ExtentTree, leaf: Option<u64>) {
         let flags = u32::from_le_bytes(self.b[0x20..0x24].try_into().unwrap_or([0; 4]));
         put32(&mut self.b, 0x20, flags | EXTENTS_FL);
         let ib = &mut self.b[0x28..0x28 + 60];
@@ -170,6 +170,11 @@ impl ExtentTree {
     /// More than the four extents the inode holds.
     pub fn needs_leaf(&self) -> bool {
         self.extents.len() > 4
+    }
+
+    /// The tree fits the inode plus at most one leaf block.
+    pub fn fits(&self) -> bool {
+        self.extents.len() <= (self.bs as usize - HEADER_SIZE) / 12
     }
 
     /// The leaf block (depth 0) with the extent tail checksum. Callers

@@ -331,7 +331,7 @@ impl Layout {
         }
         [3u32, 5, 7].iter().any(|&p| {
             let mut x = g;
-            while x % p == 0 {
+            while x.is_multiple_of(p) {
                 x /= p;
             }
             x == 1
@@ -815,12 +815,24 @@ fn write(dev: &dyn BlockDevice, l: &Layout, zeroed: bool) -> Result<Report> {
     }
     // Extent trees with more than 4 extents need a leaf block.
     let journal_tree = ExtentTree::plan(&journal_runs, bs);
+    let orphan_tree = ExtentTree::plan(&orphan_runs, bs);
+    if !journal_tree.fits() || !orphan_tree.fits() {
+        return Err(invalid(
+            "the journal or orphan file is too fragmented for one extent leaf",
+        ));
+    }
     let journal_leaf = if journal_tree.needs_leaf() {
-        Some(alloc(&mut used, 1, "the journal's extent block")?[0].0)
+        // mke2fs puts it just before the journal when that block is free.
+        let before = journal_runs[0].0 - 1;
+        if before >= data_start && used.next_used(before).is_none_or(|(s, _)| s > before) {
+            used.mark(before, 1);
+            Some(before)
+        } else {
+            Some(alloc(&mut used, 1, "the journal's extent block")?[0].0)
+        }
     } else {
         None
     };
-    let orphan_tree = ExtentTree::plan(&orphan_runs, bs);
     let orphan_leaf = if orphan_tree.needs_leaf() {
         Some(alloc(&mut used, 1, "the orphan file's extent block")?[0].0)
     } else {
@@ -860,7 +872,7 @@ fn write(dev: &dyn BlockDevice, l: &Layout, zeroed: bool) -> Result<Report> {
         root.mode(0o040755);
         root.links(3);
         root.size(bs);
-        root.extents(&ExtentTree::plan(&root_runs, bs), None, &enc, ROOT_INO);
+        root.extents(&ExtentTree::plan(&root_runs, bs), None);
         put(ROOT_INO, enc.finish_inode(ROOT_INO, root));
         // lost+found.
         let mut lpf = InodeBuf::new(l, true);
@@ -868,7 +880,7 @@ fn write(dev: &dyn BlockDevice, l: &Layout, zeroed: bool) -> Result<Report> {
         lpf.mode(0o040700);
         lpf.links(2);
         lpf.size(lpf_blocks * bs);
-        lpf.extents(&ExtentTree::plan(&lpf_runs, bs), None, &enc, LOST_FOUND_INO);
+        lpf.extents(&ExtentTree::plan(&lpf_runs, bs), None);
         put(LOST_FOUND_INO, enc.finish_inode(LOST_FOUND_INO, lpf));
         // Resize inode.
         if let Some(dind) = dind {
@@ -890,7 +902,7 @@ fn write(dev: &dyn BlockDevice, l: &Layout, zeroed: bool) -> Result<Report> {
             j.mode(0o100600);
             j.links(1);
             j.size(u64::from(l.journal_blocks) * bs);
-            j.extents(&journal_tree, journal_leaf, &enc, JOURNAL_INO);
+            j.extents(&journal_tree, journal_leaf);
             put(JOURNAL_INO, enc.finish_inode(JOURNAL_INO, j));
         }
         if let Some(ino) = orphan_ino {
@@ -899,7 +911,7 @@ fn write(dev: &dyn BlockDevice, l: &Layout, zeroed: bool) -> Result<Report> {
             o.mode(0o100600);
             o.links(1);
             o.size(u64::from(l.orphan_blocks) * bs);
-            o.extents(&orphan_tree, orphan_leaf, &enc, ino);
+            o.extents(&orphan_tree, orphan_leaf);
             put(ino, enc.finish_inode(ino, o));
         }
     }
@@ -1038,7 +1050,7 @@ fn write(dev: &dyn BlockDevice, l: &Layout, zeroed: bool) -> Result<Report> {
     // Superblocks last: backups first, the primary at the very end.
     let journal_iblock = {
         let mut j = InodeBuf::new(l, true);
-        j.extents(&journal_tree, journal_leaf, &enc, JOURNAL_INO);
+        j.extents(&journal_tree, journal_leaf);
         j.iblock()
     };
     let sbi = SuperInfo {
