@@ -310,6 +310,44 @@ impl InoAllocator {
     }
 }
 
+/// A counter of per-thread slots that are never folded together: an update
+/// is an RMW of the caller's own slot only; [`sum`](Self::sum) adds the
+/// slots. A value that stays put (a count held by an open fd) is never in
+/// transit between two lines, so a sum taken while other updates run still
+/// counts it (unlike [`ShardedCounter`]'s folding). For busy-counts read
+/// rarely (a mount's users, read by umount).
+pub(crate) struct SlotCounter {
+    slots: Box<[CachePadded<AtomicI64>]>,
+}
+
+impl std::fmt::Debug for SlotCounter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("SlotCounter").field(&self.sum()).finish()
+    }
+}
+
+impl Default for SlotCounter {
+    fn default() -> Self {
+        SlotCounter { slots: slots() }
+    }
+}
+
+impl SlotCounter {
+    #[inline]
+    pub(crate) fn add(&self, v: i64) {
+        let s = &self.slots[thread_index() & (self.slots.len() - 1)];
+        // Relaxed: a count that orders nothing but itself.
+        s.fetch_add(v, Ordering::Relaxed);
+    }
+
+    /// The sum of the slots (a slot may be negative: a count taken on one
+    /// thread may be dropped on another).
+    pub(crate) fn sum(&self) -> i64 {
+        // Relaxed: see `add`.
+        self.slots.iter().map(|s| s.load(Ordering::Relaxed)).sum()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -336,6 +374,18 @@ mod tests {
         assert_eq!(c.sum(), 4000 - 600);
         assert!(c.approx().abs_diff(3400) <= c.slack());
         assert!(c.above(3399) && !c.above(3400));
+    }
+
+    #[test]
+    fn slot_counter_sums_across_threads() {
+        let c = Arc::new(SlotCounter::default());
+        c.add(3);
+        // Taken on one thread, dropped on another: the sum stays exact.
+        let c2 = c.clone();
+        std::thread::spawn(move || c2.add(-1)).join().unwrap();
+        assert_eq!(c.sum(), 2);
+        c.add(-2);
+        assert_eq!(c.sum(), 0);
     }
 
     #[test]

@@ -51,7 +51,9 @@ use crate::errno::{Errno, VfsResult};
 use crate::fstype::Filesystem;
 use crate::inode::Inode;
 use crate::memfs::{MemFs, MemFsOptions};
+use crate::percpu::SlotCounter;
 use crate::types::Cred;
+use crossbeam_utils::CachePadded;
 
 /// One mounted filesystem instance.
 pub struct Super {
@@ -82,12 +84,15 @@ pub struct Mount {
     /// Read-only (EROFS); flipped by `Vfs::remount_at`.
     pub(crate) readonly: AtomicBool,
     /// Regular files open for writing through this mount (Linux's
-    /// mnt_writers): a read-only remount is EBUSY while any is open.
-    pub(crate) writers: AtomicUsize,
+    /// mnt_writers): a read-only remount is EBUSY while any is open. On a
+    /// line of its own: every open reads the fields above, only opens for
+    /// writing write this (conflict matrix, issue 16).
+    pub(crate) writers: CachePadded<AtomicUsize>,
     /// What keeps it busy for `umount` (Linux's mnt_count beyond the tree's
     /// own): fd-table slots holding a file in it, and tasks' root or cwd
-    /// snapshots in it. Changed with `hold`/`release`.
-    pub(crate) users: AtomicUsize,
+    /// snapshots in it. Changed with `hold`/`release`; per-thread slots
+    /// (Linux's per-CPU mnt_pcp), so open and close write no shared line.
+    pub(crate) users: SlotCounter,
 }
 
 impl std::fmt::Debug for Mount {
@@ -101,13 +106,13 @@ impl std::fmt::Debug for Mount {
 
 impl Mount {
     pub(crate) fn hold(&self) {
-        // Relaxed: a count only umount reads, and it orders nothing else
-        // (an open racing with umount is not excluded: see umount_at).
-        self.users.fetch_add(1, Ordering::Relaxed);
+        // This thread's slot: a count only umount reads, and it orders
+        // nothing else (an open racing with umount is not excluded: see
+        // umount_at).
+        self.users.add(1);
     }
     pub(crate) fn release(&self) {
-        // Relaxed: as hold.
-        self.users.fetch_sub(1, Ordering::Relaxed);
+        self.users.add(-1);
     }
     pub fn is_readonly(&self) -> bool {
         // SeqCst: with `writers`, a Dekker pair against `Vfs::remount_at`
@@ -472,8 +477,8 @@ impl Vfs {
             root: root_d,
             parent: None,
             readonly: AtomicBool::new(false),
-            writers: AtomicUsize::new(0),
-            users: AtomicUsize::new(0),
+            writers: CachePadded::new(AtomicUsize::new(0)),
+            users: SlotCounter::default(),
         });
         let inner = VfsInner {
             config,
@@ -568,8 +573,8 @@ impl Vfs {
             root: root_d,
             parent: Some((at.mnt.clone(), at.dentry.clone())),
             readonly: AtomicBool::new(readonly),
-            writers: AtomicUsize::new(0),
-            users: AtomicUsize::new(0),
+            writers: CachePadded::new(AtomicUsize::new(0)),
+            users: SlotCounter::default(),
         });
         let mut next = MountTable { on: cur.on.clone() };
         next.on.insert(key, m);
@@ -599,8 +604,10 @@ impl Vfs {
         }) {
             return Err(Errno::EBUSY);
         }
-        // Relaxed: see Mount::hold.
-        if at.mnt.users.load(Ordering::Relaxed) != 0 {
+        // A hold that stays put is counted however the sum races (see
+        // `SlotCounter`); an open racing with umount is not excluded (see
+        // Mount::hold).
+        if at.mnt.users.sum() != 0 {
             return Err(Errno::EBUSY);
         }
         let key = (Arc::as_ptr(pm) as usize, pd.as_ptr() as usize);

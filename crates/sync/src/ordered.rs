@@ -627,11 +627,13 @@ impl<T: ?Sized> SpinLock<T> {
     }
     /// Lock (checked).
     #[inline]
+    #[cfg_attr(all(feature = "trace-lines", not(loom)), track_caller)]
     pub fn lock(&self) -> SpinGuard<'_, T> {
         self.lock_key(0)
     }
     /// Lock with a same-class ordering key (checked).
     #[inline]
+    #[cfg_attr(all(feature = "trace-lines", not(loom)), track_caller)]
     pub fn lock_key(&self, key: u64) -> SpinGuard<'_, T> {
         let t = Token::new(self.cls.get(), key, self.addr(), true);
         SpinGuard {
@@ -641,6 +643,7 @@ impl<T: ?Sized> SpinLock<T> {
     }
     /// Lock if free, without waiting (not checked).
     #[inline]
+    #[cfg_attr(all(feature = "trace-lines", not(loom)), track_caller)]
     pub fn try_lock(&self) -> Option<SpinGuard<'_, T>> {
         let g = self.inner.try_lock()?;
         let t = Token::new(self.cls.get(), 0, self.addr(), false);
