@@ -1306,5 +1306,16 @@ mod tests {
         assert!(!cases(Op::Stat, Op::Pwrite).contains(&Case::SameFile));
         assert!(!cases(Op::Chmod, Op::Stat).contains(&Case::SameFile));
         assert!(two_procs(Op::Open, Op::Close) && !two_procs(Op::Open, Op::Stat));
+        // Every pair has at least the own-dirs case.
+        assert!(pairs()
+            .iter()
+            .all(|&(a, b)| cases(a, b).contains(&Case::OwnDirs)));
+    }
+
+    #[cfg(not(feature = "trace-lines"))]
+    #[test]
+    fn needs_the_counting_build() {
+        let e = run(&CommuteOptions::default(), String::new()).unwrap_err();
+        assert!(e.contains("trace-lines"), "{e}");
     }
 }
