@@ -660,6 +660,10 @@ pub struct CaseResult {
     /// Linux: A alone, B alone (cycles/s), A and B beside each other, and the
     /// scaling `a2/a1 + b2/b1`.
     pub linux: Option<LinuxResult>,
+    /// For a lowest-fd pair: the lines shared when the two run as threads
+    /// of one process, where they do not commute (not counted; shows what
+    /// POSIX's rule costs).
+    pub one_process: Option<Vec<(String, usize)>>,
 }
 
 /// Throughput of one case on the host.
@@ -705,7 +709,18 @@ fn vfs_tasks(two: bool) -> Result<(Vfs, Task, Task, Task), String> {
 
 /// Record one (pair, case) on scalevfs: needs the `trace-lines` build.
 pub fn record_case(a: Op, b: Op, case: Case) -> CaseResult {
-    let two = two_procs(a, b);
+    let mut r = record_case_as(a, b, case, two_procs(a, b));
+    if r.two_procs && r.error.is_none() {
+        let one = record_case_as(a, b, case, false);
+        if one.error.is_none() {
+            r.one_process = Some(one.conflicts);
+        }
+    }
+    r
+}
+
+/// Record one (pair, case), as two processes (`two`) or two threads.
+fn record_case_as(a: Op, b: Op, case: Case, two: bool) -> CaseResult {
     let mut out = CaseResult {
         a,
         b,
@@ -715,6 +730,7 @@ pub fn record_case(a: Op, b: Op, case: Case) -> CaseResult {
         writes: (0, 0),
         error: None,
         linux: None,
+        one_process: None,
     };
     let (_vfs, _user, t0, t1) = match vfs_tasks(two) {
         Ok(x) => x,
@@ -1106,7 +1122,7 @@ impl Matrix {
         let _ = writeln!(s, "## Every case\n");
         let _ = writeln!(
             s,
-            "`2p`: run as two processes (lowest-fd pair). Linux: scaling `a2/a1 + b2/b1` (2.00 = independent).\n"
+            "`2p`: run as two processes (lowest-fd pair; what the pair shares as threads of one process, where POSIX's lowest-fd rule makes it non-commuting, is shown in brackets and not counted). Linux: scaling `a2/a1 + b2/b1` (2.00 = independent).\n"
         );
         let _ = writeln!(
             s,
@@ -1118,11 +1134,23 @@ impl Matrix {
                 (None, true) => "free",
                 (None, false) => "**conflict**",
             };
-            let lines = match &c.error {
+            let mut lines = match &c.error {
                 Some(e) => e.clone(),
                 None if c.conflicts.is_empty() => "—".into(),
                 None => conflict_text(c),
             };
+            if let Some(one) = &c.one_process {
+                let t: Vec<_> = one.iter().map(|(l, _)| l.as_str()).collect();
+                let _ = write!(
+                    lines,
+                    " (as threads of one process, not commuting: {})",
+                    if t.is_empty() {
+                        "—".to_string()
+                    } else {
+                        t.join("; ")
+                    }
+                );
+            }
             let _ = writeln!(
                 s,
                 "| {} | {} | {}{} | {} | {}/{} | {} | {} |",

@@ -65,6 +65,19 @@ fn fixed_pairs_stay_free() {
     }
 }
 
+/// A lowest-fd pair runs as two processes (free in own directories) and is
+/// also recorded as two threads of one process, where the fd table is
+/// shared: that must show up (and is not counted).
+#[test]
+fn lowest_fd_pairs_show_the_fd_table_in_one_process() {
+    let r = record_case(Op::Open, Op::Open, Case::OwnDirs);
+    assert_eq!(r.error, None);
+    assert!(r.two_procs);
+    assert!(!r.conflicted(), "{:?}", labels(&r));
+    let one = r.one_process.expect("recorded in one process too");
+    assert!(!one.is_empty(), "one fd table, no shared line?");
+}
+
 /// Every case of the matrix runs without an operation failing, and the
 /// markdown, JSON and SVG come out.
 #[test]
