@@ -13,6 +13,10 @@ cd "$(dirname "$0")/.."
 echo "== cargo test --workspace"
 cargo test --workspace --quiet
 
+echo "== counting build (trace-lines): line recorder and conflict matrix"
+cargo test --quiet -p scalevfs-sync --features trace-lines --lib trace
+cargo test --quiet -p scalevfs-bench --features trace-lines --test commute
+
 echo "== loom models"
 ci/loom.sh
 

@@ -2,6 +2,7 @@
 //! side by side with their "before" variants (and, with `--peers`, other
 //! filesystems), reported as tables, `report.json` and SVG plots.
 //!
+//! - [`commute`]: the Commuter-style conflict matrix (`bench commute`).
 //! - [`harness`]: the will-it-scale-shaped measuring loop.
 //! - [`workloads`]: every workload of `shared/BENCHMARKS.md` and its variants.
 //! - [`report`]: rows, ratios, tables, JSON.
@@ -10,6 +11,7 @@
 //! [`run`] plans and runs a set of workloads; the `scalevfs` binary is a
 //! thin clap layer over [`Options`].
 
+pub mod commute;
 pub mod harness;
 pub mod plot;
 pub mod report;

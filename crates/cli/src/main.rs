@@ -3,6 +3,8 @@
 //! - `scalevfs bench [WORKLOAD...]`: the benchmark suite (see
 //!   `shared/BENCHMARKS.md`); `scalevfs bench --list` lists workloads and
 //!   variants.
+//! - `scalevfs bench commute`: the Commuter-style conflict matrix (build
+//!   with `--features trace-lines`; `crates/bench/src/commute.rs`).
 //! - `scalevfs mount DIR`: serve a scalevfs filesystem through FUSE
 //!   (`crates/fuse`).
 //! - `scalevfs mkfs IMAGE --size SIZE`: make an empty ext4 image file.
@@ -91,10 +93,11 @@ struct BenchArgs {
     /// Thread counts, comma-separated. Default: 1..=cores plus 2x cores.
     #[arg(long, value_delimiter = ',')]
     threads: Vec<usize>,
-    /// Measured seconds per configuration (over all rounds). Timeline
-    /// workloads (stat-degrade) run at least 2 s per variant.
-    #[arg(long, value_parser = parse_duration, default_value = "0.4")]
-    duration: Duration,
+    /// Measured seconds per configuration (over all rounds; default 0.4).
+    /// Timeline workloads (stat-degrade) run at least 2 s per variant.
+    /// `bench commute`: the Linux row's time per case (default 0.2).
+    #[arg(long, value_parser = parse_duration)]
+    duration: Option<Duration>,
     /// Alternated rounds per configuration (A B A B ...).
     #[arg(long, default_value_t = scalevfs_bench::DEFAULT_ROUNDS)]
     rounds: usize,
@@ -107,6 +110,12 @@ struct BenchArgs {
     /// Directory for report.json, summary.md, SVG plots and README.md.
     #[arg(long, default_value = "bench-report")]
     report_dir: PathBuf,
+    /// `bench commute`: skip the Linux row.
+    #[arg(long)]
+    no_linux: bool,
+    /// `bench commute`: only pairs of these operations, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    ops: Vec<String>,
     /// Also run the peers (Rust `vfs` MemoryFS, host tmpfs) where a workload has them.
     #[arg(long)]
     peers: bool,
@@ -185,10 +194,13 @@ fn bench(a: BenchArgs) -> Result<(), String> {
         list();
         return Ok(());
     }
+    if a.workloads.len() == 1 && a.workloads[0] == "commute" {
+        return commute(a);
+    }
     let opts = Options {
         workloads: a.workloads,
         threads: a.threads,
-        duration: a.duration,
+        duration: a.duration.unwrap_or(scalevfs_bench::DEFAULT_DURATION),
         rounds: a.rounds.max(1),
         variants: a.variant,
         peers: a.peers,
@@ -199,6 +211,33 @@ fn bench(a: BenchArgs) -> Result<(), String> {
     let report = scalevfs_bench::make_report(&opts, out, command_line());
     print!("{}", report.render());
     let files = scalevfs_bench::write_report(&report, &a.report_dir, a.json.as_deref())?;
+    if !a.quiet {
+        eprintln!("wrote {} files to {}", files.len(), a.report_dir.display());
+    }
+    Ok(())
+}
+
+/// `scalevfs bench commute`: the conflict matrix (needs `--features
+/// trace-lines`), written to the report directory.
+fn commute(a: BenchArgs) -> Result<(), String> {
+    use scalevfs_bench::commute;
+    let ops = a
+        .ops
+        .iter()
+        .map(|o| commute::Op::parse(o).ok_or_else(|| format!("unknown operation {o}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let opts = commute::CommuteOptions {
+        duration: if a.no_linux {
+            Duration::ZERO
+        } else {
+            a.duration.unwrap_or(commute::DEFAULT_DURATION)
+        },
+        ops,
+        quiet: a.quiet,
+    };
+    let m = commute::run(&opts, command_line())?;
+    print!("{}", m.markdown());
+    let files = m.write(&a.report_dir)?;
     if !a.quiet {
         eprintln!("wrote {} files to {}", files.len(), a.report_dir.display());
     }

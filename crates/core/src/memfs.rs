@@ -237,6 +237,26 @@ struct MemDir {
     next_cookie: AtomicU64,
 }
 
+impl MemDir {
+    /// Counting build (`trace-lines`, `scalevfs bench commute`) only: the
+    /// skip lists' atomics live in crossbeam and bypass the shim, so record
+    /// the lists as one object: an insert or remove writes each list's
+    /// length and seed (and often its head links), a lookup reads its head.
+    #[inline(always)]
+    fn trace(&self, write: bool) {
+        if scalevfs_sync::trace::ENABLED {
+            use scalevfs_sync::trace::{note_read, note_write};
+            if write {
+                note_write(&self.by_name, "memfs dir by_name skiplist");
+                note_write(&self.by_cookie, "memfs dir by_cookie skiplist");
+            } else {
+                note_read(&self.by_name, "memfs dir by_name skiplist");
+                note_read(&self.by_cookie, "memfs dir by_cookie skiplist");
+            }
+        }
+    }
+}
+
 /// A regular file's data (see `pages.rs`).
 pub(crate) type MemFile = crate::pages::FileData;
 
@@ -356,6 +376,7 @@ impl MemFs {
     /// `BOGO_DIRENT_SIZE` in the one attribute write it makes anyway (one
     /// seqlock write of the parent per create, not two).
     fn insert_entry(&self, d: &MemDir, name: &[u8], inode: Arc<Inode>) {
+        d.trace(true);
         // Relaxed: cookies only need to be unique and increasing per directory;
         // the skip lists order their own publication.
         let cookie = FIRST_COOKIE + d.next_cookie.fetch_add(1, Ordering::Relaxed);
@@ -370,6 +391,7 @@ impl MemFs {
     /// before the cookie points at it, and the old one goes last, so a
     /// concurrent readdir at that cookie finds one of the two names.
     fn rename_in_place(&self, d: &MemDir, old: &[u8], new: &[u8], inode: Arc<Inode>) -> bool {
+        d.trace(true);
         let Some(cookie) = d.by_name.get(old).map(|e| e.value().cookie) else {
             return false;
         };
@@ -383,6 +405,7 @@ impl MemFs {
     /// Point the existing entry `name` at `inode`, keeping its cookie
     /// (RENAME_EXCHANGE: the names stay, the inodes swap).
     fn set_inode(&self, d: &MemDir, name: &[u8], inode: Arc<Inode>) -> bool {
+        d.trace(true);
         let Some(cookie) = d.by_name.get(name).map(|e| e.value().cookie) else {
             return false;
         };
@@ -399,6 +422,7 @@ impl MemFs {
 
     /// `remove` without the directory's size (see `insert_entry`).
     fn remove_entry(&self, d: &MemDir, name: &[u8]) -> Option<Arc<Inode>> {
+        d.trace(true);
         let e = d.by_name.remove(name)?;
         let slot = e.value();
         d.by_cookie.remove(&slot.cookie);
@@ -436,6 +460,7 @@ impl Filesystem for MemFs {
 
     fn lookup(&self, d: &Arc<Inode>, name: &[u8]) -> VfsResult<Option<Arc<Inode>>> {
         let md = dir(d)?;
+        md.trace(false);
         Ok(md.by_name.get(name).map(|e| e.value().inode.clone()))
     }
 
@@ -654,6 +679,7 @@ impl Filesystem for MemFs {
         emit: &mut dyn FnMut(DirEntry) -> bool,
     ) -> VfsResult<()> {
         let md = dir(d)?;
+        md.trace(false);
         for e in md.by_cookie.range(cookie.max(FIRST_COOKIE)..) {
             let c = *e.key();
             let Some(slot) = md.by_name.get(&e.value()[..]) else {

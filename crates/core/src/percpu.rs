@@ -396,6 +396,18 @@ mod tests {
     }
 
     #[test]
+    fn split_count_sums_across_threads() {
+        let c = Arc::new(SplitCount::default());
+        c.add(3);
+        // Taken on one thread, dropped on another: the sum stays exact.
+        let c2 = c.clone();
+        std::thread::spawn(move || c2.add(-1)).join().unwrap();
+        assert_eq!(c.sum(), 2);
+        c.add(-2);
+        assert_eq!(c.sum(), 0);
+    }
+
+    #[test]
     fn limited_counter_never_passes_the_limit() {
         let c = Arc::new(LimitedCounter::default());
         let limit = 5 * BATCH as u64 + 7;

@@ -1965,10 +1965,7 @@ impl Task {
             pos = 1;
         }
         if pos == 1 && out.len() < max {
-            let pi = {
-                let p = self.dotdot_inode(&f.path);
-                p.ino()
-            };
+            let pi = self.dotdot_ino(&f.path);
             out.push(DirEntry {
                 ino: pi,
                 next_cookie: 2,
@@ -2015,12 +2012,28 @@ impl Task {
         Ok(out)
     }
 
-    fn dotdot_inode(&self, p: &PathRef) -> Arc<Inode> {
+    fn dotdot_ino(&self, p: &PathRef) -> u64 {
         let g = epoch::pin();
         let s = self.fs.load(&g);
+        // Common case, neither the task's root nor a mount root: the parent
+        // dentry read under the guard, without taking references on the
+        // directory or its parent (two listings would write both dentries'
+        // counts: conflict matrix, issue 16). A racing rename makes it the
+        // old or the new parent, as a walk of ".." would.
+        if !p.same(Arc::as_ptr(&s.root.mnt), s.root.dentry.as_ptr())
+            && p.dentry.as_ptr() != p.mnt.root.as_ptr()
+        {
+            // SAFETY: a dentry is freed only after a grace period and the
+            // guard `g` is held, so the parent (current or just replaced by
+            // a rename) stays allocated; its inode is fixed for its life.
+            let parent = unsafe { &*p.dentry.parent_ptr() };
+            if let Some(i) = parent.inode() {
+                return i.ino();
+            }
+        }
         match p.clone().climb_for_dotdot(&s.root) {
-            Ok(c) => c.dentry_parent().inode().clone(),
-            Err(top) => top.inode().clone(),
+            Ok(c) => c.dentry_parent().inode().ino(),
+            Err(top) => top.inode().ino(),
         }
     }
 

@@ -53,6 +53,7 @@ use crate::inode::Inode;
 use crate::memfs::{MemFs, MemFsOptions};
 use crate::percpu::SplitCount;
 use crate::types::Cred;
+use crossbeam_utils::CachePadded;
 
 /// One mounted filesystem instance.
 pub struct Super {
@@ -429,7 +430,10 @@ pub(crate) struct VfsInner {
     pub(crate) mounts: Atomic<MountTable>,
     pub(crate) mount_lock: Mutex<()>,
     pub(crate) root: Arc<Mount>,
-    pub(crate) name_locks: Box<[Mutex<()>]>,
+    /// One cache line per stripe: packed, eight stripes shared a line, so
+    /// creates of unrelated names collided there by chance (conflict
+    /// matrix, issue 16).
+    pub(crate) name_locks: Box<[CachePadded<Mutex<()>>]>,
     next_dev: AtomicU64,
     next_mount: AtomicU64,
     /// Change listeners: null when there are none (the common case, tested
@@ -493,7 +497,7 @@ impl Vfs {
             mount_lock: Mutex::new(Class::MountLock, ()),
             root,
             name_locks: (0..NAME_LOCKS)
-                .map(|_| Mutex::new(Class::NameStripe, ()))
+                .map(|_| CachePadded::new(Mutex::new(Class::NameStripe, ())))
                 .collect(),
             next_dev: AtomicU64::new(2),
             next_mount: AtomicU64::new(2),

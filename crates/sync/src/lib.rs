@@ -8,6 +8,8 @@
 //! - [`lockstat`]: per-thread sharded event counters and per-lock-class
 //!   contention statistics, cheap enough to leave on.
 //! - [`primitive`]: the loom shim every atomic goes through.
+//! - [`trace`]: cache-line recording for the conflict matrix (the
+//!   `trace-lines` feature; hooks only in that build).
 //! - [`ordered`]: the VFS-wide lock-order table and lock wrappers that check
 //!   it at run time in debug builds (a small lockdep).
 //!
@@ -40,6 +42,7 @@ pub mod ordered;
 pub mod primitive;
 pub mod seqcount;
 pub mod spin;
+pub mod trace;
 
 pub use lockref::{LockRef, LockRefVariant, LOCKREF_DEAD};
 pub use lockstat::{LockClass, Snapshot, Stat};

@@ -245,6 +245,7 @@ impl LockRef {
     /// Take one more reference; the caller already holds one (so the count is
     /// positive and the object is not dead).
     #[inline]
+    #[cfg_attr(all(feature = "trace-lines", not(loom)), track_caller)]
     pub fn get(&self, v: LockRefVariant) {
         if let Fast::Updated(_) = self.fast(v, 1, |c| Step::Update(c.wrapping_add(1))) {
             return;
@@ -254,6 +255,7 @@ impl LockRef {
 
     /// Take a reference if the count is positive. Returns whether it did.
     #[inline]
+    #[cfg_attr(all(feature = "trace-lines", not(loom)), track_caller)]
     pub fn get_not_zero(&self, v: LockRefVariant) -> bool {
         let step = |c: i32| {
             if c <= 0 {
@@ -273,6 +275,7 @@ impl LockRef {
     /// (0 -> 1: a cached, unused dentry comes back into use). Returns
     /// whether it did.
     #[inline]
+    #[cfg_attr(all(feature = "trace-lines", not(loom)), track_caller)]
     pub fn get_not_dead(&self, v: LockRefVariant) -> bool {
         let step = |c: i32| {
             if c < 0 {
@@ -295,6 +298,7 @@ impl LockRef {
     /// retries exhausted; for `cmpxchg2` also whenever the count is 2 or
     /// less; for `spin` always): the caller must use the locked path.
     #[inline]
+    #[cfg_attr(all(feature = "trace-lines", not(loom)), track_caller)]
     pub fn put_return(&self, v: LockRefVariant) -> Option<i32> {
         let step = |c: i32| {
             if c <= 0 {
@@ -315,6 +319,7 @@ impl LockRef {
     /// decides what the last reference means (typically: `dec_locked`,
     /// maybe `mark_dead_locked`, `unlock`).
     #[inline]
+    #[cfg_attr(all(feature = "trace-lines", not(loom)), track_caller)]
     pub fn put_or_lock(&self, v: LockRefVariant) -> bool {
         let step = |c: i32| {
             if c <= 1 {
@@ -333,12 +338,14 @@ impl LockRef {
 
     /// Mark the object dead (count = [`LOCKREF_DEAD`]). Caller holds the lock.
     #[inline]
+    #[cfg_attr(all(feature = "trace-lines", not(loom)), track_caller)]
     pub fn mark_dead_locked(&self) {
         self.set_count_locked(LOCKREF_DEAD);
     }
 
     /// Set the count. Caller holds the lock.
     #[inline]
+    #[cfg_attr(all(feature = "trace-lines", not(loom)), track_caller)]
     pub fn set_count_locked(&self, c: i32) {
         // Relaxed: the lock orders this for other lock users (their Acquire
         // pairs with our Release unlock) and for CAS-loop variants, which only
@@ -358,6 +365,7 @@ impl LockRef {
 
     /// Increment the count. Caller holds the lock.
     #[inline]
+    #[cfg_attr(all(feature = "trace-lines", not(loom)), track_caller)]
     pub fn inc_locked(&self) {
         // Relaxed: ordered by the lock, as in `set_count_locked`.
         let _old = self.word.fetch_add(count_delta(1), Ordering::Relaxed);
@@ -366,6 +374,7 @@ impl LockRef {
 
     /// Decrement the count and return the new value. Caller holds the lock.
     #[inline]
+    #[cfg_attr(all(feature = "trace-lines", not(loom)), track_caller)]
     pub fn dec_locked(&self) -> i32 {
         // Relaxed: ordered by the lock, as in `set_count_locked`.
         let old = self.word.fetch_add(count_delta(-1), Ordering::Relaxed);
@@ -377,6 +386,7 @@ impl LockRef {
 
     /// Take the lock half (test-and-test-and-set with backoff).
     #[inline]
+    #[cfg_attr(all(feature = "trace-lines", not(loom)), track_caller)]
     pub fn lock(&self) {
         let (_, contended, steps) = self.lock_word();
         lockstat::record(|r| {
@@ -388,6 +398,7 @@ impl LockRef {
     /// Release the lock half. Releasing a lock that is not held is misuse
     /// (caught by a `debug_assert!`).
     #[inline]
+    #[cfg_attr(all(feature = "trace-lines", not(loom)), track_caller)]
     pub fn unlock(&self) {
         // Release: publish the critical section to the next lock holder and to
         // the next lockless update (which reads this unlocked word). An RMW,
@@ -400,6 +411,7 @@ impl LockRef {
 
     /// Take the lock half if it is free now.
     #[inline]
+    #[cfg_attr(all(feature = "trace-lines", not(loom)), track_caller)]
     pub fn try_lock(&self) -> bool {
         // Relaxed: seeds the CAS.
         let mut old = self.word.load(Ordering::Relaxed);
@@ -428,6 +440,7 @@ impl LockRef {
 
     /// Whether the lock half is held (racy).
     #[inline]
+    #[cfg_attr(all(feature = "trace-lines", not(loom)), track_caller)]
     pub fn is_locked(&self) -> bool {
         // Relaxed: an instantaneous observation, no data depends on it.
         locked(self.word.load(Ordering::Relaxed))
@@ -436,6 +449,7 @@ impl LockRef {
     /// The count (racy unless the caller holds the lock and the variant is
     /// not `cmpxchg2`).
     #[inline]
+    #[cfg_attr(all(feature = "trace-lines", not(loom)), track_caller)]
     pub fn count(&self) -> i32 {
         // Relaxed: an instantaneous observation; callers that act on it
         // hold the lock, whose Acquire already ordered this load.
@@ -444,6 +458,7 @@ impl LockRef {
 
     /// Whether the object is dead (racy; negative count).
     #[inline]
+    #[cfg_attr(all(feature = "trace-lines", not(loom)), track_caller)]
     pub fn is_dead(&self) -> bool {
         self.count() < 0
     }
@@ -453,6 +468,7 @@ impl LockRef {
     /// The lockless attempt. `cmpxchg2_floor` is the count at or below which
     /// the `cmpxchg2` variant must use the lock (1 for gets, 2 for puts).
     #[inline(always)]
+    #[cfg_attr(all(feature = "trace-lines", not(loom)), track_caller)]
     fn fast(&self, v: LockRefVariant, cmpxchg2_floor: i32, step: impl Fn(i32) -> Step) -> Fast {
         match v {
             LockRefVariant::Spin => Fast::Slow,
@@ -465,6 +481,7 @@ impl LockRef {
     /// The mainline loop (`WAIT = false`) and the 2024 wait-for-unlock loop
     /// (`WAIT = true`).
     #[inline(always)]
+    #[cfg_attr(all(feature = "trace-lines", not(loom)), track_caller)]
     fn fast_loop<const WAIT: bool>(&self, step: impl Fn(i32) -> Step) -> Fast {
         let mut cas_fail: u64 = 0;
         let mut wait_spins: u64 = 0;
@@ -513,6 +530,7 @@ impl LockRef {
     /// The 2013 scheme: two attempts while the count is above the floor,
     /// regardless of the lock half.
     #[inline(always)]
+    #[cfg_attr(all(feature = "trace-lines", not(loom)), track_caller)]
     fn fast_cmpxchg2(&self, floor: i32, step: impl Fn(i32) -> Step) -> Fast {
         let mut cas_fail: u64 = 0;
         let mut out = Fast::Slow;
@@ -570,6 +588,7 @@ impl LockRef {
     /// Acquire the lock half; returns the word we installed (lock bit set)
     /// and whether / how long we had to wait.
     #[inline(always)]
+    #[cfg_attr(all(feature = "trace-lines", not(loom)), track_caller)]
     fn lock_word(&self) -> (u64, bool, u64) {
         // The lock-order checker (compiled out in release and loom builds).
         crate::ordered::acquire(crate::ordered::Class::LockRef, 0, self.addr());
@@ -589,6 +608,7 @@ impl LockRef {
 
     #[cold]
     #[inline(never)]
+    #[cfg_attr(all(feature = "trace-lines", not(loom)), track_caller)]
     fn lock_word_contended(&self) -> (u64, bool, u64) {
         let backoff = Backoff::new();
         let mut steps: u64 = 0;
@@ -618,6 +638,7 @@ impl LockRef {
     /// Add `delta` to the count and release the lock in one RMW. The lock
     /// half is exactly 1, so subtracting 1 clears it without a borrow.
     #[inline(always)]
+    #[cfg_attr(all(feature = "trace-lines", not(loom)), track_caller)]
     fn unlock_add(&self, delta: i32) {
         // Release: this is the unlock.
         let _old = self
@@ -631,6 +652,7 @@ impl LockRef {
     /// count (`(delta, result)`), apply the delta while unlocking.
     #[cold]
     #[inline(never)]
+    #[cfg_attr(all(feature = "trace-lines", not(loom)), track_caller)]
     fn locked_op(&self, f: impl FnOnce(i32) -> (i32, bool)) -> bool {
         let (w, contended, steps) = self.lock_word();
         // Under `cmpxchg2` the count may move while we hold the lock, but
@@ -647,6 +669,7 @@ impl LockRef {
 
     #[cold]
     #[inline(never)]
+    #[cfg_attr(all(feature = "trace-lines", not(loom)), track_caller)]
     fn put_or_lock_slow(&self) -> bool {
         let (w, contended, steps) = self.lock_word();
         let last = count_of(w) <= 1;

@@ -307,6 +307,9 @@ struct Token {
 impl Token {
     #[inline(always)]
     fn new(class: Class, key: u64, addr: usize, checked: bool) -> Token {
+        // Counting build: taking a lock (shared or not) writes its word.
+        #[cfg(all(feature = "trace-lines", not(loom)))]
+        crate::trace::lock(addr, class.name());
         if checked {
             acquire(class, key, addr);
         } else {
@@ -332,33 +335,48 @@ impl Drop for Token {
 /// The class as stored in a lock: only where the checker runs.
 #[derive(Clone, Copy)]
 struct Cls {
-    #[cfg(all(debug_assertions, not(loom)))]
+    #[cfg(any(
+        all(debug_assertions, not(loom)),
+        all(feature = "trace-lines", not(loom))
+    ))]
     c: Class,
 }
 
 impl Cls {
     #[inline(always)]
     const fn new(c: Class) -> Cls {
-        #[cfg(not(all(debug_assertions, not(loom))))]
+        #[cfg(not(any(
+            all(debug_assertions, not(loom)),
+            all(feature = "trace-lines", not(loom))
+        )))]
         let _ = c;
         Cls {
-            #[cfg(all(debug_assertions, not(loom)))]
+            #[cfg(any(
+                all(debug_assertions, not(loom)),
+                all(feature = "trace-lines", not(loom))
+            ))]
             c,
         }
     }
     /// The class; `Other` (any) when not stored, where nothing reads it.
     #[inline(always)]
     fn get(self) -> Class {
-        #[cfg(all(debug_assertions, not(loom)))]
+        #[cfg(any(
+            all(debug_assertions, not(loom)),
+            all(feature = "trace-lines", not(loom))
+        ))]
         return self.c;
-        #[cfg(not(all(debug_assertions, not(loom))))]
+        #[cfg(not(any(
+            all(debug_assertions, not(loom)),
+            all(feature = "trace-lines", not(loom))
+        )))]
         Class::MountLock
     }
 }
 
 // Release builds: the wrappers are exactly the wrapped locks (no class
 // stored; the guards add only zero-sized markers).
-#[cfg(not(debug_assertions))]
+#[cfg(not(any(debug_assertions, feature = "trace-lines")))]
 const _: () = {
     use core::mem::size_of;
     assert!(size_of::<Mutex<u64>>() == size_of::<std::sync::Mutex<u64>>());
@@ -395,8 +413,10 @@ impl<T> Mutex<T> {
 }
 
 impl<T: ?Sized> Mutex<T> {
+    /// The lock word's address (the lock's identity; the counting build
+    /// records its line).
     fn addr(&self) -> usize {
-        self as *const Self as *const u8 as usize
+        &self.inner as *const _ as *const u8 as usize
     }
     /// Lock (checked against the order).
     #[inline]
@@ -479,8 +499,10 @@ impl<T> RwLock<T> {
 }
 
 impl<T: ?Sized> RwLock<T> {
+    /// The lock word's address (the lock's identity; the counting build
+    /// records its line).
     fn addr(&self) -> usize {
-        self as *const Self as *const u8 as usize
+        &self.inner as *const _ as *const u8 as usize
     }
     /// Shared lock (checked).
     #[inline]
@@ -598,16 +620,20 @@ impl<T> SpinLock<T> {
 }
 
 impl<T: ?Sized> SpinLock<T> {
+    /// The lock word's address (the lock's identity; the counting build
+    /// records its line).
     fn addr(&self) -> usize {
-        self as *const Self as *const u8 as usize
+        &self.inner as *const _ as *const u8 as usize
     }
     /// Lock (checked).
     #[inline]
+    #[cfg_attr(all(feature = "trace-lines", not(loom)), track_caller)]
     pub fn lock(&self) -> SpinGuard<'_, T> {
         self.lock_key(0)
     }
     /// Lock with a same-class ordering key (checked).
     #[inline]
+    #[cfg_attr(all(feature = "trace-lines", not(loom)), track_caller)]
     pub fn lock_key(&self, key: u64) -> SpinGuard<'_, T> {
         let t = Token::new(self.cls.get(), key, self.addr(), true);
         SpinGuard {
@@ -617,6 +643,7 @@ impl<T: ?Sized> SpinLock<T> {
     }
     /// Lock if free, without waiting (not checked).
     #[inline]
+    #[cfg_attr(all(feature = "trace-lines", not(loom)), track_caller)]
     pub fn try_lock(&self) -> Option<SpinGuard<'_, T>> {
         let g = self.inner.try_lock()?;
         let t = Token::new(self.cls.get(), 0, self.addr(), false);

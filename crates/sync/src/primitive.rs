@@ -35,10 +35,19 @@ pub use loom::{hint, thread};
 #[cfg(loom)]
 pub use sc_load::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicUsize};
 
-#[cfg(not(loom))]
+#[cfg(all(not(loom), not(feature = "trace-lines")))]
 pub use std::sync::atomic::{
     fence, AtomicBool, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,
 };
+
+// The counting build (`trace-lines`): the same atomics, each access reported
+// to `crate::trace` (see there); for `scalevfs bench commute` only.
+#[cfg(all(not(loom), feature = "trace-lines"))]
+pub use crate::trace::traced::{
+    AtomicBool, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize,
+};
+#[cfg(all(not(loom), feature = "trace-lines"))]
+pub use std::sync::atomic::{fence, Ordering};
 
 /// loom's atomics with `SeqCst` loads performed as read-only RMWs (see the
 /// module documentation); everything else forwards.

@@ -75,6 +75,7 @@ impl SeqCount {
     /// Open a write section: the counter becomes odd. The caller serialises
     /// writers.
     #[inline]
+    #[cfg_attr(all(feature = "trace-lines", not(loom)), track_caller)]
     pub fn write_begin(&self) {
         // Relaxed: writers are serialised by the caller's lock, whose Acquire
         // already ordered this load after the previous writer's stores.
@@ -89,6 +90,7 @@ impl SeqCount {
 
     /// Close the write section: the counter becomes even again.
     #[inline]
+    #[cfg_attr(all(feature = "trace-lines", not(loom)), track_caller)]
     pub fn write_end(&self) {
         // Relaxed: we are the only writer (see write_begin).
         let s = self.seq.load(Ordering::Relaxed);
@@ -101,6 +103,7 @@ impl SeqCount {
     /// Start a read: wait until no write is in progress and return the
     /// (even) counter value to pass to [`retry`](Self::retry).
     #[inline]
+    #[cfg_attr(all(feature = "trace-lines", not(loom)), track_caller)]
     pub fn read_begin(&self) -> u32 {
         loop {
             // Acquire: the data loads that follow see at least the stores that
@@ -117,6 +120,7 @@ impl SeqCount {
     /// [`retry`](Self::retry) will report failure. For lock-free walkers that
     /// would rather fall back than spin.
     #[inline]
+    #[cfg_attr(all(feature = "trace-lines", not(loom)), track_caller)]
     pub fn raw_read_begin(&self) -> u32 {
         // Acquire: as in read_begin.
         self.seq.load(Ordering::Acquire)
@@ -125,6 +129,7 @@ impl SeqCount {
     /// End a read: `true` if a write overlapped it (or `start` was odd) and
     /// the values read since `start` must be thrown away.
     #[inline]
+    #[cfg_attr(all(feature = "trace-lines", not(loom)), track_caller)]
     pub fn retry(&self, start: u32) -> bool {
         // Acquire fence, then Relaxed reload: see FENCES.
         fence(Ordering::Acquire);
@@ -135,6 +140,7 @@ impl SeqCount {
     /// write section (the counter stays even, bumped by 2). Writer side: the
     /// caller serialises it with the writers.
     #[inline]
+    #[cfg_attr(all(feature = "trace-lines", not(loom)), track_caller)]
     pub fn invalidate(&self) {
         // Release: a reader that sees the new value also sees the changes made
         // before the call. RMW so that concurrent invalidations are not lost.
@@ -298,6 +304,7 @@ impl<T: Pod> SeqLock<T> {
     /// A consistent copy of the value. Lock-free; retries (counting
     /// [`Stat::SeqRetry`]) while writes overlap it.
     #[inline]
+    #[cfg_attr(all(feature = "trace-lines", not(loom)), track_caller)]
     pub fn read(&self) -> T {
         loop {
             let s = self.seq.read_begin();
@@ -319,6 +326,7 @@ impl<T: Pod> SeqLock<T> {
     ///
     /// `f` runs before the write section opens, so a panic in `f` leaves the
     /// value and the counter untouched (and the lock released).
+    #[cfg_attr(all(feature = "trace-lines", not(loom)), track_caller)]
     pub fn write<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
         // The lock-order checker (compiled out in release and loom builds).
         let _order = WriterOrder::new(&self.writer);
@@ -356,6 +364,7 @@ impl<T: Pod> SeqLock<T> {
         v
     }
 
+    #[cfg_attr(all(feature = "trace-lines", not(loom)), track_caller)]
     fn store_words(&self, v: &T) {
         for (i, c) in bytemuck::bytes_of(v).chunks_exact(8).enumerate() {
             let mut b = [0u8; 8];

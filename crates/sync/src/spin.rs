@@ -94,6 +94,7 @@ impl<T> SpinLock<T> {
 impl<T: ?Sized> SpinLock<T> {
     /// Acquire the lock, spinning (then yielding) while it is held.
     #[inline]
+    #[cfg_attr(all(feature = "trace-lines", not(loom)), track_caller)]
     pub fn lock(&self) -> SpinGuard<'_, T> {
         // Acquire: the critical section must see everything the previous
         // holder wrote before its Release unlock. Relaxed on failure: we only
@@ -112,6 +113,7 @@ impl<T: ?Sized> SpinLock<T> {
 
     #[cold]
     #[inline(never)]
+    #[cfg_attr(all(feature = "trace-lines", not(loom)), track_caller)]
     fn lock_contended(&self) {
         let backoff = Backoff::new();
         let mut steps: u64 = 0;
@@ -145,6 +147,7 @@ impl<T: ?Sized> SpinLock<T> {
 
     /// Acquire the lock if it is free right now.
     #[inline]
+    #[cfg_attr(all(feature = "trace-lines", not(loom)), track_caller)]
     pub fn try_lock(&self) -> Option<SpinGuard<'_, T>> {
         // Acquire/Relaxed: as in `lock`. Test first so that a polling caller
         // does not dirty the line while the lock is held.

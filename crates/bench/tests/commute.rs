@@ -1,0 +1,118 @@
+//! The conflict matrix's recorder on known cases (`--features trace-lines`:
+//! `cargo test -p scalevfs-bench --features trace-lines --test commute`).
+#![cfg(feature = "trace-lines")]
+
+use scalevfs_bench::commute::{self, cases, pairs, record_case, Case, Op};
+
+fn labels(r: &commute::CaseResult) -> Vec<String> {
+    r.conflicts.iter().map(|(l, _)| l.clone()).collect()
+}
+
+/// Two creates in one directory take the parent's directory lock: a known
+/// conflict the recorder must see, named by its lock class.
+#[test]
+fn creat_creat_in_one_dir_conflicts_on_the_parent_lock() {
+    let r = record_case(Op::Creat, Op::Creat, Case::SharedDir);
+    assert_eq!(r.error, None);
+    assert!(r.conflicted());
+    assert!(
+        labels(&r).iter().any(|l| l.contains("dir_lock")),
+        "{:?}",
+        labels(&r)
+    );
+    // And the directory's skip lists, through the memfs hook.
+    assert!(
+        labels(&r).iter().any(|l| l.contains("skiplist")),
+        "{:?}",
+        labels(&r)
+    );
+}
+
+/// Two stats of different files share no written line.
+#[test]
+fn stat_stat_of_different_files_is_free() {
+    for case in [Case::SharedDir, Case::OwnDirs, Case::SameFile] {
+        let r = record_case(Op::Stat, Op::Stat, case);
+        assert_eq!(r.error, None);
+        assert!(!r.conflicted(), "{case:?}: {:?}", labels(&r));
+        // It did record: a stat walks, so it touches lines (the recorder is on).
+    }
+}
+
+/// A rename bumps the global rename sequence every walk reads: a conflict
+/// with stat even in another directory (a known gap, reported).
+#[test]
+fn rename_vs_stat_elsewhere_conflicts_on_the_rename_seq() {
+    let r = record_case(Op::Rename, Op::Stat, Case::OwnDirs);
+    assert_eq!(r.error, None);
+    assert!(r.conflicted(), "the rename seqcount should be shared");
+}
+
+/// The fixes the matrix led to stay fixed: open/close no longer write the
+/// mount's line that reads touch, and two listings no longer take counts on
+/// the parent dentry.
+#[test]
+fn fixed_pairs_stay_free() {
+    for (a, b, c) in [
+        (Op::Open, Op::Read, Case::SharedDir),
+        (Op::Close, Op::Pread, Case::OwnDirs),
+        (Op::Open, Op::Chmod, Case::OwnDirs),
+        (Op::Getdents, Op::Getdents, Case::OwnDirs),
+    ] {
+        let r = record_case(a, b, c);
+        assert_eq!(r.error, None);
+        assert!(!r.conflicted(), "{a:?} {b:?} {c:?}: {:?}", labels(&r));
+    }
+}
+
+/// A lowest-fd pair runs as two processes (free in own directories) and is
+/// also recorded as two threads of one process, where the fd table is
+/// shared: that must show up (and is not counted).
+#[test]
+fn lowest_fd_pairs_show_the_fd_table_in_one_process() {
+    let r = record_case(Op::Open, Op::Open, Case::OwnDirs);
+    assert_eq!(r.error, None);
+    assert!(r.two_procs);
+    assert!(!r.conflicted(), "{:?}", labels(&r));
+    let one = r.one_process.expect("recorded in one process too");
+    assert!(!one.is_empty(), "one fd table, no shared line?");
+}
+
+/// Every case of the matrix runs without an operation failing, and the
+/// markdown, JSON and SVG come out.
+#[test]
+fn whole_matrix_runs() {
+    let n: usize = pairs().iter().map(|&(a, b)| cases(a, b).len()).sum();
+    let opts = commute::CommuteOptions {
+        duration: std::time::Duration::ZERO,
+        ops: Vec::new(),
+        quiet: true,
+    };
+    let m = commute::run(&opts, "test".into()).unwrap();
+    assert_eq!(m.cases.len(), n);
+    let errs: Vec<_> = m.cases.iter().filter_map(|c| c.error.clone()).collect();
+    assert!(errs.is_empty(), "{errs:?}");
+    assert_eq!(m.n_cases, n);
+    assert!(m.n_free > 0 && m.n_free < n);
+    let dir = std::env::temp_dir().join(format!("commute-test-{}", std::process::id()));
+    let files = m.write(&dir).unwrap();
+    assert_eq!(files.len(), 3);
+    let svg = std::fs::read_to_string(dir.join("commute.svg")).unwrap();
+    assert!(svg.contains("<svg") && svg.contains("utimensat"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The Linux row measures a case (functional only: the figures are not
+/// asserted).
+#[test]
+fn linux_row_runs() {
+    let l = commute::linux_case(
+        Op::Creat,
+        Op::Unlink,
+        Case::SharedDir,
+        std::time::Duration::from_millis(30),
+    )
+    .unwrap();
+    assert!(l.a_alone > 0.0 && l.b_alone > 0.0 && l.a_pair > 0.0 && l.b_pair > 0.0);
+    assert!(l.scaling.is_finite());
+}
