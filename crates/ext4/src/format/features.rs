@@ -92,8 +92,9 @@ pub fn incompat_name(bit: u32) -> String {
 pub fn check_incompat(incompat: u32) -> Result<()> {
     if incompat & INCOMPAT_RECOVER != 0 {
         return Err(Error::Incompatible(
-            "the journal needs recovery (needs_recovery); replay it first (e2fsck -fy IMAGE) \
-             -- journal replay is not implemented yet"
+            "the journal needs recovery (needs_recovery): open it with \
+             Ext4Options::replay = Replay::InMemory (read-only view) or Replay::OnDevice, \
+             or replay it with e2fsck -fy IMAGE"
                 .into(),
         ));
     }
