@@ -59,6 +59,9 @@ pub struct Inode {
     pub(crate) data_lock: RwLock<()>,
     /// Open count and orphan registration (see `orphan.rs`).
     pub(crate) orphan: InodeOrphan,
+    /// Tells this inode from an earlier one with the same number (file
+    /// handles): set once by the filesystem at creation.
+    generation: u32,
 }
 
 #[repr(C, align(64))]
@@ -101,7 +104,21 @@ impl Inode {
             dir_lock: RwLock::new(Class::DirParent, ()),
             data_lock: RwLock::new(Class::DataLock, ()),
             orphan: Default::default(),
+            generation: 0,
         }
+    }
+
+    /// This inode with generation number `generation` (see [`Inode::generation`]).
+    pub fn with_generation(mut self, generation: u32) -> Inode {
+        self.generation = generation;
+        self
+    }
+
+    /// The generation number: (dev, ino, generation) names this inode and no
+    /// later one that reuses its number.
+    #[inline]
+    pub fn generation(&self) -> u32 {
+        self.generation
     }
 
     #[inline]
