@@ -63,6 +63,9 @@ pub struct Inode {
     /// n < 0 running programs hold it (`Task::open_exec`), never both; the
     /// clash is ETXTBSY ("text file busy").
     write_count: AtomicI64,
+    /// Tells this inode from an earlier one with the same number (file
+    /// handles): set once by the filesystem at creation.
+    generation: u32,
 }
 
 #[repr(C, align(64))]
@@ -106,7 +109,21 @@ impl Inode {
             data_lock: RwLock::new(Class::DataLock, ()),
             orphan: Default::default(),
             write_count: AtomicI64::new(0),
+            generation: 0,
         }
+    }
+
+    /// This inode with generation number `generation` (see [`Inode::generation`]).
+    pub fn with_generation(mut self, generation: u32) -> Inode {
+        self.generation = generation;
+        self
+    }
+
+    /// The generation number: (dev, ino, generation) names this inode and no
+    /// later one that reuses its number.
+    #[inline]
+    pub fn generation(&self) -> u32 {
+        self.generation
     }
 
     /// Linux's `get_write_access`: count one more writer, or ETXTBSY while

@@ -267,7 +267,12 @@ pub struct MemFs {
     root: Arc<Inode>,
     next_ino: InoAllocator,
     stats: Arc<MemStats>,
+    /// Every inode's generation (see `new`).
+    generation: u32,
 }
+
+/// The next memfs instance's generation number.
+static NEXT_GENERATION: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
 
 impl std::fmt::Debug for MemFs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -308,20 +313,30 @@ impl MemFs {
         a.set_atime(now);
         a.touch_mc(now);
         stats.live_inodes.inc();
-        let root = Arc::new(Inode::new(
-            1,
-            dev,
-            a,
-            Box::new(MemNode {
-                kind: MemKind::Dir(Box::default()),
-                stats: stats.clone(),
-                xattrs: XattrStore::default(),
-            }),
-        ));
+        // memfs never reuses an inode number (a 64-bit allocator), so one
+        // generation per filesystem instance makes (ino, generation) unique
+        // and costs the create path no shared counter. Relaxed: uniqueness
+        // comes from the RMW alone (a process-wide counter, std atomic: no
+        // loom model involves it).
+        let generation = NEXT_GENERATION.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let root = Arc::new(
+            Inode::new(
+                1,
+                dev,
+                a,
+                Box::new(MemNode {
+                    kind: MemKind::Dir(Box::default()),
+                    stats: stats.clone(),
+                    xattrs: XattrStore::default(),
+                }),
+            )
+            .with_generation(generation),
+        );
         MemFs {
             dev,
             opts,
             root,
+            generation,
             next_ino: InoAllocator::new(2),
             stats,
         }
@@ -355,16 +370,19 @@ impl MemFs {
             return Err(Errno::ENOSPC);
         }
         let ino = self.next_ino.next();
-        Ok(Arc::new(Inode::new(
-            ino,
-            self.dev,
-            attr,
-            Box::new(MemNode {
-                kind,
-                stats: self.stats.clone(),
-                xattrs: XattrStore::default(),
-            }),
-        )))
+        Ok(Arc::new(
+            Inode::new(
+                ino,
+                self.dev,
+                attr,
+                Box::new(MemNode {
+                    kind,
+                    stats: self.stats.clone(),
+                    xattrs: XattrStore::default(),
+                }),
+            )
+            .with_generation(self.generation),
+        ))
     }
 
     fn insert(&self, d: &MemDir, dir_inode: &Inode, name: &[u8], inode: Arc<Inode>) {

@@ -21,6 +21,7 @@ use crate::dcache::{Dentry, DentryRef};
 use crate::errno::{Errno, VfsResult};
 use crate::file::{FdTable, File};
 use crate::fstype::{Filesystem, NewNode};
+use crate::handle::At;
 use crate::inode::{permission_ok, Inode};
 use crate::types::*;
 use crate::vfs::{Changes, Mount, PathRef, Vfs};
@@ -238,7 +239,24 @@ impl Task {
     }
 
     /// Resolve a dirfd into a walk start. A relative path needs a directory.
-    fn start<'g>(&self, dirfd: i32, path: &[u8], g: &'g Guard) -> VfsResult<Start<'g>> {
+    fn start<'a: 'g, 'g>(
+        &self,
+        dirfd: impl Into<At<'a>>,
+        path: &[u8],
+        g: &'g Guard,
+    ) -> VfsResult<Start<'g>> {
+        let dirfd = match dirfd.into() {
+            At::Fd(fd) => fd,
+            At::Handle(h) => {
+                if path.first() == Some(&b'/') {
+                    return Ok(Start::Cwd);
+                }
+                if !path.is_empty() && !h.inode().is_dir() {
+                    return Err(Errno::ENOTDIR);
+                }
+                return Ok(Start::At(h.path()));
+            }
+        };
         if dirfd == AT_FDCWD || path.first() == Some(&b'/') {
             return Ok(Start::Cwd);
         }
@@ -250,7 +268,15 @@ impl Task {
     }
 
     /// The file an empty path with AT_EMPTY_PATH names.
-    fn empty_path_target(&self, dirfd: i32, g: &Guard) -> VfsResult<PathRef> {
+    fn empty_path_target<'a>(
+        &self,
+        dirfd: impl Into<At<'a>> + Copy,
+        g: &Guard,
+    ) -> VfsResult<PathRef> {
+        let dirfd = match dirfd.into() {
+            At::Fd(fd) => fd,
+            At::Handle(h) => return Ok(h.path().clone()),
+        };
         if dirfd == AT_FDCWD {
             return Ok(self.fs.load(g).cwd.clone());
         }
@@ -262,9 +288,9 @@ impl Task {
     // ---------------------------------------------------------------
 
     /// `fstatat(2)`. Flags: AT_SYMLINK_NOFOLLOW, AT_EMPTY_PATH.
-    pub fn fstatat<P: AsRef<[u8]> + ?Sized>(
+    pub fn fstatat<'a, P: AsRef<[u8]> + ?Sized>(
         &self,
-        dirfd: i32,
+        dirfd: impl Into<At<'a>> + Copy,
         path: &P,
         flags: u32,
     ) -> VfsResult<Stat> {
@@ -296,17 +322,35 @@ impl Task {
     }
 
     /// `fstat(2)`: no reference taken on the file.
-    pub fn fstat(&self, fd: i32) -> VfsResult<Stat> {
-        let g = epoch::pin();
-        let f = self.files.get(fd, &g)?;
-        Ok(f.inode().stat())
+    pub fn fstat<'a>(&self, fd: impl Into<At<'a>> + Copy) -> VfsResult<Stat> {
+        self.with_held(fd, |p| p.inode().stat())
+    }
+
+    /// What an fd (or a handle) holds, for the `f*` calls on it.
+    fn with_held<'a, R>(
+        &self,
+        fd: impl Into<At<'a>> + Copy,
+        f: impl FnOnce(&PathRef) -> R,
+    ) -> VfsResult<R> {
+        match fd.into() {
+            At::Fd(fd) => {
+                let g = epoch::pin();
+                Ok(f(&self.files.get(fd, &g)?.path))
+            }
+            At::Handle(h) => Ok(f(h.path())),
+        }
+    }
+
+    /// As `with_held`, keeping a counted reference.
+    fn held<'a>(&self, fd: impl Into<At<'a>> + Copy) -> VfsResult<PathRef> {
+        self.with_held(fd, PathRef::clone)
     }
 
     /// `faccessat2(2)`. `mode`: F_OK or R_OK|W_OK|X_OK; flags: AT_EACCESS,
     /// AT_SYMLINK_NOFOLLOW, AT_EMPTY_PATH.
-    pub fn faccessat<P: AsRef<[u8]> + ?Sized>(
+    pub fn faccessat<'a, P: AsRef<[u8]> + ?Sized>(
         &self,
-        dirfd: i32,
+        dirfd: impl Into<At<'a>> + Copy,
         path: &P,
         mode: u32,
         flags: u32,
@@ -358,7 +402,11 @@ impl Task {
     }
 
     /// `readlinkat(2)`: the whole target.
-    pub fn readlinkat<P: AsRef<[u8]> + ?Sized>(&self, dirfd: i32, path: &P) -> VfsResult<Vec<u8>> {
+    pub fn readlinkat<'a, P: AsRef<[u8]> + ?Sized>(
+        &self,
+        dirfd: impl Into<At<'a>> + Copy,
+        path: &P,
+    ) -> VfsResult<Vec<u8>> {
         let path = as_bytes(path);
         check_path(path)?;
         let g = epoch::pin();
@@ -402,9 +450,8 @@ impl Task {
     }
 
     /// `fstatfs(2)`.
-    pub fn fstatfs(&self, fd: i32) -> VfsResult<StatFs> {
-        let g = epoch::pin();
-        Ok(self.files.get(fd, &g)?.path.mnt.sb.fs.statfs())
+    pub fn fstatfs<'a>(&self, fd: impl Into<At<'a>> + Copy) -> VfsResult<StatFs> {
+        self.with_held(fd, |p| p.mnt.sb.fs.statfs())
     }
 
     // ---------------------------------------------------------------
@@ -412,9 +459,9 @@ impl Task {
     // ---------------------------------------------------------------
 
     /// Resolve a path to a counted location.
-    pub(crate) fn resolve(
+    pub(crate) fn resolve<'a>(
         &self,
-        dirfd: i32,
+        dirfd: impl Into<At<'a>> + Copy,
         path: &[u8],
         follow: bool,
         empty_ok: bool,
@@ -431,7 +478,7 @@ impl Task {
         self.ctx(&g).walk(&g, start, path, follow)
     }
 
-    fn parent_of(&self, dirfd: i32, path: &[u8]) -> VfsResult<ParentWalk> {
+    fn parent_of<'a>(&self, dirfd: impl Into<At<'a>> + Copy, path: &[u8]) -> VfsResult<ParentWalk> {
         check_path(path)?;
         if path.is_empty() {
             return Err(Errno::ENOENT);
@@ -517,7 +564,12 @@ impl Task {
     // ---------------------------------------------------------------
 
     /// Walk to the parent and require a normal last component.
-    fn name_op(&self, dirfd: i32, path: &[u8], special: Errno) -> VfsResult<NameOp> {
+    fn name_op<'a>(
+        &self,
+        dirfd: impl Into<At<'a>> + Copy,
+        path: &[u8],
+        special: Errno,
+    ) -> VfsResult<NameOp> {
         let pw = self.parent_of(dirfd, path)?;
         let name = match &pw.last {
             Last::Normal(n) => n.clone(),
@@ -702,9 +754,9 @@ impl Task {
     }
 
     /// `mkdirat(2)`.
-    pub fn mkdirat<P: AsRef<[u8]> + ?Sized>(
+    pub fn mkdirat<'a, P: AsRef<[u8]> + ?Sized>(
         &self,
-        dirfd: i32,
+        dirfd: impl Into<At<'a>> + Copy,
         path: &P,
         mode: u32,
     ) -> VfsResult<()> {
@@ -722,9 +774,9 @@ impl Task {
     }
 
     /// `mknodat(2)`: regular files, FIFOs and sockets; devices for root.
-    pub fn mknodat<P: AsRef<[u8]> + ?Sized>(
+    pub fn mknodat<'a, P: AsRef<[u8]> + ?Sized>(
         &self,
-        dirfd: i32,
+        dirfd: impl Into<At<'a>> + Copy,
         path: &P,
         mode: u32,
         dev: u64,
@@ -768,10 +820,10 @@ impl Task {
     }
 
     /// `symlinkat(2)`.
-    pub fn symlinkat<T: AsRef<[u8]> + ?Sized, P: AsRef<[u8]> + ?Sized>(
+    pub fn symlinkat<'a, T: AsRef<[u8]> + ?Sized, P: AsRef<[u8]> + ?Sized>(
         &self,
         target: &T,
-        dirfd: i32,
+        dirfd: impl Into<At<'a>> + Copy,
         path: &P,
     ) -> VfsResult<()> {
         let target = as_bytes(target);
@@ -795,11 +847,11 @@ impl Task {
     }
 
     /// `linkat(2)`. Flags: AT_SYMLINK_FOLLOW, AT_EMPTY_PATH.
-    pub fn linkat<P: AsRef<[u8]> + ?Sized, Q: AsRef<[u8]> + ?Sized>(
+    pub fn linkat<'a, P: AsRef<[u8]> + ?Sized, Q: AsRef<[u8]> + ?Sized>(
         &self,
-        olddirfd: i32,
+        olddirfd: impl Into<At<'a>> + Copy,
         old: &P,
-        newdirfd: i32,
+        newdirfd: impl Into<At<'a>> + Copy,
         new: &Q,
         flags: u32,
     ) -> VfsResult<()> {
@@ -824,17 +876,22 @@ impl Task {
     /// without its CAP_DAC_READ_SEARCH requirement, so a front end that holds
     /// files by handle (FUSE's LINK) can link as an unprivileged caller. All
     /// of linkat's other checks (protected hardlinks, may_create) apply.
-    pub fn link_fd<Q: AsRef<[u8]> + ?Sized>(
+    pub fn link_fd<'a, Q: AsRef<[u8]> + ?Sized>(
         &self,
-        fd: i32,
-        newdirfd: i32,
+        fd: impl Into<At<'a>> + Copy,
+        newdirfd: impl Into<At<'a>> + Copy,
         new: &Q,
     ) -> VfsResult<()> {
-        let src = self.files.get_arc(fd)?.path.clone();
+        let src = self.held(fd)?;
         self.link_path(src, newdirfd, as_bytes(new))
     }
 
-    fn link_path(&self, src: PathRef, newdirfd: i32, new: &[u8]) -> VfsResult<()> {
+    fn link_path<'a>(
+        &self,
+        src: PathRef,
+        newdirfd: impl Into<At<'a>> + Copy,
+        new: &[u8],
+    ) -> VfsResult<()> {
         let mut ch = self.changes();
         let op = self.name_op(newdirfd, new, Errno::EEXIST)?;
         if !Arc::ptr_eq(&src.mnt, &op.pw.parent.mnt) {
@@ -913,9 +970,9 @@ impl Task {
     }
 
     /// `unlinkat(2)`. Flags: AT_REMOVEDIR.
-    pub fn unlinkat<P: AsRef<[u8]> + ?Sized>(
+    pub fn unlinkat<'a, P: AsRef<[u8]> + ?Sized>(
         &self,
-        dirfd: i32,
+        dirfd: impl Into<At<'a>> + Copy,
         path: &P,
         flags: u32,
     ) -> VfsResult<()> {
@@ -998,11 +1055,11 @@ impl Task {
     }
 
     /// `renameat2(2)`. Flags: RENAME_NOREPLACE, RENAME_EXCHANGE.
-    pub fn renameat2<P: AsRef<[u8]> + ?Sized, Q: AsRef<[u8]> + ?Sized>(
+    pub fn renameat2<'a, P: AsRef<[u8]> + ?Sized, Q: AsRef<[u8]> + ?Sized>(
         &self,
-        olddirfd: i32,
+        olddirfd: impl Into<At<'a>> + Copy,
         old: &P,
-        newdirfd: i32,
+        newdirfd: impl Into<At<'a>> + Copy,
         new: &Q,
         flags: u32,
     ) -> VfsResult<()> {
@@ -1220,7 +1277,12 @@ impl Task {
     // Attribute changes.
     // ---------------------------------------------------------------
 
-    fn setattr_target(&self, dirfd: i32, path: &[u8], flags: u32) -> VfsResult<PathRef> {
+    fn setattr_target<'a>(
+        &self,
+        dirfd: impl Into<At<'a>> + Copy,
+        path: &[u8],
+        flags: u32,
+    ) -> VfsResult<PathRef> {
         if flags & !(AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH) != 0 {
             return Err(Errno::EINVAL);
         }
@@ -1246,9 +1308,9 @@ impl Task {
     }
 
     /// `fchmodat(2)`.
-    pub fn fchmodat<P: AsRef<[u8]> + ?Sized>(
+    pub fn fchmodat<'a, P: AsRef<[u8]> + ?Sized>(
         &self,
-        dirfd: i32,
+        dirfd: impl Into<At<'a>> + Copy,
         path: &P,
         mode: u32,
         flags: u32,
@@ -1265,8 +1327,8 @@ impl Task {
     }
 
     /// `fchmod(2)`.
-    pub fn fchmod(&self, fd: i32, mode: u32) -> VfsResult<()> {
-        let p = self.files.get_arc(fd)?.path.clone();
+    pub fn fchmod<'a>(&self, fd: impl Into<At<'a>> + Copy, mode: u32) -> VfsResult<()> {
+        let p = self.held(fd)?;
         self.chmod_path(&p, mode)
     }
 
@@ -1348,9 +1410,9 @@ impl Task {
     }
 
     /// `fchownat(2)`: `uid`/`gid` of `u32::MAX` (-1) leave that id alone.
-    pub fn fchownat<P: AsRef<[u8]> + ?Sized>(
+    pub fn fchownat<'a, P: AsRef<[u8]> + ?Sized>(
         &self,
-        dirfd: i32,
+        dirfd: impl Into<At<'a>> + Copy,
         path: &P,
         uid: u32,
         gid: u32,
@@ -1365,8 +1427,8 @@ impl Task {
     }
 
     /// `fchown(2)`.
-    pub fn fchown(&self, fd: i32, uid: u32, gid: u32) -> VfsResult<()> {
-        let p = self.files.get_arc(fd)?.path.clone();
+    pub fn fchown<'a>(&self, fd: impl Into<At<'a>> + Copy, uid: u32, gid: u32) -> VfsResult<()> {
+        let p = self.held(fd)?;
         self.chown_path(&p, uid, gid)
     }
 
@@ -1419,9 +1481,9 @@ impl Task {
 
     /// `utimensat(2)`: `times` of `None` sets both to now; a nanosecond of
     /// UTIME_NOW/UTIME_OMIT selects that behaviour per time.
-    pub fn utimensat<P: AsRef<[u8]> + ?Sized>(
+    pub fn utimensat<'a, P: AsRef<[u8]> + ?Sized>(
         &self,
-        dirfd: i32,
+        dirfd: impl Into<At<'a>> + Copy,
         path: &P,
         times: Option<[Timespec; 2]>,
         flags: u32,
@@ -1432,10 +1494,14 @@ impl Task {
     }
 
     /// `futimens(2)`.
-    pub fn futimens(&self, fd: i32, times: Option<[Timespec; 2]>) -> VfsResult<()> {
+    pub fn futimens<'a>(
+        &self,
+        fd: impl Into<At<'a>> + Copy,
+        times: Option<[Timespec; 2]>,
+    ) -> VfsResult<()> {
         // Linux's do_utimes checks the times before it looks at the fd.
         check_times(&times)?;
-        let p = self.files.get_arc(fd)?.path.clone();
+        let p = self.held(fd)?;
         self.utimens_path(&p, times)
     }
 
@@ -1548,9 +1614,9 @@ impl Task {
     // ---------------------------------------------------------------
 
     /// `openat(2)`.
-    pub fn openat<P: AsRef<[u8]> + ?Sized>(
+    pub fn openat<'a, P: AsRef<[u8]> + ?Sized>(
         &self,
-        dirfd: i32,
+        dirfd: impl Into<At<'a>> + Copy,
         path: &P,
         flags: u32,
         mode: u32,
@@ -1576,7 +1642,11 @@ impl Task {
     /// can be run by anyone), and only a regular file qualifies (else
     /// EACCES). The description is read-only. [`Task::reopen`] with
     /// [`FMODE_EXEC`] in its flags does the same for a held fd.
-    pub fn open_exec<P: AsRef<[u8]> + ?Sized>(&self, dirfd: i32, path: &P) -> VfsResult<i32> {
+    pub fn open_exec<'a, P: AsRef<[u8]> + ?Sized>(
+        &self,
+        dirfd: impl Into<At<'a>> + Copy,
+        path: &P,
+    ) -> VfsResult<i32> {
         let fd = self.files.reserve()?;
         let r = self
             .resolve(dirfd, as_bytes(path), true, false)
@@ -1600,9 +1670,9 @@ impl Task {
     /// open(2)'s work up to a new open file description (not installed).
     /// Checks follow Linux's `build_open_flags`, `do_open` and `may_open`,
     /// in their order.
-    pub(crate) fn open_file(
+    pub(crate) fn open_file<'a>(
         &self,
-        dirfd: i32,
+        dirfd: impl Into<At<'a>> + Copy,
         path: &[u8],
         flags: u32,
         mode: u32,
@@ -1641,12 +1711,14 @@ impl Task {
     /// with open(2)'s permission checks and O_TRUNC, done with this task's
     /// credentials. For front ends that hold files by handle (the FUSE
     /// adapter opens its nodes this way). O_CREAT/O_EXCL are ignored.
-    pub fn reopen(&self, fd: i32, flags: u32) -> VfsResult<i32> {
-        let flags = flags & !(O_CREAT | O_EXCL | O_TMPFILE | O_PATH);
+    pub fn reopen<'a>(&self, fd: impl Into<At<'a>> + Copy, flags: u32) -> VfsResult<i32> {
+        // (O_TMPFILE's bits less O_DIRECTORY, which it includes and which
+        // must still refuse a non-directory.)
+        let flags = flags & !(O_CREAT | O_EXCL | (O_TMPFILE & !O_DIRECTORY) | O_PATH);
         if flags & O_ACCMODE == O_ACCMODE {
             return Err(Errno::EINVAL);
         }
-        let p = self.files.get_arc(fd)?.path.clone();
+        let p = self.held(fd)?;
         let file = self.open_resolved(p, flags)?;
         self.files
             .install(Arc::new(file), flags & O_CLOEXEC != 0, 0)
@@ -1754,9 +1826,9 @@ impl Task {
     /// whether this call created it. An existing symlink is followed (unless
     /// O_NOFOLLOW / O_EXCL); a dangling one gets its target created, as on
     /// Linux (`depth` counts the links followed).
-    fn open_create(
+    fn open_create<'a>(
         &self,
-        dirfd: i32,
+        dirfd: impl Into<At<'a>> + Copy,
         path: &[u8],
         flags: u32,
         mode: u32,
@@ -1861,7 +1933,13 @@ impl Task {
 
     /// O_TMPFILE: an unnamed regular file in the directory `path`; it is an
     /// orphan from birth (nlink 0; `File::new` records it).
-    fn open_tmpfile(&self, dirfd: i32, path: &[u8], flags: u32, mode: u32) -> VfsResult<File> {
+    fn open_tmpfile<'a>(
+        &self,
+        dirfd: impl Into<At<'a>> + Copy,
+        path: &[u8],
+        flags: u32,
+        mode: u32,
+    ) -> VfsResult<File> {
         let p = self.resolve(dirfd, path, true, false)?;
         if !p.inode().is_dir() {
             return Err(Errno::ENOTDIR);

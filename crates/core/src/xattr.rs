@@ -31,6 +31,7 @@ use crossbeam_skiplist::SkipMap;
 use scalevfs_sync::primitive::{AtomicU64, Ordering};
 
 use crate::errno::{Errno, VfsResult};
+use crate::handle::At;
 use crate::inode::{permission_ok, Inode};
 use crate::task::Task;
 use crate::types::*;
@@ -257,7 +258,12 @@ impl Task {
     /// The file an xattr call names: a path (`follow`: the `l` variants do
     /// not) or, with `AT_EMPTY_PATH` and an empty path, `dirfd` itself (an
     /// O_PATH fd too, as for Linux's `getxattrat`).
-    fn xattr_target(&self, dirfd: i32, path: &[u8], at_flags: u32) -> VfsResult<PathRef> {
+    fn xattr_target<'a>(
+        &self,
+        dirfd: impl Into<At<'a>> + Copy,
+        path: &[u8],
+        at_flags: u32,
+    ) -> VfsResult<PathRef> {
         if at_flags & !(AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH) != 0 {
             return Err(Errno::EINVAL);
         }
@@ -324,9 +330,9 @@ impl Task {
     /// (Linux 6.13's `getxattrat`). Copies the value into `buf` and
     /// returns its length; an empty `buf` asks for the length only; a
     /// value longer than `buf` is ERANGE.
-    pub fn getxattrat<P: AsRef<[u8]> + ?Sized, N: AsRef<[u8]> + ?Sized>(
+    pub fn getxattrat<'a, P: AsRef<[u8]> + ?Sized, N: AsRef<[u8]> + ?Sized>(
         &self,
-        dirfd: i32,
+        dirfd: impl Into<At<'a>> + Copy,
         path: &P,
         at_flags: u32,
         name: &N,
@@ -421,9 +427,9 @@ impl Task {
     /// ending in NUL, into `buf`; returns the length. An empty `buf` asks
     /// for the length; a short one is ERANGE (E2BIG when it is already
     /// XATTR_LIST_MAX long). `trusted.*` names are listed to root only.
-    pub fn listxattrat<P: AsRef<[u8]> + ?Sized>(
+    pub fn listxattrat<'a, P: AsRef<[u8]> + ?Sized>(
         &self,
-        dirfd: i32,
+        dirfd: impl Into<At<'a>> + Copy,
         path: &P,
         at_flags: u32,
         buf: &mut [u8],
@@ -499,9 +505,9 @@ impl Task {
     /// `setxattr` with a dirfd and flags (`setxattrat`). `flags`:
     /// XATTR_CREATE (EEXIST if present) or XATTR_REPLACE (ENODATA if
     /// absent). The ctime changes.
-    pub fn setxattrat<P: AsRef<[u8]> + ?Sized, N: AsRef<[u8]> + ?Sized>(
+    pub fn setxattrat<'a, P: AsRef<[u8]> + ?Sized, N: AsRef<[u8]> + ?Sized>(
         &self,
-        dirfd: i32,
+        dirfd: impl Into<At<'a>> + Copy,
         path: &P,
         at_flags: u32,
         name: &N,
@@ -564,9 +570,9 @@ impl Task {
 
     /// `removexattr` with a dirfd and flags (`removexattrat`). ENODATA if
     /// absent; the ctime changes.
-    pub fn removexattrat<P: AsRef<[u8]> + ?Sized, N: AsRef<[u8]> + ?Sized>(
+    pub fn removexattrat<'a, P: AsRef<[u8]> + ?Sized, N: AsRef<[u8]> + ?Sized>(
         &self,
-        dirfd: i32,
+        dirfd: impl Into<At<'a>> + Copy,
         path: &P,
         at_flags: u32,
         name: &N,

@@ -270,12 +270,16 @@ impl Ext4 {
             ctime_sec: raw.ctime.0,
             ctime_nsec: raw.ctime.1,
         };
-        let new = Arc::new(Inode::new(
-            u64::from(ino),
-            self.devno,
-            attr,
-            Box::new(Ext4Inode { raw }),
-        ));
+        let generation = raw.generation;
+        let new = Arc::new(
+            Inode::new(
+                u64::from(ino),
+                self.devno,
+                attr,
+                Box::new(Ext4Inode { raw }),
+            )
+            .with_generation(generation),
+        );
         let mut c = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(i) = c.map.get(&ino).and_then(Weak::upgrade) {
             // Another thread read it meanwhile: one inode per number.

@@ -3,13 +3,15 @@
 //!
 //! # Design
 //!
-//! The core has no inode-number API: everything is a `*at` call on a task's
-//! fd table. The adapter therefore keeps, per FUSE node id, a counted
-//! [`nodes::Node`] that owns an `O_PATH` fd in one fd table shared by every
-//! request ("the daemon's process"). Name operations become
-//! `*at(parent_fd, name)`; inode operations use the node's fd with
-//! `AT_EMPTY_PATH`, `fstat`, `fchmod`, ..., [`scalevfs::Task::reopen`] (open
-//! the file an O_PATH fd names) and [`scalevfs::Task::link_fd`].
+//! The adapter keeps, per FUSE node id, a counted [`nodes::Node`] that owns
+//! a core handle ([`scalevfs::Handle`]: a counted mount + dentry reference,
+//! what an `O_PATH` fd holds, without an fd table). Name operations become
+//! `*at(&parent_handle, name)` (every `*at` call of the core takes an fd or
+//! a handle, through the same resolution code); inode operations use the
+//! node's handle with `AT_EMPTY_PATH`, `fstat`, `fchmod`, ...,
+//! [`scalevfs::Task::reopen`] (open the file a handle names) and
+//! [`scalevfs::Task::link_fd`]. Files the kernel opens are fds in one fd
+//! table shared by every request ("the daemon's process").
 //!
 //! Node ids are the filesystem's inode numbers (fuser reports `attr.ino` as
 //! the node id), so `st_ino` seen through the mount is the core's; the root
@@ -30,8 +32,10 @@
 //!
 //! # Lock order (adapter)
 //! A node-table shard lock is never held across a core call, except that
-//! `forget` may drop the last `Arc<Node>` (which closes its fd in the fd
-//! table: core lock) after releasing the shard lock.
+//! `forget` may drop the last `Arc<Node>` (which releases its handle: a
+//! dentry reference, core locks) after releasing the shard lock. The shard
+//! locks are `ordered` locks of class `FuseNodes` (the innermost row of the
+//! lock-order table in `docs/design.md`).
 #![warn(missing_debug_implementations)]
 
 mod attr;

@@ -16,10 +16,10 @@ use fuser::{
     Request, TimeOrNow, WriteFlags,
 };
 use scalevfs::{
-    Cred, Errno, Stat, Task, Vfs, AT_EACCESS, AT_EMPTY_PATH, AT_FDCWD, AT_REMOVEDIR,
+    At, Cred, Errno, Handle, Stat, Task, Vfs, AT_EACCESS, AT_EMPTY_PATH, AT_FDCWD, AT_REMOVEDIR,
     AT_SYMLINK_NOFOLLOW, O_ACCMODE, O_APPEND, O_CLOEXEC, O_CREAT, O_DIRECTORY, O_DSYNC, O_EXCL,
-    O_NOATIME, O_NOFOLLOW, O_NONBLOCK, O_PATH, O_RDONLY, O_SYNC, O_TRUNC, O_WRONLY,
-    RENAME_EXCHANGE, RENAME_NOREPLACE, RENAME_WHITEOUT, S_ISGID, S_ISUID,
+    O_NOATIME, O_NOFOLLOW, O_NONBLOCK, O_RDONLY, O_SYNC, O_TRUNC, O_WRONLY, RENAME_EXCHANGE,
+    RENAME_NOREPLACE, RENAME_WHITEOUT, S_ISGID, S_ISUID,
 };
 
 use crate::attr::{errno, file_attr, name_bytes, raw, time_or_now};
@@ -184,50 +184,43 @@ impl Shared {
         self.with_cred(request_cred(req.uid(), req.gid(), req.pid()), f)
     }
 
-    /// Look `name` up in the directory open at `dirfd` and count one kernel
-    /// reference on the result.
-    fn lookup_ref(&self, t: &Task, dirfd: i32, name: &[u8]) -> Result<(u64, Stat), Errno> {
-        // Fast path: no fd, no shard write lock for an inode the kernel
-        // already knows.
-        let st = t.fstatat(dirfd, name, AT_SYMLINK_NOFOLLOW)?;
+    /// Look `name` up in `dir` (a node's handle or an open directory fd)
+    /// and count one kernel reference on the result.
+    fn lookup_ref<'a>(
+        &self,
+        t: &Task,
+        dir: impl Into<At<'a>> + Copy,
+        name: &[u8],
+    ) -> Result<(u64, Stat, u32), Errno> {
+        // Fast path: a lock-free walk of one cached name and the shard's
+        // read lock, no reference taken, for an inode the kernel knows.
+        let st = t.fstatat(dir, name, AT_SYMLINK_NOFOLLOW)?;
         let id = self.nodeid(&st)?;
-        if self.nodes.lookup_existing(id) {
-            return Ok((id, st));
+        if let Some(generation) = self.nodes.lookup_existing(id) {
+            return Ok((id, st, generation));
         }
-        let fd = t.openat(dirfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC, 0)?;
-        self.adopt(t, fd)
+        let h = t.handle_at(dir, name, AT_SYMLINK_NOFOLLOW)?;
+        self.adopt(h)
     }
 
-    /// Make `fd` (which the caller owns) the handle of its inode's node, or
-    /// count a reference on the node that exists; returns fresh attributes.
-    fn adopt(&self, t: &Task, fd: i32) -> Result<(u64, Stat), Errno> {
-        let st = match t.fstat(fd) {
-            Ok(s) => s,
-            Err(e) => {
-                let _ = t.close(fd);
-                return Err(e);
-            }
-        };
-        let id = match self.nodeid(&st) {
-            Ok(id) => id,
-            Err(e) => {
-                let _ = t.close(fd);
-                return Err(e);
-            }
-        };
-        if !self.nodes.insert_or_ref(id, fd, &self.base, 1) {
-            let _ = t.close(fd);
-        }
-        Ok((id, st))
+    /// Make `h` the handle of its inode's node, or count a reference on
+    /// the node that exists; returns fresh attributes and the generation.
+    fn adopt(&self, h: Handle) -> Result<(u64, Stat, u32), Errno> {
+        let st = h.getattr();
+        let generation = h.inode().generation();
+        let id = self.nodeid(&st)?;
+        // Not taken (the node exists): released here, no shard lock held.
+        drop(self.nodes.insert_or_ref(id, h, 1));
+        Ok((id, st, generation))
     }
 
-    fn reply_entry(&self, reply: ReplyEntry, r: Result<(u64, Stat), Errno>) {
+    fn reply_entry(&self, reply: ReplyEntry, r: Result<(u64, Stat, u32), Errno>) {
         match r {
-            Ok((id, st)) => reply.entry_with_ttls(
+            Ok((id, st, generation)) => reply.entry_with_ttls(
                 &self.cfg.attr_timeout,
                 &self.cfg.entry_timeout,
                 &file_attr(&st, id),
-                Generation(0),
+                Generation(u64::from(generation)),
             ),
             Err(e) => reply.error(errno(e)),
         }
@@ -249,12 +242,13 @@ impl ScaleFs {
         // change listener, which would notify the kernel from inside its own
         // request.
         base.set_quiet_changes(true);
-        base.umask(0); // the kernel applied the caller's umask already
-                       // Every node the kernel caches holds an fd: lift RLIMIT_NOFILE's
-                       // default of 1024 to a memory-only bound.
+        // The kernel applied the caller's umask already.
+        base.umask(0);
+        // Every file the kernel holds open is an fd in this table: lift
+        // RLIMIT_NOFILE's default of 1024 to a memory-only bound.
         base.files().set_max(base.files().nr_open())?;
-        let root_fd = base.openat(AT_FDCWD, "/", O_PATH | O_DIRECTORY | O_CLOEXEC, 0)?;
-        let st = base.fstat(root_fd)?;
+        let root = base.handle_at(AT_FDCWD, "/", 0)?;
+        let st = root.getattr();
         let base = Arc::new(base);
         let shared = Shared {
             vfs,
@@ -269,9 +263,8 @@ impl ScaleFs {
             base,
         };
         // The root's count never reaches zero (FUSE never forgets node 1).
-        shared
-            .nodes
-            .insert_or_ref(1, root_fd, &shared.base, u64::MAX / 2);
+        let taken = shared.nodes.insert_or_ref(1, root, u64::MAX / 2);
+        debug_assert!(taken.is_none());
         Ok(ScaleFs {
             shared: Arc::new(shared),
         })
@@ -339,7 +332,11 @@ impl fuser::Filesystem for ScaleFs {
         // SETATTR (one more round trip per O_TRUNC open).
         let mut want = InitFlags::FUSE_PARALLEL_DIROPS
             | InitFlags::FUSE_HANDLE_KILLPRIV_V2
-            | InitFlags::FUSE_CACHE_SYMLINKS;
+            | InitFlags::FUSE_CACHE_SYMLINKS
+            // name_to_handle_at/open_by_handle_at through the mount: the
+            // kernel encodes (node id, generation) and, for a node it no
+            // longer caches, looks up "." (and "..") on the node id.
+            | InitFlags::FUSE_EXPORT_SUPPORT;
         if self.shared.cfg.readdirplus {
             want |= InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO;
         }
@@ -355,7 +352,7 @@ impl fuser::Filesystem for ScaleFs {
         let s = &self.shared;
         let name = tri!(reply, name_bytes(name));
         let dir = tri!(reply, s.node(parent));
-        match s.with_task(req, |t| s.lookup_ref(t, dir.fd, name)) {
+        match s.with_task(req, |t| s.lookup_ref(t, &dir.h, name)) {
             Err(Errno::ENOENT) if !s.cfg.negative_timeout.is_zero() => {
                 // A negative entry: node id 0 with an entry timeout.
                 let st = Stat {
@@ -387,7 +384,7 @@ impl fuser::Filesystem for ScaleFs {
         // fd is always there (and an fh is only a hint).
         let _ = fh;
         let node = tri!(reply, s.node(ino));
-        match s.base.fstat(node.fd) {
+        match s.base.fstat(&node.h) {
             Ok(st) => reply.attr(&s.cfg.attr_timeout, &file_attr(&st, ino.0)),
             Err(e) => reply.error(errno(e)),
         }
@@ -413,7 +410,7 @@ impl fuser::Filesystem for ScaleFs {
     ) {
         let s = &self.shared;
         let node = tri!(reply, s.node(ino));
-        let fd = node.fd;
+        let fd = &node.h;
         let r = s.with_task(req, |t| -> Result<Stat, Errno> {
             if uid.is_some() || gid.is_some() {
                 t.fchown(fd, uid.unwrap_or(u32::MAX), gid.unwrap_or(u32::MAX))?;
@@ -468,7 +465,7 @@ impl fuser::Filesystem for ScaleFs {
     fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
         let s = &self.shared;
         let node = tri!(reply, s.node(ino));
-        match s.with_task(req, |t| t.readlinkat(node.fd, "")) {
+        match s.with_task(req, |t| t.readlinkat(&node.h, "")) {
             Ok(target) => reply.data(&target),
             Err(e) => reply.error(errno(e)),
         }
@@ -488,8 +485,8 @@ impl fuser::Filesystem for ScaleFs {
         let name = tri!(reply, name_bytes(name));
         let dir = tri!(reply, s.node(parent));
         let r = s.with_task(req, |t| {
-            t.mknodat(dir.fd, name, mode, u64::from(rdev))?;
-            s.lookup_ref(t, dir.fd, name)
+            t.mknodat(&dir.h, name, mode, u64::from(rdev))?;
+            s.lookup_ref(t, &dir.h, name)
         });
         s.reply_entry(reply, r);
     }
@@ -507,8 +504,8 @@ impl fuser::Filesystem for ScaleFs {
         let name = tri!(reply, name_bytes(name));
         let dir = tri!(reply, s.node(parent));
         let r = s.with_task(req, |t| {
-            t.mkdirat(dir.fd, name, mode)?;
-            s.lookup_ref(t, dir.fd, name)
+            t.mkdirat(&dir.h, name, mode)?;
+            s.lookup_ref(t, &dir.h, name)
         });
         s.reply_entry(reply, r);
     }
@@ -517,7 +514,7 @@ impl fuser::Filesystem for ScaleFs {
         let s = &self.shared;
         let name = tri!(reply, name_bytes(name));
         let dir = tri!(reply, s.node(parent));
-        reply_empty(reply, s.with_task(req, |t| t.unlinkat(dir.fd, name, 0)));
+        reply_empty(reply, s.with_task(req, |t| t.unlinkat(&dir.h, name, 0)));
         // The name may have held the file's last reference.
         scalevfs::flush_deferred_frees();
     }
@@ -528,7 +525,7 @@ impl fuser::Filesystem for ScaleFs {
         let dir = tri!(reply, s.node(parent));
         reply_empty(
             reply,
-            s.with_task(req, |t| t.unlinkat(dir.fd, name, AT_REMOVEDIR)),
+            s.with_task(req, |t| t.unlinkat(&dir.h, name, AT_REMOVEDIR)),
         )
     }
 
@@ -548,8 +545,8 @@ impl fuser::Filesystem for ScaleFs {
             return reply.error(raw(libc::EINVAL));
         }
         let r = s.with_task(req, |t| {
-            t.symlinkat(target, dir.fd, name)?;
-            s.lookup_ref(t, dir.fd, name)
+            t.symlinkat(target, &dir.h, name)?;
+            s.lookup_ref(t, &dir.h, name)
         });
         s.reply_entry(reply, r);
     }
@@ -575,7 +572,7 @@ impl fuser::Filesystem for ScaleFs {
         }
         reply_empty(
             reply,
-            s.with_task(req, |t| t.renameat2(od.fd, name, nd.fd, newname, bits)),
+            s.with_task(req, |t| t.renameat2(&od.h, name, &nd.h, newname, bits)),
         )
     }
 
@@ -592,8 +589,8 @@ impl fuser::Filesystem for ScaleFs {
         let node = tri!(reply, s.node(ino));
         let dir = tri!(reply, s.node(newparent));
         let r = s.with_task(req, |t| {
-            t.link_fd(node.fd, dir.fd, name)?;
-            s.lookup_ref(t, dir.fd, name)
+            t.link_fd(&node.h, &dir.h, name)?;
+            s.lookup_ref(t, &dir.h, name)
         });
         s.reply_entry(reply, r);
     }
@@ -602,15 +599,15 @@ impl fuser::Filesystem for ScaleFs {
         let s = &self.shared;
         let node = tri!(reply, s.node(ino));
         let r = if flags.0 as u32 & FMODE_EXEC != 0 {
-            open_for_exec(s, req, node.fd)
+            open_for_exec(s, req, &node.h)
         } else {
             let fl = (flags.0 as u32 & PASS_FLAGS) | O_CLOEXEC;
-            let r = s.with_task(req, |t| t.reopen(node.fd, fl));
+            let r = s.with_task(req, |t| t.reopen(&node.h, fl));
             // O_TRUNC (only from a kernel that was offered
             // FUSE_ATOMIC_O_TRUNC; ours truncates with SETATTR) by a caller
             // without CAP_FSETID clears the set-id bits, as a truncate does.
             if r.is_ok() && fl & O_TRUNC != 0 && !caller_keeps_setid(req) {
-                kill_suid_sgid(s, req, node.fd, Some(ino.0));
+                kill_suid_sgid(s, req, &node.h, Some(ino.0));
             }
             r
         };
@@ -634,19 +631,12 @@ impl fuser::Filesystem for ScaleFs {
         let name = tri!(reply, name_bytes(name));
         let dir = tri!(reply, s.node(parent));
         let fl = (flags as u32 & (PASS_FLAGS | O_EXCL)) | O_CREAT | O_NOFOLLOW | O_CLOEXEC;
-        let r = s.with_task(req, |t| -> Result<(i32, u64, Stat), Errno> {
-            let fd = t.openat(dir.fd, name, fl, mode & 0o7777)?;
-            // The node's handle is a second descriptor of the same open
-            // file: no second walk, so no race with a concurrent rename.
-            let nfd = match t.dup(fd) {
-                Ok(n) => n,
-                Err(e) => {
-                    let _ = t.close(fd);
-                    return Err(e);
-                }
-            };
-            match s.adopt(t, nfd) {
-                Ok((id, st)) => Ok((fd, id, st)),
+        let r = s.with_task(req, |t| -> Result<(i32, u64, Stat, u32), Errno> {
+            let fd = t.openat(&dir.h, name, fl, mode & 0o7777)?;
+            // The node's handle is the open file's location: no second
+            // walk, so no race with a concurrent rename.
+            match t.handle_at(fd, "", AT_EMPTY_PATH).and_then(|h| s.adopt(h)) {
+                Ok((id, st, generation)) => Ok((fd, id, st, generation)),
                 Err(e) => {
                     let _ = t.close(fd);
                     Err(e)
@@ -654,10 +644,10 @@ impl fuser::Filesystem for ScaleFs {
             }
         });
         match r {
-            Ok((fd, id, st)) => reply.created(
+            Ok((fd, id, st, generation)) => reply.created(
                 &s.cfg.entry_timeout,
                 &file_attr(&st, id),
-                Generation(0),
+                Generation(u64::from(generation)),
                 FileHandle(fd as u64),
                 self.fopen_flags(),
             ),
@@ -817,7 +807,7 @@ impl fuser::Filesystem for ScaleFs {
         let s = &self.shared;
         let node = tri!(reply, s.node(ino));
         let fl = (flags.0 as u32 & (O_NONBLOCK | O_NOATIME)) | O_RDONLY | O_DIRECTORY | O_CLOEXEC;
-        match s.with_task(req, |t| t.reopen(node.fd, fl)) {
+        match s.with_task(req, |t| t.reopen(&node.h, fl)) {
             Ok(fd) => reply.opened(FileHandle(fd as u64), FopenFlags::empty()),
             Err(e) => reply.error(errno(e)),
         }
@@ -889,12 +879,12 @@ impl fuser::Filesystem for ScaleFs {
                     // and uncounted if they do not fit.
                     let looked = if dots {
                         t.fstatat(fd, &e.name, AT_SYMLINK_NOFOLLOW)
-                            .and_then(|st| Ok((s.nodeid(&st)?, st)))
+                            .and_then(|st| Ok((s.nodeid(&st)?, st, 0)))
                     } else {
                         s.lookup_ref(t, fd, &e.name)
                     };
-                    let (id, st, counted) = match looked {
-                        Ok((id, st)) => (id, st, !dots),
+                    let (id, st, generation, counted) = match looked {
+                        Ok((id, st, generation)) => (id, st, generation, !dots),
                         // Gone meanwhile: skip it.
                         Err(Errno::ENOENT) => continue,
                         // No attributes for it (search permission): node
@@ -904,7 +894,7 @@ impl fuser::Filesystem for ScaleFs {
                                 mode: e.file_type.mode_bits(),
                                 ..Default::default()
                             };
-                            (0, st, false)
+                            (0, st, 0, false)
                         }
                     };
                     let full = reply.add(
@@ -913,7 +903,7 @@ impl fuser::Filesystem for ScaleFs {
                         name,
                         &s.cfg.entry_timeout,
                         &file_attr(&st, id),
-                        Generation(0),
+                        Generation(u64::from(generation)),
                     );
                     if full {
                         if counted {
@@ -958,7 +948,7 @@ impl fuser::Filesystem for ScaleFs {
     fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
         let s = &self.shared;
         let node = tri!(reply, s.node(ino));
-        match s.base.fstatfs(node.fd) {
+        match s.base.fstatfs(&node.h) {
             Ok(f) => reply.statfs(
                 f.blocks,
                 f.bfree,
@@ -979,7 +969,7 @@ impl fuser::Filesystem for ScaleFs {
         let mode = (mask.bits() & 7) as u32;
         reply_empty(
             reply,
-            s.with_task(req, |t| t.faccessat(node.fd, "", mode, AT_EMPTY_PATH)),
+            s.with_task(req, |t| t.faccessat(&node.h, "", mode, AT_EMPTY_PATH)),
         )
     }
 
@@ -1110,7 +1100,7 @@ impl fuser::Filesystem for ScaleFs {
         let size = (size as usize).min(scalevfs::xattr::XATTR_SIZE_MAX);
         let r = s.with_task(req, |t| {
             let mut buf = vec![0u8; size];
-            t.getxattrat(node.fd, "", XATTR_AT, name.as_bytes(), &mut buf)
+            t.getxattrat(&node.h, "", XATTR_AT, name.as_bytes(), &mut buf)
                 .map(|n| (buf, n))
         });
         match r {
@@ -1136,7 +1126,7 @@ impl fuser::Filesystem for ScaleFs {
         reply_empty(
             reply,
             s.with_task(req, |t| {
-                t.setxattrat(node.fd, "", XATTR_AT, name.as_bytes(), value, flags)
+                t.setxattrat(&node.h, "", XATTR_AT, name.as_bytes(), value, flags)
             }),
         );
     }
@@ -1147,7 +1137,7 @@ impl fuser::Filesystem for ScaleFs {
         let size = (size as usize).min(scalevfs::xattr::XATTR_LIST_MAX);
         let r = s.with_task(req, |t| {
             let mut buf = vec![0u8; size];
-            t.listxattrat(node.fd, "", XATTR_AT, &mut buf)
+            t.listxattrat(&node.h, "", XATTR_AT, &mut buf)
                 .map(|n| (buf, n))
         });
         match r {
@@ -1163,7 +1153,7 @@ impl fuser::Filesystem for ScaleFs {
         reply_empty(
             reply,
             s.with_task(req, |t| {
-                t.removexattrat(node.fd, "", XATTR_AT, name.as_bytes())
+                t.removexattrat(&node.h, "", XATTR_AT, name.as_bytes())
             }),
         );
     }
@@ -1191,7 +1181,7 @@ impl ScaleFs {
 /// drop the node's cached attributes. Attributes only (offset -1): no page
 /// is touched, so this cannot wait on the pages the request's own caller
 /// holds locked.
-fn kill_suid_sgid(s: &Shared, req: &Request, fd: i32, tell: Option<u64>) {
+fn kill_suid_sgid<'a>(s: &Shared, req: &Request, fd: impl Into<At<'a>> + Copy, tell: Option<u64>) {
     if let Ok(st) = s.base.fstat(fd) {
         if st.mode & libc::S_IFMT != libc::S_IFREG {
             return;
@@ -1231,7 +1221,7 @@ fn caller_keeps_setid(req: &Request) -> bool {
 /// To switch to the core's open-for-exec entry point once it exists: the
 /// whole body becomes one `t.reopen_exec(fd)`-style call on the caller's
 /// task.
-fn open_for_exec(s: &Shared, req: &Request, fd: i32) -> Result<i32, Errno> {
+fn open_for_exec(s: &Shared, req: &Request, fd: &Handle) -> Result<i32, Errno> {
     s.with_task(req, |t| {
         t.faccessat(fd, "", libc::X_OK as u32, AT_EMPTY_PATH | AT_EACCESS)
     })?;

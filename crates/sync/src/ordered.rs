@@ -129,6 +129,10 @@ classes! {
     /// are allocated under the data lock and freed by epoch destructors,
     /// which run wherever a thread pins.
     FramePool = 20, "frames::POOL", No;
+    /// A shard of the FUSE adapter's node table (`crates/fuse/src/
+    /// nodes.rs`): held only around its hash map, never across a core call
+    /// (a node's handle is dropped after the shard is released).
+    FuseNodes = 21, "fuse NodeTable shard", No;
 }
 
 impl fmt::Display for Class {
