@@ -9,7 +9,7 @@ use scalevfs_ext4::mkfs::{self, MkfsOptions};
 #[derive(Args, Debug)]
 pub struct MkfsArgs {
     /// The image file to write (created, or cut to SIZE; its old contents
-    /// are lost).
+    /// are lost), or a block device (not mounted; SIZE must fit in it).
     image: PathBuf,
     /// Filesystem size: bytes, or a number with K, M, G or T (e.g. 64M, 1G).
     #[arg(long)]

@@ -195,3 +195,95 @@ fn tune2fs_turns_features_off_and_on() {
         assert_eq!(root_names(&img), ["lost+found"]);
     }
 }
+
+/// `losetup -f --show img`: the loop device, detached on drop.
+struct Loop(PathBuf);
+
+impl Loop {
+    fn attach(img: &Path) -> Option<Loop> {
+        let out = Command::new(tool("losetup")?)
+            .args(["-f", "--show"])
+            .arg(img)
+            .output()
+            .ok()?;
+        if !out.status.success() {
+            eprintln!(
+                "SKIP: losetup refused: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+            return None;
+        }
+        Some(Loop(PathBuf::from(
+            String::from_utf8_lossy(&out.stdout).trim(),
+        )))
+    }
+}
+
+impl Drop for Loop {
+    fn drop(&mut self) {
+        if let Some(l) = tool("losetup") {
+            let _ = Command::new(l).arg("-d").arg(&self.0).status();
+        }
+    }
+}
+
+#[test]
+fn makes_it_on_a_block_device_full_of_garbage() {
+    let Some(t) = tools(&["e2fsck", "dumpe2fs"]) else {
+        return;
+    };
+    let (e2fsck, dumpe2fs) = (&t[0], &t[1]);
+    let s = Scratch::new("mkfs-blockdev");
+    let img = s.0.join("dev.img");
+    // Garbage everywhere, as on a used disk (a fixed pattern, not random:
+    // the test must be repeatable).
+    let junk: Vec<u8> = (0..1u32 << 20)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&img).unwrap();
+        for _ in 0..40 {
+            f.write_all(&junk).unwrap();
+        }
+    }
+    let Some(dev) = Loop::attach(&img) else {
+        return;
+    };
+    for bs in [1024u32, 4096] {
+        let r = mkfs::make(&dev.0, &opts("40M", bs, "")).expect("mkfs on a loop device");
+        assert_eq!(r.blocks * u64::from(bs), 40 << 20);
+        assert_clean(
+            e2fsck,
+            &dev.0,
+            &format!("mkfs on a dirty loop device, bs {bs}"),
+        );
+        assert_eq!(field(dumpe2fs, &dev.0, "Block size"), bs.to_string());
+        assert_eq!(root_names(&dev.0), ["lost+found"]);
+    }
+    // Larger than the device: refused before anything is written, so the
+    // filesystem already there is untouched.
+    let err = mkfs::make(&dev.0, &opts("41M", 1024, "")).unwrap_err();
+    assert!(err.to_string().contains("the device has"), "{err}");
+    assert_clean(e2fsck, &dev.0, "a refused mkfs");
+    assert_eq!(field(dumpe2fs, &dev.0, "Block size"), "4096");
+    // Mounted: O_EXCL gives EBUSY, and the mounted filesystem is untouched.
+    let mnt = s.0.join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "ext4", "-o", "ro"])
+        .arg(&dev.0)
+        .arg(&mnt)
+        .status()
+        .is_ok_and(|st| st.success());
+    if !mounted {
+        eprintln!("SKIP (mounted-device part): the kernel refused to mount");
+        return;
+    }
+    let busy = mkfs::make(&dev.0, &opts("40M", 1024, ""));
+    let _ = Command::new("umount").arg(&mnt).status();
+    let err = busy.unwrap_err();
+    assert!(err.to_string().contains("busy"), "{err}");
+    assert_clean(e2fsck, &dev.0, "mkfs refused on a mounted device");
+    assert_eq!(field(dumpe2fs, &dev.0, "Block size"), "4096");
+}

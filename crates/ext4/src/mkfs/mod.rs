@@ -688,13 +688,18 @@ struct Group {
 /// Make a filesystem in the regular file `path`, creating it or cutting it
 /// to the size (its old contents are discarded first, so the image reads as
 /// zeros and no inode table needs writing). On error the file is left empty.
+/// A block device `path` is written in place instead ([`make_on_blockdev`]).
 pub fn make(path: &Path, o: &MkfsOptions) -> Result<Report> {
     let layout = plan(o)?;
     let meta = std::fs::metadata(path);
     if let Ok(m) = &meta {
+        use std::os::unix::fs::FileTypeExt;
+        if m.file_type().is_block_device() {
+            return make_on_blockdev(path, o);
+        }
         if !m.is_file() {
             return Err(invalid(format!(
-                "{}: not a regular file (this mkfs writes image files only)",
+                "{}: neither a regular file nor a block device",
                 path.display()
             )));
         }
@@ -720,6 +725,41 @@ pub fn make(path: &Path, o: &MkfsOptions) -> Result<Report> {
         if let Ok(f) = OpenOptions::new().write(true).open(path) {
             let _ = f.set_len(0);
         }
+    }
+    result
+}
+
+/// Make a filesystem on the block device `path` (SIZE at most the
+/// device's), as mke2fs does: opened `O_EXCL`, so a mounted device is
+/// refused (EBUSY); its old contents are not known to be zero, so group
+/// 0's inode table is zeroed and the others are left to the kernel's lazy
+/// init. The primary superblock area is zeroed first and again on failure,
+/// so a half-made filesystem (or the old one) is not left looking valid.
+pub fn make_on_blockdev(path: &Path, o: &MkfsOptions) -> Result<Report> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let layout = plan(o)?;
+    // Held open for the whole run: the O_EXCL claim on the device.
+    let _claim = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_EXCL)
+        .open(path)
+        .map_err(|e| invalid(format!("{}: {e}", path.display())))?;
+    let dev = FileDevice::open(path, true).map_err(Error::Io)?;
+    let need = layout.blocks * layout.bs();
+    if dev.size() < need {
+        return Err(invalid(format!(
+            "{}: the device has {} bytes, --size asks for {need}",
+            path.display(),
+            dev.size()
+        )));
+    }
+    // Bytes 1024..2048 hold the ext4 superblock at every block size.
+    let wipe = |d: &FileDevice| d.write_at(1024, &[0u8; 1024]).and_then(|()| d.flush());
+    wipe(&dev).map_err(Error::Io)?;
+    let result = write(&dev, &layout, false);
+    if result.is_err() {
+        let _ = wipe(&dev);
     }
     result
 }
