@@ -124,16 +124,20 @@ fn e2fsck_passes_across_block_sizes_and_group_counts() {
             }
         }
     }
-    // Without sparse_super (a backup in every group) and without flex_bg
-    // (bitmaps and tables in their own group).
+    // Without sparse_super (a backup in every group; resize_inode must go
+    // too, as mke2fs insists) and without flex_bg (bitmaps and tables in
+    // their own group).
     for f in [
-        "^sparse_super",
+        "^sparse_super,^resize_inode",
         "^flex_bg",
         "^dir_index,^ext_attr,^huge_file",
     ] {
         mkfs::make(&img, &opts("100M", 1024, f)).unwrap();
         assert_fsck_clean(&img, f);
     }
+    // A backup in each of 288 groups (more than a 1K block's 256 entries).
+    mkfs::make(&img, &opts("2300M", 1024, "^sparse_super,^resize_inode")).unwrap();
+    assert_fsck_clean(&img, "2300M 1K ^sparse_super,^resize_inode");
 }
 
 #[test]
@@ -375,6 +379,12 @@ fn bad_options_are_refused_and_leave_no_image() {
             "needs has_journal",
         ),
         (opts("1M", 1024, "has_journal"), "too small for a journal"),
+        // mke2fs refuses it too; past 256 groups at 1K the resize inode's
+        // backup lists would overflow (e2fsck: "Resize inode not valid").
+        (
+            opts("2300M", 1024, "^sparse_super"),
+            "resize_inode needs sparse_super",
+        ),
         (
             MkfsOptions {
                 label: "a label longer than sixteen".into(),

@@ -276,6 +276,15 @@ impl Features {
             }
             f.compat &= !COMPAT_ORPHAN_FILE;
         }
+        // The resize inode's reserved blocks list their backups in one
+        // indirect block (block size / 4 entries), which a backup in every
+        // group overflows: mke2fs refuses the pair ("reserved online resize
+        // blocks not supported on non-sparse filesystem"), and so do we.
+        if f.compat & COMPAT_RESIZE_INODE != 0 && f.ro_compat & RO_COMPAT_SPARSE_SUPER == 0 {
+            return Err(invalid(
+                "resize_inode needs sparse_super (as mke2fs): add -O ^resize_inode",
+            ));
+        }
         Ok(f)
     }
 
