@@ -443,13 +443,17 @@ pub fn plan(o: &MkfsOptions) -> Result<Layout> {
     if blocks < 64 {
         return Err(too_small("at least 64 blocks"));
     }
+    // The inode count asked for, from the size before a short last group
+    // is dropped (mke2fs sets s_inodes_count once; ext2fs_initialize's
+    // retry spreads it over the remaining groups).
+    let want_inodes = (blocks * bs64 / u64::from(inode_ratio)).max(u64::from(FIRST_INO) + 1);
+    let asked_blocks = blocks;
     loop {
         let groups64 = div_ceil(blocks - first_data_block, u64::from(bpg));
         let groups = u32::try_from(groups64).map_err(|_| too_small("group count"))?;
         let desc_blocks = div_ceil(groups64, u64::from(gdpb)) as u32;
         // Inodes: the ratio, spread over the groups, rounded to fill whole
         // inode-table blocks and to a multiple of 8.
-        let want_inodes = (blocks * bs64 / u64::from(inode_ratio)).max(u64::from(FIRST_INO) + 1);
         let mut ipg = div_ceil(want_inodes, groups64).min(u64::from(bpg));
         let max_ipg = u64::from(bpg).min(65536 - u64::from(ipb));
         ipg = ipg.clamp(16, max_ipg);
@@ -498,7 +502,7 @@ pub fn plan(o: &MkfsOptions) -> Result<Layout> {
             desc_blocks,
             reserved_gdt,
             log_flex: if features.has("flex_bg") { 4 } else { 0 },
-            reserved_blocks: blocks * 5 / 100,
+            reserved_blocks: reserved_blocks(asked_blocks, blocks),
             journal_blocks: 0,
             orphan_blocks: 0,
             uuid: [0; 16],
@@ -692,6 +696,19 @@ struct Group {
     itable_unused: u32,
     block_bitmap_csum: u32,
     inode_bitmap_csum: u32,
+}
+
+/// 5% of the blocks kept for root, as mke2fs: of the size asked for, and
+/// where a short last group was dropped, that count scaled to the blocks
+/// left by ext2fs_initialize's ratio in doubles (so 262278 blocks cut to
+/// 262144 keep 13106, not 13107).
+fn reserved_blocks(asked: u64, blocks: u64) -> u64 {
+    let first = asked * 5 / 100;
+    if blocks == asked || asked == 0 {
+        return first;
+    }
+    let ratio = 100.0 * first as f64 / asked as f64;
+    (ratio * blocks as f64 / 100.0) as u64
 }
 
 /// Make a filesystem in the regular file `path`, creating it or cutting it
