@@ -518,3 +518,52 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn many_inodes_shrink_the_groups_as_mke2fs() {
+    // `-i 1024` at 1K asks for more inodes per group than a bitmap block
+    // holds: mke2fs shrinks the blocks per group (8192 to 7736 here) and
+    // keeps the 5% reserve of its earlier, dropped-last-group attempt.
+    let Some(mke2fs) = tool("mke2fs") else {
+        eprintln!("SKIP: mke2fs not found");
+        return;
+    };
+    let s = Scratch::new("mkfs-small-groups");
+    let ours = s.0.join("ours.img");
+    let theirs = s.0.join("theirs.img");
+    for (size, bs, ratio) in [("16938K", 1024u32, 1024u32), ("17447K", 1024, 1024)] {
+        let o = MkfsOptions {
+            inode_ratio: Some(ratio),
+            ..opts(size, bs, "")
+        };
+        let r = mkfs::make(&ours, &o).unwrap();
+        assert!(r.blocks_per_group < 8 * bs, "{size}: groups shrunk");
+        if !assert_fsck_clean(&ours, size) {
+            return;
+        }
+        let _ = std::fs::remove_file(&theirs);
+        let st = Command::new(&mke2fs)
+            .args(["-q", "-F", "-t", "ext4", "-O", "orphan_file", "-b"])
+            .arg(bs.to_string())
+            .arg("-i")
+            .arg(ratio.to_string())
+            .arg(&theirs)
+            .arg(size)
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let (a, b) = (dumpe2fs(&ours).unwrap(), dumpe2fs(&theirs).unwrap());
+        for k in [
+            "Block count",
+            "Blocks per group",
+            "Inode count",
+            "Inodes per group",
+            "Reserved block count",
+            "Reserved GDT blocks",
+            "Free blocks",
+            "Free inodes",
+        ] {
+            assert_eq!(a.get(k), b.get(k), "{k} at {size}, -i {ratio}");
+        }
+    }
+}

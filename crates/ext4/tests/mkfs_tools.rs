@@ -251,7 +251,23 @@ fn makes_it_on_a_block_device_full_of_garbage() {
         return;
     };
     for bs in [1024u32, 4096] {
-        let r = mkfs::make(&dev.0, &opts("40M", bs, "")).expect("mkfs on a loop device");
+        // A fresh loop device may be held for a moment by udev's probe or
+        // another test's mount (O_EXCL: EBUSY): a few tries, then skip.
+        let mut tries = 0;
+        let r = loop {
+            match mkfs::make(&dev.0, &opts("40M", bs, "")) {
+                Ok(r) => break r,
+                Err(e) if e.to_string().contains("busy") && tries < 10 => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(200));
+                }
+                Err(e) if e.to_string().contains("busy") => {
+                    eprintln!("SKIP: {} stays busy: {e}", dev.0.display());
+                    return;
+                }
+                Err(e) => panic!("mkfs on a loop device: {e}"),
+            }
+        };
         assert_eq!(r.blocks * u64::from(bs), 40 << 20);
         assert_clean(
             e2fsck,

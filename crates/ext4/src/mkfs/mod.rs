@@ -426,7 +426,7 @@ pub fn plan(o: &MkfsOptions) -> Result<Layout> {
     label[..o.label.len()].copy_from_slice(o.label.as_bytes());
 
     let first_data_block: u64 = if bs == 1024 { 1 } else { 0 };
-    let bpg = bs * 8;
+    let mut bpg = bs * 8;
     let gdpb = bs / 64;
     let ipb = bs / u32::from(inode_size);
     if blocks < 2048 && features.has("has_journal") {
@@ -448,13 +448,24 @@ pub fn plan(o: &MkfsOptions) -> Result<Layout> {
     // retry spreads it over the remaining groups).
     let want_inodes = (blocks * bs64 / u64::from(inode_ratio)).max(u64::from(FIRST_INO) + 1);
     let asked_blocks = blocks;
+    // 5% kept for root; rescaled where a short last group is dropped and,
+    // as in ext2fs_initialize, kept when smaller groups restart the plan.
+    let mut reserved = asked_blocks * 5 / 100;
     loop {
         let groups64 = div_ceil(blocks - first_data_block, u64::from(bpg));
         let groups = u32::try_from(groups64).map_err(|_| too_small("group count"))?;
         let desc_blocks = div_ceil(groups64, u64::from(gdpb)) as u32;
         // Inodes: the ratio, spread over the groups, rounded to fill whole
         // inode-table blocks and to a multiple of 8.
-        let mut ipg = div_ceil(want_inodes, groups64).min(u64::from(bpg));
+        let mut ipg = div_ceil(want_inodes, groups64);
+        // More inodes per group than a bitmap block holds: smaller groups,
+        // as ext2fs_initialize retries (from the size asked for).
+        if ipg > bs64 * 8 && bpg >= 256 {
+            bpg -= 8;
+            blocks = asked_blocks;
+            continue;
+        }
+        ipg = ipg.min(bs64 * 8);
         let max_ipg = u64::from(bpg).min(65536 - u64::from(ipb));
         ipg = ipg.clamp(16, max_ipg);
         let mut itb = div_ceil(ipg * u64::from(inode_size), bs64);
@@ -502,7 +513,7 @@ pub fn plan(o: &MkfsOptions) -> Result<Layout> {
             desc_blocks,
             reserved_gdt,
             log_flex: if features.has("flex_bg") { 4 } else { 0 },
-            reserved_blocks: reserved_blocks(asked_blocks, blocks),
+            reserved_blocks: reserved,
             journal_blocks: 0,
             orphan_blocks: 0,
             uuid: [0; 16],
@@ -517,6 +528,7 @@ pub fn plan(o: &MkfsOptions) -> Result<Layout> {
         }
         if rem != 0 && rem < last_overhead + 50 {
             blocks -= rem;
+            reserved = reserved_blocks(asked_blocks, blocks);
             continue;
         }
         // The journal: mke2fs's default size for the block count.
@@ -1087,7 +1099,10 @@ fn write(dev: &dyn BlockDevice, l: &Layout, zeroed: bool) -> Result<Report> {
             for i in len as usize..(bs as usize * 8) {
                 bm[i / 8] |= 1 << (i % 8);
             }
-            gr.block_bitmap_csum = crate::format::checksum::crc32c(seed, &bm);
+            // The kernel sums blocks-per-group bits (less than the block
+            // where groups were shrunk for the inode count).
+            gr.block_bitmap_csum =
+                crate::format::checksum::crc32c(seed, &bm[..(l.blocks_per_group / 8) as usize]);
             io(gr.block_bitmap * bs, &bm)?;
         }
         if flags & crate::format::group_desc::BG_INODE_UNINIT == 0 {
