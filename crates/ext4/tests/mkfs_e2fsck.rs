@@ -538,6 +538,7 @@ fn many_inodes_shrink_the_groups_as_mke2fs() {
         };
         let r = mkfs::make(&ours, &o).unwrap();
         assert!(r.blocks_per_group < 8 * bs, "{size}: groups shrunk");
+        assert_eq!(root_names(&open(&ours)), ["lost+found"]);
         if !assert_fsck_clean(&ours, size) {
             return;
         }
