@@ -24,13 +24,19 @@ pub type Result<T> = std::result::Result<T, Error>;
 
 impl Error {
     /// The errno the VFS reports: EUCLEAN for corruption (as Linux's
-    /// EFSCORRUPTED), EIO for device errors, EINVAL for an incompatible
+    /// EFSCORRUPTED), EIO for device errors (ENOSPC, EROFS from the writer), EINVAL for an incompatible
     /// image (only seen at open time).
     pub fn errno(&self) -> Errno {
         match self {
             Error::Corrupt { .. } => Errno::EUCLEAN,
             Error::Incompatible(_) => Errno::EINVAL,
-            Error::Io(_) => Errno::EIO,
+            // An errno the write side raises itself (ENOSPC, EROFS) passes
+            // through; other device errors are EIO.
+            Error::Io(e) => e
+                .raw_os_error()
+                .filter(|&n| n == libc::ENOSPC || n == libc::EROFS)
+                .and_then(Errno::from_raw)
+                .unwrap_or(Errno::EIO),
         }
     }
 

@@ -10,6 +10,11 @@ use scalevfs::inode::Inode;
 use scalevfs::types::{Attr, DirEntry, FileType, SetAttr, StatFs};
 use scalevfs::{Errno, VfsResult};
 
+use scalevfs_sync::ordered::{Class, Mutex as OMutex};
+use scalevfs_sync::primitive::{AtomicBool, AtomicU64, Ordering};
+
+use crate::alloc::{Alloc, Io};
+use crate::bufcache::BufCache;
 use crate::device::{BlockDevice, FileDevice};
 use crate::error::{corrupt, Error, Result};
 use crate::format::dir::{self, Entry};
@@ -18,7 +23,9 @@ use crate::format::features::*;
 use crate::format::group_desc::{self, GroupDesc};
 use crate::format::htree;
 use crate::format::inode::{self, RawInode};
-use crate::format::superblock::{Superblock, FLAG_UNSIGNED_HASH, SB_OFFSET, SB_SIZE};
+use crate::format::superblock::{
+    self, SbUpdate, Superblock, FLAG_UNSIGNED_HASH, SB_OFFSET, SB_SIZE, STATE_ERROR, STATE_VALID,
+};
 
 /// `statfs` f_type of ext2/3/4.
 pub const EXT4_SUPER_MAGIC: u64 = 0xEF53;
@@ -30,6 +37,12 @@ pub struct Ext4Options {
     pub dev: u64,
     /// Inodes kept alive by the cache beyond those the VFS holds.
     pub inode_cache: usize,
+    /// Read-only (the default). `false` mounts read-write: the image must
+    /// be clean (journal needing no recovery, state valid) and use no
+    /// feature the writer does not keep.
+    pub ro: bool,
+    /// Metadata blocks the write-back cache holds (read-write only).
+    pub buffer_cache: usize,
 }
 
 impl Default for Ext4Options {
@@ -37,6 +50,8 @@ impl Default for Ext4Options {
         Ext4Options {
             dev: 1,
             inode_cache: 4096,
+            ro: true,
+            buffer_cache: 8192,
         }
     }
 }
@@ -75,6 +90,38 @@ pub struct Ext4 {
     cache: Mutex<InodeCache>,
     root: Arc<Inode>,
     statfs: StatFs,
+    /// The write side; `None` for a read-only mount.
+    rw: Option<RwState>,
+}
+
+/// State of a read-write mount.
+struct RwState {
+    bufs: BufCache,
+    alloc: Alloc,
+    /// The raw superblock as read (fields not modelled kept as they are).
+    sb_raw: OMutex<Vec<u8>>,
+    mnt_count: u16,
+    kbytes_written: u64,
+    /// Bytes written since mount (data and metadata), for s_kbytes_written.
+    written: AtomicU64,
+    /// A check failed while writing: nothing more goes to the device.
+    failed: AtomicBool,
+}
+
+/// The RO_COMPAT features a read-write mount keeps correct.
+const RO_COMPAT_RW_OK: u32 = RO_COMPAT_SPARSE_SUPER
+    | RO_COMPAT_LARGE_FILE
+    | RO_COMPAT_HUGE_FILE
+    | RO_COMPAT_GDT_CSUM
+    | RO_COMPAT_DIR_NLINK
+    | RO_COMPAT_EXTRA_ISIZE
+    | RO_COMPAT_METADATA_CSUM;
+
+fn now() -> (i64, i64) {
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    (d.as_secs() as i64, i64::from(d.subsec_nanos()))
 }
 
 impl std::fmt::Debug for Ext4 {
@@ -91,17 +138,23 @@ fn ino_what(ino: u32) -> impl Fn() -> String {
 }
 
 impl Ext4 {
-    /// Open the image (or block device) at `path`, read-only.
+    /// Open the image (or block device) at `path`, read-only unless
+    /// `opts.ro` is false.
     pub fn open(path: &Path, opts: Ext4Options) -> Result<Arc<Ext4>> {
-        let dev = FileDevice::open(path, false)?;
+        let dev = FileDevice::open(path, !opts.ro)?;
         Ext4::open_device(Box::new(dev), opts)
     }
 
-    /// Open a filesystem on `dev`, read-only.
+    /// Open a filesystem on `dev` (read-only unless `opts.ro` is false).
     pub fn open_device(dev: Box<dyn BlockDevice>, opts: Ext4Options) -> Result<Arc<Ext4>> {
         let mut sbb = vec![0u8; SB_SIZE];
         dev.read_at(SB_OFFSET, &mut sbb)?;
         let sb = Superblock::parse(&sbb)?;
+        // (A journal replay, when one is implemented, goes here: before
+        // anything else reads the tables.)
+        if !opts.ro {
+            check_rw(&sb)?;
+        }
         let bs = sb.block_size();
         let dev_blocks = dev.size() / bs as u64;
         if sb.blocks_count > dev_blocks {
@@ -158,7 +211,23 @@ impl Ext4 {
             cache,
             root: placeholder,
             statfs: StatFs::default(),
+            rw: None,
         };
+        if !opts.ro {
+            let (mnt_count, kbytes_written) = superblock::mount_fields(&sbb);
+            fs.rw = Some(RwState {
+                bufs: BufCache::new(bs, opts.buffer_cache.max(64)),
+                alloc: Alloc::new(&fs.groups),
+                sb_raw: OMutex::new(Class::Ext4Super, sbb),
+                mnt_count: mnt_count.wrapping_add(1),
+                kbytes_written,
+                written: AtomicU64::new(0),
+                failed: AtomicBool::new(false),
+            });
+            // Mark the filesystem in use (not clean) until unmount.
+            fs.write_super(false)?;
+            fs.dev.flush()?;
+        }
         let root = fs.iget(inode::ROOT_INO)?;
         if !root.is_dir() {
             return Err(corrupt("inode 2", "the root is not a directory"));
@@ -185,7 +254,118 @@ impl Ext4 {
                 "block number beyond the filesystem",
             ));
         }
-        self.dev.read_at(blk * self.bs as u64, buf)?;
+        match &self.rw {
+            Some(rw) => rw.bufs.read(&*self.dev, blk, buf)?,
+            None => self.dev.read_at(blk * self.bs as u64, buf)?,
+        }
+        Ok(())
+    }
+
+    /// True for a read-write mount.
+    pub fn is_rw(&self) -> bool {
+        self.rw.is_some()
+    }
+
+    fn rw(&self) -> Result<(&RwState, Io<'_>)> {
+        let rw = self
+            .rw
+            .as_ref()
+            .ok_or_else(|| Error::Io(std::io::Error::from_raw_os_error(libc::EROFS)))?;
+        // Relaxed: the flag only stops further writes; it orders nothing.
+        if rw.failed.load(Ordering::Relaxed) {
+            return Err(Error::Io(std::io::Error::from_raw_os_error(libc::EROFS)));
+        }
+        let io = Io {
+            sb: &self.sb,
+            dev: &*self.dev,
+            bufs: &rw.bufs,
+        };
+        Ok((rw, io))
+    }
+
+    /// A corrupt-image error on the write path stops all further writing
+    /// (the kernel's errors=remount-ro).
+    fn check<T>(&self, r: Result<T>) -> Result<T> {
+        if let (Err(e), Some(rw)) = (&r, &self.rw) {
+            if e.is_corrupt() {
+                // Relaxed: see `rw`.
+                rw.failed.store(true, Ordering::Relaxed);
+            }
+        }
+        r
+    }
+
+    /// Allocate a block near `goal` (0: the thread's group); `root` may
+    /// take the reserved blocks.
+    pub fn alloc_block(&self, goal: u64, root: bool) -> Result<u64> {
+        let (rw, io) = self.rw()?;
+        self.check(rw.alloc.alloc_block(&io, goal, root))
+    }
+
+    /// Free block `blk`.
+    pub fn free_block(&self, blk: u64) -> Result<()> {
+        let (rw, io) = self.rw()?;
+        self.check(rw.alloc.free_block(&io, blk))
+    }
+
+    /// Allocate an inode number, preferably in group `group`.
+    pub fn alloc_inode(&self, group: Option<usize>, dir: bool) -> Result<u32> {
+        let (rw, io) = self.rw()?;
+        self.check(rw.alloc.alloc_inode(&io, group, dir))
+    }
+
+    /// Free inode number `ino`.
+    pub fn free_inode(&self, ino: u32, dir: bool) -> Result<()> {
+        let (rw, io) = self.rw()?;
+        self.check(rw.alloc.free_inode(&io, ino, dir))
+    }
+
+    /// Write the superblock with the current counts; `clean` marks the
+    /// filesystem valid (unmount), else in use.
+    fn write_super(&self, clean: bool) -> Result<()> {
+        let Some(rw) = &self.rw else { return Ok(()) };
+        let t = now().0;
+        let mut raw = rw.sb_raw.lock();
+        // Relaxed: a statistic.
+        let kb = rw.written.load(Ordering::Relaxed) / 1024;
+        let state = if clean {
+            self.sb.state | STATE_VALID
+        } else {
+            self.sb.state & !STATE_VALID
+        };
+        let u = SbUpdate {
+            state,
+            mnt_count: rw.mnt_count,
+            mtime: t,
+            wtime: t,
+            free_blocks: rw.alloc.free_blocks() * self.sb.cluster_ratio(),
+            free_inodes: rw.alloc.free_inodes() as u32,
+            kbytes_written: rw.kbytes_written.saturating_add(kb),
+        };
+        superblock::encode_update(&mut raw, &u, self.sb.has_metadata_csum());
+        self.dev.write_at(SB_OFFSET, &raw)?;
+        rw.written.fetch_add(SB_SIZE as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Write every dirty metadata block, the group descriptors and the
+    /// superblock, then flush the device (`syncfs`). A read-only mount has
+    /// nothing to write.
+    pub fn sync(&self) -> Result<()> {
+        self.writeback(false)
+    }
+
+    fn writeback(&self, clean: bool) -> Result<()> {
+        let Some(rw) = &self.rw else { return Ok(()) };
+        // Relaxed: see `rw`.
+        if rw.failed.load(Ordering::Relaxed) {
+            return Err(Error::Io(std::io::Error::from_raw_os_error(libc::EROFS)));
+        }
+        let (_, io) = self.rw()?;
+        rw.alloc.write_descs(&io, |gdb| gdt_block(&self.sb, gdb))?;
+        rw.bufs.write_back(&*self.dev)?;
+        self.write_super(clean)?;
+        self.dev.flush()?;
         Ok(())
     }
 
@@ -966,7 +1146,22 @@ impl Filesystem for Ext4 {
     }
 
     fn statfs(&self) -> StatFs {
-        self.statfs
+        let mut st = self.statfs;
+        if let Some(rw) = &self.rw {
+            let ratio = self.sb.cluster_ratio();
+            let resv = ((self.sb.blocks_count / ratio) / 50).min(4096) * ratio;
+            st.bfree = rw.alloc.free_blocks().saturating_mul(ratio);
+            st.bavail = st
+                .bfree
+                .saturating_sub(self.sb.r_blocks_count.saturating_add(resv));
+            st.ffree = rw.alloc.free_inodes();
+            st.flags &= !libc::ST_RDONLY;
+        }
+        st
+    }
+
+    fn fsync(&self, _inode: &Arc<Inode>, _datasync: bool) -> VfsResult<()> {
+        vfs(self.sync())
     }
 
     fn max_file_size(&self) -> u64 {
@@ -1002,6 +1197,33 @@ impl Filesystem for Ext4 {
 
 /// Block number of group descriptor block `gdb` (meta_bg puts the blocks of
 /// later meta groups in the first group of each).
+impl Drop for Ext4 {
+    fn drop(&mut self) {
+        // Unmount: write everything back and mark the filesystem clean.
+        if let Err(e) = self.writeback(true) {
+            eprintln!("scalevfs-ext4: writeback at unmount failed: {e}");
+        }
+    }
+}
+
+/// Refuse a read-write mount of an image the writer would damage.
+fn check_rw(sb: &Superblock) -> Result<()> {
+    let bad = sb.feature_ro_compat & !RO_COMPAT_RW_OK;
+    if bad != 0 {
+        return Err(Error::Incompatible(format!(
+            "read-only compatible feature(s) {bad:#x} are not kept by the writer: mount read-only"
+        )));
+    }
+    if sb.state & STATE_VALID == 0 || sb.state & STATE_ERROR != 0 {
+        return Err(Error::Incompatible(
+            "the filesystem was not cleanly unmounted or has errors: run e2fsck first, \
+             or mount read-only"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
 fn gdt_block(sb: &Superblock, gdb: u64) -> u64 {
     // The block after the superblock's (block 1 of 1 KiB blocks even with
     // bigalloc, whose first data block is 0).

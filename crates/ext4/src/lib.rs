@@ -10,6 +10,8 @@
 //! # Ok::<(), scalevfs_ext4::Error>(())
 //! ```
 
+pub mod alloc;
+pub mod bufcache;
 pub mod device;
 pub mod error;
 pub mod format;

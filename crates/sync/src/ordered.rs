@@ -129,6 +129,13 @@ classes! {
     /// are allocated under the data lock and freed by epoch destructors,
     /// which run wherever a thread pins.
     FramePool = 20, "frames::POOL", No;
+    /// `ext4 Alloc::groups[g]`: one block group's allocation state
+    /// (bitmaps, free counts, flags); one group at a time.
+    Ext4Group = 21, "ext4 Alloc::groups", No;
+    /// `ext4 BufCache::shards[i]`: one shard of the metadata buffer cache.
+    Ext4Buf = 22, "ext4 BufCache::shards", No;
+    /// `ext4 Ext4::sb_raw`: the raw superblock at writeback.
+    Ext4Super = 23, "ext4 Ext4::sb_raw", No;
 }
 
 impl fmt::Display for Class {
