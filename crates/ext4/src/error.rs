@@ -34,7 +34,7 @@ impl Error {
             // through; other device errors are EIO.
             Error::Io(e) => e
                 .raw_os_error()
-                .filter(|&n| n == libc::ENOSPC || n == libc::EROFS)
+                .filter(|n| WRITER_ERRNOS.contains(n))
                 .and_then(Errno::from_raw)
                 .unwrap_or(Errno::EIO),
         }
@@ -45,6 +45,18 @@ impl Error {
         matches!(self, Error::Corrupt { .. })
     }
 }
+
+/// Errnos the write side raises itself (passed through; any other device
+/// error is EIO).
+const WRITER_ERRNOS: &[i32] = &[
+    libc::ENOSPC,
+    libc::EROFS,
+    libc::EOPNOTSUPP,
+    libc::EMLINK,
+    libc::ENAMETOOLONG,
+    libc::EFBIG,
+    libc::EINVAL,
+];
 
 /// A corruption error.
 pub fn corrupt(what: impl Into<String>, why: impl Into<String>) -> Error {

@@ -59,7 +59,24 @@ impl Default for Ext4Options {
 /// What an ext4 inode carries as the VFS inode's private data.
 #[derive(Debug)]
 pub struct Ext4Inode {
-    pub raw: RawInode,
+    /// The on-disk inode as last read or written (a read-write mount
+    /// changes it under this lock, held only to copy or replace it).
+    raw: OMutex<RawInode>,
+    /// A fast symlink's target (symlinks never change).
+    link: Option<Box<[u8]>>,
+    /// Serialises changes to a directory's blocks (read-write mounts).
+    pub(crate) dir_lock: OMutex<()>,
+}
+
+impl Ext4Inode {
+    /// A copy of the on-disk inode.
+    pub fn raw(&self) -> RawInode {
+        self.raw.lock().clone()
+    }
+
+    pub(crate) fn set_raw(&self, r: RawInode) {
+        *self.raw.lock() = r;
+    }
 }
 
 /// Where a logical block of a file lives.
@@ -81,31 +98,31 @@ struct InodeCache {
 
 /// A read-only ext4 filesystem.
 pub struct Ext4 {
-    dev: Box<dyn BlockDevice>,
-    sb: Superblock,
-    groups: Vec<GroupDesc>,
-    bs: usize,
-    devno: u64,
-    cache_cap: usize,
+    pub(crate) dev: Box<dyn BlockDevice>,
+    pub(crate) sb: Superblock,
+    pub(crate) groups: Vec<GroupDesc>,
+    pub(crate) bs: usize,
+    pub(crate) devno: u64,
+    pub(crate) cache_cap: usize,
     cache: Mutex<InodeCache>,
-    root: Arc<Inode>,
-    statfs: StatFs,
+    pub(crate) root: Arc<Inode>,
+    pub(crate) statfs: StatFs,
     /// The write side; `None` for a read-only mount.
-    rw: Option<RwState>,
+    pub(crate) rw: Option<RwState>,
 }
 
 /// State of a read-write mount.
-struct RwState {
-    bufs: BufCache,
-    alloc: Alloc,
+pub(crate) struct RwState {
+    pub(crate) bufs: BufCache,
+    pub(crate) alloc: Alloc,
     /// The raw superblock as read (fields not modelled kept as they are).
-    sb_raw: OMutex<Vec<u8>>,
-    mnt_count: u16,
-    kbytes_written: u64,
+    pub(crate) sb_raw: OMutex<Vec<u8>>,
+    pub(crate) mnt_count: u16,
+    pub(crate) kbytes_written: u64,
     /// Bytes written since mount (data and metadata), for s_kbytes_written.
-    written: AtomicU64,
+    pub(crate) written: AtomicU64,
     /// A check failed while writing: nothing more goes to the device.
-    failed: AtomicBool,
+    pub(crate) failed: AtomicBool,
 }
 
 /// The RO_COMPAT features a read-write mount keeps correct.
@@ -247,7 +264,7 @@ impl Ext4 {
         self.bs
     }
 
-    fn read_block(&self, blk: u64, buf: &mut [u8]) -> Result<()> {
+    pub(crate) fn read_block(&self, blk: u64, buf: &mut [u8]) -> Result<()> {
         if blk >= self.sb.blocks_count {
             return Err(corrupt(
                 format!("block {blk}"),
@@ -266,7 +283,7 @@ impl Ext4 {
         self.rw.is_some()
     }
 
-    fn rw(&self) -> Result<(&RwState, Io<'_>)> {
+    pub(crate) fn rw(&self) -> Result<(&RwState, Io<'_>)> {
         let rw = self
             .rw
             .as_ref()
@@ -285,7 +302,7 @@ impl Ext4 {
 
     /// A corrupt-image error on the write path stops all further writing
     /// (the kernel's errors=remount-ro).
-    fn check<T>(&self, r: Result<T>) -> Result<T> {
+    pub(crate) fn check<T>(&self, r: Result<T>) -> Result<T> {
         if let (Err(e), Some(rw)) = (&r, &self.rw) {
             if e.is_corrupt() {
                 // Relaxed: see `rw`.
@@ -448,7 +465,11 @@ impl Ext4 {
             u64::from(ino),
             self.devno,
             attr,
-            Box::new(Ext4Inode { raw }),
+            Box::new(Ext4Inode {
+                link: fast_link(&raw, self.bs).map(Box::from),
+                raw: OMutex::new(Class::Ext4Raw, raw),
+                dir_lock: OMutex::new(Class::Ext4Dir, ()),
+            }),
         ));
         let mut c = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(i) = c.map.get(&ino).and_then(Weak::upgrade) {
@@ -476,8 +497,8 @@ impl Ext4 {
             .len()
     }
 
-    fn node(i: &Inode) -> VfsResult<&RawInode> {
-        i.private::<Ext4Inode>().map(|n| &n.raw).ok_or(Errno::EIO)
+    pub(crate) fn node(i: &Inode) -> VfsResult<RawInode> {
+        i.private::<Ext4Inode>().map(|n| n.raw()).ok_or(Errno::EIO)
     }
 
     /// Where logical block `lblk` of `raw` lives.
@@ -683,7 +704,7 @@ impl Ext4 {
         }
     }
 
-    fn dir_blocks(&self, raw: &RawInode) -> Result<u32> {
+    pub(crate) fn dir_blocks(&self, raw: &RawInode) -> Result<u32> {
         let n = raw.size.div_ceil(self.bs as u64);
         if n > self.sb.blocks_count || n > u64::from(u32::MAX) {
             return Err(corrupt(
@@ -694,11 +715,11 @@ impl Ext4 {
         Ok(n as u32)
     }
 
-    fn is_htree(&self, raw: &RawInode) -> bool {
+    pub(crate) fn is_htree(&self, raw: &RawInode) -> bool {
         raw.flags & inode::FL_INDEX != 0 && self.sb.has_compat(COMPAT_DIR_INDEX)
     }
 
-    fn csum_seed(&self, raw: &RawInode) -> Option<u32> {
+    pub(crate) fn csum_seed(&self, raw: &RawInode) -> Option<u32> {
         self.sb.has_metadata_csum().then_some(raw.csum_seed)
     }
 
@@ -711,7 +732,7 @@ impl Ext4 {
 
     /// The live entries of directory block `lblk` (`b` holds it); `None` for
     /// an htree index block.
-    fn leaf_entries<'a>(
+    pub(crate) fn leaf_entries<'a>(
         &self,
         raw: &RawInode,
         lblk: u32,
@@ -868,7 +889,7 @@ impl Ext4 {
         self.lookup_ino(raw, name)
     }
 
-    fn lookup_ino(&self, raw: &RawInode, name: &[u8]) -> Result<Option<u32>> {
+    pub(crate) fn lookup_ino(&self, raw: &RawInode, name: &[u8]) -> Result<Option<u32>> {
         if self.is_htree(raw) {
             self.lookup_htree(raw, name)
         } else {
@@ -1066,7 +1087,7 @@ impl Filesystem for Ext4 {
         if !d.is_dir() {
             return Err(Errno::ENOTDIR);
         }
-        let raw = Ext4::node(d)?;
+        let raw = &Ext4::node(d)?;
         match vfs(self.lookup_ino(raw, name))? {
             None => Ok(None),
             Some(ino) => Ok(Some(vfs(self.iget(ino))?)),
@@ -1075,12 +1096,12 @@ impl Filesystem for Ext4 {
 
     fn create(
         &self,
-        _dir: &Arc<Inode>,
-        _name: &[u8],
-        _node: NewNode<'_>,
-        _owner: (u32, u32),
+        dir: &Arc<Inode>,
+        name: &[u8],
+        node: NewNode<'_>,
+        owner: (u32, u32),
     ) -> VfsResult<Arc<Inode>> {
-        Err(Errno::EROFS)
+        vfs(self.create_node(dir, name, node, owner))
     }
 
     fn create_tmpfile(
@@ -1121,16 +1142,18 @@ impl Filesystem for Ext4 {
         if i.file_type() != FileType::Symlink {
             return Err(Errno::EINVAL);
         }
-        vfs(self.read_link(Ext4::node(i)?))
+        vfs(self.read_link(&Ext4::node(i)?))
     }
 
     fn get_link_cached<'i>(&self, i: &'i Inode) -> Option<&'i [u8]> {
-        let raw = &i.private::<Ext4Inode>()?.raw;
-        fast_link(raw, self.bs).filter(|t| !t.is_empty())
+        i.private::<Ext4Inode>()?
+            .link
+            .as_deref()
+            .filter(|t| !t.is_empty())
     }
 
-    fn setattr(&self, _inode: &Arc<Inode>, _set: &SetAttr) -> VfsResult<()> {
-        Err(Errno::EROFS)
+    fn setattr(&self, inode: &Arc<Inode>, set: &SetAttr) -> VfsResult<()> {
+        vfs(self.set_attr(inode, set))
     }
 
     fn readdir(
@@ -1142,7 +1165,7 @@ impl Filesystem for Ext4 {
         if !d.is_dir() {
             return Err(Errno::ENOTDIR);
         }
-        vfs(self.readdir_raw(Ext4::node(d)?, cookie, emit))
+        vfs(self.readdir_raw(&Ext4::node(d)?, cookie, emit))
     }
 
     fn statfs(&self) -> StatFs {
@@ -1175,11 +1198,11 @@ impl Filesystem for Ext4 {
             FileType::Regular => {}
             _ => return Err(Errno::EINVAL),
         }
-        vfs(self.read_data(Ext4::node(i)?, off, buf))
+        vfs(self.read_data(&Ext4::node(i)?, off, buf))
     }
 
     fn seek_data_hole(&self, i: &Arc<Inode>, off: u64, data: bool) -> VfsResult<u64> {
-        vfs(self.seek_raw(Ext4::node(i)?, off, data))?.ok_or(Errno::ENXIO)
+        vfs(self.seek_raw(&Ext4::node(i)?, off, data))?.ok_or(Errno::ENXIO)
     }
 
     fn write(&self, _inode: &Arc<Inode>, _off: u64, _buf: &[u8]) -> VfsResult<usize> {

@@ -16,6 +16,7 @@ pub mod device;
 pub mod error;
 pub mod format;
 mod fs;
+mod write;
 
 pub use device::{BlockDevice, FileDevice, MemDevice};
 pub use error::{Error, Result};

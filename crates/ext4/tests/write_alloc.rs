@@ -6,82 +6,14 @@
 mod common;
 
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 
-use common::{mkfs, Scratch};
+use common::{debugfs_ro, fresh, fsck_clean, sb_field, Scratch};
 use scalevfs::fstype::Filesystem;
 use scalevfs::Errno;
 use scalevfs_ext4::format::group_desc;
 use scalevfs_ext4::format::superblock::Superblock;
 use scalevfs_ext4::{Ext4, Ext4Options};
-
-fn tool(name: &str) -> PathBuf {
-    mkfs().unwrap().with_file_name(name)
-}
-
-/// A fresh image as the brief's reference: mkfs.ext4 defaults plus
-/// orphan_file.
-fn fresh(dir: &Path, bs: usize, size: &str) -> PathBuf {
-    let img = dir.join(format!("img{bs}"));
-    let out = Command::new(mkfs().unwrap())
-        .args(["-q", "-F", "-b", &bs.to_string(), "-O", "orphan_file"])
-        .arg(&img)
-        .arg(size)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "mkfs: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    img
-}
-
-/// e2fsck -fn must exit 0 and say nothing about counts, bitmaps or
-/// checksums.
-fn fsck_clean(img: &Path) {
-    let out = Command::new(tool("e2fsck"))
-        .args(["-fn"])
-        .arg(img)
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "e2fsck -fn failed:\n{text}");
-    for bad in ["differences", "checksum", "count wrong", "Fix?"] {
-        assert!(!text.contains(bad), "e2fsck -fn: {bad}:\n{text}");
-    }
-}
-
-/// A field of `dumpe2fs -h`.
-fn sb_field(img: &Path, name: &str) -> String {
-    let out = Command::new(tool("dumpe2fs"))
-        .arg("-h")
-        .arg(img)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{name}:")))
-        .unwrap_or_else(|| panic!("no {name} in dumpe2fs -h"))
-        .trim()
-        .to_string()
-}
-
-/// debugfs's answer to `req` (read-only).
-fn debugfs_ro(img: &Path, req: &str) -> String {
-    let out = Command::new(tool("debugfs"))
-        .args(["-R", req])
-        .arg(img)
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 fn rw() -> Ext4Options {
     Ext4Options {

@@ -129,13 +129,19 @@ classes! {
     /// are allocated under the data lock and freed by epoch destructors,
     /// which run wherever a thread pins.
     FramePool = 20, "frames::POOL", No;
+    /// `ext4 Ext4Inode::dir_lock`: a directory's blocks while a name is
+    /// added or removed (two in address order for a rename).
+    Ext4Dir = 21, "ext4 Ext4Inode::dir_lock", Ascending;
     /// `ext4 Alloc::groups[g]`: one block group's allocation state
     /// (bitmaps, free counts, flags); one group at a time.
-    Ext4Group = 21, "ext4 Alloc::groups", No;
+    Ext4Group = 22, "ext4 Alloc::groups", No;
     /// `ext4 BufCache::shards[i]`: one shard of the metadata buffer cache.
-    Ext4Buf = 22, "ext4 BufCache::shards", No;
+    Ext4Buf = 23, "ext4 BufCache::shards", No;
     /// `ext4 Ext4::sb_raw`: the raw superblock at writeback.
-    Ext4Super = 23, "ext4 Ext4::sb_raw", No;
+    Ext4Super = 24, "ext4 Ext4::sb_raw", No;
+    /// `ext4 Ext4Inode::raw`: an inode's on-disk copy, held only to copy
+    /// or replace it.
+    Ext4Raw = 25, "ext4 Ext4Inode::raw", No;
 }
 
 impl fmt::Display for Class {

@@ -1,0 +1,400 @@
+//! The namespace side of a read-write mount: inode writeback, creating
+//! files, FIFOs, devices, symlinks (fast and slow) and directories, the
+//! linear directory insert, extent appends in the inode, setattr.
+//!
+//! Not yet (each answers EOPNOTSUPP, never a wrong image): inserting into
+//! an htree directory, extent trees deeper than the inode's four entries,
+//! file data writes, truncate below the allocated size, unlink, rename.
+
+use std::sync::Arc;
+
+use scalevfs::fstype::NewNode;
+use scalevfs::inode::Inode;
+use scalevfs::types::{FileType, SetAttr};
+
+use crate::error::{corrupt, Error, Result};
+use crate::format::dir;
+use crate::format::extent::{self, Node as ExtNode};
+use crate::format::features::INCOMPAT_FILETYPE;
+use crate::format::inode::{RawInode, FL_EXTENTS, I_BLOCK_LEN};
+use crate::fs::{Ext4, Ext4Inode, Mapping};
+
+/// An errno of the write side as an [`Error`].
+pub(crate) fn errno(n: i32) -> Error {
+    Error::Io(std::io::Error::from_raw_os_error(n))
+}
+
+/// Linux's EXT4_LINK_MAX: past it a directory's link count sticks at 1
+/// (dir_nlink).
+const LINK_MAX: u16 = 65000;
+
+fn now() -> (i64, i64) {
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    (d.as_secs() as i64, i64::from(d.subsec_nanos()))
+}
+
+/// An empty depth-0 extent root for `i_block`.
+fn empty_extent_root() -> [u8; I_BLOCK_LEN] {
+    let mut b = [0u8; I_BLOCK_LEN];
+    b[0..2].copy_from_slice(&extent::EXTENT_MAGIC.to_le_bytes());
+    b[4..6].copy_from_slice(&4u16.to_le_bytes());
+    b
+}
+
+/// Write a depth-0 extent list into `i_block`.
+fn put_extents(block: &mut [u8; I_BLOCK_LEN], ex: &[extent::Extent]) {
+    let gen = u32::from_le_bytes([block[8], block[9], block[10], block[11]]);
+    *block = empty_extent_root();
+    block[8..12].copy_from_slice(&gen.to_le_bytes());
+    block[2..4].copy_from_slice(&(ex.len() as u16).to_le_bytes());
+    for (i, e) in ex.iter().enumerate() {
+        let o = extent::HEADER_SIZE + i * extent::ENTRY_SIZE;
+        let len = if e.uninit {
+            e.len + extent::INIT_MAX_LEN
+        } else {
+            e.len
+        };
+        block[o..o + 4].copy_from_slice(&e.block.to_le_bytes());
+        block[o + 4..o + 6].copy_from_slice(&len.to_le_bytes());
+        block[o + 6..o + 8].copy_from_slice(&((e.start >> 32) as u16).to_le_bytes());
+        block[o + 8..o + 12].copy_from_slice(&(e.start as u32).to_le_bytes());
+    }
+}
+
+fn ft_code(mode: u32) -> u8 {
+    match mode & libc::S_IFMT {
+        libc::S_IFREG => dir::FT_REG,
+        libc::S_IFDIR => dir::FT_DIR,
+        libc::S_IFCHR => dir::FT_CHR,
+        libc::S_IFBLK => dir::FT_BLK,
+        libc::S_IFIFO => dir::FT_FIFO,
+        libc::S_IFSOCK => dir::FT_SOCK,
+        libc::S_IFLNK => dir::FT_SYMLINK,
+        _ => dir::FT_UNKNOWN,
+    }
+}
+
+/// Device number in i_block, as the kernel's `ext4_set_inode` (old
+/// 16-bit form when it fits, else the new one in word 1).
+fn encode_rdev(block: &mut [u8; I_BLOCK_LEN], rdev: u64) {
+    let (major, minor) = (libc::major(rdev), libc::minor(rdev));
+    if major < 256 && minor < 256 {
+        block[0..4].copy_from_slice(&((major << 8) | minor).to_le_bytes());
+    } else {
+        let new = (minor & 0xff) | (major << 8) | ((minor & !0xff) << 12);
+        block[4..8].copy_from_slice(&new.to_le_bytes());
+    }
+}
+
+impl Ext4 {
+    /// Write `raw` into its inode table slot (through the cache). `new`:
+    /// the slot is a fresh inode (zeroed, `i_extra_isize` set, crtime).
+    pub(crate) fn write_inode(&self, raw: &RawInode, new: bool) -> Result<()> {
+        let (rw, io) = self.rw()?;
+        let ipg = self.sb.inodes_per_group;
+        let g = ((raw.ino - 1) / ipg) as usize;
+        let idx = ((raw.ino - 1) % ipg) as usize;
+        let isz = self.sb.inode_size();
+        let off = idx * isz;
+        let blk = self.groups[g].inode_table + (off / self.bs) as u64;
+        let inb = off % self.bs;
+        let sb = &self.sb;
+        rw.bufs.modify(io.dev, blk, true, |b| {
+            let slot = &mut b[inb..inb + isz];
+            let crtime = new.then(|| {
+                slot.fill(0);
+                if isz > 128 {
+                    // The kernel's s_want_extra_isize for new inodes.
+                    let e = 32usize.min(isz - 128) as u16;
+                    slot[0x80..0x82].copy_from_slice(&e.to_le_bytes());
+                }
+                raw.ctime
+            });
+            raw.encode(sb, slot, crtime);
+        })?;
+        Ok(())
+    }
+
+    /// Append block `pblk` as logical block `lblk` of `raw` (an extent
+    /// inode whose tree is the inode's own root, depth 0).
+    fn extent_append(&self, raw: &mut RawInode, lblk: u32, pblk: u64) -> Result<()> {
+        if raw.flags & FL_EXTENTS == 0 {
+            return Err(errno(libc::EOPNOTSUPP));
+        }
+        let what = || format!("inode {}", raw.ino);
+        let node = extent::parse_node(&raw.block, &what, None, None, self.sb.blocks_count)?;
+        let ExtNode::Leaf(_, mut ex) = node else {
+            return Err(errno(libc::EOPNOTSUPP));
+        };
+        let full = ex.len() >= 4;
+        match ex.last_mut() {
+            Some(e)
+                if !e.uninit
+                    && u64::from(e.block) + u64::from(e.len) == u64::from(lblk)
+                    && e.start + u64::from(e.len) == pblk
+                    && e.len < extent::INIT_MAX_LEN =>
+            {
+                e.len += 1
+            }
+            Some(e) if u64::from(e.block) + u64::from(e.len) > u64::from(lblk) => {
+                return Err(corrupt(what(), "append inside the mapped range"));
+            }
+            _ if full => return Err(errno(libc::EOPNOTSUPP)),
+            _ => ex.push(extent::Extent {
+                block: lblk,
+                len: 1,
+                start: pblk,
+                uninit: false,
+            }),
+        }
+        put_extents(&mut raw.block, &ex);
+        raw.blocks += self.bs as u64 / 512;
+        Ok(())
+    }
+
+    /// Add `name` -> `ino` to directory `draw` (its lock held): the first
+    /// leaf block with room, else a new block at the end.
+    fn dir_insert(&self, draw: &mut RawInode, name: &[u8], ino: u32, ft: u8) -> Result<()> {
+        let (rw, io) = self.rw()?;
+        if self.is_htree(draw) {
+            return Err(errno(libc::EOPNOTSUPP));
+        }
+        let ft = if self.sb.has_incompat(INCOMPAT_FILETYPE) {
+            ft
+        } else {
+            0
+        };
+        let seed = self.csum_seed(draw);
+        let end = self.bs - if seed.is_some() { dir::TAIL_SIZE } else { 0 };
+        let nblk = self.dir_blocks(draw)?;
+        let mut buf = vec![0u8; self.bs];
+        let mut last = 0;
+        for lblk in 0..nblk {
+            let Mapping::Data {
+                pblk,
+                uninit: false,
+                ..
+            } = self.map_block(draw, lblk)?
+            else {
+                return Err(corrupt(
+                    format!("directory {}", draw.ino),
+                    format!("block {lblk} unmapped"),
+                ));
+            };
+            last = pblk;
+            // Check the block (checksum, every entry) before changing it.
+            self.read_block(pblk, &mut buf)?;
+            self.leaf_entries(draw, lblk, &buf)?;
+            let done = rw.bufs.modify(io.dev, pblk, true, |b| {
+                let ok = dir::insert(b, end, ino, name, ft);
+                if let (true, Some(s)) = (ok, seed) {
+                    dir::set_tail_csum(b, s);
+                }
+                ok
+            })?;
+            if done {
+                return Ok(());
+            }
+        }
+        let pblk = self.alloc_block(last + 1, false)?;
+        if let Err(e) = self.extent_append(draw, nblk, pblk) {
+            self.free_block(pblk)?;
+            return Err(e);
+        }
+        rw.bufs.modify(io.dev, pblk, false, |b| {
+            dir::init_block(b, seed.is_some());
+            dir::insert(b, end, ino, name, ft);
+            if let Some(s) = seed {
+                dir::set_tail_csum(b, s);
+            }
+        })?;
+        draw.size += self.bs as u64;
+        Ok(())
+    }
+
+    /// `create` of the VFS: a new inode named `name` in `dir`.
+    pub(crate) fn create_node(
+        &self,
+        dir: &Arc<Inode>,
+        name: &[u8],
+        node: NewNode<'_>,
+        owner: (u32, u32),
+    ) -> Result<Arc<Inode>> {
+        self.rw()?;
+        if name.len() > 255 {
+            return Err(errno(libc::ENAMETOOLONG));
+        }
+        let di = dir.private::<Ext4Inode>().ok_or_else(|| errno(libc::EIO))?;
+        let _dl = di.dir_lock.lock_key(dir.ino());
+        let mut draw = di.raw();
+        let (mode, is_dir) = match node {
+            NewNode::Node { mode, .. } => (mode, false),
+            NewNode::Dir { mode } => (libc::S_IFDIR | (mode & 0o7777), true),
+            NewNode::Symlink { .. } => (libc::S_IFLNK | 0o777, false),
+        };
+        if is_dir && draw.links_count >= LINK_MAX && draw.links_count != 1 {
+            return Err(errno(libc::EMLINK));
+        }
+        let ipg = self.sb.inodes_per_group;
+        // Orlov-lite: a directory goes to the thread's group (spreading
+        // trees), anything else next to its parent.
+        let group = (!is_dir).then_some(((draw.ino - 1) / ipg) as usize);
+        let ino = self.alloc_inode(group, is_dir)?;
+        let t = now();
+        let generation = crate::format::checksum::crc32c(ino, &t.1.to_le_bytes());
+        let le = |v: u32| v.to_le_bytes();
+        let csum_seed = crate::format::checksum::crc32c(
+            crate::format::checksum::crc32c(self.sb.csum_seed(), &le(ino)),
+            &le(generation),
+        );
+        let mut raw = RawInode {
+            ino,
+            mode: mode as u16,
+            uid: owner.0,
+            gid: owner.1,
+            size: 0,
+            links_count: 1,
+            blocks: 0,
+            flags: 0,
+            block: [0; I_BLOCK_LEN],
+            generation,
+            file_acl: 0,
+            atime: t,
+            ctime: t,
+            mtime: t,
+            dtime: 0,
+            csum_seed,
+        };
+        let mut data_block = None;
+        let r = (|| -> Result<()> {
+            match node {
+                NewNode::Node { mode, rdev } => match mode & libc::S_IFMT {
+                    libc::S_IFREG => {
+                        raw.flags = FL_EXTENTS;
+                        raw.block = empty_extent_root();
+                    }
+                    libc::S_IFCHR | libc::S_IFBLK => encode_rdev(&mut raw.block, rdev),
+                    _ => {}
+                },
+                NewNode::Symlink { target } if target.len() < I_BLOCK_LEN => {
+                    raw.block[..target.len()].copy_from_slice(target);
+                    raw.size = target.len() as u64;
+                }
+                NewNode::Symlink { target } => {
+                    if target.len() >= self.bs {
+                        return Err(errno(libc::ENAMETOOLONG));
+                    }
+                    let pblk = self.alloc_block(0, false)?;
+                    data_block = Some(pblk);
+                    raw.flags = FL_EXTENTS;
+                    raw.block = empty_extent_root();
+                    self.extent_append(&mut raw, 0, pblk)?;
+                    let (rw, io) = self.rw()?;
+                    rw.bufs.modify(io.dev, pblk, false, |b| {
+                        b[..target.len()].copy_from_slice(target)
+                    })?;
+                    raw.size = target.len() as u64;
+                }
+                NewNode::Dir { .. } => {
+                    let pblk = self.alloc_block(0, false)?;
+                    data_block = Some(pblk);
+                    raw.flags = FL_EXTENTS;
+                    raw.block = empty_extent_root();
+                    self.extent_append(&mut raw, 0, pblk)?;
+                    let tail = self.sb.has_metadata_csum();
+                    let (rw, io) = self.rw()?;
+                    rw.bufs.modify(io.dev, pblk, false, |b| {
+                        dir::init_dir_block(b, ino, draw.ino, tail);
+                        if tail {
+                            dir::set_tail_csum(b, csum_seed);
+                        }
+                    })?;
+                    raw.size = self.bs as u64;
+                    raw.links_count = 2;
+                }
+            }
+            self.write_inode(&raw, true)?;
+            self.dir_insert(&mut draw, name, ino, ft_code(mode))
+        })();
+        if let Err(e) = r {
+            // Undo the allocations (a check that failed has stopped all
+            // writing anyway).
+            if !e.is_corrupt() {
+                if let Some(b) = data_block {
+                    let _ = self.free_block(b);
+                }
+                let _ = self.free_inode(ino, is_dir);
+            }
+            return Err(e);
+        }
+        if is_dir {
+            draw.links_count = match draw.links_count {
+                1 => 1,
+                n if n + 1 >= LINK_MAX => 1,
+                n => n + 1,
+            };
+        }
+        draw.mtime = t;
+        draw.ctime = t;
+        self.write_inode(&draw, false)?;
+        di.set_raw(draw);
+        drop(_dl);
+        // The attribute writer lock ranks above the directory's: copy the
+        // inode inside it, so the last writer always installs the newest.
+        dir.update_attr(|a| {
+            let r = di.raw();
+            a.nlink = u32::from(r.links_count);
+            a.size = r.size;
+            a.blocks = r.blocks;
+            (a.mtime_sec, a.mtime_nsec) = r.mtime;
+            (a.ctime_sec, a.ctime_nsec) = r.ctime;
+        });
+        self.iget(ino)
+    }
+
+    /// `setattr` of the VFS: mode, owner, times; a size change only where
+    /// no block needs freeing (growing, or a file without blocks).
+    pub(crate) fn set_attr(&self, inode: &Arc<Inode>, set: &SetAttr) -> Result<()> {
+        self.rw()?;
+        let ei = inode
+            .private::<Ext4Inode>()
+            .ok_or_else(|| errno(libc::EIO))?;
+        let mut raw = ei.raw();
+        if let Some(size) = set.size {
+            if inode.file_type() != FileType::Regular {
+                return Err(errno(libc::EINVAL));
+            }
+            if size < raw.size && raw.blocks != 0 {
+                return Err(errno(libc::EOPNOTSUPP));
+            }
+            if size > scalevfs::fstype::Filesystem::max_file_size(self) {
+                return Err(errno(libc::EFBIG));
+            }
+            raw.size = size;
+        }
+        if let Some(m) = set.mode {
+            raw.mode = ((u32::from(raw.mode) & libc::S_IFMT) | (m & 0o7777)) as u16;
+        }
+        if let Some(u) = set.uid {
+            raw.uid = u;
+        }
+        if let Some(g) = set.gid {
+            raw.gid = g;
+        }
+        if let Some(t) = set.atime {
+            raw.atime = (t.sec, t.nsec);
+        }
+        if let Some(t) = set.mtime {
+            raw.mtime = (t.sec, t.nsec);
+        }
+        if let Some(t) = set.ctime {
+            raw.ctime = (t.sec, t.nsec);
+        }
+        self.write_inode(&raw, false)?;
+        ei.set_raw(raw);
+        inode.update_attr(|a| scalevfs::fstype::apply_setattr(a, set));
+        Ok(())
+    }
+}
