@@ -56,6 +56,8 @@ const WRITER_ERRNOS: &[i32] = &[
     libc::ENAMETOOLONG,
     libc::EFBIG,
     libc::EINVAL,
+    libc::ENOTEMPTY,
+    libc::ENOENT,
 ];
 
 /// A corruption error.

@@ -123,6 +123,10 @@ pub(crate) struct RwState {
     pub(crate) written: AtomicU64,
     /// A check failed while writing: nothing more goes to the device.
     pub(crate) failed: AtomicBool,
+    /// `unmount` ran: the image is clean and nothing more is written.
+    pub(crate) unmounted: AtomicBool,
+    /// Inodes whose last name is gone, freed once nothing holds them.
+    pub(crate) unlinked: OMutex<Vec<(u32, Weak<Inode>)>>,
 }
 
 /// The RO_COMPAT features a read-write mount keeps correct.
@@ -240,6 +244,8 @@ impl Ext4 {
                 kbytes_written,
                 written: AtomicU64::new(0),
                 failed: AtomicBool::new(false),
+                unmounted: AtomicBool::new(false),
+                unlinked: OMutex::new(Class::Ext4Unlinked, Vec::new()),
             });
             // Mark the filesystem in use (not clean) until unmount.
             fs.write_super(false)?;
@@ -288,8 +294,8 @@ impl Ext4 {
             .rw
             .as_ref()
             .ok_or_else(|| Error::Io(std::io::Error::from_raw_os_error(libc::EROFS)))?;
-        // Relaxed: the flag only stops further writes; it orders nothing.
-        if rw.failed.load(Ordering::Relaxed) {
+        // Relaxed: the flags only stop further writes; they order nothing.
+        if rw.failed.load(Ordering::Relaxed) || rw.unmounted.load(Ordering::Relaxed) {
             return Err(Error::Io(std::io::Error::from_raw_os_error(libc::EROFS)));
         }
         let io = Io {
@@ -369,11 +375,77 @@ impl Ext4 {
     /// superblock, then flush the device (`syncfs`). A read-only mount has
     /// nothing to write.
     pub fn sync(&self) -> Result<()> {
+        // Relaxed: see `rw`.
+        if self
+            .rw
+            .as_ref()
+            .is_some_and(|r| r.unmounted.load(Ordering::Relaxed))
+        {
+            return Ok(());
+        }
         self.writeback(false)
+    }
+
+    /// An inode lost its last name: drop it from the cache and queue it
+    /// to be freed once unused.
+    pub(crate) fn forget_inode(&self, inode: &Arc<Inode>) {
+        let ino = inode.ino() as u32;
+        {
+            let mut c = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+            c.recent.retain(|i| i.ino() != u64::from(ino));
+            c.map.remove(&ino);
+        }
+        if let Some(rw) = &self.rw {
+            rw.unlinked.lock().push((ino, Arc::downgrade(inode)));
+        }
+    }
+
+    /// Free the queued unlinked inodes nothing holds (`all`: every one,
+    /// at unmount).
+    fn reap(&self, all: bool) -> Result<()> {
+        let Some(rw) = &self.rw else { return Ok(()) };
+        let ready: Vec<(u32, Option<Arc<Inode>>)> = {
+            let mut l = rw.unlinked.lock();
+            let (go, keep): (Vec<_>, Vec<_>) =
+                l.drain(..).partition(|(_, w)| all || w.strong_count() == 0);
+            *l = keep;
+            go.into_iter().map(|(i, w)| (i, w.upgrade())).collect()
+        };
+        for (ino, live) in ready {
+            let raw = match live.as_deref().and_then(|i| i.private::<Ext4Inode>()) {
+                Some(e) => e.raw(),
+                None => self.read_inode(ino)?,
+            };
+            if raw.links_count == 0 {
+                self.check(self.release_inode(raw))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Unmount: free the unlinked inodes, write everything back, mark the
+    /// filesystem clean and refuse any later change (EROFS). Dropping the
+    /// last `Arc<Ext4>` does the same, but a `Vfs` may release its
+    /// filesystem late (epoch-deferred), so an owner that knows it is done
+    /// calls this. A second call does nothing.
+    pub fn unmount(&self) -> Result<()> {
+        let Some(rw) = &self.rw else { return Ok(()) };
+        // Relaxed: see `rw`.
+        if rw.unmounted.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let r = self.writeback(true);
+        // Relaxed: see `rw`.
+        rw.unmounted.store(true, Ordering::Relaxed);
+        r
     }
 
     fn writeback(&self, clean: bool) -> Result<()> {
         let Some(rw) = &self.rw else { return Ok(()) };
+        // Relaxed: see `rw`.
+        if !rw.failed.load(Ordering::Relaxed) {
+            self.reap(clean)?;
+        }
         // Relaxed: see `rw`.
         if rw.failed.load(Ordering::Relaxed) {
             return Err(Error::Io(std::io::Error::from_raw_os_error(libc::EROFS)));
@@ -1113,16 +1185,16 @@ impl Filesystem for Ext4 {
         Err(Errno::EROFS)
     }
 
-    fn link(&self, _dir: &Arc<Inode>, _name: &[u8], _inode: &Arc<Inode>) -> VfsResult<()> {
-        Err(Errno::EROFS)
+    fn link(&self, dir: &Arc<Inode>, name: &[u8], inode: &Arc<Inode>) -> VfsResult<()> {
+        vfs(self.add_link(dir, name, inode))
     }
 
-    fn unlink(&self, _dir: &Arc<Inode>, _name: &[u8], _inode: &Arc<Inode>) -> VfsResult<()> {
-        Err(Errno::EROFS)
+    fn unlink(&self, dir: &Arc<Inode>, name: &[u8], inode: &Arc<Inode>) -> VfsResult<()> {
+        vfs(self.remove_name(dir, name, inode, false))
     }
 
-    fn rmdir(&self, _dir: &Arc<Inode>, _name: &[u8], _inode: &Arc<Inode>) -> VfsResult<()> {
-        Err(Errno::EROFS)
+    fn rmdir(&self, dir: &Arc<Inode>, name: &[u8], inode: &Arc<Inode>) -> VfsResult<()> {
+        vfs(self.remove_name(dir, name, inode, true))
     }
 
     fn rename(
@@ -1135,6 +1207,9 @@ impl Filesystem for Ext4 {
         _replaced: Option<&Arc<Inode>>,
         _exchange: bool,
     ) -> VfsResult<()> {
+        if self.rw.is_some() {
+            return Err(Errno::EOPNOTSUPP);
+        }
         Err(Errno::EROFS)
     }
 
@@ -1205,16 +1280,23 @@ impl Filesystem for Ext4 {
         vfs(self.seek_raw(&Ext4::node(i)?, off, data))?.ok_or(Errno::ENXIO)
     }
 
-    fn write(&self, _inode: &Arc<Inode>, _off: u64, _buf: &[u8]) -> VfsResult<usize> {
-        Err(Errno::EROFS)
+    fn write(&self, inode: &Arc<Inode>, off: u64, buf: &[u8]) -> VfsResult<usize> {
+        vfs(self.file_write(inode, off, buf))
     }
 
-    fn truncate(&self, _inode: &Arc<Inode>, _size: u64) -> VfsResult<()> {
-        Err(Errno::EROFS)
+    fn truncate(&self, inode: &Arc<Inode>, size: u64) -> VfsResult<()> {
+        vfs(self.file_truncate(inode, size))
     }
 
-    fn fallocate(&self, _inode: &Arc<Inode>, _punch: bool, _off: u64, _len: u64) -> VfsResult<()> {
-        Err(Errno::EROFS)
+    fn fallocate(&self, inode: &Arc<Inode>, punch: bool, off: u64, len: u64) -> VfsResult<()> {
+        if self.rw.is_none() {
+            return Err(Errno::EROFS);
+        }
+        if !punch {
+            // Unwritten extents are not written yet.
+            return Err(Errno::EOPNOTSUPP);
+        }
+        vfs(self.file_punch(inode, off, len))
     }
 }
 
@@ -1223,7 +1305,7 @@ impl Filesystem for Ext4 {
 impl Drop for Ext4 {
     fn drop(&mut self) {
         // Unmount: write everything back and mark the filesystem clean.
-        if let Err(e) = self.writeback(true) {
+        if let Err(e) = self.unmount() {
             eprintln!("scalevfs-ext4: writeback at unmount failed: {e}");
         }
     }

@@ -14,6 +14,7 @@ pub mod alloc;
 pub mod bufcache;
 pub mod device;
 pub mod error;
+mod extent_write;
 pub mod format;
 mod fs;
 mod write;

@@ -28,7 +28,7 @@ pub(crate) fn errno(n: i32) -> Error {
 /// (dir_nlink).
 const LINK_MAX: u16 = 65000;
 
-fn now() -> (i64, i64) {
+pub(crate) fn now() -> (i64, i64) {
     let d = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
@@ -366,13 +366,11 @@ impl Ext4 {
             if inode.file_type() != FileType::Regular {
                 return Err(errno(libc::EINVAL));
             }
-            if size < raw.size && raw.blocks != 0 {
-                return Err(errno(libc::EOPNOTSUPP));
-            }
             if size > scalevfs::fstype::Filesystem::max_file_size(self) {
                 return Err(errno(libc::EFBIG));
             }
-            raw.size = size;
+            self.file_truncate(inode, size)?;
+            raw = ei.raw();
         }
         if let Some(m) = set.mode {
             raw.mode = ((u32::from(raw.mode) & libc::S_IFMT) | (m & 0o7777)) as u16;
@@ -395,6 +393,166 @@ impl Ext4 {
         self.write_inode(&raw, false)?;
         ei.set_raw(raw);
         inode.update_attr(|a| scalevfs::fstype::apply_setattr(a, set));
+        Ok(())
+    }
+
+    /// Find the live entry `name` in directory `draw`: (physical block,
+    /// offset, previous entry's offset in the block).
+    fn dir_find(
+        &self,
+        draw: &RawInode,
+        name: &[u8],
+    ) -> Result<Option<(u64, usize, Option<usize>)>> {
+        let mut buf = vec![0u8; self.bs];
+        for lblk in 0..self.dir_blocks(draw)? {
+            let Mapping::Data {
+                pblk,
+                uninit: false,
+                ..
+            } = self.map_block(draw, lblk)?
+            else {
+                return Err(corrupt(
+                    format!("directory {}", draw.ino),
+                    format!("block {lblk} unmapped"),
+                ));
+            };
+            self.read_block(pblk, &mut buf)?;
+            let Some(v) = self.leaf_entries(draw, lblk, &buf)? else {
+                continue;
+            };
+            for (k, e) in v.iter().enumerate() {
+                if e.inode != 0 && e.name == name {
+                    return Ok(Some((
+                        pblk,
+                        e.offset,
+                        k.checked_sub(1).map(|p| v[p].offset),
+                    )));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Whether directory `raw` holds nothing but `.` and `..`.
+    fn dir_is_empty(&self, raw: &RawInode) -> Result<bool> {
+        let mut empty = true;
+        self.list(raw, &mut |_, n| {
+            if n != b"." && n != b".." {
+                empty = false;
+            }
+            empty
+        })?;
+        Ok(empty)
+    }
+
+    /// `unlink` and `rmdir` of the VFS. The inode's storage is freed when
+    /// its last name goes and nothing uses it any more (at the next sync
+    /// or at unmount).
+    pub(crate) fn remove_name(
+        &self,
+        dir: &Arc<Inode>,
+        name: &[u8],
+        inode: &Arc<Inode>,
+        is_dir: bool,
+    ) -> Result<()> {
+        let (rw, io) = self.rw()?;
+        let di = dir.private::<Ext4Inode>().ok_or_else(|| errno(libc::EIO))?;
+        let ii = inode
+            .private::<Ext4Inode>()
+            .ok_or_else(|| errno(libc::EIO))?;
+        let dl = di.dir_lock.lock_key(dir.ino());
+        let mut draw = di.raw();
+        if self.is_htree(&draw) {
+            return Err(errno(libc::EOPNOTSUPP));
+        }
+        let mut iraw = ii.raw();
+        if is_dir && !self.dir_is_empty(&iraw)? {
+            return Err(errno(libc::ENOTEMPTY));
+        }
+        let Some((pblk, off, prev)) = self.dir_find(&draw, name)? else {
+            return Err(errno(libc::ENOENT));
+        };
+        let seed = self.csum_seed(&draw);
+        rw.bufs.modify(io.dev, pblk, true, |b| {
+            dir::remove(b, off, prev);
+            if let Some(s) = seed {
+                dir::set_tail_csum(b, s);
+            }
+        })?;
+        let t = now();
+        iraw.links_count = if is_dir {
+            0
+        } else {
+            iraw.links_count.saturating_sub(1)
+        };
+        iraw.ctime = t;
+        if is_dir && draw.links_count > 2 {
+            draw.links_count -= 1;
+        }
+        draw.mtime = t;
+        draw.ctime = t;
+        self.write_inode(&draw, false)?;
+        di.set_raw(draw);
+        self.write_inode(&iraw, false)?;
+        let gone = iraw.links_count == 0;
+        ii.set_raw(iraw);
+        if gone {
+            self.forget_inode(inode);
+        }
+        drop(dl);
+        dir.update_attr(|a| {
+            let r = di.raw();
+            a.nlink = u32::from(r.links_count);
+            (a.mtime_sec, a.mtime_nsec) = r.mtime;
+            (a.ctime_sec, a.ctime_nsec) = r.ctime;
+        });
+        inode.update_attr(|a| {
+            let r = ii.raw();
+            a.nlink = u32::from(r.links_count);
+            (a.ctime_sec, a.ctime_nsec) = r.ctime;
+        });
+        Ok(())
+    }
+
+    /// `link` of the VFS.
+    pub(crate) fn add_link(&self, dir: &Arc<Inode>, name: &[u8], inode: &Arc<Inode>) -> Result<()> {
+        self.rw()?;
+        if name.len() > 255 {
+            return Err(errno(libc::ENAMETOOLONG));
+        }
+        let di = dir.private::<Ext4Inode>().ok_or_else(|| errno(libc::EIO))?;
+        let ii = inode
+            .private::<Ext4Inode>()
+            .ok_or_else(|| errno(libc::EIO))?;
+        let dl = di.dir_lock.lock_key(dir.ino());
+        let mut iraw = ii.raw();
+        if iraw.links_count >= LINK_MAX {
+            return Err(errno(libc::EMLINK));
+        }
+        let mut draw = di.raw();
+        self.dir_insert(&mut draw, name, iraw.ino, ft_code(u32::from(iraw.mode)))?;
+        let t = now();
+        draw.mtime = t;
+        draw.ctime = t;
+        self.write_inode(&draw, false)?;
+        di.set_raw(draw);
+        iraw.links_count += 1;
+        iraw.ctime = t;
+        self.write_inode(&iraw, false)?;
+        ii.set_raw(iraw);
+        drop(dl);
+        dir.update_attr(|a| {
+            let r = di.raw();
+            a.size = r.size;
+            a.blocks = r.blocks;
+            (a.mtime_sec, a.mtime_nsec) = r.mtime;
+            (a.ctime_sec, a.ctime_nsec) = r.ctime;
+        });
+        inode.update_attr(|a| {
+            let r = ii.raw();
+            a.nlink = u32::from(r.links_count);
+            (a.ctime_sec, a.ctime_nsec) = r.ctime;
+        });
         Ok(())
     }
 }

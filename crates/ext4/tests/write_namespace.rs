@@ -113,6 +113,7 @@ fn check(bs: usize) {
         want["/slow"].target.as_deref(),
         Some("x/".repeat(100).as_bytes())
     );
+    e.unmount().unwrap();
     drop(e);
     fsck_clean(&img);
 

@@ -142,6 +142,8 @@ classes! {
     /// `ext4 Ext4Inode::raw`: an inode's on-disk copy, held only to copy
     /// or replace it.
     Ext4Raw = 25, "ext4 Ext4Inode::raw", No;
+    /// `ext4 RwState::unlinked`: inodes whose last name is gone.
+    Ext4Unlinked = 26, "ext4 RwState::unlinked", No;
 }
 
 impl fmt::Display for Class {
