@@ -11,7 +11,7 @@ mod common;
 
 use scalevfs::fs::FileExt;
 use std::collections::BTreeMap;
-use std::io::{Seek, SeekFrom, Write};
+use std::io::{Seek, Write};
 use std::sync::Arc;
 
 use common::*;
@@ -200,7 +200,7 @@ fn fill_and_free(img: &std::path::Path) {
             }
         };
         assert_eq!(err.raw_os_error(), Some(libc::ENOSPC));
-        assert!(f.seek(SeekFrom::Current(0)).unwrap() > 0);
+        assert!(f.stream_position().unwrap() > 0);
     }
     // Only the reserve is left (and the blocks of the file's own tree).
     assert!(e.statfs().bavail == 0, "{:?}", e.statfs());
