@@ -29,7 +29,7 @@ use crate::fs::{Ext4, Ext4Inode};
 use crate::write::errno;
 
 /// Merge `e` into the sorted list `ex` (which has no block of its range).
-fn insert_extent(ex: &mut Vec<Extent>, e: Extent) {
+pub(crate) fn insert_extent(ex: &mut Vec<Extent>, e: Extent) {
     let i = ex.partition_point(|x| x.block < e.block);
     let joins = |a: &Extent, b: &Extent| {
         !a.uninit

@@ -1199,18 +1199,21 @@ impl Filesystem for Ext4 {
 
     fn rename(
         &self,
-        _old_dir: &Arc<Inode>,
-        _old_name: &[u8],
-        _new_dir: &Arc<Inode>,
-        _new_name: &[u8],
-        _moved: &Arc<Inode>,
-        _replaced: Option<&Arc<Inode>>,
-        _exchange: bool,
+        old_dir: &Arc<Inode>,
+        old_name: &[u8],
+        new_dir: &Arc<Inode>,
+        new_name: &[u8],
+        moved: &Arc<Inode>,
+        replaced: Option<&Arc<Inode>>,
+        exchange: bool,
     ) -> VfsResult<()> {
-        if self.rw.is_some() {
+        if self.rw.is_none() {
+            return Err(Errno::EROFS);
+        }
+        if exchange {
             return Err(Errno::EOPNOTSUPP);
         }
-        Err(Errno::EROFS)
+        vfs(self.rename_entry(old_dir, old_name, new_dir, new_name, moved, replaced))
     }
 
     fn readlink(&self, i: &Arc<Inode>) -> VfsResult<Vec<u8>> {

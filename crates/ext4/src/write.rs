@@ -88,6 +88,10 @@ fn encode_rdev(block: &mut [u8; I_BLOCK_LEN], rdev: u64) {
     }
 }
 
+fn priv_of(i: &Inode) -> Result<&Ext4Inode> {
+    i.private::<Ext4Inode>().ok_or_else(|| errno(libc::EIO))
+}
+
 impl Ext4 {
     /// Write `raw` into its inode table slot (through the cache). `new`:
     /// the slot is a fresh inode (zeroed, `i_extra_isize` set, crtime).
@@ -198,8 +202,28 @@ impl Ext4 {
                 return Ok(());
             }
         }
+        if draw.flags & FL_EXTENTS == 0 {
+            return Err(errno(libc::EOPNOTSUPP));
+        }
         let pblk = self.alloc_block(last + 1, false)?;
-        if let Err(e) = self.extent_append(draw, nblk, pblk) {
+        let grown = (|| -> Result<()> {
+            let (mut ex, tree) = self.collect_extents(draw)?;
+            crate::extent_write::insert_extent(
+                &mut ex,
+                extent::Extent {
+                    block: nblk,
+                    len: 1,
+                    start: pblk,
+                    uninit: false,
+                },
+            );
+            let mut r = draw.clone();
+            r.blocks += self.bs as u64 / 512;
+            self.rebuild_tree(&mut r, &ex, &tree)?;
+            *draw = r;
+            Ok(())
+        })();
+        if let Err(e) = grown {
             self.free_block(pblk)?;
             return Err(e);
         }
@@ -553,6 +577,216 @@ impl Ext4 {
             a.nlink = u32::from(r.links_count);
             (a.ctime_sec, a.ctime_nsec) = r.ctime;
         });
+        Ok(())
+    }
+
+    /// Point the live entry at `off` of directory block `pblk` (of
+    /// directory `draw`) at `ino` with type `ft`.
+    fn dir_retarget(&self, draw: &RawInode, pblk: u64, off: usize, ino: u32, ft: u8) -> Result<()> {
+        let (rw, io) = self.rw()?;
+        let seed = self.csum_seed(draw);
+        let ft = if self.sb.has_incompat(INCOMPAT_FILETYPE) {
+            ft
+        } else {
+            0
+        };
+        rw.bufs.modify(io.dev, pblk, true, |b| {
+            b[off..off + 4].copy_from_slice(&ino.to_le_bytes());
+            b[off + 7] = ft;
+            if let Some(s) = seed {
+                dir::set_tail_csum(b, s);
+            }
+        })?;
+        Ok(())
+    }
+
+    /// `rename` of the VFS (not `exchange`), linear directories.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn rename_entry(
+        &self,
+        old_dir: &Arc<Inode>,
+        old_name: &[u8],
+        new_dir: &Arc<Inode>,
+        new_name: &[u8],
+        moved: &Arc<Inode>,
+        replaced: Option<&Arc<Inode>>,
+    ) -> Result<()> {
+        self.rw()?;
+        if new_name.len() > 255 {
+            return Err(errno(libc::ENAMETOOLONG));
+        }
+        let (od, nd, mi) = (priv_of(old_dir)?, priv_of(new_dir)?, priv_of(moved)?);
+        let same = Arc::ptr_eq(old_dir, new_dir);
+        // Both directories' locks, lower inode number first.
+        let (l1, l2);
+        if same {
+            l1 = od.dir_lock.lock_key(old_dir.ino());
+            l2 = None;
+        } else if old_dir.ino() < new_dir.ino() {
+            l1 = od.dir_lock.lock_key(old_dir.ino());
+            l2 = Some(nd.dir_lock.lock_key(new_dir.ino()));
+        } else {
+            l1 = nd.dir_lock.lock_key(new_dir.ino());
+            l2 = Some(od.dir_lock.lock_key(old_dir.ino()));
+        }
+        let mut odraw = od.raw();
+        if self.is_htree(&odraw) || self.is_htree(&nd.raw()) {
+            return Err(errno(libc::EOPNOTSUPP));
+        }
+        let mut mraw = mi.raw();
+        let moved_dir = mraw.file_type_bits() == libc::S_IFDIR;
+        if moved_dir && !same && self.is_htree(&mraw) {
+            return Err(errno(libc::EOPNOTSUPP));
+        }
+        let mut rraw = match replaced {
+            Some(r) => {
+                let rr = priv_of(r)?.raw();
+                if rr.file_type_bits() == libc::S_IFDIR && !self.dir_is_empty(&rr)? {
+                    return Err(errno(libc::ENOTEMPTY));
+                }
+                Some(rr)
+            }
+            None => None,
+        };
+        let Some((opblk, ooff, oprev)) = self.dir_find(&odraw, old_name)? else {
+            return Err(errno(libc::ENOENT));
+        };
+        let ft = ft_code(u32::from(mraw.mode));
+        let t = now();
+        // The new name first (so a failure leaves the old one), then the
+        // old name goes.
+        if let Some(rr) = &rraw {
+            let ndraw = if same { odraw.clone() } else { nd.raw() };
+            let Some((p, off, _)) = self.dir_find(&ndraw, new_name)? else {
+                return Err(errno(libc::ENOENT));
+            };
+            if rr.ino == mraw.ino {
+                // Two names of one inode: POSIX says do nothing.
+                return Ok(());
+            }
+            self.dir_retarget(&ndraw, p, off, mraw.ino, ft)?;
+        } else if same {
+            self.dir_insert(&mut odraw, new_name, mraw.ino, ft)?;
+        } else {
+            let mut ndraw = nd.raw();
+            self.dir_insert(&mut ndraw, new_name, mraw.ino, ft)?;
+            self.write_inode(&ndraw, false)?;
+            nd.set_raw(ndraw);
+        }
+        // Re-find: an insert into the same directory may have moved
+        // nothing, but the entry list is re-read to be sure of offsets.
+        let (opblk, ooff, oprev) = if same {
+            self.dir_find(&odraw, old_name)?
+                .ok_or_else(|| errno(libc::ENOENT))?
+        } else {
+            (opblk, ooff, oprev)
+        };
+        {
+            let (rw, io) = self.rw()?;
+            let seed = self.csum_seed(&odraw);
+            rw.bufs.modify(io.dev, opblk, true, |b| {
+                dir::remove(b, ooff, oprev);
+                if let Some(s) = seed {
+                    dir::set_tail_csum(b, s);
+                }
+            })?;
+        }
+        let mut ndraw = if same { None } else { Some(nd.raw()) };
+        if moved_dir && !same {
+            // The moved directory's ".." (entry 1 of block 0).
+            if let Mapping::Data {
+                pblk,
+                uninit: false,
+                ..
+            } = self.map_block(&mraw, 0)?
+            {
+                let mut buf = vec![0u8; self.bs];
+                self.read_block(pblk, &mut buf)?;
+                let v = self
+                    .leaf_entries(&mraw, 0, &buf)?
+                    .ok_or_else(|| errno(libc::EOPNOTSUPP))?;
+                let dd = v
+                    .iter()
+                    .find(|e| e.name == b"..")
+                    .map(|e| e.offset)
+                    .ok_or_else(|| corrupt(format!("directory {}", mraw.ino), "no .."))?;
+                self.dir_retarget(&mraw, pblk, dd, new_dir.ino() as u32, dir::FT_DIR)?;
+            }
+            if odraw.links_count > 2 {
+                odraw.links_count -= 1;
+            }
+            if let Some(n) = ndraw.as_mut() {
+                if rraw.is_none() && n.links_count != 1 {
+                    n.links_count = if n.links_count + 1 >= LINK_MAX {
+                        1
+                    } else {
+                        n.links_count + 1
+                    };
+                }
+            }
+        }
+        if let Some(rr) = rraw.as_mut() {
+            let rdir = rr.file_type_bits() == libc::S_IFDIR;
+            rr.links_count = if rdir {
+                0
+            } else {
+                rr.links_count.saturating_sub(1)
+            };
+            rr.ctime = t;
+            if rdir && same && odraw.links_count > 2 {
+                // The replaced directory's ".." link goes.
+                odraw.links_count -= 1;
+            }
+            if rdir && !same {
+                if let Some(n) = ndraw.as_mut() {
+                    if n.links_count > 2 && !moved_dir {
+                        n.links_count -= 1;
+                    }
+                }
+            }
+            self.write_inode(rr, false)?;
+        }
+        mraw.ctime = t;
+        self.write_inode(&mraw, false)?;
+        mi.set_raw(mraw);
+        odraw.mtime = t;
+        odraw.ctime = t;
+        self.write_inode(&odraw, false)?;
+        od.set_raw(odraw);
+        if let Some(mut n) = ndraw {
+            n.mtime = t;
+            n.ctime = t;
+            self.write_inode(&n, false)?;
+            nd.set_raw(n);
+        }
+        if let (Some(r), Some(rr)) = (replaced, rraw) {
+            let ri = priv_of(r)?;
+            let gone = rr.links_count == 0;
+            ri.set_raw(rr);
+            if gone {
+                self.forget_inode(r);
+            }
+        }
+        drop(l2);
+        drop(l1);
+        for (i, e) in [(old_dir, od), (new_dir, nd), (moved, mi)] {
+            i.update_attr(|a| {
+                let r = e.raw();
+                a.nlink = u32::from(r.links_count);
+                a.size = r.size;
+                a.blocks = r.blocks;
+                (a.mtime_sec, a.mtime_nsec) = r.mtime;
+                (a.ctime_sec, a.ctime_nsec) = r.ctime;
+            });
+        }
+        if let Some(r) = replaced {
+            let ri = priv_of(r)?;
+            r.update_attr(|a| {
+                let x = ri.raw();
+                a.nlink = u32::from(x.links_count);
+                (a.ctime_sec, a.ctime_nsec) = x.ctime;
+            });
+        }
         Ok(())
     }
 }
