@@ -758,7 +758,7 @@ impl Ext4 {
     }
 
     /// Block `lblk` of directory `raw` into `buf`; a hole is corruption.
-    fn dir_block(&self, raw: &RawInode, lblk: u32, buf: &mut [u8]) -> Result<()> {
+    pub(crate) fn dir_block(&self, raw: &RawInode, lblk: u32, buf: &mut [u8]) -> Result<()> {
         match self.map_block(raw, lblk)? {
             Mapping::Data { pblk, uninit, .. } => {
                 if uninit {
@@ -797,7 +797,7 @@ impl Ext4 {
 
     /// Whether directory block `b` is an htree interior node (one empty
     /// entry covering the whole block, so no room for a dirent tail).
-    fn is_dx_node(&self, b: &[u8]) -> bool {
+    pub(crate) fn is_dx_node(&self, b: &[u8]) -> bool {
         crate::format::le32(b, 0) == 0
             && dir::rec_len_from_disk(crate::format::le16(b, 4), self.bs) == self.bs
     }

@@ -15,8 +15,10 @@ use scalevfs::types::{FileType, SetAttr};
 use crate::error::{corrupt, Error, Result};
 use crate::format::dir;
 use crate::format::extent::{self, Node as ExtNode};
-use crate::format::features::INCOMPAT_FILETYPE;
-use crate::format::inode::{RawInode, FL_EXTENTS, I_BLOCK_LEN};
+use crate::format::features::{COMPAT_DIR_INDEX, INCOMPAT_FILETYPE, INCOMPAT_LARGEDIR};
+use crate::format::htree;
+use crate::format::inode::{RawInode, FL_EXTENTS, FL_INDEX, I_BLOCK_LEN};
+use crate::format::superblock::FLAG_UNSIGNED_HASH;
 use crate::fs::{Ext4, Ext4Inode, Mapping};
 
 /// An errno of the write side as an [`Error`].
@@ -162,14 +164,14 @@ impl Ext4 {
     /// leaf block with room, else a new block at the end.
     fn dir_insert(&self, draw: &mut RawInode, name: &[u8], ino: u32, ft: u8) -> Result<()> {
         let (rw, io) = self.rw()?;
-        if self.is_htree(draw) {
-            return Err(errno(libc::EOPNOTSUPP));
-        }
         let ft = if self.sb.has_incompat(INCOMPAT_FILETYPE) {
             ft
         } else {
             0
         };
+        if self.is_htree(draw) {
+            return self.htree_insert(draw, name, ino, ft);
+        }
         let seed = self.csum_seed(draw);
         let end = self.bs - if seed.is_some() { dir::TAIL_SIZE } else { 0 };
         let nblk = self.dir_blocks(draw)?;
@@ -202,9 +204,30 @@ impl Ext4 {
                 return Ok(());
             }
         }
+        if nblk == 1 && self.sb.has_compat(COMPAT_DIR_INDEX) && draw.flags & FL_EXTENTS != 0 {
+            // A full one-block directory becomes indexed, as the kernel's
+            // make_indexed_dir.
+            self.make_indexed(draw, last)?;
+            return self.htree_insert(draw, name, ino, ft);
+        }
+        let pblk = self.dir_append_block(draw, last)?;
+        rw.bufs.modify(io.dev, pblk, false, |b| {
+            dir::init_block(b, seed.is_some());
+            dir::insert(b, end, ino, name, ft);
+            if let Some(s) = seed {
+                dir::set_tail_csum(b, s);
+            }
+        })?;
+        Ok(())
+    }
+
+    /// Add a block at the end of directory `draw` (`last`: its last
+    /// physical block, the allocation goal); returns it. The caller fills it.
+    fn dir_append_block(&self, draw: &mut RawInode, last: u64) -> Result<u64> {
         if draw.flags & FL_EXTENTS == 0 {
             return Err(errno(libc::EOPNOTSUPP));
         }
+        let nblk = self.dir_blocks(draw)?;
         let pblk = self.alloc_block(last + 1, false)?;
         let grown = (|| -> Result<()> {
             let (mut ex, tree) = self.collect_extents(draw)?;
@@ -227,14 +250,194 @@ impl Ext4 {
             self.free_block(pblk)?;
             return Err(e);
         }
-        rw.bufs.modify(io.dev, pblk, false, |b| {
+        draw.size += self.bs as u64;
+        Ok(pblk)
+    }
+
+    /// The hash of `name` in htree directory `draw` whose root block is
+    /// `b0`, with the root's info and entries.
+    fn dx_root(
+        &self,
+        draw: &RawInode,
+        b0: &[u8],
+        name: &[u8],
+    ) -> Result<(u32, usize, htree::DxEntries, u8)> {
+        let what = || format!("directory {} htree root", draw.ino);
+        let max = if self.sb.has_incompat(INCOMPAT_LARGEDIR) {
+            htree::MAX_LEVELS_LARGEDIR
+        } else {
+            htree::MAX_LEVELS
+        };
+        let info = htree::parse_root_info(b0, max, &what)?;
+        let mut version = info.hash_version;
+        if version <= htree::HASH_TEA && self.sb.flags & FLAG_UNSIGNED_HASH != 0 {
+            version += 3;
+        }
+        let hash = htree::dirhash(name, version, &self.sb.hash_seed)
+            .ok_or_else(|| corrupt(what(), format!("hash version {version}")))?;
+        let count_off = htree::ROOT_INFO_OFF + usize::from(info.info_length);
+        let root = htree::parse_entries(b0, count_off, self.csum_seed(draw), &what)?;
+        if info.indirect_levels != 0 {
+            // Index nodes below the root: not written yet.
+            return Err(errno(libc::EOPNOTSUPP));
+        }
+        Ok((hash, count_off, root, version))
+    }
+
+    /// Turn the one-block linear directory `draw` (block at `pblk0`) into
+    /// an indexed one: block 0 becomes the dx_root, the entries move to a
+    /// new leaf block 1.
+    fn make_indexed(&self, draw: &mut RawInode, pblk0: u64) -> Result<()> {
+        let (rw, io) = self.rw()?;
+        let seed = self.csum_seed(draw);
+        let mut b0 = vec![0u8; self.bs];
+        self.read_block(pblk0, &mut b0)?;
+        let v = self
+            .leaf_entries(draw, 0, &b0)?
+            .ok_or_else(|| errno(libc::EOPNOTSUPP))?;
+        let parent = v
+            .iter()
+            .find(|e| e.name == b"..")
+            .map(|e| e.inode)
+            .ok_or_else(|| corrupt(format!("directory {}", draw.ino), "no .."))?;
+        let moved: Vec<(u32, Vec<u8>, u8)> = v
+            .iter()
+            .filter(|e| e.inode != 0 && e.name != b"." && e.name != b"..")
+            .map(|e| (e.inode, e.name.to_vec(), e.file_type))
+            .collect();
+        let pblk1 = self.dir_append_block(draw, pblk0)?;
+        let end = self.bs - if seed.is_some() { dir::TAIL_SIZE } else { 0 };
+        rw.bufs.modify(io.dev, pblk1, false, |b| {
             dir::init_block(b, seed.is_some());
-            dir::insert(b, end, ino, name, ft);
+            for (i, n, t) in &moved {
+                dir::insert(b, end, *i, n, *t);
+            }
             if let Some(s) = seed {
                 dir::set_tail_csum(b, s);
             }
         })?;
-        draw.size += self.bs as u64;
+        let bs = self.bs;
+        let hv = self.sb.def_hash_version;
+        let ino = draw.ino;
+        rw.bufs.modify(io.dev, pblk0, true, |b| {
+            b.fill(0);
+            dir::init_block(b, false);
+            dir::insert(b, bs, ino, b".", dir::FT_DIR);
+            dir::insert(b, bs, parent, b"..", dir::FT_DIR);
+            // dx_root_info: reserved, hash version, info length, levels.
+            let ri = htree::ROOT_INFO_OFF;
+            b[ri..ri + 8].fill(0);
+            b[ri + 4] = hv;
+            b[ri + 5] = 8;
+            let count_off = ri + 8;
+            let limit = htree::limit_for(bs, count_off, seed.is_some());
+            htree::encode_entries(b, count_off, limit, &[(0, 1)], seed);
+        })?;
+        draw.flags |= FL_INDEX;
+        Ok(())
+    }
+
+    /// Insert into an htree directory (root level only): the leaf chosen by
+    /// the hash, split by hash when full.
+    fn htree_insert(&self, draw: &mut RawInode, name: &[u8], ino: u32, ft: u8) -> Result<()> {
+        let (rw, io) = self.rw()?;
+        let seed = self.csum_seed(draw);
+        let dino = draw.ino;
+        let what = || format!("directory {dino} htree");
+        let mut b0 = vec![0u8; self.bs];
+        self.dir_block(draw, 0, &mut b0)?;
+        let (hash, count_off, root, version) = self.dx_root(draw, &b0, name)?;
+        let at = root.entries.partition_point(|x| x.0 <= hash).max(1) - 1;
+        let nblk = self.dir_blocks(draw)?;
+        let leaf = root.entries[at].1;
+        if leaf == 0 || leaf >= nblk {
+            return Err(corrupt(what(), format!("leaf block {leaf}")));
+        }
+        let Mapping::Data {
+            pblk,
+            uninit: false,
+            ..
+        } = self.map_block(draw, leaf)?
+        else {
+            return Err(corrupt(what(), format!("leaf {leaf} unmapped")));
+        };
+        let mut buf = vec![0u8; self.bs];
+        self.read_block(pblk, &mut buf)?;
+        let v = self
+            .leaf_entries(draw, leaf, &buf)?
+            .ok_or_else(|| corrupt(what(), format!("leaf {leaf} is an index block")))?;
+        let end = self.bs - if seed.is_some() { dir::TAIL_SIZE } else { 0 };
+        let done = rw.bufs.modify(io.dev, pblk, true, |b| {
+            let ok = dir::insert(b, end, ino, name, ft);
+            if let (true, Some(s)) = (ok, seed) {
+                dir::set_tail_csum(b, s);
+            }
+            ok
+        })?;
+        if done {
+            return Ok(());
+        }
+        // Split the leaf: the upper half by hash moves to a new block.
+        if root.entries.len() >= usize::from(root.limit) {
+            return Err(errno(libc::EOPNOTSUPP));
+        }
+        let mut ents: Vec<(u32, u32, Vec<u8>, u8)> = Vec::new();
+        for e in v.iter().filter(|e| e.inode != 0) {
+            let h = htree::dirhash(e.name, version, &self.sb.hash_seed)
+                .ok_or_else(|| corrupt(what(), "hash"))?;
+            ents.push((h, e.inode, e.name.to_vec(), e.file_type));
+        }
+        ents.sort_by_key(|e| e.0);
+        let mid = ents.len() / 2;
+        let split = (mid..ents.len())
+            .chain((1..mid).rev())
+            .find(|&i| i > 0 && ents[i].0 != ents[i - 1].0)
+            .ok_or_else(|| errno(libc::EOPNOTSUPP))?;
+        let split_hash = ents[split].0;
+        let last_pblk = match self.map_block(draw, nblk - 1)? {
+            Mapping::Data { pblk, .. } => pblk,
+            Mapping::Hole { .. } => pblk,
+        };
+        let newp = self.dir_append_block(draw, last_pblk)?;
+        let fill = |b: &mut [u8], part: &[(u32, u32, Vec<u8>, u8)]| {
+            dir::init_block(b, seed.is_some());
+            for (_, i, n, t) in part {
+                dir::insert(b, end, *i, n, *t);
+            }
+        };
+        let (lo, hi) = ents.split_at(split);
+        let target_new = hash >= split_hash;
+        let mut fitted = false;
+        rw.bufs.modify(io.dev, pblk, true, |b| {
+            fill(b, lo);
+            if !target_new {
+                fitted = dir::insert(b, end, ino, name, ft);
+            }
+            if let Some(s) = seed {
+                dir::set_tail_csum(b, s);
+            }
+        })?;
+        rw.bufs.modify(io.dev, newp, false, |b| {
+            fill(b, hi);
+            if target_new {
+                fitted = dir::insert(b, end, ino, name, ft);
+            }
+            if let Some(s) = seed {
+                dir::set_tail_csum(b, s);
+            }
+        })?;
+        let mut entries = root.entries.clone();
+        entries.insert(at + 1, (split_hash, nblk));
+        let limit = root.limit;
+        let Mapping::Data { pblk: p0, .. } = self.map_block(draw, 0)? else {
+            return Err(corrupt(what(), "root unmapped"));
+        };
+        rw.bufs.modify(io.dev, p0, true, |b| {
+            htree::encode_entries(b, count_off, limit, &entries, seed)
+        })?;
+        if !fitted {
+            return Err(corrupt(what(), "no room after a leaf split"));
+        }
         Ok(())
     }
 
@@ -486,9 +689,6 @@ impl Ext4 {
             .ok_or_else(|| errno(libc::EIO))?;
         let dl = di.dir_lock.lock_key(dir.ino());
         let mut draw = di.raw();
-        if self.is_htree(&draw) {
-            return Err(errno(libc::EOPNOTSUPP));
-        }
         let mut iraw = ii.raw();
         if is_dir && !self.dir_is_empty(&iraw)? {
             return Err(errno(libc::ENOTEMPTY));
@@ -630,9 +830,6 @@ impl Ext4 {
             l2 = Some(od.dir_lock.lock_key(old_dir.ino()));
         }
         let mut odraw = od.raw();
-        if self.is_htree(&odraw) || self.is_htree(&nd.raw()) {
-            return Err(errno(libc::EOPNOTSUPP));
-        }
         let mut mraw = mi.raw();
         let moved_dir = mraw.file_type_bits() == libc::S_IFDIR;
         if moved_dir && !same && self.is_htree(&mraw) {
