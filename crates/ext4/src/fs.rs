@@ -853,7 +853,12 @@ impl Ext4 {
     }
 
     /// Read an htree index block and its entries.
-    fn dx_node(&self, raw: &RawInode, lblk: u32, buf: &mut [u8]) -> Result<htree::DxEntries> {
+    pub(crate) fn dx_node(
+        &self,
+        raw: &RawInode,
+        lblk: u32,
+        buf: &mut [u8],
+    ) -> Result<htree::DxEntries> {
         let what = || format!("directory {} htree node {lblk}", raw.ino);
         let nblocks = self.dir_blocks(raw)?;
         if lblk == 0 || lblk >= nblocks {

@@ -261,7 +261,7 @@ impl Ext4 {
         draw: &RawInode,
         b0: &[u8],
         name: &[u8],
-    ) -> Result<(u32, usize, htree::DxEntries, u8)> {
+    ) -> Result<(u32, usize, htree::DxEntries, u8, u8)> {
         let what = || format!("directory {} htree root", draw.ino);
         let max = if self.sb.has_incompat(INCOMPAT_LARGEDIR) {
             htree::MAX_LEVELS_LARGEDIR
@@ -277,11 +277,11 @@ impl Ext4 {
             .ok_or_else(|| corrupt(what(), format!("hash version {version}")))?;
         let count_off = htree::ROOT_INFO_OFF + usize::from(info.info_length);
         let root = htree::parse_entries(b0, count_off, self.csum_seed(draw), &what)?;
-        if info.indirect_levels != 0 {
-            // Index nodes below the root: not written yet.
+        if info.indirect_levels > 1 {
+            // Two index levels below the root (large_dir): not written yet.
             return Err(errno(libc::EOPNOTSUPP));
         }
-        Ok((hash, count_off, root, version))
+        Ok((hash, count_off, root, version, info.indirect_levels))
     }
 
     /// Turn the one-block linear directory `draw` (block at `pblk0`) into
@@ -337,36 +337,47 @@ impl Ext4 {
         Ok(())
     }
 
-    /// Insert into an htree directory (root level only): the leaf chosen by
-    /// the hash, split by hash when full.
+    /// Insert into an htree directory: the leaf chosen by the hash (through
+    /// the root and, with one index level, an index node), split by hash
+    /// when full; a full index level splits too (the root's entries move
+    /// to a new index node, or a full index node splits in two).
     fn htree_insert(&self, draw: &mut RawInode, name: &[u8], ino: u32, ft: u8) -> Result<()> {
         let (rw, io) = self.rw()?;
         let seed = self.csum_seed(draw);
         let dino = draw.ino;
         let what = || format!("directory {dino} htree");
-        let mut b0 = vec![0u8; self.bs];
+        let bs = self.bs;
+        let mut b0 = vec![0u8; bs];
         self.dir_block(draw, 0, &mut b0)?;
-        let (hash, count_off, root, version) = self.dx_root(draw, &b0, name)?;
-        let at = root.entries.partition_point(|x| x.0 <= hash).max(1) - 1;
+        let (hash, count_off, root, version, levels) = self.dx_root(draw, &b0, name)?;
+        let pick = |e: &[(u32, u32)]| e.partition_point(|x| x.0 <= hash).max(1) - 1;
+        // The index path, root first: (logical block, count offset, limit,
+        // entries, chosen entry).
+        type Frame = (u32, usize, u16, Vec<(u32, u32)>, usize);
+        let mut path: Vec<Frame> = Vec::new();
+        let at = pick(&root.entries);
+        path.push((0, count_off, root.limit, root.entries.clone(), at));
+        let mut buf = vec![0u8; bs];
+        if levels == 1 {
+            let child = root.entries[at].1;
+            let node = self.dx_node(draw, child, &mut buf)?;
+            let at = pick(&node.entries);
+            path.push((child, htree::NODE_COUNT_OFF, node.limit, node.entries, at));
+        }
         let nblk = self.dir_blocks(draw)?;
-        let leaf = root.entries[at].1;
+        let leaf = {
+            let f = &path[path.len() - 1];
+            f.3[f.4].1
+        };
         if leaf == 0 || leaf >= nblk {
             return Err(corrupt(what(), format!("leaf block {leaf}")));
         }
-        let Mapping::Data {
-            pblk,
-            uninit: false,
-            ..
-        } = self.map_block(draw, leaf)?
-        else {
-            return Err(corrupt(what(), format!("leaf {leaf} unmapped")));
-        };
-        let mut buf = vec![0u8; self.bs];
+        let pblk = self.dir_pblk(draw, leaf)?;
         self.read_block(pblk, &mut buf)?;
         let v = self
             .leaf_entries(draw, leaf, &buf)?
             .ok_or_else(|| corrupt(what(), format!("leaf {leaf} is an index block")))?;
-        let end = self.bs - if seed.is_some() { dir::TAIL_SIZE } else { 0 };
+        let end = bs - if seed.is_some() { dir::TAIL_SIZE } else { 0 };
         let done = rw.bufs.modify(io.dev, pblk, true, |b| {
             let ok = dir::insert(b, end, ino, name, ft);
             if let (true, Some(s)) = (ok, seed) {
@@ -378,9 +389,6 @@ impl Ext4 {
             return Ok(());
         }
         // Split the leaf: the upper half by hash moves to a new block.
-        if root.entries.len() >= usize::from(root.limit) {
-            return Err(errno(libc::EOPNOTSUPP));
-        }
         let mut ents: Vec<(u32, u32, Vec<u8>, u8)> = Vec::new();
         for e in v.iter().filter(|e| e.inode != 0) {
             let h = htree::dirhash(e.name, version, &self.sb.hash_seed)
@@ -394,11 +402,60 @@ impl Ext4 {
             .find(|&i| i > 0 && ents[i].0 != ents[i - 1].0)
             .ok_or_else(|| errno(libc::EOPNOTSUPP))?;
         let split_hash = ents[split].0;
-        let last_pblk = match self.map_block(draw, nblk - 1)? {
-            Mapping::Data { pblk, .. } => pblk,
-            Mapping::Hole { .. } => pblk,
+        let node_limit = htree::limit_for(bs, htree::NODE_COUNT_OFF, seed.is_some());
+        let fresh_node = |p: u64| {
+            rw.bufs.modify(io.dev, p, false, |b| {
+                // The fake entry spanning the block that hides the index.
+                b.fill(0);
+                b[4..6].copy_from_slice(&(bs as u16).to_le_bytes());
+            })
         };
-        let newp = self.dir_append_block(draw, last_pblk)?;
+        let mut grew = false;
+        let low = path.len() - 1;
+        if path[low].3.len() >= usize::from(path[low].2) {
+            if low == 0 {
+                if levels + 1 >= htree::MAX_LEVELS {
+                    return Err(errno(libc::EOPNOTSUPP));
+                }
+                // The root is full: its entries move to a new index node.
+                let np = self.dir_append_block(draw, self.dir_last_pblk(draw)?)?;
+                let nl = self.dir_blocks(draw)? - 1;
+                fresh_node(np)?;
+                let (_, _, _, old, at) = path.pop().expect("root frame");
+                path.push((0, count_off, root.limit, vec![(0, nl)], 0));
+                path.push((nl, htree::NODE_COUNT_OFF, node_limit, old, at));
+                grew = true;
+            } else {
+                // A full index node splits; the root gets the upper half.
+                if path[0].3.len() >= usize::from(path[0].2) {
+                    return Err(errno(libc::EOPNOTSUPP));
+                }
+                let np = self.dir_append_block(draw, self.dir_last_pblk(draw)?)?;
+                let nl = self.dir_blocks(draw)? - 1;
+                fresh_node(np)?;
+                let (ol, coff, lim, full, at) = path.pop().expect("node frame");
+                let half = full.len() / 2;
+                let (lower, upper) = (full[..half].to_vec(), full[half..].to_vec());
+                let ra = path[0].4;
+                path[0].3.insert(ra + 1, (upper[0].0, nl));
+                // Both halves are written now; the one the leaf is under is
+                // written again below with the new leaf's entry.
+                for (l, e) in [(ol, &lower), (nl, &upper)] {
+                    let p = self.dir_pblk(draw, l)?;
+                    rw.bufs.modify(io.dev, p, true, |b| {
+                        htree::encode_entries(b, coff, lim, e, seed)
+                    })?;
+                }
+                if at >= half {
+                    path[0].4 = ra + 1;
+                    path.push((nl, coff, lim, upper, at - half));
+                } else {
+                    path.push((ol, coff, lim, lower, at));
+                }
+            }
+        }
+        let newp = self.dir_append_block(draw, self.dir_last_pblk(draw)?)?;
+        let newl = self.dir_blocks(draw)? - 1;
         let fill = |b: &mut [u8], part: &[(u32, u32, Vec<u8>, u8)]| {
             dir::init_block(b, seed.is_some());
             for (_, i, n, t) in part {
@@ -426,19 +483,43 @@ impl Ext4 {
                 dir::set_tail_csum(b, s);
             }
         })?;
-        let mut entries = root.entries.clone();
-        entries.insert(at + 1, (split_hash, nblk));
-        let limit = root.limit;
-        let Mapping::Data { pblk: p0, .. } = self.map_block(draw, 0)? else {
-            return Err(corrupt(what(), "root unmapped"));
-        };
-        rw.bufs.modify(io.dev, p0, true, |b| {
-            htree::encode_entries(b, count_off, limit, &entries, seed)
-        })?;
+        let f = path.len() - 1;
+        let at = path[f].4;
+        path[f].3.insert(at + 1, (split_hash, newl));
+        for (l, coff, lim, e, _) in &path {
+            let p = self.dir_pblk(draw, *l)?;
+            rw.bufs.modify(io.dev, p, true, |b| {
+                if *l == 0 && grew {
+                    b[htree::ROOT_INFO_OFF + 6] = 1;
+                }
+                htree::encode_entries(b, *coff, *lim, e, seed)
+            })?;
+        }
         if !fitted {
             return Err(corrupt(what(), "no room after a leaf split"));
         }
         Ok(())
+    }
+
+    /// The physical block of directory block `lblk`.
+    fn dir_pblk(&self, draw: &RawInode, lblk: u32) -> Result<u64> {
+        match self.map_block(draw, lblk)? {
+            Mapping::Data {
+                pblk,
+                uninit: false,
+                ..
+            } => Ok(pblk),
+            _ => Err(corrupt(
+                format!("directory {}", draw.ino),
+                format!("block {lblk} unmapped"),
+            )),
+        }
+    }
+
+    /// The physical block of the directory's last block (allocation goal).
+    fn dir_last_pblk(&self, draw: &RawInode) -> Result<u64> {
+        let n = self.dir_blocks(draw)?;
+        self.dir_pblk(draw, n.saturating_sub(1))
     }
 
     /// `create` of the VFS: a new inode named `name` in `dir`.
