@@ -1327,6 +1327,25 @@ fn check_rw(sb: &Superblock) -> Result<()> {
             "read-only compatible feature(s) {bad:#x} are not kept by the writer: mount read-only"
         )));
     }
+    // MMP needs its block kept alive; EA_INODE's inodes are not tracked.
+    let bad = sb.feature_incompat & (INCOMPAT_MMP | INCOMPAT_EA_INODE);
+    if bad != 0 {
+        return Err(Error::Incompatible(format!(
+            "feature(s) {} are not kept by the writer: mount read-only",
+            [INCOMPAT_MMP, INCOMPAT_EA_INODE]
+                .iter()
+                .filter(|&&f| bad & f != 0)
+                .map(|&f| incompat_name(f))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
+    // Directory rec_len is stored as is (64 KiB blocks encode it).
+    if sb.block_size() > 32768 {
+        return Err(Error::Incompatible(
+            "64 KiB blocks are read-only in this build".into(),
+        ));
+    }
     if sb.state & STATE_VALID == 0 || sb.state & STATE_ERROR != 0 {
         return Err(Error::Incompatible(
             "the filesystem was not cleanly unmounted or has errors: run e2fsck first, \
