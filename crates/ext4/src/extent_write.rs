@@ -31,12 +31,12 @@ use crate::write::errno;
 /// Merge `e` into the sorted list `ex` (which has no block of its range).
 pub(crate) fn insert_extent(ex: &mut Vec<Extent>, e: Extent) {
     let i = ex.partition_point(|x| x.block < e.block);
+    // Unwritten extents hold at most INIT_MAX_LEN - 1 blocks.
     let joins = |a: &Extent, b: &Extent| {
-        !a.uninit
-            && !b.uninit
+        a.uninit == b.uninit
             && u64::from(a.block) + u64::from(a.len) == u64::from(b.block)
             && a.start + u64::from(a.len) == b.start
-            && u32::from(a.len) + u32::from(b.len) <= u32::from(INIT_MAX_LEN)
+            && u32::from(a.len) + u32::from(b.len) <= u32::from(INIT_MAX_LEN) - u32::from(a.uninit)
     };
     if i > 0 && joins(&ex[i - 1], &e) {
         ex[i - 1].len += e.len;
@@ -261,6 +261,7 @@ impl Ext4 {
         }
         let (mut ex, tree) = self.collect_extents(&raw)?;
         let mut fresh: Vec<u64> = Vec::new();
+        let mut converted = false;
         let mut done = 0usize;
         let mut err = None;
         let mut blockbuf = vec![0u8; self.bs];
@@ -278,8 +279,21 @@ impl Ext4 {
                 .filter(|e| lblk < u64::from(e.block) + u64::from(e.len));
             let (pblk, new) = match hit {
                 Some(e) if e.uninit => {
-                    err = Some(errno(libc::EOPNOTSUPP));
-                    break;
+                    // Written from now on: this block leaves the unwritten
+                    // extent (which splits around it).
+                    let p = e.start + (lblk - u64::from(e.block));
+                    remove_range(&mut ex, lblk, lblk + 1);
+                    insert_extent(
+                        &mut ex,
+                        Extent {
+                            block: lblk as u32,
+                            len: 1,
+                            start: p,
+                            uninit: false,
+                        },
+                    );
+                    converted = true;
+                    (p, true)
                 }
                 Some(e) => (e.start + (lblk - u64::from(e.block)), false),
                 None => {
@@ -328,7 +342,7 @@ impl Ext4 {
             }
             done += n;
         }
-        if !fresh.is_empty() {
+        if !fresh.is_empty() || converted {
             raw.blocks += fresh.len() as u64 * (bs / 512);
             if let Err(e) = self.rebuild_tree(&mut raw, &ex, &tree) {
                 for b in fresh {
@@ -444,6 +458,70 @@ impl Ext4 {
         let t = crate::write::now();
         raw.mtime = t;
         raw.ctime = t;
+        self.publish(inode, ei, raw)
+    }
+
+    /// fallocate mode 0: unwritten extents over the holes of the range
+    /// (read as zeros until written; the VFS grows the size unless
+    /// KEEP_SIZE). All or nothing: on ENOSPC the blocks taken go back.
+    pub(crate) fn file_fallocate(&self, inode: &Arc<Inode>, off: u64, len: u64) -> Result<()> {
+        self.rw()?;
+        let (ei, mut raw) = Self::file_raw(inode)?;
+        let bs = self.bs as u64;
+        let end = off.checked_add(len).ok_or_else(|| errno(libc::EFBIG))?;
+        if len == 0 {
+            return Err(errno(libc::EINVAL));
+        }
+        let (first, last) = (off / bs, (end - 1) / bs);
+        if last >= u64::from(u32::MAX) {
+            return Err(errno(libc::EFBIG));
+        }
+        let (mut ex, tree) = self.collect_extents(&raw)?;
+        let mut fresh = Vec::new();
+        let mut goal = 0;
+        let mut r = Ok(());
+        for lblk in first..=last {
+            let i = ex.partition_point(|e| u64::from(e.block) <= lblk);
+            if let Some(e) = i.checked_sub(1).map(|j| ex[j]) {
+                if lblk < u64::from(e.block) + u64::from(e.len) {
+                    goal = e.start + (lblk - u64::from(e.block)) + 1;
+                    continue;
+                }
+                if goal == 0 {
+                    goal = e.start + u64::from(e.len);
+                }
+            }
+            match self.alloc_block(goal, false) {
+                Ok(p) => {
+                    fresh.push(p);
+                    goal = p + 1;
+                    insert_extent(
+                        &mut ex,
+                        Extent {
+                            block: lblk as u32,
+                            len: 1,
+                            start: p,
+                            uninit: true,
+                        },
+                    );
+                }
+                Err(e) => {
+                    r = Err(e);
+                    break;
+                }
+            }
+        }
+        if r.is_ok() && !fresh.is_empty() {
+            raw.blocks += fresh.len() as u64 * (bs / 512);
+            r = self.rebuild_tree(&mut raw, &ex, &tree);
+        }
+        if let Err(e) = r {
+            for b in fresh {
+                let _ = self.free_block(b);
+            }
+            return Err(e);
+        }
+        raw.ctime = crate::write::now();
         self.publish(inode, ei, raw)
     }
 

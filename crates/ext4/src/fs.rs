@@ -1300,11 +1300,11 @@ impl Filesystem for Ext4 {
         if self.rw.is_none() {
             return Err(Errno::EROFS);
         }
-        if !punch {
-            // Unwritten extents are not written yet.
-            return Err(Errno::EOPNOTSUPP);
+        if punch {
+            vfs(self.file_punch(inode, off, len))
+        } else {
+            vfs(self.file_fallocate(inode, off, len))
         }
-        vfs(self.file_punch(inode, off, len))
     }
 }
 

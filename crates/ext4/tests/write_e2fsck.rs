@@ -93,6 +93,25 @@ fn workload(e: &Arc<Ext4>, bs: usize) -> Model {
             .unwrap();
         m.files.get_mut("/p").unwrap()[bs + bs / 2..4 * bs].fill(0);
     }
+    // fallocate: unwritten extents (zeros), then writes into them convert
+    // blocks (a partial one reads zeros around the data).
+    {
+        let f = fs.create("/fa").unwrap();
+        f.task()
+            .fallocate(f.as_raw_fd(), 0, 0, (8 * bs) as i64)
+            .unwrap();
+        assert_eq!(f.metadata().unwrap().len(), 8 * bs as u64);
+        // KEEP_SIZE past the end: blocks, no size change.
+        let keep = libc::FALLOC_FL_KEEP_SIZE as u32;
+        f.task()
+            .fallocate(f.as_raw_fd(), keep, (8 * bs) as i64, (4 * bs) as i64)
+            .unwrap();
+        assert_eq!(f.metadata().unwrap().len(), 8 * bs as u64);
+        m.files.insert("/fa".into(), vec![0; 8 * bs]);
+    }
+    write_at(&mut m, &fs, "/fa", 2 * bs + 10, &pattern(8, 100));
+    write_at(&mut m, &fs, "/fa", 5 * bs, &pattern(9, bs));
+    assert!(fs.read("/fa").unwrap() == m.files["/fa"]);
     // A file whose extents need a two-level tree: every other block.
     let per = (bs - 16) / 12;
     let nblk = 2 * (4 * per + 20);
@@ -180,7 +199,10 @@ fn check(bs: usize) {
         .collect();
     let mut names = names;
     names.sort();
-    assert_eq!(names, ["a", "deep", "dir", "lost+found", "p", "t", "x2"]);
+    assert_eq!(
+        names,
+        ["a", "deep", "dir", "fa", "lost+found", "p", "t", "x2"]
+    );
 }
 
 /// Fill the filesystem to ENOSPC through one file, remove it; after the
