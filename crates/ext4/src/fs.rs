@@ -10,7 +10,7 @@ use scalevfs::inode::Inode;
 use scalevfs::types::{Attr, DirEntry, FileType, SetAttr, StatFs};
 use scalevfs::{Errno, VfsResult};
 
-use scalevfs_sync::ordered::{Class, Mutex as OMutex};
+use scalevfs_sync::ordered::{Class, Mutex as OMutex, RwLock as ORwLock};
 use scalevfs_sync::primitive::{AtomicBool, AtomicU64, Ordering};
 
 use crate::alloc::{Alloc, Io};
@@ -64,8 +64,10 @@ pub struct Ext4Inode {
     raw: OMutex<RawInode>,
     /// A fast symlink's target (symlinks never change).
     link: Option<Box<[u8]>>,
-    /// Serialises changes to a directory's blocks (read-write mounts).
-    pub(crate) dir_lock: OMutex<()>,
+    /// A directory's blocks (read-write mounts): exclusive to change them,
+    /// shared for lookup and readdir, so a reader never sees an index
+    /// that points past the size of the inode copy it holds.
+    pub(crate) dir_lock: ORwLock<()>,
 }
 
 impl Ext4Inode {
@@ -540,7 +542,7 @@ impl Ext4 {
             Box::new(Ext4Inode {
                 link: fast_link(&raw, self.bs).map(Box::from),
                 raw: OMutex::new(Class::Ext4Raw, raw),
-                dir_lock: OMutex::new(Class::Ext4Dir, ()),
+                dir_lock: ORwLock::new(Class::Ext4Dir, ()),
             }),
         ));
         let mut c = self.cache.lock().unwrap_or_else(|e| e.into_inner());
@@ -1164,6 +1166,7 @@ impl Filesystem for Ext4 {
         if !d.is_dir() {
             return Err(Errno::ENOTDIR);
         }
+        let _dl = self.dir_read_lock(d);
         let raw = &Ext4::node(d)?;
         match vfs(self.lookup_ino(raw, name))? {
             None => Ok(None),
@@ -1248,7 +1251,35 @@ impl Filesystem for Ext4 {
         if !d.is_dir() {
             return Err(Errno::ENOTDIR);
         }
-        vfs(self.readdir_raw(&Ext4::node(d)?, cookie, emit))
+        if self.rw.is_none() {
+            return vfs(self.readdir_raw(&Ext4::node(d)?, cookie, emit));
+        }
+        // Read-write: a batch is read under the directory's shared lock
+        // and handed out after it is dropped (emit may take VFS locks).
+        const BATCH: usize = 512;
+        let mut cookie = cookie;
+        loop {
+            let mut batch = Vec::new();
+            {
+                let _dl = self.dir_read_lock(d);
+                vfs(self.readdir_raw(&Ext4::node(d)?, cookie, &mut |e| {
+                    batch.push(e);
+                    batch.len() < BATCH
+                }))?;
+            }
+            let full = batch.len() == BATCH;
+            for e in batch {
+                cookie = e.next_cookie;
+                if !emit(e) {
+                    return Ok(());
+                }
+            }
+            // Each batch moves the cookie forward through a finite
+            // directory.
+            if !full {
+                return Ok(());
+            }
+        }
     }
 
     fn statfs(&self) -> StatFs {

@@ -20,6 +20,7 @@ use crate::format::htree;
 use crate::format::inode::{RawInode, FL_EXTENTS, FL_INDEX, I_BLOCK_LEN};
 use crate::format::superblock::FLAG_UNSIGNED_HASH;
 use crate::fs::{Ext4, Ext4Inode, Mapping};
+use scalevfs_sync::ordered::Class;
 
 /// An errno of the write side as an [`Error`].
 pub(crate) fn errno(n: i32) -> Error {
@@ -95,6 +96,17 @@ fn priv_of(i: &Inode) -> Result<&Ext4Inode> {
 }
 
 impl Ext4 {
+    /// The shared side of a directory's lock on a read-write mount (none
+    /// on a read-only one: nothing changes there).
+    pub(crate) fn dir_read_lock<'a>(
+        &self,
+        d: &'a Inode,
+    ) -> Option<scalevfs_sync::ordered::RwLockReadGuard<'a, ()>> {
+        self.rw.as_ref()?;
+        let di = d.private::<Ext4Inode>()?;
+        Some(di.dir_lock.read_as(Class::Ext4Dir, d.ino()))
+    }
+
     /// Write `raw` into its inode table slot (through the cache). `new`:
     /// the slot is a fresh inode (zeroed, `i_extra_isize` set, crtime).
     pub(crate) fn write_inode(&self, raw: &RawInode, new: bool) -> Result<()> {
@@ -535,7 +547,7 @@ impl Ext4 {
             return Err(errno(libc::ENAMETOOLONG));
         }
         let di = dir.private::<Ext4Inode>().ok_or_else(|| errno(libc::EIO))?;
-        let _dl = di.dir_lock.lock_key(dir.ino());
+        let _dl = di.dir_lock.write_as(Class::Ext4Dir, dir.ino());
         let mut draw = di.raw();
         let (mode, is_dir) = match node {
             NewNode::Node { mode, .. } => (mode, false),
@@ -768,7 +780,7 @@ impl Ext4 {
         let ii = inode
             .private::<Ext4Inode>()
             .ok_or_else(|| errno(libc::EIO))?;
-        let dl = di.dir_lock.lock_key(dir.ino());
+        let dl = di.dir_lock.write_as(Class::Ext4Dir, dir.ino());
         let mut draw = di.raw();
         let mut iraw = ii.raw();
         if is_dir && !self.dir_is_empty(&iraw)? {
@@ -829,7 +841,7 @@ impl Ext4 {
         let ii = inode
             .private::<Ext4Inode>()
             .ok_or_else(|| errno(libc::EIO))?;
-        let dl = di.dir_lock.lock_key(dir.ino());
+        let dl = di.dir_lock.write_as(Class::Ext4Dir, dir.ino());
         let mut iraw = ii.raw();
         if iraw.links_count >= LINK_MAX {
             return Err(errno(libc::EMLINK));
@@ -901,14 +913,14 @@ impl Ext4 {
         // Both directories' locks, lower inode number first.
         let (l1, l2);
         if same {
-            l1 = od.dir_lock.lock_key(old_dir.ino());
+            l1 = od.dir_lock.write_as(Class::Ext4Dir, old_dir.ino());
             l2 = None;
         } else if old_dir.ino() < new_dir.ino() {
-            l1 = od.dir_lock.lock_key(old_dir.ino());
-            l2 = Some(nd.dir_lock.lock_key(new_dir.ino()));
+            l1 = od.dir_lock.write_as(Class::Ext4Dir, old_dir.ino());
+            l2 = Some(nd.dir_lock.write_as(Class::Ext4Dir, new_dir.ino()));
         } else {
-            l1 = nd.dir_lock.lock_key(new_dir.ino());
-            l2 = Some(od.dir_lock.lock_key(old_dir.ino()));
+            l1 = nd.dir_lock.write_as(Class::Ext4Dir, new_dir.ino());
+            l2 = Some(od.dir_lock.write_as(Class::Ext4Dir, old_dir.ino()));
         }
         let mut odraw = od.raw();
         let mut mraw = mi.raw();

@@ -129,8 +129,9 @@ classes! {
     /// are allocated under the data lock and freed by epoch destructors,
     /// which run wherever a thread pins.
     FramePool = 20, "frames::POOL", No;
-    /// `ext4 Ext4Inode::dir_lock`: a directory's blocks while a name is
-    /// added or removed (two in address order for a rename).
+    /// `ext4 Ext4Inode::dir_lock`: a directory's blocks, exclusive while a
+    /// name is added or removed (two by inode number for a rename), shared
+    /// for lookup and readdir.
     Ext4Dir = 21, "ext4 Ext4Inode::dir_lock", Ascending;
     /// `ext4 Alloc::groups[g]`: one block group's allocation state
     /// (bitmaps, free counts, flags); one group at a time.
