@@ -10,13 +10,17 @@
 //! # Ok::<(), scalevfs_ext4::Error>(())
 //! ```
 
+pub mod alloc;
+pub mod bufcache;
 pub mod crashdev;
 pub mod device;
 pub mod error;
+mod extent_write;
 pub mod format;
 mod fs;
 pub mod journal;
 pub mod mkfs;
+mod write;
 
 pub use device::{BlockDevice, FileDevice, MemDevice};
 pub use error::{Error, Result};
