@@ -1362,7 +1362,10 @@ impl Filesystem for Ext4 {
 
     fn listxattr(&self, i: &Arc<Inode>) -> VfsResult<Vec<Vec<u8>>> {
         let raw = Ext4::node(i)?;
-        Ok(vfs(self.xattrs(&raw))?.into_iter().map(|e| e.name).collect())
+        Ok(vfs(self.xattrs(&raw))?
+            .into_iter()
+            .map(|e| e.name)
+            .collect())
     }
 
     // Writing xattrs is not implemented yet: EROFS on a read-only mount,
