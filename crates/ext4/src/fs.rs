@@ -68,6 +68,10 @@ pub struct Ext4Inode {
     /// shared for lookup and readdir, so a reader never sees an index
     /// that points past the size of the inode copy it holds.
     pub(crate) dir_lock: ORwLock<()>,
+    /// A regular file's extent tree (read-write mounts): exclusive while
+    /// it changes, shared for reads, so a reader never follows a freed
+    /// tree block.
+    pub(crate) data: ORwLock<()>,
 }
 
 impl Ext4Inode {
@@ -543,6 +547,7 @@ impl Ext4 {
                 link: fast_link(&raw, self.bs).map(Box::from),
                 raw: OMutex::new(Class::Ext4Raw, raw),
                 dir_lock: ORwLock::new(Class::Ext4Dir, ()),
+                data: ORwLock::new(Class::Ext4File, ()),
             }),
         ));
         let mut c = self.cache.lock().unwrap_or_else(|e| e.into_inner());
@@ -1312,10 +1317,12 @@ impl Filesystem for Ext4 {
             FileType::Regular => {}
             _ => return Err(Errno::EINVAL),
         }
+        let _g = self.file_read_lock(i);
         vfs(self.read_data(&Ext4::node(i)?, off, buf))
     }
 
     fn seek_data_hole(&self, i: &Arc<Inode>, off: u64, data: bool) -> VfsResult<u64> {
+        let _g = self.file_read_lock(i);
         vfs(self.seek_raw(&Ext4::node(i)?, off, data))?.ok_or(Errno::ENXIO)
     }
 

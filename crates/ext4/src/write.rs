@@ -107,6 +107,15 @@ impl Ext4 {
         Some(di.dir_lock.read_as(Class::Ext4Dir, d.ino()))
     }
 
+    /// The shared side of a file's tree lock on a read-write mount.
+    pub(crate) fn file_read_lock<'a>(
+        &self,
+        i: &'a Inode,
+    ) -> Option<scalevfs_sync::ordered::RwLockReadGuard<'a, ()>> {
+        self.rw.as_ref()?;
+        Some(i.private::<Ext4Inode>()?.data.read())
+    }
+
     /// Write `raw` into its inode table slot (through the cache). `new`:
     /// the slot is a fresh inode (zeroed, `i_extra_isize` set, crtime).
     pub(crate) fn write_inode(&self, raw: &RawInode, new: bool) -> Result<()> {
