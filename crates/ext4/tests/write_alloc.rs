@@ -307,7 +307,11 @@ fn reads_racing_tree_rewrites_see_no_freed_blocks() {
                 let i = k % nblk;
                 k += 7;
                 let n = f.read_at(&mut buf, (i * bs) as u64).unwrap();
-                let want = if i % 2 == 0 { (i % 251) as u8 + 1 } else { 0 };
+                let want = if i.is_multiple_of(2) {
+                    (i % 251) as u8 + 1
+                } else {
+                    0
+                };
                 assert!(
                     buf[..n].iter().all(|&b| b == want || b == 0),
                     "block {i}: foreign data"
