@@ -1224,7 +1224,8 @@ impl Filesystem for Ext4 {
             return Err(Errno::EROFS);
         }
         if exchange {
-            return Err(Errno::EOPNOTSUPP);
+            let other = replaced.ok_or(Errno::ENOENT)?;
+            return vfs(self.exchange_entries(old_dir, old_name, new_dir, new_name, moved, other));
         }
         vfs(self.rename_entry(old_dir, old_name, new_dir, new_name, moved, replaced))
     }

@@ -1088,4 +1088,129 @@ impl Ext4 {
         }
         Ok(())
     }
+
+    /// Point a moved directory's ".." at `parent`.
+    fn set_dotdot(&self, raw: &RawInode, parent: u32) -> Result<()> {
+        if self.is_htree(raw) {
+            // ".." lives in the dx_root, under the index checksum.
+            return Err(errno(libc::EOPNOTSUPP));
+        }
+        let pblk = self.dir_pblk(raw, 0)?;
+        let mut buf = vec![0u8; self.bs];
+        self.read_block(pblk, &mut buf)?;
+        let v = self
+            .leaf_entries(raw, 0, &buf)?
+            .ok_or_else(|| errno(libc::EOPNOTSUPP))?;
+        let dd = v
+            .iter()
+            .find(|e| e.name == b"..")
+            .map(|e| e.offset)
+            .ok_or_else(|| corrupt(format!("directory {}", raw.ino), "no .."))?;
+        self.dir_retarget(raw, pblk, dd, parent, dir::FT_DIR)
+    }
+
+    /// RENAME_EXCHANGE: the two names swap inodes.
+    pub(crate) fn exchange_entries(
+        &self,
+        old_dir: &Arc<Inode>,
+        old_name: &[u8],
+        new_dir: &Arc<Inode>,
+        new_name: &[u8],
+        a: &Arc<Inode>,
+        b: &Arc<Inode>,
+    ) -> Result<()> {
+        self.rw()?;
+        let (od, nd, ai, bi) = (
+            priv_of(old_dir)?,
+            priv_of(new_dir)?,
+            priv_of(a)?,
+            priv_of(b)?,
+        );
+        let same = Arc::ptr_eq(old_dir, new_dir);
+        let (l1, l2);
+        if same {
+            l1 = od.dir_lock.write_as(Class::Ext4Dir, old_dir.ino());
+            l2 = None;
+        } else if old_dir.ino() < new_dir.ino() {
+            l1 = od.dir_lock.write_as(Class::Ext4Dir, old_dir.ino());
+            l2 = Some(nd.dir_lock.write_as(Class::Ext4Dir, new_dir.ino()));
+        } else {
+            l1 = nd.dir_lock.write_as(Class::Ext4Dir, new_dir.ino());
+            l2 = Some(od.dir_lock.write_as(Class::Ext4Dir, old_dir.ino()));
+        }
+        let mut odraw = od.raw();
+        let mut ndraw = if same { odraw.clone() } else { nd.raw() };
+        let (mut araw, mut braw) = (ai.raw(), bi.raw());
+        let adir = araw.file_type_bits() == libc::S_IFDIR;
+        let bdir = braw.file_type_bits() == libc::S_IFDIR;
+        if !same && ((adir && self.is_htree(&araw)) || (bdir && self.is_htree(&braw))) {
+            return Err(errno(libc::EOPNOTSUPP));
+        }
+        let (op, ooff, _) = self
+            .dir_find(&odraw, old_name)?
+            .ok_or_else(|| errno(libc::ENOENT))?;
+        let (np, noff, _) = self
+            .dir_find(&ndraw, new_name)?
+            .ok_or_else(|| errno(libc::ENOENT))?;
+        self.dir_retarget(&odraw, op, ooff, braw.ino, ft_code(u32::from(braw.mode)))?;
+        self.dir_retarget(&ndraw, np, noff, araw.ino, ft_code(u32::from(araw.mode)))?;
+        let t = now();
+        if !same {
+            if adir {
+                self.set_dotdot(&araw, ndraw.ino)?;
+            }
+            if bdir {
+                self.set_dotdot(&braw, odraw.ino)?;
+            }
+            // A directory moving one way and not the other moves a link.
+            let bump = |r: &mut RawInode, up: bool| {
+                if r.links_count == 1 {
+                    return;
+                }
+                if up {
+                    r.links_count = if r.links_count + 1 >= LINK_MAX {
+                        1
+                    } else {
+                        r.links_count + 1
+                    };
+                } else if r.links_count > 2 {
+                    r.links_count -= 1;
+                }
+            };
+            if adir && !bdir {
+                bump(&mut odraw, false);
+                bump(&mut ndraw, true);
+            } else if bdir && !adir {
+                bump(&mut ndraw, false);
+                bump(&mut odraw, true);
+            }
+        }
+        araw.ctime = t;
+        braw.ctime = t;
+        self.write_inode(&araw, false)?;
+        self.write_inode(&braw, false)?;
+        ai.set_raw(araw);
+        bi.set_raw(braw);
+        odraw.mtime = t;
+        odraw.ctime = t;
+        self.write_inode(&odraw, false)?;
+        od.set_raw(odraw);
+        if !same {
+            ndraw.mtime = t;
+            ndraw.ctime = t;
+            self.write_inode(&ndraw, false)?;
+            nd.set_raw(ndraw);
+        }
+        drop(l2);
+        drop(l1);
+        for (i, e) in [(old_dir, od), (new_dir, nd), (a, ai), (b, bi)] {
+            i.update_attr(|x| {
+                let r = e.raw();
+                x.nlink = u32::from(r.links_count);
+                (x.mtime_sec, x.mtime_nsec) = r.mtime;
+                (x.ctime_sec, x.ctime_nsec) = r.ctime;
+            });
+        }
+        Ok(())
+    }
 }
