@@ -934,9 +934,6 @@ impl Ext4 {
         let mut odraw = od.raw();
         let mut mraw = mi.raw();
         let moved_dir = mraw.file_type_bits() == libc::S_IFDIR;
-        if moved_dir && !same && self.is_htree(&mraw) {
-            return Err(errno(libc::EOPNOTSUPP));
-        }
         let mut rraw = match replaced {
             Some(r) => {
                 let rr = priv_of(r)?.raw();
@@ -992,25 +989,8 @@ impl Ext4 {
         }
         let mut ndraw = if same { None } else { Some(nd.raw()) };
         if moved_dir && !same {
-            // The moved directory's ".." (entry 1 of block 0).
-            if let Mapping::Data {
-                pblk,
-                uninit: false,
-                ..
-            } = self.map_block(&mraw, 0)?
-            {
-                let mut buf = vec![0u8; self.bs];
-                self.read_block(pblk, &mut buf)?;
-                let v = self
-                    .leaf_entries(&mraw, 0, &buf)?
-                    .ok_or_else(|| errno(libc::EOPNOTSUPP))?;
-                let dd = v
-                    .iter()
-                    .find(|e| e.name == b"..")
-                    .map(|e| e.offset)
-                    .ok_or_else(|| corrupt(format!("directory {}", mraw.ino), "no .."))?;
-                self.dir_retarget(&mraw, pblk, dd, new_dir.ino() as u32, dir::FT_DIR)?;
-            }
+            // The moved directory's "..".
+            self.set_dotdot(&mraw, new_dir.ino() as u32)?;
             if odraw.links_count > 2 {
                 odraw.links_count -= 1;
             }
@@ -1092,8 +1072,19 @@ impl Ext4 {
     /// Point a moved directory's ".." at `parent`.
     fn set_dotdot(&self, raw: &RawInode, parent: u32) -> Result<()> {
         if self.is_htree(raw) {
-            // ".." lives in the dx_root, under the index checksum.
-            return Err(errno(libc::EOPNOTSUPP));
+            // ".." lives in the dx_root (entry 1 at byte 12), under the
+            // index checksum, which is recomputed.
+            let (rw, io) = self.rw()?;
+            let mut b0 = vec![0u8; self.bs];
+            self.dir_block(raw, 0, &mut b0)?;
+            let (_, count_off, root, _, _) = self.dx_root(raw, &b0, b"..")?;
+            let seed = self.csum_seed(raw);
+            let p0 = self.dir_pblk(raw, 0)?;
+            rw.bufs.modify(io.dev, p0, true, |b| {
+                b[12..16].copy_from_slice(&parent.to_le_bytes());
+                htree::encode_entries(b, count_off, root.limit, &root.entries, seed);
+            })?;
+            return Ok(());
         }
         let pblk = self.dir_pblk(raw, 0)?;
         let mut buf = vec![0u8; self.bs];
@@ -1143,9 +1134,6 @@ impl Ext4 {
         let (mut araw, mut braw) = (ai.raw(), bi.raw());
         let adir = araw.file_type_bits() == libc::S_IFDIR;
         let bdir = braw.file_type_bits() == libc::S_IFDIR;
-        if !same && ((adir && self.is_htree(&araw)) || (bdir && self.is_htree(&braw))) {
-            return Err(errno(libc::EOPNOTSUPP));
-        }
         let (op, ooff, _) = self
             .dir_find(&odraw, old_name)?
             .ok_or_else(|| errno(libc::ENOENT))?;
