@@ -28,6 +28,7 @@ use crate::format::inode::{RawInode, FL_EXTENTS, I_BLOCK_LEN};
 use crate::fs::{Ext4, Ext4Inode};
 use crate::write::errno;
 use scalevfs_sync::ordered::RwLockWriteGuard;
+use scalevfs_sync::primitive::Ordering;
 
 /// Merge `e` into the sorted list `ex` (which has no block of its range).
 pub(crate) fn insert_extent(ex: &mut Vec<Extent>, e: Extent) {
@@ -366,6 +367,10 @@ impl Ext4 {
         }
         if done == 0 {
             return Err(err.unwrap_or_else(|| errno(libc::EIO)));
+        }
+        if let Ok((rw, _)) = self.rw() {
+            // Relaxed: a statistic (s_kbytes_written).
+            rw.written.fetch_add(done as u64, Ordering::Relaxed);
         }
         let t = crate::write::now();
         raw.size = raw.size.max(off + done as u64);
