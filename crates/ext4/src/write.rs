@@ -15,7 +15,9 @@ use scalevfs::types::{FileType, SetAttr};
 use crate::error::{corrupt, Error, Result};
 use crate::format::dir;
 use crate::format::extent::{self, Node as ExtNode};
-use crate::format::features::{COMPAT_DIR_INDEX, INCOMPAT_FILETYPE, INCOMPAT_LARGEDIR};
+use crate::format::features::{
+    COMPAT_DIR_INDEX, INCOMPAT_FILETYPE, INCOMPAT_LARGEDIR, RO_COMPAT_DIR_NLINK,
+};
 use crate::format::htree;
 use crate::format::inode::{RawInode, FL_EXTENTS, FL_INDEX, I_BLOCK_LEN};
 use crate::format::superblock::FLAG_UNSIGNED_HASH;
@@ -563,7 +565,9 @@ impl Ext4 {
             NewNode::Dir { mode } => (libc::S_IFDIR | (mode & 0o7777), true),
             NewNode::Symlink { .. } => (libc::S_IFLNK | 0o777, false),
         };
-        if is_dir && draw.links_count >= LINK_MAX && draw.links_count != 1 {
+        // Without dir_nlink a directory's link count cannot pass the limit;
+        // with it the count sticks at 1 past it (as ext4_inc_count).
+        if is_dir && !self.sb.has_ro_compat(RO_COMPAT_DIR_NLINK) && draw.links_count >= LINK_MAX {
             return Err(errno(libc::EMLINK));
         }
         let ipg = self.sb.inodes_per_group;
@@ -661,7 +665,7 @@ impl Ext4 {
         if is_dir {
             draw.links_count = match draw.links_count {
                 1 => 1,
-                n if n + 1 >= LINK_MAX => 1,
+                n if n + 1 > LINK_MAX => 1,
                 n => n + 1,
             };
         }
@@ -996,7 +1000,7 @@ impl Ext4 {
             }
             if let Some(n) = ndraw.as_mut() {
                 if rraw.is_none() && n.links_count != 1 {
-                    n.links_count = if n.links_count + 1 >= LINK_MAX {
+                    n.links_count = if n.links_count + 1 > LINK_MAX {
                         1
                     } else {
                         n.links_count + 1
@@ -1156,7 +1160,7 @@ impl Ext4 {
                     return;
                 }
                 if up {
-                    r.links_count = if r.links_count + 1 >= LINK_MAX {
+                    r.links_count = if r.links_count + 1 > LINK_MAX {
                         1
                     } else {
                         r.links_count + 1
