@@ -1,5 +1,6 @@
-//! `Ext4`: a read-only ext4 filesystem over a [`BlockDevice`], as a
-//! `scalevfs` [`Filesystem`].
+//! `Ext4`: an ext4 filesystem over a [`BlockDevice`], as a `scalevfs`
+//! [`Filesystem`]: the read side here, the write side in `write.rs`,
+//! `extent_write.rs`, `alloc.rs` and `bufcache.rs`.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
@@ -102,7 +103,7 @@ struct InodeCache {
     swept: usize,
 }
 
-/// A read-only ext4 filesystem.
+/// An ext4 filesystem (read-only unless opened with `ro: false`).
 pub struct Ext4 {
     pub(crate) dev: Box<dyn BlockDevice>,
     pub(crate) sb: Superblock,

@@ -1,10 +1,12 @@
-//! The namespace side of a read-write mount: inode writeback, creating
-//! files, FIFOs, devices, symlinks (fast and slow) and directories, the
-//! linear directory insert, extent appends in the inode, setattr.
+//! The namespace side of a read-write mount: inode writeback; create
+//! (files, FIFOs, sockets, devices, fast and slow symlinks, directories),
+//! link, unlink, rmdir, rename (incl. RENAME_EXCHANGE); linear directory
+//! insert/remove and the htree (conversion of a full one-block directory,
+//! insert by hash with leaf and index splits); setattr.
 //!
-//! Not yet (each answers EOPNOTSUPP, never a wrong image): inserting into
-//! an htree directory, extent trees deeper than the inode's four entries,
-//! file data writes, truncate below the allocated size, unlink, rename.
+//! Not yet (EOPNOTSUPP, never a damaged image): a second index level below
+//! the root (large_dir), a leaf whose entries all share one hash, ext2/3
+//! block-mapped directories. See `docs/ext4.md`.
 
 use std::sync::Arc;
 
