@@ -27,6 +27,8 @@ use crate::format::extent::{self, Extent, Index, Node as ExtNode, INIT_MAX_LEN};
 use crate::format::inode::{RawInode, FL_EXTENTS, I_BLOCK_LEN};
 use crate::fs::{Ext4, Ext4Inode};
 use crate::write::errno;
+use scalevfs_sync::ordered::RwLockWriteGuard;
+use scalevfs_sync::primitive::Ordering;
 
 /// Merge `e` into the sorted list `ex` (which has no block of its range).
 pub(crate) fn insert_extent(ex: &mut Vec<Extent>, e: Extent) {
@@ -220,21 +222,33 @@ impl Ext4 {
         Ok(())
     }
 
-    fn file_raw(inode: &Inode) -> Result<(&Ext4Inode, RawInode)> {
+    /// The file's private part, its tree lock held exclusively, and its
+    /// inode copy.
+    fn file_raw(inode: &Inode) -> Result<(&Ext4Inode, RwLockWriteGuard<'_, ()>, RawInode)> {
         let ei = inode
             .private::<Ext4Inode>()
             .ok_or_else(|| errno(libc::EIO))?;
+        let g = ei.data.write();
         let raw = ei.raw();
         if raw.flags & FL_EXTENTS == 0 {
             // Block-mapped (ext2/3-style) files are read-only here.
             return Err(errno(libc::EOPNOTSUPP));
         }
-        Ok((ei, raw))
+        Ok((ei, g, raw))
     }
 
-    fn publish(&self, inode: &Inode, ei: &Ext4Inode, raw: RawInode) -> Result<()> {
+    /// Store `raw` (on disk and in the inode), drop the tree lock `g`,
+    /// then publish the attributes (whose lock ranks above it).
+    fn publish(
+        &self,
+        inode: &Inode,
+        ei: &Ext4Inode,
+        g: RwLockWriteGuard<'_, ()>,
+        raw: RawInode,
+    ) -> Result<()> {
         self.write_inode(&raw, false)?;
         ei.set_raw(raw);
+        drop(g);
         inode.update_attr(|a| {
             let r = ei.raw();
             a.size = r.size;
@@ -251,7 +265,7 @@ impl Ext4 {
         if buf.is_empty() {
             return Ok(0);
         }
-        let (ei, mut raw) = Self::file_raw(inode)?;
+        let (ei, g, mut raw) = Self::file_raw(inode)?;
         let bs = self.bs as u64;
         let end = off
             .checked_add(buf.len() as u64)
@@ -354,11 +368,15 @@ impl Ext4 {
         if done == 0 {
             return Err(err.unwrap_or_else(|| errno(libc::EIO)));
         }
+        if let Ok((rw, _)) = self.rw() {
+            // Relaxed: a statistic (s_kbytes_written).
+            rw.written.fetch_add(done as u64, Ordering::Relaxed);
+        }
         let t = crate::write::now();
         raw.size = raw.size.max(off + done as u64);
         raw.mtime = t;
         raw.ctime = t;
-        self.publish(inode, ei, raw)?;
+        self.publish(inode, ei, g, raw)?;
         Ok(done)
     }
 
@@ -415,7 +433,7 @@ impl Ext4 {
     /// `truncate` of the VFS (and setattr's size).
     pub(crate) fn file_truncate(&self, inode: &Arc<Inode>, size: u64) -> Result<()> {
         self.rw()?;
-        let (ei, mut raw) = Self::file_raw(inode)?;
+        let (ei, g, mut raw) = Self::file_raw(inode)?;
         let bs = self.bs as u64;
         if size / bs >= u64::from(u32::MAX) {
             return Err(errno(libc::EFBIG));
@@ -433,13 +451,13 @@ impl Ext4 {
         raw.size = size;
         raw.mtime = t;
         raw.ctime = t;
-        self.publish(inode, ei, raw)
+        self.publish(inode, ei, g, raw)
     }
 
     /// fallocate PUNCH_HOLE|KEEP_SIZE.
     pub(crate) fn file_punch(&self, inode: &Arc<Inode>, off: u64, len: u64) -> Result<()> {
         self.rw()?;
-        let (ei, mut raw) = Self::file_raw(inode)?;
+        let (ei, g, mut raw) = Self::file_raw(inode)?;
         let bs = self.bs as u64;
         let end = off.saturating_add(len).min(raw.size);
         if off >= end {
@@ -458,7 +476,7 @@ impl Ext4 {
         let t = crate::write::now();
         raw.mtime = t;
         raw.ctime = t;
-        self.publish(inode, ei, raw)
+        self.publish(inode, ei, g, raw)
     }
 
     /// fallocate mode 0: unwritten extents over the holes of the range
@@ -466,7 +484,7 @@ impl Ext4 {
     /// KEEP_SIZE). All or nothing: on ENOSPC the blocks taken go back.
     pub(crate) fn file_fallocate(&self, inode: &Arc<Inode>, off: u64, len: u64) -> Result<()> {
         self.rw()?;
-        let (ei, mut raw) = Self::file_raw(inode)?;
+        let (ei, g, mut raw) = Self::file_raw(inode)?;
         let bs = self.bs as u64;
         let end = off.checked_add(len).ok_or_else(|| errno(libc::EFBIG))?;
         if len == 0 {
@@ -522,7 +540,7 @@ impl Ext4 {
             return Err(e);
         }
         raw.ctime = crate::write::now();
-        self.publish(inode, ei, raw)
+        self.publish(inode, ei, g, raw)
     }
 
     /// Free everything an inode with no links holds: data, tree blocks and

@@ -1,5 +1,6 @@
-//! `Ext4`: a read-only ext4 filesystem over a [`BlockDevice`], as a
-//! `scalevfs` [`Filesystem`].
+//! `Ext4`: an ext4 filesystem over a [`BlockDevice`], as a `scalevfs`
+//! [`Filesystem`]: the read side here, the write side in `write.rs`,
+//! `extent_write.rs`, `alloc.rs` and `bufcache.rs`.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
@@ -73,6 +74,10 @@ pub struct Ext4Inode {
     /// shared for lookup and readdir, so a reader never sees an index
     /// that points past the size of the inode copy it holds.
     pub(crate) dir_lock: ORwLock<()>,
+    /// A regular file's extent tree (read-write mounts): exclusive while
+    /// it changes, shared for reads, so a reader never follows a freed
+    /// tree block.
+    pub(crate) data: ORwLock<()>,
 }
 
 impl Ext4Inode {
@@ -103,7 +108,7 @@ struct InodeCache {
     swept: usize,
 }
 
-/// A read-only ext4 filesystem.
+/// An ext4 filesystem (read-only unless opened with `ro: false`).
 pub struct Ext4 {
     pub(crate) dev: Box<dyn BlockDevice>,
     pub(crate) sb: Superblock,
@@ -551,6 +556,7 @@ impl Ext4 {
                     link: fast_link(&raw, self.bs).map(Box::from),
                     raw: OMutex::new(Class::Ext4Raw, raw),
                     dir_lock: ORwLock::new(Class::Ext4Dir, ()),
+                    data: ORwLock::new(Class::Ext4File, ()),
                 }),
             )
             .with_generation(generation),
@@ -1229,7 +1235,8 @@ impl Filesystem for Ext4 {
             return Err(Errno::EROFS);
         }
         if exchange {
-            return Err(Errno::EOPNOTSUPP);
+            let other = replaced.ok_or(Errno::ENOENT)?;
+            return vfs(self.exchange_entries(old_dir, old_name, new_dir, new_name, moved, other));
         }
         vfs(self.rename_entry(old_dir, old_name, new_dir, new_name, moved, replaced))
     }
@@ -1322,10 +1329,12 @@ impl Filesystem for Ext4 {
             FileType::Regular => {}
             _ => return Err(Errno::EINVAL),
         }
+        let _g = self.file_read_lock(i);
         vfs(self.read_data(&Ext4::node(i)?, off, buf))
     }
 
     fn seek_data_hole(&self, i: &Arc<Inode>, off: u64, data: bool) -> VfsResult<u64> {
+        let _g = self.file_read_lock(i);
         vfs(self.seek_raw(&Ext4::node(i)?, off, data))?.ok_or(Errno::ENXIO)
     }
 

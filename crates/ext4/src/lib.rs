@@ -1,6 +1,7 @@
 //! ext4 for scalevfs: reads real ext4 images (made by mke2fs or the
-//! kernel) through the [`scalevfs::Filesystem`] trait. Read-only for now;
-//! see `docs/ext4.md` for what is supported.
+//! kernel) through the [`scalevfs::Filesystem`] trait, and writes clean
+//! ones mounted read-write (`Ext4Options { ro: false, .. }`); see
+//! `docs/ext4.md` for what is supported.
 //!
 //! ```no_run
 //! use std::sync::Arc;

@@ -1,10 +1,12 @@
-//! The namespace side of a read-write mount: inode writeback, creating
-//! files, FIFOs, devices, symlinks (fast and slow) and directories, the
-//! linear directory insert, extent appends in the inode, setattr.
+//! The namespace side of a read-write mount: inode writeback; create
+//! (files, FIFOs, sockets, devices, fast and slow symlinks, directories),
+//! link, unlink, rmdir, rename (incl. RENAME_EXCHANGE); linear directory
+//! insert/remove and the htree (conversion of a full one-block directory,
+//! insert by hash with leaf and index splits); setattr.
 //!
-//! Not yet (each answers EOPNOTSUPP, never a wrong image): inserting into
-//! an htree directory, extent trees deeper than the inode's four entries,
-//! file data writes, truncate below the allocated size, unlink, rename.
+//! Not yet (EOPNOTSUPP, never a damaged image): a second index level below
+//! the root (large_dir), a leaf whose entries all share one hash, ext2/3
+//! block-mapped directories. See `docs/ext4.md`.
 
 use std::sync::Arc;
 
@@ -15,7 +17,9 @@ use scalevfs::types::{FileType, SetAttr};
 use crate::error::{corrupt, Error, Result};
 use crate::format::dir;
 use crate::format::extent::{self, Node as ExtNode};
-use crate::format::features::{COMPAT_DIR_INDEX, INCOMPAT_FILETYPE, INCOMPAT_LARGEDIR};
+use crate::format::features::{
+    COMPAT_DIR_INDEX, INCOMPAT_FILETYPE, INCOMPAT_LARGEDIR, RO_COMPAT_DIR_NLINK,
+};
 use crate::format::htree;
 use crate::format::inode::{RawInode, FL_EXTENTS, FL_INDEX, I_BLOCK_LEN};
 use crate::format::superblock::FLAG_UNSIGNED_HASH;
@@ -105,6 +109,15 @@ impl Ext4 {
         self.rw.as_ref()?;
         let di = d.private::<Ext4Inode>()?;
         Some(di.dir_lock.read_as(Class::Ext4Dir, d.ino()))
+    }
+
+    /// The shared side of a file's tree lock on a read-write mount.
+    pub(crate) fn file_read_lock<'a>(
+        &self,
+        i: &'a Inode,
+    ) -> Option<scalevfs_sync::ordered::RwLockReadGuard<'a, ()>> {
+        self.rw.as_ref()?;
+        Some(i.private::<Ext4Inode>()?.data.read())
     }
 
     /// Write `raw` into its inode table slot (through the cache). `new`:
@@ -554,7 +567,9 @@ impl Ext4 {
             NewNode::Dir { mode } => (libc::S_IFDIR | (mode & 0o7777), true),
             NewNode::Symlink { .. } => (libc::S_IFLNK | 0o777, false),
         };
-        if is_dir && draw.links_count >= LINK_MAX && draw.links_count != 1 {
+        // Without dir_nlink a directory's link count cannot pass the limit;
+        // with it the count sticks at 1 past it (as ext4_inc_count).
+        if is_dir && !self.sb.has_ro_compat(RO_COMPAT_DIR_NLINK) && draw.links_count >= LINK_MAX {
             return Err(errno(libc::EMLINK));
         }
         let ipg = self.sb.inodes_per_group;
@@ -652,7 +667,7 @@ impl Ext4 {
         if is_dir {
             draw.links_count = match draw.links_count {
                 1 => 1,
-                n if n + 1 >= LINK_MAX => 1,
+                n if n + 1 > LINK_MAX => 1,
                 n => n + 1,
             };
         }
@@ -925,9 +940,6 @@ impl Ext4 {
         let mut odraw = od.raw();
         let mut mraw = mi.raw();
         let moved_dir = mraw.file_type_bits() == libc::S_IFDIR;
-        if moved_dir && !same && self.is_htree(&mraw) {
-            return Err(errno(libc::EOPNOTSUPP));
-        }
         let mut rraw = match replaced {
             Some(r) => {
                 let rr = priv_of(r)?.raw();
@@ -983,31 +995,14 @@ impl Ext4 {
         }
         let mut ndraw = if same { None } else { Some(nd.raw()) };
         if moved_dir && !same {
-            // The moved directory's ".." (entry 1 of block 0).
-            if let Mapping::Data {
-                pblk,
-                uninit: false,
-                ..
-            } = self.map_block(&mraw, 0)?
-            {
-                let mut buf = vec![0u8; self.bs];
-                self.read_block(pblk, &mut buf)?;
-                let v = self
-                    .leaf_entries(&mraw, 0, &buf)?
-                    .ok_or_else(|| errno(libc::EOPNOTSUPP))?;
-                let dd = v
-                    .iter()
-                    .find(|e| e.name == b"..")
-                    .map(|e| e.offset)
-                    .ok_or_else(|| corrupt(format!("directory {}", mraw.ino), "no .."))?;
-                self.dir_retarget(&mraw, pblk, dd, new_dir.ino() as u32, dir::FT_DIR)?;
-            }
+            // The moved directory's "..".
+            self.set_dotdot(&mraw, new_dir.ino() as u32)?;
             if odraw.links_count > 2 {
                 odraw.links_count -= 1;
             }
             if let Some(n) = ndraw.as_mut() {
                 if rraw.is_none() && n.links_count != 1 {
-                    n.links_count = if n.links_count + 1 >= LINK_MAX {
+                    n.links_count = if n.links_count + 1 > LINK_MAX {
                         1
                     } else {
                         n.links_count + 1
@@ -1075,6 +1070,139 @@ impl Ext4 {
                 let x = ri.raw();
                 a.nlink = u32::from(x.links_count);
                 (a.ctime_sec, a.ctime_nsec) = x.ctime;
+            });
+        }
+        Ok(())
+    }
+
+    /// Point a moved directory's ".." at `parent`.
+    fn set_dotdot(&self, raw: &RawInode, parent: u32) -> Result<()> {
+        if self.is_htree(raw) {
+            // ".." lives in the dx_root (entry 1 at byte 12), under the
+            // index checksum, which is recomputed.
+            let (rw, io) = self.rw()?;
+            let mut b0 = vec![0u8; self.bs];
+            self.dir_block(raw, 0, &mut b0)?;
+            let (_, count_off, root, _, _) = self.dx_root(raw, &b0, b"..")?;
+            let seed = self.csum_seed(raw);
+            let p0 = self.dir_pblk(raw, 0)?;
+            rw.bufs.modify(io.dev, p0, true, |b| {
+                b[12..16].copy_from_slice(&parent.to_le_bytes());
+                htree::encode_entries(b, count_off, root.limit, &root.entries, seed);
+            })?;
+            return Ok(());
+        }
+        let pblk = self.dir_pblk(raw, 0)?;
+        let mut buf = vec![0u8; self.bs];
+        self.read_block(pblk, &mut buf)?;
+        let v = self
+            .leaf_entries(raw, 0, &buf)?
+            .ok_or_else(|| errno(libc::EOPNOTSUPP))?;
+        let dd = v
+            .iter()
+            .find(|e| e.name == b"..")
+            .map(|e| e.offset)
+            .ok_or_else(|| corrupt(format!("directory {}", raw.ino), "no .."))?;
+        self.dir_retarget(raw, pblk, dd, parent, dir::FT_DIR)
+    }
+
+    /// RENAME_EXCHANGE: the two names swap inodes.
+    pub(crate) fn exchange_entries(
+        &self,
+        old_dir: &Arc<Inode>,
+        old_name: &[u8],
+        new_dir: &Arc<Inode>,
+        new_name: &[u8],
+        a: &Arc<Inode>,
+        b: &Arc<Inode>,
+    ) -> Result<()> {
+        self.rw()?;
+        let (od, nd, ai, bi) = (
+            priv_of(old_dir)?,
+            priv_of(new_dir)?,
+            priv_of(a)?,
+            priv_of(b)?,
+        );
+        let same = Arc::ptr_eq(old_dir, new_dir);
+        let (l1, l2);
+        if same {
+            l1 = od.dir_lock.write_as(Class::Ext4Dir, old_dir.ino());
+            l2 = None;
+        } else if old_dir.ino() < new_dir.ino() {
+            l1 = od.dir_lock.write_as(Class::Ext4Dir, old_dir.ino());
+            l2 = Some(nd.dir_lock.write_as(Class::Ext4Dir, new_dir.ino()));
+        } else {
+            l1 = nd.dir_lock.write_as(Class::Ext4Dir, new_dir.ino());
+            l2 = Some(od.dir_lock.write_as(Class::Ext4Dir, old_dir.ino()));
+        }
+        let mut odraw = od.raw();
+        let mut ndraw = if same { odraw.clone() } else { nd.raw() };
+        let (mut araw, mut braw) = (ai.raw(), bi.raw());
+        let adir = araw.file_type_bits() == libc::S_IFDIR;
+        let bdir = braw.file_type_bits() == libc::S_IFDIR;
+        let (op, ooff, _) = self
+            .dir_find(&odraw, old_name)?
+            .ok_or_else(|| errno(libc::ENOENT))?;
+        let (np, noff, _) = self
+            .dir_find(&ndraw, new_name)?
+            .ok_or_else(|| errno(libc::ENOENT))?;
+        self.dir_retarget(&odraw, op, ooff, braw.ino, ft_code(u32::from(braw.mode)))?;
+        self.dir_retarget(&ndraw, np, noff, araw.ino, ft_code(u32::from(araw.mode)))?;
+        let t = now();
+        if !same {
+            if adir {
+                self.set_dotdot(&araw, ndraw.ino)?;
+            }
+            if bdir {
+                self.set_dotdot(&braw, odraw.ino)?;
+            }
+            // A directory moving one way and not the other moves a link.
+            let bump = |r: &mut RawInode, up: bool| {
+                if r.links_count == 1 {
+                    return;
+                }
+                if up {
+                    r.links_count = if r.links_count + 1 > LINK_MAX {
+                        1
+                    } else {
+                        r.links_count + 1
+                    };
+                } else if r.links_count > 2 {
+                    r.links_count -= 1;
+                }
+            };
+            if adir && !bdir {
+                bump(&mut odraw, false);
+                bump(&mut ndraw, true);
+            } else if bdir && !adir {
+                bump(&mut ndraw, false);
+                bump(&mut odraw, true);
+            }
+        }
+        araw.ctime = t;
+        braw.ctime = t;
+        self.write_inode(&araw, false)?;
+        self.write_inode(&braw, false)?;
+        ai.set_raw(araw);
+        bi.set_raw(braw);
+        odraw.mtime = t;
+        odraw.ctime = t;
+        self.write_inode(&odraw, false)?;
+        od.set_raw(odraw);
+        if !same {
+            ndraw.mtime = t;
+            ndraw.ctime = t;
+            self.write_inode(&ndraw, false)?;
+            nd.set_raw(ndraw);
+        }
+        drop(l2);
+        drop(l1);
+        for (i, e) in [(old_dir, od), (new_dir, nd), (a, ai), (b, bi)] {
+            i.update_attr(|x| {
+                let r = e.raw();
+                x.nlink = u32::from(r.links_count);
+                (x.mtime_sec, x.mtime_nsec) = r.mtime;
+                (x.ctime_sec, x.ctime_nsec) = r.ctime;
             });
         }
         Ok(())

@@ -1,7 +1,8 @@
 //! Random-operation differential test: one seeded sequence of namespace
 //! and data calls (create, write at an offset, append, truncate, punch,
-//! read, unlink, mkdir, rmdir, rename — over existing targets and across
-//! directories — hard link, symlink, readlink, chmod, stat) runs through
+//! read, unlink, mkdir, rmdir, rename — over existing targets, across
+//! directories, RENAME_EXCHANGE and RENAME_NOREPLACE — hard link, symlink,
+//! readlink, chmod, stat) runs through
 //! the same `Fs` API on a memfs `Vfs` and on a read-write ext4 `Vfs`.
 //! Every call's result (value or errno) must agree, with the ext4 image
 //! unmounted and reopened in the middle; the final trees must be equal;
@@ -14,6 +15,7 @@ use std::sync::Arc;
 
 use common::*;
 use scalevfs::fs::{FileExt, Fs};
+use scalevfs::types::{RENAME_EXCHANGE, RENAME_NOREPLACE};
 use scalevfs::{Filesystem, Vfs, VfsConfig};
 use scalevfs_ext4::{Ext4, Ext4Options};
 
@@ -56,7 +58,7 @@ fn e<T>(r: std::io::Result<T>) -> Result<T, i32> {
 fn op(fs: &Fs, r: &mut Rng, bs: usize) -> String {
     let p = path(r);
     let q = path(r);
-    let k = r.below(13);
+    let k = r.below(15);
     let off = r.below(4 * bs as u64);
     let len = 1 + r.below(2 * bs as u64) as usize;
     let seed = r.below(256) as u8;
@@ -93,9 +95,19 @@ fn op(fs: &Fs, r: &mut Rng, bs: usize) -> String {
                 (st.mode, st.nlink, size)
             })
         ),
-        _ => format!(
+        12 => format!(
             "{:?}",
             e(fs.set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o600)))
+        ),
+        13 => format!(
+            "{:?}",
+            fs.task()
+                .renameat2(-100, p.as_str(), -100, q.as_str(), RENAME_EXCHANGE)
+        ),
+        _ => format!(
+            "{:?}",
+            fs.task()
+                .renameat2(-100, p.as_str(), -100, q.as_str(), RENAME_NOREPLACE)
         ),
     };
     format!("{k} {p} {q}: {out}")
@@ -136,6 +148,7 @@ fn run(bs: usize, seed: u64, n: usize) {
     let mut rm = Rng(seed);
     let mut re = Rng(seed);
     let mut ok = 0;
+    let mut exchanged = 0;
     for i in 0..n {
         if i == n / 2 {
             // Unmount and reopen the image in the middle.
@@ -149,9 +162,11 @@ fn run(bs: usize, seed: u64, n: usize) {
         let b = op(&ext, &mut re, bs);
         assert_eq!(a, b, "step {i} (seed {seed})");
         ok += usize::from(a.contains(": Ok("));
+        exchanged += usize::from(a.starts_with("13 ") && a.contains(": Ok("));
     }
     // The sequence must do real work, not only fail.
     assert!(ok > n / 8, "only {ok} of {n} calls succeeded");
+    assert!(exchanged > 0, "no RENAME_EXCHANGE succeeded");
     let t = tree(&mem);
     assert!(t.len() > 3, "{t:?}");
     assert_eq!(tree(&mem), tree(&ext), "final trees (seed {seed})");

@@ -1,7 +1,8 @@
 //! Writing into trees others made: an image from `mke2fs -d` whose large
 //! directory `e2fsck -fyD` indexed (an htree we did not build) is mounted
 //! read-write; we add and remove names in the indexed directory, rename
-//! across directories, append to and truncate existing files (a fragmented
+//! across directories (the indexed directory itself included), append to
+//! and truncate existing files (a fragmented
 //! one with a deep extent tree included), then unmount. e2fsck -fn passes,
 //! and the kernel (loop, read-only) sees exactly the tree our own VFS saw
 //! before the unmount.
@@ -52,6 +53,10 @@ fn check(bs: usize) {
     fs.rename(format!("/big/{}", names[1]), "/a/b/moved")
         .unwrap();
     fs.rename("/a/b/c", "/big/c-moved").unwrap();
+    // The indexed directory itself moves to another parent (its ".." is
+    // in the dx_root).
+    fs.rename("/big", "/a/big-moved").unwrap();
+    fs.write("/a/big-moved/after-move", b"x").unwrap();
     {
         use std::io::Write;
         let mut f = fs.options().append(true).open("/small.txt").unwrap();

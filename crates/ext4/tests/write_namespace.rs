@@ -215,3 +215,51 @@ fn big_directory_then_half_removed() {
         assert_eq!(got, want);
     }
 }
+
+/// dir_nlink: a directory with more than 65,000 subdirectories has link
+/// count 1 (as the kernel's ext4_inc_count); e2fsck -fn agrees and the
+/// kernel reports the same; removing some keeps it at 1.
+#[test]
+fn dir_nlink_past_65000_subdirectories() {
+    if !have_tools() {
+        return;
+    }
+    let s = Scratch::new("rwnlink");
+    let img = s.0.join("img");
+    let out = std::process::Command::new(mkfs().unwrap())
+        .args(["-q", "-F", "-b", "1024", "-N", "70000", "-O", "orphan_file"])
+        .arg(&img)
+        .arg("128M")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let e = Ext4::open(&img, rw()).unwrap();
+    let fsd: Arc<dyn Filesystem> = e.clone();
+    let vfs = Vfs::with_root_fs(VfsConfig::default(), fsd);
+    let t = vfs.root_task();
+    t.mkdir("/p", 0o755).unwrap();
+    let n = 65_010;
+    for i in 0..n {
+        t.mkdir(format!("/p/{i}").as_str(), 0o755).unwrap();
+        if i == 64_997 {
+            // 2 + 64,998 subdirectories: still exact.
+            assert_eq!(t.lstat("/p").unwrap().nlink, 65_000);
+        }
+    }
+    assert_eq!(t.lstat("/p").unwrap().nlink, 1);
+    for i in 0..20 {
+        t.rmdir(format!("/p/{i}").as_str()).unwrap();
+    }
+    assert_eq!(t.lstat("/p").unwrap().nlink, 1);
+    e.unmount().unwrap();
+    drop(t);
+    drop(vfs);
+    drop(e);
+    fsck_clean(&img);
+    let Some(km) = KMount::new(&img, &s.0.join("mnt")) else {
+        return;
+    };
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(std::fs::metadata(km.0.join("p")).unwrap().nlink(), 1);
+    assert_eq!(std::fs::read_dir(km.0.join("p")).unwrap().count(), n - 20);
+}
