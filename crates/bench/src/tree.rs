@@ -559,8 +559,14 @@ fn run_one(
         "lib-ext4" => {
             make_image(&image, opts.image_size)?;
             let t0 = Instant::now();
-            let fs = scalevfs_ext4::Ext4::open(&image, scalevfs_ext4::Ext4Options::default())
-                .map_err(|e| format!("open {}: {e}", image.display()))?;
+            let fs = scalevfs_ext4::Ext4::open(
+                &image,
+                scalevfs_ext4::Ext4Options {
+                    ro: false,
+                    ..Default::default()
+                },
+            )
+            .map_err(|e| format!("open {}: {e}", image.display()))?;
             mount_ms = Some(t0.elapsed().as_secs_f64() * 1e3);
             let lib = Library {
                 vfs: scalevfs::Vfs::with_root_fs(Default::default(), fs),

@@ -104,3 +104,186 @@ fn bad_options_exit_with_a_message() {
     }
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// Every entry below `root` as (relative path, description), where the
+/// description has what both sides must agree on. `attrs`: also owners,
+/// modes, times and device numbers (not kept by `debugfs rdump` as non-root).
+fn describe(root: &Path, attrs: bool) -> Vec<(PathBuf, String)> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = Vec::new();
+    let mut stack = vec![PathBuf::new()];
+    while let Some(rel) = stack.pop() {
+        for e in std::fs::read_dir(root.join(&rel)).unwrap() {
+            let e = e.unwrap();
+            let r = rel.join(e.file_name());
+            if r == Path::new("lost+found") {
+                continue;
+            }
+            let p = root.join(&r);
+            let md = std::fs::symlink_metadata(&p).unwrap();
+            let ft = md.file_type();
+            let mut d = if ft.is_dir() {
+                stack.push(r.clone());
+                "dir".to_string()
+            } else if ft.is_file() {
+                let data = std::fs::read(&p).unwrap();
+                let h = data.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+                    (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+                });
+                format!("file {} {h:x}", data.len())
+            } else if ft.is_symlink() {
+                format!("link {:?}", std::fs::read_link(&p).unwrap())
+            } else if attrs {
+                "special".to_string()
+            } else {
+                // `debugfs rdump` does not recreate FIFOs and devices.
+                continue;
+            };
+            if attrs {
+                d += &format!(
+                    " mode {:o} {}:{} mtime {}.{} rdev {} nlink {}",
+                    md.mode(),
+                    md.uid(),
+                    md.gid(),
+                    md.mtime(),
+                    md.mtime_nsec(),
+                    md.rdev(),
+                    if ft.is_dir() { 0 } else { md.nlink() }
+                );
+            }
+            out.push((r, d));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Equal trees, or a failure that names the first few differences.
+fn same_trees(got: &[(PathBuf, String)], want: &[(PathBuf, String)], who: &str) {
+    let diff: Vec<String> = want
+        .iter()
+        .filter(|w| !got.contains(w))
+        .map(|w| format!("missing/different: {w:?}"))
+        .chain(
+            got.iter()
+                .filter(|g| !want.contains(g))
+                .map(|g| format!("extra: {g:?}")),
+        )
+        .take(8)
+        .collect();
+    assert!(
+        diff.is_empty(),
+        "{who} sees a different tree:\n{}",
+        diff.join("\n")
+    );
+}
+
+/// `mkfs --from DIR` (as mke2fs -d): e2fsck passes, e2fsprogs' own reader
+/// (`debugfs rdump`) extracts the same names and contents, and where a loop
+/// mount is possible the kernel shows the same owners, modes, times, device
+/// numbers and hard links; sparse files stay sparse.
+#[test]
+fn mkfs_from_a_directory() {
+    use std::os::unix::fs::PermissionsExt;
+    let (Some(e2fsck), Some(debugfs)) = (tool("e2fsck"), tool("debugfs")) else {
+        eprintln!("SKIPPED mkfs_from_a_directory: e2fsprogs is not installed");
+        return;
+    };
+    let d = scratch("from");
+    let src = d.join("src");
+    std::fs::create_dir_all(src.join("a/b/many")).unwrap();
+    std::fs::write(src.join("a/f"), b"hello\n").unwrap();
+    let big: Vec<u8> = (0..300_000u32).map(|i| (i * 31 % 253) as u8).collect();
+    std::fs::write(src.join("a/b/big"), &big).unwrap();
+    std::fs::hard_link(src.join("a/f"), src.join("a/hard")).unwrap();
+    std::os::unix::fs::symlink("../f", src.join("a/b/fast")).unwrap();
+    std::os::unix::fs::symlink("y".repeat(300), src.join("slow")).unwrap();
+    let sparse = std::fs::File::create(src.join("sparse")).unwrap();
+    sparse.set_len(8 << 20).unwrap();
+    drop(sparse);
+    for i in 0..2500 {
+        std::fs::write(src.join(format!("a/b/many/entry-{i:05}")), i.to_string()).unwrap();
+    }
+    std::fs::set_permissions(src.join("a/b/big"), std::fs::Permissions::from_mode(0o4751)).unwrap();
+    let fifo = std::ffi::CString::new(src.join("a/fifo").as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: mkfifo with a valid C string.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o640) }, 0);
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if root {
+        let f = std::ffi::CString::new(src.join("a/f").as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: chown with a valid C string.
+        assert_eq!(unsafe { libc::chown(f.as_ptr(), 1234, 5678) }, 0);
+    }
+    let img = d.join("from.img");
+    let out = scalevfs(&[
+        "mkfs",
+        img.to_str().unwrap(),
+        "--size",
+        "128M",
+        "-q",
+        "--from",
+        src.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let fsck = Command::new(&e2fsck).arg("-fn").arg(&img).output().unwrap();
+    assert!(
+        fsck.status.success(),
+        "e2fsck: {}",
+        String::from_utf8_lossy(&fsck.stdout)
+    );
+    // e2fsprogs' reader extracts the same tree.
+    let dump = d.join("dump");
+    std::fs::create_dir_all(&dump).unwrap();
+    let r = Command::new(&debugfs)
+        .args(["-R", &format!("rdump / {}", dump.display())])
+        .arg(&img)
+        .output()
+        .unwrap();
+    assert!(
+        r.status.success(),
+        "debugfs: {}",
+        String::from_utf8_lossy(&r.stderr)
+    );
+    let dumped = dump.join(src.file_name().unwrap()); // rdump / DIR puts the root's entries in DIR
+    let dumped = if dumped.exists() {
+        dumped
+    } else {
+        dump.clone()
+    };
+    same_trees(
+        &describe(&dumped, false),
+        &describe(&src, false),
+        "debugfs rdump",
+    );
+    // The kernel, where a loop mount is possible.
+    let mnt = d.join("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    let m = Command::new("mount")
+        .args(["-o", "loop,ro"])
+        .arg(&img)
+        .arg(&mnt)
+        .output();
+    match m {
+        Ok(o) if o.status.success() => {
+            let (k, h) = (describe(&mnt, true), describe(&src, true));
+            let blocks = {
+                use std::os::unix::fs::MetadataExt;
+                std::fs::metadata(mnt.join("sparse")).unwrap().blocks()
+            };
+            let _ = Command::new("umount").arg(&mnt).status();
+            same_trees(&k, &h, "the kernel");
+            assert_eq!(blocks, 0, "the sparse file got blocks");
+        }
+        Ok(o) => eprintln!(
+            "kernel comparison skipped: cannot loop-mount here: {}",
+            String::from_utf8_lossy(&o.stderr).trim()
+        ),
+        Err(e) => eprintln!("kernel comparison skipped: mount: {e}"),
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}

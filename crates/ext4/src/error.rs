@@ -24,13 +24,19 @@ pub type Result<T> = std::result::Result<T, Error>;
 
 impl Error {
     /// The errno the VFS reports: EUCLEAN for corruption (as Linux's
-    /// EFSCORRUPTED), EIO for device errors, EINVAL for an incompatible
+    /// EFSCORRUPTED), EIO for device errors (ENOSPC, EROFS from the writer), EINVAL for an incompatible
     /// image (only seen at open time).
     pub fn errno(&self) -> Errno {
         match self {
             Error::Corrupt { .. } => Errno::EUCLEAN,
             Error::Incompatible(_) => Errno::EINVAL,
-            Error::Io(_) => Errno::EIO,
+            // An errno the write side raises itself (ENOSPC, EROFS) passes
+            // through; other device errors are EIO.
+            Error::Io(e) => e
+                .raw_os_error()
+                .filter(|n| WRITER_ERRNOS.contains(n))
+                .and_then(Errno::from_raw)
+                .unwrap_or(Errno::EIO),
         }
     }
 
@@ -39,6 +45,20 @@ impl Error {
         matches!(self, Error::Corrupt { .. })
     }
 }
+
+/// Errnos the write side raises itself (passed through; any other device
+/// error is EIO).
+const WRITER_ERRNOS: &[i32] = &[
+    libc::ENOSPC,
+    libc::EROFS,
+    libc::EOPNOTSUPP,
+    libc::EMLINK,
+    libc::ENAMETOOLONG,
+    libc::EFBIG,
+    libc::EINVAL,
+    libc::ENOTEMPTY,
+    libc::ENOENT,
+];
 
 /// A corruption error.
 pub fn corrupt(what: impl Into<String>, why: impl Into<String>) -> Error {

@@ -1,5 +1,6 @@
-//! `Ext4`: a read-only ext4 filesystem over a [`BlockDevice`], as a
-//! `scalevfs` [`Filesystem`].
+//! `Ext4`: an ext4 filesystem over a [`BlockDevice`], as a `scalevfs`
+//! [`Filesystem`]: the read side here, the write side in `write.rs`,
+//! `extent_write.rs`, `alloc.rs` and `bufcache.rs`.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
@@ -10,6 +11,11 @@ use scalevfs::inode::Inode;
 use scalevfs::types::{Attr, DirEntry, FileType, SetAttr, StatFs};
 use scalevfs::{Errno, VfsResult};
 
+use scalevfs_sync::ordered::{Class, Mutex as OMutex, RwLock as ORwLock};
+use scalevfs_sync::primitive::{AtomicBool, AtomicU64, Ordering};
+
+use crate::alloc::{Alloc, Io};
+use crate::bufcache::BufCache;
 use crate::device::{BlockDevice, FileDevice};
 use crate::error::{corrupt, Error, Result};
 use crate::format::dir::{self, Entry};
@@ -18,7 +24,9 @@ use crate::format::features::*;
 use crate::format::group_desc::{self, GroupDesc};
 use crate::format::htree;
 use crate::format::inode::{self, RawInode};
-use crate::format::superblock::{Superblock, FLAG_UNSIGNED_HASH, SB_OFFSET, SB_SIZE};
+use crate::format::superblock::{
+    self, SbUpdate, Superblock, FLAG_UNSIGNED_HASH, SB_OFFSET, SB_SIZE, STATE_ERROR, STATE_VALID,
+};
 use crate::format::xattr;
 
 /// `statfs` f_type of ext2/3/4.
@@ -34,6 +42,12 @@ pub struct Ext4Options {
     /// An image whose journal needs recovery: refused (the default),
     /// replayed in memory, or replayed on the device (journal/mod.rs).
     pub replay: crate::journal::Replay,
+    /// Read-only (the default). `false` mounts read-write: the image must
+    /// be clean (journal needing no recovery, state valid) and use no
+    /// feature the writer does not keep.
+    pub ro: bool,
+    /// Metadata blocks the write-back cache holds (read-write only).
+    pub buffer_cache: usize,
 }
 
 impl Default for Ext4Options {
@@ -42,6 +56,8 @@ impl Default for Ext4Options {
             dev: 1,
             inode_cache: 4096,
             replay: crate::journal::Replay::Refuse,
+            ro: true,
+            buffer_cache: 8192,
         }
     }
 }
@@ -49,7 +65,30 @@ impl Default for Ext4Options {
 /// What an ext4 inode carries as the VFS inode's private data.
 #[derive(Debug)]
 pub struct Ext4Inode {
-    pub raw: RawInode,
+    /// The on-disk inode as last read or written (a read-write mount
+    /// changes it under this lock, held only to copy or replace it).
+    raw: OMutex<RawInode>,
+    /// A fast symlink's target (symlinks never change).
+    link: Option<Box<[u8]>>,
+    /// A directory's blocks (read-write mounts): exclusive to change them,
+    /// shared for lookup and readdir, so a reader never sees an index
+    /// that points past the size of the inode copy it holds.
+    pub(crate) dir_lock: ORwLock<()>,
+    /// A regular file's extent tree (read-write mounts): exclusive while
+    /// it changes, shared for reads, so a reader never follows a freed
+    /// tree block.
+    pub(crate) data: ORwLock<()>,
+}
+
+impl Ext4Inode {
+    /// A copy of the on-disk inode.
+    pub fn raw(&self) -> RawInode {
+        self.raw.lock().clone()
+    }
+
+    pub(crate) fn set_raw(&self, r: RawInode) {
+        *self.raw.lock() = r;
+    }
 }
 
 /// Where a logical block of a file lives.
@@ -69,17 +108,53 @@ struct InodeCache {
     swept: usize,
 }
 
-/// A read-only ext4 filesystem.
+/// An ext4 filesystem (read-only unless opened with `ro: false`).
 pub struct Ext4 {
-    dev: Box<dyn BlockDevice>,
-    sb: Superblock,
-    groups: Vec<GroupDesc>,
-    bs: usize,
-    devno: u64,
-    cache_cap: usize,
+    pub(crate) dev: Box<dyn BlockDevice>,
+    pub(crate) sb: Superblock,
+    pub(crate) groups: Vec<GroupDesc>,
+    pub(crate) bs: usize,
+    pub(crate) devno: u64,
+    pub(crate) cache_cap: usize,
     cache: Mutex<InodeCache>,
-    root: Arc<Inode>,
-    statfs: StatFs,
+    pub(crate) root: Arc<Inode>,
+    pub(crate) statfs: StatFs,
+    /// The write side; `None` for a read-only mount.
+    pub(crate) rw: Option<RwState>,
+}
+
+/// State of a read-write mount.
+pub(crate) struct RwState {
+    pub(crate) bufs: BufCache,
+    pub(crate) alloc: Alloc,
+    /// The raw superblock as read (fields not modelled kept as they are).
+    pub(crate) sb_raw: OMutex<Vec<u8>>,
+    pub(crate) mnt_count: u16,
+    pub(crate) kbytes_written: u64,
+    /// Bytes written since mount (data and metadata), for s_kbytes_written.
+    pub(crate) written: AtomicU64,
+    /// A check failed while writing: nothing more goes to the device.
+    pub(crate) failed: AtomicBool,
+    /// `unmount` ran: the image is clean and nothing more is written.
+    pub(crate) unmounted: AtomicBool,
+    /// Inodes whose last name is gone, freed once nothing holds them.
+    pub(crate) unlinked: OMutex<Vec<(u32, Weak<Inode>)>>,
+}
+
+/// The RO_COMPAT features a read-write mount keeps correct.
+const RO_COMPAT_RW_OK: u32 = RO_COMPAT_SPARSE_SUPER
+    | RO_COMPAT_LARGE_FILE
+    | RO_COMPAT_HUGE_FILE
+    | RO_COMPAT_GDT_CSUM
+    | RO_COMPAT_DIR_NLINK
+    | RO_COMPAT_EXTRA_ISIZE
+    | RO_COMPAT_METADATA_CSUM;
+
+fn now() -> (i64, i64) {
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    (d.as_secs() as i64, i64::from(d.subsec_nanos()))
 }
 
 impl std::fmt::Debug for Ext4 {
@@ -96,18 +171,24 @@ fn ino_what(ino: u32) -> impl Fn() -> String {
 }
 
 impl Ext4 {
-    /// Open the image (or block device) at `path`, read-only.
+    /// Open the image (or block device) at `path`, read-only unless
+    /// `opts.ro` is false.
     pub fn open(path: &Path, opts: Ext4Options) -> Result<Arc<Ext4>> {
-        let dev = FileDevice::open(path, false)?;
+        let dev = FileDevice::open(path, !opts.ro)?;
         Ext4::open_device(Box::new(dev), opts)
     }
 
-    /// Open a filesystem on `dev`, read-only.
+    /// Open a filesystem on `dev` (read-only unless `opts.ro` is false).
     pub fn open_device(dev: Box<dyn BlockDevice>, opts: Ext4Options) -> Result<Arc<Ext4>> {
         let dev = crate::journal::replay_on_open(dev, opts.replay)?;
         let mut sbb = vec![0u8; SB_SIZE];
         dev.read_at(SB_OFFSET, &mut sbb)?;
         let sb = Superblock::parse(&sbb)?;
+        // (A journal replay, when one is implemented, goes here: before
+        // anything else reads the tables.)
+        if !opts.ro {
+            check_rw(&sb)?;
+        }
         let bs = sb.block_size();
         let dev_blocks = dev.size() / bs as u64;
         if sb.blocks_count > dev_blocks {
@@ -164,7 +245,25 @@ impl Ext4 {
             cache,
             root: placeholder,
             statfs: StatFs::default(),
+            rw: None,
         };
+        if !opts.ro {
+            let (mnt_count, kbytes_written) = superblock::mount_fields(&sbb);
+            fs.rw = Some(RwState {
+                bufs: BufCache::new(bs, opts.buffer_cache.max(64)),
+                alloc: Alloc::new(&fs.groups),
+                sb_raw: OMutex::new(Class::Ext4Super, sbb),
+                mnt_count: mnt_count.wrapping_add(1),
+                kbytes_written,
+                written: AtomicU64::new(0),
+                failed: AtomicBool::new(false),
+                unmounted: AtomicBool::new(false),
+                unlinked: OMutex::new(Class::Ext4Unlinked, Vec::new()),
+            });
+            // Mark the filesystem in use (not clean) until unmount.
+            fs.write_super(false)?;
+            fs.dev.flush()?;
+        }
         let root = fs.iget(inode::ROOT_INO)?;
         if !root.is_dir() {
             return Err(corrupt("inode 2", "the root is not a directory"));
@@ -184,14 +283,191 @@ impl Ext4 {
         self.bs
     }
 
-    fn read_block(&self, blk: u64, buf: &mut [u8]) -> Result<()> {
+    pub(crate) fn read_block(&self, blk: u64, buf: &mut [u8]) -> Result<()> {
         if blk >= self.sb.blocks_count {
             return Err(corrupt(
                 format!("block {blk}"),
                 "block number beyond the filesystem",
             ));
         }
-        self.dev.read_at(blk * self.bs as u64, buf)?;
+        match &self.rw {
+            Some(rw) => rw.bufs.read(&*self.dev, blk, buf)?,
+            None => self.dev.read_at(blk * self.bs as u64, buf)?,
+        }
+        Ok(())
+    }
+
+    /// True for a read-write mount.
+    pub fn is_rw(&self) -> bool {
+        self.rw.is_some()
+    }
+
+    pub(crate) fn rw(&self) -> Result<(&RwState, Io<'_>)> {
+        let rw = self
+            .rw
+            .as_ref()
+            .ok_or_else(|| Error::Io(std::io::Error::from_raw_os_error(libc::EROFS)))?;
+        // Relaxed: the flags only stop further writes; they order nothing.
+        if rw.failed.load(Ordering::Relaxed) || rw.unmounted.load(Ordering::Relaxed) {
+            return Err(Error::Io(std::io::Error::from_raw_os_error(libc::EROFS)));
+        }
+        let io = Io {
+            sb: &self.sb,
+            dev: &*self.dev,
+            bufs: &rw.bufs,
+        };
+        Ok((rw, io))
+    }
+
+    /// A corrupt-image error on the write path stops all further writing
+    /// (the kernel's errors=remount-ro).
+    pub(crate) fn check<T>(&self, r: Result<T>) -> Result<T> {
+        if let (Err(e), Some(rw)) = (&r, &self.rw) {
+            if e.is_corrupt() {
+                // Relaxed: see `rw`.
+                rw.failed.store(true, Ordering::Relaxed);
+            }
+        }
+        r
+    }
+
+    /// Allocate a block near `goal` (0: the thread's group); `root` may
+    /// take the reserved blocks.
+    pub fn alloc_block(&self, goal: u64, root: bool) -> Result<u64> {
+        let (rw, io) = self.rw()?;
+        self.check(rw.alloc.alloc_block(&io, goal, root))
+    }
+
+    /// Free block `blk`.
+    pub fn free_block(&self, blk: u64) -> Result<()> {
+        let (rw, io) = self.rw()?;
+        self.check(rw.alloc.free_block(&io, blk))
+    }
+
+    /// Allocate an inode number, preferably in group `group`.
+    pub fn alloc_inode(&self, group: Option<usize>, dir: bool) -> Result<u32> {
+        let (rw, io) = self.rw()?;
+        self.check(rw.alloc.alloc_inode(&io, group, dir))
+    }
+
+    /// Free inode number `ino`.
+    pub fn free_inode(&self, ino: u32, dir: bool) -> Result<()> {
+        let (rw, io) = self.rw()?;
+        self.check(rw.alloc.free_inode(&io, ino, dir))
+    }
+
+    /// Write the superblock with the current counts; `clean` marks the
+    /// filesystem valid (unmount), else in use.
+    fn write_super(&self, clean: bool) -> Result<()> {
+        let Some(rw) = &self.rw else { return Ok(()) };
+        let t = now().0;
+        let mut raw = rw.sb_raw.lock();
+        // Relaxed: a statistic.
+        let kb = rw.written.load(Ordering::Relaxed) / 1024;
+        let state = if clean {
+            self.sb.state | STATE_VALID
+        } else {
+            self.sb.state & !STATE_VALID
+        };
+        let u = SbUpdate {
+            state,
+            mnt_count: rw.mnt_count,
+            mtime: t,
+            wtime: t,
+            free_blocks: rw.alloc.free_blocks() * self.sb.cluster_ratio(),
+            free_inodes: rw.alloc.free_inodes() as u32,
+            kbytes_written: rw.kbytes_written.saturating_add(kb),
+        };
+        superblock::encode_update(&mut raw, &u, self.sb.has_metadata_csum());
+        self.dev.write_at(SB_OFFSET, &raw)?;
+        rw.written.fetch_add(SB_SIZE as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Write every dirty metadata block, the group descriptors and the
+    /// superblock, then flush the device (`syncfs`). A read-only mount has
+    /// nothing to write.
+    pub fn sync(&self) -> Result<()> {
+        // Relaxed: see `rw`.
+        if self
+            .rw
+            .as_ref()
+            .is_some_and(|r| r.unmounted.load(Ordering::Relaxed))
+        {
+            return Ok(());
+        }
+        self.writeback(false)
+    }
+
+    /// An inode lost its last name: drop it from the cache and queue it
+    /// to be freed once unused.
+    pub(crate) fn forget_inode(&self, inode: &Arc<Inode>) {
+        let ino = inode.ino() as u32;
+        {
+            let mut c = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+            c.recent.retain(|i| i.ino() != u64::from(ino));
+            c.map.remove(&ino);
+        }
+        if let Some(rw) = &self.rw {
+            rw.unlinked.lock().push((ino, Arc::downgrade(inode)));
+        }
+    }
+
+    /// Free the queued unlinked inodes nothing holds (`all`: every one,
+    /// at unmount).
+    fn reap(&self, all: bool) -> Result<()> {
+        let Some(rw) = &self.rw else { return Ok(()) };
+        let ready: Vec<(u32, Option<Arc<Inode>>)> = {
+            let mut l = rw.unlinked.lock();
+            let (go, keep): (Vec<_>, Vec<_>) =
+                l.drain(..).partition(|(_, w)| all || w.strong_count() == 0);
+            *l = keep;
+            go.into_iter().map(|(i, w)| (i, w.upgrade())).collect()
+        };
+        for (ino, live) in ready {
+            let raw = match live.as_deref().and_then(|i| i.private::<Ext4Inode>()) {
+                Some(e) => e.raw(),
+                None => self.read_inode(ino)?,
+            };
+            if raw.links_count == 0 {
+                self.check(self.release_inode(raw))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Unmount: free the unlinked inodes, write everything back, mark the
+    /// filesystem clean and refuse any later change (EROFS). Dropping the
+    /// last `Arc<Ext4>` does the same, but a `Vfs` may release its
+    /// filesystem late (epoch-deferred), so an owner that knows it is done
+    /// calls this. A second call does nothing.
+    pub fn unmount(&self) -> Result<()> {
+        let Some(rw) = &self.rw else { return Ok(()) };
+        // Relaxed: see `rw`.
+        if rw.unmounted.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let r = self.writeback(true);
+        // Relaxed: see `rw`.
+        rw.unmounted.store(true, Ordering::Relaxed);
+        r
+    }
+
+    fn writeback(&self, clean: bool) -> Result<()> {
+        let Some(rw) = &self.rw else { return Ok(()) };
+        // Relaxed: see `rw`.
+        if !rw.failed.load(Ordering::Relaxed) {
+            self.reap(clean)?;
+        }
+        // Relaxed: see `rw`.
+        if rw.failed.load(Ordering::Relaxed) {
+            return Err(Error::Io(std::io::Error::from_raw_os_error(libc::EROFS)));
+        }
+        let (_, io) = self.rw()?;
+        rw.alloc.write_descs(&io, |gdb| gdt_block(&self.sb, gdb))?;
+        rw.bufs.write_back(&*self.dev)?;
+        self.write_super(clean)?;
+        self.dev.flush()?;
         Ok(())
     }
 
@@ -276,7 +552,12 @@ impl Ext4 {
                 u64::from(ino),
                 self.devno,
                 attr,
-                Box::new(Ext4Inode { raw }),
+                Box::new(Ext4Inode {
+                    link: fast_link(&raw, self.bs).map(Box::from),
+                    raw: OMutex::new(Class::Ext4Raw, raw),
+                    dir_lock: ORwLock::new(Class::Ext4Dir, ()),
+                    data: ORwLock::new(Class::Ext4File, ()),
+                }),
             )
             .with_generation(generation),
         );
@@ -306,8 +587,8 @@ impl Ext4 {
             .len()
     }
 
-    fn node(i: &Inode) -> VfsResult<&RawInode> {
-        i.private::<Ext4Inode>().map(|n| &n.raw).ok_or(Errno::EIO)
+    pub(crate) fn node(i: &Inode) -> VfsResult<RawInode> {
+        i.private::<Ext4Inode>().map(|n| n.raw()).ok_or(Errno::EIO)
     }
 
     /// Where logical block `lblk` of `raw` lives.
@@ -495,7 +776,7 @@ impl Ext4 {
     }
 
     /// Block `lblk` of directory `raw` into `buf`; a hole is corruption.
-    fn dir_block(&self, raw: &RawInode, lblk: u32, buf: &mut [u8]) -> Result<()> {
+    pub(crate) fn dir_block(&self, raw: &RawInode, lblk: u32, buf: &mut [u8]) -> Result<()> {
         match self.map_block(raw, lblk)? {
             Mapping::Data { pblk, uninit, .. } => {
                 if uninit {
@@ -513,7 +794,7 @@ impl Ext4 {
         }
     }
 
-    fn dir_blocks(&self, raw: &RawInode) -> Result<u32> {
+    pub(crate) fn dir_blocks(&self, raw: &RawInode) -> Result<u32> {
         let n = raw.size.div_ceil(self.bs as u64);
         if n > self.sb.blocks_count || n > u64::from(u32::MAX) {
             return Err(corrupt(
@@ -524,24 +805,24 @@ impl Ext4 {
         Ok(n as u32)
     }
 
-    fn is_htree(&self, raw: &RawInode) -> bool {
+    pub(crate) fn is_htree(&self, raw: &RawInode) -> bool {
         raw.flags & inode::FL_INDEX != 0 && self.sb.has_compat(COMPAT_DIR_INDEX)
     }
 
-    fn csum_seed(&self, raw: &RawInode) -> Option<u32> {
+    pub(crate) fn csum_seed(&self, raw: &RawInode) -> Option<u32> {
         self.sb.has_metadata_csum().then_some(raw.csum_seed)
     }
 
     /// Whether directory block `b` is an htree interior node (one empty
     /// entry covering the whole block, so no room for a dirent tail).
-    fn is_dx_node(&self, b: &[u8]) -> bool {
+    pub(crate) fn is_dx_node(&self, b: &[u8]) -> bool {
         crate::format::le32(b, 0) == 0
             && dir::rec_len_from_disk(crate::format::le16(b, 4), self.bs) == self.bs
     }
 
     /// The live entries of directory block `lblk` (`b` holds it); `None` for
     /// an htree index block.
-    fn leaf_entries<'a>(
+    pub(crate) fn leaf_entries<'a>(
         &self,
         raw: &RawInode,
         lblk: u32,
@@ -590,7 +871,12 @@ impl Ext4 {
     }
 
     /// Read an htree index block and its entries.
-    fn dx_node(&self, raw: &RawInode, lblk: u32, buf: &mut [u8]) -> Result<htree::DxEntries> {
+    pub(crate) fn dx_node(
+        &self,
+        raw: &RawInode,
+        lblk: u32,
+        buf: &mut [u8],
+    ) -> Result<htree::DxEntries> {
         let what = || format!("directory {} htree node {lblk}", raw.ino);
         let nblocks = self.dir_blocks(raw)?;
         if lblk == 0 || lblk >= nblocks {
@@ -698,7 +984,7 @@ impl Ext4 {
         self.lookup_ino(raw, name)
     }
 
-    fn lookup_ino(&self, raw: &RawInode, name: &[u8]) -> Result<Option<u32>> {
+    pub(crate) fn lookup_ino(&self, raw: &RawInode, name: &[u8]) -> Result<Option<u32>> {
         if self.is_htree(raw) {
             self.lookup_htree(raw, name)
         } else {
@@ -896,7 +1182,8 @@ impl Filesystem for Ext4 {
         if !d.is_dir() {
             return Err(Errno::ENOTDIR);
         }
-        let raw = Ext4::node(d)?;
+        let _dl = self.dir_read_lock(d);
+        let raw = &Ext4::node(d)?;
         match vfs(self.lookup_ino(raw, name))? {
             None => Ok(None),
             Some(ino) => Ok(Some(vfs(self.iget(ino))?)),
@@ -905,12 +1192,12 @@ impl Filesystem for Ext4 {
 
     fn create(
         &self,
-        _dir: &Arc<Inode>,
-        _name: &[u8],
-        _node: NewNode<'_>,
-        _owner: (u32, u32),
+        dir: &Arc<Inode>,
+        name: &[u8],
+        node: NewNode<'_>,
+        owner: (u32, u32),
     ) -> VfsResult<Arc<Inode>> {
-        Err(Errno::EROFS)
+        vfs(self.create_node(dir, name, node, owner))
     }
 
     fn create_tmpfile(
@@ -922,45 +1209,54 @@ impl Filesystem for Ext4 {
         Err(Errno::EROFS)
     }
 
-    fn link(&self, _dir: &Arc<Inode>, _name: &[u8], _inode: &Arc<Inode>) -> VfsResult<()> {
-        Err(Errno::EROFS)
+    fn link(&self, dir: &Arc<Inode>, name: &[u8], inode: &Arc<Inode>) -> VfsResult<()> {
+        vfs(self.add_link(dir, name, inode))
     }
 
-    fn unlink(&self, _dir: &Arc<Inode>, _name: &[u8], _inode: &Arc<Inode>) -> VfsResult<()> {
-        Err(Errno::EROFS)
+    fn unlink(&self, dir: &Arc<Inode>, name: &[u8], inode: &Arc<Inode>) -> VfsResult<()> {
+        vfs(self.remove_name(dir, name, inode, false))
     }
 
-    fn rmdir(&self, _dir: &Arc<Inode>, _name: &[u8], _inode: &Arc<Inode>) -> VfsResult<()> {
-        Err(Errno::EROFS)
+    fn rmdir(&self, dir: &Arc<Inode>, name: &[u8], inode: &Arc<Inode>) -> VfsResult<()> {
+        vfs(self.remove_name(dir, name, inode, true))
     }
 
     fn rename(
         &self,
-        _old_dir: &Arc<Inode>,
-        _old_name: &[u8],
-        _new_dir: &Arc<Inode>,
-        _new_name: &[u8],
-        _moved: &Arc<Inode>,
-        _replaced: Option<&Arc<Inode>>,
-        _exchange: bool,
+        old_dir: &Arc<Inode>,
+        old_name: &[u8],
+        new_dir: &Arc<Inode>,
+        new_name: &[u8],
+        moved: &Arc<Inode>,
+        replaced: Option<&Arc<Inode>>,
+        exchange: bool,
     ) -> VfsResult<()> {
-        Err(Errno::EROFS)
+        if self.rw.is_none() {
+            return Err(Errno::EROFS);
+        }
+        if exchange {
+            let other = replaced.ok_or(Errno::ENOENT)?;
+            return vfs(self.exchange_entries(old_dir, old_name, new_dir, new_name, moved, other));
+        }
+        vfs(self.rename_entry(old_dir, old_name, new_dir, new_name, moved, replaced))
     }
 
     fn readlink(&self, i: &Arc<Inode>) -> VfsResult<Vec<u8>> {
         if i.file_type() != FileType::Symlink {
             return Err(Errno::EINVAL);
         }
-        vfs(self.read_link(Ext4::node(i)?))
+        vfs(self.read_link(&Ext4::node(i)?))
     }
 
     fn get_link_cached<'i>(&self, i: &'i Inode) -> Option<&'i [u8]> {
-        let raw = &i.private::<Ext4Inode>()?.raw;
-        fast_link(raw, self.bs).filter(|t| !t.is_empty())
+        i.private::<Ext4Inode>()?
+            .link
+            .as_deref()
+            .filter(|t| !t.is_empty())
     }
 
-    fn setattr(&self, _inode: &Arc<Inode>, _set: &SetAttr) -> VfsResult<()> {
-        Err(Errno::EROFS)
+    fn setattr(&self, inode: &Arc<Inode>, set: &SetAttr) -> VfsResult<()> {
+        vfs(self.set_attr(inode, set))
     }
 
     fn readdir(
@@ -972,11 +1268,54 @@ impl Filesystem for Ext4 {
         if !d.is_dir() {
             return Err(Errno::ENOTDIR);
         }
-        vfs(self.readdir_raw(Ext4::node(d)?, cookie, emit))
+        if self.rw.is_none() {
+            return vfs(self.readdir_raw(&Ext4::node(d)?, cookie, emit));
+        }
+        // Read-write: a batch is read under the directory's shared lock
+        // and handed out after it is dropped (emit may take VFS locks).
+        const BATCH: usize = 512;
+        let mut cookie = cookie;
+        loop {
+            let mut batch = Vec::new();
+            {
+                let _dl = self.dir_read_lock(d);
+                vfs(self.readdir_raw(&Ext4::node(d)?, cookie, &mut |e| {
+                    batch.push(e);
+                    batch.len() < BATCH
+                }))?;
+            }
+            let full = batch.len() == BATCH;
+            for e in batch {
+                cookie = e.next_cookie;
+                if !emit(e) {
+                    return Ok(());
+                }
+            }
+            // Each batch moves the cookie forward through a finite
+            // directory.
+            if !full {
+                return Ok(());
+            }
+        }
     }
 
     fn statfs(&self) -> StatFs {
-        self.statfs
+        let mut st = self.statfs;
+        if let Some(rw) = &self.rw {
+            let ratio = self.sb.cluster_ratio();
+            let resv = ((self.sb.blocks_count / ratio) / 50).min(4096) * ratio;
+            st.bfree = rw.alloc.free_blocks().saturating_mul(ratio);
+            st.bavail = st
+                .bfree
+                .saturating_sub(self.sb.r_blocks_count.saturating_add(resv));
+            st.ffree = rw.alloc.free_inodes();
+            st.flags &= !libc::ST_RDONLY;
+        }
+        st
+    }
+
+    fn fsync(&self, _inode: &Arc<Inode>, _datasync: bool) -> VfsResult<()> {
+        vfs(self.sync())
     }
 
     fn max_file_size(&self) -> u64 {
@@ -990,23 +1329,32 @@ impl Filesystem for Ext4 {
             FileType::Regular => {}
             _ => return Err(Errno::EINVAL),
         }
-        vfs(self.read_data(Ext4::node(i)?, off, buf))
+        let _g = self.file_read_lock(i);
+        vfs(self.read_data(&Ext4::node(i)?, off, buf))
     }
 
     fn seek_data_hole(&self, i: &Arc<Inode>, off: u64, data: bool) -> VfsResult<u64> {
-        vfs(self.seek_raw(Ext4::node(i)?, off, data))?.ok_or(Errno::ENXIO)
+        let _g = self.file_read_lock(i);
+        vfs(self.seek_raw(&Ext4::node(i)?, off, data))?.ok_or(Errno::ENXIO)
     }
 
-    fn write(&self, _inode: &Arc<Inode>, _off: u64, _buf: &[u8]) -> VfsResult<usize> {
-        Err(Errno::EROFS)
+    fn write(&self, inode: &Arc<Inode>, off: u64, buf: &[u8]) -> VfsResult<usize> {
+        vfs(self.file_write(inode, off, buf))
     }
 
-    fn truncate(&self, _inode: &Arc<Inode>, _size: u64) -> VfsResult<()> {
-        Err(Errno::EROFS)
+    fn truncate(&self, inode: &Arc<Inode>, size: u64) -> VfsResult<()> {
+        vfs(self.file_truncate(inode, size))
     }
 
-    fn fallocate(&self, _inode: &Arc<Inode>, _punch: bool, _off: u64, _len: u64) -> VfsResult<()> {
-        Err(Errno::EROFS)
+    fn fallocate(&self, inode: &Arc<Inode>, punch: bool, off: u64, len: u64) -> VfsResult<()> {
+        if self.rw.is_none() {
+            return Err(Errno::EROFS);
+        }
+        if punch {
+            vfs(self.file_punch(inode, off, len))
+        } else {
+            vfs(self.file_fallocate(inode, off, len))
+        }
     }
 
     // Extended attributes: read from the inode body and the xattr block
@@ -1014,24 +1362,31 @@ impl Filesystem for Ext4 {
 
     fn getxattr(&self, i: &Arc<Inode>, name: &[u8]) -> VfsResult<Vec<u8>> {
         let raw = Ext4::node(i)?;
-        let e = vfs(self.xattrs(raw))?
+        let e = vfs(self.xattrs(&raw))?
             .into_iter()
             .find(|e| e.name == name)
             .ok_or(Errno::ENODATA)?;
-        vfs(self.xattr_value(raw, &e))
+        vfs(self.xattr_value(&raw, &e))
     }
 
     fn listxattr(&self, i: &Arc<Inode>) -> VfsResult<Vec<Vec<u8>>> {
         let raw = Ext4::node(i)?;
-        Ok(vfs(self.xattrs(raw))?.into_iter().map(|e| e.name).collect())
+        Ok(vfs(self.xattrs(&raw))?
+            .into_iter()
+            .map(|e| e.name)
+            .collect())
     }
 
+    // Writing xattrs is not implemented yet: EROFS on a read-only mount,
+    // EOPNOTSUPP (honestly "not supported") on a read-write one.
     fn setxattr(&self, _i: &Arc<Inode>, _name: &[u8], _value: &[u8], _flags: u32) -> VfsResult<()> {
-        Err(Errno::EROFS)
+        self.rw().map_err(|_| Errno::EROFS)?;
+        Err(Errno::EOPNOTSUPP)
     }
 
     fn removexattr(&self, _i: &Arc<Inode>, _name: &[u8]) -> VfsResult<()> {
-        Err(Errno::EROFS)
+        self.rw().map_err(|_| Errno::EROFS)?;
+        Err(Errno::EOPNOTSUPP)
     }
 }
 
@@ -1101,6 +1456,52 @@ impl Ext4 {
 
 /// Block number of group descriptor block `gdb` (meta_bg puts the blocks of
 /// later meta groups in the first group of each).
+impl Drop for Ext4 {
+    fn drop(&mut self) {
+        // Unmount: write everything back and mark the filesystem clean.
+        if let Err(e) = self.unmount() {
+            eprintln!("scalevfs-ext4: writeback at unmount failed: {e}");
+        }
+    }
+}
+
+/// Refuse a read-write mount of an image the writer would damage.
+fn check_rw(sb: &Superblock) -> Result<()> {
+    let bad = sb.feature_ro_compat & !RO_COMPAT_RW_OK;
+    if bad != 0 {
+        return Err(Error::Incompatible(format!(
+            "read-only compatible feature(s) {bad:#x} are not kept by the writer: mount read-only"
+        )));
+    }
+    // MMP needs its block kept alive; EA_INODE's inodes are not tracked.
+    let bad = sb.feature_incompat & (INCOMPAT_MMP | INCOMPAT_EA_INODE);
+    if bad != 0 {
+        return Err(Error::Incompatible(format!(
+            "feature(s) {} are not kept by the writer: mount read-only",
+            [INCOMPAT_MMP, INCOMPAT_EA_INODE]
+                .iter()
+                .filter(|&&f| bad & f != 0)
+                .map(|&f| incompat_name(f))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
+    // Directory rec_len is stored as is (64 KiB blocks encode it).
+    if sb.block_size() > 32768 {
+        return Err(Error::Incompatible(
+            "64 KiB blocks are read-only in this build".into(),
+        ));
+    }
+    if sb.state & STATE_VALID == 0 || sb.state & STATE_ERROR != 0 {
+        return Err(Error::Incompatible(
+            "the filesystem was not cleanly unmounted or has errors: run e2fsck first, \
+             or mount read-only"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
 fn gdt_block(sb: &Superblock, gdb: u64) -> u64 {
     // The block after the superblock's (block 1 of 1 KiB blocks even with
     // bigalloc, whose first data block is 0).

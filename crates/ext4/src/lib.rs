@@ -1,6 +1,7 @@
 //! ext4 for scalevfs: reads real ext4 images (made by mke2fs or the
-//! kernel) through the [`scalevfs::Filesystem`] trait. Read-only for now;
-//! see `docs/ext4.md` for what is supported.
+//! kernel) through the [`scalevfs::Filesystem`] trait, and writes clean
+//! ones mounted read-write (`Ext4Options { ro: false, .. }`); see
+//! `docs/ext4.md` for what is supported.
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -10,13 +11,17 @@
 //! # Ok::<(), scalevfs_ext4::Error>(())
 //! ```
 
+pub mod alloc;
+pub mod bufcache;
 pub mod crashdev;
 pub mod device;
 pub mod error;
+mod extent_write;
 pub mod format;
 mod fs;
 pub mod journal;
 pub mod mkfs;
+mod write;
 
 pub use device::{BlockDevice, FileDevice, MemDevice};
 pub use error::{Error, Result};

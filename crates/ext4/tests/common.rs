@@ -365,3 +365,111 @@ pub fn walk_lib(e: &Ext4) {
         }
     }
 }
+
+// ---- helpers of the write tests ----
+
+pub fn tool(name: &str) -> PathBuf {
+    mkfs().unwrap().with_file_name(name)
+}
+
+/// A fresh image as the brief's reference: mkfs.ext4 defaults plus
+/// orphan_file.
+pub fn fresh(dir: &Path, bs: usize, size: &str) -> PathBuf {
+    let img = dir.join(format!("img{bs}"));
+    let out = Command::new(mkfs().unwrap())
+        .args(["-q", "-F", "-b", &bs.to_string(), "-O", "orphan_file"])
+        .arg(&img)
+        .arg(size)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "mkfs: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    img
+}
+
+/// e2fsck -fn must exit 0 and say nothing about counts, bitmaps or
+/// checksums.
+pub fn fsck_clean(img: &Path) {
+    let out = Command::new(tool("e2fsck"))
+        .args(["-fn"])
+        .arg(img)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "e2fsck -fn failed:\n{text}");
+    for bad in ["differences", "checksum", "count wrong", "Fix?"] {
+        assert!(!text.contains(bad), "e2fsck -fn: {bad}:\n{text}");
+    }
+}
+
+/// A field of `dumpe2fs -h`.
+pub fn sb_field(img: &Path, name: &str) -> String {
+    let out = Command::new(tool("dumpe2fs"))
+        .arg("-h")
+        .arg(img)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}:")))
+        .unwrap_or_else(|| panic!("no {name} in dumpe2fs -h"))
+        .trim()
+        .to_string()
+}
+
+/// debugfs's answer to `req` (read-only).
+pub fn debugfs_ro(img: &Path, req: &str) -> String {
+    let out = Command::new(tool("debugfs"))
+        .args(["-R", req])
+        .arg(img)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A kernel mount of `img` at `dir` (loop, read-only), unmounted on drop;
+/// None (with the reason printed) where the machine refuses.
+pub struct KMount(pub PathBuf);
+
+impl KMount {
+    pub fn new(img: &Path, dir: &Path) -> Option<KMount> {
+        std::fs::create_dir_all(dir).ok()?;
+        let out = Command::new("mount")
+            .args(["-t", "ext4", "-o", "loop,ro"])
+            .arg(img)
+            .arg(dir)
+            .output()
+            .ok()?;
+        if !out.status.success() {
+            eprintln!(
+                "SKIP: cannot loop-mount ext4 here: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+            return None;
+        }
+        Some(KMount(dir.to_path_buf()))
+    }
+}
+
+impl Drop for KMount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// `host_tree` with nanosecond mtimes.
+pub fn host_tree_ns(root: &Path) -> BTreeMap<String, Node> {
+    let mut t = host_tree(root);
+    for (k, n) in t.iter_mut() {
+        let m = std::fs::symlink_metadata(root.join(k.trim_start_matches('/'))).unwrap();
+        n.mtime = (m.mtime(), m.mtime_nsec());
+    }
+    t
+}

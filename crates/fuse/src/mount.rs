@@ -26,8 +26,8 @@ pub struct MountArgs {
     /// Filesystem type to serve: `memfs`, or `ext4` (implied by `--image`).
     #[arg(long = "fs", default_value = "memfs")]
     pub fs: String,
-    /// Serve this ext4 image (or block device) instead of a memfs; read-only
-    /// for now, so `-o ro` is required.
+    /// Serve this ext4 image (or block device) instead of a memfs;
+    /// read-write unless `-o ro`.
     #[arg(long)]
     pub image: Option<PathBuf>,
     /// Mount options, comma separated (allow_other, allow_root,
@@ -493,11 +493,7 @@ fn on_path(bin: &str) -> bool {
 /// Everything that can be checked before mounting, with a clear message.
 fn preflight(args: &MountArgs) -> Result<(), String> {
     match (args.fs.as_str(), &args.image) {
-        ("memfs" | "ext4", Some(_)) => {
-            if !args.options.iter().any(|o| o == "ro") {
-                return Err("ext4 is read-only in this build: add -o ro".into());
-            }
-        }
+        ("memfs" | "ext4", Some(_)) => {}
         ("ext4", None) => return Err("--fs ext4 needs --image IMAGE".into()),
         ("memfs", None) => {}
         (other, _) => {
@@ -713,13 +709,21 @@ pub fn run_mount(args: MountArgs) -> ExitCode {
         Err(e) => return fail(format!("{}: {e}", args.dir.display())),
     };
     // Open the image before detaching, so its errors reach the terminal.
-    let root_fs: Option<Arc<dyn scalevfs::Filesystem>> = match &args.image {
-        Some(img) => match scalevfs_ext4::Ext4::open(img, scalevfs_ext4::Ext4Options::default()) {
-            Ok(fs) => Some(fs),
-            Err(e) => return fail(format!("{}: {e}", img.display())),
-        },
+    let ext4 = match &args.image {
+        Some(img) => {
+            let o = scalevfs_ext4::Ext4Options {
+                ro: args.options.iter().any(|o| o == "ro"),
+                ..Default::default()
+            };
+            match scalevfs_ext4::Ext4::open(img, o) {
+                Ok(fs) => Some(fs),
+                Err(e) => return fail(format!("{}: {e}", img.display())),
+            }
+        }
         None => None,
     };
+    let root_fs: Option<Arc<dyn scalevfs::Filesystem>> =
+        ext4.clone().map(|e| e as Arc<dyn scalevfs::Filesystem>);
     let status_fd = if args.foreground {
         None
     } else {
@@ -783,7 +787,15 @@ pub fn run_mount(args: MountArgs) -> ExitCode {
             dir.display()
         ),
     }
-    match session.run() {
+    let r = session.run();
+    // Write a read-write image back and mark it clean (the VFS may drop
+    // its filesystem late).
+    if let Some(e) = &ext4 {
+        if let Err(x) = e.unmount() {
+            return fail(format!("writing the image back failed: {x}"));
+        }
+    }
+    match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(format!("FUSE session ended with an error: {e}")),
     }

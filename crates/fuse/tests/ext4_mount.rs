@@ -141,3 +141,81 @@ fn ext4_image_through_fuse_matches_its_source() {
     }
     assert_eq!(write.unwrap_err().raw_os_error(), Some(libc::EROFS));
 }
+
+/// `scalevfs mount --image` without `-o ro`: what programs write through
+/// the mount lands in the image, and after unmount e2fsck -fn passes and
+/// the image reads back the same.
+#[test]
+fn ext4_image_written_through_fuse_passes_e2fsck() {
+    if fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+        .is_err()
+    {
+        skip("/dev/fuse cannot be opened");
+        return;
+    }
+    let Some(mkfs) = mkfs() else {
+        skip("mkfs.ext4 not found (e2fsprogs)");
+        return;
+    };
+    let base = std::env::temp_dir().join(format!("scalevfs-fuse-ext4w-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&base);
+    fs::create_dir_all(&base).unwrap();
+    let img = base.join("img");
+    let out = Command::new(&mkfs)
+        .args(["-q", "-F", "-b", "4096", "-O", "orphan_file"])
+        .arg(&img)
+        .arg("16M")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let ext4 = Ext4::open(
+        &img,
+        Ext4Options {
+            ro: false,
+            ..Ext4Options::default()
+        },
+    )
+    .unwrap();
+    let vfs = Vfs::with_root_fs(VfsConfig::default(), ext4.clone());
+    let mnt = base.join("mnt");
+    fs::create_dir_all(&mnt).unwrap();
+    let cfg = MountConfig {
+        fuse: FuseConfig::default(),
+        options: vec![],
+        threads: 2,
+    };
+    let m = spawn_mount(vfs, &mnt, &cfg).expect("mount");
+    let big: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    let work = (|| -> std::io::Result<()> {
+        fs::create_dir_all(mnt.join("d/e"))?;
+        fs::write(mnt.join("d/e/f.txt"), b"written through fuse\n")?;
+        fs::write(mnt.join("big.bin"), &big)?;
+        fs::write(mnt.join("gone"), b"soon gone")?;
+        fs::remove_file(mnt.join("gone"))?;
+        std::os::unix::fs::symlink("d/e/f.txt", mnt.join("link"))?;
+        Ok(())
+    })();
+    let _ = m.unmount();
+    ext4.unmount().unwrap();
+    drop(ext4);
+    work.unwrap();
+    let fsck = mkfs.with_file_name("e2fsck");
+    let out = Command::new(fsck).arg("-fn").arg(&img).output().unwrap();
+    assert!(
+        out.status.success(),
+        "e2fsck -fn: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    // Read back through the library, read-only.
+    let e = Ext4::open(&img, Ext4Options::default()).unwrap();
+    let vfs = Vfs::with_root_fs(VfsConfig::default(), e);
+    let fsx = scalevfs::fs::Fs::new(vfs.root_task());
+    assert_eq!(fsx.read("/d/e/f.txt").unwrap(), b"written through fuse\n");
+    assert!(fsx.read("/big.bin").unwrap() == big);
+    assert!(!fsx.exists("/gone"));
+    assert_eq!(fsx.read_link("/link").unwrap().to_str(), Some("d/e/f.txt"));
+    let _ = fs::remove_dir_all(&base);
+}

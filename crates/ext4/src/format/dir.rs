@@ -128,6 +128,89 @@ pub fn entries<'a>(
     Ok(v)
 }
 
+/// The rec_len an entry with a `name_len`-byte name needs.
+pub fn rec_len_needed(name_len: usize) -> usize {
+    (ENTRY_HEADER + name_len + 3) & !3
+}
+
+fn put_entry(b: &mut [u8], off: usize, ino: u32, rec_len: usize, name: &[u8], ft: u8) {
+    b[off..off + 4].copy_from_slice(&ino.to_le_bytes());
+    b[off + 4..off + 6].copy_from_slice(&(rec_len as u16).to_le_bytes());
+    b[off + 6] = name.len() as u8;
+    b[off + 7] = ft;
+    b[off + 8..off + 8 + name.len()].copy_from_slice(name);
+}
+
+/// Insert an entry into a leaf block whose entries (before `end`: the tail
+/// excluded) were checked by [`entries`]: into a free entry or the slack
+/// after a live one, as the kernel's `ext4_insert_dentry`. False when no
+/// entry has room. Blocks are below 64 KiB (rec_len stored as is).
+pub fn insert(b: &mut [u8], end: usize, ino: u32, name: &[u8], ft: u8) -> bool {
+    let need = rec_len_needed(name.len());
+    let mut off = 0;
+    while off + ENTRY_HEADER <= end {
+        let rl = usize::from(le16(b, off + 4));
+        if rl < ENTRY_HEADER || off + rl > end {
+            return false;
+        }
+        let live = le32(b, off) != 0;
+        let used = if live {
+            rec_len_needed(usize::from(b[off + 6]))
+        } else {
+            0
+        };
+        if rl >= used + need {
+            if live {
+                b[off + 4..off + 6].copy_from_slice(&(used as u16).to_le_bytes());
+            }
+            put_entry(b, off + used, ino, rl - used, name, ft);
+            return true;
+        }
+        off += rl;
+    }
+    false
+}
+
+/// Remove the live entry at `off` (found by [`entries`]): merged into the
+/// previous entry's rec_len, or (first in the block) marked free.
+pub fn remove(b: &mut [u8], off: usize, prev: Option<usize>) {
+    match prev {
+        Some(p) => {
+            let merged = le16(b, p + 4) + le16(b, off + 4);
+            b[p + 4..p + 6].copy_from_slice(&merged.to_le_bytes());
+        }
+        None => b[off..off + 4].copy_from_slice(&0u32.to_le_bytes()),
+    }
+}
+
+/// Make `b` an empty leaf block: one free entry up to the tail (with
+/// `tail`) and the tail itself.
+pub fn init_block(b: &mut [u8], tail: bool) {
+    b.fill(0);
+    let end = if tail { b.len() - TAIL_SIZE } else { b.len() };
+    b[4..6].copy_from_slice(&(end as u16).to_le_bytes());
+    if tail {
+        b[end + 4..end + 6].copy_from_slice(&(TAIL_SIZE as u16).to_le_bytes());
+        b[end + 7] = TAIL_FT;
+    }
+}
+
+/// Make `b` the first block of a new directory: `.` and `..` (the latter
+/// spanning the rest up to the tail).
+pub fn init_dir_block(b: &mut [u8], ino: u32, parent: u32, tail: bool) {
+    init_block(b, tail);
+    let end = if tail { b.len() - TAIL_SIZE } else { b.len() };
+    put_entry(b, 0, ino, 12, b".", FT_DIR);
+    put_entry(b, 12, parent, end - 12, b"..", FT_DIR);
+}
+
+/// Recompute the checksum in a leaf block's tail.
+pub fn set_tail_csum(b: &mut [u8], csum_seed: u32) {
+    let off = b.len() - TAIL_SIZE;
+    let c = crc32c(csum_seed, &b[..off]);
+    b[off + 8..off + 12].copy_from_slice(&c.to_le_bytes());
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -165,5 +248,34 @@ mod tests {
         assert_eq!(rec_len_from_disk(0, 65536), 65536);
         assert_eq!(rec_len_from_disk(65535, 65536), 65536);
         assert_eq!(rec_len_from_disk(0xfffc | 1, 65536), 0xfffc | (1 << 16));
+    }
+
+    #[test]
+    fn insert_uses_slack_then_remove_merges() {
+        let mut b = vec![0u8; 1024];
+        init_block(&mut b, true);
+        let end = 1024 - TAIL_SIZE;
+        assert!(insert(&mut b, end, 12, b"a", FT_REG));
+        assert!(insert(&mut b, end, 13, b"bb", FT_DIR));
+        set_tail_csum(&mut b, 7);
+        verify_tail(&b, 7, &|| "t".into()).unwrap();
+        let v = entries(&b, true, true, &|| "t".into()).unwrap();
+        let live: Vec<_> = v.iter().filter(|e| e.inode != 0).map(|e| e.name).collect();
+        assert_eq!(live, [&b"a"[..], b"bb"]);
+        assert_eq!(v[1].offset, 12);
+        assert_eq!(v[1].rec_len, end - 12);
+        remove(&mut b, 12, Some(0));
+        let v = entries(&b, true, true, &|| "t".into()).unwrap();
+        assert_eq!(v.len(), 1);
+        assert_eq!(v[0].rec_len, end);
+        // A name that cannot fit is refused, not squeezed in.
+        let mut full = vec![0u8; 1024];
+        init_block(&mut full, true);
+        assert!(insert(&mut full, end, 5, &[b'x'; 255], FT_REG));
+        let mut n = 0;
+        while insert(&mut full, end, 6, &[b'y'; 255], FT_REG) {
+            n += 1;
+        }
+        assert_eq!(n, 2, "three 264-byte entries fit in 1012 bytes, not four");
     }
 }

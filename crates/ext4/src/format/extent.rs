@@ -159,6 +159,57 @@ pub fn parse_node(
     }
 }
 
+/// Entries that fit in a tree block of `bs` bytes (with room for the
+/// 4-byte checksum tail after them).
+pub fn entries_per_block(bs: usize) -> usize {
+    (bs - HEADER_SIZE - 4) / ENTRY_SIZE
+}
+
+fn put_header(b: &mut [u8], entries: usize, max: usize, depth: u16) {
+    b[0..2].copy_from_slice(&EXTENT_MAGIC.to_le_bytes());
+    b[2..4].copy_from_slice(&(entries as u16).to_le_bytes());
+    b[4..6].copy_from_slice(&(max as u16).to_le_bytes());
+    b[6..8].copy_from_slice(&depth.to_le_bytes());
+}
+
+/// Write a leaf node (`max` entries of room) into `b`, zeroing the rest of
+/// the entry area; the generation word (bytes 8..12) is kept.
+pub fn encode_leaf(b: &mut [u8], max: usize, ex: &[Extent]) {
+    put_header(b, ex.len(), max, 0);
+    b[HEADER_SIZE..HEADER_SIZE + max * ENTRY_SIZE].fill(0);
+    for (i, e) in ex.iter().enumerate() {
+        let o = HEADER_SIZE + i * ENTRY_SIZE;
+        let len = if e.uninit {
+            e.len + INIT_MAX_LEN
+        } else {
+            e.len
+        };
+        b[o..o + 4].copy_from_slice(&e.block.to_le_bytes());
+        b[o + 4..o + 6].copy_from_slice(&len.to_le_bytes());
+        b[o + 6..o + 8].copy_from_slice(&((e.start >> 32) as u16).to_le_bytes());
+        b[o + 8..o + 12].copy_from_slice(&(e.start as u32).to_le_bytes());
+    }
+}
+
+/// Write an index node of depth `depth` into `b` (as `encode_leaf`).
+pub fn encode_index(b: &mut [u8], max: usize, depth: u16, ix: &[Index]) {
+    put_header(b, ix.len(), max, depth);
+    b[HEADER_SIZE..HEADER_SIZE + max * ENTRY_SIZE].fill(0);
+    for (i, e) in ix.iter().enumerate() {
+        let o = HEADER_SIZE + i * ENTRY_SIZE;
+        b[o..o + 4].copy_from_slice(&e.block.to_le_bytes());
+        b[o + 4..o + 8].copy_from_slice(&(e.leaf as u32).to_le_bytes());
+        b[o + 8..o + 10].copy_from_slice(&((e.leaf >> 32) as u16).to_le_bytes());
+    }
+}
+
+/// Set the checksum tail of a tree block whose header says `max` entries.
+pub fn set_tail(b: &mut [u8], max: usize, csum_seed: u32) {
+    let off = HEADER_SIZE + max * ENTRY_SIZE;
+    let c = crc32c(csum_seed, &b[..off]);
+    b[off..off + 4].copy_from_slice(&c.to_le_bytes());
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

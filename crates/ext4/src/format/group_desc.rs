@@ -27,6 +27,8 @@ pub struct GroupDesc {
     pub used_dirs_count: u32,
     pub flags: u16,
     pub itable_unused: u32,
+    pub block_bitmap_csum: u32,
+    pub inode_bitmap_csum: u32,
     pub checksum: u16,
 }
 
@@ -65,6 +67,8 @@ impl GroupDesc {
             used_dirs_count: u32::from(le16(b, 0x10)) | hi16(0x30),
             flags: le16(b, 0x12),
             itable_unused: u32::from(le16(b, 0x1C)) | hi16(0x32),
+            block_bitmap_csum: u32::from(le16(b, 0x18)) | hi16(0x38),
+            inode_bitmap_csum: u32::from(le16(b, 0x1A)) | hi16(0x3A),
             checksum: le16(b, GD_CSUM_OFF),
         };
         if let Some(c) = checksum(sb, group, b) {
@@ -96,6 +100,47 @@ impl GroupDesc {
         }
         Ok(gd)
     }
+}
+
+/// Write the mutable fields of `gd` (counts, flags, bitmap checksums) into
+/// descriptor `group`'s `desc_size()` bytes `b` and set its checksum. The
+/// table locations and unknown fields are left as they are.
+pub fn encode(sb: &Superblock, group: u64, gd: &GroupDesc, b: &mut [u8]) {
+    let size = usize::from(sb.desc_size()).min(b.len());
+    let b = &mut b[..size];
+    let wide = sb.is_64bit() && size >= GD_SIZE_64;
+    let put16 = |b: &mut [u8], lo: usize, hi: usize, v: u32| {
+        b[lo..lo + 2].copy_from_slice(&(v as u16).to_le_bytes());
+        if wide {
+            b[hi..hi + 2].copy_from_slice(&((v >> 16) as u16).to_le_bytes());
+        }
+    };
+    put16(b, 0xC, 0x2C, gd.free_blocks_count);
+    put16(b, 0xE, 0x2E, gd.free_inodes_count);
+    put16(b, 0x10, 0x30, gd.used_dirs_count);
+    put16(b, 0x1C, 0x32, gd.itable_unused);
+    if sb.has_metadata_csum() {
+        put16(b, 0x18, 0x38, gd.block_bitmap_csum);
+        put16(b, 0x1A, 0x3A, gd.inode_bitmap_csum);
+    }
+    b[0x12..0x14].copy_from_slice(&gd.flags.to_le_bytes());
+    if let Some(c) = checksum(sb, group, b) {
+        b[GD_CSUM_OFF..GD_CSUM_OFF + 2].copy_from_slice(&c.to_le_bytes());
+    }
+}
+
+/// The metadata_csum checksum of a block bitmap (its first
+/// `clusters_per_group / 8` bytes).
+pub fn block_bitmap_csum(sb: &Superblock, bitmap: &[u8]) -> u32 {
+    let n = (sb.clusters_per_group as usize / 8).min(bitmap.len());
+    crc32c(sb.csum_seed(), &bitmap[..n])
+}
+
+/// The metadata_csum checksum of an inode bitmap (its first
+/// `inodes_per_group / 8` bytes).
+pub fn inode_bitmap_csum(sb: &Superblock, bitmap: &[u8]) -> u32 {
+    let n = (sb.inodes_per_group as usize / 8).min(bitmap.len());
+    crc32c(sb.csum_seed(), &bitmap[..n])
 }
 
 /// Blocks of one group's inode table.

@@ -120,6 +120,40 @@ pub fn parse_entries(
     Ok(DxEntries { limit, entries })
 }
 
+/// Write a count/limit header and `entries` (hash, block; entry 0's hash
+/// is not stored) at `count_off`, and with `csum_seed` the dx_tail.
+pub fn encode_entries(
+    b: &mut [u8],
+    count_off: usize,
+    limit: u16,
+    entries: &[(u32, u32)],
+    csum_seed: Option<u32>,
+) {
+    b[count_off..count_off + 2].copy_from_slice(&limit.to_le_bytes());
+    b[count_off + 2..count_off + 4].copy_from_slice(&(entries.len() as u16).to_le_bytes());
+    for (i, &(hash, block)) in entries.iter().enumerate() {
+        let off = count_off + i * DX_ENTRY_SIZE;
+        if i > 0 {
+            b[off..off + 4].copy_from_slice(&hash.to_le_bytes());
+        }
+        b[off + 4..off + 8].copy_from_slice(&block.to_le_bytes());
+    }
+    if let Some(seed) = csum_seed {
+        let size = count_off + entries.len() * DX_ENTRY_SIZE;
+        let toff = count_off + usize::from(limit) * DX_ENTRY_SIZE;
+        b[toff..toff + 8].fill(0);
+        let mut c = crc32c(seed, &b[..size]);
+        c = crc32c(c, &b[toff..toff + 4]);
+        c = crc32c(c, &[0; 4]);
+        b[toff + 4..toff + 8].copy_from_slice(&c.to_le_bytes());
+    }
+}
+
+/// Entries that fit after `count_off` in a `bs`-byte index block.
+pub fn limit_for(bs: usize, count_off: usize, csum: bool) -> u16 {
+    ((bs - count_off - if csum { DX_TAIL_SIZE } else { 0 }) / DX_ENTRY_SIZE) as u16
+}
+
 /// The (major) hash of `name` as the kernel's `ext4fs_dirhash`, or `None`
 /// for an unknown version. `seed` is `s_hash_seed` (all zero: the default).
 pub fn dirhash(name: &[u8], version: u8, seed: &[u32; 4]) -> Option<u32> {

@@ -63,6 +63,14 @@ pub fn decode_time(base: u32, extra: Option<u32>) -> (i64, i64) {
     (sec, nsec)
 }
 
+/// The base word and `_extra` word of an inode time (as the kernel's
+/// `ext4_encode_extra_time`: 2 epoch bits and 30 nanosecond bits).
+pub fn encode_time((sec, nsec): (i64, i64)) -> (u32, u32) {
+    let lo = sec as u32;
+    let epoch = ((sec - i64::from(lo as i32)) >> 32) as u32 & 3;
+    (lo, epoch | ((nsec.clamp(0, 999_999_999) as u32) << 2))
+}
+
 impl RawInode {
     /// Parse inode `ino` from its `inode_size` bytes, verifying the
     /// metadata_csum checksum.
@@ -161,6 +169,79 @@ impl RawInode {
             return Err(corrupt(what(), "large size without large_file"));
         }
         Ok(ino_struct)
+    }
+
+    /// Write this inode's fields into its on-disk bytes `b` (`inode_size`
+    /// long) and set the checksum. Bytes this type does not model (the
+    /// in-inode xattr area after `i_extra_isize`, osd fields) are kept.
+    /// `crtime`: set the creation time too (a new inode).
+    pub fn encode(&self, sb: &Superblock, b: &mut [u8], crtime: Option<(i64, i64)>) {
+        let isz = sb.inode_size().min(b.len());
+        let b = &mut b[..isz];
+        let put16 =
+            |b: &mut [u8], off: usize, v: u16| b[off..off + 2].copy_from_slice(&v.to_le_bytes());
+        let put32 =
+            |b: &mut [u8], off: usize, v: u32| b[off..off + 4].copy_from_slice(&v.to_le_bytes());
+        let extra_isize = if isz > GOOD_OLD_INODE_SIZE {
+            usize::from(le16(b, 0x80)).min(isz - GOOD_OLD_INODE_SIZE)
+        } else {
+            0
+        };
+        let has = |off: usize| off + 4 - GOOD_OLD_INODE_SIZE <= extra_isize;
+        put16(b, 0x0, self.mode);
+        put16(b, 0x2, self.uid as u16);
+        put16(b, 0x78, (self.uid >> 16) as u16);
+        put16(b, 0x18, self.gid as u16);
+        put16(b, 0x7A, (self.gid >> 16) as u16);
+        put32(b, 0x4, self.size as u32);
+        put32(b, 0x6C, (self.size >> 32) as u32);
+        for (t, base, extra) in [
+            (self.atime, 0x8, 0x8C),
+            (self.ctime, 0xC, 0x84),
+            (self.mtime, 0x10, 0x88),
+        ]
+        .into_iter()
+        .chain(crtime.map(|t| (t, 0x90, 0x94)))
+        {
+            let (lo, hi) = encode_time(t);
+            if base == 0x90 {
+                if has(0x90) {
+                    put32(b, 0x90, lo);
+                }
+            } else {
+                put32(b, base, lo);
+            }
+            if has(extra) {
+                put32(b, extra, hi);
+            }
+        }
+        put32(b, 0x14, self.dtime);
+        put16(b, 0x1A, self.links_count);
+        // i_blocks in 512-byte units (no HUGE_FILE flag: 2^48 sectors).
+        put32(b, 0x1C, self.blocks as u32);
+        put16(b, 0x74, (self.blocks >> 32) as u16);
+        put32(b, 0x20, self.flags & !FL_HUGE_FILE);
+        b[I_BLOCK_OFF..I_BLOCK_OFF + I_BLOCK_LEN].copy_from_slice(&self.block);
+        put32(b, 0x64, self.generation);
+        put32(b, 0x68, self.file_acl as u32);
+        put16(b, 0x76, (self.file_acl >> 32) as u16);
+        if sb.has_metadata_csum() {
+            let le_ino = self.ino.to_le_bytes();
+            let le_gen = self.generation.to_le_bytes();
+            let seed = crc32c(crc32c(sb.csum_seed(), &le_ino), &le_gen);
+            let has_hi = extra_isize >= CSUM_HI_EXTRA_END;
+            let mut c = crc32c(seed, &b[..CSUM_LO_OFF]);
+            c = crc32c(c, &[0, 0]);
+            if has_hi {
+                c = crc32c(c, &b[CSUM_LO_OFF + 2..CSUM_HI_OFF]);
+                c = crc32c(c, &[0, 0]);
+                c = crc32c(c, &b[CSUM_HI_OFF + 2..]);
+                put16(b, CSUM_HI_OFF, (c >> 16) as u16);
+            } else {
+                c = crc32c(c, &b[CSUM_LO_OFF + 2..]);
+            }
+            put16(b, CSUM_LO_OFF, c as u16);
+        }
     }
 
     pub fn file_type_bits(&self) -> u32 {

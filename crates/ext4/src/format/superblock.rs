@@ -283,6 +283,51 @@ impl Superblock {
     }
 }
 
+/// s_state bits.
+pub const STATE_VALID: u16 = 0x1;
+pub const STATE_ERROR: u16 = 0x2;
+
+/// The fields a read-write mount updates, written into the raw superblock
+/// bytes `b` (which keep every field this reader does not model) with the
+/// checksum recomputed.
+#[derive(Clone, Copy, Debug)]
+pub struct SbUpdate {
+    pub state: u16,
+    pub mnt_count: u16,
+    pub mtime: i64,
+    pub wtime: i64,
+    pub free_blocks: u64,
+    pub free_inodes: u32,
+    pub kbytes_written: u64,
+}
+
+/// Write `u` into the raw 1024-byte superblock `b`.
+pub fn encode_update(b: &mut [u8], u: &SbUpdate, csum: bool) {
+    let put32 =
+        |b: &mut [u8], off: usize, v: u32| b[off..off + 4].copy_from_slice(&v.to_le_bytes());
+    put32(b, 0x0C, u.free_blocks as u32);
+    put32(b, 0x158, (u.free_blocks >> 32) as u32);
+    put32(b, 0x10, u.free_inodes);
+    put32(b, 0x2C, u.mtime as u32);
+    b[0x275] = (u.mtime >> 32) as u8;
+    put32(b, 0x30, u.wtime as u32);
+    b[0x274] = (u.wtime >> 32) as u8;
+    b[0x34..0x36].copy_from_slice(&u.mnt_count.to_le_bytes());
+    b[0x3A..0x3C].copy_from_slice(&u.state.to_le_bytes());
+    b[0x178..0x180].copy_from_slice(&u.kbytes_written.to_le_bytes());
+    if csum {
+        let c = crc32c(!0, &b[..SB_CSUM_OFF]);
+        put32(b, SB_CSUM_OFF, c);
+    }
+}
+
+/// `s_mnt_count` and `s_kbytes_written` of the raw superblock.
+pub fn mount_fields(b: &[u8]) -> (u16, u64) {
+    let mut k = [0u8; 8];
+    k.copy_from_slice(&b[0x178..0x180]);
+    (le16(b, 0x34), u64::from_le_bytes(k))
+}
+
 fn is_power_of(mut n: u64, p: u64) -> bool {
     while n > 1 && n.checked_rem(p) == Some(0) {
         n /= p;

@@ -1,0 +1,466 @@
+//! Block and inode allocation of a read-write mount.
+//!
+//! DESIGN
+//! - Per block group: each group's descriptor (free counts, flags, bitmap
+//!   checksums) lives behind its own lock (`Class::Ext4Group`); there is
+//!   no allocator-wide lock. The bitmaps themselves are blocks in the
+//!   [`BufCache`], changed under the group's lock.
+//! - Threads spread over groups: an allocation with no goal starts at a
+//!   group picked from the calling thread's number (Orlov-lite: a new
+//!   directory's inode goes to a thread-chosen group, a file's inode and
+//!   blocks near its parent's or its own group), then walks the groups in
+//!   order, skipping full ones without taking their lock.
+//! - Free counts: the group descriptors are the exact counts; a lock-free
+//!   per-group mirror (`free_blocks`, `free_inodes`) lets a search skip
+//!   full groups and `statfs` sum without locks. The superblock's totals
+//!   are the sums, folded in at writeback.
+//! - `BLOCK_UNINIT`/`INODE_UNINIT` groups are initialised on first use
+//!   (the bitmap built from the group's layout and checked against the
+//!   descriptor's free count before anything is taken from it), the flag
+//!   cleared; inode table blocks past `bg_itable_unused` are zeroed before
+//!   use unless the group is `ITABLE_ZEROED`.
+//! - Reserved blocks: only a caller that may use them (`root`) allocates
+//!   the last `s_r_blocks_count` blocks. Exact at the limit: every
+//!   allocation first claims a unit of `avail` (free blocks not yet
+//!   claimed) with a bounded CAS, returned if no group has the block.
+//!   (One shared word per block allocation; a per-thread reservation
+//!   counter like the core's `LimitedCounter` is the next step.)
+
+use std::cell::Cell;
+
+use scalevfs_sync::ordered::{Class, Mutex};
+use scalevfs_sync::primitive::{AtomicU32, AtomicU64, Ordering};
+
+use crate::bufcache::BufCache;
+use crate::device::BlockDevice;
+use crate::error::{corrupt, Error, Result};
+use crate::format::features::INCOMPAT_META_BG;
+use crate::format::group_desc::{
+    self, GroupDesc, BG_BLOCK_UNINIT, BG_INODE_UNINIT, BG_INODE_ZEROED,
+};
+use crate::format::superblock::Superblock;
+
+/// What the allocator reads and writes through.
+pub struct Io<'a> {
+    pub sb: &'a Superblock,
+    pub dev: &'a dyn BlockDevice,
+    pub bufs: &'a BufCache,
+}
+
+/// Out of space (blocks or inodes).
+pub fn enospc() -> Error {
+    Error::Io(std::io::Error::from_raw_os_error(libc::ENOSPC))
+}
+
+/// The allocator (see the module comment).
+pub struct Alloc {
+    groups: Vec<Mutex<GroupDesc>>,
+    free_blocks: Vec<AtomicU32>,
+    free_inodes: Vec<AtomicU32>,
+    /// Free blocks not yet claimed by an allocation in flight.
+    avail: AtomicU64,
+}
+
+impl std::fmt::Debug for Alloc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Alloc")
+            .field("groups", &self.groups.len())
+            .finish()
+    }
+}
+
+static THREADS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+thread_local! {
+    static THREAD_NO: Cell<usize> = const { Cell::new(usize::MAX) };
+}
+
+/// This thread's number (assigned at first use).
+fn thread_no() -> usize {
+    THREAD_NO.with(|c| {
+        if c.get() == usize::MAX {
+            // Relaxed: only uniqueness of the number matters.
+            c.set(THREADS.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+        }
+        c.get()
+    })
+}
+
+fn test_bit(b: &[u8], i: usize) -> bool {
+    b[i / 8] & (1 << (i % 8)) != 0
+}
+fn set_bit(b: &mut [u8], i: usize) {
+    b[i / 8] |= 1 << (i % 8);
+}
+fn clear_bit(b: &mut [u8], i: usize) {
+    b[i / 8] &= !(1 << (i % 8));
+}
+
+/// First clear bit in `b[..n]` at or after `from`, wrapping around.
+fn find_zero(b: &[u8], n: usize, from: usize) -> Option<usize> {
+    let from = if from < n { from } else { 0 };
+    (from..n).chain(0..from).find(|&i| !test_bit(b, i))
+}
+
+impl Alloc {
+    pub fn new(groups: &[GroupDesc]) -> Alloc {
+        Alloc {
+            free_blocks: groups
+                .iter()
+                .map(|g| AtomicU32::new(g.free_blocks_count))
+                .collect(),
+            free_inodes: groups
+                .iter()
+                .map(|g| AtomicU32::new(g.free_inodes_count))
+                .collect(),
+            avail: AtomicU64::new(groups.iter().map(|g| u64::from(g.free_blocks_count)).sum()),
+            groups: groups
+                .iter()
+                .map(|g| Mutex::new(Class::Ext4Group, g.clone()))
+                .collect(),
+        }
+    }
+
+    /// Number of groups.
+    pub fn len(&self) -> usize {
+        self.groups.len()
+    }
+
+    /// True with no groups (never for a mounted filesystem).
+    pub fn is_empty(&self) -> bool {
+        self.groups.is_empty()
+    }
+
+    /// Free blocks, summed without locks.
+    pub fn free_blocks(&self) -> u64 {
+        // Relaxed: a statistic; each slot is exact under its group lock.
+        self.free_blocks
+            .iter()
+            .map(|a| u64::from(a.load(Ordering::Relaxed)))
+            .sum()
+    }
+
+    /// Free inodes, summed without locks.
+    pub fn free_inodes(&self) -> u64 {
+        // Relaxed: as free_blocks.
+        self.free_inodes
+            .iter()
+            .map(|a| u64::from(a.load(Ordering::Relaxed)))
+            .sum()
+    }
+
+    /// A copy of group `g`'s descriptor.
+    pub fn desc(&self, g: usize) -> GroupDesc {
+        self.groups[g].lock().clone()
+    }
+
+    /// The group a thread with no goal starts at.
+    pub fn thread_group(&self) -> usize {
+        thread_no().wrapping_mul(7) % self.groups.len().max(1)
+    }
+
+    fn group_first_block(sb: &Superblock, g: usize) -> u64 {
+        u64::from(sb.first_data_block) + g as u64 * u64::from(sb.blocks_per_group)
+    }
+
+    fn group_nblocks(sb: &Superblock, g: usize) -> usize {
+        let first = Self::group_first_block(sb, g);
+        (sb.blocks_count - first).min(u64::from(sb.blocks_per_group)) as usize
+    }
+
+    /// Build the block bitmap of a BLOCK_UNINIT group (as the kernel's
+    /// `ext4_init_block_bitmap`) and check it against the free count.
+    fn init_block_bitmap(io: &Io, g: usize, gd: &GroupDesc, b: &mut [u8]) -> Result<()> {
+        let sb = io.sb;
+        let what = || format!("group {g} (BLOCK_UNINIT)");
+        if sb.has_incompat(INCOMPAT_META_BG) {
+            return Err(corrupt(what(), "uninitialised group with meta_bg"));
+        }
+        b.fill(0);
+        let first = Self::group_first_block(sb, g);
+        let n = Self::group_nblocks(sb, g);
+        let mut meta = 0usize;
+        if sb.group_has_super(g as u64) {
+            let per_block = (sb.block_size() / usize::from(sb.desc_size())) as u64;
+            let gdt = sb.group_count().div_ceil(per_block);
+            meta = 1 + gdt as usize + usize::from(sb.reserved_gdt_blocks);
+        }
+        for i in 0..meta.min(n) {
+            set_bit(b, i);
+        }
+        let itb = group_desc::inode_table_blocks(sb);
+        let mut own = vec![gd.block_bitmap, gd.inode_bitmap];
+        own.extend((0..itb).map(|i| gd.inode_table + i));
+        for blk in own {
+            if blk >= first && blk < first + n as u64 {
+                set_bit(b, (blk - first) as usize);
+            }
+        }
+        for i in n..b.len() * 8 {
+            set_bit(b, i);
+        }
+        let free = (0..n).filter(|&i| !test_bit(b, i)).count();
+        if free != gd.free_blocks_count as usize {
+            return Err(corrupt(
+                what(),
+                format!(
+                    "{free} free blocks in its layout, the descriptor says {}",
+                    gd.free_blocks_count
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Take one block, preferably in group `goal_group` near `goal`
+    /// (a block number, 0 for none). `root` may use the reserved blocks.
+    pub fn alloc_block(&self, io: &Io, goal: u64, root: bool) -> Result<u64> {
+        let sb = io.sb;
+        let reserve = if root { 0 } else { sb.r_blocks_count };
+        // Relaxed: the counter orders nothing; the claim is its own RMW.
+        self.avail
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |a| {
+                (a > reserve).then(|| a - 1)
+            })
+            .map_err(|_| enospc())?;
+        let r = self.alloc_block_claimed(io, goal);
+        if r.is_err() {
+            // Relaxed: as above.
+            self.avail.fetch_add(1, Ordering::Relaxed);
+        }
+        r
+    }
+
+    fn alloc_block_claimed(&self, io: &Io, goal: u64) -> Result<u64> {
+        let sb = io.sb;
+        let ng = self.groups.len();
+        let (start, goal_off) = if goal >= u64::from(sb.first_data_block) && goal < sb.blocks_count
+        {
+            let rel = goal - u64::from(sb.first_data_block);
+            let bpg = u64::from(sb.blocks_per_group);
+            ((rel / bpg) as usize, (rel % bpg) as usize)
+        } else {
+            (self.thread_group(), 0)
+        };
+        for k in 0..ng {
+            let g = (start + k) % ng;
+            // Relaxed: a hint; rechecked under the lock.
+            if self.free_blocks[g].load(Ordering::Relaxed) == 0 {
+                continue;
+            }
+            let mut gd = self.groups[g].lock();
+            if gd.free_blocks_count == 0 {
+                continue;
+            }
+            let uninit = gd.flags & BG_BLOCK_UNINIT != 0;
+            let n = Self::group_nblocks(sb, g);
+            let from = if k == 0 { goal_off } else { 0 };
+            // Build an uninitialised group's bitmap before caching anything,
+            // so a failed check leaves nothing dirty.
+            let mut fresh = Vec::new();
+            if uninit {
+                fresh = vec![0u8; sb.block_size()];
+                Self::init_block_bitmap(io, g, &gd, &mut fresh)?;
+            }
+            let found = io.bufs.modify(io.dev, gd.block_bitmap, !uninit, |b| {
+                if uninit {
+                    b.copy_from_slice(&fresh);
+                }
+                let bit = find_zero(b, n, from);
+                if let Some(i) = bit {
+                    set_bit(b, i);
+                }
+                (bit, group_desc::block_bitmap_csum(sb, b))
+            })?;
+            let (bit, csum) = found;
+            gd.block_bitmap_csum = csum;
+            gd.flags &= !BG_BLOCK_UNINIT;
+            let Some(i) = bit else {
+                return Err(corrupt(
+                    format!("group {g}"),
+                    format!("{} free blocks but a full bitmap", gd.free_blocks_count),
+                ));
+            };
+            gd.free_blocks_count -= 1;
+            // Relaxed: mirror of the count just changed under the lock.
+            self.free_blocks[g].store(gd.free_blocks_count, Ordering::Relaxed);
+            return Ok(Self::group_first_block(sb, g) + i as u64);
+        }
+        Err(enospc())
+    }
+
+    /// Return block `blk` to its group.
+    pub fn free_block(&self, io: &Io, blk: u64) -> Result<()> {
+        let sb = io.sb;
+        if blk < u64::from(sb.first_data_block) || blk >= sb.blocks_count {
+            return Err(corrupt(
+                format!("block {blk}"),
+                "freeing a block outside the fs",
+            ));
+        }
+        let rel = blk - u64::from(sb.first_data_block);
+        let g = (rel / u64::from(sb.blocks_per_group)) as usize;
+        let i = (rel % u64::from(sb.blocks_per_group)) as usize;
+        io.bufs.forget(blk);
+        let mut gd = self.groups[g].lock();
+        if gd.flags & BG_BLOCK_UNINIT != 0 {
+            return Err(corrupt(
+                format!("block {blk}"),
+                "freeing a block of an uninitialised group",
+            ));
+        }
+        let (was, csum) = io.bufs.modify(io.dev, gd.block_bitmap, true, |b| {
+            let was = test_bit(b, i);
+            clear_bit(b, i);
+            (was, group_desc::block_bitmap_csum(sb, b))
+        })?;
+        gd.block_bitmap_csum = csum;
+        if !was {
+            return Err(corrupt(format!("block {blk}"), "freeing a free block"));
+        }
+        gd.free_blocks_count += 1;
+        // Relaxed: mirror of the count just changed under the lock.
+        self.free_blocks[g].store(gd.free_blocks_count, Ordering::Relaxed);
+        // Relaxed: see alloc_block.
+        self.avail.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Take an inode number, preferably in group `goal_group` (`None`:
+    /// the thread's group). The inode's on-disk slot is zeroed if the group
+    /// never used it.
+    pub fn alloc_inode(&self, io: &Io, goal_group: Option<usize>, dir: bool) -> Result<u32> {
+        let sb = io.sb;
+        let ipg = sb.inodes_per_group as usize;
+        let ng = self.groups.len();
+        let start = goal_group
+            .filter(|&g| g < ng)
+            .unwrap_or_else(|| self.thread_group());
+        for k in 0..ng {
+            let g = (start + k) % ng;
+            // Relaxed: a hint; rechecked under the lock.
+            if self.free_inodes[g].load(Ordering::Relaxed) == 0 {
+                continue;
+            }
+            let mut gd = self.groups[g].lock();
+            if gd.free_inodes_count == 0 {
+                continue;
+            }
+            let uninit = gd.flags & BG_INODE_UNINIT != 0;
+            if uninit && gd.free_inodes_count as usize != ipg {
+                return Err(corrupt(
+                    format!("group {g}"),
+                    "INODE_UNINIT with inodes in use",
+                ));
+            }
+            // Lowest free slot: keeps the used part of the table contiguous.
+            let (bit, csum) = io.bufs.modify(io.dev, gd.inode_bitmap, !uninit, |b| {
+                if uninit {
+                    b.fill(0);
+                    for i in ipg..b.len() * 8 {
+                        set_bit(b, i);
+                    }
+                }
+                let bit = find_zero(b, ipg, 0);
+                if let Some(i) = bit {
+                    set_bit(b, i);
+                }
+                (bit, group_desc::inode_bitmap_csum(sb, b))
+            })?;
+            gd.inode_bitmap_csum = csum;
+            gd.flags &= !BG_INODE_UNINIT;
+            let Some(i) = bit else {
+                return Err(corrupt(
+                    format!("group {g}"),
+                    format!("{} free inodes but a full bitmap", gd.free_inodes_count),
+                ));
+            };
+            let ino = (g * ipg + i + 1) as u32;
+            if ino < sb.first_ino() {
+                return Err(corrupt(format!("group {g}"), "reserved inode marked free"));
+            }
+            let used = ipg - (gd.itable_unused as usize).min(ipg);
+            if i >= used {
+                if gd.flags & BG_INODE_ZEROED == 0 {
+                    Self::zero_inodes(io, &gd, used, i + 1)?;
+                }
+                gd.itable_unused = (ipg - i - 1) as u32;
+            }
+            gd.free_inodes_count -= 1;
+            if dir {
+                gd.used_dirs_count += 1;
+            }
+            // Relaxed: mirror of the count just changed under the lock.
+            self.free_inodes[g].store(gd.free_inodes_count, Ordering::Relaxed);
+            return Ok(ino);
+        }
+        Err(enospc())
+    }
+
+    /// Zero inode slots `from..to` of a group's table.
+    fn zero_inodes(io: &Io, gd: &GroupDesc, from: usize, to: usize) -> Result<()> {
+        let isz = io.sb.inode_size();
+        let bs = io.sb.block_size();
+        let mut i = from;
+        while i < to {
+            let off = i * isz;
+            let blk = gd.inode_table + (off / bs) as u64;
+            let inb = off % bs;
+            let n = ((bs - inb) / isz).min(to - i);
+            io.bufs
+                .modify(io.dev, blk, true, |b| b[inb..inb + n * isz].fill(0))?;
+            i += n;
+        }
+        Ok(())
+    }
+
+    /// Return inode `ino` to its group.
+    pub fn free_inode(&self, io: &Io, ino: u32, dir: bool) -> Result<()> {
+        let sb = io.sb;
+        if ino < sb.first_ino() || ino > sb.inodes_count {
+            return Err(corrupt(format!("inode {ino}"), "freeing a reserved inode"));
+        }
+        let ipg = sb.inodes_per_group as usize;
+        let g = (ino as usize - 1) / ipg;
+        let i = (ino as usize - 1) % ipg;
+        let mut gd = self.groups[g].lock();
+        if gd.flags & BG_INODE_UNINIT != 0 {
+            return Err(corrupt(
+                format!("inode {ino}"),
+                "freeing an inode of an uninitialised group",
+            ));
+        }
+        let (was, csum) = io.bufs.modify(io.dev, gd.inode_bitmap, true, |b| {
+            let was = test_bit(b, i);
+            clear_bit(b, i);
+            (was, group_desc::inode_bitmap_csum(sb, b))
+        })?;
+        gd.inode_bitmap_csum = csum;
+        if !was {
+            return Err(corrupt(format!("inode {ino}"), "freeing a free inode"));
+        }
+        gd.free_inodes_count += 1;
+        if dir {
+            gd.used_dirs_count = gd.used_dirs_count.saturating_sub(1);
+        }
+        // Relaxed: mirror of the count just changed under the lock.
+        self.free_inodes[g].store(gd.free_inodes_count, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Write every group descriptor into its table block (through the
+    /// cache), with its checksum.
+    pub fn write_descs(&self, io: &Io, gdt_block: impl Fn(u64) -> u64) -> Result<()> {
+        let dsz = usize::from(io.sb.desc_size());
+        let per_block = (io.sb.block_size() / dsz) as u64;
+        for (g, m) in self.groups.iter().enumerate() {
+            let gd = m.lock().clone();
+            let g = g as u64;
+            let blk = gdt_block(g / per_block);
+            let off = (g % per_block) as usize * dsz;
+            io.bufs.modify(io.dev, blk, true, |b| {
+                group_desc::encode(io.sb, g, &gd, &mut b[off..off + dsz])
+            })?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,1210 @@
+//! The namespace side of a read-write mount: inode writeback; create
+//! (files, FIFOs, sockets, devices, fast and slow symlinks, directories),
+//! link, unlink, rmdir, rename (incl. RENAME_EXCHANGE); linear directory
+//! insert/remove and the htree (conversion of a full one-block directory,
+//! insert by hash with leaf and index splits); setattr.
+//!
+//! Not yet (EOPNOTSUPP, never a damaged image): a second index level below
+//! the root (large_dir), a leaf whose entries all share one hash, ext2/3
+//! block-mapped directories. See `docs/ext4.md`.
+
+use std::sync::Arc;
+
+use scalevfs::fstype::NewNode;
+use scalevfs::inode::Inode;
+use scalevfs::types::{FileType, SetAttr};
+
+use crate::error::{corrupt, Error, Result};
+use crate::format::dir;
+use crate::format::extent::{self, Node as ExtNode};
+use crate::format::features::{
+    COMPAT_DIR_INDEX, INCOMPAT_FILETYPE, INCOMPAT_LARGEDIR, RO_COMPAT_DIR_NLINK,
+};
+use crate::format::htree;
+use crate::format::inode::{RawInode, FL_EXTENTS, FL_INDEX, I_BLOCK_LEN};
+use crate::format::superblock::FLAG_UNSIGNED_HASH;
+use crate::fs::{Ext4, Ext4Inode, Mapping};
+use scalevfs_sync::ordered::Class;
+
+/// An errno of the write side as an [`Error`].
+pub(crate) fn errno(n: i32) -> Error {
+    Error::Io(std::io::Error::from_raw_os_error(n))
+}
+
+/// Linux's EXT4_LINK_MAX: past it a directory's link count sticks at 1
+/// (dir_nlink).
+const LINK_MAX: u16 = 65000;
+
+pub(crate) fn now() -> (i64, i64) {
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    (d.as_secs() as i64, i64::from(d.subsec_nanos()))
+}
+
+/// An empty depth-0 extent root for `i_block`.
+fn empty_extent_root() -> [u8; I_BLOCK_LEN] {
+    let mut b = [0u8; I_BLOCK_LEN];
+    b[0..2].copy_from_slice(&extent::EXTENT_MAGIC.to_le_bytes());
+    b[4..6].copy_from_slice(&4u16.to_le_bytes());
+    b
+}
+
+/// Write a depth-0 extent list into `i_block`.
+fn put_extents(block: &mut [u8; I_BLOCK_LEN], ex: &[extent::Extent]) {
+    let gen = u32::from_le_bytes([block[8], block[9], block[10], block[11]]);
+    *block = empty_extent_root();
+    block[8..12].copy_from_slice(&gen.to_le_bytes());
+    block[2..4].copy_from_slice(&(ex.len() as u16).to_le_bytes());
+    for (i, e) in ex.iter().enumerate() {
+        let o = extent::HEADER_SIZE + i * extent::ENTRY_SIZE;
+        let len = if e.uninit {
+            e.len + extent::INIT_MAX_LEN
+        } else {
+            e.len
+        };
+        block[o..o + 4].copy_from_slice(&e.block.to_le_bytes());
+        block[o + 4..o + 6].copy_from_slice(&len.to_le_bytes());
+        block[o + 6..o + 8].copy_from_slice(&((e.start >> 32) as u16).to_le_bytes());
+        block[o + 8..o + 12].copy_from_slice(&(e.start as u32).to_le_bytes());
+    }
+}
+
+fn ft_code(mode: u32) -> u8 {
+    match mode & libc::S_IFMT {
+        libc::S_IFREG => dir::FT_REG,
+        libc::S_IFDIR => dir::FT_DIR,
+        libc::S_IFCHR => dir::FT_CHR,
+        libc::S_IFBLK => dir::FT_BLK,
+        libc::S_IFIFO => dir::FT_FIFO,
+        libc::S_IFSOCK => dir::FT_SOCK,
+        libc::S_IFLNK => dir::FT_SYMLINK,
+        _ => dir::FT_UNKNOWN,
+    }
+}
+
+/// Device number in i_block, as the kernel's `ext4_set_inode` (old
+/// 16-bit form when it fits, else the new one in word 1).
+fn encode_rdev(block: &mut [u8; I_BLOCK_LEN], rdev: u64) {
+    let (major, minor) = (libc::major(rdev), libc::minor(rdev));
+    if major < 256 && minor < 256 {
+        block[0..4].copy_from_slice(&((major << 8) | minor).to_le_bytes());
+    } else {
+        let new = (minor & 0xff) | (major << 8) | ((minor & !0xff) << 12);
+        block[4..8].copy_from_slice(&new.to_le_bytes());
+    }
+}
+
+fn priv_of(i: &Inode) -> Result<&Ext4Inode> {
+    i.private::<Ext4Inode>().ok_or_else(|| errno(libc::EIO))
+}
+
+impl Ext4 {
+    /// The shared side of a directory's lock on a read-write mount (none
+    /// on a read-only one: nothing changes there).
+    pub(crate) fn dir_read_lock<'a>(
+        &self,
+        d: &'a Inode,
+    ) -> Option<scalevfs_sync::ordered::RwLockReadGuard<'a, ()>> {
+        self.rw.as_ref()?;
+        let di = d.private::<Ext4Inode>()?;
+        Some(di.dir_lock.read_as(Class::Ext4Dir, d.ino()))
+    }
+
+    /// The shared side of a file's tree lock on a read-write mount.
+    pub(crate) fn file_read_lock<'a>(
+        &self,
+        i: &'a Inode,
+    ) -> Option<scalevfs_sync::ordered::RwLockReadGuard<'a, ()>> {
+        self.rw.as_ref()?;
+        Some(i.private::<Ext4Inode>()?.data.read())
+    }
+
+    /// Write `raw` into its inode table slot (through the cache). `new`:
+    /// the slot is a fresh inode (zeroed, `i_extra_isize` set, crtime).
+    pub(crate) fn write_inode(&self, raw: &RawInode, new: bool) -> Result<()> {
+        let (rw, io) = self.rw()?;
+        let ipg = self.sb.inodes_per_group;
+        let g = ((raw.ino - 1) / ipg) as usize;
+        let idx = ((raw.ino - 1) % ipg) as usize;
+        let isz = self.sb.inode_size();
+        let off = idx * isz;
+        let blk = self.groups[g].inode_table + (off / self.bs) as u64;
+        let inb = off % self.bs;
+        let sb = &self.sb;
+        rw.bufs.modify(io.dev, blk, true, |b| {
+            let slot = &mut b[inb..inb + isz];
+            let crtime = new.then(|| {
+                slot.fill(0);
+                if isz > 128 {
+                    // The kernel's s_want_extra_isize for new inodes.
+                    let e = 32usize.min(isz - 128) as u16;
+                    slot[0x80..0x82].copy_from_slice(&e.to_le_bytes());
+                }
+                raw.ctime
+            });
+            raw.encode(sb, slot, crtime);
+        })?;
+        Ok(())
+    }
+
+    /// Append block `pblk` as logical block `lblk` of `raw` (an extent
+    /// inode whose tree is the inode's own root, depth 0).
+    fn extent_append(&self, raw: &mut RawInode, lblk: u32, pblk: u64) -> Result<()> {
+        if raw.flags & FL_EXTENTS == 0 {
+            return Err(errno(libc::EOPNOTSUPP));
+        }
+        let what = || format!("inode {}", raw.ino);
+        let node = extent::parse_node(&raw.block, &what, None, None, self.sb.blocks_count)?;
+        let ExtNode::Leaf(_, mut ex) = node else {
+            return Err(errno(libc::EOPNOTSUPP));
+        };
+        let full = ex.len() >= 4;
+        match ex.last_mut() {
+            Some(e)
+                if !e.uninit
+                    && u64::from(e.block) + u64::from(e.len) == u64::from(lblk)
+                    && e.start + u64::from(e.len) == pblk
+                    && e.len < extent::INIT_MAX_LEN =>
+            {
+                e.len += 1
+            }
+            Some(e) if u64::from(e.block) + u64::from(e.len) > u64::from(lblk) => {
+                return Err(corrupt(what(), "append inside the mapped range"));
+            }
+            _ if full => return Err(errno(libc::EOPNOTSUPP)),
+            _ => ex.push(extent::Extent {
+                block: lblk,
+                len: 1,
+                start: pblk,
+                uninit: false,
+            }),
+        }
+        put_extents(&mut raw.block, &ex);
+        raw.blocks += self.bs as u64 / 512;
+        Ok(())
+    }
+
+    /// Add `name` -> `ino` to directory `draw` (its lock held): the first
+    /// leaf block with room, else a new block at the end.
+    fn dir_insert(&self, draw: &mut RawInode, name: &[u8], ino: u32, ft: u8) -> Result<()> {
+        let (rw, io) = self.rw()?;
+        let ft = if self.sb.has_incompat(INCOMPAT_FILETYPE) {
+            ft
+        } else {
+            0
+        };
+        if self.is_htree(draw) {
+            return self.htree_insert(draw, name, ino, ft);
+        }
+        let seed = self.csum_seed(draw);
+        let end = self.bs - if seed.is_some() { dir::TAIL_SIZE } else { 0 };
+        let nblk = self.dir_blocks(draw)?;
+        let mut buf = vec![0u8; self.bs];
+        let mut last = 0;
+        for lblk in 0..nblk {
+            let Mapping::Data {
+                pblk,
+                uninit: false,
+                ..
+            } = self.map_block(draw, lblk)?
+            else {
+                return Err(corrupt(
+                    format!("directory {}", draw.ino),
+                    format!("block {lblk} unmapped"),
+                ));
+            };
+            last = pblk;
+            // Check the block (checksum, every entry) before changing it.
+            self.read_block(pblk, &mut buf)?;
+            self.leaf_entries(draw, lblk, &buf)?;
+            let done = rw.bufs.modify(io.dev, pblk, true, |b| {
+                let ok = dir::insert(b, end, ino, name, ft);
+                if let (true, Some(s)) = (ok, seed) {
+                    dir::set_tail_csum(b, s);
+                }
+                ok
+            })?;
+            if done {
+                return Ok(());
+            }
+        }
+        if nblk == 1 && self.sb.has_compat(COMPAT_DIR_INDEX) && draw.flags & FL_EXTENTS != 0 {
+            // A full one-block directory becomes indexed, as the kernel's
+            // make_indexed_dir.
+            self.make_indexed(draw, last)?;
+            return self.htree_insert(draw, name, ino, ft);
+        }
+        let pblk = self.dir_append_block(draw, last)?;
+        rw.bufs.modify(io.dev, pblk, false, |b| {
+            dir::init_block(b, seed.is_some());
+            dir::insert(b, end, ino, name, ft);
+            if let Some(s) = seed {
+                dir::set_tail_csum(b, s);
+            }
+        })?;
+        Ok(())
+    }
+
+    /// Add a block at the end of directory `draw` (`last`: its last
+    /// physical block, the allocation goal); returns it. The caller fills it.
+    fn dir_append_block(&self, draw: &mut RawInode, last: u64) -> Result<u64> {
+        if draw.flags & FL_EXTENTS == 0 {
+            return Err(errno(libc::EOPNOTSUPP));
+        }
+        let nblk = self.dir_blocks(draw)?;
+        let pblk = self.alloc_block(last + 1, false)?;
+        let grown = (|| -> Result<()> {
+            let (mut ex, tree) = self.collect_extents(draw)?;
+            crate::extent_write::insert_extent(
+                &mut ex,
+                extent::Extent {
+                    block: nblk,
+                    len: 1,
+                    start: pblk,
+                    uninit: false,
+                },
+            );
+            let mut r = draw.clone();
+            r.blocks += self.bs as u64 / 512;
+            self.rebuild_tree(&mut r, &ex, &tree)?;
+            *draw = r;
+            Ok(())
+        })();
+        if let Err(e) = grown {
+            self.free_block(pblk)?;
+            return Err(e);
+        }
+        draw.size += self.bs as u64;
+        Ok(pblk)
+    }
+
+    /// The hash of `name` in htree directory `draw` whose root block is
+    /// `b0`, with the root's info and entries.
+    fn dx_root(
+        &self,
+        draw: &RawInode,
+        b0: &[u8],
+        name: &[u8],
+    ) -> Result<(u32, usize, htree::DxEntries, u8, u8)> {
+        let what = || format!("directory {} htree root", draw.ino);
+        let max = if self.sb.has_incompat(INCOMPAT_LARGEDIR) {
+            htree::MAX_LEVELS_LARGEDIR
+        } else {
+            htree::MAX_LEVELS
+        };
+        let info = htree::parse_root_info(b0, max, &what)?;
+        let mut version = info.hash_version;
+        if version <= htree::HASH_TEA && self.sb.flags & FLAG_UNSIGNED_HASH != 0 {
+            version += 3;
+        }
+        let hash = htree::dirhash(name, version, &self.sb.hash_seed)
+            .ok_or_else(|| corrupt(what(), format!("hash version {version}")))?;
+        let count_off = htree::ROOT_INFO_OFF + usize::from(info.info_length);
+        let root = htree::parse_entries(b0, count_off, self.csum_seed(draw), &what)?;
+        if info.indirect_levels > 1 {
+            // Two index levels below the root (large_dir): not written yet.
+            return Err(errno(libc::EOPNOTSUPP));
+        }
+        Ok((hash, count_off, root, version, info.indirect_levels))
+    }
+
+    /// Turn the one-block linear directory `draw` (block at `pblk0`) into
+    /// an indexed one: block 0 becomes the dx_root, the entries move to a
+    /// new leaf block 1.
+    fn make_indexed(&self, draw: &mut RawInode, pblk0: u64) -> Result<()> {
+        let (rw, io) = self.rw()?;
+        let seed = self.csum_seed(draw);
+        let mut b0 = vec![0u8; self.bs];
+        self.read_block(pblk0, &mut b0)?;
+        let v = self
+            .leaf_entries(draw, 0, &b0)?
+            .ok_or_else(|| errno(libc::EOPNOTSUPP))?;
+        let parent = v
+            .iter()
+            .find(|e| e.name == b"..")
+            .map(|e| e.inode)
+            .ok_or_else(|| corrupt(format!("directory {}", draw.ino), "no .."))?;
+        let moved: Vec<(u32, Vec<u8>, u8)> = v
+            .iter()
+            .filter(|e| e.inode != 0 && e.name != b"." && e.name != b"..")
+            .map(|e| (e.inode, e.name.to_vec(), e.file_type))
+            .collect();
+        let pblk1 = self.dir_append_block(draw, pblk0)?;
+        let end = self.bs - if seed.is_some() { dir::TAIL_SIZE } else { 0 };
+        rw.bufs.modify(io.dev, pblk1, false, |b| {
+            dir::init_block(b, seed.is_some());
+            for (i, n, t) in &moved {
+                dir::insert(b, end, *i, n, *t);
+            }
+            if let Some(s) = seed {
+                dir::set_tail_csum(b, s);
+            }
+        })?;
+        let bs = self.bs;
+        let hv = self.sb.def_hash_version;
+        let ino = draw.ino;
+        rw.bufs.modify(io.dev, pblk0, true, |b| {
+            b.fill(0);
+            dir::init_block(b, false);
+            dir::insert(b, bs, ino, b".", dir::FT_DIR);
+            dir::insert(b, bs, parent, b"..", dir::FT_DIR);
+            // dx_root_info: reserved, hash version, info length, levels.
+            let ri = htree::ROOT_INFO_OFF;
+            b[ri..ri + 8].fill(0);
+            b[ri + 4] = hv;
+            b[ri + 5] = 8;
+            let count_off = ri + 8;
+            let limit = htree::limit_for(bs, count_off, seed.is_some());
+            htree::encode_entries(b, count_off, limit, &[(0, 1)], seed);
+        })?;
+        draw.flags |= FL_INDEX;
+        Ok(())
+    }
+
+    /// Insert into an htree directory: the leaf chosen by the hash (through
+    /// the root and, with one index level, an index node), split by hash
+    /// when full; a full index level splits too (the root's entries move
+    /// to a new index node, or a full index node splits in two).
+    fn htree_insert(&self, draw: &mut RawInode, name: &[u8], ino: u32, ft: u8) -> Result<()> {
+        let (rw, io) = self.rw()?;
+        let seed = self.csum_seed(draw);
+        let dino = draw.ino;
+        let what = || format!("directory {dino} htree");
+        let bs = self.bs;
+        let mut b0 = vec![0u8; bs];
+        self.dir_block(draw, 0, &mut b0)?;
+        let (hash, count_off, root, version, levels) = self.dx_root(draw, &b0, name)?;
+        let pick = |e: &[(u32, u32)]| e.partition_point(|x| x.0 <= hash).max(1) - 1;
+        // The index path, root first: (logical block, count offset, limit,
+        // entries, chosen entry).
+        type Frame = (u32, usize, u16, Vec<(u32, u32)>, usize);
+        let mut path: Vec<Frame> = Vec::new();
+        let at = pick(&root.entries);
+        path.push((0, count_off, root.limit, root.entries.clone(), at));
+        let mut buf = vec![0u8; bs];
+        if levels == 1 {
+            let child = root.entries[at].1;
+            let node = self.dx_node(draw, child, &mut buf)?;
+            let at = pick(&node.entries);
+            path.push((child, htree::NODE_COUNT_OFF, node.limit, node.entries, at));
+        }
+        let nblk = self.dir_blocks(draw)?;
+        let leaf = {
+            let f = &path[path.len() - 1];
+            f.3[f.4].1
+        };
+        if leaf == 0 || leaf >= nblk {
+            return Err(corrupt(what(), format!("leaf block {leaf}")));
+        }
+        let pblk = self.dir_pblk(draw, leaf)?;
+        self.read_block(pblk, &mut buf)?;
+        let v = self
+            .leaf_entries(draw, leaf, &buf)?
+            .ok_or_else(|| corrupt(what(), format!("leaf {leaf} is an index block")))?;
+        let end = bs - if seed.is_some() { dir::TAIL_SIZE } else { 0 };
+        let done = rw.bufs.modify(io.dev, pblk, true, |b| {
+            let ok = dir::insert(b, end, ino, name, ft);
+            if let (true, Some(s)) = (ok, seed) {
+                dir::set_tail_csum(b, s);
+            }
+            ok
+        })?;
+        if done {
+            return Ok(());
+        }
+        // Split the leaf: the upper half by hash moves to a new block.
+        let mut ents: Vec<(u32, u32, Vec<u8>, u8)> = Vec::new();
+        for e in v.iter().filter(|e| e.inode != 0) {
+            let h = htree::dirhash(e.name, version, &self.sb.hash_seed)
+                .ok_or_else(|| corrupt(what(), "hash"))?;
+            ents.push((h, e.inode, e.name.to_vec(), e.file_type));
+        }
+        ents.sort_by_key(|e| e.0);
+        let mid = ents.len() / 2;
+        let split = (mid..ents.len())
+            .chain((1..mid).rev())
+            .find(|&i| i > 0 && ents[i].0 != ents[i - 1].0)
+            .ok_or_else(|| errno(libc::EOPNOTSUPP))?;
+        let split_hash = ents[split].0;
+        let node_limit = htree::limit_for(bs, htree::NODE_COUNT_OFF, seed.is_some());
+        let fresh_node = |p: u64| {
+            rw.bufs.modify(io.dev, p, false, |b| {
+                // The fake entry spanning the block that hides the index.
+                b.fill(0);
+                b[4..6].copy_from_slice(&(bs as u16).to_le_bytes());
+            })
+        };
+        let mut grew = false;
+        let low = path.len() - 1;
+        if path[low].3.len() >= usize::from(path[low].2) {
+            if low == 0 {
+                if levels + 1 >= htree::MAX_LEVELS {
+                    return Err(errno(libc::EOPNOTSUPP));
+                }
+                // The root is full: its entries move to a new index node.
+                let np = self.dir_append_block(draw, self.dir_last_pblk(draw)?)?;
+                let nl = self.dir_blocks(draw)? - 1;
+                fresh_node(np)?;
+                let (_, _, _, old, at) = path.pop().expect("root frame");
+                path.push((0, count_off, root.limit, vec![(0, nl)], 0));
+                path.push((nl, htree::NODE_COUNT_OFF, node_limit, old, at));
+                grew = true;
+            } else {
+                // A full index node splits; the root gets the upper half.
+                if path[0].3.len() >= usize::from(path[0].2) {
+                    return Err(errno(libc::EOPNOTSUPP));
+                }
+                let np = self.dir_append_block(draw, self.dir_last_pblk(draw)?)?;
+                let nl = self.dir_blocks(draw)? - 1;
+                fresh_node(np)?;
+                let (ol, coff, lim, full, at) = path.pop().expect("node frame");
+                let half = full.len() / 2;
+                let (lower, upper) = (full[..half].to_vec(), full[half..].to_vec());
+                let ra = path[0].4;
+                path[0].3.insert(ra + 1, (upper[0].0, nl));
+                // Both halves are written now; the one the leaf is under is
+                // written again below with the new leaf's entry.
+                for (l, e) in [(ol, &lower), (nl, &upper)] {
+                    let p = self.dir_pblk(draw, l)?;
+                    rw.bufs.modify(io.dev, p, true, |b| {
+                        htree::encode_entries(b, coff, lim, e, seed)
+                    })?;
+                }
+                if at >= half {
+                    path[0].4 = ra + 1;
+                    path.push((nl, coff, lim, upper, at - half));
+                } else {
+                    path.push((ol, coff, lim, lower, at));
+                }
+            }
+        }
+        let newp = self.dir_append_block(draw, self.dir_last_pblk(draw)?)?;
+        let newl = self.dir_blocks(draw)? - 1;
+        let fill = |b: &mut [u8], part: &[(u32, u32, Vec<u8>, u8)]| {
+            dir::init_block(b, seed.is_some());
+            for (_, i, n, t) in part {
+                dir::insert(b, end, *i, n, *t);
+            }
+        };
+        let (lo, hi) = ents.split_at(split);
+        let target_new = hash >= split_hash;
+        let mut fitted = false;
+        rw.bufs.modify(io.dev, pblk, true, |b| {
+            fill(b, lo);
+            if !target_new {
+                fitted = dir::insert(b, end, ino, name, ft);
+            }
+            if let Some(s) = seed {
+                dir::set_tail_csum(b, s);
+            }
+        })?;
+        rw.bufs.modify(io.dev, newp, false, |b| {
+            fill(b, hi);
+            if target_new {
+                fitted = dir::insert(b, end, ino, name, ft);
+            }
+            if let Some(s) = seed {
+                dir::set_tail_csum(b, s);
+            }
+        })?;
+        let f = path.len() - 1;
+        let at = path[f].4;
+        path[f].3.insert(at + 1, (split_hash, newl));
+        for (l, coff, lim, e, _) in &path {
+            let p = self.dir_pblk(draw, *l)?;
+            rw.bufs.modify(io.dev, p, true, |b| {
+                if *l == 0 && grew {
+                    b[htree::ROOT_INFO_OFF + 6] = 1;
+                }
+                htree::encode_entries(b, *coff, *lim, e, seed)
+            })?;
+        }
+        if !fitted {
+            return Err(corrupt(what(), "no room after a leaf split"));
+        }
+        Ok(())
+    }
+
+    /// The physical block of directory block `lblk`.
+    fn dir_pblk(&self, draw: &RawInode, lblk: u32) -> Result<u64> {
+        match self.map_block(draw, lblk)? {
+            Mapping::Data {
+                pblk,
+                uninit: false,
+                ..
+            } => Ok(pblk),
+            _ => Err(corrupt(
+                format!("directory {}", draw.ino),
+                format!("block {lblk} unmapped"),
+            )),
+        }
+    }
+
+    /// The physical block of the directory's last block (allocation goal).
+    fn dir_last_pblk(&self, draw: &RawInode) -> Result<u64> {
+        let n = self.dir_blocks(draw)?;
+        self.dir_pblk(draw, n.saturating_sub(1))
+    }
+
+    /// `create` of the VFS: a new inode named `name` in `dir`.
+    pub(crate) fn create_node(
+        &self,
+        dir: &Arc<Inode>,
+        name: &[u8],
+        node: NewNode<'_>,
+        owner: (u32, u32),
+    ) -> Result<Arc<Inode>> {
+        self.rw()?;
+        if name.len() > 255 {
+            return Err(errno(libc::ENAMETOOLONG));
+        }
+        let di = dir.private::<Ext4Inode>().ok_or_else(|| errno(libc::EIO))?;
+        let _dl = di.dir_lock.write_as(Class::Ext4Dir, dir.ino());
+        let mut draw = di.raw();
+        let (mode, is_dir) = match node {
+            NewNode::Node { mode, .. } => (mode, false),
+            NewNode::Dir { mode } => (libc::S_IFDIR | (mode & 0o7777), true),
+            NewNode::Symlink { .. } => (libc::S_IFLNK | 0o777, false),
+        };
+        // Without dir_nlink a directory's link count cannot pass the limit;
+        // with it the count sticks at 1 past it (as ext4_inc_count).
+        if is_dir && !self.sb.has_ro_compat(RO_COMPAT_DIR_NLINK) && draw.links_count >= LINK_MAX {
+            return Err(errno(libc::EMLINK));
+        }
+        let ipg = self.sb.inodes_per_group;
+        // Orlov-lite: a directory goes to the thread's group (spreading
+        // trees), anything else next to its parent.
+        let group = (!is_dir).then_some(((draw.ino - 1) / ipg) as usize);
+        let ino = self.alloc_inode(group, is_dir)?;
+        let t = now();
+        let generation = crate::format::checksum::crc32c(ino, &t.1.to_le_bytes());
+        let le = |v: u32| v.to_le_bytes();
+        let csum_seed = crate::format::checksum::crc32c(
+            crate::format::checksum::crc32c(self.sb.csum_seed(), &le(ino)),
+            &le(generation),
+        );
+        let mut raw = RawInode {
+            ino,
+            mode: mode as u16,
+            uid: owner.0,
+            gid: owner.1,
+            size: 0,
+            links_count: 1,
+            blocks: 0,
+            flags: 0,
+            block: [0; I_BLOCK_LEN],
+            generation,
+            file_acl: 0,
+            atime: t,
+            ctime: t,
+            mtime: t,
+            dtime: 0,
+            csum_seed,
+        };
+        let mut data_block = None;
+        let r = (|| -> Result<()> {
+            match node {
+                NewNode::Node { mode, rdev } => match mode & libc::S_IFMT {
+                    libc::S_IFREG => {
+                        raw.flags = FL_EXTENTS;
+                        raw.block = empty_extent_root();
+                    }
+                    libc::S_IFCHR | libc::S_IFBLK => encode_rdev(&mut raw.block, rdev),
+                    _ => {}
+                },
+                NewNode::Symlink { target } if target.len() < I_BLOCK_LEN => {
+                    raw.block[..target.len()].copy_from_slice(target);
+                    raw.size = target.len() as u64;
+                }
+                NewNode::Symlink { target } => {
+                    if target.len() >= self.bs {
+                        return Err(errno(libc::ENAMETOOLONG));
+                    }
+                    let pblk = self.alloc_block(0, false)?;
+                    data_block = Some(pblk);
+                    raw.flags = FL_EXTENTS;
+                    raw.block = empty_extent_root();
+                    self.extent_append(&mut raw, 0, pblk)?;
+                    let (rw, io) = self.rw()?;
+                    rw.bufs.modify(io.dev, pblk, false, |b| {
+                        b[..target.len()].copy_from_slice(target)
+                    })?;
+                    raw.size = target.len() as u64;
+                }
+                NewNode::Dir { .. } => {
+                    let pblk = self.alloc_block(0, false)?;
+                    data_block = Some(pblk);
+                    raw.flags = FL_EXTENTS;
+                    raw.block = empty_extent_root();
+                    self.extent_append(&mut raw, 0, pblk)?;
+                    let tail = self.sb.has_metadata_csum();
+                    let (rw, io) = self.rw()?;
+                    rw.bufs.modify(io.dev, pblk, false, |b| {
+                        dir::init_dir_block(b, ino, draw.ino, tail);
+                        if tail {
+                            dir::set_tail_csum(b, csum_seed);
+                        }
+                    })?;
+                    raw.size = self.bs as u64;
+                    raw.links_count = 2;
+                }
+            }
+            self.write_inode(&raw, true)?;
+            self.dir_insert(&mut draw, name, ino, ft_code(mode))
+        })();
+        if let Err(e) = r {
+            // Undo the allocations (a check that failed has stopped all
+            // writing anyway).
+            if !e.is_corrupt() {
+                if let Some(b) = data_block {
+                    let _ = self.free_block(b);
+                }
+                let _ = self.free_inode(ino, is_dir);
+            }
+            return Err(e);
+        }
+        if is_dir {
+            draw.links_count = match draw.links_count {
+                1 => 1,
+                n if n + 1 > LINK_MAX => 1,
+                n => n + 1,
+            };
+        }
+        draw.mtime = t;
+        draw.ctime = t;
+        self.write_inode(&draw, false)?;
+        di.set_raw(draw);
+        drop(_dl);
+        // The attribute writer lock ranks above the directory's: copy the
+        // inode inside it, so the last writer always installs the newest.
+        dir.update_attr(|a| {
+            let r = di.raw();
+            a.nlink = u32::from(r.links_count);
+            a.size = r.size;
+            a.blocks = r.blocks;
+            (a.mtime_sec, a.mtime_nsec) = r.mtime;
+            (a.ctime_sec, a.ctime_nsec) = r.ctime;
+        });
+        self.iget(ino)
+    }
+
+    /// `setattr` of the VFS: mode, owner, times; a size change only where
+    /// no block needs freeing (growing, or a file without blocks).
+    pub(crate) fn set_attr(&self, inode: &Arc<Inode>, set: &SetAttr) -> Result<()> {
+        self.rw()?;
+        let ei = inode
+            .private::<Ext4Inode>()
+            .ok_or_else(|| errno(libc::EIO))?;
+        let mut raw = ei.raw();
+        if let Some(size) = set.size {
+            if inode.file_type() != FileType::Regular {
+                return Err(errno(libc::EINVAL));
+            }
+            if size > scalevfs::fstype::Filesystem::max_file_size(self) {
+                return Err(errno(libc::EFBIG));
+            }
+            self.file_truncate(inode, size)?;
+            raw = ei.raw();
+        }
+        if let Some(m) = set.mode {
+            raw.mode = ((u32::from(raw.mode) & libc::S_IFMT) | (m & 0o7777)) as u16;
+        }
+        if let Some(u) = set.uid {
+            raw.uid = u;
+        }
+        if let Some(g) = set.gid {
+            raw.gid = g;
+        }
+        if let Some(t) = set.atime {
+            raw.atime = (t.sec, t.nsec);
+        }
+        if let Some(t) = set.mtime {
+            raw.mtime = (t.sec, t.nsec);
+        }
+        if let Some(t) = set.ctime {
+            raw.ctime = (t.sec, t.nsec);
+        }
+        self.write_inode(&raw, false)?;
+        ei.set_raw(raw);
+        inode.update_attr(|a| scalevfs::fstype::apply_setattr(a, set));
+        Ok(())
+    }
+
+    /// Find the live entry `name` in directory `draw`: (physical block,
+    /// offset, previous entry's offset in the block).
+    fn dir_find(
+        &self,
+        draw: &RawInode,
+        name: &[u8],
+    ) -> Result<Option<(u64, usize, Option<usize>)>> {
+        let mut buf = vec![0u8; self.bs];
+        for lblk in 0..self.dir_blocks(draw)? {
+            let Mapping::Data {
+                pblk,
+                uninit: false,
+                ..
+            } = self.map_block(draw, lblk)?
+            else {
+                return Err(corrupt(
+                    format!("directory {}", draw.ino),
+                    format!("block {lblk} unmapped"),
+                ));
+            };
+            self.read_block(pblk, &mut buf)?;
+            let Some(v) = self.leaf_entries(draw, lblk, &buf)? else {
+                continue;
+            };
+            for (k, e) in v.iter().enumerate() {
+                if e.inode != 0 && e.name == name {
+                    return Ok(Some((
+                        pblk,
+                        e.offset,
+                        k.checked_sub(1).map(|p| v[p].offset),
+                    )));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Whether directory `raw` holds nothing but `.` and `..`.
+    fn dir_is_empty(&self, raw: &RawInode) -> Result<bool> {
+        let mut empty = true;
+        self.list(raw, &mut |_, n| {
+            if n != b"." && n != b".." {
+                empty = false;
+            }
+            empty
+        })?;
+        Ok(empty)
+    }
+
+    /// `unlink` and `rmdir` of the VFS. The inode's storage is freed when
+    /// its last name goes and nothing uses it any more (at the next sync
+    /// or at unmount).
+    pub(crate) fn remove_name(
+        &self,
+        dir: &Arc<Inode>,
+        name: &[u8],
+        inode: &Arc<Inode>,
+        is_dir: bool,
+    ) -> Result<()> {
+        let (rw, io) = self.rw()?;
+        let di = dir.private::<Ext4Inode>().ok_or_else(|| errno(libc::EIO))?;
+        let ii = inode
+            .private::<Ext4Inode>()
+            .ok_or_else(|| errno(libc::EIO))?;
+        let dl = di.dir_lock.write_as(Class::Ext4Dir, dir.ino());
+        let mut draw = di.raw();
+        let mut iraw = ii.raw();
+        if is_dir && !self.dir_is_empty(&iraw)? {
+            return Err(errno(libc::ENOTEMPTY));
+        }
+        let Some((pblk, off, prev)) = self.dir_find(&draw, name)? else {
+            return Err(errno(libc::ENOENT));
+        };
+        let seed = self.csum_seed(&draw);
+        rw.bufs.modify(io.dev, pblk, true, |b| {
+            dir::remove(b, off, prev);
+            if let Some(s) = seed {
+                dir::set_tail_csum(b, s);
+            }
+        })?;
+        let t = now();
+        iraw.links_count = if is_dir {
+            0
+        } else {
+            iraw.links_count.saturating_sub(1)
+        };
+        iraw.ctime = t;
+        if is_dir && draw.links_count > 2 {
+            draw.links_count -= 1;
+        }
+        draw.mtime = t;
+        draw.ctime = t;
+        self.write_inode(&draw, false)?;
+        di.set_raw(draw);
+        self.write_inode(&iraw, false)?;
+        let gone = iraw.links_count == 0;
+        ii.set_raw(iraw);
+        if gone {
+            self.forget_inode(inode);
+        }
+        drop(dl);
+        dir.update_attr(|a| {
+            let r = di.raw();
+            a.nlink = u32::from(r.links_count);
+            (a.mtime_sec, a.mtime_nsec) = r.mtime;
+            (a.ctime_sec, a.ctime_nsec) = r.ctime;
+        });
+        inode.update_attr(|a| {
+            let r = ii.raw();
+            a.nlink = u32::from(r.links_count);
+            (a.ctime_sec, a.ctime_nsec) = r.ctime;
+        });
+        Ok(())
+    }
+
+    /// `link` of the VFS.
+    pub(crate) fn add_link(&self, dir: &Arc<Inode>, name: &[u8], inode: &Arc<Inode>) -> Result<()> {
+        self.rw()?;
+        if name.len() > 255 {
+            return Err(errno(libc::ENAMETOOLONG));
+        }
+        let di = dir.private::<Ext4Inode>().ok_or_else(|| errno(libc::EIO))?;
+        let ii = inode
+            .private::<Ext4Inode>()
+            .ok_or_else(|| errno(libc::EIO))?;
+        let dl = di.dir_lock.write_as(Class::Ext4Dir, dir.ino());
+        let mut iraw = ii.raw();
+        if iraw.links_count >= LINK_MAX {
+            return Err(errno(libc::EMLINK));
+        }
+        let mut draw = di.raw();
+        self.dir_insert(&mut draw, name, iraw.ino, ft_code(u32::from(iraw.mode)))?;
+        let t = now();
+        draw.mtime = t;
+        draw.ctime = t;
+        self.write_inode(&draw, false)?;
+        di.set_raw(draw);
+        iraw.links_count += 1;
+        iraw.ctime = t;
+        self.write_inode(&iraw, false)?;
+        ii.set_raw(iraw);
+        drop(dl);
+        dir.update_attr(|a| {
+            let r = di.raw();
+            a.size = r.size;
+            a.blocks = r.blocks;
+            (a.mtime_sec, a.mtime_nsec) = r.mtime;
+            (a.ctime_sec, a.ctime_nsec) = r.ctime;
+        });
+        inode.update_attr(|a| {
+            let r = ii.raw();
+            a.nlink = u32::from(r.links_count);
+            (a.ctime_sec, a.ctime_nsec) = r.ctime;
+        });
+        Ok(())
+    }
+
+    /// Point the live entry at `off` of directory block `pblk` (of
+    /// directory `draw`) at `ino` with type `ft`.
+    fn dir_retarget(&self, draw: &RawInode, pblk: u64, off: usize, ino: u32, ft: u8) -> Result<()> {
+        let (rw, io) = self.rw()?;
+        let seed = self.csum_seed(draw);
+        let ft = if self.sb.has_incompat(INCOMPAT_FILETYPE) {
+            ft
+        } else {
+            0
+        };
+        rw.bufs.modify(io.dev, pblk, true, |b| {
+            b[off..off + 4].copy_from_slice(&ino.to_le_bytes());
+            b[off + 7] = ft;
+            if let Some(s) = seed {
+                dir::set_tail_csum(b, s);
+            }
+        })?;
+        Ok(())
+    }
+
+    /// `rename` of the VFS (not `exchange`), linear directories.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn rename_entry(
+        &self,
+        old_dir: &Arc<Inode>,
+        old_name: &[u8],
+        new_dir: &Arc<Inode>,
+        new_name: &[u8],
+        moved: &Arc<Inode>,
+        replaced: Option<&Arc<Inode>>,
+    ) -> Result<()> {
+        self.rw()?;
+        if new_name.len() > 255 {
+            return Err(errno(libc::ENAMETOOLONG));
+        }
+        let (od, nd, mi) = (priv_of(old_dir)?, priv_of(new_dir)?, priv_of(moved)?);
+        let same = Arc::ptr_eq(old_dir, new_dir);
+        // Both directories' locks, lower inode number first.
+        let (l1, l2);
+        if same {
+            l1 = od.dir_lock.write_as(Class::Ext4Dir, old_dir.ino());
+            l2 = None;
+        } else if old_dir.ino() < new_dir.ino() {
+            l1 = od.dir_lock.write_as(Class::Ext4Dir, old_dir.ino());
+            l2 = Some(nd.dir_lock.write_as(Class::Ext4Dir, new_dir.ino()));
+        } else {
+            l1 = nd.dir_lock.write_as(Class::Ext4Dir, new_dir.ino());
+            l2 = Some(od.dir_lock.write_as(Class::Ext4Dir, old_dir.ino()));
+        }
+        let mut odraw = od.raw();
+        let mut mraw = mi.raw();
+        let moved_dir = mraw.file_type_bits() == libc::S_IFDIR;
+        let mut rraw = match replaced {
+            Some(r) => {
+                let rr = priv_of(r)?.raw();
+                if rr.file_type_bits() == libc::S_IFDIR && !self.dir_is_empty(&rr)? {
+                    return Err(errno(libc::ENOTEMPTY));
+                }
+                Some(rr)
+            }
+            None => None,
+        };
+        let Some((opblk, ooff, oprev)) = self.dir_find(&odraw, old_name)? else {
+            return Err(errno(libc::ENOENT));
+        };
+        let ft = ft_code(u32::from(mraw.mode));
+        let t = now();
+        // The new name first (so a failure leaves the old one), then the
+        // old name goes.
+        if let Some(rr) = &rraw {
+            let ndraw = if same { odraw.clone() } else { nd.raw() };
+            let Some((p, off, _)) = self.dir_find(&ndraw, new_name)? else {
+                return Err(errno(libc::ENOENT));
+            };
+            if rr.ino == mraw.ino {
+                // Two names of one inode: POSIX says do nothing.
+                return Ok(());
+            }
+            self.dir_retarget(&ndraw, p, off, mraw.ino, ft)?;
+        } else if same {
+            self.dir_insert(&mut odraw, new_name, mraw.ino, ft)?;
+        } else {
+            let mut ndraw = nd.raw();
+            self.dir_insert(&mut ndraw, new_name, mraw.ino, ft)?;
+            self.write_inode(&ndraw, false)?;
+            nd.set_raw(ndraw);
+        }
+        // Re-find: an insert into the same directory may have moved
+        // nothing, but the entry list is re-read to be sure of offsets.
+        let (opblk, ooff, oprev) = if same {
+            self.dir_find(&odraw, old_name)?
+                .ok_or_else(|| errno(libc::ENOENT))?
+        } else {
+            (opblk, ooff, oprev)
+        };
+        {
+            let (rw, io) = self.rw()?;
+            let seed = self.csum_seed(&odraw);
+            rw.bufs.modify(io.dev, opblk, true, |b| {
+                dir::remove(b, ooff, oprev);
+                if let Some(s) = seed {
+                    dir::set_tail_csum(b, s);
+                }
+            })?;
+        }
+        let mut ndraw = if same { None } else { Some(nd.raw()) };
+        if moved_dir && !same {
+            // The moved directory's "..".
+            self.set_dotdot(&mraw, new_dir.ino() as u32)?;
+            if odraw.links_count > 2 {
+                odraw.links_count -= 1;
+            }
+            if let Some(n) = ndraw.as_mut() {
+                if rraw.is_none() && n.links_count != 1 {
+                    n.links_count = if n.links_count + 1 > LINK_MAX {
+                        1
+                    } else {
+                        n.links_count + 1
+                    };
+                }
+            }
+        }
+        if let Some(rr) = rraw.as_mut() {
+            let rdir = rr.file_type_bits() == libc::S_IFDIR;
+            rr.links_count = if rdir {
+                0
+            } else {
+                rr.links_count.saturating_sub(1)
+            };
+            rr.ctime = t;
+            if rdir && same && odraw.links_count > 2 {
+                // The replaced directory's ".." link goes.
+                odraw.links_count -= 1;
+            }
+            if rdir && !same {
+                if let Some(n) = ndraw.as_mut() {
+                    if n.links_count > 2 && !moved_dir {
+                        n.links_count -= 1;
+                    }
+                }
+            }
+            self.write_inode(rr, false)?;
+        }
+        mraw.ctime = t;
+        self.write_inode(&mraw, false)?;
+        mi.set_raw(mraw);
+        odraw.mtime = t;
+        odraw.ctime = t;
+        self.write_inode(&odraw, false)?;
+        od.set_raw(odraw);
+        if let Some(mut n) = ndraw {
+            n.mtime = t;
+            n.ctime = t;
+            self.write_inode(&n, false)?;
+            nd.set_raw(n);
+        }
+        if let (Some(r), Some(rr)) = (replaced, rraw) {
+            let ri = priv_of(r)?;
+            let gone = rr.links_count == 0;
+            ri.set_raw(rr);
+            if gone {
+                self.forget_inode(r);
+            }
+        }
+        drop(l2);
+        drop(l1);
+        for (i, e) in [(old_dir, od), (new_dir, nd), (moved, mi)] {
+            i.update_attr(|a| {
+                let r = e.raw();
+                a.nlink = u32::from(r.links_count);
+                a.size = r.size;
+                a.blocks = r.blocks;
+                (a.mtime_sec, a.mtime_nsec) = r.mtime;
+                (a.ctime_sec, a.ctime_nsec) = r.ctime;
+            });
+        }
+        if let Some(r) = replaced {
+            let ri = priv_of(r)?;
+            r.update_attr(|a| {
+                let x = ri.raw();
+                a.nlink = u32::from(x.links_count);
+                (a.ctime_sec, a.ctime_nsec) = x.ctime;
+            });
+        }
+        Ok(())
+    }
+
+    /// Point a moved directory's ".." at `parent`.
+    fn set_dotdot(&self, raw: &RawInode, parent: u32) -> Result<()> {
+        if self.is_htree(raw) {
+            // ".." lives in the dx_root (entry 1 at byte 12), under the
+            // index checksum, which is recomputed.
+            let (rw, io) = self.rw()?;
+            let mut b0 = vec![0u8; self.bs];
+            self.dir_block(raw, 0, &mut b0)?;
+            let (_, count_off, root, _, _) = self.dx_root(raw, &b0, b"..")?;
+            let seed = self.csum_seed(raw);
+            let p0 = self.dir_pblk(raw, 0)?;
+            rw.bufs.modify(io.dev, p0, true, |b| {
+                b[12..16].copy_from_slice(&parent.to_le_bytes());
+                htree::encode_entries(b, count_off, root.limit, &root.entries, seed);
+            })?;
+            return Ok(());
+        }
+        let pblk = self.dir_pblk(raw, 0)?;
+        let mut buf = vec![0u8; self.bs];
+        self.read_block(pblk, &mut buf)?;
+        let v = self
+            .leaf_entries(raw, 0, &buf)?
+            .ok_or_else(|| errno(libc::EOPNOTSUPP))?;
+        let dd = v
+            .iter()
+            .find(|e| e.name == b"..")
+            .map(|e| e.offset)
+            .ok_or_else(|| corrupt(format!("directory {}", raw.ino), "no .."))?;
+        self.dir_retarget(raw, pblk, dd, parent, dir::FT_DIR)
+    }
+
+    /// RENAME_EXCHANGE: the two names swap inodes.
+    pub(crate) fn exchange_entries(
+        &self,
+        old_dir: &Arc<Inode>,
+        old_name: &[u8],
+        new_dir: &Arc<Inode>,
+        new_name: &[u8],
+        a: &Arc<Inode>,
+        b: &Arc<Inode>,
+    ) -> Result<()> {
+        self.rw()?;
+        let (od, nd, ai, bi) = (
+            priv_of(old_dir)?,
+            priv_of(new_dir)?,
+            priv_of(a)?,
+            priv_of(b)?,
+        );
+        let same = Arc::ptr_eq(old_dir, new_dir);
+        let (l1, l2);
+        if same {
+            l1 = od.dir_lock.write_as(Class::Ext4Dir, old_dir.ino());
+            l2 = None;
+        } else if old_dir.ino() < new_dir.ino() {
+            l1 = od.dir_lock.write_as(Class::Ext4Dir, old_dir.ino());
+            l2 = Some(nd.dir_lock.write_as(Class::Ext4Dir, new_dir.ino()));
+        } else {
+            l1 = nd.dir_lock.write_as(Class::Ext4Dir, new_dir.ino());
+            l2 = Some(od.dir_lock.write_as(Class::Ext4Dir, old_dir.ino()));
+        }
+        let mut odraw = od.raw();
+        let mut ndraw = if same { odraw.clone() } else { nd.raw() };
+        let (mut araw, mut braw) = (ai.raw(), bi.raw());
+        let adir = araw.file_type_bits() == libc::S_IFDIR;
+        let bdir = braw.file_type_bits() == libc::S_IFDIR;
+        let (op, ooff, _) = self
+            .dir_find(&odraw, old_name)?
+            .ok_or_else(|| errno(libc::ENOENT))?;
+        let (np, noff, _) = self
+            .dir_find(&ndraw, new_name)?
+            .ok_or_else(|| errno(libc::ENOENT))?;
+        self.dir_retarget(&odraw, op, ooff, braw.ino, ft_code(u32::from(braw.mode)))?;
+        self.dir_retarget(&ndraw, np, noff, araw.ino, ft_code(u32::from(araw.mode)))?;
+        let t = now();
+        if !same {
+            if adir {
+                self.set_dotdot(&araw, ndraw.ino)?;
+            }
+            if bdir {
+                self.set_dotdot(&braw, odraw.ino)?;
+            }
+            // A directory moving one way and not the other moves a link.
+            let bump = |r: &mut RawInode, up: bool| {
+                if r.links_count == 1 {
+                    return;
+                }
+                if up {
+                    r.links_count = if r.links_count + 1 > LINK_MAX {
+                        1
+                    } else {
+                        r.links_count + 1
+                    };
+                } else if r.links_count > 2 {
+                    r.links_count -= 1;
+                }
+            };
+            if adir && !bdir {
+                bump(&mut odraw, false);
+                bump(&mut ndraw, true);
+            } else if bdir && !adir {
+                bump(&mut ndraw, false);
+                bump(&mut odraw, true);
+            }
+        }
+        araw.ctime = t;
+        braw.ctime = t;
+        self.write_inode(&araw, false)?;
+        self.write_inode(&braw, false)?;
+        ai.set_raw(araw);
+        bi.set_raw(braw);
+        odraw.mtime = t;
+        odraw.ctime = t;
+        self.write_inode(&odraw, false)?;
+        od.set_raw(odraw);
+        if !same {
+            ndraw.mtime = t;
+            ndraw.ctime = t;
+            self.write_inode(&ndraw, false)?;
+            nd.set_raw(ndraw);
+        }
+        drop(l2);
+        drop(l1);
+        for (i, e) in [(old_dir, od), (new_dir, nd), (a, ai), (b, bi)] {
+            i.update_attr(|x| {
+                let r = e.raw();
+                x.nlink = u32::from(r.links_count);
+                (x.mtime_sec, x.mtime_nsec) = r.mtime;
+                (x.ctime_sec, x.ctime_nsec) = r.ctime;
+            });
+        }
+        Ok(())
+    }
+}
