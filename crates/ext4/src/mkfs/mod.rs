@@ -12,8 +12,9 @@
 //! `BLOCK_UNINIT` (metadata_csum's `uninit_bg` semantics), which is what
 //! makes a 1 GiB mkfs instant.
 //!
-//! `--from DIR` (fill the image from a host directory) is not here: it needs
-//! the write path.
+//! `scalevfs mkfs --from DIR` (fill the image from a host directory, as
+//! `mke2fs -d`) opens the new image read-write and copies the tree through
+//! the VFS (`crates/cli/src/mkfs.rs`).
 
 mod encode;
 
