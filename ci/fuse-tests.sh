@@ -141,6 +141,12 @@ if mount_fs -o allow_other,no_default_permissions --attr-timeout 0 --entry-timeo
   for _ in $(seq 1 50); do mountpoint -q "$mnt" || break; sleep 0.1; done
   ! mountpoint -q "$mnt"; rc=$?
   unmount; rc2=$?
+  if [ $rc != 0 ] || [ $rc2 != 0 ]; then
+    # Say which half failed (still mounted after 5 s / daemon exit status),
+    # with the daemon's last words: a rare failure here was seen once.
+    echo "  SIGTERM: still mounted: $([ $rc != 0 ] && echo yes || echo no); daemon status $rc2"
+    tail -5 "$work/daemon.log" | sed 's/^/  daemon: /'
+  fi
   [ $rc = 0 ] && [ $rc2 = 0 ]; result "unmount on SIGTERM" $?
 else
   result "mount (scalevfs permissions)" 1
