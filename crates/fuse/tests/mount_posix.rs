@@ -5,110 +5,18 @@
 //! prints why it is skipped and passes; with `SCALEVFS_REQUIRE_FUSE=1` that
 //! is a failure instead (CI sets it).
 
-use std::ffi::CString;
 use std::fs;
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::path::Path;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use scalevfs::{Cred, Vfs, O_CREAT, O_WRONLY};
-use scalevfs_fuse::{spawn_mount, FuseConfig, FuseMount, MountConfig};
+use scalevfs_fuse::{spawn_mount, FuseConfig, MountConfig};
 
-fn fuse_unavailable() -> Option<String> {
-    if let Err(e) = fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/fuse")
-    {
-        return Some(format!("/dev/fuse cannot be opened: {e}"));
-    }
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    let helper = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).any(|d| d.join("fusermount3").is_file()))
-        .unwrap_or(false);
-    if !root && !helper {
-        return Some("not root and no fusermount3 on PATH".into());
-    }
-    None
-}
-
-/// Whether to run: false (with the reason printed) where FUSE is missing;
-/// a panic instead if SCALEVFS_REQUIRE_FUSE=1.
-fn fuse_ok(test: &str) -> bool {
-    match fuse_unavailable() {
-        None => true,
-        Some(why) => {
-            if std::env::var("SCALEVFS_REQUIRE_FUSE").as_deref() == Ok("1") {
-                panic!("{test}: FUSE required (SCALEVFS_REQUIRE_FUSE=1) but unavailable: {why}");
-            }
-            eprintln!("SKIPPED {test}: {why}");
-            false
-        }
-    }
-}
-
-fn scratch_dir(tag: &str) -> PathBuf {
-    static N: AtomicU32 = AtomicU32::new(0);
-    let d = std::env::temp_dir().join(format!(
-        "scalevfs-fuse-{}-{}-{}",
-        tag,
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    fs::create_dir_all(&d).unwrap();
-    d
-}
-
-struct Mounted {
-    m: Option<FuseMount>,
-    dir: PathBuf,
-    vfs: Vfs,
-}
-
-impl Mounted {
-    fn new(tag: &str, fuse: FuseConfig) -> Mounted {
-        let dir = scratch_dir(tag);
-        let vfs = Vfs::new();
-        let cfg = MountConfig {
-            fuse,
-            options: vec!["allow_other".into()],
-            threads: 4,
-        };
-        let m = spawn_mount(vfs.clone(), &dir, &cfg).expect("mount");
-        Mounted {
-            m: Some(m),
-            dir,
-            vfs,
-        }
-    }
-    fn p(&self, rel: &str) -> PathBuf {
-        self.dir.join(rel)
-    }
-    fn mount(&self) -> &FuseMount {
-        self.m.as_ref().unwrap()
-    }
-}
-
-impl Drop for Mounted {
-    fn drop(&mut self) {
-        if let Some(m) = self.m.take() {
-            let _ = m.unmount();
-        }
-        let _ = fs::remove_dir(&self.dir);
-    }
-}
-
-fn errno_of(e: &std::io::Error) -> i32 {
-    e.raw_os_error().unwrap_or(0)
-}
-
-fn cpath(p: &Path) -> CString {
-    CString::new(p.as_os_str().as_bytes()).unwrap()
-}
+mod common;
+use common::*;
 
 fn renameat2(a: &Path, b: &Path, flags: u32) -> i32 {
     let (a, b) = (cpath(a), cpath(b));

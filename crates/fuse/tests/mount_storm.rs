@@ -21,37 +21,8 @@ use std::time::{Duration, Instant};
 use scalevfs::Vfs;
 use scalevfs_fuse::{spawn_mount, FuseConfig, MountConfig};
 
-fn fuse_unavailable() -> Option<String> {
-    if let Err(e) = fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/fuse")
-    {
-        return Some(format!("/dev/fuse cannot be opened: {e}"));
-    }
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    let helper = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).any(|d| d.join("fusermount3").is_file()))
-        .unwrap_or(false);
-    if !root && !helper {
-        return Some("not root and no fusermount3 on PATH".into());
-    }
-    None
-}
-
-fn fuse_ok(test: &str) -> bool {
-    match fuse_unavailable() {
-        None => true,
-        Some(why) => {
-            if std::env::var("SCALEVFS_REQUIRE_FUSE").as_deref() == Ok("1") {
-                panic!("{test}: FUSE required (SCALEVFS_REQUIRE_FUSE=1) but unavailable: {why}");
-            }
-            eprintln!("SKIPPED {test}: {why}");
-            false
-        }
-    }
-}
+mod common;
+use common::*;
 
 const THREADS: usize = 4;
 /// Operations per thread (the usual bound; `SCALEVFS_STORM_OPS` overrides,

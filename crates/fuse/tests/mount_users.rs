@@ -8,92 +8,36 @@
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
-use std::sync::atomic::{AtomicU32, Ordering};
 
 use scalevfs::Vfs;
-use scalevfs_fuse::{spawn_mount, FuseConfig, FuseMount, MountConfig};
+use scalevfs_fuse::{spawn_mount, FuseConfig, MountConfig};
+
+mod common;
+use common::*;
 
 const NOBODY: &str = "65534";
 
-fn unavailable() -> Option<String> {
-    if let Err(e) = fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/fuse")
-    {
-        return Some(format!("/dev/fuse cannot be opened: {e}"));
-    }
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("not root: cannot act as a second user".into());
-    }
-    if Command::new("setpriv").arg("--version").output().is_err() {
-        return Some("setpriv (util-linux) is not installed".into());
-    }
-    None
-}
-
-/// Whether to run: false (with the reason printed) where a requirement is
-/// missing; a panic instead if SCALEVFS_REQUIRE_FUSE=1.
+/// FUSE (see `common`), root and setpriv: the second user is reached with
+/// setpriv.
 fn fuse_ok(test: &str) -> bool {
-    match unavailable() {
-        None => true,
-        Some(why) => {
-            if std::env::var("SCALEVFS_REQUIRE_FUSE").as_deref() == Ok("1") {
-                panic!("{test}: FUSE required (SCALEVFS_REQUIRE_FUSE=1) but unavailable: {why}");
-            }
-            eprintln!("SKIPPED {test}: {why}");
-            false
+    let why = fuse_unavailable().or_else(|| {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            Some("not root: cannot act as a second user".into())
+        } else if Command::new("setpriv").arg("--version").output().is_err() {
+            Some("setpriv (util-linux) is not installed".into())
+        } else {
+            None
         }
-    }
+    });
+    requirement_ok(test, why)
 }
 
-/// A mount point other users can reach (the temporary directory's own
-/// mode is the host's business: 0755 here).
-fn scratch_dir(tag: &str) -> PathBuf {
-    static N: AtomicU32 = AtomicU32::new(0);
-    let d = std::env::temp_dir().join(format!(
-        "scalevfs-fuse-users-{}-{}-{}",
-        tag,
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    fs::create_dir_all(&d).unwrap();
-    fs::set_permissions(&d, fs::Permissions::from_mode(0o755)).unwrap();
-    d
-}
-
-struct Mounted {
-    m: Option<FuseMount>,
-    dir: PathBuf,
-}
-
-impl Mounted {
-    fn new(tag: &str, options: &[&str], fuse: FuseConfig) -> Mounted {
-        let dir = scratch_dir(tag);
-        let cfg = MountConfig {
-            fuse,
-            options: options.iter().map(|s| s.to_string()).collect(),
-            threads: 2,
-        };
-        let m = spawn_mount(Vfs::new(), &dir, &cfg).expect("mount");
-        // The mount's root is the caller's (root's), mode 0755.
-        Mounted { m: Some(m), dir }
-    }
-    fn p(&self, rel: &str) -> PathBuf {
-        self.dir.join(rel)
-    }
-}
-
-impl Drop for Mounted {
-    fn drop(&mut self) {
-        if let Some(m) = self.m.take() {
-            let _ = m.unmount();
-        }
-        let _ = fs::remove_dir(&self.dir);
-    }
+fn mounted(tag: &str, options: &[&str], fuse: FuseConfig) -> Mounted {
+    // The mount's root is the caller's (root's), mode 0755.
+    Mounted::with(tag, options, fuse, 2)
 }
 
 /// Run `prog args` as nobody:nogroup with no supplementary groups.
@@ -161,7 +105,7 @@ fn cached_names_do_not_skip_search_permission_default_options() {
     if !fuse_ok("cached_names_do_not_skip_search_permission_default_options") {
         return;
     }
-    let m = Mounted::new("priv-default", &[], long_cache());
+    let m = mounted("priv-default", &[], long_cache());
     private_file_case(&m);
 }
 
@@ -170,7 +114,7 @@ fn cached_names_do_not_skip_search_permission_allow_other() {
     if !fuse_ok("cached_names_do_not_skip_search_permission_allow_other") {
         return;
     }
-    let m = Mounted::new("priv-other", &["allow_other"], long_cache());
+    let m = mounted("priv-other", &["allow_other"], long_cache());
     private_file_case(&m);
     // nobody can still read what it may.
     fs::create_dir(m.p("open")).unwrap();
@@ -187,7 +131,7 @@ fn cached_names_do_not_skip_search_permission_no_default_permissions() {
     if !fuse_ok("cached_names_do_not_skip_search_permission_no_default_permissions") {
         return;
     }
-    let m = Mounted::new(
+    let m = mounted(
         "priv-nodp",
         &["allow_other", "no_default_permissions"],
         long_cache(),
@@ -243,7 +187,7 @@ fn execute_only_program_runs_for_another_user() {
     if !fuse_ok("execute_only_program_runs_for_another_user") {
         return;
     }
-    let m = Mounted::new("exec", &["allow_other"], FuseConfig::default());
+    let m = mounted("exec", &["allow_other"], FuseConfig::default());
     exec_only_case(&m);
 }
 
@@ -252,7 +196,7 @@ fn execute_only_program_runs_for_another_user_no_default_permissions() {
     if !fuse_ok("execute_only_program_runs_for_another_user_no_default_permissions") {
         return;
     }
-    let m = Mounted::new(
+    let m = mounted(
         "exec-nodp",
         &["allow_other", "no_default_permissions"],
         FuseConfig::default(),
@@ -268,7 +212,7 @@ fn truncate_by_another_user_clears_set_id_bits() {
     if !fuse_ok("truncate_by_another_user_clears_set_id_bits") {
         return;
     }
-    let m = Mounted::new("setid", &["allow_other"], FuseConfig::default());
+    let m = mounted("setid", &["allow_other"], FuseConfig::default());
     let f = m.p("f");
     let mode = mode_only;
     let set = |p: &Path, mo: u32| {
@@ -318,7 +262,7 @@ fn write_by_another_user_clears_set_id_bits() {
     if !fuse_ok("write_by_another_user_clears_set_id_bits") {
         return;
     }
-    let m = Mounted::new("setid-write", &["allow_other"], long_cache());
+    let m = mounted("setid-write", &["allow_other"], long_cache());
     let f = m.p("f");
     fs::write(&f, vec![0u8; 8192]).unwrap();
     for (before, after, direct) in [
@@ -358,7 +302,7 @@ fn fallocate_by_another_user_clears_set_id_bits() {
     if !fuse_ok("fallocate_by_another_user_clears_set_id_bits") {
         return;
     }
-    let m = Mounted::new("setid-falloc", &["allow_other"], long_cache());
+    let m = mounted("setid-falloc", &["allow_other"], long_cache());
     let f = m.p("f");
     fs::write(&f, vec![1u8; 16384]).unwrap();
     // root:root 6666: nobody may write but is not in the group.
