@@ -18,7 +18,7 @@ pub mod io;
 pub mod memfs;
 pub mod orphan;
 pub(crate) mod pages;
-pub(crate) mod percpu;
+pub mod percpu;
 pub mod task;
 pub mod types;
 pub mod vfs;

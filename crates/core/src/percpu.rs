@@ -208,8 +208,10 @@ impl SplitCount {
 
 /// A counter with a limit (see the module doc): `total` counts the units
 /// granted, those in use and those reserved in the slots; the value is
-/// `total - Σ slots`.
-pub(crate) struct LimitedCounter {
+/// `total - Σ slots`. Public for filesystem types (the ext4 allocator's
+/// free-block count); the value may go below zero when units counted
+/// before it existed are given back.
+pub struct LimitedCounter {
     total: CachePadded<AtomicI64>,
     slots: Box<[CachePadded<AtomicI64>]>,
 }
@@ -236,7 +238,7 @@ impl LimitedCounter {
     }
 
     /// Count one more unless that would pass `limit`.
-    pub(crate) fn try_inc(&self, limit: u64) -> bool {
+    pub fn try_inc(&self, limit: u64) -> bool {
         let limit = limit.min(i64::MAX as u64 / 2) as i64;
         let s = self.mine();
         // Relaxed (every access below): the counter orders nothing but
@@ -290,7 +292,7 @@ impl LimitedCounter {
 
     /// Count one less: the unit becomes a reservation of this thread's slot
     /// (up to a batch; past that it goes back to the total).
-    pub(crate) fn dec(&self) {
+    pub fn dec(&self) {
         let s = self.mine();
         // Relaxed: see `try_inc`.
         if s.fetch_add(1, Ordering::Relaxed) >= BATCH {
@@ -301,7 +303,7 @@ impl LimitedCounter {
 
     /// The value: units granted less units reserved (exact when nothing
     /// runs concurrently).
-    pub(crate) fn sum(&self) -> i64 {
+    pub fn sum(&self) -> i64 {
         // Relaxed: see `try_inc`.
         self.total.load(Ordering::Relaxed)
             - self

@@ -21,15 +21,18 @@
 //!   use unless the group is `ITABLE_ZEROED`.
 //! - Reserved blocks: only a caller that may use them (`root`) allocates
 //!   the last `s_r_blocks_count` blocks. Exact at the limit: every
-//!   allocation first claims a unit of `avail` (free blocks not yet
-//!   claimed) with a bounded CAS, returned if no group has the block.
-//!   (One shared word per block allocation; a per-thread reservation
-//!   counter like the core's `LimitedCounter` is the next step.)
+//!   allocation first counts a block in `claimed` (blocks claimed since
+//!   mount, less those freed), a per-thread reservation counter (the
+//!   core's `percpu::LimitedCounter`: a thread takes units from its own
+//!   slot and touches the shared total once per batch; near the limit it
+//!   takes every slot's reservation back, so nothing is granted past it),
+//!   and gives it back if no group has the block.
 
 use std::cell::Cell;
 
 use scalevfs_sync::ordered::{Class, Mutex};
-use scalevfs_sync::primitive::{AtomicU32, AtomicU64, Ordering};
+use scalevfs::percpu::LimitedCounter;
+use scalevfs_sync::primitive::{AtomicU32, Ordering};
 
 use crate::bufcache::BufCache;
 use crate::device::BlockDevice;
@@ -57,8 +60,11 @@ pub struct Alloc {
     groups: Vec<Mutex<GroupDesc>>,
     free_blocks: Vec<AtomicU32>,
     free_inodes: Vec<AtomicU32>,
-    /// Free blocks not yet claimed by an allocation in flight.
-    avail: AtomicU64,
+    /// Blocks claimed since mount, less those freed (see the module doc).
+    claimed: LimitedCounter,
+    /// Free blocks at mount: the limit of `claimed` is this less the
+    /// reserve.
+    free_at_mount: u64,
 }
 
 impl std::fmt::Debug for Alloc {
@@ -112,7 +118,8 @@ impl Alloc {
                 .iter()
                 .map(|g| AtomicU32::new(g.free_inodes_count))
                 .collect(),
-            avail: AtomicU64::new(groups.iter().map(|g| u64::from(g.free_blocks_count)).sum()),
+            claimed: LimitedCounter::default(),
+            free_at_mount: groups.iter().map(|g| u64::from(g.free_blocks_count)).sum(),
             groups: groups
                 .iter()
                 .map(|g| Mutex::new(Class::Ext4Group, g.clone()))
@@ -216,16 +223,12 @@ impl Alloc {
     pub fn alloc_block(&self, io: &Io, goal: u64, root: bool) -> Result<u64> {
         let sb = io.sb;
         let reserve = if root { 0 } else { sb.r_blocks_count };
-        // Relaxed: the counter orders nothing; the claim is its own RMW.
-        self.avail
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |a| {
-                (a > reserve).then(|| a - 1)
-            })
-            .map_err(|_| enospc())?;
+        if !self.claimed.try_inc(self.free_at_mount.saturating_sub(reserve)) {
+            return Err(enospc());
+        }
         let r = self.alloc_block_claimed(io, goal);
         if r.is_err() {
-            // Relaxed: as above.
-            self.avail.fetch_add(1, Ordering::Relaxed);
+            self.claimed.dec();
         }
         r
     }
@@ -320,8 +323,7 @@ impl Alloc {
         gd.free_blocks_count += 1;
         // Relaxed: mirror of the count just changed under the lock.
         self.free_blocks[g].store(gd.free_blocks_count, Ordering::Relaxed);
-        // Relaxed: see alloc_block.
-        self.avail.fetch_add(1, Ordering::Relaxed);
+        self.claimed.dec();
         Ok(())
     }
 
