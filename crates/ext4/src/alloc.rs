@@ -30,8 +30,8 @@
 
 use std::cell::Cell;
 
-use scalevfs_sync::ordered::{Class, Mutex};
 use scalevfs::percpu::LimitedCounter;
+use scalevfs_sync::ordered::{Class, Mutex};
 use scalevfs_sync::primitive::{AtomicU32, Ordering};
 
 use crate::bufcache::BufCache;
@@ -223,7 +223,10 @@ impl Alloc {
     pub fn alloc_block(&self, io: &Io, goal: u64, root: bool) -> Result<u64> {
         let sb = io.sb;
         let reserve = if root { 0 } else { sb.r_blocks_count };
-        if !self.claimed.try_inc(self.free_at_mount.saturating_sub(reserve)) {
+        if !self
+            .claimed
+            .try_inc(self.free_at_mount.saturating_sub(reserve))
+        {
             return Err(enospc());
         }
         let r = self.alloc_block_claimed(io, goal);
