@@ -214,7 +214,10 @@ struct FdArray {
     slots: Box<[Slot]>,
 }
 
-/// A task's fd table.
+/// A task's fd table. Aligned to a cache line: two processes' tables (each
+/// written by its own opens) must never share one (the conflict matrix
+/// caught two tables allocated side by side).
+#[repr(align(64))]
 pub struct FdTable {
     arr: Atomic<FdArray>,
     /// The table lock; it guards the fds reserved by an open in progress
