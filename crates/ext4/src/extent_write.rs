@@ -26,7 +26,7 @@ use crate::error::{corrupt, Result};
 use crate::format::extent::{self, Extent, Index, Node as ExtNode, INIT_MAX_LEN};
 use crate::format::inode::{RawInode, FL_EXTENTS, I_BLOCK_LEN};
 use crate::fs::{Ext4, Ext4Inode};
-use crate::write::errno;
+use crate::util::{errno, now};
 use scalevfs_sync::ordered::RwLockWriteGuard;
 use scalevfs_sync::primitive::Ordering;
 
@@ -372,7 +372,7 @@ impl Ext4 {
             // Relaxed: a statistic (s_kbytes_written).
             rw.written.fetch_add(done as u64, Ordering::Relaxed);
         }
-        let t = crate::write::now();
+        let t = now();
         raw.size = raw.size.max(off + done as u64);
         raw.mtime = t;
         raw.ctime = t;
@@ -447,7 +447,7 @@ impl Ext4 {
             };
             self.drop_range(&mut raw, keep, 1 << 32, &zero)?;
         }
-        let t = crate::write::now();
+        let t = now();
         raw.size = size;
         raw.mtime = t;
         raw.ctime = t;
@@ -473,7 +473,7 @@ impl Ext4 {
             zero.push((last_full * bs, end));
         }
         self.drop_range(&mut raw, first_full, last_full.max(first_full), &zero)?;
-        let t = crate::write::now();
+        let t = now();
         raw.mtime = t;
         raw.ctime = t;
         self.publish(inode, ei, g, raw)
@@ -539,7 +539,7 @@ impl Ext4 {
             }
             return Err(e);
         }
-        raw.ctime = crate::write::now();
+        raw.ctime = now();
         self.publish(inode, ei, g, raw)
     }
 
@@ -566,7 +566,7 @@ impl Ext4 {
         raw.blocks = 0;
         raw.size = 0;
         raw.links_count = 0;
-        raw.dtime = crate::write::now().0 as u32;
+        raw.dtime = now().0 as u32;
         self.write_inode(&raw, false)?;
         self.free_inode(raw.ino, is_dir)
     }

@@ -21,6 +21,7 @@ pub mod format;
 mod fs;
 pub mod journal;
 pub mod mkfs;
+mod util;
 mod write;
 
 pub use device::{BlockDevice, FileDevice, MemDevice};

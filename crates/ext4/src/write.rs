@@ -14,7 +14,7 @@ use scalevfs::fstype::NewNode;
 use scalevfs::inode::Inode;
 use scalevfs::types::{FileType, SetAttr};
 
-use crate::error::{corrupt, Error, Result};
+use crate::error::{corrupt, Result};
 use crate::format::dir;
 use crate::format::extent::{self, Node as ExtNode};
 use crate::format::features::{
@@ -24,23 +24,12 @@ use crate::format::htree;
 use crate::format::inode::{RawInode, FL_EXTENTS, FL_INDEX, I_BLOCK_LEN};
 use crate::format::superblock::FLAG_UNSIGNED_HASH;
 use crate::fs::{Ext4, Ext4Inode, Mapping};
+use crate::util::{errno, now};
 use scalevfs_sync::ordered::Class;
-
-/// An errno of the write side as an [`Error`].
-pub(crate) fn errno(n: i32) -> Error {
-    Error::Io(std::io::Error::from_raw_os_error(n))
-}
 
 /// Linux's EXT4_LINK_MAX: past it a directory's link count sticks at 1
 /// (dir_nlink).
 const LINK_MAX: u16 = 65000;
-
-pub(crate) fn now() -> (i64, i64) {
-    let d = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    (d.as_secs() as i64, i64::from(d.subsec_nanos()))
-}
 
 /// An empty depth-0 extent root for `i_block`.
 fn empty_extent_root() -> [u8; I_BLOCK_LEN] {

@@ -820,3 +820,41 @@ mod tests {
         assert!(held().is_empty());
     }
 }
+
+/// The `trace-lines` build: shim atomics and ordered locks report their
+/// lines to `crate::trace` (here, not in `trace.rs`: the recorder is the
+/// lower layer and names neither the shim nor the locks).
+#[cfg(all(test, feature = "trace-lines", not(loom)))]
+mod trace_tests {
+    use super::*;
+
+    #[test]
+    fn shim_atomics_and_locks_report() {
+        use crate::primitive::{AtomicU64, Ordering};
+        use crate::trace::{start, stop, Label, LINE};
+        let x = AtomicU64::new(0);
+        let y = AtomicU64::new(0);
+        let m = Mutex::new(Class::MountLock, ());
+        start();
+        x.fetch_add(1, Ordering::Relaxed);
+        let _ = y.load(Ordering::Relaxed);
+        drop(m.lock());
+        let l = stop();
+        let line = |p: usize| p & !(LINE - 1);
+        assert!(l.writes.contains_key(&line(&x as *const _ as usize)));
+        assert!(
+            !l.writes.contains_key(&line(&y as *const _ as usize))
+                || line(&x as *const _ as usize) == line(&y as *const _ as usize)
+        );
+        assert!(l.touches.contains_key(&line(&y as *const _ as usize)));
+        assert!(l
+            .writes
+            .values()
+            .any(|v| *v == Label::Lock(Class::MountLock.name())));
+        // Not recording: nothing.
+        x.fetch_add(1, Ordering::Relaxed);
+        start();
+        let l = stop();
+        assert!(l.touches.is_empty());
+    }
+}
