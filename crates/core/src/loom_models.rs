@@ -61,7 +61,17 @@ fn model(bound: usize, f: impl Fn() + Sync + Send + 'static) {
     if b.preemption_bound.is_none() {
         b.preemption_bound = Some(bound);
     }
-    b.check(f);
+    b.check(move || {
+        f();
+        // Whatever the execution deferred to the epoch (closed files, old
+        // fd arrays, old names) is freed now, inside this execution: a free
+        // run by a later execution would touch loom objects it does not
+        // know. Needs no other pinned thread in the process (ci/loom.sh runs
+        // these models one at a time).
+        for _ in 0..128 {
+            epoch::pin().flush();
+        }
+    });
 }
 
 /// A Vfs as small as loom can afford: one hash bucket (see `Dcache::new`),
@@ -252,12 +262,7 @@ fn remount_ro_vs_open_for_write() {
         if let Ok(fd) = r {
             opener.close(fd).unwrap();
         }
-        // Closed files are freed after an epoch grace period (real
-        // crossbeam-epoch, not loom): run those frees now, inside this
-        // execution, not in a later one whose loom objects they do not know.
+        // Dropped here so that `model` flushes their deferred frees.
         drop((opener, t, vfs));
-        for _ in 0..128 {
-            epoch::pin().flush();
-        }
     });
 }
