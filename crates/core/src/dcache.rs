@@ -49,11 +49,9 @@ use scalevfs_sync::ordered::{Class, RwLock, RwLockWriteGuard, SpinGuard, SpinLoc
 use scalevfs_sync::primitive::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use scalevfs_sync::{LockRef, LockRefVariant, SeqCount};
 
-use crate::percpu::ShardedCounter;
-
 use crate::inode::Inode;
+use crate::sb::{DentryCounts, Super};
 use crate::types::FileType;
-use crate::vfs::Super;
 
 /// Where a dentry's LockRef lives (seed 001).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -682,7 +680,7 @@ fn free_dentry(d: *mut Dentry) {
     // may still hold its address.
     let dent = unsafe { &*d };
     dent.set_flag(D_DEAD);
-    let dc = &dent.cold.sb.dc;
+    let dc = &dent.cold.sb.dentries;
     // Per-thread counters (percpu.rs): no shared line per free.
     dc.nr_dentry.add(-1);
     if dent.is_negative() {
@@ -734,8 +732,8 @@ pub struct Dcache {
     /// Global rename lock and sequence counter.
     rename_lock: SpinLock<()>,
     rename_seq: SeqCount,
-    pub(crate) nr_dentry: ShardedCounter,
-    pub(crate) nr_negative: ShardedCounter,
+    /// Entry counts, shared with every `Super` (see `free_dentry`).
+    counts: Arc<DentryCounts>,
     clock_hand: AtomicUsize,
     sweeping: SpinLock<()>,
     /// The entry limit: `max_entries`, or fewer if `max_bytes` says so.
@@ -746,7 +744,7 @@ impl std::fmt::Debug for Dcache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Dcache")
             .field("config", &self.config)
-            .field("entries", &self.nr_dentry.sum())
+            .field("entries", &self.counts.nr_dentry.sum())
             .finish()
     }
 }
@@ -887,6 +885,11 @@ pub(crate) enum RcuLookup<'g> {
 }
 
 impl Dcache {
+    /// The entry counts (shared with each `Super`).
+    pub(crate) fn counts(&self) -> &Arc<DentryCounts> {
+        &self.counts
+    }
+
     pub fn new(config: DcacheConfig) -> Dcache {
         let limit = config
             .max_entries
@@ -918,8 +921,7 @@ impl Dcache {
             h0: folded_mul(seed[0], HASH_K),
             rename_lock: SpinLock::new(Class::DcacheRename, lockstat::LockClass::RenameLock, ()),
             rename_seq: SeqCount::new(),
-            nr_dentry: ShardedCounter::default(),
-            nr_negative: ShardedCounter::default(),
+            counts: Arc::new(DentryCounts::default()),
             clock_hand: AtomicUsize::new(0),
             sweeping: SpinLock::new(Class::DcacheSweep, lockstat::LockClass::Other, ()),
             limit,
@@ -928,7 +930,7 @@ impl Dcache {
 
     /// Number of cached dentries (approximate under concurrency).
     pub fn len(&self) -> usize {
-        self.nr_dentry.sum()
+        self.counts.nr_dentry.sum()
     }
     pub fn is_empty(&self) -> bool {
         self.len() == 0
@@ -940,7 +942,7 @@ impl Dcache {
 
     /// Number of cached negative dentries.
     pub fn negative_len(&self) -> usize {
-        self.nr_negative.sum()
+        self.counts.nr_negative.sum()
     }
 
     /// Hash a component for lookups under `parent`.
@@ -1101,9 +1103,9 @@ impl Dcache {
             p.lockref().get(p.variant());
         }
         // Per-thread counters (percpu.rs): no shared line per alloc.
-        self.nr_dentry.add(1);
+        self.counts.nr_dentry.add(1);
         if negative {
-            self.nr_negative.add(1);
+            self.counts.nr_negative.add(1);
         }
         Box::into_raw(d)
     }
@@ -1541,7 +1543,9 @@ impl Dcache {
         let neg_cap = self.limit / 100 * self.config.negative_percent as usize;
         // The per-thread counters' cheap test first: the slots are only
         // summed near a limit.
-        if !self.nr_dentry.above(self.limit) && !self.nr_negative.above(neg_cap.max(1)) {
+        if !self.counts.nr_dentry.above(self.limit)
+            && !self.counts.nr_negative.above(neg_cap.max(1))
+        {
             return;
         }
         let total = self.len();

@@ -35,12 +35,12 @@ use scalevfs_sync::primitive::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Or
 
 use crate::errno::{Errno, VfsResult};
 use crate::inode::Inode;
+use crate::mount::PathRef;
 use crate::types::FMODE_EXEC;
 use crate::types::{
     O_ACCMODE, O_APPEND, O_CLOEXEC, O_CREAT, O_DIRECT, O_DIRECTORY, O_EXCL, O_LARGEFILE, O_NOATIME,
     O_NOCTTY, O_NOFOLLOW, O_NONBLOCK, O_PATH, O_RDONLY, O_RDWR, O_TRUNC, O_WRONLY,
 };
-use crate::vfs::PathRef;
 
 /// Default per-task limit on open files (RLIMIT_NOFILE's usual soft value).
 pub const DEFAULT_MAX_FDS: usize = 1024;

@@ -9,7 +9,8 @@
 //! `*at` call of `Task` takes an [`At`], which is an fd (`i32`, including
 //! `AT_FDCWD`) or a `&Handle`, so `t.mkdirat(&h, "d", 0o755)` and
 //! `t.mkdirat(fd, "d", 0o755)` run the same name resolution, permission
-//! checks and locking. The methods below are short spellings of those calls.
+//! checks and locking. `handle_ops.rs` (above `Task`) gives handles short
+//! spellings of those calls (`h.mkdir(t, name, mode)`, ...).
 //!
 //! Identity: a handle names an inode by `(dev, ino, generation)`
 //! ([`HandleId`]); the generation tells a reused inode number from the
@@ -17,12 +18,9 @@
 
 use std::sync::Arc;
 
-use crate::errno::VfsResult;
 use crate::inode::Inode;
-use crate::task::Task;
-use crate::types::{DirEntry, Stat, StatFs, AT_EMPTY_PATH, AT_SYMLINK_NOFOLLOW, O_CLOEXEC};
-use crate::types::{O_DIRECTORY, O_RDONLY};
-use crate::vfs::PathRef;
+use crate::mount::PathRef;
+use crate::types::{Stat, StatFs};
 
 /// A counted reference to a file: a mount and a dentry (see the module doc).
 #[derive(Debug)]
@@ -95,112 +93,9 @@ impl Handle {
             .same(Arc::as_ptr(&other.path.mnt), other.path.dentry.as_ptr())
     }
 
-    /// The child `name` (not following a final symlink; `.` and `..` as the
-    /// walk resolves them, mounts crossed). A cached name costs one dcache
-    /// hash lookup and a reference count; a miss asks the filesystem.
-    pub fn lookup<P: AsRef<[u8]> + ?Sized>(&self, t: &Task, name: &P) -> VfsResult<Handle> {
-        t.handle_at(self, name, AT_SYMLINK_NOFOLLOW)
-    }
-
-    /// Open the file this handle names: a new open file description in
-    /// `t`'s fd table with open(2)'s checks (see [`Task::reopen`]).
-    pub fn open(&self, t: &Task, flags: u32) -> VfsResult<i32> {
-        t.reopen(self, flags)
-    }
-
     /// The statfs of its filesystem.
     pub fn statfs(&self) -> StatFs {
         self.path.mnt.sb.fs.statfs()
-    }
-
-    /// `readlinkat(h, "")`.
-    pub fn readlink(&self, t: &Task) -> VfsResult<Vec<u8>> {
-        t.readlinkat(self, "")
-    }
-
-    /// `mkdirat(h, name, mode)`.
-    pub fn mkdir<P: AsRef<[u8]> + ?Sized>(&self, t: &Task, name: &P, mode: u32) -> VfsResult<()> {
-        t.mkdirat(self, name, mode)
-    }
-
-    /// `openat(h, name, flags | O_CREAT, mode)`: create (or open) a file.
-    pub fn create<P: AsRef<[u8]> + ?Sized>(
-        &self,
-        t: &Task,
-        name: &P,
-        flags: u32,
-        mode: u32,
-    ) -> VfsResult<i32> {
-        t.openat(self, name, flags | crate::types::O_CREAT, mode)
-    }
-
-    /// `unlinkat(h, name, flags)`.
-    pub fn unlink<P: AsRef<[u8]> + ?Sized>(&self, t: &Task, name: &P, flags: u32) -> VfsResult<()> {
-        t.unlinkat(self, name, flags)
-    }
-
-    /// `renameat2(h, name, newdir, newname, flags)`.
-    pub fn rename<P: AsRef<[u8]> + ?Sized, Q: AsRef<[u8]> + ?Sized>(
-        &self,
-        t: &Task,
-        name: &P,
-        newdir: &Handle,
-        newname: &Q,
-        flags: u32,
-    ) -> VfsResult<()> {
-        t.renameat2(self, name, newdir, newname, flags)
-    }
-
-    /// Give the file this handle names the name `newdir/name` (linkat with
-    /// AT_EMPTY_PATH, without its capability check, see [`Task::link_fd`]).
-    pub fn link<Q: AsRef<[u8]> + ?Sized>(
-        &self,
-        t: &Task,
-        newdir: &Handle,
-        name: &Q,
-    ) -> VfsResult<()> {
-        t.link_fd(self, newdir, name)
-    }
-
-    /// `symlinkat(target, h, name)`.
-    pub fn symlink<T: AsRef<[u8]> + ?Sized, P: AsRef<[u8]> + ?Sized>(
-        &self,
-        t: &Task,
-        target: &T,
-        name: &P,
-    ) -> VfsResult<()> {
-        t.symlinkat(target, self, name)
-    }
-
-    /// `fchmodat(h, "", mode, AT_EMPTY_PATH)`.
-    pub fn chmod(&self, t: &Task, mode: u32) -> VfsResult<()> {
-        t.fchmod(self, mode)
-    }
-
-    /// `fchownat(h, "", uid, gid, AT_EMPTY_PATH)` (`u32::MAX`: unchanged).
-    pub fn chown(&self, t: &Task, uid: u32, gid: u32) -> VfsResult<()> {
-        t.fchown(self, uid, gid)
-    }
-
-    /// `utimensat(h, "", times, AT_EMPTY_PATH)`.
-    pub fn set_times(&self, t: &Task, times: Option<[crate::types::Timespec; 2]>) -> VfsResult<()> {
-        t.futimens(self, times)
-    }
-
-    /// The whole listing of this directory (`.` and `..` included), read
-    /// through an open description as getdents(2) does.
-    pub fn read_dir(&self, t: &Task) -> VfsResult<Vec<DirEntry>> {
-        let fd = t.reopen(self, O_RDONLY | O_DIRECTORY | O_CLOEXEC)?;
-        let mut out = Vec::new();
-        let r = loop {
-            match t.getdents(fd, 256) {
-                Ok(b) if b.is_empty() => break Ok(()),
-                Ok(b) => out.extend(b),
-                Err(e) => break Err(e),
-            }
-        };
-        let _ = t.close(fd);
-        r.map(|()| out)
     }
 }
 
@@ -213,28 +108,5 @@ impl Clone for Handle {
 impl Drop for Handle {
     fn drop(&mut self) {
         self.path.mnt.release();
-    }
-}
-
-impl Task {
-    /// A handle on `dirfd`/`path` (`dirfd` an fd, `AT_FDCWD` or a handle).
-    /// Flags: AT_SYMLINK_NOFOLLOW (a final symlink is the handle's file),
-    /// AT_EMPTY_PATH (an empty path names `dirfd` itself).
-    pub fn handle_at<'a, P: AsRef<[u8]> + ?Sized>(
-        &self,
-        dirfd: impl Into<At<'a>> + Copy,
-        path: &P,
-        flags: u32,
-    ) -> VfsResult<Handle> {
-        if flags & !(AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH) != 0 {
-            return Err(crate::errno::Errno::EINVAL);
-        }
-        let p = self.resolve(
-            dirfd,
-            path.as_ref(),
-            flags & AT_SYMLINK_NOFOLLOW == 0,
-            flags & AT_EMPTY_PATH != 0,
-        )?;
-        Ok(Handle::new(p))
     }
 }

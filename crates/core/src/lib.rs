@@ -6,24 +6,30 @@
 //! for the mechanisms, the lock order and the object lifetimes.
 #![warn(missing_debug_implementations)]
 
+pub mod config;
 pub mod dcache;
 pub mod errno;
 pub mod file;
+pub(crate) mod fileops;
 pub(crate) mod frames;
 pub mod fs;
 pub mod fstype;
 pub mod handle;
+mod handle_ops;
 pub mod inode;
 pub mod io;
 pub mod memfs;
+pub mod mount;
 pub mod orphan;
 pub(crate) mod pages;
 pub mod percpu;
+pub mod sb;
 pub mod task;
 pub mod types;
 pub mod vfs;
 pub(crate) mod walk;
 pub mod xattr;
+mod xattr_calls;
 
 #[cfg(all(test, loom))]
 mod loom_models;

@@ -23,8 +23,9 @@ use crate::file::{FdTable, File};
 use crate::fstype::{Filesystem, NewNode};
 use crate::handle::At;
 use crate::inode::{permission_ok, Inode};
+use crate::mount::{Mount, PathRef};
 use crate::types::*;
-use crate::vfs::{Changes, Mount, PathRef, Vfs};
+use crate::vfs::{Changes, Vfs};
 use crate::walk::{check_path, Last, ParentWalk, Start, WalkCtx};
 
 pub(crate) struct FsSnap {
@@ -1811,7 +1812,7 @@ impl Task {
             if temporary {
                 i.get_write_access()?;
             }
-            let r = crate::io::truncate_inode(file.path(), 0, &self.cred);
+            let r = crate::fileops::truncate_inode(file.path(), 0, &self.cred);
             if temporary {
                 i.put_write_access();
             }
@@ -2217,5 +2218,20 @@ fn is_ancestor(a: &Dentry, d: &Dentry) -> bool {
             return false;
         }
         cur = c.parent_ptr();
+    }
+}
+
+/// Tasks are made from a `Vfs` (here, above it: the `Vfs` layer knows no
+/// `Task`).
+impl Vfs {
+    /// A new task (process) with credentials `cred`, umask 022, root and cwd
+    /// at the root of the namespace.
+    pub fn task(&self, cred: Cred) -> Task {
+        Task::new(self.clone(), cred)
+    }
+
+    /// A task with root credentials.
+    pub fn root_task(&self) -> Task {
+        self.task(Cred::root())
     }
 }

@@ -39,297 +39,23 @@
 //! are called with no lock of the core held (see [`ChangeListener`]).
 
 use scalevfs_sync::ordered::{Class, Mutex};
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned};
 use scalevfs_sync::primitive::{AtomicBool, AtomicU64, Ordering};
-use scalevfs_sync::LockRefVariant;
 
-use crate::dcache::{Dcache, DcacheConfig, DcacheIndex, Dentry, DentryLayout, DentryRef};
+use crate::dcache::{Dcache, Dentry};
 use crate::errno::{Errno, VfsResult};
 use crate::fstype::Filesystem;
 use crate::inode::Inode;
 use crate::memfs::{MemFs, MemFsOptions};
 use crate::percpu::SplitCount;
-use crate::types::Cred;
+
+pub use crate::config::{LlseekVariant, VfsConfig, WalkMode};
+pub(crate) use crate::mount::MountTable;
+pub use crate::mount::{Mount, PathRef};
+pub use crate::sb::Super;
 use crossbeam_utils::CachePadded;
-
-/// One mounted filesystem instance.
-pub struct Super {
-    pub fs: Arc<dyn Filesystem>,
-    pub dev: u64,
-    pub(crate) dc: Arc<Dcache>,
-    pub(crate) rename_mutex: Mutex<()>,
-    /// The in-memory orphan file (DESIGN 2.5; see `orphan.rs`).
-    pub orphans: scalevfs_orphan::OrphanFile,
-}
-
-impl std::fmt::Debug for Super {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Super")
-            .field("fs", &self.fs.name())
-            .field("dev", &self.dev)
-            .finish()
-    }
-}
-
-/// A mount: a filesystem instance attached at a point of the namespace.
-pub struct Mount {
-    pub(crate) id: u64,
-    pub(crate) sb: Arc<Super>,
-    pub(crate) root: DentryRef,
-    /// Where it is mounted: the parent mount and the mount point dentry.
-    pub(crate) parent: Option<(Arc<Mount>, DentryRef)>,
-    /// Read-only (EROFS); flipped by `Vfs::remount_at`.
-    pub(crate) readonly: AtomicBool,
-    /// `noatime`: reads through this mount never update atime (set by
-    /// `Task::set_noatime`, e.g. from the FUSE front end's `-o noatime`).
-    pub(crate) noatime: AtomicBool,
-    /// Regular files open for writing through this mount (Linux's
-    /// mnt_writers, per-CPU there, per-thread slots here): a read-only
-    /// remount is EBUSY while any is open.
-    pub(crate) writers: SplitCount,
-    /// What keeps it busy for `umount` (Linux's mnt_count beyond the tree's
-    /// own): fd-table slots holding a file in it, and tasks' root or cwd
-    /// snapshots in it. Changed with `hold`/`release`.
-    pub(crate) users: SplitCount,
-}
-
-impl std::fmt::Debug for Mount {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Mount")
-            .field("id", &self.id)
-            .field("sb", &self.sb)
-            .finish()
-    }
-}
-
-impl Mount {
-    pub(crate) fn hold(&self) {
-        // A per-thread slot: an open or close writes no line that other
-        // threads' opens write (issue 16). An open racing with umount is not
-        // excluded (see umount_at).
-        self.users.add(1);
-    }
-    pub(crate) fn release(&self) {
-        self.users.add(-1);
-    }
-    pub fn is_readonly(&self) -> bool {
-        // SeqCst: with `writers`, a Dekker pair against `Vfs::remount_at`
-        // (see `File::new`).
-        self.readonly.load(Ordering::SeqCst)
-    }
-    pub fn is_noatime(&self) -> bool {
-        // Relaxed: a policy bit; a read racing with the change may go
-        // either way, as on Linux.
-        self.noatime.load(Ordering::Relaxed)
-    }
-    /// A regular file opened for writing (`File::new`).
-    pub(crate) fn add_writer(&self) {
-        // SeqCst inside: the store side of the Dekker pair (see
-        // `is_readonly` and `SplitCount`).
-        self.writers.add(1);
-    }
-    pub(crate) fn drop_writer(&self) {
-        self.writers.add(-1);
-    }
-    pub fn sb(&self) -> &Arc<Super> {
-        &self.sb
-    }
-}
-
-/// A counted location in the namespace: a mount and a dentry in it.
-#[derive(Clone, Debug)]
-pub struct PathRef {
-    pub mnt: Arc<Mount>,
-    pub dentry: DentryRef,
-}
-
-impl PathRef {
-    pub(crate) fn same(&self, mnt: *const Mount, d: *const Dentry) -> bool {
-        std::ptr::eq(Arc::as_ptr(&self.mnt), mnt) && std::ptr::eq(self.dentry.as_ptr(), d)
-    }
-    /// For `..`: climb out of mount roots to their mount points, stopping
-    /// at `root`. `Ok(p)`: `..` is the parent dentry of `p`, in `p`'s mount.
-    /// `Err(p)`: `p` is `root` or the top of the namespace, its own `..`.
-    pub(crate) fn climb_for_dotdot(self, root: &PathRef) -> Result<PathRef, PathRef> {
-        let mut cur = self;
-        loop {
-            if cur.same(Arc::as_ptr(&root.mnt), root.dentry.as_ptr()) {
-                return Err(cur);
-            }
-            if cur.dentry.as_ptr() != cur.mnt.root.as_ptr() {
-                return Ok(cur);
-            }
-            match cur.mnt.parent.clone() {
-                Some((mnt, dentry)) => cur = PathRef { mnt, dentry },
-                None => return Err(cur),
-            }
-        }
-    }
-
-    /// The parent dentry of this location, in the same mount.
-    pub(crate) fn dentry_parent(self) -> PathRef {
-        let dentry = self.dentry.parent();
-        PathRef {
-            mnt: self.mnt,
-            dentry,
-        }
-    }
-
-    pub fn inode(&self) -> &Arc<crate::inode::Inode> {
-        // A PathRef always names a positive dentry.
-        self.dentry
-            .inode()
-            .expect("PathRef names a positive dentry")
-    }
-}
-
-/// The mount table, replaced as a whole (copy on write) on mount/unmount and
-/// read under an epoch guard by the lock-free walk.
-#[derive(Default)]
-pub(crate) struct MountTable {
-    /// (parent mount, mount point dentry) -> mount on top.
-    pub(crate) on: HashMap<(usize, usize), Arc<Mount>>,
-}
-
-/// How the path walk runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum WalkMode {
-    /// Lock-free first, references only at the leaf (default).
-    #[default]
-    LockFree,
-    /// Reference mode for every component (a lock/ref per step: "before").
-    RefOnly,
-}
-
-/// Configuration of a `Vfs`: every mechanism's variant, selectable at run
-/// time so one process can compare them.
-#[derive(Clone, Debug, Default)]
-pub struct VfsConfig {
-    pub dcache: DcacheConfig,
-    pub walk: WalkMode,
-    /// `stat` takes and drops a reference on the leaf, as Linux does
-    /// (the default takes none).
-    pub stat_takes_ref: bool,
-    /// Listing a directory locks each child's dentry, as Linux's libfs does.
-    pub readdir_locking: bool,
-    /// Options of the root memfs.
-    pub memfs: MemFsOptions,
-    /// How `lseek` on a regular file synchronises (key `llseek`).
-    pub llseek: LlseekVariant,
-    /// Orphan-file algorithm of every mounted filesystem (key `orphan`).
-    pub orphan: scalevfs_orphan::OrphanVariant,
-    /// Blocks in each orphan file (key `orphan-blocks`; 0 = default 16).
-    pub orphan_blocks: usize,
-    /// Linux's `fs.protected_hardlinks=0` (key `protected-hardlinks=0|1`;
-    /// default 1, on): anyone may link any file they can reach. A front end
-    /// whose kernel already checked (FUSE: do_linkat's may_linkat runs
-    /// before FUSE_LINK, with the host's sysctl) turns the check off here.
-    pub protected_hardlinks_off: bool,
-    /// Linux's `fs.nr_open` (key `nr-open`; 0 = default
-    /// [`crate::file::NR_OPEN`]): the most a task's fd limit may be set to.
-    pub nr_open: usize,
-}
-
-/// How `lseek` on a regular file synchronises (DESIGN 2.4, seed 003).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum LlseekVariant {
-    /// No inode lock: SEEK_SET/SEEK_END are stores, SEEK_CUR an atomic update.
-    #[default]
-    Lockless,
-    /// The 2005 behaviour: every lseek takes the inode's lock.
-    Locked,
-}
-
-impl VfsConfig {
-    pub(crate) fn nr_open(&self) -> usize {
-        if self.nr_open == 0 {
-            crate::file::NR_OPEN
-        } else {
-            self.nr_open
-        }
-    }
-
-    pub(crate) fn new_orphan_file(&self) -> scalevfs_orphan::OrphanFile {
-        let blocks = if self.orphan_blocks == 0 {
-            16
-        } else {
-            self.orphan_blocks
-        };
-        scalevfs_orphan::OrphanFile::new(self.orphan, blocks)
-    }
-}
-
-impl VfsConfig {
-    /// Set a variant by name (`lockref=spin`, `layout=packed`,
-    /// `index=per-dir`, `walk=ref`, `stat=ref`, `readdir=locking`,
-    /// `llseek=locked|lockless`, `orphan=locked|lockless|none`,
-    /// `orphan-blocks=N`, `protected-hardlinks=0|1`, `nr-open=N`, the root
-    /// memfs's `size=` and `nr_inodes=` as tmpfs spells them).
-    pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
-        match key {
-            "lockref" => self.dcache.lockref = value.parse::<LockRefVariant>()?,
-            "layout" => {
-                self.dcache.layout = match value {
-                    "separated" => DentryLayout::Separated,
-                    "packed" => DentryLayout::Packed,
-                    _ => return Err(format!("unknown layout {value}")),
-                }
-            }
-            "index" => {
-                self.dcache.index = match value {
-                    "hash" | "global-hash" => DcacheIndex::GlobalHash,
-                    "per-dir" => DcacheIndex::PerDir,
-                    _ => return Err(format!("unknown index {value}")),
-                }
-            }
-            "walk" => {
-                self.walk = match value {
-                    "lockfree" | "lock-free" => WalkMode::LockFree,
-                    "ref" | "rwlock" => WalkMode::RefOnly,
-                    _ => return Err(format!("unknown walk mode {value}")),
-                }
-            }
-            "stat" => self.stat_takes_ref = value == "ref",
-            "readdir" => self.readdir_locking = value == "locking",
-            "llseek" => {
-                self.llseek = match value {
-                    "lockless" | "light" => LlseekVariant::Lockless,
-                    "locked" | "locked-llseek" => LlseekVariant::Locked,
-                    _ => return Err(format!("unknown llseek variant {value} (lockless, locked)")),
-                }
-            }
-            "orphan" => self.orphan = value.parse()?,
-            "orphan-blocks" => self.orphan_blocks = value.parse().map_err(|e| format!("{e}"))?,
-            "max-entries" => self.dcache.max_entries = value.parse().map_err(|e| format!("{e}"))?,
-            "max-bytes" => self.dcache.max_bytes = value.parse().map_err(|e| format!("{e}"))?,
-            "nr-open" => {
-                let n: usize = value.parse().map_err(|e| format!("{e}"))?;
-                if !(crate::file::NR_OPEN_MIN..=crate::file::NR_OPEN_MAX).contains(&n) {
-                    return Err(format!(
-                        "nr-open={n}: {}..={}",
-                        crate::file::NR_OPEN_MIN,
-                        crate::file::NR_OPEN_MAX
-                    ));
-                }
-                self.nr_open = n;
-            }
-            "protected-hardlinks" => {
-                self.protected_hardlinks_off = match value {
-                    "0" => true,
-                    "1" => false,
-                    _ => return Err(format!("protected-hardlinks={value}: 0 or 1")),
-                }
-            }
-            "size" => self.memfs.max_bytes = MemFsOptions::parse_size(value)?,
-            "nr_inodes" | "nr-inodes" => self.memfs.max_inodes = MemFsOptions::parse_inodes(value)?,
-            _ => return Err(format!("unknown option {key}")),
-        }
-        Ok(())
-    }
-}
 
 /// Told about changes made through the library, so that a cache outside the
 /// core (the kernel's, behind a FUSE mount) can drop what it holds.
@@ -475,7 +201,7 @@ impl Vfs {
         let sb = Arc::new(Super {
             fs: fs.clone(),
             dev: 1,
-            dc: dc.clone(),
+            dentries: dc.counts().clone(),
             rename_mutex: Mutex::new(Class::RenameMutex, ()),
             orphans: config.new_orphan_file(),
         });
@@ -518,17 +244,6 @@ impl Vfs {
         &self.inner.dc
     }
 
-    /// A new task (process) with credentials `cred`, umask 022, root and cwd
-    /// at the root of the namespace.
-    pub fn task(&self, cred: Cred) -> crate::task::Task {
-        crate::task::Task::new(self.clone(), cred)
-    }
-
-    /// A task with root credentials.
-    pub fn root_task(&self) -> crate::task::Task {
-        self.task(Cred::root())
-    }
-
     pub(crate) fn root_path(&self) -> PathRef {
         PathRef {
             mnt: self.inner.root.clone(),
@@ -569,7 +284,7 @@ impl Vfs {
         let sb = Arc::new(Super {
             fs,
             dev,
-            dc: self.inner.dc.clone(),
+            dentries: self.inner.dc.counts().clone(),
             rename_mutex: Mutex::new(Class::RenameMutex, ()),
             orphans: self.inner.config.new_orphan_file(),
         });

@@ -48,13 +48,15 @@
 use crossbeam_epoch::Guard;
 use scalevfs_sync::lockstat::{self, Stat};
 
+use crate::config::WalkMode;
 use crate::dcache::{
     Dentry, DentryRef, Pinned, RcuKeys, RcuLookup, D_DIR, D_MOUNTED, D_NEGATIVE, D_SYMLINK,
 };
 use crate::errno::{Errno, VfsResult};
 use crate::inode::permission_ok;
+use crate::mount::{Mount, PathRef};
 use crate::types::{Cred, FileType, MAX_SYMLINKS, NAME_MAX, PATH_MAX, X_OK};
-use crate::vfs::{Mount, PathRef, Vfs, WalkMode};
+use crate::vfs::Vfs;
 
 /// Check a path at the API edge: NUL bytes and length.
 pub(crate) fn check_path(path: &[u8]) -> VfsResult<()> {
