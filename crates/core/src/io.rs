@@ -329,9 +329,7 @@ impl Task {
         if i.file_type() != FileType::Regular {
             return Err(Errno::EINVAL);
         }
-        if p.mnt.is_readonly() {
-            return Err(Errno::EROFS);
-        }
+        p.mnt.check_writable()?;
         // inode_permission(MAY_WRITE): immutable is EPERM.
         if i.is_immutable() {
             return Err(Errno::EPERM);

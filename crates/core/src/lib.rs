@@ -6,6 +6,7 @@
 //! for the mechanisms, the lock order and the object lifetimes.
 #![warn(missing_debug_implementations)]
 
+mod attr;
 pub mod config;
 pub mod dcache;
 pub mod errno;
@@ -20,6 +21,8 @@ pub mod inode;
 pub mod io;
 pub mod memfs;
 pub mod mount;
+mod namei;
+mod open;
 pub mod orphan;
 pub(crate) mod pages;
 pub mod percpu;

@@ -57,6 +57,16 @@ impl Mount {
         // (see `File::new`).
         self.readonly.load(Ordering::SeqCst)
     }
+    /// EROFS on a read-only mount: the check every change makes first
+    /// (Linux's `mnt_want_write` without the count; writers of regular
+    /// files are counted in `File::new`).
+    pub fn check_writable(&self) -> crate::errno::VfsResult<()> {
+        if self.is_readonly() {
+            Err(crate::errno::Errno::EROFS)
+        } else {
+            Ok(())
+        }
+    }
     pub fn is_noatime(&self) -> bool {
         // Relaxed: a policy bit; a read racing with the change may go
         // either way, as on Linux.

@@ -374,6 +374,18 @@ impl Vfs {
         Ok(())
     }
 
+    /// The mount on top of dentry `d` of mount `mnt`, if any: the one
+    /// lookup behind every mount crossing (the walk's lock-free and
+    /// reference loops, and so `open`'s final crossing).
+    pub(crate) fn mounted_on<'g>(
+        &self,
+        mnt: *const Mount,
+        d: *const Dentry,
+        guard: &'g Guard,
+    ) -> Option<&'g Arc<Mount>> {
+        self.table(guard).on.get(&(mnt as usize, d as usize))
+    }
+
     pub(crate) fn table<'g>(&self, guard: &'g Guard) -> &'g MountTable {
         // Acquire: pairs with the Release publication in `publish`.
         let p = self.inner.mounts.load(Ordering::Acquire, guard);

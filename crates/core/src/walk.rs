@@ -660,9 +660,7 @@ impl<'a> WalkCtx<'a> {
 
     fn cross_mounts_lazy<'g>(&self, pos: &mut Pos<'g>, guard: &'g Guard) {
         while pos.d.is_mounted() {
-            let t = self.vfs.table(guard);
-            let key = (pos.mnt.as_ptr() as usize, pos.d.as_ptr() as usize);
-            match t.on.get(&key) {
+            match self.vfs.mounted_on(pos.mnt.as_ptr(), pos.d.as_ptr(), guard) {
                 Some(m) => {
                     // SAFETY: the table is alive under the guard and holds m.
                     pos.mnt = unsafe { Pinned::new(std::sync::Arc::as_ptr(m)) };
@@ -747,14 +745,14 @@ impl<'a> WalkCtx<'a> {
         }
     }
 
-    fn cross_mounts_ref(&self, mut cur: PathRef, guard: &Guard) -> PathRef {
+    /// From `cur` to the root of whatever is mounted on it (stacked mounts
+    /// too).
+    pub(crate) fn cross_mounts_ref(&self, mut cur: PathRef, guard: &Guard) -> PathRef {
         while cur.dentry.is_mounted() {
-            let t = self.vfs.table(guard);
-            let key = (
-                std::sync::Arc::as_ptr(&cur.mnt) as usize,
-                cur.dentry.as_ptr() as usize,
-            );
-            match t.on.get(&key) {
+            match self
+                .vfs
+                .mounted_on(std::sync::Arc::as_ptr(&cur.mnt), cur.dentry.as_ptr(), guard)
+            {
                 Some(m) => {
                     cur = PathRef {
                         mnt: m.clone(),

@@ -385,9 +385,7 @@ impl Task {
     /// order of checks.
     fn xattr_change(&self, p: &PathRef, name: &[u8], set: Option<(&[u8], u32)>) -> VfsResult<()> {
         let i = p.inode();
-        if p.mnt.is_readonly() {
-            return Err(Errno::EROFS);
-        }
+        p.mnt.check_writable()?;
         // Under the data lock: chattr (which takes it too) cannot make the
         // inode immutable between the check and the change, and writers
         // of one inode's attributes are serialised (memfs's store relies

@@ -1,0 +1,301 @@
+//! Attribute changes of a [`Task`]: chmod, chown, utimensat and the inode
+//! flags (`FS_IOC_GETFLAGS`/`SETFLAGS`), with Linux's permission rules and
+//! order of checks.
+
+use crossbeam_epoch as epoch;
+
+use crate::errno::{Errno, VfsResult};
+use crate::handle::At;
+use crate::inode::permission_ok;
+use crate::mount::PathRef;
+use crate::task::{as_bytes, Task};
+use crate::types::*;
+
+impl Task {
+    // ---------------------------------------------------------------
+    // Attribute changes.
+    // ---------------------------------------------------------------
+
+    pub(crate) fn setattr_target<'a>(
+        &self,
+        dirfd: impl Into<At<'a>> + Copy,
+        path: &[u8],
+        flags: u32,
+    ) -> VfsResult<PathRef> {
+        if flags & !(AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH) != 0 {
+            return Err(Errno::EINVAL);
+        }
+        self.resolve(
+            dirfd,
+            path,
+            flags & AT_SYMLINK_NOFOLLOW == 0,
+            flags & AT_EMPTY_PATH != 0,
+        )
+    }
+
+    /// Apply `set` to the inode at `p` and report the change (no lock is
+    /// held here, so listeners run at once).
+    pub(crate) fn setattr_and_report(&self, p: &PathRef, set: &SetAttr) -> VfsResult<()> {
+        let i = p.inode();
+        p.mnt.sb.fs.setattr(i, set)?;
+        self.changes().inode(i);
+        Ok(())
+    }
+
+    pub(crate) fn is_owner(&self, a: &Attr) -> bool {
+        self.cred.is_root() || self.cred.uid == a.uid
+    }
+
+    /// `fchmodat(2)`.
+    pub fn fchmodat<'a, P: AsRef<[u8]> + ?Sized>(
+        &self,
+        dirfd: impl Into<At<'a>> + Copy,
+        path: &P,
+        mode: u32,
+        flags: u32,
+    ) -> VfsResult<()> {
+        let p = self.setattr_target(dirfd, as_bytes(path), flags)?;
+        if flags & AT_SYMLINK_NOFOLLOW != 0 && p.inode().file_type() == FileType::Symlink {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        self.chmod_path(&p, mode)
+    }
+
+    pub fn chmod<P: AsRef<[u8]> + ?Sized>(&self, path: &P, mode: u32) -> VfsResult<()> {
+        self.fchmodat(AT_FDCWD, path, mode, 0)
+    }
+
+    /// `fchmod(2)`.
+    pub fn fchmod<'a>(&self, fd: impl Into<At<'a>> + Copy, mode: u32) -> VfsResult<()> {
+        let p = self.held(fd)?;
+        self.chmod_path(&p, mode)
+    }
+
+    /// `ioctl(fd, FS_IOC_GETFLAGS)`: the chattr flags (`FS_*_FL`). Any
+    /// open file but O_PATH (EBADF); fifos, sockets and devices are ENOTTY
+    /// (their ioctls are the driver's), as on tmpfs.
+    pub fn ioctl_getflags(&self, fd: i32) -> VfsResult<u32> {
+        let f = self.files.get_arc(fd)?;
+        if f.is_path_only() {
+            return Err(Errno::EBADF);
+        }
+        let i = f.inode();
+        if !matches!(i.file_type(), FileType::Regular | FileType::Directory) {
+            return Err(Errno::ENOTTY);
+        }
+        Ok(i.fs_flags())
+    }
+
+    /// `ioctl(fd, FS_IOC_SETFLAGS, &flags)`, in Linux's order: EROFS on a
+    /// read-only mount, EPERM unless owner or root, EPERM when a non-root
+    /// task changes FS_IMMUTABLE_FL or FS_APPEND_FL (CAP_LINUX_IMMUTABLE),
+    /// EOPNOTSUPP for a flag memfs does not keep (tmpfs's set). The ctime
+    /// changes. Needs no write access to the file.
+    pub fn ioctl_setflags(&self, fd: i32, flags: u32) -> VfsResult<()> {
+        use crate::inode::{FS_APPEND_FL, FS_FL_SETTABLE, FS_IMMUTABLE_FL};
+        let f = self.files.get_arc(fd)?;
+        if f.is_path_only() {
+            return Err(Errno::EBADF);
+        }
+        let i = f.inode();
+        f.path().mnt.check_writable()?;
+        if !self.is_owner(&i.attr()) {
+            return Err(Errno::EPERM);
+        }
+        if !matches!(i.file_type(), FileType::Regular | FileType::Directory) {
+            return Err(Errno::ENOTTY);
+        }
+        // Under the data lock, so a write or truncate that checked the
+        // flags finishes first (Linux holds the inode lock here).
+        let _pin = epoch::pin();
+        let _w = i.data_lock.write();
+        let old = i.fs_flags();
+        if (old ^ flags) & (FS_IMMUTABLE_FL | FS_APPEND_FL) != 0 && !self.cred.is_root() {
+            return Err(Errno::EPERM);
+        }
+        if flags & !FS_FL_SETTABLE != 0 {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        i.set_fs_flags(flags);
+        let now = Timespec::now();
+        i.update_attr(|a| a.set_ctime(now));
+        drop(_w);
+        self.changes().inode(i);
+        Ok(())
+    }
+
+    pub(crate) fn chmod_path(&self, p: &PathRef, mode: u32) -> VfsResult<()> {
+        let i = p.inode();
+        p.mnt.check_writable()?;
+        let a = i.attr();
+        // notify_change: no mode change on an immutable or append-only file.
+        if !self.is_owner(&a) || i.is_immutable() || i.is_append_only() {
+            return Err(Errno::EPERM);
+        }
+        let mut m = mode & 0o7777;
+        if !self.cred.is_root() && !self.cred.in_group(a.gid) {
+            m &= !S_ISGID;
+        }
+        let set = SetAttr {
+            mode: Some(m),
+            ctime: Some(Timespec::now()),
+            ..Default::default()
+        };
+        self.setattr_and_report(p, &set)
+    }
+
+    /// `fchownat(2)`: `uid`/`gid` of `u32::MAX` (-1) leave that id alone.
+    pub fn fchownat<'a, P: AsRef<[u8]> + ?Sized>(
+        &self,
+        dirfd: impl Into<At<'a>> + Copy,
+        path: &P,
+        uid: u32,
+        gid: u32,
+        flags: u32,
+    ) -> VfsResult<()> {
+        let p = self.setattr_target(dirfd, as_bytes(path), flags)?;
+        self.chown_path(&p, uid, gid)
+    }
+
+    pub fn chown<P: AsRef<[u8]> + ?Sized>(&self, path: &P, uid: u32, gid: u32) -> VfsResult<()> {
+        self.fchownat(AT_FDCWD, path, uid, gid, 0)
+    }
+
+    /// `fchown(2)`.
+    pub fn fchown<'a>(&self, fd: impl Into<At<'a>> + Copy, uid: u32, gid: u32) -> VfsResult<()> {
+        let p = self.held(fd)?;
+        self.chown_path(&p, uid, gid)
+    }
+
+    pub(crate) fn chown_path(&self, p: &PathRef, uid: u32, gid: u32) -> VfsResult<()> {
+        let i = p.inode();
+        p.mnt.check_writable()?;
+        let a = i.attr();
+        let uid = (uid != u32::MAX).then_some(uid);
+        let gid = (gid != u32::MAX).then_some(gid);
+        // notify_change: no owner change on an immutable or append-only file.
+        if (uid.is_some() || gid.is_some()) && (i.is_immutable() || i.is_append_only()) {
+            return Err(Errno::EPERM);
+        }
+        if !self.cred.is_root() {
+            if let Some(u) = uid {
+                if u != a.uid {
+                    return Err(Errno::EPERM);
+                }
+            }
+            if let Some(g) = gid {
+                if self.cred.uid != a.uid || (g != a.gid && !self.cred.in_group(g)) {
+                    return Err(Errno::EPERM);
+                }
+            }
+        }
+        let mut set = SetAttr {
+            uid,
+            gid,
+            ctime: Some(Timespec::now()),
+            ..Default::default()
+        };
+        // Linux clears setuid of a non-directory on every chown, by root too
+        // and for chown(f, -1, -1) too (chown_common's ATTR_KILL_SUID), and
+        // setgid where `setattr_should_drop_sgid` says: with group-exec, or
+        // when the caller is neither in the file's group nor root.
+        if !i.is_dir() {
+            let mut m = a.mode & 0o7777;
+            m &= !S_ISUID;
+            if m & 0o010 != 0 || (!self.cred.is_root() && !self.cred.in_group(a.gid)) {
+                m &= !S_ISGID;
+            }
+            if m != a.mode & 0o7777 {
+                set.mode = Some(m);
+            }
+        }
+        self.setattr_and_report(p, &set)
+    }
+
+    /// `utimensat(2)`: `times` of `None` sets both to now; a nanosecond of
+    /// UTIME_NOW/UTIME_OMIT selects that behaviour per time.
+    pub fn utimensat<'a, P: AsRef<[u8]> + ?Sized>(
+        &self,
+        dirfd: impl Into<At<'a>> + Copy,
+        path: &P,
+        times: Option<[Timespec; 2]>,
+        flags: u32,
+    ) -> VfsResult<()> {
+        check_times(&times)?;
+        let p = self.setattr_target(dirfd, as_bytes(path), flags)?;
+        self.utimens_path(&p, times)
+    }
+
+    /// `futimens(2)`.
+    pub fn futimens<'a>(
+        &self,
+        fd: impl Into<At<'a>> + Copy,
+        times: Option<[Timespec; 2]>,
+    ) -> VfsResult<()> {
+        // Linux's do_utimes checks the times before it looks at the fd.
+        check_times(&times)?;
+        let p = self.held(fd)?;
+        self.utimens_path(&p, times)
+    }
+
+    pub(crate) fn utimens_path(&self, p: &PathRef, times: Option<[Timespec; 2]>) -> VfsResult<()> {
+        let i = p.inode();
+        let times = match times {
+            Some([a, m]) if a.nsec == UTIME_OMIT && m.nsec == UTIME_OMIT => return Ok(()),
+            Some([a, m]) if a.nsec == UTIME_NOW && m.nsec == UTIME_NOW => None,
+            t => t,
+        };
+        p.mnt.check_writable()?;
+        let a = i.attr();
+        let now = Timespec::now();
+        // notify_change: setting times is EPERM on an immutable or
+        // append-only file; touching them (now) only on an immutable one.
+        if i.is_immutable() || (times.is_some() && i.is_append_only()) {
+            return Err(Errno::EPERM);
+        }
+        let set = match times {
+            None => {
+                if !self.is_owner(&a) && !permission_ok(&a, &self.cred, W_OK) {
+                    return Err(Errno::EACCES);
+                }
+                SetAttr {
+                    atime: Some(now),
+                    mtime: Some(now),
+                    ctime: Some(now),
+                    ..Default::default()
+                }
+            }
+            Some([at, mt]) => {
+                if !self.is_owner(&a) {
+                    return Err(Errno::EPERM);
+                }
+                let pick = |t: Timespec| match t.nsec {
+                    UTIME_OMIT => None,
+                    UTIME_NOW => Some(now),
+                    _ => Some(t),
+                };
+                SetAttr {
+                    atime: pick(at),
+                    mtime: pick(mt),
+                    ctime: Some(now),
+                    ..Default::default()
+                }
+            }
+        };
+        self.setattr_and_report(p, &set)
+    }
+}
+
+/// utimensat's EINVAL: a nanosecond field outside 0..1e9 that is neither
+/// UTIME_NOW nor UTIME_OMIT.
+fn check_times(times: &Option<[Timespec; 2]>) -> VfsResult<()> {
+    if let Some(t) = times {
+        for ts in t {
+            let special = ts.nsec == UTIME_NOW || ts.nsec == UTIME_OMIT;
+            if !special && !(0..1_000_000_000).contains(&ts.nsec) {
+                return Err(Errno::EINVAL);
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,801 @@
+//! Name operations of a [`Task`]: mkdir, mknod, symlink, link, unlink,
+//! rmdir, rename — and the steps they share with `open(O_CREAT)`
+//! (`open.rs`): the walk to the parent with a normal last name
+//! (`name_op`), the parent's shared directory lock with the name's stripe
+//! and the lookup under them (`lock_name`), the checks before a create
+//! (`may_create`, read-only mount first), and entering the new inode in the
+//! dcache (`instantiate`).
+//!
+//! LOCKING RULES: see `task.rs` and the table in `vfs.rs`.
+
+use scalevfs_sync::ordered::{Class, MutexGuard, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::Arc;
+
+use crossbeam_epoch as epoch;
+
+use crate::dcache::{Dentry, DentryRef};
+use crate::errno::{Errno, VfsResult};
+use crate::fstype::{Filesystem, NewNode};
+use crate::handle::At;
+use crate::inode::{permission_ok, Inode};
+use crate::mount::PathRef;
+use crate::task::{as_bytes, Task};
+use crate::types::*;
+use crate::vfs::Changes;
+use crate::walk::{check_path, Last, ParentWalk};
+
+/// A name locked for a change (`Task::lock_name`); the locks go when it
+/// drops (the stripe first, as locals declared in that order would).
+pub(crate) struct LockedName<'a> {
+    /// The name's positive dentry, if it has one.
+    pub(crate) existing: Option<DentryRef>,
+    _nl: MutexGuard<'a, ()>,
+    _dl: RwLockReadGuard<'a, ()>,
+}
+
+/// Where a name operation happens: a locked parent and a name.
+pub(crate) struct NameOp {
+    pub(crate) pw: ParentWalk,
+    pub(crate) name: Vec<u8>,
+}
+
+impl Task {
+    // ---------------------------------------------------------------
+    // Name operations.
+    // ---------------------------------------------------------------
+
+    /// Walk to the parent and require a normal last component.
+    pub(crate) fn name_op<'a>(
+        &self,
+        dirfd: impl Into<At<'a>> + Copy,
+        path: &[u8],
+        special: Errno,
+    ) -> VfsResult<NameOp> {
+        let pw = self.parent_of(dirfd, path)?;
+        let name = match &pw.last {
+            Last::Normal(n) => n.clone(),
+            _ => return Err(special),
+        };
+        if name.len() > NAME_MAX {
+            return Err(Errno::ENAMETOOLONG);
+        }
+        Ok(NameOp { pw, name })
+    }
+
+    pub(crate) fn name_lock(&self, parent: &Dentry, name: &[u8]) -> MutexGuard<'_, ()> {
+        let i = self.vfs.name_lock_index(parent, name);
+        self.vfs.inner.name_locks[i].lock_key(i as u64)
+    }
+
+    /// Lock two names' stripes in index order (once if they share one).
+    pub(crate) fn name_lock2(
+        &self,
+        a: (&Dentry, &[u8]),
+        b: (&Dentry, &[u8]),
+    ) -> (MutexGuard<'_, ()>, Option<MutexGuard<'_, ()>>) {
+        let ia = self.vfs.name_lock_index(a.0, a.1);
+        let ib = self.vfs.name_lock_index(b.0, b.1);
+        let locks = &self.vfs.inner.name_locks;
+        let lk = |i: usize| locks[i].lock_key(i as u64);
+        match ia.cmp(&ib) {
+            std::cmp::Ordering::Equal => (lk(ia), None),
+            std::cmp::Ordering::Less => {
+                let x = lk(ia);
+                (x, Some(lk(ib)))
+            }
+            std::cmp::Ordering::Greater => {
+                let y = lk(ib);
+                (lk(ia), Some(y))
+            }
+        }
+    }
+
+    /// The first step of every create, link and unlink: the parent's
+    /// directory lock (shared) and the name's stripe, in the global order,
+    /// and the name's positive dentry under them.
+    pub(crate) fn lock_name<'a>(
+        &'a self,
+        parent: &'a PathRef,
+        name: &[u8],
+    ) -> VfsResult<LockedName<'a>> {
+        let dl = self.dir_shared(parent.inode());
+        let nl = self.name_lock(&parent.dentry, name);
+        let existing = self.lookup_child(parent, name)?;
+        Ok(LockedName {
+            existing,
+            _nl: nl,
+            _dl: dl,
+        })
+    }
+
+    /// The last step of every create and link: enter `inode` under `name` in
+    /// the dcache and record the new entry (reported when `ch` drops, after
+    /// the locks).
+    pub(crate) fn instantiate(
+        &self,
+        parent: &PathRef,
+        name: &[u8],
+        inode: Arc<Inode>,
+        ch: &mut Changes<'_>,
+    ) -> DentryRef {
+        let q = self.vfs.dcache().qname(parent.dentry.as_ptr(), name);
+        let d = self.vfs.dcache().add(&parent.dentry, &q, Some(inode));
+        ch.entry(parent.inode(), name);
+        d
+    }
+
+    /// Find the current dentry for a name (parent held, name lock held).
+    pub(crate) fn lookup_child(
+        &self,
+        parent: &PathRef,
+        name: &[u8],
+    ) -> VfsResult<Option<DentryRef>> {
+        Ok(self
+            .lookup_child_any(parent, name)?
+            .filter(|d| !d.is_negative()))
+    }
+
+    /// As `lookup_child`, but a cached negative dentry is returned too
+    /// (rename must unhash it when it moves a dentry onto its name).
+    pub(crate) fn lookup_child_any(
+        &self,
+        parent: &PathRef,
+        name: &[u8],
+    ) -> VfsResult<Option<DentryRef>> {
+        let g = epoch::pin();
+        match self.ctx(&g).lookup_slow(parent, name, true) {
+            Ok(d) => Ok(Some(d)),
+            Err(Errno::ENOENT) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub(crate) fn may_create(&self, dir: &PathRef) -> VfsResult<()> {
+        let i = dir.inode();
+        if i.is_dead() {
+            return Err(Errno::ENOENT);
+        }
+        // inode_permission(MAY_WRITE): an immutable directory is EPERM.
+        if i.is_immutable() {
+            return Err(Errno::EPERM);
+        }
+        if !permission_ok(&i.attr(), &self.cred, W_OK | X_OK) {
+            return Err(Errno::EACCES);
+        }
+        Ok(())
+    }
+
+    /// Linux's may_delete: `victim` in `dir`, `isdir` says what the
+    /// operation expects.
+    pub(crate) fn may_delete(&self, dir: &PathRef, victim: &Inode, isdir: bool) -> VfsResult<()> {
+        let da = dir.inode().attr();
+        // inode_permission(MAY_WRITE): an immutable directory is EPERM.
+        if dir.inode().is_immutable() {
+            return Err(Errno::EPERM);
+        }
+        if !permission_ok(&da, &self.cred, W_OK | X_OK) {
+            return Err(Errno::EACCES);
+        }
+        // may_delete: an append-only directory, an immutable or append-only
+        // victim.
+        if dir.inode().is_append_only() || victim.is_immutable() || victim.is_append_only() {
+            return Err(Errno::EPERM);
+        }
+        if da.mode & S_ISVTX != 0 && !self.cred.is_root() {
+            let va = victim.attr();
+            if self.cred.uid != da.uid && self.cred.uid != va.uid {
+                return Err(Errno::EPERM);
+            }
+        }
+        if isdir {
+            if !victim.is_dir() {
+                return Err(Errno::ENOTDIR);
+            }
+        } else if victim.is_dir() {
+            return Err(Errno::EISDIR);
+        }
+        if dir.inode().is_dead() {
+            return Err(Errno::ENOENT);
+        }
+        Ok(())
+    }
+
+    /// Linux's mode_strip_sgid: a non-directory created in a setgid
+    /// directory (`inherited`) with setgid and group-execute loses setgid
+    /// unless the creator is in the group it gets (`gid`) or is root
+    /// (CAP_FSETID). `perm` is the permission part of the mode.
+    pub(crate) fn strip_sgid(&self, perm: u32, gid: u32, inherited: bool) -> u32 {
+        if inherited
+            && perm & (S_ISGID | 0o010) == (S_ISGID | 0o010)
+            && !self.cred.is_root()
+            && !self.cred.in_group(gid)
+        {
+            perm & !S_ISGID
+        } else {
+            perm
+        }
+    }
+
+    pub(crate) fn owner_for(&self, dir: &Inode) -> ((u32, u32), bool) {
+        let a = dir.attr();
+        if a.mode & S_ISGID != 0 {
+            ((self.cred.uid, a.gid), true)
+        } else {
+            ((self.cred.uid, self.cred.gid), false)
+        }
+    }
+
+    pub(crate) fn dir_shared<'a>(&self, i: &'a Inode) -> RwLockReadGuard<'a, ()> {
+        i.dir_lock.read()
+    }
+    /// A victim directory's lock (rmdir, rename over a directory), taken
+    /// with the parents' locks and the name stripes held: a try-lock only,
+    /// so this acquisition never waits (see LOCKING RULES in `vfs.rs`).
+    pub(crate) fn try_victim_excl<'a>(&self, i: &'a Inode) -> Option<RwLockWriteGuard<'a, ()>> {
+        i.dir_lock.try_write_as(Class::DirVictim)
+    }
+    /// After `try_victim_excl` failed and every lock was dropped: wait,
+    /// holding no lock, until the victim's lock has been free once, so the
+    /// caller's retry is not a busy loop.
+    pub(crate) fn wait_victim(&self, i: &Inode) {
+        drop(i.dir_lock.write());
+    }
+
+    /// Common create path: parent locked shared, name locked, existence
+    /// checked, then `make` builds the inode, then the dentry is added.
+    pub(crate) fn create_node(
+        &self,
+        op: &NameOp,
+        is_dir: bool,
+        make: impl FnOnce(&Arc<dyn Filesystem>, &Arc<Inode>, (u32, u32), bool) -> VfsResult<Arc<Inode>>,
+    ) -> VfsResult<DentryRef> {
+        let mut ch = self.changes();
+        let parent = &op.pw.parent;
+        // Borrowed, not cloned: no RMW of the parent inode's shared Arc count
+        // per create (issue 16); the same in the other name operations.
+        let dir = parent.inode();
+        let slot = self.lock_name(parent, &op.name)?;
+        if slot.existing.is_some() {
+            return Err(Errno::EEXIST);
+        }
+        // Linux's filename_create: "foo/" asks for a directory; creating
+        // anything else there is ENOENT (after the EEXIST check).
+        if op.pw.trailing && !is_dir {
+            return Err(Errno::ENOENT);
+        }
+        parent.mnt.check_writable()?;
+        self.may_create(parent)?;
+        let (owner, sgid) = self.owner_for(dir);
+        let inode = make(&parent.mnt.sb.fs, dir, owner, sgid)?;
+        let d = self.instantiate(parent, &op.name, inode, &mut ch);
+        drop(slot);
+        Ok(d)
+    }
+
+    /// `mkdirat(2)`.
+    pub fn mkdirat<'a, P: AsRef<[u8]> + ?Sized>(
+        &self,
+        dirfd: impl Into<At<'a>> + Copy,
+        path: &P,
+        mode: u32,
+    ) -> VfsResult<()> {
+        let op = self.name_op(dirfd, as_bytes(path), Errno::EEXIST)?;
+        let mode = mode & 0o1777 & !self.cur_umask();
+        self.create_node(&op, true, |fs, dir, owner, sgid| {
+            let m = if sgid { mode | S_ISGID } else { mode };
+            fs.create(dir, &op.name, NewNode::Dir { mode: m }, owner)
+        })?;
+        Ok(())
+    }
+
+    pub fn mkdir<P: AsRef<[u8]> + ?Sized>(&self, path: &P, mode: u32) -> VfsResult<()> {
+        self.mkdirat(AT_FDCWD, path, mode)
+    }
+
+    /// `mknodat(2)`: regular files, FIFOs and sockets; devices for root.
+    pub fn mknodat<'a, P: AsRef<[u8]> + ?Sized>(
+        &self,
+        dirfd: impl Into<At<'a>> + Copy,
+        path: &P,
+        mode: u32,
+        dev: u64,
+    ) -> VfsResult<()> {
+        let ty = if mode & S_IFMT == 0 {
+            S_IFREG
+        } else {
+            mode & S_IFMT
+        };
+        match FileType::from_mode(ty) {
+            Some(FileType::Regular | FileType::Fifo | FileType::Socket) => {}
+            Some(FileType::CharDevice | FileType::BlockDevice) => {}
+            Some(FileType::Directory) => return Err(Errno::EPERM),
+            _ => return Err(Errno::EINVAL),
+        }
+        let op = self.name_op(dirfd, as_bytes(path), Errno::EEXIST)?;
+        let perm = mode & 0o7777 & !self.cur_umask();
+        let rdev = if matches!(ty, S_IFCHR | S_IFBLK) {
+            dev
+        } else {
+            0
+        };
+        self.create_node(&op, false, |fs, dir, owner, sgid| {
+            // Linux's vfs_mknod checks CAP_MKNOD after may_create (EEXIST
+            // and EACCES come first).
+            if matches!(ty, S_IFCHR | S_IFBLK) && !self.cred.is_root() {
+                return Err(Errno::EPERM);
+            }
+            let perm = self.strip_sgid(perm, owner.1, sgid);
+            fs.create(
+                dir,
+                &op.name,
+                NewNode::Node {
+                    mode: ty | perm,
+                    rdev,
+                },
+                owner,
+            )
+        })?;
+        Ok(())
+    }
+
+    /// `symlinkat(2)`.
+    pub fn symlinkat<'a, T: AsRef<[u8]> + ?Sized, P: AsRef<[u8]> + ?Sized>(
+        &self,
+        target: &T,
+        dirfd: impl Into<At<'a>> + Copy,
+        path: &P,
+    ) -> VfsResult<()> {
+        let target = as_bytes(target);
+        check_path(target)?;
+        if target.is_empty() {
+            return Err(Errno::ENOENT);
+        }
+        let op = self.name_op(dirfd, as_bytes(path), Errno::EEXIST)?;
+        self.create_node(&op, false, |fs, dir, owner, _| {
+            fs.create(dir, &op.name, NewNode::Symlink { target }, owner)
+        })?;
+        Ok(())
+    }
+
+    pub fn symlink<T: AsRef<[u8]> + ?Sized, P: AsRef<[u8]> + ?Sized>(
+        &self,
+        target: &T,
+        path: &P,
+    ) -> VfsResult<()> {
+        self.symlinkat(target, AT_FDCWD, path)
+    }
+
+    /// `linkat(2)`. Flags: AT_SYMLINK_FOLLOW, AT_EMPTY_PATH.
+    pub fn linkat<'a, P: AsRef<[u8]> + ?Sized, Q: AsRef<[u8]> + ?Sized>(
+        &self,
+        olddirfd: impl Into<At<'a>> + Copy,
+        old: &P,
+        newdirfd: impl Into<At<'a>> + Copy,
+        new: &Q,
+        flags: u32,
+    ) -> VfsResult<()> {
+        if flags & !(AT_SYMLINK_FOLLOW | AT_EMPTY_PATH) != 0 {
+            return Err(Errno::EINVAL);
+        }
+        let old = as_bytes(old);
+        if flags & AT_EMPTY_PATH != 0 && !self.cred.is_root() && old.is_empty() {
+            return Err(Errno::ENOENT);
+        }
+        let src = self.resolve(
+            olddirfd,
+            old,
+            flags & AT_SYMLINK_FOLLOW != 0,
+            flags & AT_EMPTY_PATH != 0,
+        )?;
+        self.link_path(src, newdirfd, as_bytes(new))
+    }
+
+    /// Give the file open at `fd` (often an O_PATH fd) the new name
+    /// `newdirfd`/`new`: `linkat(fd, "", newdirfd, new, AT_EMPTY_PATH)`
+    /// without its CAP_DAC_READ_SEARCH requirement, so a front end that holds
+    /// files by handle (FUSE's LINK) can link as an unprivileged caller. All
+    /// of linkat's other checks (protected hardlinks, may_create) apply.
+    pub fn link_fd<'a, Q: AsRef<[u8]> + ?Sized>(
+        &self,
+        fd: impl Into<At<'a>> + Copy,
+        newdirfd: impl Into<At<'a>> + Copy,
+        new: &Q,
+    ) -> VfsResult<()> {
+        let src = self.held(fd)?;
+        self.link_path(src, newdirfd, as_bytes(new))
+    }
+
+    pub(crate) fn link_path<'a>(
+        &self,
+        src: PathRef,
+        newdirfd: impl Into<At<'a>> + Copy,
+        new: &[u8],
+    ) -> VfsResult<()> {
+        let mut ch = self.changes();
+        let op = self.name_op(newdirfd, new, Errno::EEXIST)?;
+        if !Arc::ptr_eq(&src.mnt, &op.pw.parent.mnt) {
+            return Err(Errno::EXDEV);
+        }
+        let inode = src.inode().clone();
+        let parent = &op.pw.parent;
+        let dir = parent.inode();
+        let slot = self.lock_name(parent, &op.name)?;
+        if slot.existing.is_some() {
+            return Err(Errno::EEXIST);
+        }
+        if op.pw.trailing {
+            return Err(Errno::ENOENT);
+        }
+        parent.mnt.check_writable()?;
+        // do_linkat: may_linkat (EPERM) before vfs_link's may_create.
+        self.may_linkat(&inode)?;
+        self.may_create(parent)?;
+        // vfs_link: an immutable or append-only file gets no new name.
+        if inode.is_immutable() || inode.is_append_only() {
+            return Err(Errno::EPERM);
+        }
+        if inode.is_dir() {
+            return Err(Errno::EPERM);
+        }
+        // vfs_link: a file with no name stays nameless, unless it is an
+        // O_TMPFILE file opened without O_EXCL (I_LINKABLE).
+        let revive = inode.attr().nlink == 0;
+        if revive && inode.flags() & crate::inode::I_LINKABLE == 0 {
+            return Err(Errno::ENOENT);
+        }
+        parent.mnt.sb.fs.link(dir, &op.name, &inode)?;
+        if revive {
+            inode.clear_flag(crate::inode::I_LINKABLE);
+            crate::orphan::mark_linked(&parent.mnt.sb.orphans, &inode);
+        }
+        drop(self.instantiate(parent, &op.name, inode.clone(), &mut ch));
+        ch.inode(&inode);
+        drop(slot);
+        Ok(())
+    }
+
+    pub fn link<P: AsRef<[u8]> + ?Sized, Q: AsRef<[u8]> + ?Sized>(
+        &self,
+        old: &P,
+        new: &Q,
+    ) -> VfsResult<()> {
+        self.linkat(AT_FDCWD, old, AT_FDCWD, new, 0)
+    }
+
+    /// Linux's protected_hardlinks (on by default; config key
+    /// `protected-hardlinks`): a non-owner may link only a regular,
+    /// non-setuid file they can read and write.
+    pub(crate) fn may_linkat(&self, inode: &Inode) -> VfsResult<()> {
+        if self.vfs.config().protected_hardlinks_off {
+            return Ok(());
+        }
+        let a = inode.attr();
+        if self.cred.is_root() || self.cred.uid == a.uid {
+            return Ok(());
+        }
+        let safe = inode.file_type() == FileType::Regular
+            && a.mode & S_ISUID == 0
+            && a.mode & (S_ISGID | 0o010) != (S_ISGID | 0o010)
+            && permission_ok(&a, &self.cred, R_OK | W_OK);
+        if safe {
+            Ok(())
+        } else {
+            Err(Errno::EPERM)
+        }
+    }
+
+    /// `unlinkat(2)`. Flags: AT_REMOVEDIR.
+    pub fn unlinkat<'a, P: AsRef<[u8]> + ?Sized>(
+        &self,
+        dirfd: impl Into<At<'a>> + Copy,
+        path: &P,
+        flags: u32,
+    ) -> VfsResult<()> {
+        if flags & !AT_REMOVEDIR != 0 {
+            return Err(Errno::EINVAL);
+        }
+        let path = as_bytes(path);
+        let rmdir = flags & AT_REMOVEDIR != 0;
+        let pw = self.parent_of(dirfd, path)?;
+        let name = match &pw.last {
+            Last::Normal(n) => n.clone(),
+            Last::Dot if rmdir => return Err(Errno::EINVAL),
+            Last::DotDot if rmdir => return Err(Errno::ENOTEMPTY),
+            Last::Root if rmdir => return Err(Errno::EBUSY),
+            _ => return Err(Errno::EISDIR),
+        };
+        pw.parent.mnt.check_writable()?;
+        if name.len() > NAME_MAX {
+            return Err(Errno::ENAMETOOLONG);
+        }
+        let mut ch = self.changes();
+        let parent = &pw.parent;
+        let dir = parent.inode();
+        let fs = &parent.mnt.sb.fs;
+        // Retried only when the victim directory's lock was busy (see
+        // `try_victim_excl`); each retry first waits for that lock.
+        loop {
+            let mut slot = self.lock_name(parent, &name)?;
+            let victim = slot.existing.take().ok_or(Errno::ENOENT)?;
+            let vi = victim.inode().ok_or(Errno::ENOENT)?.clone();
+            if !rmdir && pw.trailing {
+                return Err(if vi.is_dir() {
+                    Errno::EISDIR
+                } else {
+                    Errno::ENOTDIR
+                });
+            }
+            self.may_delete(parent, &vi, rmdir)?;
+            if victim.is_mounted() {
+                return Err(Errno::EBUSY);
+            }
+            if rmdir {
+                {
+                    let g = epoch::pin();
+                    let s = self.fs.load(&g);
+                    if s.root.dentry == victim {
+                        return Err(Errno::EBUSY);
+                    }
+                }
+                let Some(_vl) = self.try_victim_excl(&vi) else {
+                    drop(slot);
+                    self.wait_victim(&vi);
+                    continue;
+                };
+                fs.rmdir(dir, &name, &vi)?;
+                vi.set_flag(crate::inode::I_DEAD);
+            } else {
+                fs.unlink(dir, &name, &vi)?;
+                if vi.attr().nlink == 0 {
+                    // Still open somewhere: onto the orphan file (orphan.rs).
+                    crate::orphan::mark_unlinked(&parent.mnt.sb.orphans, &vi);
+                }
+            }
+            self.vfs.dcache().unhash(&victim);
+            ch.entry(dir, &name);
+            ch.inode(&vi);
+            return Ok(());
+        }
+    }
+
+    pub fn unlink<P: AsRef<[u8]> + ?Sized>(&self, path: &P) -> VfsResult<()> {
+        self.unlinkat(AT_FDCWD, path, 0)
+    }
+    pub fn rmdir<P: AsRef<[u8]> + ?Sized>(&self, path: &P) -> VfsResult<()> {
+        self.unlinkat(AT_FDCWD, path, AT_REMOVEDIR)
+    }
+
+    /// `renameat2(2)`. Flags: RENAME_NOREPLACE, RENAME_EXCHANGE.
+    pub fn renameat2<'a, P: AsRef<[u8]> + ?Sized, Q: AsRef<[u8]> + ?Sized>(
+        &self,
+        olddirfd: impl Into<At<'a>> + Copy,
+        old: &P,
+        newdirfd: impl Into<At<'a>> + Copy,
+        new: &Q,
+        flags: u32,
+    ) -> VfsResult<()> {
+        if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE | RENAME_WHITEOUT) != 0 {
+            return Err(Errno::EINVAL);
+        }
+        if flags & (RENAME_NOREPLACE | RENAME_WHITEOUT) != 0 && flags & RENAME_EXCHANGE != 0 {
+            return Err(Errno::EINVAL);
+        }
+        // RENAME_WHITEOUT (overlayfs's): the old name becomes a whiteout, a
+        // character device 0:0 with no permission bits owned by the caller,
+        // as tmpfs makes it. No CAP_MKNOD needed (Linux 5.8 and later).
+        let whiteout = flags & RENAME_WHITEOUT != 0;
+        let exchange = flags & RENAME_EXCHANGE != 0;
+        let opw = self.parent_of(olddirfd, as_bytes(old))?;
+        let npw = self.parent_of(newdirfd, as_bytes(new))?;
+        if !Arc::ptr_eq(&opw.parent.mnt, &npw.parent.mnt) {
+            return Err(Errno::EXDEV);
+        }
+        let Last::Normal(oname) = opw.last.clone() else {
+            return Err(Errno::EBUSY);
+        };
+        let nname = match npw.last.clone() {
+            Last::Normal(n) => n,
+            _ => {
+                return Err(if flags & RENAME_NOREPLACE != 0 {
+                    Errno::EEXIST
+                } else {
+                    Errno::EBUSY
+                })
+            }
+        };
+        opw.parent.mnt.check_writable()?;
+        if oname.len() > NAME_MAX || nname.len() > NAME_MAX {
+            return Err(Errno::ENAMETOOLONG);
+        }
+        let mut ch = self.changes();
+        let op = &opw.parent;
+        let np = &npw.parent;
+        let sb = op.mnt.sb.clone();
+        let cross = op.dentry != np.dentry;
+        let odir = op.inode().clone();
+        let ndir = np.inode().clone();
+        // Retried only when a victim directory's lock was busy (see
+        // `try_victim_excl`); each retry first waits for that lock.
+        loop {
+            let _rm = if cross {
+                Some(sb.rename_mutex.lock())
+            } else {
+                None
+            };
+            // Parents shared: an ancestor before its descendant, else in address
+            // order (the tree's shape is stable under the rename mutex).
+            let (_d1, _d2) = if !cross {
+                (self.dir_shared(&odir), None)
+            } else if is_ancestor(&op.dentry, &np.dentry)
+                || (!is_ancestor(&np.dentry, &op.dentry) && Arc::as_ptr(&odir) < Arc::as_ptr(&ndir))
+            {
+                let a = self.dir_shared(&odir);
+                (a, Some(self.dir_shared(&ndir)))
+            } else {
+                let b = self.dir_shared(&ndir);
+                (self.dir_shared(&odir), Some(b))
+            };
+            let _nl = self.name_lock2((&op.dentry, &oname), (&np.dentry, &nname));
+            let src = self.lookup_child(op, &oname)?.ok_or(Errno::ENOENT)?;
+            let si = src.inode().ok_or(Errno::ENOENT)?.clone();
+            // `dst_any` may be a negative dentry: d_move must unhash it, or it
+            // would stay hashed behind the moved dentry and, once that one is
+            // evicted, hide the name (a later create would then overwrite it).
+            let dst_any = self.lookup_child_any(np, &nname)?;
+            let dst = dst_any.as_ref().filter(|d| !d.is_negative()).cloned();
+            let di = dst.as_ref().and_then(|d| d.inode().cloned());
+            // do_renameat2's order: EEXIST / the exchange target's ENOENT
+            // before the trailing-slash ENOTDIRs; a trailing slash counts
+            // against the name it ends (and, when not exchanging, a slash
+            // on the new name against a source that is no directory).
+            if flags & RENAME_NOREPLACE != 0 && di.is_some() {
+                return Err(Errno::EEXIST);
+            }
+            if exchange {
+                match &di {
+                    None => return Err(Errno::ENOENT),
+                    Some(d) if !d.is_dir() && npw.trailing => return Err(Errno::ENOTDIR),
+                    _ => {}
+                }
+            }
+            if !si.is_dir() && (opw.trailing || (!exchange && npw.trailing)) {
+                return Err(Errno::ENOTDIR);
+            }
+            // Source must not be an ancestor of the target's parent, and the
+            // target must not be an ancestor of the source's parent.
+            if cross {
+                if is_ancestor(&src, &np.dentry) {
+                    return Err(Errno::EINVAL);
+                }
+                if let Some(d) = &dst {
+                    if is_ancestor(d, &op.dentry) {
+                        return Err(if exchange {
+                            Errno::EINVAL
+                        } else {
+                            Errno::ENOTEMPTY
+                        });
+                    }
+                }
+            }
+            if let Some(d) = &di {
+                if Arc::ptr_eq(d, &si) {
+                    // Two names of one inode (or the same name): nothing to do.
+                    return Ok(());
+                }
+            }
+            self.may_delete(op, &si, si.is_dir())?;
+            match &di {
+                Some(d) => {
+                    if exchange {
+                        self.may_delete(np, d, d.is_dir())?;
+                    } else {
+                        self.may_delete(np, d, si.is_dir())?;
+                    }
+                }
+                None => self.may_create(np)?,
+            }
+            if cross && si.is_dir() && !permission_ok(&si.attr(), &self.cred, W_OK) {
+                return Err(Errno::EACCES);
+            }
+            if exchange && cross {
+                if let Some(d) = &di {
+                    if d.is_dir() && !permission_ok(&d.attr(), &self.cred, W_OK) {
+                        return Err(Errno::EACCES);
+                    }
+                }
+            }
+            if src.is_mounted() || dst.as_ref().is_some_and(|d| d.is_mounted()) {
+                return Err(Errno::EBUSY);
+            }
+            {
+                let g = epoch::pin();
+                let s = self.fs.load(&g);
+                if s.root.dentry == src || dst.as_ref().is_some_and(|d| *d == s.root.dentry) {
+                    return Err(Errno::EBUSY);
+                }
+            }
+            let _vl = match (&di, exchange) {
+                (Some(d), false) if d.is_dir() => match self.try_victim_excl(d) {
+                    Some(g) => Some(g),
+                    None => {
+                        drop(_nl);
+                        drop(_d2);
+                        drop(_d1);
+                        drop(_rm);
+                        self.wait_victim(d);
+                        continue;
+                    }
+                },
+                _ => None,
+            };
+            sb.fs
+                .rename(&odir, &oname, &ndir, &nname, &si, di.as_ref(), exchange)?;
+            // The whiteout, made once the name is free (tmpfs makes it first;
+            // here a failure, ENOSPC of inodes, leaves the rename done and
+            // no whiteout, and is returned).
+            let wo = if whiteout {
+                let (owner, _) = self.owner_for(&odir);
+                let node = NewNode::Node {
+                    mode: S_IFCHR,
+                    rdev: 0,
+                };
+                Some(sb.fs.create(&odir, &oname, node, owner))
+            } else {
+                None
+            };
+            if let Some(d) = di.as_ref().filter(|d| !exchange && d.attr().nlink == 0) {
+                // The replaced file may still be open: onto the orphan file.
+                crate::orphan::mark_unlinked(&sb.orphans, d);
+            }
+            let dc = self.vfs.dcache();
+            if exchange {
+                if let Some(d) = &dst {
+                    dc.d_exchange(&src, d);
+                }
+            } else {
+                if let Some(d) = &di {
+                    if d.is_dir() {
+                        d.set_flag(crate::inode::I_DEAD);
+                    }
+                }
+                dc.d_move(&src, &np.dentry, &nname, dst_any.as_ref());
+            }
+            if let Some(Ok(w)) = &wo {
+                let q = dc.qname(op.dentry.as_ptr(), &oname);
+                drop(dc.add(&op.dentry, &q, Some(w.clone())));
+            }
+            ch.entry(&odir, &oname);
+            ch.entry(&ndir, &nname);
+            ch.inode(&si);
+            if let Some(d) = &di {
+                ch.inode(d);
+            }
+            return wo.map_or(Ok(()), |w| w.map(drop));
+        }
+    }
+
+    pub fn rename<P: AsRef<[u8]> + ?Sized, Q: AsRef<[u8]> + ?Sized>(
+        &self,
+        old: &P,
+        new: &Q,
+    ) -> VfsResult<()> {
+        self.renameat2(AT_FDCWD, old, AT_FDCWD, new, 0)
+    }
+}
+
+/// Whether `a` is `d` or an ancestor of `d` (rename lock held).
+fn is_ancestor(a: &Dentry, d: &Dentry) -> bool {
+    let mut cur: *const Dentry = d;
+    loop {
+        if std::ptr::eq(cur, a) {
+            return true;
+        }
+        // SAFETY: ancestors of a referenced dentry are referenced by their
+        // children; the fs rename mutex keeps the chain from changing.
+        let c = unsafe { &*cur };
+        if c.is_root() {
+            return false;
+        }
+        cur = c.parent_ptr();
+    }
+}
