@@ -37,7 +37,7 @@ pub const I_LINKABLE: u32 = 2;
 /// chattr(1) flags (`FS_IOC_GETFLAGS`/`SETFLAGS`) that memfs keeps, as
 /// tmpfs does: immutable, append-only, no-dump, no-atime. They live in the
 /// inode's flag word shifted by [`FS_FL_SHIFT`] (set and read with
-/// `fs_flags`/`set_fs_flags`); the VFS enforces them (`task.rs`, `io.rs`).
+/// `fs_flags`/`set_fs_flags`); the VFS enforces them (`namei.rs`, `attr.rs`, `open.rs`, `io.rs`).
 pub const FS_IMMUTABLE_FL: u32 = 0x10;
 pub const FS_APPEND_FL: u32 = 0x20;
 pub const FS_NODUMP_FL: u32 = 0x40;
