@@ -9,6 +9,7 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -763,13 +764,22 @@ pub fn run_mount(args: MountArgs) -> ExitCode {
     drop(shared);
     let mut unmounter = session.unmount_callable();
     let sig_dir = dir.clone();
+    // Set before the signal thread unmounts: the kernel may then end the
+    // session with ECONNABORTED instead of ENODEV (it aborts the connection
+    // as the superblock goes), which is the end we asked for, not an error.
+    let asked = Arc::new(AtomicBool::new(false));
+    let asked2 = asked.clone();
     let spawned = std::thread::Builder::new()
         .name("scalevfs-signals".into())
         .spawn(move || {
             let mut sig = 0;
             // SAFETY: `sigs` is an initialised set and `sig` a valid out slot.
-            if unsafe { libc::sigwait(&sigs, &mut sig) } == 0 && unmounter.unmount().is_err() {
-                let _ = lazy_unmount(&sig_dir);
+            if unsafe { libc::sigwait(&sigs, &mut sig) } == 0 {
+                // SeqCst: read by the main thread after the session ends.
+                asked2.store(true, Ordering::SeqCst);
+                if unmounter.unmount().is_err() {
+                    let _ = lazy_unmount(&sig_dir);
+                }
             }
         });
     if let Err(e) = spawned {
@@ -797,6 +807,11 @@ pub fn run_mount(args: MountArgs) -> ExitCode {
     }
     match r {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e)
+            if e.raw_os_error() == Some(libc::ECONNABORTED) && asked.load(Ordering::SeqCst) =>
+        {
+            ExitCode::SUCCESS
+        }
         Err(e) => fail(format!("FUSE session ended with an error: {e}")),
     }
 }
