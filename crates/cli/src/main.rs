@@ -19,6 +19,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 mod mkfs;
+mod mount;
 use scalevfs_bench::{report, workloads, Options};
 
 #[derive(Parser, Debug)]
@@ -39,7 +40,7 @@ enum Command {
     /// Run a short workload and print the lock/LockRef/walk counters.
     Stats(StatsArgs),
     /// Serve a scalevfs filesystem at DIR through FUSE.
-    Mount(scalevfs_fuse::MountArgs),
+    Mount(mount::MountArgs),
     /// Make an empty ext4 image file (as mke2fs -t ext4).
     Mkfs(mkfs::MkfsArgs),
     /// Tree workloads (untar-like create, find+stat, read back, delete) on
@@ -334,7 +335,7 @@ fn bench_tree(a: TreeArgs) -> Result<(), String> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.command {
-        Command::Mount(a) => return scalevfs_fuse::run_mount(a),
+        Command::Mount(a) => return mount::run(a),
         Command::Bench(a) => bench(a),
         Command::Stats(a) => stats(a),
         Command::BenchTree(a) => bench_tree(a),

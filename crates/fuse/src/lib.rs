@@ -30,6 +30,12 @@
 //! invalidates the kernel's entries and attributes (`mount.rs`); the
 //! adapter's tasks are quiet, so no request notifies the kernel.
 //!
+//! Two ways to serve: [`spawn_mount`] (request threads in the background, a
+//! [`FuseMount`] that unmounts on drop; for programs and tests) and
+//! [`mount`] + [`Mounted::serve`] (serve on the caller's thread until
+//! unmounted; the `scalevfs mount` command in `crates/cli/src/mount.rs`,
+//! which adds option parsing, detaching from the terminal and signals).
+//!
 //! # Lock order (adapter)
 //! A node-table shard lock is never held across a core call, except that
 //! `forget` may drop the last `Arc<Node>` (which releases its handle: a
@@ -44,5 +50,8 @@ pub mod mount;
 mod nodes;
 mod ops;
 
-pub use mount::{run_mount, spawn_mount, FuseMount, Invalidator, MountArgs, MountConfig};
+pub use mount::{
+    check_config, default_threads, mount, spawn_mount, FuseMount, Invalidator, MountConfig,
+    Mounted, Unmounter,
+};
 pub use ops::{FuseConfig, ScaleFs};

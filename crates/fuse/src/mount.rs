@@ -8,8 +8,6 @@ use std::ffi::OsStr;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -18,61 +16,6 @@ use fuser::{INodeNo, MountOption, Notifier, Session, SessionACL, SessionUnmounte
 use scalevfs::{ChangeListener, Task, Vfs, VfsConfig, AT_SYMLINK_NOFOLLOW};
 
 use crate::ops::{FuseConfig, ScaleFs, Shared};
-
-/// `scalevfs mount` arguments.
-#[derive(clap::Args, Debug, Clone)]
-pub struct MountArgs {
-    /// Mount point: an existing, empty directory.
-    pub dir: PathBuf,
-    /// Filesystem type to serve: `memfs`, or `ext4` (implied by `--image`).
-    #[arg(long = "fs", default_value = "memfs")]
-    pub fs: String,
-    /// Serve this ext4 image (or block device) instead of a memfs;
-    /// read-write unless `-o ro`.
-    #[arg(long)]
-    pub image: Option<PathBuf>,
-    /// Mount options, comma separated (allow_other, allow_root,
-    /// default_permissions, no_default_permissions, ro, auto_unmount,
-    /// fsname=..., dev, suid, ...), and memfs's limits as tmpfs spells
-    /// them: size=BYTES[k|m|g|t] or size=N% of RAM (default 50%),
-    /// nr_inodes=N[k|m|g].
-    ///
-    /// Safe by default: a mount other users can reach (allow_other,
-    /// allow_root) gets default_permissions (the kernel checks permissions
-    /// before scalevfs does), since the kernel reuses cached names without
-    /// asking scalevfs, which would let a user open a file in a directory
-    /// they may not search. no_default_permissions opts out: scalevfs alone
-    /// checks, and the kernel then caches no names (--entry-timeout and
-    /// --negative-timeout become 0).
-    #[arg(short = 'o', value_delimiter = ',', verbatim_doc_comment)]
-    pub options: Vec<String>,
-    /// Request threads (default: the number of CPUs, at most 16).
-    #[arg(long)]
-    pub threads: Option<usize>,
-    /// Stay in the foreground (default: detach once mounted).
-    #[arg(short = 'f', long)]
-    pub foreground: bool,
-    /// Seconds the kernel may cache attributes (0: always ask).
-    #[arg(long, default_value_t = 1.0)]
-    pub attr_timeout: f64,
-    /// Seconds the kernel may cache names.
-    #[arg(long, default_value_t = 1.0)]
-    pub entry_timeout: f64,
-    /// Seconds the kernel may cache "no such file" (0: never).
-    #[arg(long, default_value_t = 0.0)]
-    pub negative_timeout: f64,
-    /// Do not offer READDIRPLUS.
-    #[arg(long)]
-    pub no_readdirplus: bool,
-    /// Capacity of the memfs, as `-o size=`: file data past it gives ENOSPC
-    /// (bytes with a k, m, g, t suffix, or N% of RAM). Default 50% of RAM.
-    #[arg(long, value_parser = parse_size)]
-    pub size: Option<u64>,
-    /// VFS variant settings, KEY=VALUE (as `VfsConfig::set`: lockref=spin,
-    /// walk=ref, index=per-dir, ...). Repeatable.
-    #[arg(long = "set", value_name = "KEY=VALUE")]
-    pub set: Vec<String>,
-}
 
 /// Everything [`spawn_mount`] needs besides the `Vfs`.
 #[derive(Clone, Debug)]
@@ -94,7 +37,8 @@ impl Default for MountConfig {
     }
 }
 
-fn default_threads() -> usize {
+/// The default number of request threads: the CPUs, at most 16.
+pub fn default_threads() -> usize {
     std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1)
@@ -465,179 +409,74 @@ pub fn spawn_mount(vfs: Vfs, mountpoint: &Path, cfg: &MountConfig) -> io::Result
     })
 }
 
-// ---------------------------------------------------------------------
-// `scalevfs mount`
-// ---------------------------------------------------------------------
-
-fn fail(msg: impl std::fmt::Display) -> ExitCode {
-    eprintln!("scalevfs mount: {msg}");
-    ExitCode::FAILURE
+/// A filesystem mounted but not served yet, for a program that serves it
+/// on a thread of its own and decides itself when to stop (the `scalevfs
+/// mount` command): [`Mounted::unmounter`] ends it from another thread,
+/// [`Mounted::serve`] answers requests until the mount goes.
+#[derive(Debug)]
+pub struct Mounted {
+    session: Session<ScaleFs>,
+    mountpoint: PathBuf,
 }
 
-fn secs(name: &str, v: f64) -> Result<Duration, String> {
-    Duration::try_from_secs_f64(v)
-        .map_err(|_| format!("--{name} must be a non-negative number of seconds"))
+/// Unmounts a [`Mounted`] from another thread: the kernel unmount, or a
+/// lazy one (`umount -l`) if the mount is busy.
+#[derive(Debug)]
+pub struct Unmounter {
+    inner: SessionUnmounter,
+    mountpoint: PathBuf,
 }
 
-/// `--size`: the same as `-o size=` (bytes with a k, m, g, t suffix, or
-/// N% of RAM), one parser for both.
-fn parse_size(s: &str) -> Result<u64, String> {
-    scalevfs::MemFsOptions::parse_size(s.trim())
+impl Unmounter {
+    pub fn unmount(&mut self) -> io::Result<()> {
+        self.inner
+            .unmount()
+            .or_else(|_| lazy_unmount(&self.mountpoint))
+    }
 }
 
-fn on_path(bin: &str) -> bool {
-    std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).any(|d| d.join(bin).is_file()))
-        .unwrap_or(false)
-}
-
-/// Everything that can be checked before mounting, with a clear message.
-fn preflight(args: &MountArgs) -> Result<(), String> {
-    match (args.fs.as_str(), &args.image) {
-        ("memfs" | "ext4", Some(_)) => {}
-        ("ext4", None) => return Err("--fs ext4 needs --image IMAGE".into()),
-        ("memfs", None) => {}
-        (other, _) => {
-            return Err(format!(
-                "unsupported --fs `{other}` (this build serves `memfs` and `ext4`)"
-            ))
+impl Mounted {
+    pub fn unmounter(&mut self) -> Unmounter {
+        Unmounter {
+            inner: self.session.unmount_callable(),
+            mountpoint: self.mountpoint.clone(),
         }
     }
-    let dir = &args.dir;
-    let md = std::fs::metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    if !md.is_dir() {
-        return Err(format!("{} is not a directory", dir.display()));
-    }
-    let mut entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    if entries.next().is_some() {
-        return Err(format!("{} is not empty", dir.display()));
-    }
-    match std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/fuse")
-    {
-        Ok(_) => {}
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(
-            "/dev/fuse is missing: load the fuse module (modprobe fuse) or give the container the \
-                        device (--device /dev/fuse)"
-                .into(),
-        ),
-        Err(e) => return Err(format!("cannot open /dev/fuse: {e}")),
-    }
-    if let Some(p) = std::env::var_os("FUSERMOUNT_PATH") {
-        if p.to_str().is_none() {
-            return Err("FUSERMOUNT_PATH is not valid UTF-8".into());
-        }
-    }
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    let needs_helper = !root || args.options.iter().any(|o| o == "auto_unmount");
-    if needs_helper
-        && std::env::var_os("FUSERMOUNT_PATH").is_none()
-        && !on_path("fusermount3")
-        && !on_path("fusermount")
-    {
-        return Err("fusermount3 not found: install fuse3 (apt-get install fuse3)".into());
-    }
-    Ok(())
-}
 
-/// Make sure fds 0-2 are open (fuser refuses a /dev/fuse fd below 3).
-fn ensure_std_fds() {
-    for fd in 0..3 {
-        // SAFETY: F_GETFD on any integer is harmless.
-        if unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1 {
-            // SAFETY: opening /dev/null with a static NUL-terminated path.
-            unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR) };
-        }
+    /// Serve requests on `cfg.threads` threads until the filesystem is
+    /// unmounted. `Ok` when the kernel ended the session (unmount); an
+    /// `ECONNABORTED` error means the connection was aborted (the kernel may
+    /// also end a session that way when it is unmounted: the caller knows
+    /// whether it asked).
+    pub fn serve(self) -> io::Result<()> {
+        self.session.run()
     }
 }
 
-/// Block the termination signals in this thread (threads created later
-/// inherit the mask) and return the set, for `sigwait`.
-fn block_signals() -> libc::sigset_t {
-    // SAFETY: sigset_t is plain data; sigemptyset initialises it.
-    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `set` is a valid sigset_t; the signal numbers are valid.
-    unsafe {
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        libc::sigaddset(&mut set, libc::SIGHUP);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-    }
-    set
+/// Check mount options and timeouts as [`mount`] would, without mounting
+/// (so a command can report a bad option before it opens anything).
+pub fn check_config(cfg: &MountConfig) -> Result<(), String> {
+    session_config(cfg).map(|_| ()).map_err(|e| e.to_string())
 }
 
-/// Detach from the terminal: the parent returns once the child reports the
-/// mount's outcome on a pipe (so `scalevfs mount` returns only when the
-/// mount is usable, or with the child's error). Returns the write end in
-/// the child; `Err` carries the parent's exit code.
-fn daemonize() -> Result<i32, ExitCode> {
-    let mut fds = [0i32; 2];
-    // SAFETY: `fds` has room for the two descriptors pipe writes.
-    if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
-        return Err(fail(format!("pipe: {}", io::Error::last_os_error())));
-    }
-    // SAFETY: called before this process starts any thread (run_mount forks
-    // before creating the Vfs or the session), so the child is a complete
-    // copy.
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        return Err(fail(format!("fork: {}", io::Error::last_os_error())));
-    }
-    if pid > 0 {
-        // SAFETY: closing our copy of the write end.
-        unsafe { libc::close(fds[1]) };
-        let mut msg = Vec::new();
-        let mut buf = [0u8; 512];
-        loop {
-            // SAFETY: reading into a live buffer of the given length.
-            let n = unsafe { libc::read(fds[0], buf.as_mut_ptr().cast(), buf.len()) };
-            if n <= 0 {
-                break;
-            }
-            msg.extend_from_slice(&buf[..n as usize]);
-        }
-        return Err(match msg.first() {
-            Some(0) => ExitCode::SUCCESS,
-            Some(_) => fail(String::from_utf8_lossy(&msg[1..])),
-            None => fail("the daemon died before mounting"),
-        });
-    }
-    // SAFETY: closing the child's copy of the read end; setsid has no
-    // preconditions.
-    unsafe {
-        libc::close(fds[0]);
-        libc::setsid();
-    }
-    Ok(fds[1])
-}
-
-fn report(fd: i32, ok: bool, msg: &str) {
-    let mut b = vec![if ok { 0u8 } else { 1u8 }];
-    b.extend_from_slice(msg.as_bytes());
-    // SAFETY: writing from a live buffer; closing our own descriptor.
-    unsafe {
-        libc::write(fd, b.as_ptr().cast(), b.len());
-        libc::close(fd);
-    }
-}
-
-fn detach_stdio() {
-    // SAFETY: redirecting 0-2 to /dev/null; the fd from open is ours.
-    unsafe {
-        let n = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
-        if n >= 0 {
-            libc::dup2(n, 0);
-            libc::dup2(n, 1);
-            libc::dup2(n, 2);
-            if n > 2 {
-                libc::close(n);
-            }
-        }
-    }
+/// Mount `vfs` at `mountpoint` (an existing directory; canonicalised) without
+/// serving it yet: see [`Mounted`]. The errors say which step failed.
+pub fn mount(vfs: Vfs, mountpoint: &Path, cfg: &MountConfig) -> Result<Mounted, String> {
+    let (scfg, fuse) = session_config(cfg).map_err(|e| e.to_string())?;
+    let mountpoint = mountpoint
+        .canonicalize()
+        .map_err(|e| format!("{}: {e}", mountpoint.display()))?;
+    apply_noatime(&vfs, &cfg.options);
+    let fs = ScaleFs::new(vfs, fuse)
+        .map_err(|e| format!("cannot open the VFS root: {}", e.message()))?;
+    let shared = fs.shared.clone();
+    let session = Session::new(fs, &mountpoint, &scfg)
+        .map_err(|e| format!("mounting {} failed: {e}", mountpoint.display()))?;
+    let _ = shared.notifier.set(session.notifier());
+    Ok(Mounted {
+        session,
+        mountpoint,
+    })
 }
 
 /// Apply the filesystem's own `-o` options (tmpfs's `size=` and
@@ -653,167 +492,6 @@ pub fn fs_options(options: &[String], vcfg: &mut VfsConfig) -> Result<Vec<String
         }
     }
     Ok(rest)
-}
-
-/// `scalevfs mount DIR ...`: mount, serve until unmounted (`fusermount3
-/// -u`, `umount`, SIGINT, SIGTERM or SIGHUP), then exit.
-pub fn run_mount(args: MountArgs) -> ExitCode {
-    ensure_std_fds();
-    if let Err(m) = preflight(&args) {
-        return fail(m);
-    }
-    let fuse = match (|| -> Result<FuseConfig, String> {
-        Ok(FuseConfig {
-            attr_timeout: secs("attr-timeout", args.attr_timeout)?,
-            entry_timeout: secs("entry-timeout", args.entry_timeout)?,
-            negative_timeout: secs("negative-timeout", args.negative_timeout)?,
-            readdirplus: !args.no_readdirplus,
-        })
-    })() {
-        Ok(f) => f,
-        Err(m) => return fail(m),
-    };
-    // The kernel applies its own fs.protected_hardlinks (may_linkat in
-    // linkat(2)) before it sends LINK, for every filesystem; checking again
-    // here would refuse links the host's sysctl allows (xfstests
-    // generic/597). `--set protected-hardlinks=1` restores it.
-    let mut vcfg = VfsConfig {
-        protected_hardlinks_off: true,
-        ..VfsConfig::default()
-    };
-    if let Some(size) = args.size {
-        vcfg.memfs.max_bytes = size;
-    }
-    for kv in &args.set {
-        let Some((k, v)) = kv.split_once('=') else {
-            return fail(format!("--set wants KEY=VALUE, got `{kv}`"));
-        };
-        if let Err(m) = vcfg.set(k, v) {
-            return fail(format!("--set {kv}: {m}"));
-        }
-    }
-    let options = match fs_options(&args.options, &mut vcfg) {
-        Ok(o) => o,
-        Err(m) => return fail(m),
-    };
-    let cfg = MountConfig {
-        fuse,
-        options,
-        threads: args.threads.unwrap_or_else(default_threads),
-    };
-    let (scfg, fuse) = match session_config(&cfg) {
-        Ok(c) => c,
-        Err(e) => return fail(e),
-    };
-    let dir = match args.dir.canonicalize() {
-        Ok(d) => d,
-        Err(e) => return fail(format!("{}: {e}", args.dir.display())),
-    };
-    // Open the image before detaching, so its errors reach the terminal.
-    let ext4 = match &args.image {
-        Some(img) => {
-            let o = scalevfs_ext4::Ext4Options {
-                ro: args.options.iter().any(|o| o == "ro"),
-                ..Default::default()
-            };
-            match scalevfs_ext4::Ext4::open(img, o) {
-                Ok(fs) => Some(fs),
-                Err(e) => return fail(format!("{}: {e}", img.display())),
-            }
-        }
-        None => None,
-    };
-    let root_fs: Option<Arc<dyn scalevfs::Filesystem>> =
-        ext4.clone().map(|e| e as Arc<dyn scalevfs::Filesystem>);
-    let status_fd = if args.foreground {
-        None
-    } else {
-        match daemonize() {
-            Ok(fd) => Some(fd),
-            Err(code) => return code,
-        }
-    };
-    let sigs = block_signals();
-    let vfs = match root_fs {
-        Some(fs) => Vfs::with_root_fs(vcfg, fs),
-        None => Vfs::with_config(vcfg),
-    };
-    apply_noatime(&vfs, &args.options);
-    let fs = match ScaleFs::new(vfs, fuse) {
-        Ok(fs) => fs,
-        Err(e) => {
-            let m = format!("cannot open the VFS root: {}", e.message());
-            if let Some(fd) = status_fd {
-                report(fd, false, &m);
-            }
-            return fail(m);
-        }
-    };
-    let shared = fs.shared.clone();
-    let mut session = match Session::new(fs, &dir, &scfg) {
-        Ok(s) => s,
-        Err(e) => {
-            let m = format!("mounting {} failed: {e}", dir.display());
-            if let Some(fd) = status_fd {
-                report(fd, false, &m);
-            }
-            return fail(m);
-        }
-    };
-    let _ = shared.notifier.set(session.notifier());
-    drop(shared);
-    let mut unmounter = session.unmount_callable();
-    let sig_dir = dir.clone();
-    // Set before the signal thread unmounts: the kernel may then end the
-    // session with ECONNABORTED instead of ENODEV (it aborts the connection
-    // as the superblock goes), which is the end we asked for, not an error.
-    let asked = Arc::new(AtomicBool::new(false));
-    let asked2 = asked.clone();
-    let spawned = std::thread::Builder::new()
-        .name("scalevfs-signals".into())
-        .spawn(move || {
-            let mut sig = 0;
-            // SAFETY: `sigs` is an initialised set and `sig` a valid out slot.
-            if unsafe { libc::sigwait(&sigs, &mut sig) } == 0 {
-                // SeqCst: read by the main thread after the session ends.
-                asked2.store(true, Ordering::SeqCst);
-                if unmounter.unmount().is_err() {
-                    let _ = lazy_unmount(&sig_dir);
-                }
-            }
-        });
-    if let Err(e) = spawned {
-        return fail(format!("cannot start the signal thread: {e}"));
-    }
-    match status_fd {
-        Some(fd) => {
-            report(fd, true, "");
-            detach_stdio();
-            // Do not keep the caller's cwd busy.
-            let _ = std::env::set_current_dir("/");
-        }
-        None => eprintln!(
-            "scalevfs: serving {} (Ctrl-C or fusermount3 -u to unmount)",
-            dir.display()
-        ),
-    }
-    let r = session.run();
-    // Write a read-write image back and mark it clean (the VFS may drop
-    // its filesystem late).
-    if let Some(e) = &ext4 {
-        if let Err(x) = e.unmount() {
-            return fail(format!("writing the image back failed: {x}"));
-        }
-    }
-    match r {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e)
-            if e.raw_os_error() == Some(libc::ECONNABORTED) && asked.load(Ordering::SeqCst) =>
-        {
-            ExitCode::SUCCESS
-        }
-        Err(e) => fail(format!("FUSE session ended with an error: {e}")),
-    }
 }
 
 #[cfg(test)]
@@ -872,22 +550,5 @@ mod tests {
         assert!(!has_default_permissions(&c));
         assert!(!f.entry_timeout.is_zero());
         assert!(session_config(&cfg(&["default_permissions", "no_default_permissions"])).is_err());
-    }
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("4096"), Ok(4096));
-        assert_eq!(parse_size("2G"), Ok(2 << 30));
-        assert_eq!(parse_size("3m"), Ok(3 << 20));
-        assert_eq!(parse_size("1T"), Ok(1 << 40));
-        assert!(parse_size("0").is_err());
-        assert!(parse_size("G").is_err());
-        assert!(parse_size("-1K").is_err());
-        assert!(parse_size("16777216T").is_err());
-        assert_eq!(
-            parse_size("5000"),
-            Ok(8192),
-            "rounded up to pages, as tmpfs"
-        );
     }
 }

@@ -414,31 +414,6 @@ fn concurrent_clients() {
     assert_eq!(fs::read_dir(m.p("shared")).unwrap().count(), 0);
 }
 
-#[test]
-fn run_mount_refuses_a_non_empty_directory() {
-    let dir = scratch_dir("nonempty");
-    fs::write(dir.join("file"), b"x").unwrap();
-    use clap::Parser;
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        args: scalevfs_fuse::MountArgs,
-    }
-    let cli = Cli::parse_from(["t", dir.to_str().unwrap(), "--foreground"]);
-    let code = scalevfs_fuse::run_mount(cli.args);
-    assert_eq!(
-        format!("{code:?}"),
-        format!("{:?}", std::process::ExitCode::FAILURE)
-    );
-    let missing = Cli::parse_from(["t", "/nonexistent/scalevfs-mnt", "-f"]);
-    let code = scalevfs_fuse::run_mount(missing.args);
-    assert_eq!(
-        format!("{code:?}"),
-        format!("{:?}", std::process::ExitCode::FAILURE)
-    );
-    fs::remove_dir_all(&dir).unwrap();
-}
-
 /// A running program's file is "text busy": every open that would change it
 /// fails with ETXTBSY and leaves it intact. Through FUSE with
 /// FUSE_ATOMIC_O_TRUNC the O_RDONLY|O_TRUNC case used to reach the daemon
