@@ -427,7 +427,7 @@ fn is_mounted(dir: &Path) -> bool {
 }
 
 /// A mount made for one run: unmounted (and its daemon reaped) on drop.
-struct Mounted {
+pub(crate) struct Mounted {
     dir: PathBuf,
     daemon: Option<Child>,
     kernel: bool,
@@ -436,7 +436,7 @@ struct Mounted {
 impl Mounted {
     /// Start `cmd` (a foreground FUSE daemon) and wait for `dir` to be a
     /// mount point.
-    fn fuse(mut cmd: Command, dir: &Path) -> Result<Mounted, String> {
+    pub(crate) fn fuse(mut cmd: Command, dir: &Path) -> Result<Mounted, String> {
         let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -515,7 +515,7 @@ impl Drop for Mounted {
     }
 }
 
-fn have(tool: &str) -> bool {
+pub(crate) fn have(tool: &str) -> bool {
     Command::new("sh")
         .args(["-c", &format!("command -v {tool}")])
         .stdout(Stdio::null())
@@ -524,7 +524,7 @@ fn have(tool: &str) -> bool {
         .unwrap_or(false)
 }
 
-fn fuse_available() -> Result<(), String> {
+pub(crate) fn fuse_available() -> Result<(), String> {
     std::fs::OpenOptions::new()
         .read(true)
         .write(true)

@@ -47,6 +47,33 @@ enum Command {
     /// ext4 images and memfs: the library, the FUSE mount, fuse2fs and the
     /// kernel's ext4 side by side.
     BenchTree(TreeArgs),
+    /// Single operations through FUSE (stat, open+close, read 4 KiB,
+    /// create+close+unlink, readdir): scalevfs's mount, bindfs over tmpfs
+    /// and tmpfs itself, caches on and off, 1 and 2 client threads.
+    BenchFuse(FuseArgs),
+}
+
+#[derive(Args, Debug)]
+struct FuseArgs {
+    /// Client thread counts, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    threads: Vec<usize>,
+    /// Rounds (every case once per round, targets interleaved); the table
+    /// gives medians.
+    #[arg(long, default_value_t = 5)]
+    rounds: usize,
+    /// Operations per thread per case (readdir: this / 1000, at least 3).
+    #[arg(long, default_value_t = 20_000)]
+    iters: usize,
+    /// Entries of the directory that `readdir` lists.
+    #[arg(long, default_value_t = 10_000)]
+    entries: usize,
+    /// Work directory for the mount points.
+    #[arg(long)]
+    workdir: Option<PathBuf>,
+    /// Directory for fuse.json and fuse.md.
+    #[arg(long, default_value = "bench-report")]
+    report_dir: PathBuf,
 }
 
 #[derive(Args, Debug)]
@@ -332,6 +359,31 @@ fn bench_tree(a: TreeArgs) -> Result<(), String> {
     Ok(())
 }
 
+fn bench_fuse(a: FuseArgs) -> Result<(), String> {
+    use scalevfs_bench::fuseops;
+    let opts = fuseops::FuseOpsOptions {
+        bin: std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?,
+        threads: a.threads.clone(),
+        rounds: a.rounds,
+        entries: a.entries,
+        iters: a.iters,
+        workdir: a.workdir.unwrap_or_else(|| {
+            PathBuf::from(format!("/tmp/scalevfs-bench-fuse-{}", std::process::id()))
+        }),
+    };
+    let rep = fuseops::run(&opts, &mut |s| eprintln!("bench-fuse: {s}"))?;
+    let md = fuseops::markdown(&rep, &a.threads);
+    print!("{md}");
+    std::fs::create_dir_all(&a.report_dir)
+        .map_err(|e| format!("{}: {e}", a.report_dir.display()))?;
+    let json = serde_json::to_string_pretty(&rep).map_err(|e| e.to_string())?;
+    for (name, body) in [("fuse.json", json.as_str()), ("fuse.md", md.as_str())] {
+        let p = a.report_dir.join(name);
+        std::fs::write(&p, body).map_err(|e| format!("{}: {e}", p.display()))?;
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.command {
@@ -339,6 +391,7 @@ fn main() -> ExitCode {
         Command::Bench(a) => bench(a),
         Command::Stats(a) => stats(a),
         Command::BenchTree(a) => bench_tree(a),
+        Command::BenchFuse(a) => bench_fuse(a),
         Command::Mkfs(a) => mkfs::run(a),
     };
     match r {
