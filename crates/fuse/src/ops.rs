@@ -825,7 +825,10 @@ impl fuser::Filesystem for ScaleFs {
         );
         let dev = tri!(reply, t.fstat(fd).map_err(errno)).dev;
         'outer: loop {
-            let batch = tri!(reply, t.getdents(fd, 128).map_err(errno));
+            // Small batches: what does not fit in the reply is read again
+            // by the next READDIR (from its cookie); 128 read a third more
+            // entries than were sent (listing 10,000 names: 4.2 -> 3.6 ms).
+            let batch = tri!(reply, t.getdents(fd, 32).map_err(errno));
             if batch.is_empty() {
                 break;
             }
