@@ -3,7 +3,6 @@
 //! `extent_write.rs`, `alloc.rs` and `bufcache.rs`.
 
 use std::collections::{HashMap, VecDeque};
-use std::path::Path;
 use std::sync::{Arc, Mutex, Weak};
 
 use scalevfs::fstype::{Filesystem, NewNode};
@@ -16,7 +15,7 @@ use scalevfs_sync::primitive::{AtomicBool, AtomicU64, Ordering};
 
 use crate::alloc::{Alloc, Io};
 use crate::bufcache::BufCache;
-use crate::device::{BlockDevice, FileDevice};
+use crate::device::BlockDevice;
 use crate::error::{corrupt, Error, Result};
 use crate::format::dir::{self, Entry};
 use crate::format::extent::{self, Node as ExtNode};
@@ -32,6 +31,20 @@ use crate::format::xattr;
 /// `statfs` f_type of ext2/3/4.
 pub const EXT4_SUPER_MAGIC: u64 = 0xEF53;
 
+/// What opening an image whose journal needs recovery does.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Replay {
+    /// Refuse the image ("the journal needs recovery ...").
+    #[default]
+    Refuse,
+    /// Replay into an overlay in memory: the filesystem reads the
+    /// recovered state, the device is never written.
+    InMemory,
+    /// Replay onto the device (which must be writable), flush, mark the
+    /// journal empty and clear needs_recovery, as e2fsck and the kernel do.
+    OnDevice,
+}
+
 /// How an image is opened.
 #[derive(Clone, Debug)]
 pub struct Ext4Options {
@@ -41,7 +54,7 @@ pub struct Ext4Options {
     pub inode_cache: usize,
     /// An image whose journal needs recovery: refused (the default),
     /// replayed in memory, or replayed on the device (journal/mod.rs).
-    pub replay: crate::journal::Replay,
+    pub replay: Replay,
     /// Read-only (the default). `false` mounts read-write: the image must
     /// be clean (journal needing no recovery, state valid) and use no
     /// feature the writer does not keep.
@@ -55,7 +68,7 @@ impl Default for Ext4Options {
         Ext4Options {
             dev: 1,
             inode_cache: 4096,
-            replay: crate::journal::Replay::Refuse,
+            replay: Replay::Refuse,
             ro: true,
             buffer_cache: 8192,
         }
@@ -171,21 +184,16 @@ fn ino_what(ino: u32) -> impl Fn() -> String {
 }
 
 impl Ext4 {
-    /// Open the image (or block device) at `path`, read-only unless
-    /// `opts.ro` is false.
-    pub fn open(path: &Path, opts: Ext4Options) -> Result<Arc<Ext4>> {
-        let dev = FileDevice::open(path, !opts.ro)?;
-        Ext4::open_device(Box::new(dev), opts)
-    }
-
-    /// Open a filesystem on `dev` (read-only unless `opts.ro` is false).
-    pub fn open_device(dev: Box<dyn BlockDevice>, opts: Ext4Options) -> Result<Arc<Ext4>> {
-        let dev = crate::journal::replay_on_open(dev, opts.replay)?;
+    /// Open a filesystem on `dev` whose journal needs no recovery (or whose
+    /// recovery was done or overlaid by `open.rs`'s `Ext4::open_device`,
+    /// the public entry).
+    pub(crate) fn open_unreplayed(
+        dev: Box<dyn BlockDevice>,
+        opts: Ext4Options,
+    ) -> Result<Arc<Ext4>> {
         let mut sbb = vec![0u8; SB_SIZE];
         dev.read_at(SB_OFFSET, &mut sbb)?;
         let sb = Superblock::parse(&sbb)?;
-        // (A journal replay, when one is implemented, goes here: before
-        // anything else reads the tables.)
         if !opts.ro {
             check_rw(&sb)?;
         }

@@ -21,6 +21,7 @@ pub mod format;
 mod fs;
 pub mod journal;
 pub mod mkfs;
+mod open;
 mod util;
 mod write;
 

@@ -25,19 +25,7 @@ use crate::fs::{Ext4, Ext4Options, Mapping};
 use format::JournalSuperblock;
 use recovery::{LogRead, Plan};
 
-/// What opening an image whose journal needs recovery does.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Replay {
-    /// Refuse the image ("the journal needs recovery ...").
-    #[default]
-    Refuse,
-    /// Replay into an overlay in memory: the filesystem reads the
-    /// recovered state, the device is never written.
-    InMemory,
-    /// Replay onto the device (which must be writable), flush, mark the
-    /// journal empty and clear needs_recovery, as e2fsck and the kernel do.
-    OnDevice,
-}
+pub use crate::fs::Replay;
 
 // Fields of the ext4 superblock this module edits.
 const SB_WTIME: usize = 0x30;
@@ -278,7 +266,7 @@ pub(crate) fn load(dev: &Arc<dyn BlockDevice>) -> Result<Loaded> {
         bs: bs0,
         blocks: BTreeMap::from([(sbblk, Source::Bytes(blk.into()))]),
     };
-    let fs = Ext4::open_device(Box::new(view), Ext4Options::default())?;
+    let fs = Ext4::open_unreplayed(Box::new(view), Ext4Options::default())?;
     let bs = fs.block_size() as u64;
     let fs_blocks = fs.superblock().blocks_count;
     let jino = fs.superblock().journal_inum;

@@ -1,0 +1,28 @@
+//! Opening an image: [`Ext4::open`] and [`Ext4::open_device`], the public
+//! entries. They replay a journal that needs recovery as
+//! [`Ext4Options::replay`] says (`journal::replay_on_open`), then open the
+//! recovered image (`fs.rs`). Above both: the journal's replay itself opens
+//! the image (with needs_recovery masked) to find the journal's blocks, so
+//! `fs.rs` may not call the journal.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::device::{BlockDevice, FileDevice};
+use crate::error::Result;
+use crate::fs::{Ext4, Ext4Options};
+
+impl Ext4 {
+    /// Open the image (or block device) at `path`, read-only unless
+    /// `opts.ro` is false.
+    pub fn open(path: &Path, opts: Ext4Options) -> Result<Arc<Ext4>> {
+        let dev = FileDevice::open(path, !opts.ro)?;
+        Ext4::open_device(Box::new(dev), opts)
+    }
+
+    /// Open a filesystem on `dev` (read-only unless `opts.ro` is false).
+    pub fn open_device(dev: Box<dyn BlockDevice>, opts: Ext4Options) -> Result<Arc<Ext4>> {
+        let dev = crate::journal::replay_on_open(dev, opts.replay)?;
+        Ext4::open_unreplayed(dev, opts)
+    }
+}
