@@ -3,8 +3,12 @@
 //! `*at` calls with the handle as their base. Above `task.rs`; `handle.rs`
 //! (the type, below the walk) names no `Task`.
 
-use crate::errno::VfsResult;
+use std::sync::Arc;
+
+use crate::errno::{Errno, VfsResult};
 use crate::handle::{At, Handle};
+use crate::inode::Inode;
+use crate::mount::PathRef;
 use crate::task::Task;
 use crate::types::{DirEntry, AT_EMPTY_PATH, AT_SYMLINK_NOFOLLOW, O_CLOEXEC};
 use crate::types::{O_DIRECTORY, O_RDONLY};
@@ -115,6 +119,25 @@ impl Handle {
 }
 
 impl Task {
+    /// A handle on `inode`, found by its number rather than by a name (a
+    /// file handle decoded after the front end forgot the node: Linux's
+    /// `d_obtain_alias` for exportfs): an unhashed dentry of its own in
+    /// `within`'s mount, which no walk reaches. Non-directories only: a
+    /// directory's handle must sit in the tree (its `..`, its children), so
+    /// a directory is ESTALE here, as is an inode with no name left (an
+    /// unlinked file's handle is stale) or one of another filesystem.
+    pub fn handle_for_inode(&self, within: &Handle, inode: Arc<Inode>) -> VfsResult<Handle> {
+        let p = within.path();
+        if inode.dev() != p.mnt.sb.dev || inode.is_dir() || inode.attr().nlink == 0 {
+            return Err(Errno::ESTALE);
+        }
+        let dentry = self.vfs().dcache().alloc_root(p.mnt.sb.clone(), inode);
+        Ok(Handle::new(PathRef {
+            mnt: p.mnt.clone(),
+            dentry,
+        }))
+    }
+
     /// A handle on `dirfd`/`path` (`dirfd` an fd, `AT_FDCWD` or a handle).
     /// Flags: AT_SYMLINK_NOFOLLOW (a final symlink is the handle's file),
     /// AT_EMPTY_PATH (an empty path names `dirfd` itself).

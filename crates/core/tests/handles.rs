@@ -229,3 +229,44 @@ fn generations_tell_filesystems_apart() {
     assert_eq!(d.id().generation, a.id().generation);
     assert_ne!(d.id().ino, a.id().ino);
 }
+
+/// `Task::handle_for_inode`: a handle on a file found by its inode (a
+/// decoded file handle) reads and writes the file, also after a rename; it
+/// is ESTALE for a directory, an unlinked file and another filesystem's
+/// inode.
+#[test]
+fn handle_for_inode_reaches_named_files_only() {
+    let (vfs, t) = setup();
+    let root = t.handle_at(AT_FDCWD, "/", 0).unwrap();
+    let f = t.handle_at(AT_FDCWD, "/d/f", 0).unwrap();
+    let inode = f.inode().clone();
+    drop(f);
+    let h = t.handle_for_inode(&root, inode.clone()).unwrap();
+    assert_eq!(h.getattr().ino, t.stat("/d/f").unwrap().ino);
+    t.rename("/d/f", "/d/g").unwrap();
+    let fd = h.open(&t, O_RDWR).unwrap();
+    let mut buf = [0u8; 5];
+    assert_eq!(t.pread(fd, &mut buf, 0).unwrap(), 5);
+    assert_eq!(&buf, b"hello");
+    t.pwrite(fd, b"J", 0).unwrap();
+    t.close(fd).unwrap();
+    let fd = t.open("/d/g", O_RDONLY, 0).unwrap();
+    assert_eq!(t.pread(fd, &mut buf, 0).unwrap(), 5);
+    assert_eq!(&buf, b"Jello");
+    t.close(fd).unwrap();
+    // A directory must be reached through the tree.
+    let dir = t.handle_at(AT_FDCWD, "/d/sub", 0).unwrap().inode().clone();
+    assert_eq!(t.handle_for_inode(&root, dir).unwrap_err(), Errno::ESTALE);
+    // Another filesystem's inode.
+    t.mkdir("/m", 0o755).unwrap();
+    t.mount("/m", vfs.new_memfs(MemFsOptions::default()), false)
+        .unwrap();
+    let fd = t.open("/m/x", O_CREAT | O_WRONLY, 0o644).unwrap();
+    t.close(fd).unwrap();
+    let other = t.handle_at(AT_FDCWD, "/m/x", 0).unwrap().inode().clone();
+    assert_eq!(t.handle_for_inode(&root, other).unwrap_err(), Errno::ESTALE);
+    // Unlinked: stale.
+    drop(h);
+    t.unlink("/d/g").unwrap();
+    assert_eq!(t.handle_for_inode(&root, inode).unwrap_err(), Errno::ESTALE);
+}

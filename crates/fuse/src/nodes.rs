@@ -10,19 +10,29 @@
 //!   is incremented under the shard's read lock and decremented under its
 //!   write lock, so a node whose count reached zero (and was removed under
 //!   the write lock) can never be revived.
+//! - Forgotten nodes: when the kernel drops a node, the shard keeps a weak
+//!   reference to its inode (`Shard::gone`, at most `GONE_PER_SHARD` per
+//!   shard, oldest out first), so that a file handle the kernel decodes
+//!   later (open_by_handle_at after its inode was evicted: a LOOKUP of "."
+//!   on the node id) finds the inode while something keeps it alive (a
+//!   name). A weak reference keeps no data: only the inode's allocation
+//!   until its entry goes.
 //! - No shard lock is held across a core call: the last `Arc<Node>` may be
 //!   dropped by whoever holds it last, which releases the node's handle (a
 //!   dentry reference and the mount's busy count) outside every shard.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use crossbeam_utils::CachePadded;
+use scalevfs::inode::Inode;
 use scalevfs::Handle;
 use scalevfs_sync::ordered::{Class, RwLock};
 
 const SHARDS: usize = 64;
+/// Forgotten inodes remembered per shard (16,384 in all).
+const GONE_PER_SHARD: usize = 256;
 
 /// What the adapter holds for one node id the kernel knows.
 #[derive(Debug)]
@@ -32,7 +42,16 @@ pub(crate) struct Node {
     nlookup: AtomicU64,
 }
 
-type Shard = CachePadded<RwLock<HashMap<u64, Arc<Node>>>>;
+/// One shard: the nodes the kernel knows, and weak references to the
+/// inodes of nodes it forgot (with their order, oldest first).
+#[derive(Debug, Default)]
+struct Maps {
+    live: HashMap<u64, Arc<Node>>,
+    gone: HashMap<u64, Weak<Inode>>,
+    gone_order: VecDeque<u64>,
+}
+
+type Shard = CachePadded<RwLock<Maps>>;
 
 #[derive(Debug)]
 pub(crate) struct NodeTable {
@@ -43,12 +62,12 @@ impl NodeTable {
     pub(crate) fn new() -> NodeTable {
         NodeTable {
             shards: (0..SHARDS)
-                .map(|_| CachePadded::new(RwLock::new(Class::FuseNodes, HashMap::new())))
+                .map(|_| CachePadded::new(RwLock::new(Class::FuseNodes, Maps::default())))
                 .collect(),
         }
     }
 
-    fn shard(&self, id: u64) -> &RwLock<HashMap<u64, Arc<Node>>> {
+    fn shard(&self, id: u64) -> &RwLock<Maps> {
         // Fibonacci hashing: consecutive inode numbers spread over shards.
         let h = id.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58;
         &self.shards[h as usize % SHARDS]
@@ -56,19 +75,25 @@ impl NodeTable {
 
     /// The node `id`, without changing its lookup count.
     pub(crate) fn get(&self, id: u64) -> Option<Arc<Node>> {
-        self.shard(id).read().get(&id).cloned()
+        self.shard(id).read().live.get(&id).cloned()
+    }
+
+    /// The inode of node `id` if the kernel forgot the node and the inode
+    /// is still alive.
+    pub(crate) fn forgotten(&self, id: u64) -> Option<Arc<Inode>> {
+        self.shard(id).read().gone.get(&id).and_then(Weak::upgrade)
     }
 
     /// Whether the kernel currently knows node `id`.
     pub(crate) fn contains(&self, id: u64) -> bool {
-        self.shard(id).read().contains_key(&id)
+        self.shard(id).read().live.contains_key(&id)
     }
 
     /// Count one more kernel reference on an existing node; its inode's
     /// generation, or `None` if the kernel does not know `id`.
     pub(crate) fn lookup_existing(&self, id: u64) -> Option<u32> {
         let s = self.shard(id).read();
-        let n = s.get(&id)?;
+        let n = s.live.get(&id)?;
         // Relaxed: a counter; removal is decided under the write lock.
         n.nlookup.fetch_add(1, Ordering::Relaxed);
         Some(n.h.inode().generation())
@@ -80,12 +105,15 @@ impl NodeTable {
     #[must_use]
     pub(crate) fn insert_or_ref(&self, id: u64, h: Handle, nlookup: u64) -> Option<Handle> {
         let mut s = self.shard(id).write();
-        if let Some(n) = s.get(&id) {
+        if let Some(n) = s.live.get(&id) {
             // Relaxed: as in lookup_existing.
             n.nlookup.fetch_add(nlookup, Ordering::Relaxed);
             return Some(h);
         }
-        s.insert(
+        // Known again: its weak entry is dropped (its place in
+        // `gone_order` is skipped when it comes up).
+        s.gone.remove(&id);
+        s.live.insert(
             id,
             Arc::new(Node {
                 h,
@@ -99,14 +127,36 @@ impl NodeTable {
     pub(crate) fn forget(&self, id: u64, n: u64) {
         let dead = {
             let mut s = self.shard(id).write();
-            let Some(node) = s.get(&id) else { return };
+            let Some(node) = s.live.get(&id) else { return };
             // Relaxed: under the write lock no increment can race.
             let old = node.nlookup.load(Ordering::Relaxed);
             if old > n {
                 node.nlookup.store(old - n, Ordering::Relaxed);
                 None
             } else {
-                s.remove(&id)
+                let dead = s.live.remove(&id);
+                if let Some(d) = &dead {
+                    let w = Arc::downgrade(d.h.inode());
+                    s.gone.insert(id, w);
+                    s.gone_order.push_back(id);
+                    // Bounded: the oldest weak entries go past the cap
+                    // (an id revived meanwhile has none: its queue entry
+                    // is skipped), and stale queue entries are dropped
+                    // before the queue passes twice the cap.
+                    let Maps {
+                        gone, gone_order, ..
+                    } = &mut *s;
+                    while gone.len() > GONE_PER_SHARD {
+                        let Some(old) = gone_order.pop_front() else {
+                            break;
+                        };
+                        gone.remove(&old);
+                    }
+                    if gone_order.len() > 2 * GONE_PER_SHARD {
+                        gone_order.retain(|i| gone.contains_key(i));
+                    }
+                }
+                dead
             }
         };
         // The handle is released (core locks) after the shard lock is.
@@ -115,7 +165,7 @@ impl NodeTable {
 
     /// Number of live nodes (tests and statistics).
     pub(crate) fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.read().len()).sum()
+        self.shards.iter().map(|s| s.read().live.len()).sum()
     }
 
     /// The lookup count of `id` (tests).

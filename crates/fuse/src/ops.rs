@@ -351,6 +351,22 @@ impl fuser::Filesystem for ScaleFs {
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let s = &self.shared;
         let name = tri!(reply, name_bytes(name));
+        if name == b"." {
+            // The kernel decoding a file handle (FUSE_EXPORT_SUPPORT) for a
+            // node whose inode it evicted: the node itself, from the table
+            // or, if the kernel forgot it, from its inode (a file that
+            // still has a name; see `NodeTable::forgotten`).
+            let r = match s.nodes.get(parent.0) {
+                Some(n) => s.adopt(n.h.clone()),
+                None => match (s.nodes.forgotten(parent.0), s.nodes.get(1)) {
+                    (Some(inode), Some(root)) => s
+                        .with_task(req, |t| t.handle_for_inode(&root.h, inode))
+                        .and_then(|h| s.adopt(h)),
+                    _ => Err(Errno::ESTALE),
+                },
+            };
+            return s.reply_entry(reply, r);
+        }
         let dir = tri!(reply, s.node(parent));
         match s.with_task(req, |t| s.lookup_ref(t, &dir.h, name)) {
             Err(Errno::ENOENT) if !s.cfg.negative_timeout.is_zero() => {

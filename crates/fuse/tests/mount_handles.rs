@@ -142,3 +142,60 @@ fn handles_round_trip_and_go_stale() {
     drop(d);
     drop(m);
 }
+
+/// After the kernel evicted the inodes (drop_caches: the adapter gets
+/// FORGETs and drops its nodes), a file handle still opens a file that has
+/// a name (the kernel asks LOOKUP "." on the node id; the adapter finds
+/// the inode it remembered weakly), and is ESTALE for one that was
+/// unlinked (xfstests generic/426, 756). A directory's handle after
+/// eviction is not decoded yet (ESTALE; generic/467).
+#[test]
+fn handles_survive_the_kernels_eviction() {
+    let test = "handles_survive_the_kernels_eviction";
+    if !fuse_ok(test) || !may_open_by_handle(test) {
+        return;
+    }
+    let m = Mounted::new("fh-evict", FuseConfig::default());
+    let mut handles = Vec::new();
+    for i in 0..20 {
+        let f = m.p(&format!("f{i}"));
+        fs::write(&f, format!("data {i}")).unwrap();
+        let mut fh = FileHandle::with_capacity(128);
+        assert_eq!(name_to_handle(&f, &mut fh), 0);
+        handles.push(fh);
+    }
+    // Half of them lose their name.
+    for i in (0..20).step_by(2) {
+        fs::remove_file(m.p(&format!("f{i}"))).unwrap();
+    }
+    let before = m.m.as_ref().unwrap().live_nodes();
+    // Evict the kernel's dentries and inodes: it forgets our nodes.
+    let drop_caches = || fs::write("/proc/sys/vm/drop_caches", b"2").is_ok();
+    if !drop_caches() {
+        eprintln!("{test}: skipped: cannot write /proc/sys/vm/drop_caches");
+        return;
+    }
+    let mut waited = 0;
+    while m.m.as_ref().unwrap().live_nodes() >= before && waited < 50 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        drop_caches();
+        waited += 1;
+    }
+    assert!(
+        m.m.as_ref().unwrap().live_nodes() < before,
+        "the kernel forgot no node ({before} live)"
+    );
+    for (i, fh) in handles.iter().enumerate() {
+        let r = open_by_handle(&m.dir, fh, libc::O_RDONLY);
+        if i % 2 == 0 {
+            assert_eq!(r.unwrap_err(), libc::ESTALE, "unlinked f{i}");
+        } else {
+            let mut s = String::new();
+            r.unwrap_or_else(|e| panic!("f{i}: errno {e}"))
+                .read_to_string(&mut s)
+                .unwrap();
+            assert_eq!(s, format!("data {i}"));
+        }
+    }
+    drop(m);
+}
