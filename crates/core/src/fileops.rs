@@ -45,18 +45,31 @@ pub(crate) fn privs_to_drop(a: &Attr, cred: &Cred) -> Option<u32> {
     (m != a.mode & 0o7777).then_some(m)
 }
 
-/// Linux's `file_remove_privs`: clear setuid/setgid before `cred` changes
-/// the data of the inode at `p` (see `privs_to_drop`). Returns whether the
-/// mode changed.
+/// Linux's `file_remove_privs`: remove the file's `security.capability`
+/// (whoever writes) and clear setuid/setgid (see `privs_to_drop`) before
+/// `cred` changes the data of the inode at `p`. Returns whether anything
+/// changed.
 pub(crate) fn remove_privs(p: &PathRef, cred: &Cred) -> VfsResult<bool> {
     let i = p.inode();
+    // File capabilities go whoever writes (cap_inode_killpriv: also root,
+    // as on tmpfs). The caller holds the data lock, which setxattr takes to
+    // set the flag.
+    let mut caps = false;
+    if i.flags() & crate::inode::I_FCAPS != 0 {
+        match p.mnt.sb.fs.removexattr(i, b"security.capability") {
+            Ok(()) => caps = true,
+            Err(Errno::ENODATA) => {}
+            Err(e) => return Err(e),
+        }
+        i.clear_flag(crate::inode::I_FCAPS);
+    }
     // Fast path for every write (Linux's IS_NOSEC): no set-id bit, no
     // seqlock read.
     if i.mode_hint() & (S_ISUID | S_ISGID) == 0 {
-        return Ok(false);
+        return Ok(caps);
     }
     let Some(m) = privs_to_drop(&i.attr(), cred) else {
-        return Ok(false);
+        return Ok(caps);
     };
     let set = SetAttr {
         mode: Some(m),

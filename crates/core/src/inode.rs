@@ -33,6 +33,11 @@ pub const I_DEAD: u32 = 1;
 /// Inode flag: an O_TMPFILE file opened without O_EXCL, which linkat may
 /// give a name although its link count is 0 (Linux's I_LINKABLE).
 pub const I_LINKABLE: u32 = 2;
+/// Inode flag: the file may have a `security.capability` attribute (set
+/// with it, under the data lock). A write, truncate or fallocate removes
+/// the attribute, by anyone, as Linux's `file_remove_privs` does; every
+/// other write skips the check on this bit.
+pub const I_FCAPS: u32 = 4;
 
 /// chattr(1) flags (`FS_IOC_GETFLAGS`/`SETFLAGS`) that memfs keeps, as
 /// tmpfs does: immutable, append-only, no-dump, no-atime. They live in the

@@ -440,7 +440,12 @@ impl Task {
                     },
                 }
             }
-            (_, Some((value, flags))) => fs.setxattr(i, name, value, flags)?,
+            (_, Some((value, flags))) => {
+                fs.setxattr(i, name, value, flags)?;
+                if name == b"security.capability" {
+                    i.set_flag(crate::inode::I_FCAPS);
+                }
+            }
             (_, None) => fs.removexattr(i, name)?,
         }
         let set = SetAttr {

@@ -1,0 +1,120 @@
+//! File capabilities (`security.capability`) go when the file's data
+//! changes, whoever changes it — a write or truncate by root too — as
+//! Linux's `file_remove_privs` does; removing the attribute directly needs
+//! privilege (EPERM for a user who may write the file). Compared with the
+//! host's tmpfs (/dev/shm), where this test runs as root.
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use scalevfs::{Cred, Errno, Task, Vfs, O_CREAT, O_TRUNC, O_WRONLY};
+
+/// A version-2 capability: cap_net_raw in the permitted set.
+const CAP: [u8; 20] = [
+    0x00, 0x00, 0x00, 0x02, 0x00, 0x20, 0x00, 0x00, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+];
+const NAME: &str = "security.capability";
+
+fn host_has(p: &Path) -> bool {
+    let c = CString::new(p.as_os_str().as_bytes()).unwrap();
+    let n = CString::new(NAME).unwrap();
+    // SAFETY: valid C strings; a null buffer of size 0 asks for the size.
+    unsafe { libc::getxattr(c.as_ptr(), n.as_ptr(), std::ptr::null_mut(), 0) >= 0 }
+}
+
+fn host_set(p: &Path) -> bool {
+    let c = CString::new(p.as_os_str().as_bytes()).unwrap();
+    let n = CString::new(NAME).unwrap();
+    // SAFETY: valid C strings and a live buffer of the given length.
+    unsafe { libc::setxattr(c.as_ptr(), n.as_ptr(), CAP.as_ptr().cast(), CAP.len(), 0) == 0 }
+}
+
+fn ours_has(t: &Task, p: &str) -> bool {
+    t.getxattr(p, NAME, &mut []).is_ok()
+}
+
+#[test]
+fn data_changes_drop_file_capabilities() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIPPED: setting security.capability needs root");
+        return;
+    }
+    // The host: a write and a truncate by root each drop the attribute.
+    let dir =
+        std::path::PathBuf::from(format!("/dev/shm/scalevfs-killpriv-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir(&dir).unwrap();
+    let hf = dir.join("f");
+    std::fs::write(&hf, b"x").unwrap();
+    let host = if host_set(&hf) {
+        let a = host_has(&hf);
+        std::fs::OpenOptions::new().append(true).open(&hf).unwrap();
+        let after_open = host_has(&hf);
+        use std::io::Write;
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&hf)
+            .unwrap()
+            .write_all(b"y")
+            .unwrap();
+        let after_write = host_has(&hf);
+        assert!(host_set(&hf));
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&hf)
+            .unwrap()
+            .set_len(1)
+            .unwrap();
+        let after_truncate = host_has(&hf);
+        Some((a, after_open, after_write, after_truncate))
+    } else {
+        eprintln!(
+            "host tmpfs refused security.capability: comparing with Linux's documented behaviour"
+        );
+        None
+    };
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let vfs = Vfs::new();
+    let t = vfs.root_task();
+    let fd = t.open("/f", O_CREAT | O_WRONLY, 0o666).unwrap();
+    t.write(fd, b"x").unwrap();
+    t.close(fd).unwrap();
+    t.setxattr("/f", NAME, &CAP, 0).unwrap();
+    let a = ours_has(&t, "/f");
+    let fd = t.open("/f", O_WRONLY, 0).unwrap();
+    let after_open = ours_has(&t, "/f");
+    t.write(fd, b"y").unwrap();
+    let after_write = ours_has(&t, "/f");
+    t.close(fd).unwrap();
+    t.setxattr("/f", NAME, &CAP, 0).unwrap();
+    t.truncate("/f", 1).unwrap();
+    let after_truncate = ours_has(&t, "/f");
+    let ours = (a, after_open, after_write, after_truncate);
+    assert_eq!(ours, (true, true, false, false));
+    if let Some(h) = host {
+        assert_eq!(h, ours, "tmpfs (left) and scalevfs (right) differ");
+    }
+    // O_TRUNC of a file with capabilities drops them too.
+    t.setxattr("/f", NAME, &CAP, 0).unwrap();
+    let fd = t.open("/f", O_WRONLY | O_TRUNC, 0).unwrap();
+    t.close(fd).unwrap();
+    assert!(!ours_has(&t, "/f"));
+    // A user who may write the file may not remove them directly, but
+    // drops them with a write.
+    t.setxattr("/f", NAME, &CAP, 0).unwrap();
+    t.chmod("/f", 0o666).unwrap();
+    let u = vfs.task(Cred {
+        uid: 65534,
+        gid: 65534,
+        groups: vec![],
+    });
+    assert_eq!(u.removexattr("/f", NAME), Err(Errno::EPERM));
+    assert!(ours_has(&t, "/f"));
+    let fd = u.open("/f", O_WRONLY, 0).unwrap();
+    u.write(fd, b"z").unwrap();
+    u.close(fd).unwrap();
+    assert!(!ours_has(&t, "/f"));
+}
