@@ -347,13 +347,21 @@ fn bench_tree(a: TreeArgs) -> Result<(), String> {
         seed: 1,
     };
     let rep = tree::run(&opts, &mut |s| eprintln!("bench-tree: {s}"))?;
-    let md = tree::markdown(&rep);
+    write_report(&a.report_dir, "tree", &rep, &tree::markdown(&rep))
+}
+
+/// Print `md` and write `<name>.json` (`rep`) and `<name>.md` into `dir`.
+fn write_report(
+    dir: &std::path::Path,
+    name: &str,
+    rep: &impl serde::Serialize,
+    md: &str,
+) -> Result<(), String> {
     print!("{md}");
-    std::fs::create_dir_all(&a.report_dir)
-        .map_err(|e| format!("{}: {e}", a.report_dir.display()))?;
-    let json = serde_json::to_string_pretty(&rep).map_err(|e| e.to_string())?;
-    for (name, body) in [("tree.json", json.as_str()), ("tree.md", md.as_str())] {
-        let p = a.report_dir.join(name);
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let json = serde_json::to_string_pretty(rep).map_err(|e| e.to_string())?;
+    for (ext, body) in [("json", json.as_str()), ("md", md)] {
+        let p = dir.join(format!("{name}.{ext}"));
         std::fs::write(&p, body).map_err(|e| format!("{}: {e}", p.display()))?;
     }
     Ok(())
@@ -372,16 +380,12 @@ fn bench_fuse(a: FuseArgs) -> Result<(), String> {
         }),
     };
     let rep = fuseops::run(&opts, &mut |s| eprintln!("bench-fuse: {s}"))?;
-    let md = fuseops::markdown(&rep, &a.threads);
-    print!("{md}");
-    std::fs::create_dir_all(&a.report_dir)
-        .map_err(|e| format!("{}: {e}", a.report_dir.display()))?;
-    let json = serde_json::to_string_pretty(&rep).map_err(|e| e.to_string())?;
-    for (name, body) in [("fuse.json", json.as_str()), ("fuse.md", md.as_str())] {
-        let p = a.report_dir.join(name);
-        std::fs::write(&p, body).map_err(|e| format!("{}: {e}", p.display()))?;
-    }
-    Ok(())
+    write_report(
+        &a.report_dir,
+        "fuse",
+        &rep,
+        &fuseops::markdown(&rep, &a.threads),
+    )
 }
 
 fn main() -> ExitCode {
