@@ -25,8 +25,6 @@
 //! rewrite a stored access ACL, and a default ACL is not inherited by new
 //! files: those come later.
 
-use std::sync::Arc;
-
 use crossbeam_epoch::{self as epoch, Atomic, Owned};
 use crossbeam_skiplist::SkipMap;
 use scalevfs_sync::primitive::{AtomicU64, Ordering};
@@ -253,7 +251,54 @@ pub(crate) fn xattr_space(name: &[u8], value: &[u8]) -> u64 {
 }
 
 /// Name -> value (values shared with readers that copy them out).
-type XattrMap = SkipMap<Box<[u8]>, Arc<[u8]>>;
+type XattrMap = SkipMap<Box<[u8]>, Value>;
+
+/// One attribute's value, replaced in place: a replace swaps the pointer
+/// here (readers see the old value or the new one), where reinserting the
+/// name in the skip list would unlink the old entry before linking the new
+/// one, and a reader in between would find no attribute at all (xfstests
+/// generic/037: "replacing a xattr's value is an atomic operation").
+struct Value(Atomic<Box<[u8]>>);
+
+impl Value {
+    fn new(v: &[u8]) -> Value {
+        Value(Atomic::new(Box::from(v)))
+    }
+
+    /// The bytes, under `g`.
+    fn get<'g>(&self, g: &'g epoch::Guard) -> &'g [u8] {
+        // Acquire: pairs with the Release in `replace` (and the publication
+        // of a new entry by the skip list).
+        let p = self.0.load(Ordering::Acquire, g);
+        // SAFETY: never null (set at construction, swapped for another
+        // value), and freed only after a grace period `g` holds off.
+        unsafe { p.deref() }
+    }
+
+    /// Put `v` in place; the old bytes go after a grace period. The caller
+    /// serialises writers (`XattrStore::change`).
+    fn replace(&self, v: &[u8], g: &epoch::Guard) {
+        // Release: publish the new bytes to readers (`get`).
+        let old = self.0.swap(Owned::new(Box::from(v)), Ordering::Release, g);
+        // SAFETY: unreachable now; pinned readers are waited for.
+        unsafe { g.defer_destroy(old) };
+    }
+}
+
+impl Drop for Value {
+    fn drop(&mut self) {
+        // The skip list drops a value when its entry is reclaimed, after a
+        // grace period of its own; a reader that loaded the bytes under its
+        // guard may still use them, so they go after one more.
+        let g = epoch::pin();
+        // Relaxed: `&mut self`, nobody else reaches this cell any more.
+        let p = self.0.swap(epoch::Shared::null(), Ordering::Relaxed, &g);
+        if !p.is_null() {
+            // SAFETY: unreachable from the map; freed once, after readers.
+            unsafe { g.defer_destroy(p) };
+        }
+    }
+}
 
 /// One inode's attributes: a concurrent skip list (name -> value), made on
 /// the first set and kept until the inode goes. Readers take no lock;
@@ -307,7 +352,7 @@ impl XattrStore {
         let g = epoch::pin();
         let m = self.map(&g).ok_or(Errno::ENODATA)?;
         m.get(name)
-            .map(|e| e.value().to_vec())
+            .map(|e| e.value().get(&g).to_vec())
             .ok_or(Errno::ENODATA)
     }
 
@@ -323,7 +368,9 @@ impl XattrStore {
     pub(crate) fn space(&mut self) -> u64 {
         let g = epoch::pin();
         self.map(&g).map_or(0, |m| {
-            m.iter().map(|e| xattr_space(e.key(), e.value())).sum()
+            m.iter()
+                .map(|e| xattr_space(e.key(), e.value().get(&g)))
+                .sum()
         })
     }
 
@@ -348,7 +395,8 @@ impl XattrStore {
                 unsafe { m.deref() }
             }
         };
-        let old_space = m.get(name).map(|e| xattr_space(name, e.value()));
+        let entry = m.get(name);
+        let old_space = entry.as_ref().map(|e| xattr_space(name, e.value().get(&g)));
         match (value, old_space) {
             (None, None) => Err(Errno::ENODATA),
             (None, Some(old)) => {
@@ -366,7 +414,12 @@ impl XattrStore {
                 } else {
                     budget.release(old - new);
                 }
-                m.insert(Box::from(name), Arc::from(v));
+                match &entry {
+                    Some(e) => e.value().replace(v, &g),
+                    None => {
+                        m.insert(Box::from(name), Value::new(v));
+                    }
+                }
                 Ok(())
             }
         }

@@ -782,15 +782,14 @@ impl fuser::Filesystem for ScaleFs {
         reply: ReplyEmpty,
     ) {
         let fd = tri!(reply, fd_of(fh));
-        // An unlinked file's last close frees its data: then run the
-        // deferred frees now. Not for other closes (most of them): each
-        // flush is several epoch rounds, a third of an open+close through
-        // the mount (`scalevfs bench-fuse`).
-        let unlinked = matches!(self.shared.base.fstat(fd), Ok(st) if st.nlink == 0);
         reply_empty(reply, self.shared.base.close(fd));
-        if unlinked {
-            scalevfs::flush_deferred_frees();
-        }
+        // An unlinked file's last close frees its data, and pages replaced
+        // by overwrites wait for the epoch too: run the deferred frees now.
+        // (Only after unlinked files' closes was not enough: an overwrite
+        // loop of xfstests generic/451 then grew the daemon past its 4 GiB
+        // cap; the epoch's own pace does not keep up with a page retired
+        // per 4 KiB written.)
+        scalevfs::flush_deferred_frees();
     }
 
     fn fsync(
@@ -942,15 +941,14 @@ impl fuser::Filesystem for ScaleFs {
         reply: ReplyEmpty,
     ) {
         let fd = tri!(reply, fd_of(fh));
-        // An unlinked file's last close frees its data: then run the
-        // deferred frees now. Not for other closes (most of them): each
-        // flush is several epoch rounds, a third of an open+close through
-        // the mount (`scalevfs bench-fuse`).
-        let unlinked = matches!(self.shared.base.fstat(fd), Ok(st) if st.nlink == 0);
         reply_empty(reply, self.shared.base.close(fd));
-        if unlinked {
-            scalevfs::flush_deferred_frees();
-        }
+        // An unlinked file's last close frees its data, and pages replaced
+        // by overwrites wait for the epoch too: run the deferred frees now.
+        // (Only after unlinked files' closes was not enough: an overwrite
+        // loop of xfstests generic/451 then grew the daemon past its 4 GiB
+        // cap; the epoch's own pace does not keep up with a page retired
+        // per 4 KiB written.)
+        scalevfs::flush_deferred_frees();
     }
 
     fn fsyncdir(
