@@ -531,6 +531,24 @@ fn setup_mkdir_rmdir(v: &Variant, _d: Option<u32>, _t: usize) -> Result<Box<dyn 
     .pipe(Ok)
 }
 
+/// The machine's own ceiling: each worker runs 64 steps of a private
+/// xorshift generator per op, touching no memory that another thread
+/// touches and calling nothing in scalevfs. Its scaling is what the
+/// hardware (turbo, shared cores, the hypervisor) allows; read the other
+/// workloads' scaling against it.
+fn setup_control(_v: &Variant, _d: Option<u32>, _t: usize) -> Result<Box<dyn Instance>, String> {
+    instance((), |_, ctx| {
+        let mut r = Rng::new(ctx.index() as u64 + 1);
+        ctx.run(|| {
+            for _ in 0..64 {
+                std::hint::black_box(r.next());
+            }
+            Ok::<(), Errno>(())
+        })
+    })
+    .pipe(Ok)
+}
+
 // ---------------------------------------------------------------------------
 // will-it-scale fs set
 // ---------------------------------------------------------------------------
@@ -968,6 +986,13 @@ pub fn all() -> Vec<Workload> {
             "mkdir+rmdir own name in one shared directory",
             vec![Variant::plain()],
             setup_mkdir_rmdir,
+        ),
+        wl(
+            "control",
+            "the machine's ceiling (no filesystem)",
+            "64 steps of a private PRNG per op: no shared memory, no scalevfs call",
+            vec![Variant::plain()],
+            setup_control,
         ),
     ];
     for (name, desc) in WIS_TESTS.iter() {

@@ -69,7 +69,10 @@ fn create_close_unlink_write_few_shared_words() {
     // were written twice or three times per operation, a seqlock write of
     // four shared-word writes each; the name lookup under the name lock
     // took the hash bucket's lock, two more).
-    assert!(c <= 9, "creat: {c}");
+    // Since 2026-11-26 the fd table lock is a counted spinlock (it was a
+    // std mutex the counters did not see): reserve + install are two
+    // acquisitions, four counted writes that were there before as well.
+    assert!(c <= 13, "creat: {c}");
     assert!(u <= 16, "unlink: {u}");
     assert!(m <= 11, "mkdir: {m}");
     assert!(r <= 16, "rmdir: {r}");
