@@ -292,8 +292,16 @@ pub fn run(args: MountArgs) -> ExitCode {
     // Open the image before detaching, so its errors reach the terminal.
     let ext4 = match &args.image {
         Some(img) => {
+            let ro = args.options.iter().any(|o| o == "ro");
+            // A journal left by a crash is replayed as the kernel does at
+            // mount: onto the image read-write, in memory read-only.
             let o = scalevfs_ext4::Ext4Options {
-                ro: args.options.iter().any(|o| o == "ro"),
+                ro,
+                replay: if ro {
+                    scalevfs_ext4::journal::Replay::InMemory
+                } else {
+                    scalevfs_ext4::journal::Replay::OnDevice
+                },
                 ..Default::default()
             };
             match scalevfs_ext4::Ext4::open(img, o) {

@@ -16,7 +16,9 @@
 
 use std::collections::hash_map::{Entry, HashMap};
 use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
+use crossbeam_utils::CachePadded;
 use scalevfs_sync::ordered::{Class, Mutex};
 
 use crate::device::BlockDevice;
@@ -26,6 +28,10 @@ const SHARDS: usize = 16;
 struct Buf {
     data: Box<[u8]>,
     dirty: bool,
+    /// Journaled mode: the commit (count) whose checkpoint writes this
+    /// block home; until then the device holds an older copy and the block
+    /// must not be dropped. 0: the home copy is current.
+    stale: u64,
     /// Last use, for eviction (the shard's own clock).
     stamp: u64,
 }
@@ -41,6 +47,14 @@ pub struct BufCache {
     bs: usize,
     cap_per_shard: usize,
     shards: Vec<Mutex<Shard>>,
+    /// Dirty blocks per shard (changed under the shard lock, read without
+    /// it): the journal commits when the sum nears a transaction's limit.
+    dirty: Vec<CachePadded<AtomicUsize>>,
+    /// Journaled mode: dirty blocks are never written home by eviction
+    /// (only a checkpoint writes them, after their commit).
+    journaled: AtomicBool,
+    /// Journaled mode: every commit up to this one has been checkpointed.
+    checkpointed: AtomicU64,
 }
 
 impl std::fmt::Debug for BufCache {
@@ -61,11 +75,30 @@ impl BufCache {
             shards: (0..SHARDS)
                 .map(|_| Mutex::new(Class::Ext4Buf, Shard::default()))
                 .collect(),
+            dirty: (0..SHARDS).map(|_| Default::default()).collect(),
+            journaled: AtomicBool::new(false),
+            checkpointed: AtomicU64::new(0),
         }
     }
 
     fn shard(&self, blk: u64) -> &Mutex<Shard> {
         &self.shards[(blk % SHARDS as u64) as usize]
+    }
+
+    fn dirty_of(&self, blk: u64) -> &AtomicUsize {
+        &self.dirty[(blk % SHARDS as u64) as usize]
+    }
+
+    /// Journaled mode from now on (see `journaled`).
+    pub fn set_journaled(&self) {
+        // Relaxed: set once at mount, before any writer runs.
+        self.journaled.store(true, Ordering::Relaxed);
+    }
+
+    /// Dirty blocks now (a sum of per-shard counts read without locks).
+    pub fn dirty_count(&self) -> usize {
+        // Relaxed: an estimate that decides when to commit.
+        self.dirty.iter().map(|d| d.load(Ordering::Relaxed)).sum()
     }
 
     /// Copy block `blk` into `out` (one block): the cached copy if there is
@@ -109,12 +142,17 @@ impl BufCache {
                 v.insert(Buf {
                     data,
                     dirty: false,
+                    stale: 0,
                     stamp: now,
                 })
             }
         };
         b.stamp = now;
-        b.dirty = true;
+        if !b.dirty {
+            b.dirty = true;
+            // Relaxed: under the shard lock; read as an estimate.
+            self.dirty_of(blk).fetch_add(1, Ordering::Relaxed);
+        }
         let r = f(&mut b.data);
         if s.map.len() > self.cap_per_shard {
             self.shrink(dev, &mut s)?;
@@ -122,15 +160,33 @@ impl BufCache {
         Ok(r)
     }
 
-    /// Write back and drop the older half of an over-full shard.
+    /// Write back and drop the older half of an over-full shard. In
+    /// journaled mode only blocks whose home copy is current go (dirty
+    /// ones wait for their commit, committed ones for their checkpoint),
+    /// so the shard may stay over its bound until the next commit.
     fn shrink(&self, dev: &dyn BlockDevice, s: &mut Shard) -> io::Result<()> {
-        let mut by_age: Vec<(u64, u64)> = s.map.iter().map(|(&k, b)| (b.stamp, k)).collect();
+        // Relaxed: both set before writers run / advanced by the committer;
+        // a stale value only keeps a block longer.
+        let journaled = self.journaled.load(Ordering::Relaxed);
+        let done = self.checkpointed.load(Ordering::Relaxed);
+        let mut by_age: Vec<(u64, u64)> = s
+            .map
+            .iter()
+            .filter(|(_, b)| !journaled || (!b.dirty && b.stale <= done))
+            .map(|(&k, b)| (b.stamp, k))
+            .collect();
         by_age.sort_unstable();
-        let drop_n = by_age.len() - self.cap_per_shard / 2;
+        let drop_n = s
+            .map
+            .len()
+            .saturating_sub(self.cap_per_shard / 2)
+            .min(by_age.len());
         for &(_, blk) in &by_age[..drop_n] {
             if let Some(b) = s.map.get(&blk) {
                 if b.dirty {
                     dev.write_at(blk * self.bs as u64, &b.data)?;
+                    // Relaxed: under the shard lock.
+                    self.dirty_of(blk).fetch_sub(1, Ordering::Relaxed);
                 }
             }
             s.map.remove(&blk);
@@ -140,7 +196,38 @@ impl BufCache {
 
     /// Drop block `blk` without writing it (it was freed).
     pub fn forget(&self, blk: u64) {
-        self.shard(blk).lock().map.remove(&blk);
+        if let Some(b) = self.shard(blk).lock().map.remove(&blk) {
+            if b.dirty {
+                // Relaxed: under the shard lock (just released).
+                self.dirty_of(blk).fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Journaled mode, at a commit (no writer inside): copy out every dirty
+    /// block, mark it clean and stale until checkpoint `commit`.
+    pub fn take_dirty(&self, commit: u64) -> Vec<(u64, Vec<u8>)> {
+        let mut out = Vec::new();
+        for (i, sh) in self.shards.iter().enumerate() {
+            let mut s = sh.lock();
+            for (&blk, b) in s.map.iter_mut() {
+                if b.dirty {
+                    out.push((blk, b.data.to_vec()));
+                    b.dirty = false;
+                    b.stale = commit;
+                }
+            }
+            // Relaxed: under the shard lock.
+            self.dirty[i].store(0, Ordering::Relaxed);
+        }
+        out.sort_unstable_by_key(|(b, _)| *b);
+        out
+    }
+
+    /// Journaled mode: commits up to `commit` are written home.
+    pub fn checkpointed(&self, commit: u64) {
+        // Relaxed: read by `shrink` as a bound; a late view keeps blocks.
+        self.checkpointed.fetch_max(commit, Ordering::Relaxed);
     }
 
     /// Write every dirty block to the device (not flushed: the caller
@@ -159,6 +246,8 @@ impl BufCache {
                 let b = s.map.get_mut(&blk).expect("listed above");
                 dev.write_at(blk * self.bs as u64, &b.data)?;
                 b.dirty = false;
+                // Relaxed: under the shard lock.
+                self.dirty_of(blk).fetch_sub(1, Ordering::Relaxed);
             }
         }
         Ok(())

@@ -3,7 +3,7 @@
 //! `extent_write.rs`, `alloc.rs` and `bufcache.rs`.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use scalevfs::fstype::{Filesystem, NewNode};
 use scalevfs::inode::Inode;
@@ -27,6 +27,7 @@ use crate::format::superblock::{
     self, SbUpdate, Superblock, FLAG_UNSIGNED_HASH, SB_OFFSET, SB_SIZE, STATE_ERROR, STATE_VALID,
 };
 use crate::format::xattr;
+use crate::txn::{Committer, Handle, Journal, LogSink};
 
 /// `statfs` f_type of ext2/3/4.
 pub const EXT4_SUPER_MAGIC: u64 = 0xEF53;
@@ -61,6 +62,14 @@ pub struct Ext4Options {
     pub ro: bool,
     /// Metadata blocks the write-back cache holds (read-write only).
     pub buffer_cache: usize,
+    /// Read-write with a journal in the image: write through it (jbd2,
+    /// data=ordered; the default). `false` writes in place as before, so
+    /// the image is consistent only after sync/unmount.
+    pub journal: bool,
+    /// Seconds between the commit thread's commits (jbd2's commit
+    /// interval, 5 s by default); 0 turns the thread off (commits happen
+    /// at fsync, sync, unmount and when a transaction grows large).
+    pub commit_interval: u64,
 }
 
 impl Default for Ext4Options {
@@ -71,6 +80,8 @@ impl Default for Ext4Options {
             replay: Replay::Refuse,
             ro: true,
             buffer_cache: 8192,
+            journal: true,
+            commit_interval: 5,
         }
     }
 }
@@ -123,7 +134,7 @@ struct InodeCache {
 
 /// An ext4 filesystem (read-only unless opened with `ro: false`).
 pub struct Ext4 {
-    pub(crate) dev: Box<dyn BlockDevice>,
+    pub(crate) dev: Arc<dyn BlockDevice>,
     pub(crate) sb: Superblock,
     pub(crate) groups: Vec<GroupDesc>,
     pub(crate) bs: usize,
@@ -152,6 +163,9 @@ pub(crate) struct RwState {
     pub(crate) unmounted: AtomicBool,
     /// Inodes whose last name is gone, freed once nothing holds them.
     pub(crate) unlinked: OMutex<Vec<(u32, Weak<Inode>)>>,
+    /// The journaled write path (`txn.rs`), installed by `open.rs` when the
+    /// image has a journal and `Ext4Options::journal` is on.
+    pub(crate) journal: OnceLock<Journal>,
 }
 
 /// The RO_COMPAT features a read-write mount keeps correct.
@@ -244,7 +258,7 @@ impl Ext4 {
             Box::new(()),
         ));
         let mut fs = Ext4 {
-            dev,
+            dev: Arc::from(dev),
             sb,
             groups,
             bs,
@@ -267,6 +281,7 @@ impl Ext4 {
                 failed: AtomicBool::new(false),
                 unmounted: AtomicBool::new(false),
                 unlinked: OMutex::new(Class::Ext4Unlinked, Vec::new()),
+                journal: OnceLock::new(),
             });
             // Mark the filesystem in use (not clean) until unmount.
             fs.write_super(false)?;
@@ -346,10 +361,216 @@ impl Ext4 {
         self.check(rw.alloc.alloc_block(&io, goal, root))
     }
 
-    /// Free block `blk`.
+    /// Free block `blk`. Journaled: the block is freed in the bitmaps by
+    /// the commit of the running transaction and reusable only after it
+    /// (`txn.rs`).
     pub fn free_block(&self, blk: u64) -> Result<()> {
         let (rw, io) = self.rw()?;
+        if let Some(j) = rw.journal.get() {
+            if blk < u64::from(self.sb.first_data_block) || blk >= self.sb.blocks_count {
+                return self.check(Err(corrupt(
+                    format!("block {blk}"),
+                    "freeing a block outside the fs",
+                )));
+            }
+            rw.bufs.forget(blk);
+            j.pending.lock().push(blk);
+            return Ok(());
+        }
         self.check(rw.alloc.free_block(&io, blk))
+    }
+
+    fn journal(&self) -> Option<&Journal> {
+        self.rw.as_ref()?.journal.get()
+    }
+
+    /// Start a handle (a change to the filesystem; `txn.rs`). A thread
+    /// that holds none first commits if the running transaction is large.
+    pub(crate) fn handle(&self) -> Result<Handle<'_>> {
+        let Some(j) = self.journal() else {
+            return Ok(Handle::none());
+        };
+        if !Handle::nested(j) {
+            if let Some(rw) = &self.rw {
+                if rw.bufs.dirty_count() > j.limit {
+                    self.commit()?;
+                }
+            }
+        }
+        Ok(Handle::start(j))
+    }
+
+    /// Run `f` in a handle. On ENOSPC while blocks freed by the running
+    /// transaction wait for its commit, commit and try once more (as ext4
+    /// retries an allocation after forcing a commit).
+    pub(crate) fn journaled<T>(&self, f: impl Fn() -> Result<T>) -> Result<T> {
+        let Some(j) = self.journal() else {
+            return f();
+        };
+        let nested = Handle::nested(j);
+        let r = {
+            let _h = self.handle()?;
+            f()
+        };
+        let enospc = matches!(&r, Err(Error::Io(e)) if e.raw_os_error() == Some(libc::ENOSPC));
+        if enospc && !nested && !j.pending.lock().is_empty() {
+            self.commit()?;
+            let _h = self.handle()?;
+            return f();
+        }
+        r
+    }
+
+    /// Make everything done before this call durable (fsync, sync): wait
+    /// for a commit that starts after the call, or run it (group commit:
+    /// callers that arrive while one runs share the next).
+    pub fn commit(&self) -> Result<()> {
+        let Some(j) = self.journal() else {
+            return self.writeback(false);
+        };
+        if Handle::nested(j) {
+            return Err(corrupt("journal", "commit requested inside a handle"));
+        }
+        // Relaxed: a statistic.
+        j.requests.fetch_add(1, Ordering::Relaxed);
+        let target = j.next_commit();
+        let mut st = j.commit.lock();
+        // SeqCst: see `Journal::next_commit`.
+        if j.done.load(Ordering::SeqCst) >= target {
+            return Ok(());
+        }
+        self.commit_locked(j, &mut st, false)
+    }
+
+    /// Commits that logged something, and commit requests (fsync, sync)
+    /// since mount: (0, 0) without a journal.
+    pub fn commit_stats(&self) -> (u64, u64) {
+        self.journal().map_or((0, 0), |j| {
+            // Relaxed: statistics.
+            (
+                j.commits.load(Ordering::Relaxed),
+                j.requests.load(Ordering::Relaxed),
+            )
+        })
+    }
+
+    /// One commit, under the commit lock (`last`: unmount, free every
+    /// unlinked inode).
+    fn commit_locked(&self, j: &Journal, st: &mut Committer, last: bool) -> Result<()> {
+        let Some(rw) = &self.rw else { return Ok(()) };
+        if st.log.is_none() {
+            return Err(Error::Io(std::io::Error::from_raw_os_error(libc::EROFS)));
+        }
+        j.gate.close();
+        // SeqCst: see `Journal::next_commit` (changed under the commit lock).
+        let n = j.started.load(Ordering::SeqCst) + 1;
+        j.started.store(n, Ordering::SeqCst);
+        let r = self.prepare_commit(j, st, last, n);
+        j.gate.open();
+        let (blocks, revokes) = r?;
+        let log = st.log.as_mut().expect("checked above");
+        log.forget(&revokes);
+        if !blocks.is_empty() || !revokes.is_empty() {
+            let per_desc = log.tags_per_block().max(1) as usize;
+            let per_revoke = (self.bs / 8).max(1);
+            let need = blocks.len() + blocks.len() / per_desc + revokes.len() / per_revoke + 4;
+            if need >= log.capacity() as usize {
+                rw.failed.store(true, Ordering::Relaxed);
+                return Err(corrupt(
+                    "journal",
+                    format!(
+                        "a transaction of {need} blocks does not fit the log of {}",
+                        log.capacity()
+                    ),
+                ));
+            }
+            if (log.room() as usize) <= need {
+                log.checkpoint()?;
+                rw.bufs.checkpointed(n - 1);
+                st.logged.clear();
+            }
+            let refs: Vec<(u64, &[u8])> = blocks.iter().map(|(b, d)| (*b, &d[..])).collect();
+            let r = log.commit(&refs, &revokes, now().0.max(0) as u64);
+            if let Err(e) = r {
+                // Relaxed: see `rw`.
+                rw.failed.store(true, Ordering::Relaxed);
+                return Err(e);
+            }
+            st.logged.extend(blocks.iter().map(|(b, _)| *b));
+            // Relaxed: a statistic.
+            j.commits.fetch_add(1, Ordering::Relaxed);
+        }
+        self.write_super(false)?;
+        // SeqCst: see `Journal::next_commit`.
+        j.done.store(n, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// The part of a commit with the gate closed: free the unlinked
+    /// inodes and the running transaction's freed blocks, encode the group
+    /// descriptors, copy the dirty blocks out.
+    #[allow(clippy::type_complexity)]
+    fn prepare_commit(
+        &self,
+        j: &Journal,
+        st: &mut Committer,
+        last: bool,
+        n: u64,
+    ) -> Result<(Vec<(u64, Vec<u8>)>, Vec<u64>)> {
+        let Some(rw) = &self.rw else {
+            return Ok((Vec::new(), Vec::new()));
+        };
+        // Relaxed: see `rw`.
+        if !rw.failed.load(Ordering::Relaxed) {
+            self.reap(last)?;
+        }
+        let (_, io) = self.rw()?;
+        let frees = std::mem::take(&mut *j.pending.lock());
+        let mut revokes = Vec::new();
+        for b in frees {
+            self.check(rw.alloc.free_block(&io, b))?;
+            if st.logged.remove(&b) {
+                revokes.push(b);
+            }
+        }
+        rw.alloc.write_descs(&io, |gdb| gdt_block(&self.sb, gdb))?;
+        Ok((rw.bufs.take_dirty(n), revokes))
+    }
+
+    /// The device (shared with the journal's log writer).
+    pub(crate) fn device(&self) -> Arc<dyn BlockDevice> {
+        self.dev.clone()
+    }
+
+    /// Turn on the journaled write path with `log` (open.rs, right after
+    /// the open): needs_recovery stays set while mounted, and a commit
+    /// thread commits every `interval` seconds (0: none).
+    pub(crate) fn install_journal(
+        self: &Arc<Self>,
+        log: Box<dyn LogSink>,
+        interval: u64,
+    ) -> Result<()> {
+        let Some(rw) = &self.rw else { return Ok(()) };
+        rw.bufs.set_journaled();
+        {
+            let mut raw = rw.sb_raw.lock();
+            let inc =
+                u32::from_le_bytes([raw[0x60], raw[0x61], raw[0x62], raw[0x63]]) | INCOMPAT_RECOVER;
+            raw[0x60..0x64].copy_from_slice(&inc.to_le_bytes());
+        }
+        if rw.journal.set(Journal::new(log)).is_err() {
+            return Err(corrupt("journal", "installed twice"));
+        }
+        self.write_super(false)?;
+        self.dev.flush()?;
+        if interval > 0 {
+            let weak = Arc::downgrade(self);
+            std::thread::Builder::new()
+                .name("ext4-commit".into())
+                .spawn(move || commit_thread(weak, interval))
+                .map_err(Error::Io)?;
+        }
+        Ok(())
     }
 
     /// Allocate an inode number, preferably in group `group`.
@@ -372,7 +593,9 @@ impl Ext4 {
         let mut raw = rw.sb_raw.lock();
         // Relaxed: a statistic.
         let kb = rw.written.load(Ordering::Relaxed) / 1024;
-        let state = if clean {
+        let state = if clean || rw.journal.get().is_some() {
+            // A journaled mount keeps the state valid, as the kernel's
+            // does: needs_recovery says whether a replay is due.
             self.sb.state | STATE_VALID
         } else {
             self.sb.state & !STATE_VALID
@@ -403,6 +626,9 @@ impl Ext4 {
             .is_some_and(|r| r.unmounted.load(Ordering::Relaxed))
         {
             return Ok(());
+        }
+        if self.journal().is_some() {
+            return self.commit();
         }
         self.writeback(false)
     }
@@ -463,6 +689,28 @@ impl Ext4 {
 
     fn writeback(&self, clean: bool) -> Result<()> {
         let Some(rw) = &self.rw else { return Ok(()) };
+        if let Some(j) = rw.journal.get() {
+            if !clean {
+                return self.commit();
+            }
+            // The last commit (every unlinked inode freed), then a
+            // checkpoint and an empty log without needs_recovery.
+            let mut st = j.commit.lock();
+            self.commit_locked(j, &mut st, true)?;
+            if let Some(log) = st.log.take() {
+                log.close()?;
+            }
+            rw.bufs.checkpointed(u64::MAX);
+            {
+                let mut raw = rw.sb_raw.lock();
+                let inc = u32::from_le_bytes([raw[0x60], raw[0x61], raw[0x62], raw[0x63]])
+                    & !INCOMPAT_RECOVER;
+                raw[0x60..0x64].copy_from_slice(&inc.to_le_bytes());
+            }
+            self.write_super(true)?;
+            self.dev.flush()?;
+            return Ok(());
+        }
         // Relaxed: see `rw`.
         if !rw.failed.load(Ordering::Relaxed) {
             self.reap(clean)?;
@@ -1060,10 +1308,24 @@ impl Ext4 {
         if let Some(t) = fast_link(raw, self.bs) {
             return Ok(t.to_vec());
         }
-        let mut v = vec![0u8; len];
-        let n = self.read_data(raw, 0, &mut v)?;
-        if n != len {
-            return Err(corrupt(what(), "short target"));
+        // Read through the buffer cache: a read-write mount writes slow
+        // symlink targets there (journaled metadata), and the home copy
+        // may not be written yet. At most 4096 bytes: 4 blocks of 1 KiB.
+        let mut v = Vec::with_capacity(len);
+        let mut b = vec![0u8; self.bs];
+        let mut lblk = 0u32;
+        while v.len() < len {
+            match self.map_block(raw, lblk)? {
+                Mapping::Data {
+                    pblk,
+                    uninit: false,
+                    ..
+                } => self.read_block(pblk, &mut b)?,
+                _ => return Err(corrupt(what(), "short target")),
+            }
+            let take = (len - v.len()).min(self.bs);
+            v.extend_from_slice(&b[..take]);
+            lblk += 1;
         }
         Ok(v)
     }
@@ -1205,7 +1467,7 @@ impl Filesystem for Ext4 {
         node: NewNode<'_>,
         owner: (u32, u32),
     ) -> VfsResult<Arc<Inode>> {
-        vfs(self.create_node(dir, name, node, owner))
+        vfs(self.journaled(|| self.create_node(dir, name, node.clone(), owner)))
     }
 
     fn create_tmpfile(
@@ -1218,15 +1480,15 @@ impl Filesystem for Ext4 {
     }
 
     fn link(&self, dir: &Arc<Inode>, name: &[u8], inode: &Arc<Inode>) -> VfsResult<()> {
-        vfs(self.add_link(dir, name, inode))
+        vfs(self.journaled(|| self.add_link(dir, name, inode)))
     }
 
     fn unlink(&self, dir: &Arc<Inode>, name: &[u8], inode: &Arc<Inode>) -> VfsResult<()> {
-        vfs(self.remove_name(dir, name, inode, false))
+        vfs(self.journaled(|| self.remove_name(dir, name, inode, false)))
     }
 
     fn rmdir(&self, dir: &Arc<Inode>, name: &[u8], inode: &Arc<Inode>) -> VfsResult<()> {
-        vfs(self.remove_name(dir, name, inode, true))
+        vfs(self.journaled(|| self.remove_name(dir, name, inode, true)))
     }
 
     fn rename(
@@ -1244,9 +1506,12 @@ impl Filesystem for Ext4 {
         }
         if exchange {
             let other = replaced.ok_or(Errno::ENOENT)?;
-            return vfs(self.exchange_entries(old_dir, old_name, new_dir, new_name, moved, other));
+            return vfs(self.journaled(|| {
+                self.exchange_entries(old_dir, old_name, new_dir, new_name, moved, other)
+            }));
         }
-        vfs(self.rename_entry(old_dir, old_name, new_dir, new_name, moved, replaced))
+        vfs(self
+            .journaled(|| self.rename_entry(old_dir, old_name, new_dir, new_name, moved, replaced)))
     }
 
     fn readlink(&self, i: &Arc<Inode>) -> VfsResult<Vec<u8>> {
@@ -1264,7 +1529,7 @@ impl Filesystem for Ext4 {
     }
 
     fn setattr(&self, inode: &Arc<Inode>, set: &SetAttr) -> VfsResult<()> {
-        vfs(self.set_attr(inode, set))
+        vfs(self.journaled(|| self.set_attr(inode, set)))
     }
 
     fn readdir(
@@ -1323,6 +1588,9 @@ impl Filesystem for Ext4 {
     }
 
     fn fsync(&self, _inode: &Arc<Inode>, _datasync: bool) -> VfsResult<()> {
+        // The whole running transaction commits (as jbd2's does); data
+        // went home before its handle ended, and the commit's first flush
+        // makes it durable before the commit block.
         vfs(self.sync())
     }
 
@@ -1347,11 +1615,11 @@ impl Filesystem for Ext4 {
     }
 
     fn write(&self, inode: &Arc<Inode>, off: u64, buf: &[u8]) -> VfsResult<usize> {
-        vfs(self.file_write(inode, off, buf))
+        vfs(self.journaled(|| self.file_write(inode, off, buf)))
     }
 
     fn truncate(&self, inode: &Arc<Inode>, size: u64) -> VfsResult<()> {
-        vfs(self.file_truncate(inode, size))
+        vfs(self.journaled(|| self.file_truncate(inode, size)))
     }
 
     fn fallocate(&self, inode: &Arc<Inode>, punch: bool, off: u64, len: u64) -> VfsResult<()> {
@@ -1359,9 +1627,9 @@ impl Filesystem for Ext4 {
             return Err(Errno::EROFS);
         }
         if punch {
-            vfs(self.file_punch(inode, off, len))
+            vfs(self.journaled(|| self.file_punch(inode, off, len)))
         } else {
-            vfs(self.file_fallocate(inode, off, len))
+            vfs(self.journaled(|| self.file_fallocate(inode, off, len)))
         }
     }
 
@@ -1524,4 +1792,35 @@ fn gdt_block(sb: &Superblock, gdb: u64) -> u64 {
         has_super += 1;
     }
     group * u64::from(sb.blocks_per_group) + u64::from(sb.first_data_block) + has_super
+}
+
+/// The commit thread: every `interval` seconds, commit what is dirty;
+/// ends when the filesystem is gone or unmounted.
+fn commit_thread(fs: std::sync::Weak<Ext4>, interval: u64) {
+    let step = std::time::Duration::from_millis(100);
+    let mut waited = 0u64;
+    loop {
+        std::thread::sleep(step);
+        waited += 100;
+        let Some(fs) = fs.upgrade() else { return };
+        let Some(rw) = &fs.rw else { return };
+        // Relaxed: see `Ext4::rw`.
+        if rw.unmounted.load(Ordering::Relaxed) || rw.failed.load(Ordering::Relaxed) {
+            return;
+        }
+        if waited < interval * 1000 {
+            continue;
+        }
+        waited = 0;
+        let busy = rw.bufs.dirty_count() > 0
+            || rw
+                .journal
+                .get()
+                .is_some_and(|j| !j.pending.lock().is_empty());
+        if busy {
+            if let Err(e) = fs.commit() {
+                eprintln!("scalevfs-ext4: commit failed: {e}");
+            }
+        }
+    }
 }

@@ -10,7 +10,9 @@ use std::sync::Arc;
 
 use crate::device::{BlockDevice, FileDevice};
 use crate::error::Result;
+use crate::format::features::COMPAT_HAS_JOURNAL;
 use crate::fs::{Ext4, Ext4Options};
+use crate::journal::writer::LogWriter;
 
 impl Ext4 {
     /// Open the image (or block device) at `path`, read-only unless
@@ -21,8 +23,18 @@ impl Ext4 {
     }
 
     /// Open a filesystem on `dev` (read-only unless `opts.ro` is false).
+    /// A read-write open of an image with a journal writes through it
+    /// (`Ext4Options::journal`, the default): the log writer is installed
+    /// here, above both the journal and `fs.rs`.
     pub fn open_device(dev: Box<dyn BlockDevice>, opts: Ext4Options) -> Result<Arc<Ext4>> {
         let dev = crate::journal::replay_on_open(dev, opts.replay)?;
-        Ext4::open_unreplayed(dev, opts)
+        let (journal, interval) = (opts.journal && !opts.ro, opts.commit_interval);
+        let fs = Ext4::open_unreplayed(dev, opts)?;
+        let sb = fs.superblock();
+        if journal && sb.feature_compat & COMPAT_HAS_JOURNAL != 0 && sb.journal_inum != 0 {
+            let log = LogWriter::open(fs.device(), sb.has_metadata_csum())?;
+            fs.install_journal(Box::new(log), interval)?;
+        }
+        Ok(fs)
     }
 }

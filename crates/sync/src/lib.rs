@@ -36,6 +36,7 @@
 
 #![warn(missing_docs, missing_debug_implementations)]
 
+pub mod gate;
 pub mod lockref;
 pub mod lockstat;
 pub mod ordered;
@@ -44,6 +45,7 @@ pub mod seqcount;
 pub mod spin;
 pub mod trace;
 
+pub use gate::{Gate, Pass};
 pub use lockref::{LockRef, LockRefVariant, LOCKREF_DEAD};
 pub use lockstat::{LockClass, Snapshot, Stat};
 pub use seqcount::{SeqCount, SeqLock};

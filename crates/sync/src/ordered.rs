@@ -129,29 +129,37 @@ classes! {
     /// are allocated under the data lock and freed by epoch destructors,
     /// which run wherever a thread pins.
     FramePool = 20, "frames::POOL", No;
+    /// `ext4 Journal::commit`: one journal commit at a time (fsync, sync,
+    /// the commit thread, unmount); taken with no ext4 lock and no journal
+    /// handle held. While it is held the committer closes the handle gate
+    /// and takes ext4 locks below to free unlinked inodes.
+    Ext4Commit = 21, "ext4 Journal::commit", No;
     /// `ext4 Ext4Inode::dir_lock`: a directory's blocks, exclusive while a
     /// name is added or removed (two by inode number for a rename), shared
     /// for lookup and readdir.
-    Ext4Dir = 21, "ext4 Ext4Inode::dir_lock", Ascending;
+    Ext4Dir = 22, "ext4 Ext4Inode::dir_lock", Ascending;
     /// `ext4 Ext4Inode::data`: a file's extent tree, exclusive while it
     /// changes (write, truncate, fallocate), shared for read and seek.
-    Ext4File = 22, "ext4 Ext4Inode::data", No;
+    Ext4File = 23, "ext4 Ext4Inode::data", No;
     /// `ext4 Alloc::groups[g]`: one block group's allocation state
     /// (bitmaps, free counts, flags); one group at a time.
-    Ext4Group = 23, "ext4 Alloc::groups", No;
+    Ext4Group = 24, "ext4 Alloc::groups", No;
     /// `ext4 BufCache::shards[i]`: one shard of the metadata buffer cache.
-    Ext4Buf = 24, "ext4 BufCache::shards", No;
+    Ext4Buf = 25, "ext4 BufCache::shards", No;
     /// `ext4 Ext4::sb_raw`: the raw superblock at writeback.
-    Ext4Super = 25, "ext4 Ext4::sb_raw", No;
+    Ext4Super = 26, "ext4 Ext4::sb_raw", No;
     /// `ext4 Ext4Inode::raw`: an inode's on-disk copy, held only to copy
     /// or replace it.
-    Ext4Raw = 26, "ext4 Ext4Inode::raw", No;
+    Ext4Raw = 27, "ext4 Ext4Inode::raw", No;
     /// `ext4 RwState::unlinked`: inodes whose last name is gone.
-    Ext4Unlinked = 27, "ext4 RwState::unlinked", No;
+    Ext4Unlinked = 28, "ext4 RwState::unlinked", No;
+    /// `ext4 Journal::pending`: blocks freed in the running transaction,
+    /// reusable after its commit; held only to push or take the list.
+    Ext4Pending = 29, "ext4 Journal::pending", No;
     /// A shard of the FUSE adapter's node table (`crates/fuse/src/
     /// nodes.rs`): held only around its hash map, never across a core call
     /// (a node's handle is dropped after the shard is released).
-    FuseNodes = 28, "fuse NodeTable shard", No;
+    FuseNodes = 30, "fuse NodeTable shard", No;
 }
 
 impl fmt::Display for Class {

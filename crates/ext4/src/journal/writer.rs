@@ -95,6 +95,11 @@ impl LogWriter {
         self.next_seq
     }
 
+    /// Log blocks free for new transactions without a checkpoint.
+    pub fn room(&self) -> u32 {
+        self.js.log_len() - 1 - self.used()
+    }
+
     fn used(&self) -> u32 {
         let n = self.js.log_len();
         (self.head + n - self.tail) % n
@@ -173,6 +178,19 @@ impl LogWriter {
         Ok(seq)
     }
 
+    /// Blocks freed since they were logged: a checkpoint must not write
+    /// their logged copies home (a new owner may have put data there), and
+    /// the caller logs revoke records for them.
+    pub fn forget(&mut self, homes: &[u64]) {
+        if homes.is_empty() {
+            return;
+        }
+        let gone: std::collections::HashSet<u64> = homes.iter().copied().collect();
+        for t in &mut self.live {
+            t.blocks.retain(|(h, _)| !gone.contains(h));
+        }
+    }
+
     /// Write every committed transaction home, flush, and move the log
     /// tail past them in the journal superblock (flushed).
     pub fn checkpoint(&mut self) -> Result<()> {
@@ -203,5 +221,29 @@ impl LogWriter {
         self.dev.flush()?;
         set_needs_recovery(&*self.dev, false)?;
         Ok(())
+    }
+}
+
+impl crate::txn::LogSink for LogWriter {
+    fn commit(&mut self, blocks: &[(u64, &[u8])], revokes: &[u64], time: u64) -> Result<u32> {
+        LogWriter::commit(self, blocks, revokes, time)
+    }
+    fn checkpoint(&mut self) -> Result<()> {
+        LogWriter::checkpoint(self)
+    }
+    fn forget(&mut self, homes: &[u64]) {
+        LogWriter::forget(self, homes)
+    }
+    fn room(&self) -> u32 {
+        LogWriter::room(self)
+    }
+    fn capacity(&self) -> u32 {
+        self.js.log_len()
+    }
+    fn tags_per_block(&self) -> u32 {
+        format::tags_per_descriptor(&self.js) as u32
+    }
+    fn close(self: Box<Self>) -> Result<()> {
+        LogWriter::close(*self)
     }
 }

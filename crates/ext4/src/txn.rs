@@ -1,0 +1,159 @@
+//! The journaled write path's state: handles, the running transaction's
+//! freed blocks, and the log a commit writes to (`LogSink`, implemented by
+//! `journal::writer::LogWriter` and installed by `open.rs`, so that `fs.rs`
+//! does not import the journal, which opens images through `fs.rs`).
+//!
+//! DESIGN (jbd2 in small; the commit itself is `Ext4::commit` in fs.rs)
+//! - Every change to the filesystem runs inside a handle: a pass through
+//!   `gate` (`scalevfs_sync::Gate`), a per-thread count, so that handles of
+//!   different threads share no lock and no counter line (jbd2 counts
+//!   `t_updates` in one atomic).
+//! - A commit takes `commit` (one committer), closes the gate and waits for
+//!   the handles inside to finish: the metadata blocks in the buffer cache
+//!   are then a consistent state. It frees what must be freed, copies the
+//!   dirty blocks out, opens the gate again and writes the copies to the log
+//!   while new handles run (they dirty blocks for the next transaction).
+//! - Ordered data: file data goes to its home blocks before its handle
+//!   ends, so it is on the device before the commit's first flush, which
+//!   comes before the commit block.
+//! - Freed blocks are not reusable until the transaction that freed them
+//!   has committed: `pending` holds them, the commit frees them in the
+//!   bitmaps of the transaction it writes. Otherwise a crash before that
+//!   commit would leave the old owner (still the owner on disk) pointing at
+//!   a new owner's data. A freed block that an earlier transaction logged
+//!   gets a revoke record, so replay never writes its old copy over data.
+//! - Group commit: a caller waits for a commit that started after it
+//!   called (`started`, `done`); concurrent fsyncs share one.
+
+use std::cell::Cell;
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use scalevfs_sync::ordered::{Class, Mutex};
+use scalevfs_sync::{Gate, Pass};
+
+use crate::error::Result;
+
+/// Where commits go: a jbd2 log (`journal::writer::LogWriter`).
+pub trait LogSink: Send {
+    /// Append one transaction and make it durable (flushes included).
+    fn commit(&mut self, blocks: &[(u64, &[u8])], revokes: &[u64], time: u64) -> Result<u32>;
+    /// Write every committed transaction home and empty the log.
+    fn checkpoint(&mut self) -> Result<()>;
+    /// Freed blocks: never write their logged copies home again.
+    fn forget(&mut self, homes: &[u64]);
+    /// Log blocks free for new transactions (without a checkpoint).
+    fn room(&self) -> u32;
+    /// Log blocks in all (the largest transaction is a quarter of it).
+    fn capacity(&self) -> u32;
+    /// Tags one descriptor block holds (to size a transaction).
+    fn tags_per_block(&self) -> u32;
+    /// Checkpoint, mark the log empty, clear needs_recovery.
+    fn close(self: Box<Self>) -> Result<()>;
+}
+
+/// The committer's state.
+pub(crate) struct Committer {
+    pub(crate) log: Option<Box<dyn LogSink>>,
+    /// Home blocks logged by transactions not yet checkpointed: freeing
+    /// one needs a revoke record.
+    pub(crate) logged: HashSet<u64>,
+}
+
+/// A journaled mount's transaction state.
+pub(crate) struct Journal {
+    pub(crate) gate: Gate,
+    pub(crate) commit: Mutex<Committer>,
+    pub(crate) pending: Mutex<Vec<u64>>,
+    /// Commits started (the number of the running transaction's commit is
+    /// `started + 1`).
+    pub(crate) started: AtomicU64,
+    /// Commits finished (durable).
+    pub(crate) done: AtomicU64,
+    /// Dirty metadata blocks past which a new handle commits first.
+    pub(crate) limit: usize,
+    /// Statistics: commits that logged something, and `commit` calls that
+    /// asked for durability (fsync, sync): fsyncs per commit.
+    pub(crate) commits: AtomicU64,
+    pub(crate) requests: AtomicU64,
+}
+
+impl Journal {
+    pub(crate) fn new(log: Box<dyn LogSink>) -> Journal {
+        let limit = (log.capacity() / 4).saturating_sub(64).max(16) as usize;
+        Journal {
+            gate: Gate::new(64),
+            commit: Mutex::new(
+                Class::Ext4Commit,
+                Committer {
+                    log: Some(log),
+                    logged: HashSet::new(),
+                },
+            ),
+            pending: Mutex::new(Class::Ext4Pending, Vec::new()),
+            started: AtomicU64::new(0),
+            done: AtomicU64::new(0),
+            limit,
+            commits: AtomicU64::new(0),
+            requests: AtomicU64::new(0),
+        }
+    }
+
+    /// The number a commit starting now would get.
+    pub(crate) fn next_commit(&self) -> u64 {
+        // SeqCst: compared with `done` by group-commit waiters; both change
+        // under the commit lock, so any order works, SeqCst keeps it simple.
+        self.started.load(Ordering::SeqCst) + 1
+    }
+}
+
+thread_local! {
+    /// The journal (address) whose handle this thread holds, if any.
+    static IN_HANDLE: Cell<usize> = const { Cell::new(0) };
+}
+
+/// A handle: the thread is changing the filesystem (see the module
+/// documentation). Dropping it ends the handle.
+pub(crate) struct Handle<'a> {
+    _pass: Option<Pass<'a>>,
+    outer: bool,
+}
+
+impl Handle<'_> {
+    /// No journal: a handle that does nothing.
+    pub(crate) fn none() -> Handle<'static> {
+        Handle {
+            _pass: None,
+            outer: false,
+        }
+    }
+
+    /// True if this thread already holds a handle of `j`.
+    pub(crate) fn nested(j: &Journal) -> bool {
+        IN_HANDLE.with(|c| c.get() == j as *const Journal as usize)
+    }
+
+    /// Start a handle on `j`.
+    pub(crate) fn start(j: &Journal) -> Handle<'_> {
+        if Handle::nested(j) {
+            return Handle {
+                _pass: Some(j.gate.enter_nested()),
+                outer: false,
+            };
+        }
+        let p = j.gate.enter();
+        IN_HANDLE.with(|c| c.set(j as *const Journal as usize));
+        Handle {
+            _pass: Some(p),
+            outer: true,
+        }
+    }
+}
+
+impl Drop for Handle<'_> {
+    fn drop(&mut self) {
+        if self.outer {
+            IN_HANDLE.with(|c| c.set(0));
+        }
+    }
+}

@@ -1,0 +1,254 @@
+//! A gate that many threads pass through without sharing a lock or a
+//! counter, and that one closer can shut and drain: the ext4 journal's
+//! "handles" (jbd2's `t_updates`), per thread.
+//!
+//! DESIGN
+//! - `enter` adds one to the caller's own slot (one cache line per slot,
+//!   chosen by a thread number), then reads `closed`. `close` sets `closed`,
+//!   then waits until every slot reads zero. Both sides are `SeqCst`: the
+//!   pair is a Dekker handshake (a store then a load on each side), so
+//!   either the entering thread sees `closed` (and backs out) or the closer
+//!   sees its count (and waits for it to leave). Never both missed.
+//! - A pass leaves on the slot it entered on, so a slot returns to zero
+//!   when all of its passes have left; the closer checks each slot on its
+//!   own (no sum across slots that could see a count in flight twice).
+//! - Waiting (an `enter` while closed, `close` while passes are inside)
+//!   spins with backoff, then sleeps in short steps: a closed period is a
+//!   journal commit (milliseconds), not a critical section.
+//! - One closer at a time: the caller serialises `close`/`open` (the
+//!   journal's commit mutex).
+//! - Nested passes on one thread must not wait: a thread inside the gate
+//!   that enters again gets `enter_nested` (the caller tracks nesting), or
+//!   a close waiting for its outer pass would never end.
+
+use crate::primitive::{AtomicBool, AtomicUsize, Ordering};
+use crossbeam_utils::CachePadded;
+
+/// See the module documentation.
+pub struct Gate {
+    closed: CachePadded<AtomicBool>,
+    slots: Box<[CachePadded<AtomicUsize>]>,
+}
+
+impl std::fmt::Debug for Gate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gate")
+            .field("slots", &self.slots.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A pass through a [`Gate`]: the closer waits until it is dropped.
+#[must_use = "the pass leaves the gate when dropped"]
+pub struct Pass<'a> {
+    gate: &'a Gate,
+    slot: usize,
+}
+
+impl std::fmt::Debug for Pass<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pass").field("slot", &self.slot).finish()
+    }
+}
+
+#[cfg(not(loom))]
+fn thread_slot() -> usize {
+    use std::sync::atomic::{AtomicUsize as StdUsize, Ordering as O};
+    static NEXT: StdUsize = StdUsize::new(0);
+    thread_local! {
+        // Relaxed: a unique number, publishing nothing.
+        static SLOT: usize = NEXT.fetch_add(1, O::Relaxed);
+    }
+    SLOT.with(|s| *s)
+}
+
+#[cfg(loom)]
+fn thread_slot() -> usize {
+    // loom threads get distinct ids from loom itself; any stable number is
+    // correct (slots may be shared), so the models use one slot per thread
+    // through `enter_on`.
+    0
+}
+
+fn wait_step(spins: &mut u32) {
+    *spins += 1;
+    #[cfg(not(loom))]
+    {
+        if *spins < 64 {
+            std::hint::spin_loop();
+        } else if *spins < 128 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(std::time::Duration::from_micros(50));
+        }
+    }
+    #[cfg(loom)]
+    crate::primitive::thread::yield_now();
+}
+
+impl Gate {
+    /// An open gate with `slots` counters (rounded up to at least one).
+    pub fn new(slots: usize) -> Gate {
+        Gate {
+            closed: CachePadded::new(AtomicBool::new(false)),
+            slots: (0..slots.max(1))
+                .map(|_| CachePadded::new(AtomicUsize::new(0)))
+                .collect(),
+        }
+    }
+
+    /// Enter, waiting while the gate is closed.
+    pub fn enter(&self) -> Pass<'_> {
+        self.enter_on(thread_slot())
+    }
+
+    /// Enter on slot `slot` (modulo the slot count): the models pick slots.
+    pub fn enter_on(&self, slot: usize) -> Pass<'_> {
+        let mut spins = 0;
+        loop {
+            if let Some(p) = self.try_enter_on(slot) {
+                return p;
+            }
+            // SeqCst: as the other loads of `closed`; spinning until it opens.
+            while self.closed.load(Ordering::SeqCst) {
+                wait_step(&mut spins);
+            }
+        }
+    }
+
+    /// One attempt to enter on slot `slot`: `None` if the gate is closed
+    /// (the count was taken back). The step `enter` repeats; the loom model
+    /// checks it without the waiting loop (loom cannot explore unbounded
+    /// spinning).
+    pub fn try_enter_on(&self, slot: usize) -> Option<Pass<'_>> {
+        let slot = slot % self.slots.len();
+        let c = &self.slots[slot];
+        // SeqCst: the store half of the Dekker pair with `close`.
+        c.fetch_add(1, Ordering::SeqCst);
+        // SeqCst: the load half (see the module documentation).
+        if !self.closed.load(Ordering::SeqCst) {
+            return Some(Pass { gate: self, slot });
+        }
+        // SeqCst: backing out is seen by the closer's drain loop.
+        c.fetch_sub(1, Ordering::SeqCst);
+        None
+    }
+
+    /// Enter even though the gate may be closed: only for a thread that
+    /// already holds a pass of this gate (the closer is waiting for that
+    /// one anyway, so it cannot have drained).
+    pub fn enter_nested(&self) -> Pass<'_> {
+        let slot = thread_slot() % self.slots.len();
+        // SeqCst: as `enter`.
+        self.slots[slot].fetch_add(1, Ordering::SeqCst);
+        Pass { gate: self, slot }
+    }
+
+    /// Close the gate and wait until every pass has left. New `enter`s wait
+    /// until [`Gate::open`]. One closer at a time (the caller's lock).
+    pub fn close(&self) {
+        self.shut();
+        let mut spins = 0;
+        while !self.drained() {
+            wait_step(&mut spins);
+        }
+    }
+
+    /// The first half of `close`: new passes are refused from here on.
+    pub fn shut(&self) {
+        // SeqCst: the store half of the Dekker pair with `enter` (an RMW, so
+        // that under loom, which treats SeqCst as AcqRel, it is ordered in
+        // the one modification order with the entering threads' RMWs).
+        self.closed.swap(true, Ordering::SeqCst);
+    }
+
+    /// The second half of `close`, one check: true when every slot reads
+    /// zero (after `shut`, no pass is inside and none can enter).
+    pub fn drained(&self) -> bool {
+        // SeqCst: the load half; zero means this slot's passes left.
+        self.slots.iter().all(|c| c.load(Ordering::SeqCst) == 0)
+    }
+
+    /// Open the gate again.
+    pub fn open(&self) {
+        // SeqCst: ordered after everything the closer did while closed, for
+        // the entering threads' SeqCst loads.
+        self.closed.swap(false, Ordering::SeqCst);
+    }
+
+    /// True while closed.
+    pub fn is_closed(&self) -> bool {
+        // SeqCst: as the other loads of `closed`.
+        self.closed.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Pass<'_> {
+    fn drop(&mut self) {
+        // SeqCst: the closer's drain loop reads this (release of everything
+        // done inside the pass is included in SeqCst).
+        self.gate.slots[self.slot].fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool as B, AtomicUsize as U, Ordering as O};
+    use std::sync::Arc;
+
+    /// While the gate is closed and drained, no pass is inside; passes
+    /// entered meanwhile wait for `open`.
+    #[test]
+    fn closed_gate_excludes_passes() {
+        let g = Arc::new(Gate::new(4));
+        let inside = Arc::new(U::new(0));
+        let stop = Arc::new(B::new(false));
+        let mut hs = Vec::new();
+        for _ in 0..3 {
+            let (g, inside, stop) = (g.clone(), inside.clone(), stop.clone());
+            hs.push(std::thread::spawn(move || {
+                let mut n = 0u64;
+                while !stop.load(O::Relaxed) {
+                    let _p = g.enter();
+                    inside.fetch_add(1, O::SeqCst);
+                    std::hint::spin_loop();
+                    inside.fetch_sub(1, O::SeqCst);
+                    n += 1;
+                }
+                n
+            }));
+        }
+        for _ in 0..200 {
+            g.close();
+            assert_eq!(inside.load(O::SeqCst), 0, "a pass inside a closed gate");
+            std::thread::yield_now();
+            assert_eq!(inside.load(O::SeqCst), 0, "a pass entered a closed gate");
+            g.open();
+        }
+        stop.store(true, O::Relaxed);
+        let total: u64 = hs.into_iter().map(|h| h.join().unwrap()).sum();
+        assert!(total > 0);
+    }
+
+    #[test]
+    fn nested_pass_does_not_wait() {
+        let g = Gate::new(2);
+        let outer = g.enter();
+        let g2 = &g;
+        std::thread::scope(|s| {
+            let h = s.spawn(move || {
+                g2.close();
+                g2.open();
+            });
+            // The closer is (or will be) waiting for `outer`.
+            while !g.is_closed() && !h.is_finished() {
+                std::thread::yield_now();
+            }
+            let inner = g.enter_nested();
+            drop(inner);
+            drop(outer);
+            h.join().unwrap();
+        });
+    }
+}
