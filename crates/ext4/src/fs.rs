@@ -27,7 +27,7 @@ use crate::format::superblock::{
     self, SbUpdate, Superblock, FLAG_UNSIGNED_HASH, SB_OFFSET, SB_SIZE, STATE_ERROR, STATE_VALID,
 };
 use crate::format::xattr;
-use crate::txn::{Committer, Handle, Journal, LogSink};
+use crate::txn::{Committer, CommitterMark, Handle, Journal, LogSink};
 
 /// `statfs` f_type of ext2/3/4.
 pub const EXT4_SUPER_MAGIC: u64 = 0xEF53;
@@ -465,7 +465,10 @@ impl Ext4 {
         // SeqCst: see `Journal::next_commit` (changed under the commit lock).
         let n = j.started.load(Ordering::SeqCst) + 1;
         j.started.store(n, Ordering::SeqCst);
-        let r = self.prepare_commit(j, st, last, n);
+        let r = {
+            let _m = CommitterMark::set(j);
+            self.prepare_commit(j, st, last, n)
+        };
         j.gate.open();
         let (blocks, revokes) = r?;
         let log = st.log.as_mut().expect("checked above");
@@ -520,6 +523,13 @@ impl Ext4 {
         let Some(rw) = &self.rw else {
             return Ok((Vec::new(), Vec::new()));
         };
+        // Inodes whose last name went in this transaction are freed in it
+        // if nothing holds them: let the VFS's epoch-deferred releases run
+        // first (an unlinked dentry's inode reference goes that way).
+        // Inodes still open stay allocated with no name: after a crash
+        // they are leaked until e2fsck frees them (the orphan file is not
+        // written yet; issue 15).
+        scalevfs::flush_deferred_frees();
         // Relaxed: see `rw`.
         if !rw.failed.load(Ordering::Relaxed) {
             self.reap(last)?;

@@ -150,6 +150,24 @@ impl Handle<'_> {
     }
 }
 
+/// The committer, while the gate is closed, counts as inside a handle: a
+/// deferred destructor it runs that changes the filesystem gets a nested
+/// handle instead of waiting for the gate it closed itself.
+pub(crate) struct CommitterMark;
+
+impl CommitterMark {
+    pub(crate) fn set(j: &Journal) -> CommitterMark {
+        IN_HANDLE.with(|c| c.set(j as *const Journal as usize));
+        CommitterMark
+    }
+}
+
+impl Drop for CommitterMark {
+    fn drop(&mut self) {
+        IN_HANDLE.with(|c| c.set(0));
+    }
+}
+
 impl Drop for Handle<'_> {
     fn drop(&mut self) {
         if self.outer {
