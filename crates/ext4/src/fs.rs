@@ -27,7 +27,8 @@ use crate::format::superblock::{
     self, SbUpdate, Superblock, FLAG_UNSIGNED_HASH, SB_OFFSET, SB_SIZE, STATE_ERROR, STATE_VALID,
 };
 use crate::format::xattr;
-use crate::txn::{Committer, CommitterMark, Handle, Journal, LogSink};
+use crate::txn::{Committer, CommitterMark, Handle, Journal, LogSink, OrphanDisk};
+use scalevfs_orphan::OrphanSlot;
 
 /// `statfs` f_type of ext2/3/4.
 pub const EXT4_SUPER_MAGIC: u64 = 0xEF53;
@@ -162,7 +163,12 @@ pub(crate) struct RwState {
     /// `unmount` ran: the image is clean and nothing more is written.
     pub(crate) unmounted: AtomicBool,
     /// Inodes whose last name is gone, freed once nothing holds them.
-    pub(crate) unlinked: OMutex<Vec<(u32, Weak<Inode>)>>,
+    pub(crate) unlinked: OMutex<Vec<(u32, Weak<Inode>, OrphanSlot)>>,
+    /// The orphan file (journaled mounts of images that have one).
+    pub(crate) orphans: OnceLock<OrphanDisk>,
+    /// The mount will write through the journal (open.rs installs it):
+    /// the state stays valid from the first write on.
+    pub(crate) journaled: bool,
     /// The journaled write path (`txn.rs`), installed by `open.rs` when the
     /// image has a journal and `Ext4Options::journal` is on.
     pub(crate) journal: OnceLock<Journal>,
@@ -209,7 +215,7 @@ impl Ext4 {
         dev.read_at(SB_OFFSET, &mut sbb)?;
         let sb = Superblock::parse(&sbb)?;
         if !opts.ro {
-            check_rw(&sb)?;
+            check_rw(&sb, opts.journal)?;
         }
         let bs = sb.block_size();
         let dev_blocks = dev.size() / bs as u64;
@@ -282,6 +288,10 @@ impl Ext4 {
                 unmounted: AtomicBool::new(false),
                 unlinked: OMutex::new(Class::Ext4Unlinked, Vec::new()),
                 journal: OnceLock::new(),
+                orphans: OnceLock::new(),
+                journaled: opts.journal
+                    && fs.sb.feature_compat & COMPAT_HAS_JOURNAL != 0
+                    && fs.sb.journal_inum != 0,
             });
             // Mark the filesystem in use (not clean) until unmount.
             fs.write_super(false)?;
@@ -433,6 +443,11 @@ impl Ext4 {
         }
         // Relaxed: a statistic.
         j.requests.fetch_add(1, Ordering::Relaxed);
+        // Let the VFS's epoch-deferred releases run (an unlinked dentry's
+        // inode reference goes that way), so that inodes nothing holds any
+        // more are freed by this commit. Before the commit lock: they take
+        // VFS locks (a dentry's LockRef) that rank above it.
+        scalevfs::flush_deferred_frees();
         let target = j.next_commit();
         let mut st = j.commit.lock();
         // SeqCst: see `Journal::next_commit`.
@@ -523,13 +538,9 @@ impl Ext4 {
         let Some(rw) = &self.rw else {
             return Ok((Vec::new(), Vec::new()));
         };
-        // Inodes whose last name went in this transaction are freed in it
-        // if nothing holds them: let the VFS's epoch-deferred releases run
-        // first (an unlinked dentry's inode reference goes that way).
-        // Inodes still open stay allocated with no name: after a crash
-        // they are leaked until e2fsck frees them (the orphan file is not
-        // written yet; issue 15).
-        scalevfs::flush_deferred_frees();
+        // Inodes whose last name went are freed here if nothing holds them
+        // (`commit` let the VFS's deferred releases run first); the others
+        // stay in the orphan file until a later commit frees them.
         // Relaxed: see `rw`.
         if !rw.failed.load(Ordering::Relaxed) {
             self.reap(last)?;
@@ -571,8 +582,21 @@ impl Ext4 {
         if rw.journal.set(Journal::new(log)).is_err() {
             return Err(corrupt("journal", "installed twice"));
         }
+        if let Some(od) = self.load_orphan_file()? {
+            let _ = rw.orphans.set(od);
+            let mut raw = rw.sb_raw.lock();
+            let ro = u32::from_le_bytes([raw[0x64], raw[0x65], raw[0x66], raw[0x67]])
+                | RO_COMPAT_ORPHAN_PRESENT;
+            raw[0x64..0x68].copy_from_slice(&ro.to_le_bytes());
+        }
         self.write_super(false)?;
         self.dev.flush()?;
+        // Inodes a crash left in the orphan file are freed now (in the
+        // first transaction).
+        let freed = self.check(self.process_orphans())?;
+        if freed > 0 {
+            eprintln!("scalevfs-ext4: freed {freed} orphan inode(s) left by a crash");
+        }
         if interval > 0 {
             let weak = Arc::downgrade(self);
             std::thread::Builder::new()
@@ -603,7 +627,7 @@ impl Ext4 {
         let mut raw = rw.sb_raw.lock();
         // Relaxed: a statistic.
         let kb = rw.written.load(Ordering::Relaxed) / 1024;
-        let state = if clean || rw.journal.get().is_some() {
+        let state = if clean || rw.journaled {
             // A journaled mount keeps the state valid, as the kernel's
             // does: needs_recovery says whether a replay is due.
             self.sb.state | STATE_VALID
@@ -645,7 +669,9 @@ impl Ext4 {
 
     /// An inode lost its last name: drop it from the cache and queue it
     /// to be freed once unused.
-    pub(crate) fn forget_inode(&self, inode: &Arc<Inode>) {
+    /// Journaled: it is recorded in the orphan file in the same handle,
+    /// so a crash before it is freed cannot leak it.
+    pub(crate) fn forget_inode(&self, inode: &Arc<Inode>) -> Result<()> {
         let ino = inode.ino() as u32;
         {
             let mut c = self.cache.lock().unwrap_or_else(|e| e.into_inner());
@@ -653,22 +679,38 @@ impl Ext4 {
             c.map.remove(&ino);
         }
         if let Some(rw) = &self.rw {
-            rw.unlinked.lock().push((ino, Arc::downgrade(inode)));
+            let slot = self.orphan_add(ino)?;
+            rw.unlinked.lock().push((ino, Arc::downgrade(inode), slot));
         }
+        Ok(())
+    }
+
+    /// A read-write mount that writes through the image's journal.
+    pub(crate) fn rw_journaled(&self) -> bool {
+        self.rw.as_ref().is_some_and(|r| r.journaled)
+    }
+
+    /// The orphan file, on journaled mounts of images that have one.
+    pub(crate) fn orphan_disk(&self) -> Option<&OrphanDisk> {
+        self.rw.as_ref()?.orphans.get()
     }
 
     /// Free the queued unlinked inodes nothing holds (`all`: every one,
     /// at unmount).
     fn reap(&self, all: bool) -> Result<()> {
         let Some(rw) = &self.rw else { return Ok(()) };
-        let ready: Vec<(u32, Option<Arc<Inode>>)> = {
+        #[allow(clippy::type_complexity)]
+        let ready: Vec<(u32, Option<Arc<Inode>>, OrphanSlot)> = {
             let mut l = rw.unlinked.lock();
-            let (go, keep): (Vec<_>, Vec<_>) =
-                l.drain(..).partition(|(_, w)| all || w.strong_count() == 0);
+            let (go, keep): (Vec<_>, Vec<_>) = l
+                .drain(..)
+                .partition(|(_, w, _)| all || w.strong_count() == 0);
             *l = keep;
-            go.into_iter().map(|(i, w)| (i, w.upgrade())).collect()
+            go.into_iter()
+                .map(|(i, w, s)| (i, w.upgrade(), s))
+                .collect()
         };
-        for (ino, live) in ready {
+        for (ino, live, slot) in ready {
             let raw = match live.as_deref().and_then(|i| i.private::<Ext4Inode>()) {
                 Some(e) => e.raw(),
                 None => self.read_inode(ino)?,
@@ -676,6 +718,8 @@ impl Ext4 {
             if raw.links_count == 0 {
                 self.check(self.release_inode(raw))?;
             }
+            // Freed in this transaction: its orphan record goes with it.
+            self.orphan_remove(slot, ino)?;
         }
         Ok(())
     }
@@ -705,6 +749,7 @@ impl Ext4 {
             }
             // The last commit (every unlinked inode freed), then a
             // checkpoint and an empty log without needs_recovery.
+            scalevfs::flush_deferred_frees();
             let mut st = j.commit.lock();
             self.commit_locked(j, &mut st, true)?;
             if let Some(log) = st.log.take() {
@@ -716,6 +761,10 @@ impl Ext4 {
                 let inc = u32::from_le_bytes([raw[0x60], raw[0x61], raw[0x62], raw[0x63]])
                     & !INCOMPAT_RECOVER;
                 raw[0x60..0x64].copy_from_slice(&inc.to_le_bytes());
+                // Every orphan was freed by the last commit.
+                let ro = u32::from_le_bytes([raw[0x64], raw[0x65], raw[0x66], raw[0x67]])
+                    & !RO_COMPAT_ORPHAN_PRESENT;
+                raw[0x64..0x68].copy_from_slice(&ro.to_le_bytes());
             }
             self.write_super(true)?;
             self.dev.flush()?;
@@ -1752,8 +1801,19 @@ impl Drop for Ext4 {
 }
 
 /// Refuse a read-write mount of an image the writer would damage.
-fn check_rw(sb: &Superblock) -> Result<()> {
-    let bad = sb.feature_ro_compat & !RO_COMPAT_RW_OK;
+fn check_rw(sb: &Superblock, journal: bool) -> Result<()> {
+    // Orphans present: only a journaled mount with the orphan file frees
+    // them (`orphan.rs`).
+    let orphans_ok = journal
+        && sb.feature_compat & COMPAT_HAS_JOURNAL != 0
+        && sb.feature_compat & COMPAT_ORPHAN_FILE != 0;
+    let ok = RO_COMPAT_RW_OK
+        | if orphans_ok {
+            RO_COMPAT_ORPHAN_PRESENT
+        } else {
+            0
+        };
+    let bad = sb.feature_ro_compat & !ok;
     if bad != 0 {
         return Err(Error::Incompatible(format!(
             "read-only compatible feature(s) {bad:#x} are not kept by the writer: mount read-only"

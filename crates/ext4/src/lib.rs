@@ -22,6 +22,7 @@ mod fs;
 pub mod journal;
 pub mod mkfs;
 mod open;
+mod orphan;
 mod txn;
 mod util;
 mod write;

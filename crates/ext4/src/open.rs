@@ -10,7 +10,6 @@ use std::sync::Arc;
 
 use crate::device::{BlockDevice, FileDevice};
 use crate::error::Result;
-use crate::format::features::COMPAT_HAS_JOURNAL;
 use crate::fs::{Ext4, Ext4Options};
 use crate::journal::writer::LogWriter;
 
@@ -31,7 +30,7 @@ impl Ext4 {
         let (journal, interval) = (opts.journal && !opts.ro, opts.commit_interval);
         let fs = Ext4::open_unreplayed(dev, opts)?;
         let sb = fs.superblock();
-        if journal && sb.feature_compat & COMPAT_HAS_JOURNAL != 0 && sb.journal_inum != 0 {
+        if journal && fs.rw_journaled() {
             let log = LogWriter::open(fs.device(), sb.has_metadata_csum())?;
             fs.install_journal(Box::new(log), interval)?;
         }

@@ -29,6 +29,7 @@ use std::cell::Cell;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use scalevfs_orphan::OrphanFile;
 use scalevfs_sync::ordered::{Class, Mutex};
 use scalevfs_sync::{Gate, Pass};
 
@@ -174,4 +175,13 @@ impl Drop for Handle<'_> {
             IN_HANDLE.with(|c| c.set(0));
         }
     }
+}
+
+/// The on-disk orphan file of a journaled mount (`orphan.rs`): the slot
+/// allocator, the orphan file's physical blocks, and its checksum seed
+/// (None without metadata_csum).
+pub(crate) struct OrphanDisk {
+    pub(crate) file: OrphanFile,
+    pub(crate) blocks: Vec<u64>,
+    pub(crate) seed: Option<u32>,
 }

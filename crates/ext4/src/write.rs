@@ -818,7 +818,7 @@ impl Ext4 {
         let gone = iraw.links_count == 0;
         ii.set_raw(iraw);
         if gone {
-            self.forget_inode(inode);
+            self.forget_inode(inode)?;
         }
         drop(dl);
         dir.update_attr(|a| {
@@ -1038,7 +1038,7 @@ impl Ext4 {
             let gone = rr.links_count == 0;
             ri.set_raw(rr);
             if gone {
-                self.forget_inode(r);
+                self.forget_inode(r)?;
             }
         }
         drop(l2);

@@ -1,9 +1,12 @@
 //! Crash testing of the journaled write path (issue 15): a workload of
-//! creates, writes, fsyncs, renames, a subdirectory, an overwrite in place
-//! and a truncate (freed blocks reused by a later file) runs on a fresh `mkfs.ext4` image through a recording device;
+//! creates, writes, fsyncs, renames (one over an existing file), a
+//! subdirectory, an unlink, an unlink of an open file that is written after
+//! it, an overwrite in place and a truncate (freed blocks reused by a later
+//! file) runs on a fresh `mkfs.ext4` image through a recording device;
 //! every crash state a disk could be left in (each prefix ending at a
 //! flush, and random subsets of the writes in flight since the last flush)
-//! is recovered by our replay, then
+//! is recovered as a mount does (our replay, then the orphan file's inodes
+//! freed), then
 //! - `e2fsck -fn` passes (no bitmap, count, checksum or structure problem;
 //!   only the superblock's free totals may lag, as the kernel's do),
 //! - the tree is exactly the tree at the last fsync that completed before
@@ -106,9 +109,10 @@ fn workload(rec: &Arc<RecordingDevice<MemDevice>>, bs: usize) -> Vec<(usize, Tre
         sync(fd, &vfs);
         t.close(fd).unwrap();
     }
-    // Renames to new names (atomic: old name or new, never both).
+    // Rename to a new name, then over an existing file (its inode becomes
+    // an orphan): atomic, old name or new, never both or neither.
     t.rename("/d/f0", "/d/g0").unwrap();
-    t.rename("/d/f3", "/d/f5").unwrap();
+    t.rename("/d/f3", "/d/f4").unwrap();
     let fd = t.open("/d/g0", O_RDWR, 0).unwrap();
     sync(fd, &vfs);
     t.close(fd).unwrap();
@@ -122,20 +126,26 @@ fn workload(rec: &Arc<RecordingDevice<MemDevice>>, bs: usize) -> Vec<(usize, Tre
         t.write(fd, &pattern(10 + i, 3 * bs)).unwrap();
         t.close(fd).unwrap();
     }
-    // No unlink and no rename over an existing name here: an inode whose
-    // last name goes while the VFS still holds it stays allocated until
-    // it is released, and without the orphan file (not written yet, issue
-    // 15) a crash in between leaves it for e2fsck ("deleted inode has zero
-    // dtime"). Those cases wait for the orphan file.
+    // An unlink, and an unlink of a file still open (written and fsynced
+    // after it lost its name): both orphans until freed.
+    t.unlink("/d/f1").unwrap();
+    let held = t.open("/d/sub/s1", O_RDWR, 0).unwrap();
+    t.unlink("/d/sub/s1").unwrap();
+    t.write(held, &pattern(77, 2 * bs)).unwrap();
     let fd = t.open("/d/f2", O_RDWR, 0).unwrap();
     t.pwrite(fd, &pattern(99, 200), 50).unwrap();
     sync(fd, &vfs);
     t.close(fd).unwrap();
-    let fd = t.open("/d/f5", O_RDWR | O_TRUNC, 0).unwrap();
+    let fd = t.open("/d/f4", O_RDWR | O_TRUNC, 0).unwrap();
     sync(fd, &vfs);
     t.close(fd).unwrap();
     let fd = t.open("/d/new", O_CREAT | O_WRONLY, 0o600).unwrap();
     t.write(fd, &pattern(42, 5 * bs)).unwrap();
+    sync(fd, &vfs);
+    t.close(fd).unwrap();
+    // The open orphan is closed (freed at the next commit).
+    t.close(held).unwrap();
+    let fd = t.open("/d/g0", O_RDWR, 0).unwrap();
     sync(fd, &vfs);
     t.close(fd).unwrap();
     drop(t);
@@ -181,16 +191,21 @@ fn assert_fsck_ok(img: &Path, what: &str) {
     assert!(lines.is_empty(), "{what}: e2fsck -fn:\n{text}");
 }
 
+/// Recover as a mount does: replay the journal, mount read-write (which
+/// frees the orphans), read the tree, unmount cleanly.
 fn recovered_tree(image: Vec<u8>) -> (Vec<u8>, Tree) {
     let dev = Arc::new(MemDevice::new(image));
     let opts = Ext4Options {
         replay: Replay::OnDevice,
+        ro: false,
+        commit_interval: 0,
         ..Ext4Options::default()
     };
     let e = Ext4::open_device(Box::new(ArcDev(dev.clone())), opts).unwrap();
-    let vfs = Vfs::with_root_fs(Default::default(), e);
+    let vfs = Vfs::with_root_fs(Default::default(), e.clone());
     let tree = tree_of(&vfs);
     drop(vfs);
+    e.unmount().unwrap();
     let mut img = vec![0u8; dev.size() as usize];
     dev.read_at(0, &mut img).unwrap();
     (img, tree)

@@ -1,0 +1,167 @@
+//! The orphan file on disk (seed 002; `COMPAT_ORPHAN_FILE`): an inode whose
+//! last name goes is recorded in a slot of the orphan file inside the same
+//! transaction, and its slot is cleared in the transaction that frees it,
+//! so a crash in between cannot leak it: the next read-write mount (or
+//! e2fsck) finds it there and frees it.
+//!
+//! Slots are claimed with `scalevfs_orphan::OrphanFile` (lock-free: a
+//! per-block free count and a compare-exchange on the slot, each thread
+//! starting at its own block), then written into the block through the
+//! buffer cache (journaled metadata), whose shard lock serialises the
+//! bytes of one block. The tail checksum is recomputed with each change:
+//! crc32c over the le64 physical block number and the slots, seeded with
+//! the filesystem seed, the orphan file's inode number and generation.
+//!
+//! `RO_COMPAT_ORPHAN_PRESENT` is set while mounted (as the kernel does)
+//! and cleared at a clean unmount.
+
+use scalevfs_orphan::{OrphanFile, OrphanSlot, OrphanVariant};
+
+use crate::error::{corrupt, Result};
+use crate::format::checksum::crc32c;
+use crate::format::features::COMPAT_ORPHAN_FILE;
+use crate::fs::{Ext4, Mapping};
+use crate::txn::OrphanDisk;
+
+/// `EXT4_ORPHAN_BLOCK_MAGIC`.
+const MAGIC: u32 = 0x0B10_CA04;
+
+impl Ext4 {
+    /// Read the orphan file's layout (read-write journaled mounts of images
+    /// with one). `None`: the image has none.
+    pub(crate) fn load_orphan_file(&self) -> Result<Option<OrphanDisk>> {
+        let sb = &self.sb;
+        if sb.feature_compat & COMPAT_ORPHAN_FILE == 0 || sb.orphan_file_inum == 0 {
+            return Ok(None);
+        }
+        let raw = self.read_inode(sb.orphan_file_inum)?;
+        let bs = self.bs as u64;
+        let what = || format!("orphan file (inode {})", sb.orphan_file_inum);
+        if raw.size % bs != 0 || raw.size == 0 || raw.size / bs > 1 << 16 {
+            return Err(corrupt(what(), format!("size {}", raw.size)));
+        }
+        let n = (raw.size / bs) as u32;
+        let mut blocks = Vec::with_capacity(n as usize);
+        for l in 0..n {
+            match self.map_block(&raw, l)? {
+                Mapping::Data {
+                    pblk,
+                    uninit: false,
+                    ..
+                } if pblk < sb.blocks_count => blocks.push(pblk),
+                _ => return Err(corrupt(what(), format!("block {l} is not mapped"))),
+            }
+        }
+        let seed = sb.has_metadata_csum().then(|| {
+            let s = crc32c(sb.csum_seed(), &sb.orphan_file_inum.to_le_bytes());
+            crc32c(s, &raw.generation.to_le_bytes())
+        });
+        let slots = (self.bs - 8) / 4;
+        Ok(Some(OrphanDisk {
+            file: OrphanFile::with_geometry(OrphanVariant::Lockless, blocks.len(), slots),
+            blocks,
+            seed,
+        }))
+    }
+
+    fn orphan_tail(od: &OrphanDisk, pblk: u64, b: &mut [u8]) {
+        let bs = b.len();
+        b[bs - 8..bs - 4].copy_from_slice(&MAGIC.to_le_bytes());
+        let c = match od.seed {
+            Some(seed) => {
+                let c = crc32c(seed, &pblk.to_le_bytes());
+                crc32c(c, &b[..bs - 8])
+            }
+            None => 0,
+        };
+        b[bs - 4..].copy_from_slice(&c.to_le_bytes());
+    }
+
+    fn orphan_store(&self, od: &OrphanDisk, slot: OrphanSlot, value: u32) -> Result<()> {
+        let OrphanSlot::Slot { block, index } = slot else {
+            return Ok(());
+        };
+        let Some(&pblk) = od.blocks.get(block as usize) else {
+            return Ok(());
+        };
+        let (rw, io) = self.rw()?;
+        let off = index as usize * 4;
+        rw.bufs.modify(io.dev, pblk, true, |b| {
+            b[off..off + 4].copy_from_slice(&value.to_le_bytes());
+            Self::orphan_tail(od, pblk, b);
+        })?;
+        Ok(())
+    }
+
+    /// Record `ino` (its last name went, in the running handle).
+    pub(crate) fn orphan_add(&self, ino: u32) -> Result<OrphanSlot> {
+        let Some(od) = self.orphan_disk() else {
+            return Ok(OrphanSlot::Untracked);
+        };
+        let slot = od.file.add(u64::from(ino), scalevfs_orphan::thread_hint());
+        self.orphan_store(od, slot, ino)?;
+        Ok(slot)
+    }
+
+    /// Clear the record of `ino` (it is being freed, in the same handle or
+    /// commit).
+    pub(crate) fn orphan_remove(&self, slot: OrphanSlot, ino: u32) -> Result<()> {
+        let Some(od) = self.orphan_disk() else {
+            return Ok(());
+        };
+        // Zero the bytes before the slot is given back: another thread may
+        // claim it as soon as `remove` returns.
+        self.orphan_store(od, slot, 0)?;
+        od.file.remove(slot, u64::from(ino));
+        Ok(())
+    }
+
+    /// At mount: free every inode the orphan file lists with no link
+    /// left (a crash after its last name went), clear every slot. Returns
+    /// how many inodes were freed. Checked before anything is changed: a
+    /// block whose magic or checksum is wrong stops the mount.
+    pub(crate) fn process_orphans(&self) -> Result<usize> {
+        let Some(od) = self.orphan_disk() else {
+            return Ok(0);
+        };
+        let bs = self.bs;
+        let mut listed = Vec::new();
+        let mut b = vec![0u8; bs];
+        for (i, &pblk) in od.blocks.iter().enumerate() {
+            self.read_block(pblk, &mut b)?;
+            let what = || format!("orphan file block {i}");
+            let magic = u32::from_le_bytes(b[bs - 8..bs - 4].try_into().expect("4 bytes"));
+            if magic != MAGIC {
+                return Err(corrupt(what(), format!("magic {magic:#x}")));
+            }
+            let mut c = b.clone();
+            Self::orphan_tail(od, pblk, &mut c);
+            if od.seed.is_some() && c[bs - 4..] != b[bs - 4..] {
+                return Err(corrupt(what(), "checksum"));
+            }
+            for (k, s) in b[..bs - 8].chunks_exact(4).enumerate() {
+                let ino = u32::from_le_bytes(s.try_into().expect("4 bytes"));
+                if ino != 0 {
+                    listed.push((pblk, k, ino));
+                }
+            }
+        }
+        let mut freed = 0;
+        for (pblk, k, ino) in listed {
+            if ino < self.sb.first_ino || ino > self.sb.inodes_count {
+                return Err(corrupt("orphan file", format!("lists inode {ino}")));
+            }
+            let raw = self.read_inode(ino)?;
+            if raw.links_count == 0 && raw.dtime == 0 {
+                self.check(self.release_inode(raw))?;
+                freed += 1;
+            }
+            let (rw, io) = self.rw()?;
+            rw.bufs.modify(io.dev, pblk, true, |b| {
+                b[k * 4..k * 4 + 4].fill(0);
+                Self::orphan_tail(od, pblk, b);
+            })?;
+        }
+        Ok(freed)
+    }
+}
