@@ -12,6 +12,7 @@
 //! thin clap layer over [`Options`].
 
 pub mod commute;
+pub mod durable;
 pub mod fuseops;
 pub mod harness;
 pub mod plot;

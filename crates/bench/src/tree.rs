@@ -407,7 +407,7 @@ fn run_cmd(cmd: &mut Command) -> Result<(), String> {
 
 /// A fresh ext4 image from e2fsprogs' mkfs.ext4 (default features plus the
 /// orphan file, as the ext4 tests use).
-fn make_image(path: &Path, size: u64) -> Result<(), String> {
+pub(crate) fn make_image(path: &Path, size: u64) -> Result<(), String> {
     let _ = std::fs::remove_file(path);
     run_cmd(
         Command::new("mkfs.ext4")
@@ -469,7 +469,7 @@ impl Mounted {
             kernel: false,
         })
     }
-    fn kernel(image: &Path, dir: &Path) -> Result<Mounted, String> {
+    pub(crate) fn kernel(image: &Path, dir: &Path) -> Result<Mounted, String> {
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } != 0 {
             return Err("a loop mount needs root".into());

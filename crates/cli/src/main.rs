@@ -51,6 +51,36 @@ enum Command {
     /// create+close+unlink, readdir): scalevfs's mount, bindfs over tmpfs
     /// and tmpfs itself, caches on and off, 1 and 2 client threads.
     BenchFuse(FuseArgs),
+    /// Durability on ext4: fsync-heavy creates (group commit, fsyncs per
+    /// commit) and creat+close+unlink (orphan file vs none), the library,
+    /// the FUSE mount, fuse2fs and the kernel's ext4 side by side.
+    BenchFsync(FsyncArgs),
+}
+
+#[derive(Args, Debug)]
+struct FsyncArgs {
+    /// Thread counts, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    threads: Vec<usize>,
+    /// Seconds measured per configuration.
+    #[arg(long, default_value_t = 1.0)]
+    seconds: f64,
+    /// Workloads, comma-separated (default: all): fsync, creat-clo.
+    #[arg(long, value_delimiter = ',')]
+    workloads: Vec<String>,
+    /// Targets, comma-separated (default: all): lib-ext4, lib-ext4-none,
+    /// fuse-ext4, fuse2fs, kernel.
+    #[arg(long, value_delimiter = ',')]
+    targets: Vec<String>,
+    /// Size of each ext4 image, MiB.
+    #[arg(long, default_value_t = 512)]
+    image_mib: u64,
+    /// Work directory for images and mount points (default: in /dev/shm).
+    #[arg(long)]
+    workdir: Option<PathBuf>,
+    /// Directory for fsync.json and fsync.md.
+    #[arg(long, default_value = "bench-report")]
+    report_dir: PathBuf,
 }
 
 #[derive(Args, Debug)]
@@ -350,6 +380,35 @@ fn bench_tree(a: TreeArgs) -> Result<(), String> {
     write_report(&a.report_dir, "tree", &rep, &tree::markdown(&rep))
 }
 
+fn bench_fsync(a: FsyncArgs) -> Result<(), String> {
+    use scalevfs_bench::durable;
+    let image_size = a
+        .image_mib
+        .checked_mul(1 << 20)
+        .filter(|&s| s >= 16 << 20)
+        .ok_or("--image-mib must be at least 16")?;
+    let all = |v: Vec<String>, d: &[&str]| {
+        if v.is_empty() {
+            d.iter().map(|s| s.to_string()).collect()
+        } else {
+            v
+        }
+    };
+    let opts = durable::DurableOptions {
+        threads: a.threads,
+        seconds: a.seconds,
+        targets: all(a.targets, durable::TARGETS),
+        workloads: all(a.workloads, durable::WORKLOADS),
+        image_size,
+        workdir: a.workdir.unwrap_or_else(|| {
+            PathBuf::from(format!("/dev/shm/scalevfs-fsync-{}", std::process::id()))
+        }),
+        bin: std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?,
+    };
+    let rep = durable::run(&opts, &mut |s| eprintln!("bench-fsync: {s}"))?;
+    write_report(&a.report_dir, "fsync", &rep, &durable::markdown(&rep))
+}
+
 /// Print `md` and write `<name>.json` (`rep`) and `<name>.md` into `dir`.
 fn write_report(
     dir: &std::path::Path,
@@ -395,6 +454,7 @@ fn main() -> ExitCode {
         Command::Bench(a) => bench(a),
         Command::Stats(a) => stats(a),
         Command::BenchTree(a) => bench_tree(a),
+        Command::BenchFsync(a) => bench_fsync(a),
         Command::BenchFuse(a) => bench_fuse(a),
         Command::Mkfs(a) => mkfs::run(a),
     };

@@ -224,6 +224,17 @@ impl BufCache {
         out
     }
 
+    /// Run `f` on block `blk` if it is cached and dirty (a commit fixing
+    /// up a checksum computed lazily, as jbd2's triggers do).
+    pub fn fix_if_dirty(&self, blk: u64, f: impl FnOnce(&mut [u8])) {
+        let mut s = self.shard(blk).lock();
+        if let Some(b) = s.map.get_mut(&blk) {
+            if b.dirty {
+                f(&mut b.data);
+            }
+        }
+    }
+
     /// Journaled mode: commits up to `commit` are written home.
     pub fn checkpointed(&self, commit: u64) {
         // Relaxed: read by `shrink` as a bound; a late view keeps blocks.

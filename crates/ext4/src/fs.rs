@@ -71,6 +71,11 @@ pub struct Ext4Options {
     /// interval, 5 s by default); 0 turns the thread off (commits happen
     /// at fsync, sync, unmount and when a transaction grows large).
     pub commit_interval: u64,
+    /// Journaled mounts of images with an orphan file: record inodes whose
+    /// last name goes in it (the default). `false` tracks no orphans
+    /// (seed 002's "none", for benchmarks: a crash then leaks them until
+    /// e2fsck frees them).
+    pub orphan_file: bool,
 }
 
 impl Default for Ext4Options {
@@ -83,6 +88,7 @@ impl Default for Ext4Options {
             buffer_cache: 8192,
             journal: true,
             commit_interval: 5,
+            orphan_file: true,
         }
     }
 }
@@ -166,6 +172,8 @@ pub(crate) struct RwState {
     pub(crate) unlinked: OMutex<Vec<(u32, Weak<Inode>, OrphanSlot)>>,
     /// The orphan file (journaled mounts of images that have one).
     pub(crate) orphans: OnceLock<OrphanDisk>,
+    /// `Ext4Options::orphan_file` was false: record no new orphans.
+    pub(crate) orphans_off: AtomicBool,
     /// The mount will write through the journal (open.rs installs it):
     /// the state stays valid from the first write on.
     pub(crate) journaled: bool,
@@ -289,6 +297,7 @@ impl Ext4 {
                 unlinked: OMutex::new(Class::Ext4Unlinked, Vec::new()),
                 journal: OnceLock::new(),
                 orphans: OnceLock::new(),
+                orphans_off: AtomicBool::new(false),
                 journaled: opts.journal
                     && fs.sb.feature_compat & COMPAT_HAS_JOURNAL != 0
                     && fs.sb.journal_inum != 0,
@@ -555,6 +564,7 @@ impl Ext4 {
             }
         }
         rw.alloc.write_descs(&io, |gdb| gdt_block(&self.sb, gdb))?;
+        self.orphan_tails();
         Ok((rw.bufs.take_dirty(n), revokes))
     }
 
@@ -565,11 +575,13 @@ impl Ext4 {
 
     /// Turn on the journaled write path with `log` (open.rs, right after
     /// the open): needs_recovery stays set while mounted, and a commit
-    /// thread commits every `interval` seconds (0: none).
+    /// thread commits every `interval` seconds (0: none); `orphan_file`:
+    /// record orphans in the image's orphan file.
     pub(crate) fn install_journal(
         self: &Arc<Self>,
         log: Box<dyn LogSink>,
         interval: u64,
+        orphan_file: bool,
     ) -> Result<()> {
         let Some(rw) = &self.rw else { return Ok(()) };
         rw.bufs.set_journaled();
@@ -582,7 +594,10 @@ impl Ext4 {
         if rw.journal.set(Journal::new(log)).is_err() {
             return Err(corrupt("journal", "installed twice"));
         }
-        if let Some(od) = self.load_orphan_file()? {
+        let od = self.load_orphan_file()?;
+        if let Some(od) = od {
+            // Inodes a crash left are freed below whatever `orphan_file`
+            // says; without it no new ones are recorded.
             let _ = rw.orphans.set(od);
             let mut raw = rw.sb_raw.lock();
             let ro = u32::from_le_bytes([raw[0x64], raw[0x65], raw[0x66], raw[0x67]])
@@ -596,6 +611,9 @@ impl Ext4 {
         let freed = self.check(self.process_orphans())?;
         if freed > 0 {
             eprintln!("scalevfs-ext4: freed {freed} orphan inode(s) left by a crash");
+        }
+        if !orphan_file {
+            rw.orphans_off.store(true, Ordering::Relaxed);
         }
         if interval > 0 {
             let weak = Arc::downgrade(self);

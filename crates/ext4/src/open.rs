@@ -27,12 +27,16 @@ impl Ext4 {
     /// here, above both the journal and `fs.rs`.
     pub fn open_device(dev: Box<dyn BlockDevice>, opts: Ext4Options) -> Result<Arc<Ext4>> {
         let dev = crate::journal::replay_on_open(dev, opts.replay)?;
-        let (journal, interval) = (opts.journal && !opts.ro, opts.commit_interval);
+        let (journal, interval, orphans) = (
+            opts.journal && !opts.ro,
+            opts.commit_interval,
+            opts.orphan_file,
+        );
         let fs = Ext4::open_unreplayed(dev, opts)?;
         let sb = fs.superblock();
         if journal && fs.rw_journaled() {
             let log = LogWriter::open(fs.device(), sb.has_metadata_csum())?;
-            fs.install_journal(Box::new(log), interval)?;
+            fs.install_journal(Box::new(log), interval, orphans)?;
         }
         Ok(fs)
     }

@@ -8,8 +8,9 @@
 //! per-block free count and a compare-exchange on the slot, each thread
 //! starting at its own block), then written into the block through the
 //! buffer cache (journaled metadata), whose shard lock serialises the
-//! bytes of one block. The tail checksum is recomputed with each change:
-//! crc32c over the le64 physical block number and the slots, seeded with
+//! bytes of one block. The tail checksum is recomputed by the commit for
+//! each block changed in the transaction (as the kernel's jbd2 trigger
+//! does): crc32c over the le64 physical block number and the slots, seeded with
 //! the filesystem seed, the orphan file's inode number and generation.
 //!
 //! `RO_COMPAT_ORPHAN_PRESENT` is set while mounted (as the kernel does)
@@ -86,11 +87,24 @@ impl Ext4 {
         };
         let (rw, io) = self.rw()?;
         let off = index as usize * 4;
+        // The tail checksum is computed by the commit (`orphan_tails`),
+        // once per changed block and transaction, not once per change.
         rw.bufs.modify(io.dev, pblk, true, |b| {
             b[off..off + 4].copy_from_slice(&value.to_le_bytes());
-            Self::orphan_tail(od, pblk, b);
         })?;
         Ok(())
+    }
+
+    /// At a commit (gate closed): recompute the tail of every orphan block
+    /// changed in this transaction.
+    pub(crate) fn orphan_tails(&self) {
+        let (Some(od), Some(rw)) = (self.orphan_disk(), self.rw.as_ref()) else {
+            return;
+        };
+        for &pblk in &od.blocks {
+            rw.bufs
+                .fix_if_dirty(pblk, |b| Self::orphan_tail(od, pblk, b));
+        }
     }
 
     /// Record `ino` (its last name went, in the running handle).
@@ -98,6 +112,12 @@ impl Ext4 {
         let Some(od) = self.orphan_disk() else {
             return Ok(OrphanSlot::Untracked);
         };
+        if self.rw.as_ref().is_some_and(|r| {
+            // Relaxed: set once at mount.
+            r.orphans_off.load(std::sync::atomic::Ordering::Relaxed)
+        }) {
+            return Ok(OrphanSlot::Untracked);
+        }
         let slot = od.file.add(u64::from(ino), scalevfs_orphan::thread_hint());
         self.orphan_store(od, slot, ino)?;
         Ok(slot)

@@ -1,0 +1,424 @@
+//! Durability workloads on ext4 (`scalevfs bench-fsync`, issue 15):
+//!
+//! - **fsync**: each thread in a loop creates its next file in its own
+//!   directory, writes 4 KiB, fsyncs and closes it. Ops/s, and for the
+//!   scalevfs library the journal's fsyncs per commit (group commit).
+//! - **creat-clo** (seed 002 on disk): each thread creates, closes and
+//!   unlinks its own name in one shared directory; every unlink makes an
+//!   orphan that the commit frees. The library with the orphan file and
+//!   with no orphan tracking ("none"), beside the kernel.
+//!
+//! Targets, each on a fresh `mkfs.ext4 -O orphan_file` image in the work
+//! directory (/dev/shm by default): `lib-ext4` (journal and orphan file),
+//! `lib-ext4-none` (journal, no orphan tracking), `lib-ext4-1ms` (as
+//! `lib-ext4` on a device whose flush takes 1 ms, as a disk's cache flush
+//! does: where group commit shows), `fuse-ext4` (`scalevfs
+//! mount --image`), `fuse2fs`, `kernel` (loop mount, root). A target that
+//! cannot run here is skipped with the reason.
+
+use std::io::{self, Write};
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::tree::{fuse_available, have, make_image, Mounted};
+
+/// Every target, in report order.
+pub const TARGETS: &[&str] = &[
+    "lib-ext4",
+    "lib-ext4-none",
+    "lib-ext4-1ms",
+    "fuse-ext4",
+    "fuse2fs",
+    "kernel",
+];
+/// The workloads.
+pub const WORKLOADS: &[&str] = &["fsync", "creat-clo"];
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct DurableOptions {
+    pub threads: Vec<usize>,
+    pub seconds: f64,
+    pub targets: Vec<String>,
+    pub workloads: Vec<String>,
+    pub image_size: u64,
+    pub workdir: PathBuf,
+    /// This binary (for `fuse-ext4`).
+    pub bin: PathBuf,
+}
+
+/// One measurement.
+#[derive(Debug, Clone, Serialize)]
+pub struct DurableRow {
+    pub workload: String,
+    pub target: String,
+    pub threads: usize,
+    pub ops: u64,
+    pub secs: f64,
+    pub ops_per_sec: f64,
+    /// scalevfs library: commits that logged something, and fsync/sync
+    /// requests, during the measurement.
+    pub commits: Option<u64>,
+    pub requests: Option<u64>,
+}
+
+/// A target that did not run, and why.
+#[derive(Debug, Clone, Serialize)]
+pub struct Skipped {
+    pub target: String,
+    pub why: String,
+}
+
+/// The whole report.
+#[derive(Debug, Clone, Serialize)]
+pub struct DurableReport {
+    pub rows: Vec<DurableRow>,
+    pub skipped: Vec<Skipped>,
+}
+
+trait Target: Sync {
+    fn mkdir(&self, p: &str) -> io::Result<()>;
+    /// Create `p`, write `data`, fsync if asked, close.
+    fn create(&self, p: &str, data: &[u8], fsync: bool) -> io::Result<()>;
+    fn unlink(&self, p: &str) -> io::Result<()>;
+}
+
+struct Host(PathBuf);
+
+impl Target for Host {
+    fn mkdir(&self, p: &str) -> io::Result<()> {
+        std::fs::create_dir(self.0.join(p))
+    }
+    fn create(&self, p: &str, data: &[u8], fsync: bool) -> io::Result<()> {
+        let mut f = std::fs::File::create(self.0.join(p))?;
+        f.write_all(data)?;
+        if fsync {
+            f.sync_all()?;
+        }
+        Ok(())
+    }
+    fn unlink(&self, p: &str) -> io::Result<()> {
+        std::fs::remove_file(self.0.join(p))
+    }
+}
+
+struct Lib {
+    vfs: scalevfs::Vfs,
+    /// Distinguishes this target's tasks from an earlier one's in the
+    /// thread-local cache (an address could be reused).
+    id: usize,
+}
+
+fn next_id() -> usize {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);
+    // Relaxed: a unique number.
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// A device whose flush takes `delay` (a disk's cache flush), for showing
+/// group commit where the work directory's flush is free (/dev/shm).
+struct SlowFlush {
+    inner: scalevfs_ext4::FileDevice,
+    delay: Duration,
+}
+
+impl scalevfs_ext4::BlockDevice for SlowFlush {
+    fn read_at(&self, off: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.inner.read_at(off, buf)
+    }
+    fn write_at(&self, off: u64, buf: &[u8]) -> io::Result<()> {
+        self.inner.write_at(off, buf)
+    }
+    fn flush(&self) -> io::Result<()> {
+        std::thread::sleep(self.delay);
+        self.inner.flush()
+    }
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+}
+
+thread_local! {
+    static TASK: std::cell::RefCell<Option<(usize, scalevfs::Task)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+impl Lib {
+    fn with<R>(&self, f: impl FnOnce(&scalevfs::Task) -> R) -> R {
+        let key = self.id;
+        TASK.with(|c| {
+            let mut c = c.borrow_mut();
+            if !matches!(&*c, Some((k, _)) if *k == key) {
+                *c = Some((key, self.vfs.root_task()));
+            }
+            f(&c.as_ref().expect("set above").1)
+        })
+    }
+}
+
+fn io_err(e: scalevfs::Errno) -> io::Error {
+    io::Error::from(e)
+}
+
+impl Target for Lib {
+    fn mkdir(&self, p: &str) -> io::Result<()> {
+        self.with(|t| t.mkdir(&format!("/{p}"), 0o755))
+            .map_err(io_err)
+    }
+    fn create(&self, p: &str, data: &[u8], fsync: bool) -> io::Result<()> {
+        self.with(|t| {
+            use scalevfs::{O_CREAT, O_TRUNC, O_WRONLY};
+            let fd = t.open(&format!("/{p}"), O_CREAT | O_WRONLY | O_TRUNC, 0o644)?;
+            let r = (|| {
+                t.write(fd, data)?;
+                if fsync {
+                    t.fsync(fd)?;
+                }
+                Ok(())
+            })();
+            t.close(fd)?;
+            r
+        })
+        .map_err(io_err)
+    }
+    fn unlink(&self, p: &str) -> io::Result<()> {
+        self.with(|t| t.unlink(&format!("/{p}"))).map_err(io_err)
+    }
+}
+
+/// Run `workload` on `t` with `threads` threads for `secs`; total ops.
+fn measure(t: &dyn Target, workload: &str, threads: usize, secs: f64) -> io::Result<(u64, f64)> {
+    let stop = AtomicBool::new(false);
+    let total = AtomicU64::new(0);
+    let go = Barrier::new(threads + 1);
+    let data = vec![0x5Au8; 4096];
+    if workload == "creat-clo" {
+        match t.mkdir("shared") {
+            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
+            _ => {}
+        }
+    }
+    TASK.with(|c| *c.borrow_mut() = None);
+    let mut el = 0.0;
+    let res: Vec<io::Result<()>> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..threads)
+            .map(|k| {
+                let (stop, total, go, data) = (&stop, &total, &go, &data);
+                s.spawn(move || -> io::Result<()> {
+                    let dir = format!("t{k}");
+                    if workload == "fsync" {
+                        match t.mkdir(&dir) {
+                            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
+                                go.wait();
+                                return Err(e);
+                            }
+                            _ => {}
+                        }
+                    }
+                    go.wait();
+                    let mut n = 0u64;
+                    let r = (|| {
+                        // Relaxed: a stop flag; the join orders the rest.
+                        while !stop.load(Ordering::Relaxed) {
+                            if workload == "fsync" {
+                                t.create(&format!("{dir}/f{n}"), data, true)?;
+                            } else {
+                                let p = format!("shared/f{k}");
+                                t.create(&p, &[], false)?;
+                                t.unlink(&p)?;
+                            }
+                            n += 1;
+                        }
+                        Ok(())
+                    })();
+                    // Relaxed: summed after the join.
+                    total.fetch_add(n, Ordering::Relaxed);
+                    TASK.with(|c| *c.borrow_mut() = None);
+                    r
+                })
+            })
+            .collect();
+        go.wait();
+        let t0 = Instant::now();
+        std::thread::sleep(Duration::from_secs_f64(secs));
+        // Relaxed: see above.
+        stop.store(true, Ordering::Relaxed);
+        let r = hs
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(io::Error::other("worker panicked")))
+            })
+            .collect();
+        el = t0.elapsed().as_secs_f64();
+        r
+    });
+    for r in res {
+        r?;
+    }
+    // Relaxed: after the join.
+    Ok((total.load(Ordering::Relaxed), el))
+}
+
+fn run_one(
+    opts: &DurableOptions,
+    workload: &str,
+    target: &str,
+    threads: usize,
+) -> Result<DurableRow, String> {
+    let image = opts.workdir.join("durable.img");
+    let mnt = opts.workdir.join("mnt");
+    std::fs::create_dir_all(&mnt).map_err(|e| format!("{}: {e}", mnt.display()))?;
+    make_image(&image, opts.image_size)?;
+    let err = |e: io::Error| format!("{target}: {e}");
+    let mut stats = None;
+    let (ops, secs) = match target {
+        "lib-ext4" | "lib-ext4-none" | "lib-ext4-1ms" => {
+            let o = scalevfs_ext4::Ext4Options {
+                ro: false,
+                orphan_file: target != "lib-ext4-none",
+                ..Default::default()
+            };
+            let dev = scalevfs_ext4::FileDevice::open(&image, true)
+                .map_err(|e| format!("open {}: {e}", image.display()))?;
+            let dev: Box<dyn scalevfs_ext4::BlockDevice> = if target == "lib-ext4-1ms" {
+                Box::new(SlowFlush {
+                    inner: dev,
+                    delay: Duration::from_millis(1),
+                })
+            } else {
+                Box::new(dev)
+            };
+            let fs = scalevfs_ext4::Ext4::open_device(dev, o)
+                .map_err(|e| format!("open {}: {e}", image.display()))?;
+            let lib = Lib {
+                vfs: scalevfs::Vfs::with_root_fs(Default::default(), fs.clone()),
+                id: next_id(),
+            };
+            let before = fs.commit_stats();
+            let r = measure(&lib, workload, threads, opts.seconds).map_err(err)?;
+            let after = fs.commit_stats();
+            stats = Some((after.0 - before.0, after.1 - before.1));
+            drop(lib);
+            fs.unmount().map_err(|e| format!("unmount: {e}"))?;
+            r
+        }
+        "fuse-ext4" | "fuse2fs" => {
+            fuse_available()?;
+            let mut cmd = if target == "fuse2fs" {
+                if !have("fuse2fs") {
+                    return Err("fuse2fs is not installed (apt install fuse2fs)".into());
+                }
+                let mut c = Command::new("fuse2fs");
+                c.arg(&image).arg(&mnt).arg("-f");
+                c
+            } else {
+                let mut c = Command::new(&opts.bin);
+                c.arg("mount")
+                    .arg(&mnt)
+                    .arg("--foreground")
+                    .arg("--image")
+                    .arg(&image);
+                c
+            };
+            let _ = &mut cmd;
+            let m = Mounted::fuse(cmd, &mnt)?;
+            let r = measure(&Host(mnt.clone()), workload, threads, opts.seconds).map_err(err);
+            drop(m);
+            r?
+        }
+        "kernel" => {
+            let m = Mounted::kernel(&image, &mnt)?;
+            let r = measure(&Host(mnt.clone()), workload, threads, opts.seconds).map_err(err);
+            drop(m);
+            r?
+        }
+        other => return Err(format!("unknown target {other:?} ({})", TARGETS.join(", "))),
+    };
+    let _ = std::fs::remove_file(&image);
+    Ok(DurableRow {
+        workload: workload.into(),
+        target: target.into(),
+        threads,
+        ops,
+        secs,
+        ops_per_sec: ops as f64 / secs.max(1e-9),
+        commits: stats.map(|s| s.0),
+        requests: stats.map(|s| s.1),
+    })
+}
+
+/// Run every workload on every target at every thread count.
+pub fn run(opts: &DurableOptions, progress: &mut dyn FnMut(&str)) -> Result<DurableReport, String> {
+    if opts.threads.is_empty() || opts.threads.iter().any(|&t| t == 0 || t > 1024) {
+        return Err("--threads: 1..=1024 each".into());
+    }
+    if !(0.05..=600.0).contains(&opts.seconds) {
+        return Err("--seconds: 0.05..=600".into());
+    }
+    std::fs::create_dir_all(&opts.workdir)
+        .map_err(|e| format!("{}: {e}", opts.workdir.display()))?;
+    let mut rep = DurableReport {
+        rows: Vec::new(),
+        skipped: Vec::new(),
+    };
+    for w in &opts.workloads {
+        if !WORKLOADS.contains(&w.as_str()) {
+            return Err(format!("unknown workload {w:?} ({})", WORKLOADS.join(", ")));
+        }
+        for t in &opts.targets {
+            for &n in &opts.threads {
+                progress(&format!("{w} on {t}, {n} thread(s)"));
+                match run_one(opts, w, t, n) {
+                    Ok(r) => rep.rows.push(r),
+                    Err(why) => {
+                        progress(&format!("skipped {t}: {why}"));
+                        if !rep.skipped.iter().any(|s| s.target == *t) {
+                            rep.skipped.push(Skipped {
+                                target: t.clone(),
+                                why,
+                            });
+                        }
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&opts.workdir);
+    Ok(rep)
+}
+
+/// The report as a Markdown table.
+pub fn markdown(rep: &DurableReport) -> String {
+    let mut s = String::from(
+        "| workload | target | threads | ops/s | vs 1 thread | fsyncs per commit |\n|---|---|---:|---:|---:|---:|\n",
+    );
+    for r in &rep.rows {
+        let one = rep
+            .rows
+            .iter()
+            .find(|o| o.workload == r.workload && o.target == r.target && o.threads == 1)
+            .map(|o| o.ops_per_sec);
+        let scale = one.map_or(String::new(), |o| format!("{:.2}x", r.ops_per_sec / o));
+        let per = match (r.commits, r.requests) {
+            (Some(c), Some(q)) if c > 0 && r.workload == "fsync" => {
+                format!("{:.2}", q as f64 / c as f64)
+            }
+            _ => String::new(),
+        };
+        s += &format!(
+            "| {} | {} | {} | {:.0} | {scale} | {per} |\n",
+            r.workload, r.target, r.threads, r.ops_per_sec
+        );
+    }
+    for k in &rep.skipped {
+        s += &format!("\nskipped {}: {}\n", k.target, k.why);
+    }
+    s
+}
