@@ -40,6 +40,10 @@ struct Buf {
 struct Shard {
     map: HashMap<u64, Buf>,
     clock: u64,
+    /// Blocks that became dirty since the last `take_dirty`/`write_back`
+    /// (an entry may be stale: its block was forgotten or written since),
+    /// so a commit visits the dirty blocks, not the whole cache.
+    dirty_list: Vec<u64>,
 }
 
 /// The cache (see the module comment).
@@ -148,12 +152,16 @@ impl BufCache {
             }
         };
         b.stamp = now;
-        if !b.dirty {
+        let newly = !b.dirty;
+        if newly {
             b.dirty = true;
             // Relaxed: under the shard lock; read as an estimate.
             self.dirty_of(blk).fetch_add(1, Ordering::Relaxed);
         }
         let r = f(&mut b.data);
+        if newly {
+            s.dirty_list.push(blk);
+        }
         if s.map.len() > self.cap_per_shard {
             self.shrink(dev, &mut s)?;
         }
@@ -191,6 +199,12 @@ impl BufCache {
             }
             s.map.remove(&blk);
         }
+        // Keep the dirty list to the blocks still dirty (it would grow
+        // without bound between syncs of an unjournaled mount).
+        let Shard {
+            map, dirty_list, ..
+        } = s;
+        dirty_list.retain(|b| map.get(b).is_some_and(|x| x.dirty));
         Ok(())
     }
 
@@ -210,11 +224,14 @@ impl BufCache {
         let mut out = Vec::new();
         for (i, sh) in self.shards.iter().enumerate() {
             let mut s = sh.lock();
-            for (&blk, b) in s.map.iter_mut() {
-                if b.dirty {
-                    out.push((blk, b.data.to_vec()));
-                    b.dirty = false;
-                    b.stale = commit;
+            let list = std::mem::take(&mut s.dirty_list);
+            for blk in list {
+                if let Some(b) = s.map.get_mut(&blk) {
+                    if b.dirty {
+                        out.push((blk, b.data.to_vec()));
+                        b.dirty = false;
+                        b.stale = commit;
+                    }
                 }
             }
             // Relaxed: under the shard lock.
@@ -246,6 +263,7 @@ impl BufCache {
     pub fn write_back(&self, dev: &dyn BlockDevice) -> io::Result<()> {
         for sh in &self.shards {
             let mut s = sh.lock();
+            s.dirty_list.clear();
             let mut dirty: Vec<u64> = s
                 .map
                 .iter()

@@ -452,11 +452,6 @@ impl Ext4 {
         }
         // Relaxed: a statistic.
         j.requests.fetch_add(1, Ordering::Relaxed);
-        // Let the VFS's epoch-deferred releases run (an unlinked dentry's
-        // inode reference goes that way), so that inodes nothing holds any
-        // more are freed by this commit. Before the commit lock: they take
-        // VFS locks (a dentry's LockRef) that rank above it.
-        scalevfs::flush_deferred_frees();
         let target = j.next_commit();
         let mut st = j.commit.lock();
         // SeqCst: see `Journal::next_commit`.
@@ -547,9 +542,10 @@ impl Ext4 {
         let Some(rw) = &self.rw else {
             return Ok((Vec::new(), Vec::new()));
         };
-        // Inodes whose last name went are freed here if nothing holds them
-        // (`commit` let the VFS's deferred releases run first); the others
-        // stay in the orphan file until a later commit frees them.
+        // Inodes whose last name went are freed here if nothing holds them;
+        // the others (still open, or referenced by a dentry the VFS frees
+        // after a grace period) stay in the orphan file until a later
+        // commit frees them.
         // Relaxed: see `rw`.
         if !rw.failed.load(Ordering::Relaxed) {
             self.reap(last)?;
