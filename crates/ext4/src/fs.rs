@@ -109,6 +109,18 @@ pub struct Ext4Inode {
     /// it changes, shared for reads, so a reader never follows a freed
     /// tree block.
     pub(crate) data: ORwLock<()>,
+    /// Set when the inode's last name goes (journaled mounts): its drop
+    /// (the VFS let go of it) tells the filesystem, which then frees it
+    /// in the next handle instead of at the next commit.
+    pub(crate) on_drop: OnceLock<(u32, Arc<OMutex<Vec<u32>>>)>,
+}
+
+impl Drop for Ext4Inode {
+    fn drop(&mut self) {
+        if let Some((ino, q)) = self.on_drop.get() {
+            q.lock().push(*ino);
+        }
+    }
 }
 
 impl Ext4Inode {
@@ -172,6 +184,8 @@ pub(crate) struct RwState {
     pub(crate) unlinked: OMutex<Vec<(u32, Weak<Inode>, OrphanSlot)>>,
     /// The orphan file (journaled mounts of images that have one).
     pub(crate) orphans: OnceLock<OrphanDisk>,
+    /// Unlinked inodes the VFS no longer holds (`Ext4Inode::on_drop`).
+    pub(crate) dead: Arc<OMutex<Vec<u32>>>,
     /// `Ext4Options::orphan_file` was false: record no new orphans.
     pub(crate) orphans_off: AtomicBool,
     /// The mount will write through the journal (open.rs installs it):
@@ -298,6 +312,7 @@ impl Ext4 {
                 journal: OnceLock::new(),
                 orphans: OnceLock::new(),
                 orphans_off: AtomicBool::new(false),
+                dead: Arc::new(OMutex::new(Class::Ext4Dead, Vec::new())),
                 journaled: opts.journal
                     && fs.sb.feature_compat & COMPAT_HAS_JOURNAL != 0
                     && fs.sb.journal_inum != 0,
@@ -429,7 +444,11 @@ impl Ext4 {
         let nested = Handle::nested(j);
         let r = {
             let _h = self.handle()?;
-            f()
+            let r = f();
+            if !nested {
+                self.reap_dead();
+            }
+            r
         };
         let enospc = matches!(&r, Err(Error::Io(e)) if e.raw_os_error() == Some(libc::ENOSPC));
         if enospc && !nested && !j.pending.lock().is_empty() {
@@ -438,6 +457,24 @@ impl Ext4 {
             return f();
         }
         r
+    }
+
+    /// Free the unlinked inodes whose last VFS reference went since the
+    /// last call, in the caller's handle (their orphan records go in the
+    /// same transaction). A failure stops writing (as any write error does)
+    /// and is reported by the next call that writes.
+    fn reap_dead(&self) {
+        let Some(rw) = &self.rw else { return };
+        let dead = {
+            let mut q = rw.dead.lock();
+            if q.is_empty() {
+                return;
+            }
+            std::mem::take(&mut *q)
+        };
+        if let Err(e) = self.reap_some(false, Some(&dead)) {
+            eprintln!("scalevfs-ext4: freeing unlinked inodes failed: {e}");
+        }
     }
 
     /// Make everything done before this call durable (fsync, sync): wait
@@ -695,6 +732,11 @@ impl Ext4 {
         if let Some(rw) = &self.rw {
             let slot = self.orphan_add(ino)?;
             rw.unlinked.lock().push((ino, Arc::downgrade(inode), slot));
+            if rw.journaled {
+                if let Some(e) = inode.private::<Ext4Inode>() {
+                    let _ = e.on_drop.set((ino, rw.dead.clone()));
+                }
+            }
         }
         Ok(())
     }
@@ -712,13 +754,22 @@ impl Ext4 {
     /// Free the queued unlinked inodes nothing holds (`all`: every one,
     /// at unmount).
     fn reap(&self, all: bool) -> Result<()> {
+        self.reap_some(all, None)
+    }
+
+    /// `reap`, limited to the inodes `only` lists when given (the ones
+    /// whose drop was signalled).
+    fn reap_some(&self, all: bool, only: Option<&[u32]>) -> Result<()> {
         let Some(rw) = &self.rw else { return Ok(()) };
         #[allow(clippy::type_complexity)]
         let ready: Vec<(u32, Option<Arc<Inode>>, OrphanSlot)> = {
             let mut l = rw.unlinked.lock();
-            let (go, keep): (Vec<_>, Vec<_>) = l
-                .drain(..)
-                .partition(|(_, w, _)| all || w.strong_count() == 0);
+            if only.is_some_and(|o| o.is_empty()) {
+                return Ok(());
+            }
+            let (go, keep): (Vec<_>, Vec<_>) = l.drain(..).partition(|(i, w, _)| {
+                (all || w.strong_count() == 0) && only.is_none_or(|o| o.contains(i))
+            });
             *l = keep;
             go.into_iter()
                 .map(|(i, w, s)| (i, w.upgrade(), s))
@@ -886,6 +937,7 @@ impl Ext4 {
                     raw: OMutex::new(Class::Ext4Raw, raw),
                     dir_lock: ORwLock::new(Class::Ext4Dir, ()),
                     data: ORwLock::new(Class::Ext4File, ()),
+                    on_drop: OnceLock::new(),
                 }),
             )
             .with_generation(generation),

@@ -156,10 +156,14 @@ classes! {
     /// `ext4 Journal::pending`: blocks freed in the running transaction,
     /// reusable after its commit; held only to push or take the list.
     Ext4Pending = 29, "ext4 Journal::pending", No;
+    /// `ext4 RwState::dead`: numbers of unlinked inodes whose last VFS
+    /// reference just went (pushed from the inode's drop, wherever that
+    /// runs; nothing is taken under it).
+    Ext4Dead = 30, "ext4 RwState::dead", No;
     /// A shard of the FUSE adapter's node table (`crates/fuse/src/
     /// nodes.rs`): held only around its hash map, never across a core call
     /// (a node's handle is dropped after the shard is released).
-    FuseNodes = 30, "fuse NodeTable shard", No;
+    FuseNodes = 31, "fuse NodeTable shard", No;
 }
 
 impl fmt::Display for Class {
