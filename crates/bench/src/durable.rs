@@ -1,7 +1,8 @@
 //! Durability workloads on ext4 (`scalevfs bench-fsync`, issue 15):
 //!
 //! - **fsync**: each thread in a loop creates its next file in its own
-//!   directory, writes 4 KiB, fsyncs and closes it. Ops/s, and for the
+//!   directory, writes 4 KiB, fsyncs and closes it (and removes the file
+//!   it made 1,000 files earlier, to stay inside the image). Ops/s, and for the
 //!   scalevfs library the journal's fsyncs per commit (group commit).
 //! - **creat-clo** (seed 002 on disk): each thread creates, closes and
 //!   unlinks its own name in one shared directory; every unlink makes an
@@ -227,6 +228,12 @@ fn measure(t: &dyn Target, workload: &str, threads: usize, secs: f64) -> io::Res
                         while !stop.load(Ordering::Relaxed) {
                             if workload == "fsync" {
                                 t.create(&format!("{dir}/f{n}"), data, true)?;
+                                // At most 1,000 files per thread, so that a
+                                // long run on a fast target stays inside the
+                                // image's inodes and blocks.
+                                if n >= 1000 {
+                                    t.unlink(&format!("{dir}/f{}", n - 1000))?;
+                                }
                             } else {
                                 let p = format!("shared/f{k}");
                                 t.create(&p, &[], false)?;

@@ -77,6 +77,11 @@ pub(crate) struct Journal {
     /// asked for durability (fsync, sync): fsyncs per commit.
     pub(crate) commits: AtomicU64,
     pub(crate) requests: AtomicU64,
+    /// Batching (jbd2's `j_last_sync_writer` and average commit time): the
+    /// thread that asked for the last commit, and a moving average of how
+    /// long writing a commit takes (ns).
+    pub(crate) last_sync_thread: AtomicU64,
+    pub(crate) avg_commit_ns: AtomicU64,
 }
 
 impl Journal {
@@ -97,6 +102,8 @@ impl Journal {
             limit,
             commits: AtomicU64::new(0),
             requests: AtomicU64::new(0),
+            last_sync_thread: AtomicU64::new(0),
+            avg_commit_ns: AtomicU64::new(0),
         }
     }
 
@@ -111,6 +118,26 @@ impl Journal {
 thread_local! {
     /// The journal (address) whose handle this thread holds, if any.
     static IN_HANDLE: Cell<usize> = const { Cell::new(0) };
+    /// The commit that will carry this thread's current handle (0: none).
+    static CUR_TID: Cell<u64> = const { Cell::new(0) };
+}
+
+/// A number for the calling thread (never 0).
+pub(crate) fn thread_id() -> u64 {
+    use std::sync::atomic::AtomicU64 as A;
+    static NEXT: A = A::new(1);
+    thread_local! {
+        // Relaxed: a unique number.
+        static ID: u64 = NEXT.fetch_add(1, Ordering::Relaxed);
+    }
+    ID.with(|i| *i)
+}
+
+/// The commit that will carry the changes of the handle this thread holds
+/// (0 outside a handle): an inode changed now records it, and an fsync of
+/// that inode waits for that commit only (jbd2's `i_sync_tid`).
+pub(crate) fn current_tid() -> u64 {
+    CUR_TID.with(|c| c.get())
 }
 
 /// A handle: the thread is changing the filesystem (see the module
@@ -144,6 +171,10 @@ impl Handle<'_> {
         }
         let p = j.gate.enter();
         IN_HANDLE.with(|c| c.set(j as *const Journal as usize));
+        // Inside the gate `started` cannot move: a committer increments it
+        // only after every pass has left. So this handle's changes go in
+        // commit `started + 1`.
+        CUR_TID.with(|c| c.set(j.next_commit()));
         Handle {
             _pass: Some(p),
             outer: true,
@@ -173,6 +204,7 @@ impl Drop for Handle<'_> {
     fn drop(&mut self) {
         if self.outer {
             IN_HANDLE.with(|c| c.set(0));
+            CUR_TID.with(|c| c.set(0));
         }
     }
 }
