@@ -557,8 +557,12 @@ fn setup_control(_v: &Variant, _d: Option<u32>, _t: usize) -> Result<Box<dyn Ins
 /// own file in /tmp, "2" = one shared file (each worker opens its own fd),
 /// open2/unlink2 = own file in own directory, open3 = one shared file,
 /// pread3 = one shared file, each worker its own 4 KiB-aligned offset.
-pub const WIS_TESTS: [(&str, &str); 18] = [
+pub const WIS_TESTS: [(&str, &str); 19] = [
     ("open1", "open+close, own file in /tmp"),
+    (
+        "open1p",
+        "open1 with each worker a process of its own (own fd table), as will-it-scale's open1_processes",
+    ),
     ("open2", "open+close, own file in own directory"),
     ("open3", "open+close, one shared file"),
     ("unlink1", "creat+close+unlink, own name in /tmp"),
@@ -625,23 +629,36 @@ impl Wis {
 }
 
 fn wis_open(shared: bool, dirs: bool) -> SetupFn {
-    fn mk(v: &Variant, t: usize, shared: bool, dirs: bool) -> Result<Box<dyn Instance>, String> {
-        let ns = wis_ns(v)?;
-        let paths = wis_files(&ns, t, shared, 0, dirs)?;
-        Ok(instance(Wis { ns, paths }, |w, ctx| {
-            let t = w.ns.thread();
-            let p = w.path(ctx);
-            ctx.run(|| {
-                let fd = t.open(p, O_RDWR, 0)?;
-                t.close(fd)
-            })
-        }))
-    }
     match (shared, dirs) {
-        (false, false) => |v, _, t| mk(v, t, false, false),
-        (false, true) => |v, _, t| mk(v, t, false, true),
-        _ => |v, _, t| mk(v, t, true, false),
+        (false, false) => |v, _, t| wis_open_mk(v, t, false, false, false),
+        (false, true) => |v, _, t| wis_open_mk(v, t, false, true, false),
+        _ => |v, _, t| wis_open_mk(v, t, true, false, false),
     }
+}
+
+/// `procs`: each worker a process of its own (a forked task: its own fd
+/// table), else threads of one process sharing the table.
+fn wis_open_mk(
+    v: &Variant,
+    t: usize,
+    shared: bool,
+    dirs: bool,
+    procs: bool,
+) -> Result<Box<dyn Instance>, String> {
+    let ns = wis_ns(v)?;
+    let paths = wis_files(&ns, t, shared, 0, dirs)?;
+    Ok(instance((Wis { ns, paths }, procs), |(w, procs), ctx| {
+        let t = if *procs {
+            w.ns.user.fork()
+        } else {
+            w.ns.thread()
+        };
+        let p = w.path(ctx);
+        ctx.run(|| {
+            let fd = t.open(p, O_RDWR, 0)?;
+            t.close(fd)
+        })
+    }))
 }
 
 fn wis_unlink(dirs: bool) -> SetupFn {
@@ -740,6 +757,7 @@ fn wis_path_op(
 fn wis_setup(name: &str) -> SetupFn {
     match name {
         "open1" => wis_open(false, false),
+        "open1p" => |v, _, t| wis_open_mk(v, t, false, false, true),
         "open2" => wis_open(false, true),
         "open3" => wis_open(true, false),
         "unlink1" => wis_unlink(false),
@@ -1028,6 +1046,7 @@ pub fn all() -> Vec<Workload> {
 pub fn wis_id(name: &str) -> &'static str {
     match name {
         "open1" => "wis-fs/open1",
+        "open1p" => "wis-fs/open1p",
         "open2" => "wis-fs/open2",
         "open3" => "wis-fs/open3",
         "unlink1" => "wis-fs/unlink1",
