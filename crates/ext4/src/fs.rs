@@ -326,6 +326,18 @@ impl Ext4 {
                     && fs.sb.feature_compat & COMPAT_HAS_JOURNAL != 0
                     && fs.sb.journal_inum != 0,
             });
+            // A journaled mount frees what the orphan file lists: check the
+            // file (layout, magic, checksums, inode numbers) before the
+            // first write, so a bad one leaves the image untouched.
+            if fs.rw_journaled() {
+                let r = fs
+                    .load_orphan_file()
+                    .and_then(|od| od.map_or(Ok(Vec::new()), |od| fs.scan_orphans(&od)));
+                if let Err(e) = r {
+                    fs.abandon();
+                    return Err(e);
+                }
+            }
             // Mark the filesystem in use (not clean) until unmount.
             fs.write_super(false)?;
             fs.dev.flush()?;
@@ -799,6 +811,16 @@ impl Ext4 {
             }
         }
         Ok(())
+    }
+
+    /// An open that failed after the write side was set up: write nothing
+    /// more, not even at drop (the image stays as the open found it, or
+    /// as far as the open got).
+    pub(crate) fn abandon(&self) {
+        if let Some(rw) = &self.rw {
+            // Relaxed: see `rw`.
+            rw.unmounted.store(true, Ordering::Relaxed);
+        }
     }
 
     /// A read-write mount that writes through the image's journal.

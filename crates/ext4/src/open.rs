@@ -35,8 +35,12 @@ impl Ext4 {
         let fs = Ext4::open_unreplayed(dev, opts)?;
         let sb = fs.superblock();
         if journal && fs.rw_journaled() {
-            let log = LogWriter::open(fs.device(), sb.has_metadata_csum())?;
-            fs.install_journal(Box::new(log), interval, orphans)?;
+            let r = LogWriter::open(fs.device(), sb.has_metadata_csum())
+                .and_then(|log| fs.install_journal(Box::new(log), interval, orphans));
+            if let Err(e) = r {
+                fs.abandon();
+                return Err(e);
+            }
         }
         Ok(fs)
     }

@@ -144,6 +144,28 @@ impl Ext4 {
         let Some(od) = self.orphan_disk() else {
             return Ok(0);
         };
+        let listed = self.scan_orphans(od)?;
+        let mut freed = 0;
+        for (pblk, k, ino) in listed {
+            let raw = self.read_inode(ino)?;
+            // A live link count is a truncate orphan (we make none; clear it),
+            // mode 0 an inode never used: only the unlinked ones are freed.
+            if raw.links_count == 0 && raw.dtime == 0 && raw.mode != 0 {
+                self.check(self.release_inode(raw))?;
+                freed += 1;
+            }
+            let (rw, io) = self.rw()?;
+            rw.bufs.modify(io.dev, pblk, true, |b| {
+                b[k * 4..k * 4 + 4].fill(0);
+                Self::orphan_tail(od, pblk, b);
+            })?;
+        }
+        Ok(freed)
+    }
+
+    /// Read and check every orphan block (magic, checksum, inode numbers
+    /// in range); the listed inodes as (block, slot, inode). Reads only.
+    pub(crate) fn scan_orphans(&self, od: &OrphanDisk) -> Result<Vec<(u64, usize, u32)>> {
         let bs = self.bs;
         let mut listed = Vec::new();
         let mut b = vec![0u8; bs];
@@ -161,27 +183,20 @@ impl Ext4 {
             }
             for (k, s) in b[..bs - 8].chunks_exact(4).enumerate() {
                 let ino = u32::from_le_bytes(s.try_into().expect("4 bytes"));
-                if ino != 0 {
-                    listed.push((pblk, k, ino));
+                if ino == 0 {
+                    continue;
                 }
+                if ino < self.sb.first_ino || ino > self.sb.inodes_count {
+                    return Err(corrupt(what(), format!("lists inode {ino}")));
+                }
+                // The inode must read back (checksum, fields) before the
+                // mount writes anything.
+                if let Err(e) = self.read_inode(ino) {
+                    return Err(corrupt(what(), format!("lists inode {ino}: {e}")));
+                }
+                listed.push((pblk, k, ino));
             }
         }
-        let mut freed = 0;
-        for (pblk, k, ino) in listed {
-            if ino < self.sb.first_ino || ino > self.sb.inodes_count {
-                return Err(corrupt("orphan file", format!("lists inode {ino}")));
-            }
-            let raw = self.read_inode(ino)?;
-            if raw.links_count == 0 && raw.dtime == 0 {
-                self.check(self.release_inode(raw))?;
-                freed += 1;
-            }
-            let (rw, io) = self.rw()?;
-            rw.bufs.modify(io.dev, pblk, true, |b| {
-                b[k * 4..k * 4 + 4].fill(0);
-                Self::orphan_tail(od, pblk, b);
-            })?;
-        }
-        Ok(freed)
+        Ok(listed)
     }
 }
