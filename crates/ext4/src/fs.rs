@@ -27,7 +27,9 @@ use crate::format::superblock::{
     self, SbUpdate, Superblock, FLAG_UNSIGNED_HASH, SB_OFFSET, SB_SIZE, STATE_ERROR, STATE_VALID,
 };
 use crate::format::xattr;
-use crate::txn::{current_tid, Committer, CommitterMark, Handle, Journal, LogSink, OrphanDisk};
+use crate::txn::{
+    current_tid, Committer, CommitterMark, Handle, Journal, LogSink, OrphanDisk, Sharded,
+};
 use scalevfs_orphan::OrphanSlot;
 
 /// `statfs` f_type of ext2/3/4.
@@ -112,7 +114,7 @@ pub struct Ext4Inode {
     /// Set when the inode's last name goes (journaled mounts): its drop
     /// (the VFS let go of it) tells the filesystem, which then frees it
     /// in the next handle instead of at the next commit.
-    pub(crate) on_drop: OnceLock<(u32, Arc<OMutex<Vec<u32>>>)>,
+    pub(crate) on_drop: OnceLock<(u32, Arc<Sharded<u32>>)>,
     /// The commit that carries this inode's last change (journaled
     /// mounts; 0: none since mount): what an fsync of it waits for.
     pub(crate) last_tid: AtomicU64,
@@ -121,7 +123,7 @@ pub struct Ext4Inode {
 impl Drop for Ext4Inode {
     fn drop(&mut self) {
         if let Some((ino, q)) = self.on_drop.get() {
-            q.lock().push(*ino);
+            q.mine().lock().push(*ino);
         }
     }
 }
@@ -190,11 +192,11 @@ pub(crate) struct RwState {
     /// `unmount` ran: the image is clean and nothing more is written.
     pub(crate) unmounted: AtomicBool,
     /// Inodes whose last name is gone, freed once nothing holds them.
-    pub(crate) unlinked: OMutex<Vec<(u32, Weak<Inode>, OrphanSlot)>>,
+    pub(crate) unlinked: Sharded<(u32, Weak<Inode>, OrphanSlot)>,
     /// The orphan file (journaled mounts of images that have one).
     pub(crate) orphans: OnceLock<OrphanDisk>,
     /// Unlinked inodes the VFS no longer holds (`Ext4Inode::on_drop`).
-    pub(crate) dead: Arc<OMutex<Vec<u32>>>,
+    pub(crate) dead: Arc<Sharded<u32>>,
     /// `Ext4Options::orphan_file` was false: record no new orphans.
     pub(crate) orphans_off: AtomicBool,
     /// The mount will write through the journal (open.rs installs it):
@@ -317,11 +319,11 @@ impl Ext4 {
                 written: AtomicU64::new(0),
                 failed: AtomicBool::new(false),
                 unmounted: AtomicBool::new(false),
-                unlinked: OMutex::new(Class::Ext4Unlinked, Vec::new()),
+                unlinked: Sharded::new(Class::Ext4Unlinked),
                 journal: OnceLock::new(),
                 orphans: OnceLock::new(),
                 orphans_off: AtomicBool::new(false),
-                dead: Arc::new(OMutex::new(Class::Ext4Dead, Vec::new())),
+                dead: Arc::new(Sharded::new(Class::Ext4Dead)),
                 journaled: opts.journal
                     && fs.sb.feature_compat & COMPAT_HAS_JOURNAL != 0
                     && fs.sb.journal_inum != 0,
@@ -429,7 +431,7 @@ impl Ext4 {
                 )));
             }
             rw.bufs.forget(blk);
-            j.pending.lock().push(blk);
+            j.pending.mine().lock().push(blk);
             return Ok(());
         }
         self.check(rw.alloc.free_block(&io, blk))
@@ -472,7 +474,7 @@ impl Ext4 {
             r
         };
         let enospc = matches!(&r, Err(Error::Io(e)) if e.raw_os_error() == Some(libc::ENOSPC));
-        if enospc && !nested && !j.pending.lock().is_empty() {
+        if enospc && !nested && !j.pending.is_empty() {
             self.commit()?;
             let _h = self.handle()?;
             return f();
@@ -487,7 +489,7 @@ impl Ext4 {
     fn reap_dead(&self) {
         let Some(rw) = &self.rw else { return };
         let dead = {
-            let mut q = rw.dead.lock();
+            let mut q = rw.dead.mine().lock();
             if q.is_empty() {
                 return;
             }
@@ -660,7 +662,7 @@ impl Ext4 {
             self.reap(last)?;
         }
         let (_, io) = self.rw()?;
-        let frees = std::mem::take(&mut *j.pending.lock());
+        let frees = j.pending.drain_all();
         let mut revokes = Vec::new();
         for b in frees {
             self.check(rw.alloc.free_block(&io, b))?;
@@ -803,7 +805,10 @@ impl Ext4 {
         }
         if let Some(rw) = &self.rw {
             let slot = self.orphan_add(ino)?;
-            rw.unlinked.lock().push((ino, Arc::downgrade(inode), slot));
+            rw.unlinked
+                .shard(u64::from(ino))
+                .lock()
+                .push((ino, Arc::downgrade(inode), slot));
             if rw.journaled {
                 if let Some(e) = inode.private::<Ext4Inode>() {
                     let _ = e.on_drop.set((ino, rw.dead.clone()));
@@ -844,19 +849,28 @@ impl Ext4 {
     fn reap_some(&self, all: bool, only: Option<&[u32]>) -> Result<()> {
         let Some(rw) = &self.rw else { return Ok(()) };
         #[allow(clippy::type_complexity)]
-        let ready: Vec<(u32, Option<Arc<Inode>>, OrphanSlot)> = {
-            let mut l = rw.unlinked.lock();
-            if only.is_some_and(|o| o.is_empty()) {
-                return Ok(());
+        let mut ready: Vec<(u32, Option<Arc<Inode>>, OrphanSlot)> = Vec::new();
+        let free = |(i, w, s): (u32, Weak<Inode>, OrphanSlot)| (i, w.upgrade(), s);
+        match only {
+            Some(list) => {
+                for &ino in list {
+                    let mut l = rw.unlinked.shard(u64::from(ino)).lock();
+                    if let Some(k) = l
+                        .iter()
+                        .position(|(i, w, _)| *i == ino && (all || w.strong_count() == 0))
+                    {
+                        ready.push(free(l.swap_remove(k)));
+                    }
+                }
             }
-            let (go, keep): (Vec<_>, Vec<_>) = l.drain(..).partition(|(i, w, _)| {
-                (all || w.strong_count() == 0) && only.is_none_or(|o| o.contains(i))
-            });
-            *l = keep;
-            go.into_iter()
-                .map(|(i, w, s)| (i, w.upgrade(), s))
-                .collect()
-        };
+            None => rw.unlinked.for_each(|l| {
+                let (go, keep): (Vec<_>, Vec<_>) = std::mem::take(l)
+                    .into_iter()
+                    .partition(|(_, w, _)| all || w.strong_count() == 0);
+                *l = keep;
+                ready.extend(go.into_iter().map(free));
+            }),
+        }
         for (ino, live, slot) in ready {
             let raw = match live.as_deref().and_then(|i| i.private::<Ext4Inode>()) {
                 Some(e) => e.raw(),
@@ -2048,11 +2062,8 @@ fn commit_thread(fs: std::sync::Weak<Ext4>, interval: u64) {
             continue;
         }
         waited = 0;
-        let busy = rw.bufs.dirty_count() > 0
-            || rw
-                .journal
-                .get()
-                .is_some_and(|j| !j.pending.lock().is_empty());
+        let busy =
+            rw.bufs.dirty_count() > 0 || rw.journal.get().is_some_and(|j| !j.pending.is_empty());
         if busy {
             if let Err(e) = fs.commit() {
                 eprintln!("scalevfs-ext4: commit failed: {e}");

@@ -29,6 +29,7 @@ use std::cell::Cell;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crossbeam_utils::CachePadded;
 use scalevfs_orphan::OrphanFile;
 use scalevfs_sync::ordered::{Class, Mutex};
 use scalevfs_sync::{Gate, Pass};
@@ -65,7 +66,7 @@ pub(crate) struct Committer {
 pub(crate) struct Journal {
     pub(crate) gate: Gate,
     pub(crate) commit: Mutex<Committer>,
-    pub(crate) pending: Mutex<Vec<u64>>,
+    pub(crate) pending: Sharded<u64>,
     /// Commits started (the number of the running transaction's commit is
     /// `started + 1`).
     pub(crate) started: AtomicU64,
@@ -96,7 +97,7 @@ impl Journal {
                     logged: HashSet::new(),
                 },
             ),
-            pending: Mutex::new(Class::Ext4Pending, Vec::new()),
+            pending: Sharded::new(Class::Ext4Pending),
             started: AtomicU64::new(0),
             done: AtomicU64::new(0),
             limit,
@@ -216,4 +217,62 @@ pub(crate) struct OrphanDisk {
     pub(crate) file: OrphanFile,
     pub(crate) blocks: Vec<u64>,
     pub(crate) seed: Option<u32>,
+}
+
+/// Lists kept in shards, each under its own lock (one class, taken one at
+/// a time): threads that push to different shards share no lock and no
+/// line. Used for the running transaction's freed blocks (by thread), the
+/// unlinked inodes (by inode number) and the inodes the VFS dropped (by
+/// thread).
+pub(crate) struct Sharded<T> {
+    shards: Box<[CachePadded<Mutex<Vec<T>>>]>,
+}
+
+const SHARDS: usize = 64;
+
+impl<T> std::fmt::Debug for Sharded<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Sharded")
+    }
+}
+
+impl<T> Sharded<T> {
+    pub(crate) fn new(class: Class) -> Sharded<T> {
+        Sharded {
+            shards: (0..SHARDS)
+                .map(|_| CachePadded::new(Mutex::new(class, Vec::new())))
+                .collect(),
+        }
+    }
+
+    /// The shard for `key`.
+    pub(crate) fn shard(&self, key: u64) -> &Mutex<Vec<T>> {
+        &self.shards[(key % SHARDS as u64) as usize]
+    }
+
+    /// The calling thread's shard.
+    pub(crate) fn mine(&self) -> &Mutex<Vec<T>> {
+        self.shard(thread_id())
+    }
+
+    /// Take everything (shard by shard).
+    pub(crate) fn drain_all(&self) -> Vec<T> {
+        let mut out = Vec::new();
+        for s in self.shards.iter() {
+            out.append(&mut s.lock());
+        }
+        out
+    }
+
+    /// True if every shard is empty (each read under its lock).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.shards.iter().all(|s| s.lock().is_empty())
+    }
+
+    /// Run `f` on each shard's list in turn.
+    pub(crate) fn for_each(&self, mut f: impl FnMut(&mut Vec<T>)) {
+        for s in self.shards.iter() {
+            f(&mut s.lock());
+        }
+    }
 }
