@@ -40,6 +40,10 @@ struct Buf {
 struct Shard {
     map: HashMap<u64, Buf>,
     clock: u64,
+    /// The shard size at which `modify` next tries to shrink it: with
+    /// journaled blocks pinned a shrink may free little, and trying again
+    /// at every change would sort the shard each time.
+    next_shrink: usize,
     /// Blocks that became dirty since the last `take_dirty`/`write_back`
     /// (an entry may be stale: its block was forgotten or written since),
     /// so a commit visits the dirty blocks, not the whole cache.
@@ -162,8 +166,9 @@ impl BufCache {
         if newly {
             s.dirty_list.push(blk);
         }
-        if s.map.len() > self.cap_per_shard {
+        if s.map.len() > self.cap_per_shard.max(s.next_shrink) {
             self.shrink(dev, &mut s)?;
+            s.next_shrink = s.map.len() + self.cap_per_shard / 2;
         }
         Ok(r)
     }

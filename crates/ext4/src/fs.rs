@@ -154,6 +154,9 @@ pub enum Mapping {
     Hole { count: u64 },
 }
 
+/// Shards of the inode cache.
+const ICACHE_SHARDS: usize = 16;
+
 struct InodeCache {
     map: HashMap<u32, Weak<Inode>>,
     /// Recently used inodes kept alive (bounded).
@@ -170,7 +173,10 @@ pub struct Ext4 {
     pub(crate) bs: usize,
     pub(crate) devno: u64,
     pub(crate) cache_cap: usize,
-    cache: Mutex<InodeCache>,
+    /// The inode cache in shards by inode number (`ICACHE_SHARDS`): an
+    /// unlink and a lookup of inodes in different shards share no lock,
+    /// and forgetting an inode scans one shard's recent list, not all.
+    cache: Box<[Mutex<InodeCache>]>,
     pub(crate) root: Arc<Inode>,
     pub(crate) statfs: StatFs,
     /// The write side; `None` for a read-only mount.
@@ -281,11 +287,15 @@ impl Ext4 {
             let off = (g % per_block) as usize * dsz;
             groups.push(GroupDesc::parse(&sb, g, &blk[off..off + dsz])?);
         }
-        let cache = Mutex::new(InodeCache {
-            map: HashMap::new(),
-            recent: VecDeque::new(),
-            swept: 0,
-        });
+        let cache = (0..ICACHE_SHARDS)
+            .map(|_| {
+                Mutex::new(InodeCache {
+                    map: HashMap::new(),
+                    recent: VecDeque::new(),
+                    swept: 0,
+                })
+            })
+            .collect();
         // A placeholder root until the real one is read (the struct needs one).
         let placeholder = Arc::new(Inode::new(
             0,
@@ -799,7 +809,7 @@ impl Ext4 {
     pub(crate) fn forget_inode(&self, inode: &Arc<Inode>) -> Result<()> {
         let ino = inode.ino() as u32;
         {
-            let mut c = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+            let mut c = self.icache(ino);
             c.recent.retain(|i| i.ino() != u64::from(ino));
             c.map.remove(&ino);
         }
@@ -826,6 +836,13 @@ impl Ext4 {
             // Relaxed: see `rw`.
             rw.unmounted.store(true, Ordering::Relaxed);
         }
+    }
+
+    /// The inode cache shard of `ino`, locked.
+    fn icache(&self, ino: u32) -> std::sync::MutexGuard<'_, InodeCache> {
+        self.cache[ino as usize % ICACHE_SHARDS]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
     }
 
     /// A read-write mount that writes through the image's journal.
@@ -971,7 +988,7 @@ impl Ext4 {
     /// The VFS inode for `ino` (cached).
     pub fn iget(&self, ino: u32) -> Result<Arc<Inode>> {
         {
-            let c = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+            let c = self.icache(ino);
             if let Some(i) = c.map.get(&ino).and_then(Weak::upgrade) {
                 return Ok(i);
             }
@@ -1040,17 +1057,17 @@ impl Ext4 {
             )
             .with_generation(generation),
         );
-        let mut c = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        let mut c = self.icache(ino);
         if let Some(i) = c.map.get(&ino).and_then(Weak::upgrade) {
             // Another thread read it meanwhile: one inode per number.
             return Ok(i);
         }
         c.map.insert(ino, Arc::downgrade(&new));
         c.recent.push_back(new.clone());
-        while c.recent.len() > self.cache_cap {
+        while c.recent.len() > self.cache_cap.div_ceil(ICACHE_SHARDS) {
             c.recent.pop_front();
         }
-        if c.map.len() > 2 * c.swept.max(self.cache_cap) {
+        if c.map.len() > 2 * c.swept.max(self.cache_cap.div_ceil(ICACHE_SHARDS)) {
             c.map.retain(|_, w| w.strong_count() > 0);
             c.swept = c.map.len();
         }
@@ -1060,10 +1077,9 @@ impl Ext4 {
     /// Number of inode numbers in the cache's map (live or not yet swept).
     pub fn cached_inodes(&self) -> usize {
         self.cache
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .map
-            .len()
+            .iter()
+            .map(|c| c.lock().unwrap_or_else(|e| e.into_inner()).map.len())
+            .sum()
     }
 
     pub(crate) fn node(i: &Inode) -> VfsResult<RawInode> {
