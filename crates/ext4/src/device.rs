@@ -20,6 +20,23 @@ pub trait BlockDevice: Send + Sync + 'static {
     fn size(&self) -> u64;
 }
 
+/// A shared device: a test or a tool keeps one `Arc` (to read what was
+/// written, or a recording) while the filesystem owns a clone.
+impl<D: BlockDevice + ?Sized> BlockDevice for std::sync::Arc<D> {
+    fn read_at(&self, off: u64, buf: &mut [u8]) -> io::Result<()> {
+        (**self).read_at(off, buf)
+    }
+    fn write_at(&self, off: u64, buf: &[u8]) -> io::Result<()> {
+        (**self).write_at(off, buf)
+    }
+    fn flush(&self) -> io::Result<()> {
+        (**self).flush()
+    }
+    fn size(&self) -> u64 {
+        (**self).size()
+    }
+}
+
 /// A regular file (an image) or a block device node, through `pread`/`pwrite`.
 #[derive(Debug)]
 pub struct FileDevice {

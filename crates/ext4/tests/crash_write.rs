@@ -31,24 +31,6 @@ use scalevfs_ext4::crashdev::{CrashLog, RecordingDevice};
 use scalevfs_ext4::journal::Replay;
 use scalevfs_ext4::{BlockDevice, Ext4, Ext4Options, MemDevice};
 
-/// A recording device shared between the test and the filesystem.
-struct Shared(Arc<RecordingDevice<MemDevice>>);
-
-impl BlockDevice for Shared {
-    fn read_at(&self, off: u64, buf: &mut [u8]) -> std::io::Result<()> {
-        self.0.read_at(off, buf)
-    }
-    fn write_at(&self, off: u64, buf: &[u8]) -> std::io::Result<()> {
-        self.0.write_at(off, buf)
-    }
-    fn flush(&self) -> std::io::Result<()> {
-        self.0.flush()
-    }
-    fn size(&self) -> u64 {
-        self.0.size()
-    }
-}
-
 type Tree = BTreeMap<String, Option<Vec<u8>>>;
 
 /// Names under /d (recursively) with file contents; directories as None.
@@ -92,7 +74,7 @@ fn workload(rec: &Arc<RecordingDevice<MemDevice>>, bs: usize) -> Vec<(usize, Tre
         commit_interval: 0,
         ..Ext4Options::default()
     };
-    let e = Ext4::open_device(Box::new(Shared(rec.clone())), opts).unwrap();
+    let e = Ext4::open_device(Box::new(rec.clone()), opts).unwrap();
     let vfs = Vfs::with_root_fs(Default::default(), e.clone());
     let t = vfs.root_task();
     let mut points = vec![(writes(rec), tree_of(&vfs))];
@@ -201,7 +183,7 @@ fn recovered_tree(image: Vec<u8>) -> (Vec<u8>, Tree) {
         commit_interval: 0,
         ..Ext4Options::default()
     };
-    let e = Ext4::open_device(Box::new(ArcDev(dev.clone())), opts).unwrap();
+    let e = Ext4::open_device(Box::new(dev.clone()), opts).unwrap();
     let vfs = Vfs::with_root_fs(Default::default(), e.clone());
     let tree = tree_of(&vfs);
     drop(vfs);
@@ -209,23 +191,6 @@ fn recovered_tree(image: Vec<u8>) -> (Vec<u8>, Tree) {
     let mut img = vec![0u8; dev.size() as usize];
     dev.read_at(0, &mut img).unwrap();
     (img, tree)
-}
-
-struct ArcDev(Arc<MemDevice>);
-
-impl BlockDevice for ArcDev {
-    fn read_at(&self, off: u64, buf: &mut [u8]) -> std::io::Result<()> {
-        self.0.read_at(off, buf)
-    }
-    fn write_at(&self, off: u64, buf: &[u8]) -> std::io::Result<()> {
-        self.0.write_at(off, buf)
-    }
-    fn flush(&self) -> std::io::Result<()> {
-        self.0.flush()
-    }
-    fn size(&self) -> u64 {
-        self.0.size()
-    }
 }
 
 #[test]

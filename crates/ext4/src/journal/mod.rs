@@ -83,25 +83,6 @@ pub(crate) fn set_needs_recovery(dev: &dyn BlockDevice, on: bool) -> Result<()> 
     Ok(())
 }
 
-/// A device shared through an `Arc` (the temporary reader and the result
-/// share the caller's device).
-struct Shared(Arc<dyn BlockDevice>);
-
-impl BlockDevice for Shared {
-    fn read_at(&self, off: u64, buf: &mut [u8]) -> io::Result<()> {
-        self.0.read_at(off, buf)
-    }
-    fn write_at(&self, off: u64, buf: &[u8]) -> io::Result<()> {
-        self.0.write_at(off, buf)
-    }
-    fn flush(&self) -> io::Result<()> {
-        self.0.flush()
-    }
-    fn size(&self) -> u64 {
-        self.0.size()
-    }
-}
-
 /// Where a block of a [`ReplayView`] comes from.
 enum Source {
     /// These bytes (a rewritten superblock).
@@ -465,5 +446,5 @@ pub fn replay_on_open(dev: Box<dyn BlockDevice>, how: Replay) -> Result<Box<dyn 
         return Ok(Box::new(recover_in_memory(dev)?.0));
     }
     recover(&dev)?;
-    Ok(Box::new(Shared(dev)))
+    Ok(Box::new(dev))
 }
