@@ -110,6 +110,35 @@ impl LogWriter {
         Ok(())
     }
 
+    /// Write `blocks` to the log from block `at` on, one `write_at` per
+    /// run of blocks that are consecutive both in the log and on the
+    /// device (the journal is usually one extent: a commit is then one
+    /// write, not one per block). Returns the log block after the last.
+    fn write_run(&self, mut at: u32, blocks: &[Vec<u8>]) -> Result<u32> {
+        let mut i = 0;
+        let mut buf = Vec::new();
+        while i < blocks.len() {
+            let first = at;
+            buf.clear();
+            buf.extend_from_slice(&blocks[i]);
+            i += 1;
+            let mut next = self.js.wrap_next(at);
+            while i < blocks.len()
+                && next == at + 1
+                && self.map[next as usize] == self.map[at as usize] + 1
+            {
+                buf.extend_from_slice(&blocks[i]);
+                i += 1;
+                at = next;
+                next = self.js.wrap_next(at);
+            }
+            self.dev
+                .write_at(self.map[first as usize] * self.bs, &buf)?;
+            at = next;
+        }
+        Ok(at)
+    }
+
     fn write_jsb(&mut self, start: u32, sequence: u32) -> Result<()> {
         self.js.start = start;
         self.js.sequence = sequence;
@@ -157,11 +186,7 @@ impl LogWriter {
             self.checkpoint()?;
         }
         let start = self.head;
-        let mut at = start;
-        for b in &log[..log.len() - 1] {
-            self.write_log(at, b)?;
-            at = self.js.wrap_next(at);
-        }
+        let at = self.write_run(start, &log[..log.len() - 1])?;
         if self.sb_empty {
             // Recovery must find the log: point the superblock at it.
             self.write_jsb(start, seq)?;
