@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# xfstests (fstests) against a scalevfs memfs FUSE mount.
+# xfstests (fstests) against a scalevfs FUSE mount: memfs (default) or, with
+# --image, the ext4 type serving ext4 image files.
 #
 #   ci/xfstests.sh [options] XFSTESTS_DIR [CHECK ARGS...]
 #
@@ -18,6 +19,12 @@
 #   --timeout SECS    stop ./check after this long (default: none); the
 #                     results so far are still counted
 #   --results DIR     where the logs go (default /tmp/scalevfs-xfstests)
+#   --image           serve ext4 images instead of memfs: TEST_DEV and
+#                     SCRATCH_DEV are IMAGE_DIR/test.img and scratch.img,
+#                     made afresh by mkfs.ext4 at the start of the run and
+#                     mounted by `scalevfs mount --image IMG DIR`
+#   --image-dir DIR   where the images go (default /tmp/xfs-ext4)
+#   --image-size SIZE size of each image (default 2G)
 #
 # What it does: builds xfstests if needed (make), creates the users and
 # groups the suite wants (fsgqa, fsgqa2, 123456-fsgqa), writes the mount
@@ -28,6 +35,24 @@
 # first lines of its .out.bad diff or its check message) and which failures
 # ci/xfstests-known.txt lists as inherent. Exit status: 0 when every failure
 # is a known one, 1 otherwise.
+#
+# --image: xfstests cannot re-create a FSTYP=fuse filesystem (its
+# _scratch_mkfs only empties SCRATCH_MNT, _test_mkfs and the fsck after each
+# test do nothing, _scratch_mkfs_sized is "not run"), so the mount helper
+# does it: before each mount it waits until the image's previous daemon has
+# written everything back and exited (a lock the daemon holds), runs
+# `e2fsck -fn` on the image (the check xfstests would run for ext4; errors go
+# to IMAGE_DIR/../RESULTS/fsck.log, put down to the test that last mounted
+# the image, and a damaged test image is then repaired with e2fsck -fy so
+# that later tests start clean), and makes the scratch image afresh with
+# mkfs.ext4 at the first scratch mount of each test (so every test's
+# _scratch_mkfs gets an empty filesystem; a second _scratch_mkfs in the same
+# test only empties it). A second mount of an image that is still mounted is
+# refused (exit 32): two daemons on one image would corrupt it. At the end
+# both images get a last e2fsck -fn. ci/xfstests-known.txt entries whose
+# reason names memfs do not count in this mode (the ext4 type keeps its
+# data across a remount); ci/xfstests-known-ext4.txt lists this mode's own
+# inherent failures.
 #
 # Where /dev/fuse is missing the run is SKIPPED (exit 0) with the reason
 # printed -- unless SCALEVFS_REQUIRE_FUSE=1, which makes that a failure.
@@ -42,6 +67,9 @@ mem=4G
 size=2G
 timeout_s=
 results=/tmp/scalevfs-xfstests
+image=0
+image_dir=/tmp/xfs-ext4
+image_size=2G
 
 usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}"; }
 
@@ -53,6 +81,9 @@ while [ $# -gt 0 ]; do
     --size) size=$2; shift 2 ;;
     --timeout) timeout_s=$2; shift 2 ;;
     --results) results=$2; shift 2 ;;
+    --image) image=1; shift ;;
+    --image-dir) image_dir=$2; shift 2 ;;
+    --image-size) image_size=$2; shift 2 ;;
     -h|--help) usage 0 ;;
     -*) echo "xfstests: unknown option $1"; usage 1 ;;
     *) break ;;
@@ -90,13 +121,14 @@ to_bytes() { # 4G -> bytes
 }
 mem_bytes=$(to_bytes "$mem")
 to_bytes "$size" > /dev/null
+image_bytes=$(to_bytes "$image_size")
 
 # ---------------------------------------------------------------- deps
 # Commands the suite (or its build) needs, with the Debian package.
 deps="autoreconf:automake libtoolize:libtool make:make gcc:gcc gawk:gawk bc:bc
   xfs_io:xfsprogs setfacl:acl getfattr:attr fio:fio dbench:dbench killall:psmisc
   uuidgen:uuid-runtime mkfs.ext4:e2fsprogs python3:python3 dump:dump
-  quota:quota lvm:lvm2 sed:sed"
+  quota:quota lvm:lvm2 sed:sed flock:util-linux e2fsck:e2fsprogs"
 headers="/usr/include/xfs/xfs.h:xfslibs-dev /usr/include/acl/libacl.h:libacl1-dev
   /usr/include/attr/attributes.h:libattr1-dev /usr/include/libaio.h:libaio-dev
   /usr/include/uuid/uuid.h:uuid-dev /usr/include/gdbm.h:libgdbm-dev
@@ -169,6 +201,46 @@ done
 # As mount(8) does for other filesystems (and fuser does not): device files
 # and set-id programs work unless nodev / nosuid are given.
 keep+=(\$dev \$suid "fsname=\$src")
+name=\${src##*/}
+name=\${name%.img}
+if [ $image = 1 ]; then
+  # An image still mounted elsewhere: a second daemon on it would corrupt
+  # it (the kernel would share one superblock; scalevfs cannot).
+  if awk -v s="\$src" '\$1 == s { f = 1 } END { exit !f }' /proc/mounts; then
+    echo "mount.fuse.scalevfs: \$src is already mounted" >&2
+    exit 32
+  fi
+  # The previous daemon on this image holds fd 9's lock until it has
+  # written the image back and exited (umount returns before that).
+  exec 9> "\$src.lock"
+  if ! flock -w 300 9; then
+    echo "mount.fuse.scalevfs: the previous daemon on \$src did not exit in 300 s" >&2
+    exit 32
+  fi
+  cur=\${seqnum:-none}
+  last=\$(cat "\$src.last" 2> /dev/null)
+  out=\$(e2fsck -fn "\$src" 2>&1)
+  st=\$?
+  if [ \$st != 0 ]; then
+    f="$work/fsck-\$name-\$(date -u +%H%M%S)-\${last//\//-}.log"
+    printf '%s\n' "\$out" > "\$f"
+    echo "\$(date -u +%T) \$src after \${last:-?} (mounting for \$cur): e2fsck -fn exit \$st: \$(printf '%s\n' "\$out" | grep -vE '^(Pass |e2fsck |Warning: skipping journal)' | head -3 | tr '\n' ' ') (\$f)" >> "$work/fsck.log"
+  fi
+  if [ "\$name" = scratch ]; then
+    if [ "\$(cat "\$src.fmt" 2> /dev/null)" != "\$cur" ]; then
+      mkfs.ext4 -q -F -O orphan_file "\$src" > /dev/null 2>&1 \\
+        || { echo "mount.fuse.scalevfs: mkfs.ext4 \$src failed" >&2; exit 32; }
+      echo "\$cur" > "\$src.fmt"
+    fi
+  elif [ \$st != 0 ]; then
+    e2fsck -fy "\$src" > /dev/null 2>&1
+    echo "\$(date -u +%T) \$src repaired with e2fsck -fy (exit \$?)" >> "$work/fsck.log"
+  fi
+  echo "\$cur" > "\$src.last"
+  what=(--image "\$src")
+else
+  what=(--size $size)
+fi
 # Memory cap: a cgroup if one can be made, else the address-space limit.
 cap=$mem_bytes
 cg=
@@ -183,7 +255,7 @@ else
     && echo \$\$ > "\$cg/tasks" 2> /dev/null || cg=
 fi
 [ -n "\$cg" ] || ulimit -v \$((cap / 1024 + (1 << 20)))
-echo "\$(date -u +%T) mount \$src \$dir -o \$(IFS=,; echo "\${keep[*]}") cgroup=\${cg:-none}" >> "$work/mounts.log"
+echo "\$(date -u +%T) mount \$src \$dir -o \$(IFS=,; echo "\${keep[*]}") cgroup=\${cg:-none} test=\${seqnum:-none}" >> "$work/mounts.log"
 # A mount point that is still mounted (a previous mount not yet gone)
 # would make the wait below report success for the old mount.
 if mountpoint -q "\$dir"; then
@@ -192,13 +264,14 @@ if mountpoint -q "\$dir"; then
 fi
 # The daemon in the foreground in its own session, its messages (a panic
 # included) kept in a log; the helper returns once the mount is up.
-log="$work/daemon-\$src.log"
+log="$work/daemon-\$name.log"
 echo "\$(date -u +%T) mount" >> "\$log"
 setsid bash -c '"\$@"; echo "\$(date -u +%T) daemon exit status \$?"' daemon \
-  "$bin" mount "\$dir" --foreground --size $size -o "\$(IFS=,; echo "\${keep[*]}")" \
+  "$bin" mount "\$dir" --foreground "\${what[@]}" -o "\$(IFS=,; echo "\${keep[*]}")" \
   >> "\$log" 2>&1 < /dev/null &
 pid=\$!
-for _ in \$(seq 1 200); do
+exec 9>&-
+for _ in \$(seq 1 600); do
   mountpoint -q "\$dir" && exit 0
   kill -0 \$pid 2> /dev/null || break
   sleep 0.05
@@ -214,11 +287,25 @@ mkdir -p "$mnt/test" "$mnt/scratch"
 for d in "$mnt/test" "$mnt/scratch"; do
   mountpoint -q "$d" && umount "$d"
 done
+if [ $image = 1 ]; then
+  mkdir -p "$image_dir"
+  image_dir=$(cd "$image_dir" && pwd)
+  test_dev=$image_dir/test.img
+  scratch_dev=$image_dir/scratch.img
+  for img in "$test_dev" "$scratch_dev"; do
+    rm -f "$img" "$img.last" "$img.fmt"
+    truncate -s "$image_bytes" "$img" && mkfs.ext4 -q -F -O orphan_file "$img" \
+      || { echo "xfstests: mkfs.ext4 $img failed"; exit 1; }
+  done
+else
+  test_dev=scalevfs-test
+  scratch_dev=scalevfs-scratch
+fi
 cat > "$xfs/local.config" << EOF
 # Written by scalevfs ci/xfstests.sh
-export TEST_DEV=scalevfs-test
+export TEST_DEV=$test_dev
 export TEST_DIR=$mnt/test
-export SCRATCH_DEV=scalevfs-scratch
+export SCRATCH_DEV=$scratch_dev
 export SCRATCH_MNT=$mnt/scratch
 export FSTYP=fuse
 export FUSE_SUBTYP=.scalevfs
@@ -231,6 +318,13 @@ cleanup() {
   for d in "$mnt/test" "$mnt/scratch"; do
     mountpoint -q "$d" && { umount "$d" 2> /dev/null || umount -l "$d"; }
   done
+  # Each image's daemon writes it back after umount returns: wait for it.
+  if [ $image = 1 ]; then
+    local img
+    for img in "$test_dev" "$scratch_dev"; do
+      [ -e "$img.lock" ] && flock -w 300 "$img.lock" true
+    done
+  fi
   # The helper's cgroups, once their daemons are gone.
   local cg
   for cg in /sys/fs/cgroup/scalevfs-xfstests-* \
@@ -243,9 +337,13 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # ---------------------------------------------------------------- run
-echo "xfstests: binary $bin, daemon memory cap $mem, memfs size $size, logs $work"
+if [ $image = 1 ]; then
+  echo "xfstests: binary $bin, daemon memory cap $mem, ext4 images $test_dev $scratch_dev ($image_size), logs $work"
+else
+  echo "xfstests: binary $bin, daemon memory cap $mem, memfs size $size, logs $work"
+fi
 echo "xfstests: ./check $*"
-rm -rf "$work/results" "$work"/daemon-*.log
+rm -rf "$work/results" "$work"/daemon-*.log "$work"/fsck*.log "$work/mounts.log"
 (
   cd "$xfs" || exit 1
   if [ -n "$timeout_s" ]; then
@@ -256,6 +354,13 @@ rm -rf "$work/results" "$work"/daemon-*.log
 ) > "$work/check.log" 2>&1
 rc=$?
 [ $rc = 124 ] && echo "xfstests: stopped after $timeout_s s (--timeout); counting what ran"
+if [ $image = 1 ]; then
+  cleanup
+  for img in "$test_dev" "$scratch_dev"; do
+    e2fsck -fn "$img" > "$work/fsck-final-${img##*/}.log" 2>&1
+    echo "$(date -u +%T) final e2fsck -fn $img: exit $?" >> "$work/fsck-final.log"
+  done
+fi
 
 # ---------------------------------------------------------------- report
 known=$here/xfstests-known.txt
@@ -282,6 +387,9 @@ echo "| fail    | $nfail |"
 echo "| not run | $nnot |"
 echo "| applicable (pass + fail) | $((npass + nfail)) |"
 echo
+known_why() { # FILE TEST: the reason FILE gives for TEST, if listed
+  grep -hE "^$2[[:space:]]" "$1" 2> /dev/null | head -1 | cut -f2- -d' ' | sed 's/^[[:space:]]*//'
+}
 unknown=0
 echo "Failures (reason: first lines of the diff or the check message):"
 while read -r t s; do
@@ -294,8 +402,16 @@ while read -r t s; do
   fi
   [ -n "$reason" ] || reason=$(grep -A3 -E "^$t[ \t]" "$work/check.log" | grep -vE "^$t[ \t]" | head -2 | tr '\n' ' ')
   [ -n "$reason" ] || reason=$(grep -E "^$t[ \t]" "$work/check.log" | head -1)
-  if grep -qE "^$t[[:space:]]" "$known" 2> /dev/null; then
-    tag="known: $(grep -E "^$t[[:space:]]" "$known" | head -1 | cut -f2- -d' ' | sed 's/^[[:space:]]*//')"
+  if [ $image = 1 ]; then
+    # This mode's own list first; then the memfs list without its memfs
+    # reasons (the ext4 type keeps its data across a remount).
+    why=$(known_why "$here/xfstests-known-ext4.txt" "$t")
+    [ -n "$why" ] || why=$(known_why "$known" "$t" | grep -v memfs)
+  else
+    why=$(known_why "$known" "$t")
+  fi
+  if [ -n "$why" ]; then
+    tag="known: $why"
   else
     tag=NEW; unknown=$((unknown + 1))
   fi
@@ -311,6 +427,22 @@ if grep -l 'panicked' "$work"/daemon-*.log > /dev/null 2>&1; then
   echo "Daemon panics (see $work/daemon-*.log):"
   grep -h -A2 'panicked' "$work"/daemon-*.log | head -20
   unknown=$((unknown + 1))
+fi
+if [ $image = 1 ]; then
+  echo
+  if [ -s "$work/fsck.log" ]; then
+    echo "e2fsck -fn before a mount found errors (the test named last the image's user before):"
+    sed 's/^/  /' "$work/fsck.log" | head -50
+    unknown=$((unknown + 1))
+  else
+    echo "e2fsck -fn before every mount: no errors"
+  fi
+  echo "Final e2fsck -fn of the images:"
+  for img in "$test_dev" "$scratch_dev"; do
+    echo "  $img:"
+    sed 's/^/    /' "$work/fsck-final-${img##*/}.log"
+  done
+  grep -q 'exit [^0]' "$work/fsck-final.log" && unknown=$((unknown + 1))
 fi
 echo
 echo "xfstests: $npass passed, $nfail failed ($unknown not in ci/xfstests-known.txt), $nnot not run; check.log in $work"
