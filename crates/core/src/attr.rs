@@ -116,8 +116,9 @@ impl Task {
         if flags & !FS_FL_SETTABLE != 0 {
             return Err(Errno::EOPNOTSUPP);
         }
-        i.set_fs_flags(flags);
         let now = Timespec::now();
+        f.path().mnt.sb.fs.set_fs_flags(i, flags, now)?;
+        i.set_fs_flags(flags);
         i.update_attr(|a| a.set_ctime(now));
         drop(_w);
         self.changes().inode(i);

@@ -192,6 +192,21 @@ pub trait Filesystem: Send + Sync + 'static {
         Ok(if data { off } else { size })
     }
 
+    /// The chattr flags of `inode` become `flags` (`FS_*_FL` within
+    /// `inode::FS_FL_SETTABLE`) with ctime `ctime` (`FS_IOC_SETFLAGS`,
+    /// checked by the caller): a filesystem that stores them writes them
+    /// (ext4's `i_flags`); the core keeps them in the inode after this
+    /// returns Ok. The default stores nothing (memfs).
+    fn set_fs_flags(
+        &self,
+        inode: &Arc<Inode>,
+        flags: u32,
+        ctime: crate::types::Timespec,
+    ) -> VfsResult<()> {
+        let _ = (inode, flags, ctime);
+        Ok(())
+    }
+
     /// Make the inode's data (and with `!datasync` its metadata) durable.
     fn fsync(&self, inode: &Arc<Inode>, datasync: bool) -> VfsResult<()> {
         let _ = (inode, datasync);

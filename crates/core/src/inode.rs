@@ -246,8 +246,9 @@ impl Inode {
     pub fn fs_flags(&self) -> u32 {
         (self.flags() >> FS_FL_SHIFT) & FS_FL_SETTABLE
     }
-    /// Replace the chattr flags (`FS_*_FL`, within [`FS_FL_SETTABLE`]).
-    pub(crate) fn set_fs_flags(&self, fl: u32) {
+    /// Replace the chattr flags (`FS_*_FL`, within [`FS_FL_SETTABLE`]);
+    /// public for filesystem types that load them with the inode.
+    pub fn set_fs_flags(&self, fl: u32) {
         let fl = (fl & FS_FL_SETTABLE) << FS_FL_SHIFT;
         // Release: as set_flag; the RMW keeps the other flag bits.
         let _ = self

@@ -1040,6 +1040,7 @@ impl Ext4 {
             ctime_nsec: raw.ctime.1,
         };
         let generation = raw.generation;
+        let chattr = raw.flags & scalevfs::inode::FS_FL_SETTABLE;
         let new = Arc::new(
             Inode::new(
                 u64::from(ino),
@@ -1057,6 +1058,9 @@ impl Ext4 {
             )
             .with_generation(generation),
         );
+        // chattr flags as stored (immutable and append-only are enforced by
+        // the core, as the kernel enforces them).
+        new.set_fs_flags(chattr);
         let mut c = self.icache(ino);
         if let Some(i) = c.map.get(&ino).and_then(Weak::upgrade) {
             // Another thread read it meanwhile: one inode per number.
@@ -1765,6 +1769,18 @@ impl Filesystem for Ext4 {
             .link
             .as_deref()
             .filter(|t| !t.is_empty())
+    }
+
+    fn set_fs_flags(
+        &self,
+        inode: &Arc<Inode>,
+        flags: u32,
+        ctime: scalevfs::types::Timespec,
+    ) -> VfsResult<()> {
+        if self.rw.is_none() {
+            return Err(Errno::EROFS);
+        }
+        vfs(self.journaled(|| self.set_chattr_flags(inode, flags, (ctime.sec, ctime.nsec))))
     }
 
     fn setattr(&self, inode: &Arc<Inode>, set: &SetAttr) -> VfsResult<()> {

@@ -680,6 +680,28 @@ impl Ext4 {
 
     /// `setattr` of the VFS: mode, owner, times; a size change only where
     /// no block needs freeing (growing, or a file without blocks).
+    /// chattr flags: the `FS_*_FL` bits the core keeps (the same bits in
+    /// ext4's `i_flags`) replace those in the inode; the others (extents,
+    /// htree index, huge file, ...) stay. The ctime goes with them.
+    pub(crate) fn set_chattr_flags(
+        &self,
+        inode: &Arc<Inode>,
+        flags: u32,
+        ctime: (i64, i64),
+    ) -> Result<()> {
+        use scalevfs::inode::FS_FL_SETTABLE;
+        self.rw()?;
+        let ei = inode
+            .private::<Ext4Inode>()
+            .ok_or_else(|| errno(libc::EIO))?;
+        let mut raw = ei.raw();
+        raw.flags = (raw.flags & !FS_FL_SETTABLE) | (flags & FS_FL_SETTABLE);
+        raw.ctime = ctime;
+        self.write_inode(&raw, false)?;
+        ei.set_raw(raw);
+        Ok(())
+    }
+
     pub(crate) fn set_attr(&self, inode: &Arc<Inode>, set: &SetAttr) -> Result<()> {
         self.rw()?;
         let ei = inode
