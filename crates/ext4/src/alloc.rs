@@ -333,6 +333,27 @@ impl Alloc {
     /// Take an inode number, preferably in group `goal_group` (`None`:
     /// the thread's group). The inode's on-disk slot is zeroed if the group
     /// never used it.
+    /// Whether inode `ino` is marked in use in its group's bitmap (false
+    /// for a group still INODE_UNINIT). Reads only.
+    pub fn inode_in_use(&self, io: &Io, ino: u32) -> Result<bool> {
+        let ipg = io.sb.inodes_per_group.max(1);
+        if ino == 0 || ino > io.sb.inodes_count {
+            return Ok(false);
+        }
+        let g = ((ino - 1) / ipg) as usize;
+        let i = ((ino - 1) % ipg) as usize;
+        let Some(m) = self.groups.get(g) else {
+            return Ok(false);
+        };
+        let gd = m.lock().clone();
+        if gd.flags & BG_INODE_UNINIT != 0 {
+            return Ok(false);
+        }
+        let mut b = vec![0u8; io.sb.block_size()];
+        io.bufs.read(io.dev, gd.inode_bitmap, &mut b)?;
+        Ok(test_bit(&b, i))
+    }
+
     pub fn alloc_inode(&self, io: &Io, goal_group: Option<usize>, dir: bool) -> Result<u32> {
         let sb = io.sb;
         let ipg = sb.inodes_per_group as usize;

@@ -146,13 +146,15 @@ impl Ext4 {
         };
         let listed = self.scan_orphans(od)?;
         let mut freed = 0;
-        for (pblk, k, ino) in listed {
-            let raw = self.read_inode(ino)?;
-            // A live link count is a truncate orphan (we make none; clear it),
-            // mode 0 an inode never used: only the unlinked ones are freed.
-            if raw.links_count == 0 && raw.dtime == 0 && raw.mode != 0 {
-                self.check(self.release_inode(raw))?;
-                freed += 1;
+        for (pblk, k, ino, in_use) in listed {
+            if in_use {
+                let raw = self.read_inode(ino)?;
+                // A live link count is a truncate orphan (we make none;
+                // clear it): only the unlinked ones are freed.
+                if raw.links_count == 0 && raw.dtime == 0 && raw.mode != 0 {
+                    self.check(self.release_inode(raw))?;
+                    freed += 1;
+                }
             }
             let (rw, io) = self.rw()?;
             rw.bufs.modify(io.dev, pblk, true, |b| {
@@ -164,8 +166,10 @@ impl Ext4 {
     }
 
     /// Read and check every orphan block (magic, checksum, inode numbers
-    /// in range); the listed inodes as (block, slot, inode). Reads only.
-    pub(crate) fn scan_orphans(&self, od: &OrphanDisk) -> Result<Vec<(u64, usize, u32)>> {
+    /// in range, in-use ones readable); the listed inodes as (block, slot,
+    /// inode, in use). Reads only.
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn scan_orphans(&self, od: &OrphanDisk) -> Result<Vec<(u64, usize, u32, bool)>> {
         let bs = self.bs;
         let mut listed = Vec::new();
         let mut b = vec![0u8; bs];
@@ -189,12 +193,17 @@ impl Ext4 {
                 if ino < self.sb.first_ino || ino > self.sb.inodes_count {
                     return Err(corrupt(what(), format!("lists inode {ino}")));
                 }
-                // The inode must read back (checksum, fields) before the
-                // mount writes anything.
-                if let Err(e) = self.read_inode(ino) {
-                    return Err(corrupt(what(), format!("lists inode {ino}: {e}")));
+                // An inode not in use is only cleared from the slot (as
+                // e2fsck does); one in use must read back (checksum,
+                // fields) before the mount writes anything.
+                let (rw, io) = self.rw()?;
+                let in_use = rw.alloc.inode_in_use(&io, ino)?;
+                if in_use {
+                    if let Err(e) = self.read_inode(ino) {
+                        return Err(corrupt(what(), format!("lists inode {ino}: {e}")));
+                    }
                 }
-                listed.push((pblk, k, ino));
+                listed.push((pblk, k, ino, in_use));
             }
         }
         Ok(listed)

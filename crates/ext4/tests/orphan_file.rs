@@ -2,9 +2,10 @@
 //! - a block with a bad checksum or magic stops the mount before anything
 //!   is written (the image stays byte-identical);
 //! - slots filled with arbitrary inode numbers (with a valid checksum):
-//!   the mount either refuses with an error or frees what is an unlinked
-//!   inode, clears the rest, and after unmount `e2fsck -fn` passes — never
-//!   a panic;
+//!   the mount either refuses with an error (a number out of range or
+//!   reserved, an in-use inode that does not read back) or frees what is an
+//!   unlinked inode and clears the rest (inodes not in use, live ones), and
+//!   after unmount `e2fsck -fn` passes — never a panic;
 //! - an inode unlinked while open and left by a "crash" (the image copied
 //!   while mounted, after a commit) is freed by the next mount, as e2fsck
 //!   would.
