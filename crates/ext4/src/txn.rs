@@ -125,13 +125,7 @@ thread_local! {
 
 /// A number for the calling thread (never 0).
 pub(crate) fn thread_id() -> u64 {
-    use std::sync::atomic::AtomicU64 as A;
-    static NEXT: A = A::new(1);
-    thread_local! {
-        // Relaxed: a unique number.
-        static ID: u64 = NEXT.fetch_add(1, Ordering::Relaxed);
-    }
-    ID.with(|i| *i)
+    scalevfs_sync::thread_number() as u64 + 1
 }
 
 /// The commit that will carry the changes of the handle this thread holds

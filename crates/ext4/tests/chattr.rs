@@ -6,18 +6,10 @@
 
 mod common;
 
-use common::{debugfs_ro, fresh, fsck_clean, have_tools, Scratch};
+use common::{debugfs_ro, fresh, fsck_clean, have_tools, rw_journaled, Scratch};
 use scalevfs::inode::{FS_IMMUTABLE_FL, FS_NOATIME_FL, FS_NODUMP_FL};
 use scalevfs::{Errno, Vfs, O_CREAT, O_RDONLY, O_WRONLY};
-use scalevfs_ext4::{Ext4, Ext4Options};
-
-fn rw() -> Ext4Options {
-    Ext4Options {
-        ro: false,
-        commit_interval: 0,
-        ..Ext4Options::default()
-    }
-}
+use scalevfs_ext4::Ext4;
 
 #[test]
 fn chattr_flags_reach_the_image_and_come_back() {
@@ -27,7 +19,7 @@ fn chattr_flags_reach_the_image_and_come_back() {
     }
     let s = Scratch::new("chattr");
     let img = fresh(&s.0, 4096, "16M");
-    let e = Ext4::open(&img, rw()).unwrap();
+    let e = Ext4::open(&img, rw_journaled()).unwrap();
     let vfs = Vfs::with_root_fs(Default::default(), e.clone());
     let t = vfs.root_task();
     let fd = t.open("/f", O_CREAT | O_WRONLY, 0o644).unwrap();
@@ -51,7 +43,7 @@ fn chattr_flags_reach_the_image_and_come_back() {
     let st = debugfs_ro(&img, &format!("stat <{ino}>"));
     assert!(st.contains("Flags: 0x800c0"), "{st}");
     // A remount loads them; immutable is enforced.
-    let e = Ext4::open(&img, rw()).unwrap();
+    let e = Ext4::open(&img, rw_journaled()).unwrap();
     let vfs = Vfs::with_root_fs(Default::default(), e.clone());
     let t = vfs.root_task();
     let fd = t.open("/f", O_RDONLY, 0).unwrap();

@@ -473,3 +473,15 @@ pub fn host_tree_ns(root: &Path) -> BTreeMap<String, Node> {
     }
     t
 }
+
+/// A read-write journaled open for tests: no commit thread (commits only at
+/// fsync, sync and unmount, so a test controls them), a journal left by a
+/// crash replayed onto the image.
+pub fn rw_journaled() -> scalevfs_ext4::Ext4Options {
+    scalevfs_ext4::Ext4Options {
+        ro: false,
+        commit_interval: 0,
+        replay: scalevfs_ext4::journal::Replay::OnDevice,
+        ..scalevfs_ext4::Ext4Options::default()
+    }
+}

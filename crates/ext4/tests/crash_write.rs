@@ -24,12 +24,11 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 
-use common::{fresh, have_tools, tool, Scratch};
+use common::{fresh, have_tools, rw_journaled, tool, Scratch};
 use scalevfs::fs::Fs;
 use scalevfs::{Vfs, O_CREAT, O_RDWR, O_TRUNC, O_WRONLY};
 use scalevfs_ext4::crashdev::{CrashLog, RecordingDevice};
-use scalevfs_ext4::journal::Replay;
-use scalevfs_ext4::{BlockDevice, Ext4, Ext4Options, MemDevice};
+use scalevfs_ext4::{BlockDevice, Ext4, MemDevice};
 
 type Tree = BTreeMap<String, Option<Vec<u8>>>;
 
@@ -69,12 +68,7 @@ fn writes(rec: &RecordingDevice<MemDevice>) -> usize {
 /// The workload; returns (writes recorded when each fsync returned, the
 /// tree then).
 fn workload(rec: &Arc<RecordingDevice<MemDevice>>, bs: usize) -> Vec<(usize, Tree)> {
-    let opts = Ext4Options {
-        ro: false,
-        commit_interval: 0,
-        ..Ext4Options::default()
-    };
-    let e = Ext4::open_device(Box::new(rec.clone()), opts).unwrap();
+    let e = Ext4::open_device(Box::new(rec.clone()), rw_journaled()).unwrap();
     let vfs = Vfs::with_root_fs(Default::default(), e.clone());
     let t = vfs.root_task();
     let mut points = vec![(writes(rec), tree_of(&vfs))];
@@ -177,13 +171,7 @@ fn assert_fsck_ok(img: &Path, what: &str) {
 /// frees the orphans), read the tree, unmount cleanly.
 fn recovered_tree(image: Vec<u8>) -> (Vec<u8>, Tree) {
     let dev = Arc::new(MemDevice::new(image));
-    let opts = Ext4Options {
-        replay: Replay::OnDevice,
-        ro: false,
-        commit_interval: 0,
-        ..Ext4Options::default()
-    };
-    let e = Ext4::open_device(Box::new(dev.clone()), opts).unwrap();
+    let e = Ext4::open_device(Box::new(dev.clone()), rw_journaled()).unwrap();
     let vfs = Vfs::with_root_fs(Default::default(), e.clone());
     let tree = tree_of(&vfs);
     drop(vfs);

@@ -15,20 +15,10 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{fresh, fsck_clean, have_tools, sb_field, Scratch};
+use common::{fresh, fsck_clean, have_tools, rw_journaled, sb_field, Scratch};
 use scalevfs_ext4::format::checksum::crc32c;
 use scalevfs_ext4::format::superblock::Superblock;
-use scalevfs_ext4::journal::Replay;
-use scalevfs_ext4::{Ext4, Ext4Options};
-
-fn rw() -> Ext4Options {
-    Ext4Options {
-        ro: false,
-        commit_interval: 0,
-        replay: Replay::OnDevice,
-        ..Ext4Options::default()
-    }
-}
+use scalevfs_ext4::Ext4;
 
 /// Physical blocks of the orphan file (debugfs), and its inode number.
 fn orphan_blocks(img: &Path) -> (u32, Vec<u64>) {
@@ -77,7 +67,7 @@ fn a_bad_orphan_block_stops_the_mount_before_any_write() {
         let mut bad = base.clone();
         bad[blocks[0] as usize * bs + at] ^= 0x5A;
         std::fs::write(&img, &bad).unwrap();
-        let e = Ext4::open(&img, rw()).err();
+        let e = Ext4::open(&img, rw_journaled()).err();
         let msg = format!("{e:?}");
         assert!(msg.contains("orphan file"), "{what}: {msg}");
         assert!(std::fs::read(&img).unwrap() == bad, "{what}: image written");
@@ -120,7 +110,7 @@ fn arbitrary_slots_are_refused_or_cleared() {
         }
         fix_tail(&mut im, bs, b, oino);
         std::fs::write(&img, &im).unwrap();
-        match Ext4::open(&img, rw()) {
+        match Ext4::open(&img, rw_journaled()) {
             Ok(e) => {
                 e.unmount().unwrap();
                 drop(e);
@@ -153,7 +143,7 @@ fn an_open_unlinked_file_left_by_a_crash_is_freed_at_mount() {
     let s = Scratch::new("orphancrash");
     let img = fresh(&s.0, 4096, "16M");
     let free0: u64 = sb_field(&img, "Free blocks").parse().unwrap();
-    let e = Ext4::open(&img, rw()).unwrap();
+    let e = Ext4::open(&img, rw_journaled()).unwrap();
     let vfs = scalevfs::Vfs::with_root_fs(Default::default(), e.clone());
     let t = vfs.root_task();
     let fd = t
@@ -171,7 +161,7 @@ fn an_open_unlinked_file_left_by_a_crash_is_freed_at_mount() {
     drop(vfs);
     e.unmount().unwrap();
     // Our mount frees it.
-    let e = Ext4::open(&crashed, rw()).unwrap();
+    let e = Ext4::open(&crashed, rw_journaled()).unwrap();
     e.unmount().unwrap();
     drop(e);
     fsck_clean(&crashed);

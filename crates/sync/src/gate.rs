@@ -51,8 +51,11 @@ impl std::fmt::Debug for Pass<'_> {
     }
 }
 
+/// A number for the calling thread, given at its first call (0, 1, 2, ...
+/// in order of first use): for spreading threads over slots and shards.
+/// Under loom every thread gets 0.
 #[cfg(not(loom))]
-fn thread_slot() -> usize {
+pub fn thread_number() -> usize {
     use std::sync::atomic::{AtomicUsize as StdUsize, Ordering as O};
     static NEXT: StdUsize = StdUsize::new(0);
     thread_local! {
@@ -63,7 +66,7 @@ fn thread_slot() -> usize {
 }
 
 #[cfg(loom)]
-fn thread_slot() -> usize {
+pub fn thread_number() -> usize {
     // loom threads get distinct ids from loom itself; any stable number is
     // correct (slots may be shared), so the models use one slot per thread
     // through `enter_on`.
@@ -99,7 +102,7 @@ impl Gate {
 
     /// Enter, waiting while the gate is closed.
     pub fn enter(&self) -> Pass<'_> {
-        self.enter_on(thread_slot())
+        self.enter_on(thread_number())
     }
 
     /// Enter on slot `slot` (modulo the slot count): the models pick slots.
@@ -138,7 +141,7 @@ impl Gate {
     /// already holds a pass of this gate (the closer is waiting for that
     /// one anyway, so it cannot have drained).
     pub fn enter_nested(&self) -> Pass<'_> {
-        let slot = thread_slot() % self.slots.len();
+        let slot = thread_number() % self.slots.len();
         // SeqCst: as `enter`.
         self.slots[slot].fetch_add(1, Ordering::SeqCst);
         Pass { gate: self, slot }

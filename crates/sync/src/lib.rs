@@ -45,7 +45,7 @@ pub mod seqcount;
 pub mod spin;
 pub mod trace;
 
-pub use gate::{Gate, Pass};
+pub use gate::{thread_number, Gate, Pass};
 pub use lockref::{LockRef, LockRefVariant, LOCKREF_DEAD};
 pub use lockstat::{LockClass, Snapshot, Stat};
 pub use seqcount::{SeqCount, SeqLock};
