@@ -253,6 +253,7 @@ pub fn run(args: MountArgs) -> ExitCode {
             entry_timeout: secs("entry-timeout", args.entry_timeout)?,
             negative_timeout: secs("negative-timeout", args.negative_timeout)?,
             readdirplus: !args.no_readdirplus,
+            ..FuseConfig::default()
         })
     })() {
         Ok(f) => f,

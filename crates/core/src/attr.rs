@@ -6,10 +6,10 @@ use crossbeam_epoch as epoch;
 
 use crate::errno::{Errno, VfsResult};
 use crate::handle::At;
-use crate::inode::permission_ok;
 use crate::mount::PathRef;
 use crate::task::{as_bytes, Task};
 use crate::types::*;
+use crate::xattr::{acl_chmod, encode_acl, POSIX_ACL_ACCESS};
 
 impl Task {
     // ---------------------------------------------------------------
@@ -142,7 +142,25 @@ impl Task {
             ctime: Some(Timespec::now()),
             ..Default::default()
         };
-        self.setattr_and_report(p, &set)
+        if i.flags() & crate::inode::I_ACL == 0 {
+            return self.setattr_and_report(p, &set);
+        }
+        // posix_acl_chmod: the stored access ACL takes the new bits, under
+        // the data lock as every change of the stored attributes.
+        let _pin = epoch::pin();
+        let _w = i.data_lock.write();
+        p.mnt.sb.fs.setattr(i, &set)?;
+        if let Some(mut acl) = i.access_acl() {
+            acl_chmod(&mut acl, m);
+            p.mnt
+                .sb
+                .fs
+                .setxattr(i, POSIX_ACL_ACCESS, &encode_acl(&acl), 0)?;
+            i.set_access_acl(Some(acl));
+        }
+        drop(_w);
+        self.changes().inode(i);
+        Ok(())
     }
 
     /// `fchownat(2)`: `uid`/`gid` of `u32::MAX` (-1) leave that id alone.
@@ -256,7 +274,7 @@ impl Task {
         }
         let set = match times {
             None => {
-                if !self.is_owner(&a) && !permission_ok(&a, &self.cred, W_OK) {
+                if !self.is_owner(&a) && !i.permission_ok(&a, &self.cred, W_OK) {
                     return Err(Errno::EACCES);
                 }
                 SetAttr {

@@ -27,6 +27,7 @@ use scalevfs_sync::primitive::{AtomicI64, AtomicU32, Ordering};
 use scalevfs_sync::SeqLock;
 
 use crate::types::{Attr, Cred, FileType, Stat, S_IFMT};
+use crate::xattr::{acl_permits, AclEntry};
 
 /// Inode flag: a directory that was removed (rmdir); creates in it fail ENOENT.
 pub const I_DEAD: u32 = 1;
@@ -38,6 +39,14 @@ pub const I_LINKABLE: u32 = 2;
 /// the attribute, by anyone, as Linux's `file_remove_privs` does; every
 /// other write skips the check on this bit.
 pub const I_FCAPS: u32 = 4;
+/// Inode flag: the inode has an access ACL, cached in `Inode::acl` (set
+/// and cleared with the cache, under its lock). Without it permission
+/// checks read the mode alone and never touch the lock.
+pub const I_ACL: u32 = 8;
+/// Inode flag: the directory may have a default ACL
+/// (`system.posix_acl_default`), which a create in it then reads from the
+/// filesystem; without it a create applies the umask and reads nothing.
+pub const I_DEFACL: u32 = 16;
 
 /// chattr(1) flags (`FS_IOC_GETFLAGS`/`SETFLAGS`) that memfs keeps, as
 /// tmpfs does: immutable, append-only, no-dump, no-atime. They live in the
@@ -71,6 +80,9 @@ pub struct Inode {
     /// Tells this inode from an earlier one with the same number (file
     /// handles): set once by the filesystem at creation.
     generation: u32,
+    /// The access ACL (Linux's `i_acl`), the stored one parsed, when the
+    /// inode has one (`I_ACL`); the filesystem keeps the stored copy.
+    acl: SpinLock<Option<Box<[AclEntry]>>>,
 }
 
 #[repr(C, align(64))]
@@ -115,6 +127,7 @@ impl Inode {
             orphan: Default::default(),
             write_count: AtomicI64::new(0),
             generation: 0,
+            acl: SpinLock::new(Class::InodeAcl, LockClass::InodeAttr, None),
         }
     }
 
@@ -221,8 +234,84 @@ impl Inode {
     /// fast path, one load and no seqlock.
     #[inline]
     pub fn search_for_all(&self) -> bool {
-        // Acquire: pairs with the Release in update_attr.
-        self.hot.mode.load(Ordering::Acquire) & 0o111 == 0o111
+        // Acquire: pairs with the Release in update_attr. A named entry of
+        // an ACL may refuse what the mode's bits give everyone.
+        self.hot.mode.load(Ordering::Acquire) & 0o111 == 0o111 && self.flags() & I_ACL == 0
+    }
+
+    /// Replace the cached access ACL (`None`: the inode has none). The
+    /// VFS calls it with the stored copy changed, under the data lock; a
+    /// filesystem type calls it when it loads an inode that has one.
+    pub fn set_access_acl(&self, acl: Option<Vec<AclEntry>>) {
+        let mut g = self.acl.lock();
+        match acl {
+            Some(a) => {
+                *g = Some(a.into_boxed_slice());
+                self.set_flag(I_ACL);
+            }
+            None => {
+                *g = None;
+                self.clear_flag(I_ACL);
+            }
+        }
+    }
+
+    /// A copy of the cached access ACL.
+    pub fn access_acl(&self) -> Option<Vec<AclEntry>> {
+        if self.flags() & I_ACL == 0 {
+            return None;
+        }
+        self.acl.lock().as_deref().map(<[AclEntry]>::to_vec)
+    }
+
+    /// Record whether the directory may have a default ACL (see
+    /// [`I_DEFACL`]); a filesystem type loading a directory that has one
+    /// sets it.
+    pub fn mark_default_acl(&self, has: bool) {
+        if has {
+            self.set_flag(I_DEFACL);
+        } else {
+            self.clear_flag(I_DEFACL);
+        }
+    }
+
+    /// Linux's `generic_permission`: may `cred` access this inode (whose
+    /// attributes are `a`) for `mask`, a combination of R_OK(4)/W_OK(2)/
+    /// X_OK(1)? The owner gets the mode's owner bits; others, when the
+    /// inode has an access ACL and a group class, the ACL's answer (see
+    /// `xattr::acl_permits`), else the group or other bits. Root passes
+    /// read and write always and execute when any execute bit is set (or
+    /// on directories).
+    #[inline]
+    pub fn permission_ok(&self, a: &Attr, cred: &Cred, mask: u32) -> bool {
+        if mask == 0 {
+            return true;
+        }
+        let mode = a.mode;
+        // Fast path for the walk: search permission granted to everyone.
+        if mask == 1 && mode & 0o111 == 0o111 && self.flags() & I_ACL == 0 {
+            return true;
+        }
+        if cred.is_root() {
+            if mask & 1 == 0 {
+                return true;
+            }
+            return mode & S_IFMT == libc::S_IFDIR || mode & 0o111 != 0;
+        }
+        if cred.uid == a.uid {
+            return (mode >> 6) & mask == mask;
+        }
+        if mode & 0o070 != 0 && self.flags() & I_ACL != 0 {
+            if let Some(acl) = self.acl.lock().as_deref() {
+                return acl_permits(acl, a.gid, cred, mask);
+            }
+        }
+        let bits = if cred.in_group(a.gid) {
+            (mode >> 3) & 7
+        } else {
+            mode & 7
+        };
+        bits & mask == mask
     }
 
     /// The filesystem's private data, if it is of type `T`.
@@ -294,35 +383,6 @@ pub(crate) fn stat_from_attr(ino: u64, dev: u64, a: &Attr) -> Stat {
         mtime: a.mtime(),
         ctime: a.ctime(),
     }
-}
-
-/// Permission check of Linux's `generic_permission`: `mask` is a combination
-/// of R_OK(4)/W_OK(2)/X_OK(1). Root passes read/write always and execute when
-/// any execute bit is set (or on directories).
-#[inline]
-pub fn permission_ok(a: &Attr, cred: &Cred, mask: u32) -> bool {
-    if mask == 0 {
-        return true;
-    }
-    let mode = a.mode;
-    // Fast path for the walk: search permission granted to everyone.
-    if mask == 1 && mode & 0o111 == 0o111 {
-        return true;
-    }
-    if cred.is_root() {
-        if mask & 1 == 0 {
-            return true;
-        }
-        return mode & S_IFMT == libc::S_IFDIR || mode & 0o111 != 0;
-    }
-    let bits = if cred.uid == a.uid {
-        (mode >> 6) & 7
-    } else if cred.in_group(a.gid) {
-        (mode >> 3) & 7
-    } else {
-        mode & 7
-    };
-    bits & mask == mask
 }
 
 #[derive(Default)]

@@ -334,7 +334,7 @@ impl Task {
         if i.is_immutable() {
             return Err(Errno::EPERM);
         }
-        if !crate::inode::permission_ok(&i.attr(), self.cred(), W_OK) {
+        if !i.permission_ok(&i.attr(), self.cred(), W_OK) {
             return Err(Errno::EACCES);
         }
         if i.is_append_only() {

@@ -17,12 +17,24 @@ use crate::dcache::{Dentry, DentryRef};
 use crate::errno::{Errno, VfsResult};
 use crate::fstype::{Filesystem, NewNode};
 use crate::handle::At;
-use crate::inode::{permission_ok, Inode};
+use crate::inode::{Inode, I_DEFACL};
 use crate::mount::PathRef;
 use crate::task::{as_bytes, Task};
 use crate::types::*;
 use crate::vfs::Changes;
 use crate::walk::{check_path, Last, ParentWalk};
+use crate::xattr::{
+    acl_create_masq, encode_acl, parse_acl, AclEntry, POSIX_ACL_ACCESS, POSIX_ACL_DEFAULT,
+};
+
+/// The ACLs a new inode inherits from its directory's default ACL.
+#[derive(Default)]
+pub(crate) struct InheritedAcl {
+    /// A directory's default ACL: the parent's, unchanged.
+    default: Option<Vec<AclEntry>>,
+    /// The access ACL, when the inherited one says more than the mode.
+    access: Option<Vec<AclEntry>>,
+}
 
 /// A name locked for a change (`Task::lock_name`); the locks go when it
 /// drops (the stripe first, as locals declared in that order would).
@@ -159,7 +171,7 @@ impl Task {
         if i.is_immutable() {
             return Err(Errno::EPERM);
         }
-        if !permission_ok(&i.attr(), &self.cred, W_OK | X_OK) {
+        if !i.permission_ok(&i.attr(), &self.cred, W_OK | X_OK) {
             return Err(Errno::EACCES);
         }
         Ok(())
@@ -173,7 +185,7 @@ impl Task {
         if dir.inode().is_immutable() {
             return Err(Errno::EPERM);
         }
-        if !permission_ok(&da, &self.cred, W_OK | X_OK) {
+        if !dir.inode().permission_ok(&da, &self.cred, W_OK | X_OK) {
             return Err(Errno::EACCES);
         }
         // may_delete: an append-only directory, an immutable or append-only
@@ -243,11 +255,22 @@ impl Task {
 
     /// Common create path: parent locked shared, name locked, existence
     /// checked, then `make` builds the inode, then the dentry is added.
+    /// `perm` is the requested permission bits (none for a symlink); `make`
+    /// gets them after the umask or the directory's default ACL
+    /// (`create_mode`), and the inherited ACLs are stored before the name
+    /// is added.
     pub(crate) fn create_node(
         &self,
         op: &NameOp,
         is_dir: bool,
-        make: impl FnOnce(&Arc<dyn Filesystem>, &Arc<Inode>, (u32, u32), bool) -> VfsResult<Arc<Inode>>,
+        perm: Option<u32>,
+        make: impl FnOnce(
+            &Arc<dyn Filesystem>,
+            &Arc<Inode>,
+            (u32, u32),
+            bool,
+            u32,
+        ) -> VfsResult<Arc<Inode>>,
     ) -> VfsResult<DentryRef> {
         let mut ch = self.changes();
         let parent = &op.pw.parent;
@@ -266,10 +289,65 @@ impl Task {
         parent.mnt.check_writable()?;
         self.may_create(parent)?;
         let (owner, sgid) = self.owner_for(dir);
-        let inode = make(&parent.mnt.sb.fs, dir, owner, sgid)?;
+        let fs = &parent.mnt.sb.fs;
+        let (perm, acl) = match perm {
+            Some(p) => self.create_mode(fs, dir, p, is_dir)?,
+            None => (0, InheritedAcl::default()),
+        };
+        let inode = make(fs, dir, owner, sgid, perm)?;
+        self.store_inherited_acl(fs, &inode, acl)?;
         let d = self.instantiate(parent, &op.name, inode, &mut ch);
         drop(slot);
         Ok(d)
+    }
+
+    /// The permission bits of a new inode asked for with `perm` in `dir`:
+    /// less the umask, or, when `dir` has a default ACL, fitted to that
+    /// ACL instead (Linux's `mode_strip_umask` and `posix_acl_create`);
+    /// with the ACLs the new inode inherits.
+    pub(crate) fn create_mode(
+        &self,
+        fs: &Arc<dyn Filesystem>,
+        dir: &Arc<Inode>,
+        perm: u32,
+        is_dir: bool,
+    ) -> VfsResult<(u32, InheritedAcl)> {
+        if dir.flags() & I_DEFACL != 0 {
+            let stored = match fs.getxattr(dir, POSIX_ACL_DEFAULT) {
+                Ok(v) => parse_acl(&v)?,
+                Err(Errno::ENODATA | Errno::EOPNOTSUPP) => None,
+                Err(e) => return Err(e),
+            };
+            if let Some(default) = stored {
+                let mut access = default.clone();
+                let (perm, not_equiv) = acl_create_masq(&mut access, perm);
+                let acl = InheritedAcl {
+                    default: is_dir.then_some(default),
+                    access: not_equiv.then_some(access),
+                };
+                return Ok((perm, acl));
+            }
+        }
+        Ok((perm & !self.cur_umask(), InheritedAcl::default()))
+    }
+
+    /// Store the ACLs `create_mode` gave a new inode (before its name is
+    /// visible in the dcache).
+    pub(crate) fn store_inherited_acl(
+        &self,
+        fs: &Arc<dyn Filesystem>,
+        inode: &Arc<Inode>,
+        acl: InheritedAcl,
+    ) -> VfsResult<()> {
+        if let Some(d) = acl.default {
+            fs.setxattr(inode, POSIX_ACL_DEFAULT, &encode_acl(&d), 0)?;
+            inode.mark_default_acl(true);
+        }
+        if let Some(a) = acl.access {
+            fs.setxattr(inode, POSIX_ACL_ACCESS, &encode_acl(&a), 0)?;
+            inode.set_access_acl(Some(a));
+        }
+        Ok(())
     }
 
     /// `mkdirat(2)`.
@@ -280,11 +358,15 @@ impl Task {
         mode: u32,
     ) -> VfsResult<()> {
         let op = self.name_op(dirfd, as_bytes(path), Errno::EEXIST)?;
-        let mode = mode & 0o1777 & !self.cur_umask();
-        self.create_node(&op, true, |fs, dir, owner, sgid| {
-            let m = if sgid { mode | S_ISGID } else { mode };
-            fs.create(dir, &op.name, NewNode::Dir { mode: m }, owner)
-        })?;
+        self.create_node(
+            &op,
+            true,
+            Some(mode & 0o1777),
+            |fs, dir, owner, sgid, mode| {
+                let m = if sgid { mode | S_ISGID } else { mode };
+                fs.create(dir, &op.name, NewNode::Dir { mode: m }, owner)
+            },
+        )?;
         Ok(())
     }
 
@@ -312,29 +394,33 @@ impl Task {
             _ => return Err(Errno::EINVAL),
         }
         let op = self.name_op(dirfd, as_bytes(path), Errno::EEXIST)?;
-        let perm = mode & 0o7777 & !self.cur_umask();
         let rdev = if matches!(ty, S_IFCHR | S_IFBLK) {
             dev
         } else {
             0
         };
-        self.create_node(&op, false, |fs, dir, owner, sgid| {
-            // Linux's vfs_mknod checks CAP_MKNOD after may_create (EEXIST
-            // and EACCES come first).
-            if matches!(ty, S_IFCHR | S_IFBLK) && !self.cred.is_root() {
-                return Err(Errno::EPERM);
-            }
-            let perm = self.strip_sgid(perm, owner.1, sgid);
-            fs.create(
-                dir,
-                &op.name,
-                NewNode::Node {
-                    mode: ty | perm,
-                    rdev,
-                },
-                owner,
-            )
-        })?;
+        self.create_node(
+            &op,
+            false,
+            Some(mode & 0o7777),
+            |fs, dir, owner, sgid, perm| {
+                // Linux's vfs_mknod checks CAP_MKNOD after may_create (EEXIST
+                // and EACCES come first).
+                if matches!(ty, S_IFCHR | S_IFBLK) && !self.cred.is_root() {
+                    return Err(Errno::EPERM);
+                }
+                let perm = self.strip_sgid(perm, owner.1, sgid);
+                fs.create(
+                    dir,
+                    &op.name,
+                    NewNode::Node {
+                        mode: ty | perm,
+                        rdev,
+                    },
+                    owner,
+                )
+            },
+        )?;
         Ok(())
     }
 
@@ -351,7 +437,7 @@ impl Task {
             return Err(Errno::ENOENT);
         }
         let op = self.name_op(dirfd, as_bytes(path), Errno::EEXIST)?;
-        self.create_node(&op, false, |fs, dir, owner, _| {
+        self.create_node(&op, false, None, |fs, dir, owner, _, _| {
             fs.create(dir, &op.name, NewNode::Symlink { target }, owner)
         })?;
         Ok(())
@@ -476,7 +562,7 @@ impl Task {
         let safe = inode.file_type() == FileType::Regular
             && a.mode & S_ISUID == 0
             && a.mode & (S_ISGID | 0o010) != (S_ISGID | 0o010)
-            && permission_ok(&a, &self.cred, R_OK | W_OK);
+            && inode.permission_ok(&a, &self.cred, R_OK | W_OK);
         if safe {
             Ok(())
         } else {
@@ -694,12 +780,12 @@ impl Task {
                 }
                 None => self.may_create(np)?,
             }
-            if cross && si.is_dir() && !permission_ok(&si.attr(), &self.cred, W_OK) {
+            if cross && si.is_dir() && !si.permission_ok(&si.attr(), &self.cred, W_OK) {
                 return Err(Errno::EACCES);
             }
             if exchange && cross {
                 if let Some(d) = &di {
-                    if d.is_dir() && !permission_ok(&d.attr(), &self.cred, W_OK) {
+                    if d.is_dir() && !d.permission_ok(&d.attr(), &self.cred, W_OK) {
                         return Err(Errno::EACCES);
                     }
                 }

@@ -12,7 +12,6 @@ use crate::errno::{Errno, VfsResult};
 use crate::file::File;
 use crate::fstype::NewNode;
 use crate::handle::At;
-use crate::inode::permission_ok;
 use crate::mount::PathRef;
 use crate::task::{as_bytes, Task};
 use crate::types::*;
@@ -211,7 +210,7 @@ impl Task {
         if want & W_OK != 0 && i.is_immutable() {
             return Err(Errno::EPERM);
         }
-        if !permission_ok(&a, &self.cred, want) {
+        if !i.permission_ok(&a, &self.cred, want) {
             return Err(Errno::EACCES);
         }
         // may_open: an append-only file opens for writing only with
@@ -287,12 +286,15 @@ impl Task {
                     parent.mnt.check_writable()?;
                     self.may_create(parent)?;
                     let (owner, sgid) = self.owner_for(dir);
-                    let perm = self.strip_sgid(mode & 0o7777 & !self.cur_umask(), owner.1, sgid);
+                    let fs = &parent.mnt.sb.fs;
+                    let (perm, acl) = self.create_mode(fs, dir, mode & 0o7777, false)?;
+                    let perm = self.strip_sgid(perm, owner.1, sgid);
                     let node = NewNode::Node {
                         mode: S_IFREG | perm,
                         rdev: 0,
                     };
-                    let inode = parent.mnt.sb.fs.create(dir, &name, node, owner)?;
+                    let inode = fs.create(dir, &name, node, owner)?;
+                    self.store_inherited_acl(fs, &inode, acl)?;
                     let d = self.instantiate(parent, &name, inode, &mut ch);
                     drop(slot);
                     return Ok((
@@ -354,8 +356,11 @@ impl Task {
         p.mnt.check_writable()?;
         self.may_create(&p)?;
         let (owner, sgid) = self.owner_for(p.inode());
-        let perm = self.strip_sgid(mode & 0o7777 & !self.cur_umask(), owner.1, sgid);
-        let inode = p.mnt.sb.fs.create_tmpfile(p.inode(), perm, owner)?;
+        let fs = &p.mnt.sb.fs;
+        let (perm, acl) = self.create_mode(fs, p.inode(), mode & 0o7777, false)?;
+        let perm = self.strip_sgid(perm, owner.1, sgid);
+        let inode = fs.create_tmpfile(p.inode(), perm, owner)?;
+        self.store_inherited_acl(fs, &inode, acl)?;
         if flags & O_EXCL == 0 {
             inode.set_flag(crate::inode::I_LINKABLE);
         }

@@ -27,7 +27,7 @@ use crate::errno::{Errno, VfsResult};
 use crate::file::FdTable;
 use crate::fstype::Filesystem;
 use crate::handle::At;
-use crate::inode::{permission_ok, Inode};
+use crate::inode::Inode;
 use crate::mount::{Mount, PathRef};
 use crate::types::*;
 use crate::vfs::{Changes, Vfs};
@@ -366,7 +366,7 @@ impl Task {
             {
                 return Err(Errno::EROFS);
             }
-            if permission_ok(&a, cred, mode) {
+            if i.permission_ok(&a, cred, mode) {
                 Ok(())
             } else {
                 Err(Errno::EACCES)
@@ -492,7 +492,7 @@ impl Task {
         if !p.inode().is_dir() {
             return Err(Errno::ENOTDIR);
         }
-        if !permission_ok(&p.inode().attr(), &self.cred, X_OK) {
+        if !p.inode().permission_ok(&p.inode().attr(), &self.cred, X_OK) {
             return Err(Errno::EACCES);
         }
         self.fs.replace(|s| FsSnap {
@@ -517,7 +517,7 @@ impl Task {
         if !p.inode().is_dir() {
             return Err(Errno::ENOTDIR);
         }
-        if !permission_ok(&p.inode().attr(), &self.cred, X_OK) {
+        if !p.inode().permission_ok(&p.inode().attr(), &self.cred, X_OK) {
             return Err(Errno::EACCES);
         }
         if !self.cred.is_root() {

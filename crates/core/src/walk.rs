@@ -53,7 +53,6 @@ use crate::dcache::{
     Dentry, DentryRef, Pinned, RcuKeys, RcuLookup, D_DIR, D_MOUNTED, D_NEGATIVE, D_SYMLINK,
 };
 use crate::errno::{Errno, VfsResult};
-use crate::inode::permission_ok;
 use crate::mount::{Mount, PathRef};
 use crate::types::{Cred, FileType, MAX_SYMLINKS, NAME_MAX, PATH_MAX, X_OK};
 use crate::vfs::Vfs;
@@ -562,7 +561,7 @@ impl<'a> WalkCtx<'a> {
             if inode.file_type() != FileType::Directory {
                 return Lazy::Done(Err(Errno::ENOTDIR));
             }
-            if !inode.search_for_all() && !permission_ok(&inode.attr(), self.cred, X_OK) {
+            if !inode.search_for_all() && !inode.permission_ok(&inode.attr(), self.cred, X_OK) {
                 return Lazy::Done(Err(Errno::EACCES));
             }
             if name == b"." {
@@ -689,7 +688,7 @@ impl<'a> WalkCtx<'a> {
             if inode.file_type() != FileType::Directory {
                 return Err(Errno::ENOTDIR);
             }
-            if !permission_ok(&inode.attr(), self.cred, X_OK) {
+            if !inode.permission_ok(&inode.attr(), self.cred, X_OK) {
                 return Err(Errno::EACCES);
             }
             if name == b"." {

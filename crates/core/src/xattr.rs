@@ -240,6 +240,106 @@ pub fn acl_mode(acl: &[AclEntry]) -> (u32, bool) {
     (mode, equiv)
 }
 
+/// Linux's `posix_acl_permission` for a caller who is not the owner (the
+/// owner is decided by the mode's owner bits before an ACL is looked at):
+/// `want` is a combination of R_OK/W_OK/X_OK. A named-user entry decides
+/// alone; otherwise every group entry the caller is in (the owning group
+/// through GROUP_OBJ) is tried and any one that grants `want` does; a
+/// caller in some group that none grants is refused, one in no group gets
+/// OTHER. Named users and all group entries are limited by MASK.
+pub(crate) fn acl_permits(
+    acl: &[AclEntry],
+    owner_gid: u32,
+    cred: &crate::types::Cred,
+    want: u32,
+) -> bool {
+    let want = want & 7;
+    let mask = acl
+        .iter()
+        .find(|e| e.tag == ACL_MASK)
+        .map_or(7, |e| u32::from(e.perm));
+    let masked = |e: &AclEntry| u32::from(e.perm) & mask & want == want;
+    let mut in_some_group = false;
+    for e in acl {
+        match e.tag {
+            ACL_USER if e.id == cred.uid => return masked(e),
+            ACL_GROUP_OBJ | ACL_GROUP => {
+                let gid = if e.tag == ACL_GROUP_OBJ {
+                    owner_gid
+                } else {
+                    e.id
+                };
+                if cred.in_group(gid) {
+                    if masked(e) {
+                        return true;
+                    }
+                    in_some_group = true;
+                }
+            }
+            ACL_OTHER => return !in_some_group && u32::from(e.perm) & want == want,
+            _ => {}
+        }
+    }
+    false
+}
+
+/// Linux's `posix_acl_create_masq`: fit the default ACL `acl` (a copy, to
+/// become the new inode's access ACL) and the requested `mode` to each
+/// other. Returns the new mode (bits outside 0o777 kept) and whether the
+/// ACL says more than the mode (then it is stored as the access ACL).
+pub(crate) fn acl_create_masq(acl: &mut [AclEntry], mode: u32) -> (u32, bool) {
+    let mut m = mode & 0o777;
+    let mut not_equiv = false;
+    let (mut group_obj, mut mask_obj) = (None, None);
+    for (i, e) in acl.iter_mut().enumerate() {
+        let p = u32::from(e.perm);
+        match e.tag {
+            ACL_USER_OBJ => {
+                let p = p & ((m >> 6) | !0o7);
+                e.perm = (p & 7) as u16;
+                m &= (p << 6) | !0o700;
+            }
+            ACL_USER | ACL_GROUP => not_equiv = true,
+            ACL_GROUP_OBJ => group_obj = Some(i),
+            ACL_OTHER => {
+                let p = p & (m | !0o7);
+                e.perm = (p & 7) as u16;
+                m &= p | !0o7;
+            }
+            ACL_MASK => {
+                mask_obj = Some(i);
+                not_equiv = true;
+            }
+            _ => {}
+        }
+    }
+    // parse_acl guarantees a GROUP_OBJ entry; without one nothing changes.
+    if let Some(i) = mask_obj.or(group_obj) {
+        let e = &mut acl[i];
+        let p = u32::from(e.perm) & ((m >> 3) | !0o7);
+        e.perm = (p & 7) as u16;
+        m &= (p << 3) | !0o070;
+    }
+    ((mode & !0o777) | m, not_equiv)
+}
+
+/// Linux's `posix_acl_chmod` (`__posix_acl_chmod`): after a chmod the
+/// access ACL's owner, group class (MASK if present, else GROUP_OBJ) and
+/// other entries take the new mode's bits.
+pub(crate) fn acl_chmod(acl: &mut [AclEntry], mode: u32) {
+    let has_mask = acl.iter().any(|e| e.tag == ACL_MASK);
+    for e in acl.iter_mut() {
+        let bits = match e.tag {
+            ACL_USER_OBJ => mode >> 6,
+            ACL_GROUP_OBJ if !has_mask => mode >> 3,
+            ACL_MASK => mode >> 3,
+            ACL_OTHER => mode,
+            _ => continue,
+        };
+        e.perm = (bits & 7) as u16;
+    }
+}
+
 // ---------------------------------------------------------------------
 // memfs's store
 // ---------------------------------------------------------------------

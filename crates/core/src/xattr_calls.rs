@@ -8,7 +8,7 @@ use crossbeam_epoch as epoch;
 
 use crate::errno::{Errno, VfsResult};
 use crate::handle::At;
-use crate::inode::{permission_ok, Inode};
+use crate::inode::Inode;
 use crate::mount::PathRef;
 use crate::task::Task;
 use crate::types::*;
@@ -85,7 +85,7 @@ impl Task {
             }
             _ => {}
         }
-        if permission_ok(&a, cred, mask) {
+        if i.permission_ok(&a, cred, mask) {
             Ok(())
         } else {
             Err(Errno::EACCES)
@@ -432,12 +432,19 @@ impl Task {
                     }
                     Some(acl) => Some(encode_acl(acl)),
                 };
+                let stored = store.is_some();
                 match store {
                     Some(v) => fs.setxattr(i, name, &v, flags)?,
                     None => match fs.removexattr(i, name) {
                         Ok(()) | Err(Errno::ENODATA) => {}
                         Err(e) => return Err(e),
                     },
+                }
+                // The cache follows the stored copy (under the data lock).
+                if default {
+                    i.mark_default_acl(stored);
+                } else {
+                    i.set_access_acl(if stored { acl } else { None });
                 }
             }
             (_, Some((value, flags))) => {
@@ -446,7 +453,14 @@ impl Task {
                     i.set_flag(crate::inode::I_FCAPS);
                 }
             }
-            (_, None) => fs.removexattr(i, name)?,
+            (ns, None) => {
+                fs.removexattr(i, name)?;
+                match ns {
+                    XattrNs::Acl { default: true } => i.mark_default_acl(false),
+                    XattrNs::Acl { default: false } => i.set_access_acl(None),
+                    _ => {}
+                }
+            }
         }
         let set = SetAttr {
             mode: new_mode,

@@ -343,6 +343,7 @@ fn session_config(cfg: &MountConfig) -> io::Result<(fuser::Config, FuseConfig)> 
     };
     if checks == PermChecks::Kernel {
         c.mount_options.push(MountOption::DefaultPermissions);
+        fuse.posix_acl = true;
     } else if multi_user {
         fuse.entry_timeout = Duration::ZERO;
         fuse.negative_timeout = Duration::ZERO;

@@ -5,7 +5,7 @@ use std::cell::RefCell;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -37,6 +37,13 @@ pub struct FuseConfig {
     pub negative_timeout: Duration,
     /// Offer READDIRPLUS (names with attributes in one reply).
     pub readdirplus: bool,
+    /// Ask for FUSE_POSIX_ACL and FUSE_DONT_MASK: the kernel then checks
+    /// POSIX ACLs itself (it reads them with GETXATTR; it needs
+    /// `default_permissions`, which the mount sets with this) and leaves
+    /// the umask to the create (the core applies it, or a directory's
+    /// default ACL instead). The mount sets it whenever the kernel checks
+    /// permissions.
+    pub posix_acl: bool,
 }
 
 impl Default for FuseConfig {
@@ -46,6 +53,7 @@ impl Default for FuseConfig {
             entry_timeout: Duration::from_secs(1),
             negative_timeout: Duration::ZERO,
             readdirplus: true,
+            posix_acl: false,
         }
     }
 }
@@ -83,6 +91,9 @@ pub(crate) struct Shared {
     /// The session's notifier, set once mounted: for the few changes a
     /// request makes beyond what its reply tells the kernel.
     pub(crate) notifier: OnceLock<fuser::Notifier>,
+    /// The kernel granted FUSE_DONT_MASK: creates carry the caller's umask
+    /// for the core to apply (else the kernel applied it already).
+    dont_mask: AtomicBool,
 }
 
 static NEXT_ADAPTER: AtomicU64 = AtomicU64::new(1);
@@ -180,6 +191,18 @@ impl Shared {
         }
     }
 
+    /// The umask a create applies: the request's when the kernel left it
+    /// to us (FUSE_DONT_MASK), else none (the kernel applied it).
+    fn set_umask(&self, t: &Task, umask: u32) {
+        // Relaxed: see `dont_mask`.
+        let m = if self.dont_mask.load(Ordering::Relaxed) {
+            umask
+        } else {
+            0
+        };
+        t.umask(m);
+    }
+
     fn with_task<R>(&self, req: &Request, f: impl FnOnce(&Task) -> R) -> R {
         self.with_cred(request_cred(req.uid(), req.gid(), req.pid()), f)
     }
@@ -260,6 +283,7 @@ impl ScaleFs {
             root_ino: st.ino,
             other_devs: Mutex::new(Vec::new()),
             notifier: OnceLock::new(),
+            dont_mask: AtomicBool::new(false),
             base,
         };
         // The root's count never reaches zero (FUSE never forgets node 1).
@@ -343,6 +367,16 @@ impl fuser::Filesystem for ScaleFs {
         for bit in want.iter() {
             // A kernel without a capability simply does not get it.
             let _ = config.add_capabilities(bit);
+        }
+        // POSIX ACLs checked by the kernel, and the umask left to us (so
+        // that a default ACL can replace it), only together.
+        if self.shared.cfg.posix_acl
+            && config
+                .add_capabilities(InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK)
+                .is_ok()
+        {
+            // Relaxed: written before the session serves any request.
+            self.shared.dont_mask.store(true, Ordering::Relaxed);
         }
         let _ = config.set_max_write(1 << 20);
         Ok(())
@@ -493,7 +527,7 @@ impl fuser::Filesystem for ScaleFs {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         rdev: u32,
         reply: ReplyEntry,
     ) {
@@ -501,6 +535,7 @@ impl fuser::Filesystem for ScaleFs {
         let name = tri!(reply, name_bytes(name));
         let dir = tri!(reply, s.node(parent));
         let r = s.with_task(req, |t| {
+            s.set_umask(t, umask);
             t.mknodat(&dir.h, name, mode, u64::from(rdev))?;
             s.lookup_ref(t, &dir.h, name)
         });
@@ -513,13 +548,14 @@ impl fuser::Filesystem for ScaleFs {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         reply: ReplyEntry,
     ) {
         let s = &self.shared;
         let name = tri!(reply, name_bytes(name));
         let dir = tri!(reply, s.node(parent));
         let r = s.with_task(req, |t| {
+            s.set_umask(t, umask);
             t.mkdirat(&dir.h, name, mode)?;
             s.lookup_ref(t, &dir.h, name)
         });
@@ -639,7 +675,7 @@ impl fuser::Filesystem for ScaleFs {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         flags: i32,
         reply: ReplyCreate,
     ) {
@@ -648,6 +684,7 @@ impl fuser::Filesystem for ScaleFs {
         let dir = tri!(reply, s.node(parent));
         let fl = (flags as u32 & (PASS_FLAGS | O_EXCL)) | O_CREAT | O_NOFOLLOW | O_CLOEXEC;
         let r = s.with_task(req, |t| -> Result<(i32, u64, Stat, u32), Errno> {
+            s.set_umask(t, umask);
             let fd = t.openat(&dir.h, name, fl, mode & 0o7777)?;
             // The node's handle is the open file's location: no second
             // walk, so no race with a concurrent rename.

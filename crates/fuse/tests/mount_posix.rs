@@ -200,6 +200,7 @@ fn library_changes_are_invalidated_in_the_kernel() {
         entry_timeout: long,
         negative_timeout: long,
         readdirplus: true,
+        ..FuseConfig::default()
     };
     let m = Mounted::new("inval", cfg);
     // A quiet task: its changes are not reported automatically, so the
@@ -247,6 +248,7 @@ fn library_changes_reach_the_kernel_automatically() {
         entry_timeout: long,
         negative_timeout: long,
         readdirplus: true,
+        ..FuseConfig::default()
     };
     let mut m = Mounted::new("autoinval", cfg);
     let t = m.vfs.task(Cred::root());

@@ -97,6 +97,7 @@ fn long_cache() -> FuseConfig {
         entry_timeout: long,
         negative_timeout: long,
         readdirplus: true,
+        ..FuseConfig::default()
     }
 }
 
