@@ -90,7 +90,7 @@ impl Handle {
     /// Whether two handles name the same location (mount and dentry).
     pub fn same_location(&self, other: &Handle) -> bool {
         self.path
-            .same(Arc::as_ptr(&other.path.mnt), other.path.dentry.as_ptr())
+            .same(other.path.mnt.as_ptr(), other.path.dentry.as_ptr())
     }
 
     /// The statfs of its filesystem.

@@ -18,7 +18,7 @@ use crate::errno::{Errno, VfsResult};
 use crate::fstype::{Filesystem, NewNode};
 use crate::handle::At;
 use crate::inode::{Inode, I_DEFACL};
-use crate::mount::PathRef;
+use crate::mount::{MntRef, PathRef};
 use crate::task::{as_bytes, Task};
 use crate::types::*;
 use crate::vfs::Changes;
@@ -499,7 +499,7 @@ impl Task {
     ) -> VfsResult<()> {
         let mut ch = self.changes();
         let op = self.name_op(newdirfd, new, Errno::EEXIST)?;
-        if !Arc::ptr_eq(&src.mnt, &op.pw.parent.mnt) {
+        if !MntRef::ptr_eq(&src.mnt, &op.pw.parent.mnt) {
             return Err(Errno::EXDEV);
         }
         let inode = src.inode().clone();
@@ -673,7 +673,7 @@ impl Task {
         let exchange = flags & RENAME_EXCHANGE != 0;
         let opw = self.parent_of(olddirfd, as_bytes(old))?;
         let npw = self.parent_of(newdirfd, as_bytes(new))?;
-        if !Arc::ptr_eq(&opw.parent.mnt, &npw.parent.mnt) {
+        if !MntRef::ptr_eq(&opw.parent.mnt, &npw.parent.mnt) {
             return Err(Errno::EXDEV);
         }
         let Last::Normal(oname) = opw.last.clone() else {

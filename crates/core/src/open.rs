@@ -508,7 +508,7 @@ impl Task {
         // directory or its parent (two listings would write both dentries'
         // counts: conflict matrix, issue 16). A racing rename makes it the
         // old or the new parent, as a walk of ".." would.
-        if !p.same(Arc::as_ptr(&s.root.mnt), s.root.dentry.as_ptr())
+        if !p.same(s.root.mnt.as_ptr(), s.root.dentry.as_ptr())
             && p.dentry.as_ptr() != p.mnt.root.as_ptr()
         {
             // SAFETY: a dentry is freed only after a grace period and the

@@ -620,9 +620,7 @@ fn cwd_path(cwd: &PathRef, root: &PathRef) -> VfsResult<Vec<u8>> {
     let mut parts: Vec<Vec<u8>> = Vec::new();
     let mut len = 0usize;
     loop {
-        if std::ptr::eq(Arc::as_ptr(&mnt), Arc::as_ptr(&root.mnt))
-            && std::ptr::eq(d, root.dentry.as_ptr())
-        {
+        if std::ptr::eq(mnt.as_ptr(), root.mnt.as_ptr()) && std::ptr::eq(d, root.dentry.as_ptr()) {
             break;
         }
         if std::ptr::eq(d, mnt.root.as_ptr()) {

@@ -39,21 +39,21 @@
 //! are called with no lock of the core held (see [`ChangeListener`]).
 
 use scalevfs_sync::ordered::{Class, Mutex};
+use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned};
-use scalevfs_sync::primitive::{AtomicBool, AtomicU64, Ordering};
+use scalevfs_sync::primitive::{AtomicU64, Ordering};
 
 use crate::dcache::{Dcache, Dentry};
 use crate::errno::{Errno, VfsResult};
 use crate::fstype::Filesystem;
 use crate::inode::Inode;
 use crate::memfs::{MemFs, MemFsOptions};
-use crate::percpu::SplitCount;
 
 pub use crate::config::{LlseekVariant, VfsConfig, WalkMode};
 pub(crate) use crate::mount::MountTable;
-pub use crate::mount::{Mount, PathRef};
+pub use crate::mount::{MntRef, Mount, PathRef};
 pub use crate::sb::Super;
 use crossbeam_utils::CachePadded;
 
@@ -154,8 +154,13 @@ pub(crate) struct VfsInner {
     pub(crate) config: VfsConfig,
     pub(crate) dc: Arc<Dcache>,
     pub(crate) mounts: Atomic<MountTable>,
-    pub(crate) mount_lock: Mutex<()>,
-    pub(crate) root: Arc<Mount>,
+    /// Serialises mount, umount and remount; holds the fold flags of
+    /// unmounted mounts whose counts have not been folded yet (see
+    /// `MntRef::detach`), which the last owner waits for.
+    pub(crate) mount_lock: Mutex<Vec<Arc<std::sync::atomic::AtomicBool>>>,
+    /// The root mount (dropped by hand in `drop`, before the dcache is
+    /// shrunk).
+    pub(crate) root: ManuallyDrop<MntRef>,
     /// One cache line per stripe: packed, eight stripes shared a line, so
     /// creates of unrelated names collided there by chance (conflict
     /// matrix, issue 16).
@@ -206,21 +211,12 @@ impl Vfs {
             orphans: config.new_orphan_file(),
         });
         let root_d = dc.alloc_root(sb.clone(), fs.root());
-        let root = Arc::new(Mount {
-            id: 1,
-            sb,
-            root: root_d,
-            parent: None,
-            readonly: AtomicBool::new(false),
-            noatime: AtomicBool::new(false),
-            writers: SplitCount::default(),
-            users: SplitCount::default(),
-        });
+        let root = ManuallyDrop::new(MntRef::new(Mount::new(1, sb, root_d, None, false)));
         let inner = VfsInner {
             config,
             dc,
             mounts: Atomic::new(MountTable::default()),
-            mount_lock: Mutex::new(Class::MountLock, ()),
+            mount_lock: Mutex::new(Class::MountLock, Vec::new()),
             root,
             name_locks: (0..NAME_LOCKS)
                 .map(|_| CachePadded::new(Mutex::new(Class::NameStripe, ())))
@@ -246,7 +242,7 @@ impl Vfs {
 
     pub(crate) fn root_path(&self) -> PathRef {
         PathRef {
-            mnt: self.inner.root.clone(),
+            mnt: MntRef::clone(&self.inner.root),
             dentry: self.inner.root.root.clone(),
         }
     }
@@ -275,7 +271,7 @@ impl Vfs {
         let _l = self.inner.mount_lock.lock();
         let guard = epoch::pin();
         let cur = self.table(&guard);
-        let key = (Arc::as_ptr(&at.mnt) as usize, at.dentry.as_ptr() as usize);
+        let key = (at.mnt.as_ptr() as usize, at.dentry.as_ptr() as usize);
         if cur.on.contains_key(&key) {
             return Err(Errno::EBUSY);
         }
@@ -292,16 +288,13 @@ impl Vfs {
         // Relaxed: only uniqueness matters.
         let id = self.inner.next_mount.fetch_add(1, Ordering::Relaxed);
         self.inner.dc.set_mounted(&at.dentry, true);
-        let m = Arc::new(Mount {
+        let m = MntRef::new(Mount::new(
             id,
             sb,
-            root: root_d,
-            parent: Some((at.mnt.clone(), at.dentry.clone())),
-            readonly: AtomicBool::new(readonly),
-            noatime: AtomicBool::new(false),
-            writers: SplitCount::default(),
-            users: SplitCount::default(),
-        });
+            root_d,
+            Some((at.mnt.clone(), at.dentry.clone())),
+            readonly,
+        ));
         let mut next = MountTable { on: cur.on.clone() };
         next.on.insert(key, m);
         self.publish(next, &guard);
@@ -314,7 +307,7 @@ impl Vfs {
     /// without MNT_DETACH). An open or chdir that walked into the mount
     /// before the unmount and finishes after it is not excluded.
     pub(crate) fn umount_at(&self, at: &PathRef) -> VfsResult<()> {
-        let _l = self.inner.mount_lock.lock();
+        let mut folds = self.inner.mount_lock.lock();
         let guard = epoch::pin();
         if !std::ptr::eq(at.dentry.as_ptr(), at.mnt.root.as_ptr()) {
             return Err(Errno::EINVAL);
@@ -326,18 +319,22 @@ impl Vfs {
         if cur.on.values().any(|m| {
             m.parent
                 .as_ref()
-                .is_some_and(|(p, _)| Arc::ptr_eq(p, &at.mnt))
+                .is_some_and(|(p, _)| MntRef::ptr_eq(p, &at.mnt))
         }) {
             return Err(Errno::EBUSY);
         }
         if at.mnt.users.sum() != 0 {
             return Err(Errno::EBUSY);
         }
-        let key = (Arc::as_ptr(pm) as usize, pd.as_ptr() as usize);
+        let key = (pm.as_ptr() as usize, pd.as_ptr() as usize);
         let mut next = MountTable { on: cur.on.clone() };
         next.on.remove(&key);
         self.inner.dc.set_mounted(pd, false);
         self.publish(next, &guard);
+        // Out of the tree: its count goes exact, the last reference frees it.
+        // Acquire: pairs with the folds' Release.
+        folds.retain(|f| !f.load(std::sync::atomic::Ordering::Acquire));
+        folds.push(at.mnt.detach());
         Ok(())
     }
 
@@ -382,7 +379,7 @@ impl Vfs {
         mnt: *const Mount,
         d: *const Dentry,
         guard: &'g Guard,
-    ) -> Option<&'g Arc<Mount>> {
+    ) -> Option<&'g MntRef> {
         self.table(guard).on.get(&(mnt as usize, d as usize))
     }
 
@@ -498,6 +495,7 @@ impl Default for Vfs {
 
 impl Drop for VfsInner {
     fn drop(&mut self) {
+        let mut folds = std::mem::take(&mut *self.mount_lock.lock());
         let guard = epoch::pin();
         // AcqRel: take ownership of the last table.
         let old = self
@@ -506,8 +504,15 @@ impl Drop for VfsInner {
         if !old.is_null() {
             // SAFETY: we are the last owner of the Vfs: every task and file
             // holds a `Vfs`, so no walker can be reading the table.
-            drop(unsafe { old.into_owned() });
+            let table = unsafe { old.into_owned() };
+            // The tree goes: each mount's count goes exact, and the last
+            // reference (a handle may outlive the Vfs) frees it.
+            folds.extend(table.on.values().map(|m| m.detach()));
+            drop(table);
         }
+        folds.push(self.root.detach());
+        // SAFETY: dropped once, here; `root` is not used after this.
+        unsafe { ManuallyDrop::drop(&mut self.root) };
         // AcqRel: take ownership of the listener list.
         let old = self
             .listeners
@@ -518,6 +523,20 @@ impl Drop for VfsInner {
             drop(unsafe { old.into_owned() });
         }
         drop(guard);
+        // Let the mounts' counts fold (a grace period each; bounded: a
+        // thread that stays pinned holds them off, and then what they hold
+        // stays until later), so that mounts nothing else refers to are
+        // freed and their dentries released before the shrink below.
+        for _ in 0..1000 {
+            // Acquire: pairs with the fold's Release.
+            if folds
+                .iter()
+                .all(|f| f.load(std::sync::atomic::Ordering::Acquire))
+            {
+                break;
+            }
+            epoch::pin().flush();
+        }
         // Unused cached dentries hold their parents and superblocks; free
         // them so the filesystems can go. Ones still referenced by a leaked
         // handle stay.

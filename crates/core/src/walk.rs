@@ -53,7 +53,7 @@ use crate::dcache::{
     Dentry, DentryRef, Pinned, RcuKeys, RcuLookup, D_DIR, D_MOUNTED, D_NEGATIVE, D_SYMLINK,
 };
 use crate::errno::{Errno, VfsResult};
-use crate::mount::{Mount, PathRef};
+use crate::mount::{MntRef, Mount, PathRef};
 use crate::types::{Cred, FileType, MAX_SYMLINKS, NAME_MAX, PATH_MAX, X_OK};
 use crate::vfs::Vfs;
 
@@ -287,17 +287,14 @@ enum Lazy<T> {
     Abort,
 }
 
-/// Take a new strong count on a mount known to be alive under the guard.
-fn mount_arc(m: Pinned<'_, Mount>) -> std::sync::Arc<Mount> {
-    let p = m.as_ptr();
-    // SAFETY: `m` is kept alive by an Arc in the mount table or in a PathRef
-    // that the walk's guard or reference holds, and came from `Arc::as_ptr`
-    // through raw pointers only (the provenance covers the counts); the
-    // count we add is released by the returned Arc.
-    unsafe {
-        std::sync::Arc::increment_strong_count(p);
-        std::sync::Arc::from_raw(p)
-    }
+/// Take a new reference on a mount known to be alive under the guard.
+fn mount_arc(m: Pinned<'_, Mount>) -> MntRef {
+    // SAFETY: `m` is kept alive by a MntRef in the mount table or in a
+    // PathRef that the walk's guard or reference holds (a detached mount's
+    // count folds only after that guard), and came from `MntRef::as_ptr`
+    // through raw pointers only; the count we add is released by the
+    // returned MntRef.
+    unsafe { MntRef::from_pinned(m.as_ptr()) }
 }
 
 impl<'a> WalkCtx<'a> {
@@ -491,7 +488,7 @@ impl<'a> WalkCtx<'a> {
         // pointers come from `Arc::as_ptr` and `DentryRef::as_ptr`.
         unsafe {
             Pos {
-                mnt: Pinned::new(std::sync::Arc::as_ptr(&p.mnt)),
+                mnt: Pinned::new(p.mnt.as_ptr()),
                 d: Pinned::new(p.dentry.as_ptr()),
                 held: None,
             }
@@ -640,7 +637,7 @@ impl<'a> WalkCtx<'a> {
                         // SAFETY: the parent mount and mountpoint are held by
                         // `pos.mnt`, which the guard keeps alive.
                         unsafe {
-                            pos.mnt = Pinned::new(std::sync::Arc::as_ptr(pm));
+                            pos.mnt = Pinned::new(pm.as_ptr());
                             pos.d = Pinned::new(pd.as_ptr());
                         }
                         continue;
@@ -662,7 +659,7 @@ impl<'a> WalkCtx<'a> {
             match self.vfs.mounted_on(pos.mnt.as_ptr(), pos.d.as_ptr(), guard) {
                 Some(m) => {
                     // SAFETY: the table is alive under the guard and holds m.
-                    pos.mnt = unsafe { Pinned::new(std::sync::Arc::as_ptr(m)) };
+                    pos.mnt = unsafe { Pinned::new(m.as_ptr()) };
                     // SAFETY: m holds its root dentry.
                     pos.d = unsafe { Pinned::new(m.root.as_ptr()) };
                 }
@@ -750,7 +747,7 @@ impl<'a> WalkCtx<'a> {
         while cur.dentry.is_mounted() {
             match self
                 .vfs
-                .mounted_on(std::sync::Arc::as_ptr(&cur.mnt), cur.dentry.as_ptr(), guard)
+                .mounted_on(cur.mnt.as_ptr(), cur.dentry.as_ptr(), guard)
             {
                 Some(m) => {
                     cur = PathRef {
