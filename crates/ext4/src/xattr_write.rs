@@ -258,7 +258,7 @@ impl Ext4 {
         let old = raw.file_acl;
         if entries.is_empty() {
             if old != 0 {
-                self.drop_xattr_block(old, refcount)?;
+                self.drop_xattr_block(old)?;
                 raw.file_acl = 0;
                 raw.blocks = raw.blocks.saturating_sub(sectors);
             }
@@ -283,7 +283,7 @@ impl Ext4 {
         if blk != old {
             if old != 0 {
                 // The shared block keeps its other users.
-                self.drop_xattr_block(old, refcount)?;
+                self.drop_xattr_block(old)?;
             } else {
                 raw.blocks += sectors;
             }
@@ -292,20 +292,27 @@ impl Ext4 {
         Ok(())
     }
 
-    /// One user less for xattr block `blk` (count `refcount`): freed at the
-    /// last, else its count (and checksum) rewritten.
-    fn drop_xattr_block(&self, blk: u64, refcount: u32) -> Result<()> {
-        if refcount <= 1 {
-            return self.free_block(blk);
-        }
+    /// One user less for xattr block `blk`: its count (and checksum)
+    /// rewritten, or the block freed at the last. The count is read and
+    /// changed under the buffer's lock, so two inodes sharing the block
+    /// that drop it at once (a copy on write, an unlink) both count.
+    fn drop_xattr_block(&self, blk: u64) -> Result<()> {
         let (rw, io) = self.rw()?;
         let seed = self.xattr_csum_seed();
-        rw.bufs.modify(io.dev, blk, true, |d| {
-            xattr::set_refcount(d, refcount - 1);
+        let last = rw.bufs.modify(io.dev, blk, true, |d| {
+            let r = u32::from_le_bytes([d[4], d[5], d[6], d[7]]);
+            if r <= 1 {
+                return true;
+            }
+            xattr::set_refcount(d, r - 1);
             if let Some(seed) = seed {
                 xattr::set_block_csum(d, blk, seed);
             }
+            false
         })?;
+        if last {
+            self.free_block(blk)?;
+        }
         Ok(())
     }
 
@@ -316,8 +323,9 @@ impl Ext4 {
         }
         let mut b = vec![0u8; self.bs];
         self.read_block(raw.file_acl, &mut b)?;
-        let (refcount, _) = xattr::parse_block_raw(&b, raw.file_acl, self.xattr_csum_seed())?;
-        self.drop_xattr_block(raw.file_acl, refcount)?;
+        // Checked before its count is trusted.
+        xattr::parse_block_raw(&b, raw.file_acl, self.xattr_csum_seed())?;
+        self.drop_xattr_block(raw.file_acl)?;
         raw.file_acl = 0;
         Ok(())
     }
