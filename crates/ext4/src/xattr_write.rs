@@ -74,8 +74,8 @@ impl Ext4 {
     }
 
     /// The in-inode attribute area of `raw`'s slot: its offset in the
-    /// slot and its length (`None`: 128-byte inodes, or no room for the
-    /// magic), and the area's bytes.
+    /// slot and the area's bytes (`None`: 128-byte inodes, `i_extra_isize`
+    /// 0, or no room for the magic).
     pub(crate) fn ibody_area(&self, raw: &RawInode) -> Result<Option<(usize, Vec<u8>)>> {
         let isz = self.sb.inode_size();
         if isz <= GOOD_OLD_INODE_SIZE {
@@ -88,7 +88,8 @@ impl Ext4 {
         let extra = usize::from(u16::from_le_bytes([slot[0x80], slot[0x81]]));
         let start = GOOD_OLD_INODE_SIZE + extra;
         // RawInode::parse checked 128 + extra <= isz; the magic needs 4.
-        if start + 4 > isz {
+        // Without i_extra_isize the kernel neither reads nor writes a body.
+        if extra == 0 || start + 4 > isz {
             return Ok(None);
         }
         Ok(Some((start, slot[start..].to_vec())))
