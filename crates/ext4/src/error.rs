@@ -58,6 +58,11 @@ const WRITER_ERRNOS: &[i32] = &[
     libc::EINVAL,
     libc::ENOTEMPTY,
     libc::ENOENT,
+    // Extended attributes (`xattr_write.rs`).
+    libc::EEXIST,
+    libc::ENODATA,
+    libc::ERANGE,
+    libc::E2BIG,
 ];
 
 /// A corruption error.

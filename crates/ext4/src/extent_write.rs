@@ -543,8 +543,8 @@ impl Ext4 {
         self.publish(inode, ei, g, raw)
     }
 
-    /// Free everything an inode with no links holds: data, tree blocks and
-    /// the inode itself (dtime set).
+    /// Free everything an inode with no links holds: data, tree blocks, its
+    /// share of an xattr block and the inode itself (dtime set).
     pub(crate) fn release_inode(&self, mut raw: RawInode) -> Result<()> {
         let is_dir = raw.file_type_bits() == libc::S_IFDIR;
         if raw.flags & FL_EXTENTS != 0 {
@@ -563,6 +563,7 @@ impl Ext4 {
             root[8..12].copy_from_slice(&gen);
             raw.block = root;
         }
+        self.release_xattr_block(&mut raw)?;
         raw.blocks = 0;
         raw.size = 0;
         raw.links_count = 0;

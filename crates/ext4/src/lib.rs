@@ -26,6 +26,7 @@ mod orphan;
 mod txn;
 mod util;
 mod write;
+mod xattr_write;
 
 pub use device::{BlockDevice, FileDevice, MemDevice};
 pub use error::{Error, Result};

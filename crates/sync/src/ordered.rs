@@ -139,7 +139,8 @@ classes! {
     /// for lookup and readdir.
     Ext4Dir = 22, "ext4 Ext4Inode::dir_lock", Ascending;
     /// `ext4 Ext4Inode::data`: a file's extent tree, exclusive while it
-    /// changes (write, truncate, fallocate), shared for read and seek.
+    /// changes (write, truncate, fallocate), shared for read and seek;
+    /// also any inode's xattrs (exclusive to set/remove, shared to read).
     Ext4File = 23, "ext4 Ext4Inode::data", No;
     /// `ext4 Alloc::groups[g]`: one block group's allocation state
     /// (bitmaps, free counts, flags); one group at a time.

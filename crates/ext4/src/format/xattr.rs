@@ -77,6 +77,44 @@ pub fn entry_hash(name: &[u8], value: &[u8], signed: bool) -> u32 {
     h
 }
 
+/// One entry as stored, whatever its name index (the write side keeps
+/// entries it cannot name, such as inline data's `system.data`, as they
+/// are).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RawEntry {
+    pub index: u8,
+    /// The name after the prefix (empty for the ACLs).
+    pub name: Vec<u8>,
+    /// The value held here (empty when `inum` is set).
+    pub value: Vec<u8>,
+    /// The `ea_inode` holding the value (0: none), and its size.
+    pub inum: u32,
+    pub inum_size: u32,
+    /// The stored hash.
+    pub hash: u32,
+}
+
+impl RawEntry {
+    /// The entry as the reader shows it; `None` for an unknown index.
+    fn named(&self) -> Option<Entry> {
+        let mut name = prefix(self.index)?.to_vec();
+        name.extend_from_slice(&self.name);
+        let value = if self.inum != 0 {
+            Value::Inode {
+                ino: self.inum,
+                size: self.inum_size,
+            }
+        } else {
+            Value::Here(self.value.clone())
+        };
+        Some(Entry {
+            index: self.index,
+            name,
+            value,
+        })
+    }
+}
+
 /// Parse an entry table: entries from `start` in `b`, values at
 /// `value_base + e_value_offs`, all within `b`. `check_hash`: verify each
 /// stored hash of a value held here (the block's entries; a stored 0 is
@@ -87,7 +125,7 @@ fn parse_entries(
     value_base: usize,
     check_hash: bool,
     what: &dyn Fn() -> String,
-) -> Result<Vec<Entry>> {
+) -> Result<Vec<RawEntry>> {
     let mut out = Vec::new();
     let mut pos = start;
     loop {
@@ -125,12 +163,9 @@ fn parse_entries(
                 format!("entry at {pos}: value size {value_size}"),
             ));
         }
-        let value = if value_inum != 0 {
-            Value::Inode {
-                ino: value_inum,
-                size: value_size,
-            }
-        } else {
+        let name = b[pos + ENTRY_LEN..name_end].to_vec();
+        let mut value = Vec::new();
+        if value_inum == 0 {
             let at = value_base + value_offs;
             let end = at + value_size as usize;
             if value_size != 0 && (at < start || end > b.len()) {
@@ -139,35 +174,45 @@ fn parse_entries(
                     format!("entry at {pos}: value {value_offs}+{value_size} outside its region"),
                 ));
             }
-            let v = if value_size == 0 {
-                Vec::new()
-            } else {
-                b[at..end].to_vec()
-            };
-            if check_hash && hash != 0 {
-                let name = &b[pos + ENTRY_LEN..name_end];
-                if hash != entry_hash(name, &v, false) && hash != entry_hash(name, &v, true) {
-                    return Err(corrupt(
-                        what(),
-                        format!("entry at {pos}: hash {hash:#010x}"),
-                    ));
-                }
+            if value_size != 0 {
+                value = b[at..end].to_vec();
             }
-            Value::Here(v)
-        };
-        if let Some(p) = prefix(index) {
-            let mut name = p.to_vec();
-            name.extend_from_slice(&b[pos + ENTRY_LEN..name_end]);
-            out.push(Entry { index, name, value });
+            if check_hash
+                && hash != 0
+                && hash != entry_hash(&name, &value, false)
+                && hash != entry_hash(&name, &value, true)
+            {
+                return Err(corrupt(
+                    what(),
+                    format!("entry at {pos}: hash {hash:#010x}"),
+                ));
+            }
         }
+        out.push(RawEntry {
+            index,
+            name,
+            value,
+            inum: value_inum,
+            inum_size: if value_inum != 0 { value_size } else { 0 },
+            hash,
+        });
         // Entries are padded to 4 bytes; each step moves at least 16.
         pos = (name_end + 3) & !3;
     }
 }
 
+fn named(v: Vec<RawEntry>) -> Vec<Entry> {
+    v.iter().filter_map(RawEntry::named).collect()
+}
+
 /// The attributes in an inode's body: `extra` is the inode from byte
 /// `128 + i_extra_isize` to its end. No magic there: no attributes.
 pub fn parse_ibody(extra: &[u8], ino: u32) -> Result<Vec<Entry>> {
+    parse_ibody_raw(extra, ino).map(named)
+}
+
+/// [`parse_ibody`]'s entries as stored.
+pub fn parse_ibody_raw(extra: &[u8], ino: u32) -> Result<Vec<RawEntry>> {
     if extra.len() < 4 || le32(extra, 0) != XATTR_MAGIC {
         return Ok(Vec::new());
     }
@@ -180,6 +225,11 @@ pub fn parse_ibody(extra: &[u8], ino: u32) -> Result<Vec<Entry>> {
 /// the header, and with `csum_seed` (metadata_csum: the superblock's seed)
 /// the block's checksum.
 pub fn parse_block(b: &[u8], blk: u64, csum_seed: Option<u32>) -> Result<Vec<Entry>> {
+    parse_block_raw(b, blk, csum_seed).map(|(_, v)| named(v))
+}
+
+/// [`parse_block`]'s entries as stored, with the block's `h_refcount`.
+pub fn parse_block_raw(b: &[u8], blk: u64, csum_seed: Option<u32>) -> Result<(u32, Vec<RawEntry>)> {
     let what = || format!("xattr block {blk}");
     if b.len() < BLOCK_HEADER_LEN + 4 {
         return Err(corrupt(what(), "short block"));
@@ -203,7 +253,10 @@ pub fn parse_block(b: &[u8], blk: u64, csum_seed: Option<u32>) -> Result<Vec<Ent
             ));
         }
     }
-    parse_entries(b, BLOCK_HEADER_LEN, 0, true, &what)
+    Ok((
+        le32(b, 4),
+        parse_entries(b, BLOCK_HEADER_LEN, 0, true, &what)?,
+    ))
 }
 
 /// `ext4_xattr_block_csum`: crc32c over the block number (le64) and the
@@ -213,6 +266,167 @@ pub fn block_csum(b: &[u8], blk: u64, seed: u32) -> u32 {
     c = crc32c(c, &b[..0x10]);
     c = crc32c(c, &[0; 4]);
     crc32c(c, &b[0x14..])
+}
+
+// ---- The write side: names, sizes, encoders ----
+
+/// The name index and the name after the prefix of an attribute the
+/// writer stores (`user.`, `trusted.`, `security.`, the two ACLs); `None`
+/// for any other name (`system.data` and the like are ext4's own).
+pub fn writable_name(name: &[u8]) -> Option<(u8, &[u8])> {
+    match name {
+        b"system.posix_acl_access" => return Some((2, b"")),
+        b"system.posix_acl_default" => return Some((3, b"")),
+        _ => {}
+    }
+    for (index, p) in [(1u8, &b"user."[..]), (4, b"trusted."), (6, b"security.")] {
+        if let Some(rest) = name.strip_prefix(p) {
+            return Some((index, rest));
+        }
+    }
+    None
+}
+
+/// `EXT4_XATTR_LEN`: an entry with a name of `name_len` bytes, padded to 4.
+pub fn entry_len(name_len: usize) -> usize {
+    (ENTRY_LEN + name_len + 3) & !3
+}
+
+/// `EXT4_XATTR_SIZE`: a value's room, padded to 4 (none for a value held
+/// in an `ea_inode`).
+fn value_room(e: &RawEntry) -> usize {
+    if e.inum != 0 {
+        0
+    } else {
+        (e.value.len() + 3) & !3
+    }
+}
+
+/// Bytes `entries` take in a table: the entries, the 4-byte end mark and
+/// the values.
+pub fn table_len(entries: &[RawEntry]) -> usize {
+    entries
+        .iter()
+        .map(|e| entry_len(e.name.len()) + value_room(e))
+        .sum::<usize>()
+        + 4
+}
+
+/// The block's order (the kernel's `ext4_xattr_find_entry` stops at the
+/// first entry not below the name it seeks): name index, name length,
+/// name bytes.
+pub fn sort_block_entries(entries: &mut [RawEntry]) {
+    entries.sort_by(|a, b| (a.index, a.name.len(), &a.name).cmp(&(b.index, b.name.len(), &b.name)));
+}
+
+/// Write the entry table of `entries` into `region` (zeroed by the
+/// caller) from `start`: entries grow up, values down from the end. A
+/// value's offset is from `value_base`; `hash`: store each entry's hash
+/// (the block's), else 0 (the inode's, as the kernel writes them).
+/// `None` when they do not fit or an offset would not fit in 16 bits.
+fn put_entries(
+    region: &mut [u8],
+    start: usize,
+    value_base: usize,
+    entries: &[RawEntry],
+    hash: bool,
+) -> Option<()> {
+    if start.checked_add(table_len(entries))? > region.len() {
+        return None;
+    }
+    let mut pos = start;
+    let mut vend = region.len();
+    for e in entries {
+        let name_len = u8::try_from(e.name.len()).ok()?;
+        let (offs, size, h) = if e.inum != 0 {
+            (0u16, e.inum_size, e.hash)
+        } else {
+            let room = value_room(e);
+            let offs = if e.value.is_empty() {
+                0
+            } else {
+                vend -= room;
+                region[vend..vend + e.value.len()].copy_from_slice(&e.value);
+                u16::try_from(vend - value_base).ok()?
+            };
+            let h = if hash {
+                entry_hash(&e.name, &e.value, false)
+            } else {
+                0
+            };
+            (offs, u32::try_from(e.value.len()).ok()?, h)
+        };
+        region[pos] = name_len;
+        region[pos + 1] = e.index;
+        region[pos + 2..pos + 4].copy_from_slice(&offs.to_le_bytes());
+        region[pos + 4..pos + 8].copy_from_slice(&e.inum.to_le_bytes());
+        region[pos + 8..pos + 12].copy_from_slice(&size.to_le_bytes());
+        region[pos + 12..pos + 16].copy_from_slice(&h.to_le_bytes());
+        region[pos + ENTRY_LEN..pos + ENTRY_LEN + e.name.len()].copy_from_slice(&e.name);
+        pos += entry_len(e.name.len());
+    }
+    // The end mark (zero) is already there; table_len counted it.
+    debug_assert!(pos + 4 <= vend);
+    Some(())
+}
+
+/// The in-inode area (`len` bytes after `128 + i_extra_isize`) holding
+/// `entries`: the magic, the table, the values at the end; all zeros (no
+/// magic) without entries, as the kernel clears it. `None`: no room.
+pub fn encode_ibody(entries: &[RawEntry], len: usize) -> Option<Vec<u8>> {
+    let mut r = vec![0u8; len];
+    if entries.is_empty() {
+        return Some(r);
+    }
+    if len < 4 {
+        return None;
+    }
+    r[0..4].copy_from_slice(&XATTR_MAGIC.to_le_bytes());
+    // Values are relative to the first entry.
+    put_entries(&mut r, 4, 4, entries, false)?;
+    Some(r)
+}
+
+/// An xattr block of `bs` bytes holding `entries` (in the block's order)
+/// with `h_refcount` `refcount`: header, entry hashes, the header hash
+/// (`ext4_xattr_rehash`); the checksum is [`set_block_csum`]'s. `None`:
+/// no room.
+pub fn encode_block(entries: &[RawEntry], refcount: u32, bs: usize) -> Option<Vec<u8>> {
+    let mut b = vec![0u8; bs];
+    put_entries(&mut b, BLOCK_HEADER_LEN, 0, entries, true)?;
+    b[0..4].copy_from_slice(&XATTR_MAGIC.to_le_bytes());
+    b[4..8].copy_from_slice(&refcount.to_le_bytes());
+    b[8..12].copy_from_slice(&1u32.to_le_bytes());
+    let h = block_hash(&b);
+    b[12..16].copy_from_slice(&h.to_le_bytes());
+    Some(b)
+}
+
+/// `ext4_xattr_rehash`: the entries' hashes rolled 16 bits at a time; 0
+/// if any entry's hash is 0.
+fn block_hash(b: &[u8]) -> u32 {
+    let mut h: u32 = 0;
+    let mut pos = BLOCK_HEADER_LEN;
+    while pos + ENTRY_LEN <= b.len() && le32(b, pos) != 0 {
+        let eh = le32(b, pos + 12);
+        if eh == 0 {
+            return 0;
+        }
+        h = (h << 16) ^ (h >> 16) ^ eh;
+        pos = entry_len(usize::from(u8_at(b, pos))) + pos;
+    }
+    h
+}
+
+/// Store the block's checksum (metadata_csum) for block number `blk`.
+pub fn set_block_csum(b: &mut [u8], blk: u64, seed: u32) {
+    let c = block_csum(b, blk, seed);
+    b[0x10..0x14].copy_from_slice(&c.to_le_bytes());
+}
+
+/// Set a block's `h_refcount` (the checksum is then stale).
+pub fn set_refcount(b: &mut [u8], refcount: u32) {
+    b[4..8].copy_from_slice(&refcount.to_le_bytes());
 }
 
 const EXT4_ACL_VERSION: u32 = 1;
@@ -253,6 +467,32 @@ pub fn acl_to_xattr(v: &[u8], what: &dyn Fn() -> String) -> Result<Vec<u8>> {
         pos += len;
     }
     Ok(out)
+}
+
+/// The inverse of [`acl_to_xattr`] (`posix_acl_from_xattr` then
+/// `ext4_acl_to_disk`): a `posix_acl_xattr` value (version 2) in ext4's
+/// compact form. `Err(())` for a malformed value (EINVAL), `Ok(None)`
+/// for an ACL without entries (which Linux takes as a removal).
+#[allow(clippy::result_unit_err)]
+pub fn acl_from_xattr(v: &[u8]) -> std::result::Result<Option<Vec<u8>>, ()> {
+    if v.len() < 4 || le32(v, 0) != POSIX_ACL_XATTR_VERSION || !(v.len() - 4).is_multiple_of(8) {
+        return Err(());
+    }
+    if v.len() == 4 {
+        return Ok(None);
+    }
+    let mut out = Vec::with_capacity(v.len());
+    out.extend_from_slice(&EXT4_ACL_VERSION.to_le_bytes());
+    for e in v[4..].chunks_exact(8) {
+        let tag = le16(e, 0);
+        out.extend_from_slice(&e[0..4]);
+        match tag {
+            0x01 | 0x04 | 0x10 | 0x20 => {}
+            0x02 | 0x08 => out.extend_from_slice(&e[4..8]),
+            _ => return Err(()),
+        }
+    }
+    Ok(Some(out))
 }
 
 #[cfg(test)]
@@ -359,5 +599,119 @@ mod tests {
         assert_eq!(x.len(), 4 + 5 * 8);
         assert_eq!(&x[12..20], &[2, 0, 4, 0, 0xe8, 3, 0, 0]);
         assert_eq!(&x[4..12], &[1, 0, 6, 0, 0xff, 0xff, 0xff, 0xff]);
+    }
+
+    fn raw(index: u8, name: &[u8], value: &[u8]) -> RawEntry {
+        RawEntry {
+            index,
+            name: name.to_vec(),
+            value: value.to_vec(),
+            inum: 0,
+            inum_size: 0,
+            hash: 0,
+        }
+    }
+
+    #[test]
+    fn block_round_trips_sorted_with_hashes() {
+        let mut v = vec![
+            raw(6, b"selinux", b"ctx"),
+            raw(1, b"zz", b""),
+            raw(1, b"b", &[7; 300]),
+            raw(1, b"a", b"xyz"),
+            raw(2, b"", &[1, 0, 0, 0, 1, 0, 6, 0]),
+        ];
+        sort_block_entries(&mut v);
+        let order: Vec<(u8, &[u8])> = v.iter().map(|e| (e.index, &e.name[..])).collect();
+        assert_eq!(
+            order,
+            [
+                (1, &b"a"[..]),
+                (1, b"b"),
+                (1, b"zz"),
+                (2, b""),
+                (6, b"selinux")
+            ]
+        );
+        let mut b = encode_block(&v, 1, 1024).unwrap();
+        set_block_csum(&mut b, 77, 5);
+        let (rc, back) = parse_block_raw(&b, 77, Some(5)).unwrap();
+        assert_eq!(rc, 1);
+        for (x, y) in back.iter().zip(&v) {
+            assert_eq!((x.index, &x.name, &x.value), (y.index, &y.name, &y.value));
+            assert_eq!(x.hash, entry_hash(&x.name, &x.value, false));
+        }
+        // The header hash rolls the entries' hashes.
+        let mut h = 0u32;
+        for e in &back {
+            h = (h << 16) ^ (h >> 16) ^ e.hash;
+        }
+        assert_eq!(le32(&b, 12), h);
+        // Too much for the block: no encoding.
+        assert!(encode_block(&[raw(1, b"x", &[0; 1000])], 1, 1024).is_none());
+        assert!(encode_block(&[raw(1, b"x", &[0; 968])], 1, 1024).is_some());
+    }
+
+    #[test]
+    fn ibody_round_trips() {
+        let v = vec![raw(1, b"s", b"hi"), raw(4, b"t", b""), raw(6, b"l", b"x")];
+        let area = encode_ibody(&v, 96).unwrap();
+        let back = parse_ibody_raw(&area, 12).unwrap();
+        assert_eq!(back.len(), 3);
+        for (x, y) in back.iter().zip(&v) {
+            assert_eq!((x.index, &x.name, &x.value), (y.index, &y.name, &y.value));
+            assert_eq!(x.hash, 0);
+        }
+        assert_eq!(encode_ibody(&[], 96).unwrap(), vec![0; 96]);
+        assert!(encode_ibody(&[raw(1, b"s", &[1; 80])], 96).is_none());
+        // 4 magic + 20 entry + 4 end + 68 value = 96.
+        assert!(encode_ibody(&[raw(1, b"s", &[1; 68])], 96).is_some());
+    }
+
+    #[test]
+    fn acl_from_xattr_inverts_acl_to_xattr() {
+        let w = || "acl".to_string();
+        let mut x = 2u32.to_le_bytes().to_vec();
+        for (tag, perm, id) in [
+            (1u16, 6u16, u32::MAX),
+            (2, 4, 1000),
+            (4, 4, u32::MAX),
+            (8, 5, 50),
+            (0x10, 7, u32::MAX),
+            (0x20, 0, u32::MAX),
+        ] {
+            x.extend_from_slice(&tag.to_le_bytes());
+            x.extend_from_slice(&perm.to_le_bytes());
+            x.extend_from_slice(&id.to_le_bytes());
+        }
+        let d = acl_from_xattr(&x).unwrap().unwrap();
+        assert_eq!(d.len(), 4 + 4 * 4 + 2 * 8);
+        assert_eq!(acl_to_xattr(&d, &w).unwrap(), x);
+        assert_eq!(acl_from_xattr(&2u32.to_le_bytes()), Ok(None));
+        assert!(acl_from_xattr(&x[..x.len() - 1]).is_err());
+        assert!(acl_from_xattr(&1u32.to_le_bytes()).is_err());
+        for cut in 0..x.len() {
+            let _ = acl_from_xattr(&x[..cut]);
+        }
+    }
+
+    #[test]
+    fn writable_names() {
+        assert_eq!(writable_name(b"user.a"), Some((1, &b"a"[..])));
+        assert_eq!(writable_name(b"trusted.x"), Some((4, &b"x"[..])));
+        assert_eq!(
+            writable_name(b"security.selinux"),
+            Some((6, &b"selinux"[..]))
+        );
+        assert_eq!(
+            writable_name(b"system.posix_acl_access"),
+            Some((2, &b""[..]))
+        );
+        assert_eq!(
+            writable_name(b"system.posix_acl_default"),
+            Some((3, &b""[..]))
+        );
+        assert_eq!(writable_name(b"system.data"), None);
+        assert_eq!(writable_name(b"other.x"), None);
     }
 }

@@ -1,0 +1,364 @@
+//! Extended attribute writes on a read-write mount: `setxattr` and
+//! `removexattr` in the inode body and the xattr block (the encoders are
+//! in `format/xattr.rs`), and the block's release when an inode goes.
+//!
+//! PLACEMENT (the kernel's `ext4_xattr_set_handle`, without `ea_inode`)
+//! - A value goes in the inode body if the body's entries with it fit;
+//!   then a copy in the block goes. Otherwise it goes in the block (a new
+//!   one if there is none) and a copy in the body goes. If it fits in
+//!   neither: ENOSPC, and nothing changed.
+//! - The block's entries are kept sorted (name index, name length, name),
+//!   as the kernel's lookup expects; each carries its hash, the header the
+//!   rolled hash of all and, with metadata_csum, the checksum.
+//! - A block several inodes share (`h_refcount` > 1, made by mke2fs -d,
+//!   e2fsck or the kernel's mbcache) is never changed in place: the
+//!   changed copy goes to a new block and the old block's count drops by
+//!   one. A block whose count would reach 0 is freed (through the
+//!   journal's pending list, as every freed block) and `i_file_acl`
+//!   cleared; `i_blocks` counts the block while the inode refers to it.
+//! - Everything (block writes, allocation, freeing, the inode) runs in
+//!   the caller's journal handle and goes through the buffer cache, so a
+//!   commit carries all of a change or none of it. Failures that can
+//!   happen (ENOSPC from the allocator) come before the first change.
+//!
+//! LOCKING: the VFS serialises writers of one inode's attributes (its
+//! data lock); the inode's `Ext4Inode::data` lock is held exclusive while
+//! the body and the block change and shared by `getxattr`/`listxattr`, so
+//! a reader never sees a value in both places or in neither. No new lock.
+
+use std::sync::Arc;
+
+use scalevfs::inode::Inode;
+
+use crate::error::{corrupt, Result};
+use crate::format::inode::{RawInode, GOOD_OLD_INODE_SIZE};
+use crate::format::xattr::{self, RawEntry};
+use crate::fs::{Ext4, Ext4Inode};
+use crate::util::errno;
+
+const XATTR_CREATE: u32 = 1;
+const XATTR_REPLACE: u32 = 2;
+
+/// Where an inode's slot is: (inode table block, offset in it).
+struct Slot {
+    blk: u64,
+    off: usize,
+}
+
+/// An inode's attributes as stored.
+struct Stored {
+    /// The in-inode area (offset in the slot, length); `None` without one.
+    area: Option<(usize, usize)>,
+    body: Vec<RawEntry>,
+    /// The xattr block's refcount and entries (none: `i_file_acl` is 0).
+    block: Option<(u32, Vec<RawEntry>)>,
+}
+
+fn same(e: &RawEntry, index: u8, name: &[u8]) -> bool {
+    e.index == index && e.name == name
+}
+
+impl Ext4 {
+    fn slot_of(&self, ino: u32) -> Result<Slot> {
+        let ipg = self.sb.inodes_per_group;
+        let g = ((ino - 1) / ipg) as usize;
+        let gd = self
+            .groups
+            .get(g)
+            .ok_or_else(|| corrupt(format!("inode {ino}"), "group out of range"))?;
+        let off = ((ino - 1) % ipg) as usize * self.sb.inode_size();
+        Ok(Slot {
+            blk: gd.inode_table + (off / self.bs) as u64,
+            off: off % self.bs,
+        })
+    }
+
+    /// The in-inode attribute area of `raw`'s slot: its offset in the
+    /// slot and the area's bytes (`None`: 128-byte inodes, `i_extra_isize`
+    /// 0, or no room for the magic).
+    pub(crate) fn ibody_area(&self, raw: &RawInode) -> Result<Option<(usize, Vec<u8>)>> {
+        let isz = self.sb.inode_size();
+        if isz <= GOOD_OLD_INODE_SIZE {
+            return Ok(None);
+        }
+        let s = self.slot_of(raw.ino)?;
+        let mut b = vec![0u8; self.bs];
+        self.read_block(s.blk, &mut b)?;
+        let slot = &b[s.off..s.off + isz];
+        let extra = usize::from(u16::from_le_bytes([slot[0x80], slot[0x81]]));
+        let start = GOOD_OLD_INODE_SIZE + extra;
+        // RawInode::parse checked 128 + extra <= isz; the magic needs 4.
+        // Without i_extra_isize the kernel neither reads nor writes a body.
+        if extra == 0 || start + 4 > isz {
+            return Ok(None);
+        }
+        Ok(Some((start, slot[start..].to_vec())))
+    }
+
+    fn xattr_csum_seed(&self) -> Option<u32> {
+        self.sb.has_metadata_csum().then(|| self.sb.csum_seed())
+    }
+
+    fn stored_xattrs(&self, raw: &RawInode) -> Result<Stored> {
+        let (area, body) = match self.ibody_area(raw)? {
+            Some((start, bytes)) => (
+                Some((start, bytes.len())),
+                xattr::parse_ibody_raw(&bytes, raw.ino)?,
+            ),
+            None => (None, Vec::new()),
+        };
+        let block = if raw.file_acl != 0 {
+            let mut b = vec![0u8; self.bs];
+            self.read_block(raw.file_acl, &mut b)?;
+            Some(xattr::parse_block_raw(
+                &b,
+                raw.file_acl,
+                self.xattr_csum_seed(),
+            )?)
+        } else {
+            None
+        };
+        Ok(Stored { area, body, block })
+    }
+
+    /// `setxattr` (`value` Some) or `removexattr` (None) of the VFS, in the
+    /// caller's handle. `flags`: XATTR_CREATE / XATTR_REPLACE.
+    pub(crate) fn xattr_change(
+        &self,
+        inode: &Arc<Inode>,
+        name: &[u8],
+        value: Option<&[u8]>,
+        flags: u32,
+    ) -> Result<()> {
+        self.rw()?;
+        let (index, suffix) = xattr::writable_name(name).ok_or_else(|| errno(libc::EOPNOTSUPP))?;
+        if suffix.len() > 255 {
+            return Err(errno(libc::ERANGE));
+        }
+        // ACLs are stored in ext4's compact form; one without entries is
+        // a removal (which then finds nothing to remove without error).
+        let mut quiet_absent = false;
+        let conv;
+        let value = match (index, value) {
+            (2 | 3, Some(v)) => {
+                conv = xattr::acl_from_xattr(v).map_err(|()| errno(libc::EINVAL))?;
+                quiet_absent = conv.is_none() && flags & XATTR_REPLACE == 0;
+                conv.as_deref()
+            }
+            (_, v) => v,
+        };
+        if value.is_some_and(|v| v.len() > xattr::VALUE_MAX as usize) {
+            return Err(errno(libc::E2BIG));
+        }
+        let ei = inode
+            .private::<Ext4Inode>()
+            .ok_or_else(|| errno(libc::EIO))?;
+        let g = ei.data.write();
+        let mut raw = ei.raw();
+        let st = self.check(self.stored_xattrs(&raw))?;
+        let in_body = st.body.iter().position(|e| same(e, index, suffix));
+        let in_block = st
+            .block
+            .as_ref()
+            .and_then(|(_, v)| v.iter().position(|e| same(e, index, suffix)));
+        let found = in_body.is_some() || in_block.is_some();
+        if found && flags & XATTR_CREATE != 0 {
+            return Err(errno(libc::EEXIST));
+        }
+        if !found {
+            if value.is_none() && quiet_absent {
+                return Ok(());
+            }
+            if value.is_none() || flags & XATTR_REPLACE != 0 {
+                return Err(errno(libc::ENODATA));
+            }
+        }
+        let mut body = st.body.clone();
+        let mut block = st
+            .block
+            .as_ref()
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default();
+        if let Some(v) = value {
+            // The same value already stored: nothing to write (the kernel
+            // bails out too).
+            let old = in_body
+                .map(|p| &st.body[p])
+                .or_else(|| in_block.and_then(|p| st.block.as_ref().map(|(_, b)| &b[p])));
+            if old.is_some_and(|e| e.inum == 0 && e.value == v) {
+                return Ok(());
+            }
+            let new = RawEntry {
+                index,
+                name: suffix.to_vec(),
+                value: v.to_vec(),
+                inum: 0,
+                inum_size: 0,
+                hash: 0,
+            };
+            // In the body if it fits there (in its place, or appended, as
+            // the kernel's unsorted body), else in the block.
+            let mut b2 = body.clone();
+            match in_body {
+                Some(p) => b2[p] = new.clone(),
+                None => b2.push(new.clone()),
+            }
+            let fits_body = st
+                .area
+                .is_some_and(|(_, len)| xattr::table_len(&b2) + 4 <= len);
+            if fits_body {
+                body = b2;
+                block.retain(|e| !same(e, index, suffix));
+            } else {
+                block.retain(|e| !same(e, index, suffix));
+                block.push(new);
+                xattr::sort_block_entries(&mut block);
+                if xattr::BLOCK_HEADER_LEN + xattr::table_len(&block) > self.bs {
+                    return Err(errno(libc::ENOSPC));
+                }
+                body.retain(|e| !same(e, index, suffix));
+            }
+        } else {
+            body.retain(|e| !same(e, index, suffix));
+            block.retain(|e| !same(e, index, suffix));
+        }
+        // Encode the body, then write the block (the allocation is the
+        // only step that can fail for want of space), then the inode with
+        // its body, `i_file_acl` and `i_blocks`.
+        let area = match st.area {
+            Some((start, len)) if body != st.body => {
+                let bytes = xattr::encode_ibody(&body, len).ok_or_else(|| errno(libc::ENOSPC))?;
+                Some((start, bytes))
+            }
+            _ => None,
+        };
+        let old_block = st.block.as_ref().map(|(_, v)| v);
+        if old_block.map_or(!block.is_empty(), |o| *o != block) {
+            let refcount = st.block.as_ref().map_or(0, |(r, _)| *r);
+            self.check(self.put_xattr_block(&mut raw, refcount, &block))?;
+        }
+        self.write_inode_area(&raw, area.as_ref().map(|(s, b)| (*s, &b[..])))?;
+        ei.set_raw(raw.clone());
+        drop(g);
+        inode.update_attr(|a| a.blocks = raw.blocks);
+        Ok(())
+    }
+
+    /// Replace the xattr block of `raw` (whose count is `refcount`, 0 for
+    /// none) by one holding `entries`: in place if only this inode uses
+    /// it, else in a new block; none at all when `entries` is empty.
+    /// Updates `raw.file_acl` and `raw.blocks`.
+    fn put_xattr_block(
+        &self,
+        raw: &mut RawInode,
+        refcount: u32,
+        entries: &[RawEntry],
+    ) -> Result<()> {
+        let (rw, io) = self.rw()?;
+        let sectors = self.bs as u64 / 512;
+        let old = raw.file_acl;
+        if entries.is_empty() {
+            if old != 0 {
+                self.drop_xattr_block(old)?;
+                raw.file_acl = 0;
+                raw.blocks = raw.blocks.saturating_sub(sectors);
+            }
+            return Ok(());
+        }
+        let mut b = xattr::encode_block(entries, 1, self.bs).ok_or_else(|| errno(libc::ENOSPC))?;
+        let blk = if old != 0 && refcount == 1 {
+            old
+        } else {
+            // Near the inode's group, as the kernel's goal.
+            let g = u64::from((raw.ino - 1) / self.sb.inodes_per_group);
+            let goal =
+                u64::from(self.sb.first_data_block) + g * u64::from(self.sb.blocks_per_group);
+            self.alloc_block(goal, false)?
+        };
+        if let Some(seed) = self.xattr_csum_seed() {
+            xattr::set_block_csum(&mut b, blk, seed);
+        }
+        // The whole block is written: nothing to read first.
+        rw.bufs
+            .modify(io.dev, blk, false, |d| d.copy_from_slice(&b))?;
+        if blk != old {
+            if old != 0 {
+                // The shared block keeps its other users.
+                self.drop_xattr_block(old)?;
+            } else {
+                raw.blocks += sectors;
+            }
+            raw.file_acl = blk;
+        }
+        Ok(())
+    }
+
+    /// One user less for xattr block `blk`: its count (and checksum)
+    /// rewritten, or the block freed at the last. The count is read and
+    /// changed under the buffer's lock, so two inodes sharing the block
+    /// that drop it at once (a copy on write, an unlink) both count.
+    fn drop_xattr_block(&self, blk: u64) -> Result<()> {
+        let (rw, io) = self.rw()?;
+        let seed = self.xattr_csum_seed();
+        let last = rw.bufs.modify(io.dev, blk, true, |d| {
+            let r = u32::from_le_bytes([d[4], d[5], d[6], d[7]]);
+            if r <= 1 {
+                return true;
+            }
+            xattr::set_refcount(d, r - 1);
+            if let Some(seed) = seed {
+                xattr::set_block_csum(d, blk, seed);
+            }
+            false
+        })?;
+        if last {
+            self.free_block(blk)?;
+        }
+        Ok(())
+    }
+
+    /// An inode with no links goes: its xattr block loses a user.
+    pub(crate) fn release_xattr_block(&self, raw: &mut RawInode) -> Result<()> {
+        if raw.file_acl == 0 {
+            return Ok(());
+        }
+        let mut b = vec![0u8; self.bs];
+        self.read_block(raw.file_acl, &mut b)?;
+        // Checked before its count is trusted.
+        xattr::parse_block_raw(&b, raw.file_acl, self.xattr_csum_seed())?;
+        self.drop_xattr_block(raw.file_acl)?;
+        raw.file_acl = 0;
+        Ok(())
+    }
+
+    /// `write_inode` with the in-inode attribute area replaced by `area`
+    /// (its offset in the slot and its bytes), the checksum over both.
+    fn write_inode_area(&self, raw: &RawInode, area: Option<(usize, &[u8])>) -> Result<()> {
+        let Some((start, bytes)) = area else {
+            return self.write_inode(raw, false);
+        };
+        let (rw, io) = self.rw()?;
+        let s = self.slot_of(raw.ino)?;
+        let isz = self.sb.inode_size();
+        let sb = &self.sb;
+        let ok = rw.bufs.modify(io.dev, s.blk, true, |b| {
+            let slot = &mut b[s.off..s.off + isz];
+            // The area as found when it was read (i_extra_isize is fixed
+            // once the inode exists).
+            let extra = usize::from(u16::from_le_bytes([slot[0x80], slot[0x81]]));
+            if GOOD_OLD_INODE_SIZE + extra != start || start + bytes.len() != isz {
+                return false;
+            }
+            slot[start..].copy_from_slice(bytes);
+            raw.encode(sb, slot, None);
+            true
+        })?;
+        if !ok {
+            return self.check(Err(corrupt(
+                format!("inode {}", raw.ino),
+                "i_extra_isize changed under an xattr write",
+            )));
+        }
+        Ok(())
+    }
+}
