@@ -1041,6 +1041,7 @@ impl Ext4 {
         };
         let generation = raw.generation;
         let chattr = raw.flags & scalevfs::inode::FS_FL_SETTABLE;
+        let acl_raw = (raw.ibody_xattrs || raw.file_acl != 0).then(|| raw.clone());
         let new = Arc::new(
             Inode::new(
                 u64::from(ino),
@@ -1061,6 +1062,10 @@ impl Ext4 {
         // chattr flags as stored (immutable and append-only are enforced by
         // the core, as the kernel enforces them).
         new.set_fs_flags(chattr);
+        // POSIX ACLs, which the core checks from its cache (Linux's i_acl).
+        if let Some(raw) = acl_raw {
+            self.load_acls(&new, &raw);
+        }
         let mut c = self.icache(ino);
         if let Some(i) = c.map.get(&ino).and_then(Weak::upgrade) {
             // Another thread read it meanwhile: one inode per number.
@@ -1940,6 +1945,27 @@ impl Filesystem for Ext4 {
 }
 
 impl Ext4 {
+    /// Fill the core's ACL cache of a freshly read inode: its access ACL
+    /// and whether it (a directory) has a default ACL. An attribute that
+    /// cannot be read or parsed leaves the cache empty (the mode decides;
+    /// `getxattr` reports the corruption).
+    fn load_acls(&self, i: &Inode, raw: &RawInode) {
+        let Ok(entries) = self.xattrs(raw) else {
+            return;
+        };
+        for e in &entries {
+            if e.name == scalevfs::xattr::POSIX_ACL_ACCESS {
+                let acl = self
+                    .xattr_value(raw, e)
+                    .ok()
+                    .and_then(|v| scalevfs::xattr::parse_acl(&v).ok().flatten());
+                i.set_access_acl(acl);
+            } else if e.name == scalevfs::xattr::POSIX_ACL_DEFAULT {
+                i.mark_default_acl(true);
+            }
+        }
+    }
+
     /// The extended attributes of `raw`: those in its body, then those in
     /// its xattr block (the kernel's order).
     fn xattrs(&self, raw: &RawInode) -> Result<Vec<xattr::Entry>> {

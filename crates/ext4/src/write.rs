@@ -590,6 +590,7 @@ impl Ext4 {
             mtime: t,
             dtime: 0,
             csum_seed,
+            ibody_xattrs: false,
         };
         let mut data_block = None;
         let r = (|| -> Result<()> {

@@ -49,6 +49,10 @@ pub struct RawInode {
     pub dtime: u32,
     /// The seed of this inode's extent, directory and htree checksums.
     pub csum_seed: u32,
+    /// The inode's body held extended attributes (their magic after
+    /// `i_extra_isize`) when it was read: not written back, a hint for
+    /// loading the ACL cache (`Ext4::iget`).
+    pub ibody_xattrs: bool,
 }
 
 /// Seconds and nanoseconds of an inode time: the signed 32-bit base plus
@@ -161,6 +165,10 @@ impl RawInode {
             mtime: decode_time(le32(b, 0x10), extra(0x88)),
             dtime: le32(b, 0x14),
             csum_seed,
+            // parse checked 128 + extra_isize <= the inode size.
+            ibody_xattrs: extra_isize > 0
+                && GOOD_OLD_INODE_SIZE + extra_isize + 4 <= b.len()
+                && le32(b, GOOD_OLD_INODE_SIZE + extra_isize) == 0xEA02_0000,
         };
         if size > i64::MAX as u64 {
             return Err(corrupt(what(), format!("size {size}")));
