@@ -12,7 +12,7 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{fresh, fsck_clean, have_tools, rw_journaled, Scratch};
+use common::{fresh, fsck_clean, have_tools, rw_journaled, KMount, Scratch};
 use scalevfs::xattr::{encode_acl, AclEntry, POSIX_ACL_ACCESS, POSIX_ACL_DEFAULT};
 use scalevfs::{Cred, Errno, Vfs, O_CREAT, O_RDONLY, O_WRONLY, R_OK, W_OK};
 use scalevfs_ext4::Ext4;
@@ -122,20 +122,9 @@ fn acls_set_by_the_kernel_are_enforced() {
     let s = Scratch::new("acl-ext4-kernel");
     let img = fresh(&s.0, 4096, "16M");
     let mnt = s.0.join("mnt");
-    std::fs::create_dir_all(&mnt).unwrap();
-    let out = Command::new("mount")
-        .args(["-t", "ext4", "-o", "loop"])
-        .arg(&img)
-        .arg(&mnt)
-        .output()
-        .unwrap();
-    if !out.status.success() {
-        eprintln!(
-            "skipped: cannot loop-mount ext4 here: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
+    let Some(km) = KMount::rw(&img, &mnt) else {
         return;
-    }
+    };
     let sh = format!(
         "cd {} && echo hi > f && chmod 600 f && setfacl -m u:1000:r f && mkdir d && chmod 777 d && setfacl -d -m u:1000:rwx,o::- d",
         mnt.display()
@@ -146,7 +135,7 @@ fn acls_set_by_the_kernel_are_enforced() {
         .status()
         .unwrap()
         .success();
-    let _ = Command::new("umount").arg(&mnt).status();
+    drop(km);
     assert!(ok, "setfacl on the kernel's mount failed");
     fsck_clean(&img);
     with_image(&img, |t, u| {

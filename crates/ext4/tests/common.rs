@@ -440,9 +440,16 @@ pub struct KMount(pub PathBuf);
 
 impl KMount {
     pub fn new(img: &Path, dir: &Path) -> Option<KMount> {
+        KMount::with_options(img, dir, "loop,ro")
+    }
+    /// The same, read-write.
+    pub fn rw(img: &Path, dir: &Path) -> Option<KMount> {
+        KMount::with_options(img, dir, "loop")
+    }
+    fn with_options(img: &Path, dir: &Path, opts: &str) -> Option<KMount> {
         std::fs::create_dir_all(dir).ok()?;
         let out = Command::new("mount")
-            .args(["-t", "ext4", "-o", "loop,ro"])
+            .args(["-t", "ext4", "-o", opts])
             .arg(img)
             .arg(dir)
             .output()

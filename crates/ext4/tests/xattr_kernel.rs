@@ -21,34 +21,6 @@ use scalevfs_ext4::{Ext4, Ext4Options};
 
 use common::*;
 
-struct KMount(std::path::PathBuf);
-
-impl KMount {
-    fn new(img: &Path, dir: &Path) -> Option<KMount> {
-        std::fs::create_dir_all(dir).ok()?;
-        let out = Command::new("mount")
-            .args(["-t", "ext4", "-o", "loop,ro"])
-            .arg(img)
-            .arg(dir)
-            .output()
-            .ok()?;
-        if !out.status.success() {
-            eprintln!(
-                "SKIP: cannot loop-mount ext4 here: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-            return None;
-        }
-        Some(KMount(dir.to_path_buf()))
-    }
-}
-
-impl Drop for KMount {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.0).status();
-    }
-}
-
 type Xattrs = BTreeMap<String, Vec<u8>>;
 
 /// Every attribute of `p` (not following a symlink) as the kernel shows it.

@@ -14,7 +14,6 @@ use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 
 use scalevfs::fs::{Fs, MetadataExt};
@@ -384,35 +383,6 @@ fn xattrs_written_1k() {
     check(1024);
 }
 
-/// A loop mount read-write (unmounted on drop); None where refused.
-struct RwMount(std::path::PathBuf);
-
-impl RwMount {
-    fn new(img: &Path, dir: &Path) -> Option<RwMount> {
-        std::fs::create_dir_all(dir).ok()?;
-        let out = Command::new("mount")
-            .args(["-t", "ext4", "-o", "loop"])
-            .arg(img)
-            .arg(dir)
-            .output()
-            .ok()?;
-        if !out.status.success() {
-            eprintln!(
-                "SKIP: cannot loop-mount ext4 here: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-            return None;
-        }
-        Some(RwMount(dir.to_path_buf()))
-    }
-}
-
-impl Drop for RwMount {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.0).status();
-    }
-}
-
 /// One operation: set (`Some`) or remove a name, with flags.
 type Op = (&'static str, Option<Vec<u8>>, u32);
 
@@ -459,7 +429,7 @@ fn errnos_match_the_kernel() {
     let ours_img = s.0.join("ours");
     std::fs::copy(&kimg, &ours_img).unwrap();
     let (kres, kattrs) = {
-        let Some(km) = RwMount::new(&kimg, &s.0.join("mnt")) else {
+        let Some(km) = KMount::rw(&kimg, &s.0.join("mnt")) else {
             return;
         };
         let f = km.0.join("f");
