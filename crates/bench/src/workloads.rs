@@ -557,11 +557,15 @@ fn setup_control(_v: &Variant, _d: Option<u32>, _t: usize) -> Result<Box<dyn Ins
 /// own file in /tmp, "2" = one shared file (each worker opens its own fd),
 /// open2/unlink2 = own file in own directory, open3 = one shared file,
 /// pread3 = one shared file, each worker its own 4 KiB-aligned offset.
-pub const WIS_TESTS: [(&str, &str); 19] = [
+pub const WIS_TESTS: [(&str, &str); 20] = [
     ("open1", "open+close, own file in /tmp"),
     (
         "open1p",
         "open1 with each worker a process of its own (own fd table), as will-it-scale's open1_processes",
+    ),
+    (
+        "open1a",
+        "open1 with O_ANYFD: any free fd, not the lowest (sv6's opt-in), threads sharing one fd table",
     ),
     ("open2", "open+close, own file in own directory"),
     ("open3", "open+close, one shared file"),
@@ -630,24 +634,26 @@ impl Wis {
 
 fn wis_open(shared: bool, dirs: bool) -> SetupFn {
     match (shared, dirs) {
-        (false, false) => |v, _, t| wis_open_mk(v, t, false, false, false),
-        (false, true) => |v, _, t| wis_open_mk(v, t, false, true, false),
-        _ => |v, _, t| wis_open_mk(v, t, true, false, false),
+        (false, false) => |v, _, t| wis_open_mk(v, t, false, false, false, 0),
+        (false, true) => |v, _, t| wis_open_mk(v, t, false, true, false, 0),
+        _ => |v, _, t| wis_open_mk(v, t, true, false, false, 0),
     }
 }
 
 /// `procs`: each worker a process of its own (a forked task: its own fd
-/// table), else threads of one process sharing the table.
+/// table), else threads of one process sharing the table. `extra`: more
+/// open flags (O_ANYFD).
 fn wis_open_mk(
     v: &Variant,
     t: usize,
     shared: bool,
     dirs: bool,
     procs: bool,
+    extra: u32,
 ) -> Result<Box<dyn Instance>, String> {
     let ns = wis_ns(v)?;
     let paths = wis_files(&ns, t, shared, 0, dirs)?;
-    Ok(instance((Wis { ns, paths }, procs), |(w, procs), ctx| {
+    Ok(instance((Wis { ns, paths }, procs, extra), |(w, procs, extra), ctx| {
         let t = if *procs {
             w.ns.user.fork()
         } else {
@@ -655,7 +661,7 @@ fn wis_open_mk(
         };
         let p = w.path(ctx);
         ctx.run(|| {
-            let fd = t.open(p, O_RDWR, 0)?;
+            let fd = t.open(p, O_RDWR | *extra, 0)?;
             t.close(fd)
         })
     }))
@@ -757,7 +763,8 @@ fn wis_path_op(
 fn wis_setup(name: &str) -> SetupFn {
     match name {
         "open1" => wis_open(false, false),
-        "open1p" => |v, _, t| wis_open_mk(v, t, false, false, true),
+        "open1p" => |v, _, t| wis_open_mk(v, t, false, false, true, 0),
+        "open1a" => |v, _, t| wis_open_mk(v, t, false, false, false, scalevfs::O_ANYFD),
         "open2" => wis_open(false, true),
         "open3" => wis_open(true, false),
         "unlink1" => wis_unlink(false),
@@ -1047,6 +1054,7 @@ pub fn wis_id(name: &str) -> &'static str {
     match name {
         "open1" => "wis-fs/open1",
         "open1p" => "wis-fs/open1p",
+        "open1a" => "wis-fs/open1a",
         "open2" => "wis-fs/open2",
         "open3" => "wis-fs/open3",
         "unlink1" => "wis-fs/unlink1",

@@ -27,7 +27,7 @@
 //! fd borrow the `File` under an epoch guard and take no count. The last
 //! drop of a `File` is the "last close" of DESIGN 2.4 (see `orphan.rs`).
 
-use scalevfs_sync::ordered::{Class, Mutex, SpinLock};
+use scalevfs_sync::ordered::{Class, Mutex, SpinGuard, SpinLock};
 use scalevfs_sync::LockClass;
 use std::sync::Arc;
 
@@ -207,47 +207,93 @@ impl Drop for File {
 }
 
 struct Slot {
+    /// Null (free), [`reserved`] (an open in progress owns it) or a file.
     file: Atomic<Arc<File>>,
     cloexec: AtomicBool,
 }
 
-struct FdArray {
+/// Fds per chunk. Chunks never move once made, so a slot can be claimed
+/// with a compare-exchange and no lock (`install_any`, `close`).
+const CHUNK: usize = 256;
+/// Fds per home range of `install_any` (a thread's own run of slots).
+const ANY_RANGE: usize = 64;
+
+/// A slot's "reserved" mark: no file, tag 1 (an `Arc<File>` box is 8-byte
+/// aligned, so the tag bit is free). Readers see no file (EBADF), the
+/// lowest-fd search and `install_any` skip it, dup2 onto it is EBUSY.
+fn reserved<'g>() -> Shared<'g, Arc<File>> {
+    Shared::null().with_tag(1)
+}
+
+fn is_free(p: Shared<'_, Arc<File>>) -> bool {
+    p.is_null() && p.tag() == 0
+}
+
+struct Chunk {
     slots: Box<[Slot]>,
+}
+
+fn new_chunk() -> Chunk {
+    Chunk {
+        slots: (0..CHUNK)
+            .map(|_| Slot {
+                file: Atomic::null(),
+                cloexec: Default::default(),
+            })
+            .collect(),
+    }
+}
+
+/// The chunks of a table by index: a directory copied (under the table
+/// lock) to grow; the chunks it points to are shared by every copy and
+/// freed with the table.
+struct Dir {
+    chunks: Box<[Atomic<Chunk>]>,
+}
+
+fn new_dir(n: usize) -> Dir {
+    Dir {
+        chunks: (0..n).map(|_| Atomic::null()).collect(),
+    }
 }
 
 /// A task's fd table. Aligned to a cache line: two processes' tables (each
 /// written by its own opens) must never share one (the conflict matrix
 /// caught two tables allocated side by side).
+///
+/// LOCKING RULES. Slots live in chunks of `CHUNK` that never move (the
+/// directory of chunks is copied to grow, the chunks are not), so a slot
+/// changes by compare-exchange:
+/// - free -> reserved: the lowest-fd search (`reserve`, `install`), under
+///   the table lock; `install_any` in its home range, without it;
+/// - reserved -> file or free: the reserving open (`install_reserved`,
+///   `unreserve`), without the lock;
+/// - file -> free: `close`, without the lock; file -> file: dup2
+///   (`install_at`), under the lock (it also refuses a reserved slot).
+///
+/// The table lock (a spinlock, as Linux's `file_lock`) serialises the
+/// lowest-fd searches, dup2, growing the directory and making chunks.
+/// `next_hint`: every fd below it is in use (not free), so the lowest-fd
+/// search starts there. A close below it lowers it (`fetch_min`); a
+/// search that raises it re-checks the slots it passed afterwards, and a
+/// close reads it after freeing its slot (both SeqCst): a Dekker pair, so
+/// either the close sees the raised hint and lowers it, or the search sees
+/// the freed slot and lowers the hint itself (loom model
+/// `loom_models::fd_hint_vs_close`).
 #[repr(align(64))]
 pub struct FdTable {
-    arr: Atomic<FdArray>,
-    /// The table lock (a spinlock, as Linux's `file_lock`: every section
-    /// is a few slot operations, and a sleeping mutex made threads of one
-    /// process queue behind each other's opens: 0.22x at 16 threads).
-    /// It guards the fds reserved by an open in progress (`reserve`:
-    /// taken, not yet filled; Linux's get_unused_fd_flags).
-    lock: SpinLock<Vec<usize>>,
+    dir: Atomic<Dir>,
+    lock: SpinLock<()>,
     max: AtomicUsize,
     /// The most `set_max` allows (fs.nr_open).
     nr_open: usize,
-    /// Lowest fd that might be free (a hint).
+    /// Lowest fd that might be free (see above).
     next_hint: AtomicU64,
 }
 
 impl std::fmt::Debug for FdTable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FdTable").finish_non_exhaustive()
-    }
-}
-
-fn new_array(n: usize) -> FdArray {
-    FdArray {
-        slots: (0..n)
-            .map(|_| Slot {
-                file: Atomic::null(),
-                cloexec: Default::default(),
-            })
-            .collect(),
     }
 }
 
@@ -259,9 +305,11 @@ impl FdTable {
     /// A table whose limit may be raised up to `nr_open` (clamped to
     /// `NR_OPEN_MIN..=NR_OPEN_MAX`).
     pub fn with_nr_open(nr_open: usize) -> FdTable {
+        let dir = new_dir(4);
+        dir.chunks[0].store(Owned::new(new_chunk()), Ordering::Relaxed);
         FdTable {
-            arr: Atomic::new(new_array(64)),
-            lock: SpinLock::new(Class::FdTable, LockClass::FdTable, Vec::new()),
+            dir: Atomic::new(dir),
+            lock: SpinLock::new(Class::FdTable, LockClass::FdTable, ()),
             max: AtomicUsize::new(DEFAULT_MAX_FDS),
             nr_open: nr_open.clamp(NR_OPEN_MIN, NR_OPEN_MAX),
             next_hint: AtomicU64::new(0),
@@ -287,21 +335,59 @@ impl FdTable {
         self.max.load(Ordering::Relaxed)
     }
 
-    fn array<'g>(&self, g: &'g Guard) -> &'g FdArray {
-        // Acquire: pairs with the Release publication of a grown array.
-        let p = self.arr.load(Ordering::Acquire, g);
-        // SAFETY: never null (set in new, replaced only by a valid array),
-        // freed after a grace period.
+    fn dir<'g>(&self, g: &'g Guard) -> &'g Dir {
+        // Acquire: pairs with the Release publication of a grown directory.
+        let p = self.dir.load(Ordering::Acquire, g);
+        // SAFETY: never null while the table lives (set in new, replaced
+        // only by a valid directory), freed after a grace period.
         unsafe { p.deref() }
+    }
+
+    /// The slot of `fd` if its chunk exists.
+    fn slot(&self, fd: usize, g: &Guard) -> Option<&Slot> {
+        let c = self.dir(g).chunks.get(fd / CHUNK)?;
+        // Acquire: pairs with the Release publication of a new chunk.
+        let p = c.load(Ordering::Acquire, g);
+        // SAFETY: a chunk is freed only with the table (`Drop`), which
+        // `&self` outlives; never moved.
+        let chunk = unsafe { p.as_raw().as_ref() }?;
+        Some(&chunk.slots[fd % CHUNK])
+    }
+
+    /// The slot of `fd`, making its chunk (and growing the directory) if
+    /// needed. Table lock held (`_l`).
+    fn slot_locked<'s>(&'s self, fd: usize, g: &Guard, _l: &SpinGuard<'_, ()>) -> &'s Slot {
+        let ci = fd / CHUNK;
+        let mut dir = self.dir(g);
+        if ci >= dir.chunks.len() {
+            let n = (ci + 1).next_power_of_two().max(dir.chunks.len() * 2);
+            let new = new_dir(n);
+            for (o, s) in dir.chunks.iter().zip(new.chunks.iter()) {
+                // Relaxed: under the table lock; published by the Release
+                // below. Chunk pointers are shared by both directories.
+                s.store(o.load(Ordering::Relaxed, g), Ordering::Relaxed);
+            }
+            // Release: publish the copied pointers.
+            let prev = self.dir.swap(Owned::new(new), Ordering::Release, g);
+            // SAFETY: unreachable now; pinned readers are waited for. A
+            // `Dir` does not own its chunks (plain `Atomic`s).
+            unsafe { g.defer_destroy(prev) };
+            dir = self.dir(g);
+        }
+        let c = &dir.chunks[ci];
+        if c.load(Ordering::Relaxed, g).is_null() {
+            // Release: the chunk's empty slots before its pointer.
+            c.store(Owned::new(new_chunk()), Ordering::Release);
+        }
+        self.slot(fd, g).expect("chunk just made")
     }
 
     /// The file at `fd`, borrowed under `g`: no reference count is taken.
     #[inline]
     pub fn get<'g>(&self, fd: i32, g: &'g Guard) -> VfsResult<&'g Arc<File>> {
-        let arr = self.array(g);
         let slot = usize::try_from(fd)
             .ok()
-            .and_then(|i| arr.slots.get(i))
+            .and_then(|i| self.slot(i, g))
             .ok_or(Errno::EBADF)?;
         // Acquire: the File's contents were published before its pointer.
         let p = slot.file.load(Ordering::Acquire, g);
@@ -318,12 +404,9 @@ impl FdTable {
 
     /// Install `file` at the lowest free fd >= `min`.
     pub fn install(&self, file: Arc<File>, cloexec: bool, min: usize) -> VfsResult<i32> {
-        let g = epoch::pin();
-        let l = self.lock.lock();
-        let fd = self.find_free(&l, min, &g)?;
-        let arr = self.array(&g);
-        self.store_locked(arr, fd, file, cloexec, &g);
-        Ok(fd as i32)
+        let fd = self.reserve_from(min)?;
+        self.install_reserved(fd, file, cloexec);
+        Ok(fd)
     }
 
     /// Reserve the lowest free fd (>= 0) for an open in progress, so that a
@@ -331,100 +414,185 @@ impl FdTable {
     /// Linux allocates the fd first. Fill it with `install_reserved` or give
     /// it back with `unreserve`.
     pub fn reserve(&self) -> VfsResult<i32> {
+        self.reserve_from(0)
+    }
+
+    fn reserve_from(&self, min: usize) -> VfsResult<i32> {
         let g = epoch::pin();
-        let mut l = self.lock.lock();
-        let fd = self.find_free(&l, 0, &g)?;
-        l.push(fd);
+        let l = self.lock.lock();
+        let max = self.max();
+        // SeqCst: the hint's Dekker pair with `close` (see the type's doc).
+        let hint = self.next_hint.load(Ordering::SeqCst) as usize;
+        let start = hint.max(min);
+        let mut fd = start;
+        loop {
+            if fd >= max {
+                return Err(Errno::EMFILE);
+            }
+            let slot = self.slot_locked(fd, &g, &l);
+            // SeqCst: `install_any` claims without the lock; and the
+            // freeing side of the hint's Dekker pair.
+            if slot
+                .file
+                .compare_exchange(
+                    Shared::null(),
+                    reserved(),
+                    Ordering::SeqCst,
+                    Ordering::SeqCst,
+                    &g,
+                )
+                .is_ok()
+            {
+                break;
+            }
+            fd += 1;
+        }
+        if start == hint {
+            // SeqCst: as above. Raise the hint past the slots we passed
+            // (all in use when we looked), unless a close lowered it.
+            if self
+                .next_hint
+                .compare_exchange(
+                    hint as u64,
+                    fd as u64 + 1,
+                    Ordering::SeqCst,
+                    Ordering::SeqCst,
+                )
+                .is_ok()
+            {
+                // Re-check what we passed: a close that freed one of them
+                // before reading the raised hint is caught here.
+                for i in hint..fd {
+                    let s = self.slot_locked(i, &g, &l);
+                    if is_free(s.file.load(Ordering::SeqCst, &g)) {
+                        let _ =
+                            self.next_hint
+                                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| {
+                                    ((i as u64) < v).then_some(i as u64)
+                                });
+                        break;
+                    }
+                }
+            }
+        }
         Ok(fd as i32)
     }
 
     /// Put `file` in the fd `reserve` returned.
     pub fn install_reserved(&self, fd: i32, file: Arc<File>, cloexec: bool) {
         let g = epoch::pin();
-        let mut l = self.lock.lock();
-        let i = fd as usize;
-        if let Some(k) = l.iter().position(|&r| r == i) {
-            l.swap_remove(k);
-            let arr = self.array(&g);
-            self.store_locked(arr, i, file, cloexec, &g);
+        let Some(slot) = usize::try_from(fd).ok().and_then(|i| self.slot(i, &g)) else {
+            return;
+        };
+        slot.cloexec.store(cloexec, Ordering::Relaxed);
+        account(&file);
+        // Release: publish the File to lock-free readers. Only the reserving
+        // open turns its reserved slot into something else.
+        if let Err(e) = slot.file.compare_exchange(
+            reserved(),
+            Owned::new(file),
+            Ordering::Release,
+            Ordering::Relaxed,
+            &g,
+        ) {
+            debug_assert!(false, "fd {fd} was not reserved");
+            // Not published: give the accounting back, drop the file.
+            release_slot(e.new.into_shared(&g), &g);
         }
     }
 
     /// Give back a reserved fd that was not filled.
     pub fn unreserve(&self, fd: i32) {
-        let mut l = self.lock.lock();
-        if let Some(k) = l.iter().position(|&r| r == fd as usize) {
-            l.swap_remove(k);
-            // Relaxed: under the table lock.
-            if (fd as u64) < self.next_hint.load(Ordering::Relaxed) {
-                self.next_hint.store(fd as u64, Ordering::Relaxed);
+        let g = epoch::pin();
+        let Some(i) = usize::try_from(fd).ok() else {
+            return;
+        };
+        if let Some(slot) = self.slot(i, &g) {
+            // SeqCst: the freeing side of the hint's Dekker pair.
+            if slot
+                .file
+                .compare_exchange(
+                    reserved(),
+                    Shared::null(),
+                    Ordering::SeqCst,
+                    Ordering::SeqCst,
+                    &g,
+                )
+                .is_ok()
+            {
+                self.lower_hint(i);
             }
         }
     }
 
-    /// The lowest fd >= `min` that is neither open nor reserved (table lock
-    /// held: `reserved`), growing the array to hold it.
-    fn find_free(&self, reserved: &[usize], min: usize, g: &Guard) -> VfsResult<usize> {
-        let max = self.max();
-        let mut arr = self.array(g);
-        // Relaxed: a hint read under the table lock.
-        let hint = (self.next_hint.load(Ordering::Relaxed) as usize).max(min);
-        let mut fd = hint;
-        loop {
-            if fd >= max {
-                return Err(Errno::EMFILE);
-            }
-            if fd >= arr.slots.len() {
-                arr = self.grow(fd + 1, g);
-            }
-            // Relaxed: under the table lock, which orders every slot change.
-            if arr.slots[fd].file.load(Ordering::Relaxed, g).is_null() && !reserved.contains(&fd) {
-                break;
-            }
-            fd += 1;
+    /// After freeing slot `fd`: make the lowest-fd search see it.
+    fn lower_hint(&self, fd: usize) {
+        // SeqCst: the Dekker pair with `reserve_from` (see the type's doc):
+        // the load comes after the slot was freed. Above the hint nothing
+        // is written (an `install_any` fd, usually).
+        if (fd as u64) < self.next_hint.load(Ordering::SeqCst) {
+            // Err: already at or below fd.
+            let _ = self
+                .next_hint
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| {
+                    ((fd as u64) < v).then_some(fd as u64)
+                });
         }
-        if min == 0 || hint == min {
-            // Relaxed: under the table lock.
-            self.next_hint.store(fd as u64 + 1, Ordering::Relaxed);
-        }
+    }
+
+    /// Install `file` at any free fd (sv6's O_ANYFD, scalevfs's
+    /// [`crate::types::O_ANYFD`]): POSIX's lowest-fd rule does not hold
+    /// for it, so no shared lock is taken in the common case. Each thread
+    /// has a home range of `ANY_RANGE` fds (by thread number, above the
+    /// first range, within the limit) and claims a free slot there by
+    /// compare-exchange; when it is full the next ranges are tried, then
+    /// the lowest-fd search.
+    pub fn install_any(&self, file: Arc<File>, cloexec: bool) -> VfsResult<i32> {
+        let fd = self.reserve_any()?;
+        self.install_reserved(fd, file, cloexec);
         Ok(fd)
     }
 
-    fn store_locked(&self, arr: &FdArray, fd: usize, file: Arc<File>, cloexec: bool, g: &Guard) {
-        let slot = &arr.slots[fd];
-        slot.cloexec.store(cloexec, Ordering::Relaxed);
-        // Each slot holds its file's mount busy (umount's EBUSY), from here
-        // to the slot's close, not to the deferred drop.
-        file.path.mnt.hold();
-        // Relaxed: a count (tables of different tasks may share the file:
-        // an RMW); the last decrement in `release_slot` is AcqRel.
-        file.slots.fetch_add(1, Ordering::Relaxed);
-        // SeqCst: a file installed again after its last slot closed (an
-        // `Arc<File>` kept by a library user) counts as a writer again. Its
-        // write access (or exec hold) is taken again only if that is
-        // possible now; otherwise the description goes on without it.
-        if (file.writer || file.exec) && !file.access_held.load(Ordering::SeqCst) {
-            let ok = if file.writer {
-                file.inode.get_write_access().is_ok()
-            } else {
-                file.inode.deny_write_access().is_ok()
-            };
-            if ok && !file.access_held.swap(true, Ordering::SeqCst) {
-                if file.writer {
-                    file.path.mnt.add_writer();
-                }
-            } else if ok {
-                // Another install took it first: give ours back.
-                if file.writer {
-                    file.inode.put_write_access();
-                } else {
-                    file.inode.allow_write_access();
+    /// Reserve any free fd (see `install_any`).
+    pub fn reserve_any(&self) -> VfsResult<i32> {
+        let max = self.max();
+        let ranges = max / ANY_RANGE;
+        if ranges < 2 {
+            return self.reserve();
+        }
+        let g = epoch::pin();
+        let home = 1 + scalevfs_sync::thread_number() % (ranges - 1);
+        // At most 4 ranges are tried: bounded work, then the common path.
+        for k in 0..4.min(ranges - 1) {
+            let r = 1 + (home - 1 + k) % (ranges - 1);
+            let base = r * ANY_RANGE;
+            if self.slot(base, &g).is_none() {
+                // Make the chunk (rare: once per chunk of the table).
+                let l = self.lock.lock();
+                self.slot_locked(base, &g, &l);
+            }
+            for fd in base..base + ANY_RANGE {
+                let Some(slot) = self.slot(fd, &g) else {
+                    break;
+                };
+                // SeqCst: as in `reserve_from` (the lowest-fd search may
+                // claim the same slot).
+                if slot
+                    .file
+                    .compare_exchange(
+                        Shared::null(),
+                        reserved(),
+                        Ordering::SeqCst,
+                        Ordering::SeqCst,
+                        &g,
+                    )
+                    .is_ok()
+                {
+                    return Ok(fd as i32);
                 }
             }
         }
-        // Release: publish the File to lock-free readers.
-        let old = slot.file.swap(Owned::new(file), Ordering::Release, g);
-        release_slot(old, g);
+        self.reserve()
     }
 
     /// Install `file` at exactly `fd`, closing what was there (dup2).
@@ -435,63 +603,54 @@ impl FdTable {
         if i >= self.max() {
             return Err(Errno::EBADF);
         }
-        if l.contains(&i) {
+        let slot = self.slot_locked(i, &g, &l);
+        // A reservation appears only under the lock (or by `install_any`,
+        // which claims only free slots), so a slot not reserved now is not
+        // reserved when we swap.
+        // SeqCst: ordered with the other slot transitions.
+        if slot.file.load(Ordering::SeqCst, &g).tag() != 0 {
             // Linux's do_dup2: an fd allocated by an open in progress.
             return Err(Errno::EBUSY);
         }
-        let mut arr = self.array(&g);
-        if i >= arr.slots.len() {
-            arr = self.grow(i + 1, &g);
-        }
-        self.store_locked(arr, i, file, cloexec, &g);
+        slot.cloexec.store(cloexec, Ordering::Relaxed);
+        account(&file);
+        // SeqCst: as above; publishes the File (a release too).
+        let old = slot.file.swap(Owned::new(file), Ordering::SeqCst, &g);
+        release_slot(old, &g);
         Ok(())
-    }
-
-    fn grow<'g>(&self, need: usize, g: &'g Guard) -> &'g FdArray {
-        let old = self.array(g);
-        let n = need.next_power_of_two().max(old.slots.len() * 2);
-        let new = new_array(n);
-        for (o, s) in old.slots.iter().zip(new.slots.iter()) {
-            // Relaxed: under the table lock; published by the Release below.
-            s.file
-                .store(o.file.load(Ordering::Relaxed, g), Ordering::Relaxed);
-            s.cloexec
-                .store(o.cloexec.load(Ordering::Relaxed), Ordering::Relaxed);
-        }
-        // Release: publish the copied slots.
-        let prev = self.arr.swap(Owned::new(new), Ordering::Release, g);
-        // The old array's slots are now shared with the new one; free only
-        // the array itself (its Atomic fields do not own the files).
-        // SAFETY: unreachable now; pinned readers are waited for.
-        unsafe { g.defer_destroy(prev) };
-        self.array(g)
     }
 
     /// Close `fd`.
     pub fn close(&self, fd: i32) -> VfsResult<()> {
         let g = epoch::pin();
-        let _l = self.lock.lock();
-        let arr = self.array(&g);
         let i = usize::try_from(fd).map_err(|_| Errno::EBADF)?;
-        let slot = arr.slots.get(i).ok_or(Errno::EBADF)?;
-        // AcqRel: take ownership of the file pointer.
-        let old = slot.file.swap(Shared::null(), Ordering::AcqRel, &g);
-        if old.is_null() {
-            return Err(Errno::EBADF);
+        let slot = self.slot(i, &g).ok_or(Errno::EBADF)?;
+        loop {
+            // Acquire: the file we may take.
+            let cur = slot.file.load(Ordering::Acquire, &g);
+            if cur.is_null() {
+                // Free or reserved by an open in progress: not open.
+                return Err(Errno::EBADF);
+            }
+            // SeqCst: the freeing side of the hint's Dekker pair; takes
+            // ownership of the pointer.
+            if slot
+                .file
+                .compare_exchange(cur, Shared::null(), Ordering::SeqCst, Ordering::Acquire, &g)
+                .is_ok()
+            {
+                release_slot(cur, &g);
+                self.lower_hint(i);
+                return Ok(());
+            }
+            // A dup2 replaced the file meanwhile: close that one.
         }
-        release_slot(old, &g);
-        // Relaxed: under the table lock.
-        if (i as u64) < self.next_hint.load(Ordering::Relaxed) {
-            self.next_hint.store(i as u64, Ordering::Relaxed);
-        }
-        Ok(())
     }
 
     pub fn is_cloexec(&self, fd: i32) -> VfsResult<bool> {
         let g = epoch::pin();
-        let arr = self.array(&g);
         let i = usize::try_from(fd).map_err(|_| Errno::EBADF)?;
-        let slot = arr.slots.get(i).ok_or(Errno::EBADF)?;
+        let slot = self.slot(i, &g).ok_or(Errno::EBADF)?;
         if slot.file.load(Ordering::Acquire, &g).is_null() {
             return Err(Errno::EBADF);
         }
@@ -501,9 +660,8 @@ impl FdTable {
     pub fn set_cloexec(&self, fd: i32, on: bool) -> VfsResult<()> {
         let g = epoch::pin();
         let _l = self.lock.lock();
-        let arr = self.array(&g);
         let i = usize::try_from(fd).map_err(|_| Errno::EBADF)?;
-        let slot = arr.slots.get(i).ok_or(Errno::EBADF)?;
+        let slot = self.slot(i, &g).ok_or(Errno::EBADF)?;
         if slot.file.load(Ordering::Acquire, &g).is_null() {
             return Err(Errno::EBADF);
         }
@@ -511,37 +669,58 @@ impl FdTable {
         Ok(())
     }
 
-    /// A copy of the table (fork): same open file descriptions, new table.
-    pub fn fork(&self) -> FdTable {
-        let g = epoch::pin();
-        let _l = self.lock.lock();
-        let arr = self.array(&g);
-        let t = FdTable::with_nr_open(self.nr_open);
-        // Relaxed: as set_max (the value was checked when it was set).
-        t.max.store(self.max(), Ordering::Relaxed);
-        {
-            let g2 = &g;
-            let mut dst = t.array(g2);
-            if dst.slots.len() < arr.slots.len() {
-                dst = t.grow(arr.slots.len(), g2);
-            }
-            for (i, s) in arr.slots.iter().enumerate() {
-                let p = s.file.load(Ordering::Acquire, g2);
-                // SAFETY: live while in the slot; we hold the table lock.
-                if let Some(f) = unsafe { p.as_ref() } {
-                    t.store_locked(dst, i, f.clone(), s.cloexec.load(Ordering::Relaxed), g2);
+    /// Every slot that exists, in fd order.
+    fn for_each_slot(&self, g: &Guard, mut f: impl FnMut(usize, &Slot)) {
+        let dir = self.dir(g);
+        for (ci, c) in dir.chunks.iter().enumerate() {
+            // Acquire: as in `slot`.
+            let p = c.load(Ordering::Acquire, g);
+            // SAFETY: as in `slot`.
+            if let Some(chunk) = unsafe { p.as_raw().as_ref() } {
+                for (k, s) in chunk.slots.iter().enumerate() {
+                    f(ci * CHUNK + k, s);
                 }
             }
         }
-        t.next_hint.store(0, Ordering::Relaxed);
+    }
+
+    /// A copy of the table (fork): same open file descriptions, new table.
+    pub fn fork(&self) -> FdTable {
+        let g = epoch::pin();
+        let t = FdTable::with_nr_open(self.nr_open);
+        // Relaxed: as set_max (the value was checked when it was set).
+        t.max.store(self.max(), Ordering::Relaxed);
+        let mut files = Vec::new();
+        {
+            // A snapshot with no search or dup2 in progress (Linux's dup_fd
+            // holds file_lock too); the new table is filled after.
+            let _l = self.lock.lock();
+            self.for_each_slot(&g, |i, s| {
+                let p = s.file.load(Ordering::Acquire, &g);
+                // SAFETY: live while in the slot (pinned).
+                if let Some(f) = unsafe { p.as_ref() } {
+                    files.push((i, f.clone(), s.cloexec.load(Ordering::Relaxed)));
+                }
+            });
+        }
+        for (i, f, cloexec) in files {
+            // Within the limit (copied from ours); a fresh table has no
+            // reservation.
+            let _ = t.install_at(i as i32, f, cloexec);
+        }
         t
     }
 
     /// Close every fd marked close-on-exec.
     pub fn close_on_exec(&self) {
         let g = epoch::pin();
-        let n = self.array(&g).slots.len();
-        for fd in 0..n {
+        let mut fds = Vec::new();
+        self.for_each_slot(&g, |i, s| {
+            if s.cloexec.load(Ordering::Relaxed) && !s.file.load(Ordering::Acquire, &g).is_null() {
+                fds.push(i);
+            }
+        });
+        for fd in fds {
             if self.is_cloexec(fd as i32) == Ok(true) {
                 let _ = self.close(fd as i32);
             }
@@ -551,11 +730,46 @@ impl FdTable {
     /// Number of open fds.
     pub fn count(&self) -> usize {
         let g = epoch::pin();
-        self.array(&g)
-            .slots
-            .iter()
-            .filter(|s| !s.file.load(Ordering::Acquire, &g).is_null())
-            .count()
+        let mut n = 0;
+        self.for_each_slot(&g, |_, s| {
+            if !s.file.load(Ordering::Acquire, &g).is_null() {
+                n += 1;
+            }
+        });
+        n
+    }
+}
+
+/// What a slot holding `file` counts, done before the slot is published.
+fn account(file: &Arc<File>) {
+    // Each slot holds its file's mount busy (umount's EBUSY), from here
+    // to the slot's close, not to the deferred drop.
+    file.path.mnt.hold();
+    // Relaxed: a count (tables of different tasks may share the file:
+    // an RMW); the last decrement in `release_slot` is AcqRel.
+    file.slots.fetch_add(1, Ordering::Relaxed);
+    // SeqCst: a file installed again after its last slot closed (an
+    // `Arc<File>` kept by a library user) counts as a writer again. Its
+    // write access (or exec hold) is taken again only if that is
+    // possible now; otherwise the description goes on without it.
+    if (file.writer || file.exec) && !file.access_held.load(Ordering::SeqCst) {
+        let ok = if file.writer {
+            file.inode.get_write_access().is_ok()
+        } else {
+            file.inode.deny_write_access().is_ok()
+        };
+        if ok && !file.access_held.swap(true, Ordering::SeqCst) {
+            if file.writer {
+                file.path.mnt.add_writer();
+            }
+        } else if ok {
+            // Another install took it first: give ours back.
+            if file.writer {
+                file.inode.put_write_access();
+            } else {
+                file.inode.allow_write_access();
+            }
+        }
     }
 }
 
@@ -586,17 +800,27 @@ impl Default for FdTable {
 impl Drop for FdTable {
     fn drop(&mut self) {
         let g = epoch::pin();
-        // AcqRel: take ownership of the array.
-        let arr = self.arr.swap(Shared::null(), Ordering::AcqRel, &g);
+        // AcqRel: take ownership of the directory.
+        let dir = self.dir.swap(Shared::null(), Ordering::AcqRel, &g);
         // SAFETY: we own the table; pinned readers are waited for by the
         // deferred destruction.
-        if let Some(a) = unsafe { arr.as_ref() } {
-            for s in a.slots.iter() {
-                let p = s.file.swap(Shared::null(), Ordering::AcqRel, &g);
-                release_slot(p, &g);
+        if let Some(d) = unsafe { dir.as_ref() } {
+            for c in d.chunks.iter() {
+                // AcqRel: take ownership of the chunk.
+                let p = c.swap(Shared::null(), Ordering::AcqRel, &g);
+                // SAFETY: as for the directory.
+                if let Some(chunk) = unsafe { p.as_ref() } {
+                    for s in chunk.slots.iter() {
+                        let f = s.file.swap(Shared::null(), Ordering::AcqRel, &g);
+                        // A reservation (tag, no pointer) owns nothing.
+                        release_slot(f, &g);
+                    }
+                    // SAFETY: unreachable now.
+                    unsafe { g.defer_destroy(p) };
+                }
             }
             // SAFETY: unreachable now.
-            unsafe { g.defer_destroy(arr) };
+            unsafe { g.defer_destroy(dir) };
         }
     }
 }

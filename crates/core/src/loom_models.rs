@@ -30,6 +30,10 @@
 //!   after a grace period): the mount is freed exactly once and never while
 //!   referenced. (Checked: without the bias it fails.)
 //!
+//! - **fd hint vs close** (`FdTable`'s lowest-fd hint against a lock-free
+//!   close, on the protocol's own atomics): no free fd is left below the
+//!   hint. (Checked: without the search's re-check it fails.)
+//!
 //! Two concessions to loom in the production code, both `cfg(loom)` only:
 //! the dcache may have a single hash bucket (which bucket a name falls in
 //! depends on a random seed and the parent's address; loom needs every
@@ -317,5 +321,64 @@ fn mount_count_refs_vs_detach() {
         }
         let n = freed.load(Ordering::SeqCst);
         assert_eq!(n, 1, "freed {n} times");
+    });
+}
+
+/// The fd table's lowest-fd hint against a lock-free close (`FdTable`:
+/// `reserve_from` and `close`/`lower_hint`), on the protocol's own atomics
+/// (the table's slots are crossbeam `Atomic`s, which loom does not see):
+/// a search that raises the hint past slots it saw in use re-checks them
+/// afterwards; a close frees its slot, then lowers the hint if it is above.
+/// Whatever the interleaving, when both are done every fd below the hint
+/// is in use (so the next search finds the lowest free fd). (Checked:
+/// without the search's re-check, or with the close's hint read before its
+/// slot store, the model reports a free fd below the hint.)
+#[test]
+fn fd_hint_vs_close() {
+    use scalevfs_sync::primitive::{AtomicBool, AtomicU64, Ordering};
+    model(3, || {
+        // fd 0 open (closed by the racing thread), fd 1 free, hint 0.
+        let slots = Arc::new([AtomicBool::new(true), AtomicBool::new(false)]);
+        let hint = Arc::new(AtomicU64::new(0));
+        let closer = {
+            let (slots, hint) = (slots.clone(), hint.clone());
+            thread::spawn(move || {
+                slots[0].store(false, Ordering::SeqCst);
+                if 0 < hint.load(Ordering::SeqCst) {
+                    let _ = hint
+                        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| (0 < v).then_some(0));
+                }
+            })
+        };
+        // The search (under the table lock in the real code; alone here).
+        let h = hint.load(Ordering::SeqCst) as usize;
+        let mut fd = h;
+        while slots[fd]
+            .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
+            .is_err()
+        {
+            fd += 1;
+        }
+        if hint
+            .compare_exchange(h as u64, fd as u64 + 1, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+        {
+            for (i, s) in slots.iter().enumerate().take(fd).skip(h) {
+                if !s.load(Ordering::SeqCst) {
+                    let _ = hint.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| {
+                        ((i as u64) < v).then_some(i as u64)
+                    });
+                    break;
+                }
+            }
+        }
+        closer.join().unwrap();
+        let hint = hint.load(Ordering::SeqCst) as usize;
+        for (i, s) in slots.iter().enumerate().take(hint) {
+            assert!(
+                s.load(Ordering::SeqCst),
+                "fd {i} free below the hint {hint}"
+            );
+        }
     });
 }

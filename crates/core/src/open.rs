@@ -42,8 +42,12 @@ impl Task {
     ) -> VfsResult<i32> {
         // The fd first, as Linux's do_sys_openat2: a full table must fail
         // the open before O_CREAT makes a name.
-        let fd = self.files.reserve()?;
-        match self.open_file(dirfd, as_bytes(path), flags & !FMODE_EXEC, mode) {
+        let fd = if flags & O_ANYFD != 0 {
+            self.files.reserve_any()?
+        } else {
+            self.files.reserve()?
+        };
+        match self.open_file(dirfd, as_bytes(path), flags & !(FMODE_EXEC | O_ANYFD), mode) {
             Ok(file) => {
                 self.files
                     .install_reserved(fd, Arc::new(file), flags & O_CLOEXEC != 0);

@@ -293,6 +293,11 @@ pub const O_TMPFILE: u32 = libc::O_TMPFILE as u32;
 /// an OPEN's flags). Not an openat flag: `Task::openat` ignores it, as
 /// Linux drops unknown flags; `Task::reopen` and `Task::open_exec` honour it.
 pub const FMODE_EXEC: u32 = 0o40;
+/// scalevfs's (and sv6's) `O_ANYFD`: `openat` may return any free fd, not
+/// the lowest (POSIX's rule), which lets threads sharing one fd table open
+/// and close without a shared lock (`FdTable::install_any`). No Linux open
+/// flag uses this bit; it is not stored in the file's flags.
+pub const O_ANYFD: u32 = 1 << 30;
 
 /// Limits.
 pub const NAME_MAX: usize = 255;
