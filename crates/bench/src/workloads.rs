@@ -653,18 +653,21 @@ fn wis_open_mk(
 ) -> Result<Box<dyn Instance>, String> {
     let ns = wis_ns(v)?;
     let paths = wis_files(&ns, t, shared, 0, dirs)?;
-    Ok(instance((Wis { ns, paths }, procs, extra), |(w, procs, extra), ctx| {
-        let t = if *procs {
-            w.ns.user.fork()
-        } else {
-            w.ns.thread()
-        };
-        let p = w.path(ctx);
-        ctx.run(|| {
-            let fd = t.open(p, O_RDWR | *extra, 0)?;
-            t.close(fd)
-        })
-    }))
+    Ok(instance(
+        (Wis { ns, paths }, procs, extra),
+        |(w, procs, extra), ctx| {
+            let t = if *procs {
+                w.ns.user.fork()
+            } else {
+                w.ns.thread()
+            };
+            let p = w.path(ctx);
+            ctx.run(|| {
+                let fd = t.open(p, O_RDWR | *extra, 0)?;
+                t.close(fd)
+            })
+        },
+    ))
 }
 
 fn wis_unlink(dirs: bool) -> SetupFn {

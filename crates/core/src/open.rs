@@ -137,14 +137,19 @@ impl Task {
     pub fn reopen<'a>(&self, fd: impl Into<At<'a>> + Copy, flags: u32) -> VfsResult<i32> {
         // (O_TMPFILE's bits less O_DIRECTORY, which it includes and which
         // must still refuse a non-directory.)
-        let flags = flags & !(O_CREAT | O_EXCL | (O_TMPFILE & !O_DIRECTORY) | O_PATH);
+        let anyfd = flags & O_ANYFD != 0;
+        let flags = flags & !(O_CREAT | O_EXCL | (O_TMPFILE & !O_DIRECTORY) | O_PATH | O_ANYFD);
         if flags & O_ACCMODE == O_ACCMODE {
             return Err(Errno::EINVAL);
         }
         let p = self.held(fd)?;
-        let file = self.open_resolved(p, flags)?;
-        self.files
-            .install(Arc::new(file), flags & O_CLOEXEC != 0, 0)
+        let file = Arc::new(self.open_resolved(p, flags)?);
+        let cloexec = flags & O_CLOEXEC != 0;
+        if anyfd {
+            self.files.install_any(file, cloexec)
+        } else {
+            self.files.install(file, cloexec, 0)
+        }
     }
 
     /// The checks and truncation of open(2) on a resolved location.

@@ -17,9 +17,9 @@ use fuser::{
 };
 use scalevfs::{
     At, Cred, Errno, Handle, Stat, Task, Vfs, AT_EACCESS, AT_EMPTY_PATH, AT_FDCWD, AT_REMOVEDIR,
-    AT_SYMLINK_NOFOLLOW, O_ACCMODE, O_APPEND, O_CLOEXEC, O_CREAT, O_DIRECTORY, O_DSYNC, O_EXCL,
-    O_NOATIME, O_NOFOLLOW, O_NONBLOCK, O_RDONLY, O_SYNC, O_TRUNC, O_WRONLY, RENAME_EXCHANGE,
-    RENAME_NOREPLACE, RENAME_WHITEOUT, S_ISGID, S_ISUID,
+    AT_SYMLINK_NOFOLLOW, O_ACCMODE, O_ANYFD, O_APPEND, O_CLOEXEC, O_CREAT, O_DIRECTORY, O_DSYNC,
+    O_EXCL, O_NOATIME, O_NOFOLLOW, O_NONBLOCK, O_RDONLY, O_SYNC, O_TRUNC, O_WRONLY,
+    RENAME_EXCHANGE, RENAME_NOREPLACE, RENAME_WHITEOUT, S_ISGID, S_ISUID,
 };
 
 use crate::attr::{errno, file_attr, name_bytes, raw, time_or_now};
@@ -653,7 +653,9 @@ impl fuser::Filesystem for ScaleFs {
         let r = if flags.0 as u32 & FMODE_EXEC != 0 {
             open_for_exec(s, req, &node.h)
         } else {
-            let fl = (flags.0 as u32 & PASS_FLAGS) | O_CLOEXEC;
+            // Any fd will do (the kernel knows it as a file handle): no
+            // shared fd-table lock between requests (O_ANYFD).
+            let fl = (flags.0 as u32 & PASS_FLAGS) | O_CLOEXEC | O_ANYFD;
             let r = s.with_task(req, |t| t.reopen(&node.h, fl));
             // O_TRUNC (only from a kernel that was offered
             // FUSE_ATOMIC_O_TRUNC; ours truncates with SETATTR) by a caller
@@ -682,7 +684,8 @@ impl fuser::Filesystem for ScaleFs {
         let s = &self.shared;
         let name = tri!(reply, name_bytes(name));
         let dir = tri!(reply, s.node(parent));
-        let fl = (flags as u32 & (PASS_FLAGS | O_EXCL)) | O_CREAT | O_NOFOLLOW | O_CLOEXEC;
+        let fl =
+            (flags as u32 & (PASS_FLAGS | O_EXCL)) | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_ANYFD;
         let r = s.with_task(req, |t| -> Result<(i32, u64, Stat, u32), Errno> {
             s.set_umask(t, umask);
             let fd = t.openat(&dir.h, name, fl, mode & 0o7777)?;
@@ -852,7 +855,11 @@ impl fuser::Filesystem for ScaleFs {
     fn opendir(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let s = &self.shared;
         let node = tri!(reply, s.node(ino));
-        let fl = (flags.0 as u32 & (O_NONBLOCK | O_NOATIME)) | O_RDONLY | O_DIRECTORY | O_CLOEXEC;
+        let fl = (flags.0 as u32 & (O_NONBLOCK | O_NOATIME))
+            | O_RDONLY
+            | O_DIRECTORY
+            | O_CLOEXEC
+            | O_ANYFD;
         match s.with_task(req, |t| t.reopen(&node.h, fl)) {
             Ok(fd) => reply.opened(FileHandle(fd as u64), FopenFlags::empty()),
             Err(e) => reply.error(errno(e)),
