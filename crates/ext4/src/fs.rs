@@ -1543,13 +1543,17 @@ impl Ext4 {
 
     /// The live inode numbered `ino` for a decoded file handle (the
     /// kernel's `ext4_nfs_get_inode`): `None` for a number out of range, a
-    /// reserved inode other than the root, one not in use, and one with no
-    /// name left.
+    /// reserved or internal inode other than the root (the kernel's
+    /// `is_special_ino`: below `first_ino`, the journal, the orphan file;
+    /// an xattr value inode), one not in use, and one with no name left.
     fn inode_for_handle(&self, ino: u64) -> Result<Option<Arc<Inode>>> {
         let Ok(n) = u32::try_from(ino) else {
             return Ok(None);
         };
-        if n == 0 || n > self.sb.inodes_count || (n < self.sb.first_ino() && n != inode::ROOT_INO) {
+        let special = (n < self.sb.first_ino() && n != inode::ROOT_INO)
+            || n == self.sb.journal_inum
+            || n == self.sb.orphan_file_inum;
+        if n == 0 || n > self.sb.inodes_count || special {
             return Ok(None);
         }
         let cached = self.icache(n).map.get(&n).and_then(Weak::upgrade);
@@ -1558,7 +1562,11 @@ impl Ext4 {
             // file still open has 0).
             return Ok((i.attr().nlink > 0).then_some(i));
         }
-        if !self.inode_allocated(n)? || self.read_inode(n)?.links_count == 0 {
+        if !self.inode_allocated(n)? {
+            return Ok(None);
+        }
+        let raw = self.read_inode(n)?;
+        if raw.links_count == 0 || raw.flags & inode::FL_EA_INODE != 0 {
             return Ok(None);
         }
         let i = self.iget(n)?;
