@@ -2,8 +2,12 @@
 //! FUSE_EXPORT_SUPPORT and answers entries with the inode's generation, so
 //! name_to_handle_at(2) and open_by_handle_at(2) work on a scalevfs mount as
 //! on a kernel filesystem, with Linux's errnos (EOVERFLOW with the size
-//! needed, ESTALE for a file that is gone). open_by_handle_at needs
-//! CAP_DAC_READ_SEARCH: these tests skip where the process lacks it.
+//! needed, ESTALE for a file that is gone), also after the kernel evicted
+//! the inode (files and directories, on memfs and the ext4 type) and, on
+//! the ext4 type, after a remount by a new daemon. open_by_handle_at needs
+//! CAP_DAC_READ_SEARCH: these tests skip where the process lacks it (and
+//! the eviction tests where /proc/sys/vm/drop_caches cannot be written;
+//! the ext4 ones without mkfs.ext4).
 //!
 //! Without /dev/fuse (or, as non-root, without fusermount3) each test
 //! prints why it is skipped and passes; with `SCALEVFS_REQUIRE_FUSE=1` that
