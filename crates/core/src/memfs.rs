@@ -886,3 +886,53 @@ impl Filesystem for MemFs {
         file(inode)?.seek_data_hole(inode, off, data)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mkdir(fs: &MemFs, d: &Arc<Inode>, name: &[u8]) -> Arc<Inode> {
+        fs.create(d, name, NewNode::Dir { mode: 0o755 }, (0, 0))
+            .unwrap()
+    }
+
+    /// `get_parent` follows mkdir, moves to another parent and exchanges;
+    /// the replaced boxes are freed after a grace period and the last one
+    /// with the directory (Miri checks the epoch handling).
+    #[test]
+    fn directories_know_their_parent() {
+        let fs = MemFs::new(1, MemFsOptions::default());
+        let root = fs.root();
+        let a = mkdir(&fs, &root, b"a");
+        let b = mkdir(&fs, &root, b"b");
+        let c = mkdir(&fs, &a, b"c");
+        let parent = |i: &Arc<Inode>| fs.get_parent(i).unwrap().ino();
+        assert_eq!(parent(&root), root.ino());
+        assert_eq!(parent(&a), root.ino());
+        assert_eq!(parent(&c), a.ino());
+        fs.rename(&a, b"c", &b, b"c", &c, None, false).unwrap();
+        assert_eq!(parent(&c), b.ino());
+        // Renamed in place: the same parent.
+        fs.rename(&b, b"c", &b, b"c2", &c, None, false).unwrap();
+        assert_eq!(parent(&c), b.ino());
+        // Exchanged with a directory elsewhere: both follow.
+        let d = mkdir(&fs, &a, b"d");
+        fs.rename(&b, b"c2", &a, b"d", &c, Some(&d), true).unwrap();
+        assert_eq!(parent(&c), a.ino());
+        assert_eq!(parent(&d), b.ino());
+        let f = fs
+            .create(
+                &a,
+                b"f",
+                NewNode::Node {
+                    mode: crate::types::S_IFREG | 0o644,
+                    rdev: 0,
+                },
+                (0, 0),
+            )
+            .unwrap();
+        assert_eq!(fs.get_parent(&f).unwrap_err(), Errno::ENOTDIR);
+        drop((c, d, f));
+        crossbeam_epoch::pin().flush();
+    }
+}
