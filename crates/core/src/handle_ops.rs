@@ -208,9 +208,17 @@ impl Task {
             mnt: p.mnt.clone(),
             dentry: p.mnt.root.clone(),
         });
+        // A name gone (or no longer a directory) since it was read: the
+        // tree moved under the walk.
+        let moved = |e| match e {
+            Errno::ENOENT | Errno::ENOTDIR => Errno::ESTALE,
+            e => e,
+        };
         for child in chain.iter().rev() {
-            let name = self.name_in_dir(&h, child.ino())?;
-            let next = self.handle_at(&h, &name, AT_SYMLINK_NOFOLLOW)?;
+            let name = self.name_in_dir(&h, child.ino()).map_err(moved)?;
+            let next = self
+                .handle_at(&h, &name, AT_SYMLINK_NOFOLLOW)
+                .map_err(moved)?;
             if !Arc::ptr_eq(next.inode(), child) {
                 return Err(Errno::ESTALE);
             }
