@@ -18,7 +18,8 @@
 #     owned by crossbeam-epoch's global queue through tagged usize pointers,
 #     which Miri's leak check cannot follow (crossbeam's CI sets it too).
 # -Zmiri-tree-borrows-no-precise-interior-mut  only for the core tests that
-#     remove memfs directory entries (walk::tests): crossbeam-skiplist 0.1.3
+#     remove memfs directory entries (walk::tests, memfs::tests):
+#     crossbeam-skiplist 0.1.3
 #     frees a removed node through a pointer derived from `&Node`
 #     (Node::decrement_with_pin -> finalize), which precise Tree Borrows
 #     rejects as a deallocation through a shared reference; that is
@@ -37,7 +38,7 @@ echo "== miri: scalevfs unit tests (precise Tree Borrows)"
 # (pages::race_tests and percpu::tests are multi-threaded stress loops that
 # ThreadSanitizer covers (ci/tsan.sh); under Miri they take minutes.)
 MIRIFLAGS="$base" miri -p scalevfs --lib -- --skip walk::tests::counted_walk \
-  --skip pages::race_tests --skip percpu::tests "$@"
+  --skip memfs::tests --skip pages::race_tests --skip percpu::tests "$@"
 echo "== miri: scalevfs walk tests (memfs removals: imprecise interior mutability)"
 MIRIFLAGS="$base -Zmiri-tree-borrows-no-precise-interior-mut" \
-  miri -p scalevfs --lib -- walk::tests::counted_walk "$@"
+  miri -p scalevfs --lib -- walk::tests::counted_walk memfs::tests "$@"

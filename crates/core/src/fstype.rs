@@ -245,6 +245,33 @@ pub trait Filesystem: Send + Sync + 'static {
         Err(Errno::EOPNOTSUPP)
     }
 
+    // ---- file handles (exportfs) ----
+    //
+    // A front end that decodes a file handle after it dropped the inode
+    // (the FUSE adapter after the kernel evicted it, or a new daemon on the
+    // same image) finds the inode by number and, for a directory, connects
+    // it to the tree through its parents (`Task::handle_for_inode`). Called
+    // with no lock held. Both default to ESTALE: the handle cannot be
+    // decoded.
+
+    /// The parent directory of directory `dir` (its `..`); the root's is the
+    /// root. ESTALE if the filesystem cannot tell (the default).
+    fn get_parent(&self, dir: &Arc<Inode>) -> VfsResult<Arc<Inode>> {
+        let _ = dir;
+        Err(Errno::ESTALE)
+    }
+
+    /// The inode numbered `ino` if it is in use and has a name (Linux's
+    /// `ext4_nfs_get_inode`): for any other 64-bit value (out of range,
+    /// reserved, free, unlinked, unreadable) ESTALE, never a panic. The
+    /// caller checks the generation. The default: ESTALE (memfs numbers
+    /// mean nothing to a later instance, and a live memfs inode is found
+    /// through the front end's own references).
+    fn inode_by_number(&self, ino: u64) -> VfsResult<Arc<Inode>> {
+        let _ = ino;
+        Err(Errno::ESTALE)
+    }
+
     /// The inode is no longer used (no names, no open files): free its storage.
     fn evict(&self, inode: &Inode) {
         let _ = inode;

@@ -17,6 +17,11 @@
 //!   is a per-thread `LimitedCounter` (`percpu.rs`): a create takes a unit
 //!   its thread reserved, so creates on different threads write no shared
 //!   line; inode numbers come from per-thread batches (`InoAllocator`).
+//! - A directory's parent (`MemDir::parent`, for `get_parent`: file handles
+//!   of directories) is a boxed weak reference behind an epoch pointer,
+//!   read lock-free; mkdir sets it and a rename that moves the directory
+//!   to another parent swaps in a new box (the VFS's rename locks order the
+//!   writers), the old one freed after a grace period.
 //!
 //! By default memfs keeps every dentry in the dcache (`dcache_authoritative`),
 //! as tmpfs does: a cache miss is a definite ENOENT. With
@@ -24,8 +29,9 @@
 //! filesystem (lookups on miss, negative dentries, eviction), which tests use
 //! to exercise the cache machinery.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
+use crossbeam_epoch::{self as epoch, Atomic, Owned};
 use crossbeam_skiplist::SkipMap;
 use scalevfs_sync::primitive::{AtomicI64, AtomicU64, Ordering};
 
@@ -235,9 +241,63 @@ struct MemDir {
     by_name: SkipMap<Box<[u8]>, DirSlot>,
     by_cookie: SkipMap<u64, Box<[u8]>>,
     next_cookie: AtomicU64,
+    /// The parent directory (`..`); null for the root, its own parent.
+    parent: Atomic<Weak<Inode>>,
+}
+
+impl Drop for MemDir {
+    fn drop(&mut self) {
+        // SAFETY: `&mut self`: no other thread reaches this cell any more,
+        // so no guard is needed to load it.
+        let g = unsafe { epoch::unprotected() };
+        // Relaxed: as above.
+        let p = self.parent.load(Ordering::Relaxed, g);
+        if !p.is_null() {
+            // SAFETY: the box was made by `Owned::new` and is owned by this
+            // cell alone (`set_parent` unlinked the earlier ones).
+            drop(unsafe { p.into_owned() });
+        }
+    }
 }
 
 impl MemDir {
+    /// A new directory in `parent`.
+    fn in_dir(parent: &Arc<Inode>) -> MemDir {
+        let d = MemDir::default();
+        // Relaxed: the directory is not shared yet; publishing its inode
+        // publishes this.
+        d.parent
+            .store(Owned::new(Arc::downgrade(parent)), Ordering::Relaxed);
+        d
+    }
+
+    /// The directory moved to `parent`.
+    fn set_parent(&self, parent: &Arc<Inode>) {
+        let g = epoch::pin();
+        // AcqRel: the new box is published to readers (Release); the old
+        // one's contents were read before it is retired (Acquire).
+        let old = self
+            .parent
+            .swap(Owned::new(Arc::downgrade(parent)), Ordering::AcqRel, &g);
+        if !old.is_null() {
+            // SAFETY: unlinked by the swap, so no new reader reaches it;
+            // freed once, after every guard that may have loaded it.
+            unsafe { g.defer_destroy(old) };
+        }
+    }
+
+    /// The parent directory, `None` for the root (or a parent that is
+    /// gone: this directory was removed with it).
+    fn parent(&self) -> Option<Arc<Inode>> {
+        let g = epoch::pin();
+        // Acquire: pairs with the Release of `in_dir`/`set_parent`.
+        let p = self.parent.load(Ordering::Acquire, &g);
+        // SAFETY: a box loaded under `g` is freed only after `g` is dropped
+        // (`set_parent` defers its destruction; `drop` runs when no reader
+        // is left).
+        unsafe { p.as_ref() }.and_then(Weak::upgrade)
+    }
+
     /// Counting build (`trace-lines`, `scalevfs bench commute`) only: the
     /// skip lists' atomics live in crossbeam and bypass the shim, so record
     /// the lists as one object: an insert or remove writes each list's
@@ -495,7 +555,7 @@ impl Filesystem for MemFs {
             NewNode::Dir { mode } => {
                 let mut a = new_attr(S_IFDIR | (mode & 0o7777), owner, 2, 0);
                 a.size = 2 * BOGO_DIRENT_SIZE;
-                self.new_inode(a, MemKind::Dir(Box::default()))?
+                self.new_inode(a, MemKind::Dir(Box::new(MemDir::in_dir(d))))?
             }
             NewNode::Symlink { target } => {
                 let mut a = new_attr(S_IFLNK | 0o777, owner, 1, 0);
@@ -607,6 +667,13 @@ impl Filesystem for MemFs {
             {
                 return Err(Errno::ENOENT);
             }
+            if cross {
+                for (i, to) in [(moved, new_dir), (other, old_dir)] {
+                    if let MemKind::Dir(md) = &node(i).kind {
+                        md.set_parent(to);
+                    }
+                }
+            }
             if cross && moved.is_dir() != other.is_dir() {
                 let (gain, lose) = if moved.is_dir() {
                     (new_dir, old_dir)
@@ -642,6 +709,9 @@ impl Filesystem for MemFs {
                 return Err(Errno::ENOENT);
             }
             if cross && moved.is_dir() {
+                if let Ok(md) = dir(moved) {
+                    md.set_parent(new_dir);
+                }
                 old_dir.update_attr(|a| a.nlink = a.nlink.saturating_sub(1));
                 new_dir.update_attr(|a| a.nlink += 1);
             }
@@ -652,6 +722,14 @@ impl Filesystem for MemFs {
             new_dir.update_attr(|a| a.touch_mc(now));
         }
         Ok(())
+    }
+
+    fn get_parent(&self, d: &Arc<Inode>) -> VfsResult<Arc<Inode>> {
+        let md = dir(d)?;
+        if Arc::ptr_eq(d, &self.root) {
+            return Ok(self.root.clone());
+        }
+        md.parent().ok_or(Errno::ESTALE)
     }
 
     fn getxattr(&self, inode: &Arc<Inode>, name: &[u8]) -> VfsResult<Vec<u8>> {
@@ -806,5 +884,55 @@ impl Filesystem for MemFs {
 
     fn seek_data_hole(&self, inode: &Arc<Inode>, off: u64, data: bool) -> VfsResult<u64> {
         file(inode)?.seek_data_hole(inode, off, data)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mkdir(fs: &MemFs, d: &Arc<Inode>, name: &[u8]) -> Arc<Inode> {
+        fs.create(d, name, NewNode::Dir { mode: 0o755 }, (0, 0))
+            .unwrap()
+    }
+
+    /// `get_parent` follows mkdir, moves to another parent and exchanges;
+    /// the replaced boxes are freed after a grace period and the last one
+    /// with the directory (Miri checks the epoch handling).
+    #[test]
+    fn directories_know_their_parent() {
+        let fs = MemFs::new(1, MemFsOptions::default());
+        let root = fs.root();
+        let a = mkdir(&fs, &root, b"a");
+        let b = mkdir(&fs, &root, b"b");
+        let c = mkdir(&fs, &a, b"c");
+        let parent = |i: &Arc<Inode>| fs.get_parent(i).unwrap().ino();
+        assert_eq!(parent(&root), root.ino());
+        assert_eq!(parent(&a), root.ino());
+        assert_eq!(parent(&c), a.ino());
+        fs.rename(&a, b"c", &b, b"c", &c, None, false).unwrap();
+        assert_eq!(parent(&c), b.ino());
+        // Renamed in place: the same parent.
+        fs.rename(&b, b"c", &b, b"c2", &c, None, false).unwrap();
+        assert_eq!(parent(&c), b.ino());
+        // Exchanged with a directory elsewhere: both follow.
+        let d = mkdir(&fs, &a, b"d");
+        fs.rename(&b, b"c2", &a, b"d", &c, Some(&d), true).unwrap();
+        assert_eq!(parent(&c), a.ino());
+        assert_eq!(parent(&d), b.ino());
+        let f = fs
+            .create(
+                &a,
+                b"f",
+                NewNode::Node {
+                    mode: crate::types::S_IFREG | 0o644,
+                    rdev: 0,
+                },
+                (0, 0),
+            )
+            .unwrap();
+        assert_eq!(fs.get_parent(&f).unwrap_err(), Errno::ENOTDIR);
+        drop((c, d, f));
+        crossbeam_epoch::pin().flush();
     }
 }

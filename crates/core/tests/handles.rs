@@ -231,9 +231,9 @@ fn generations_tell_filesystems_apart() {
 }
 
 /// `Task::handle_for_inode`: a handle on a file found by its inode (a
-/// decoded file handle) reads and writes the file, also after a rename; it
-/// is ESTALE for a directory, an unlinked file and another filesystem's
-/// inode.
+/// decoded file handle) reads and writes the file, also after a rename; a
+/// directory's is connected to the tree; it is ESTALE for an unlinked file
+/// and another filesystem's inode.
 #[test]
 fn handle_for_inode_reaches_named_files_only() {
     let (vfs, t) = setup();
@@ -254,9 +254,12 @@ fn handle_for_inode_reaches_named_files_only() {
     assert_eq!(t.pread(fd, &mut buf, 0).unwrap(), 5);
     assert_eq!(&buf, b"Jello");
     t.close(fd).unwrap();
-    // A directory must be reached through the tree.
-    let dir = t.handle_at(AT_FDCWD, "/d/sub", 0).unwrap().inode().clone();
-    assert_eq!(t.handle_for_inode(&root, dir).unwrap_err(), Errno::ESTALE);
+    // A directory is reached through the tree: its `..` is its parent.
+    let sub = t.handle_at(AT_FDCWD, "/d/sub", 0).unwrap();
+    let h = t.handle_for_inode(&root, sub.inode().clone()).unwrap();
+    assert!(h.same_location(&sub));
+    let up = h.lookup(&t, "..").unwrap();
+    assert_eq!(up.getattr().ino, t.stat("/d").unwrap().ino);
     // Another filesystem's inode.
     t.mkdir("/m", 0o755).unwrap();
     t.mount("/m", vfs.new_memfs(MemFsOptions::default()), false)
@@ -269,4 +272,99 @@ fn handle_for_inode_reaches_named_files_only() {
     drop(h);
     t.unlink("/d/g").unwrap();
     assert_eq!(t.handle_for_inode(&root, inode).unwrap_err(), Errno::ESTALE);
+}
+
+/// A directory found by its inode (`Task::handle_for_inode`, a file handle
+/// decoded after the front end forgot it; xfstests generic/467) is
+/// connected where it is now: after moves to other parents (memfs keeps
+/// each directory's parent for `Filesystem::get_parent`), several levels
+/// deep, and with a name past the first listing batch. A removed directory
+/// is ESTALE, and memfs finds no inode by number (`handle_by_number`).
+#[test]
+fn directory_handles_connect_to_where_the_directory_is() {
+    let (_vfs, t) = setup();
+    let root = t.handle_at(AT_FDCWD, "/", 0).unwrap();
+    t.mkdir("/d/sub/a", 0o755).unwrap();
+    t.mkdir("/d/sub/a/b", 0o700).unwrap();
+    for i in 0..600 {
+        t.mkdir(&format!("/d/sub/a/n{i:03}"), 0o755).unwrap();
+    }
+    let b = t
+        .handle_at(AT_FDCWD, "/d/sub/a/b", 0)
+        .unwrap()
+        .inode()
+        .clone();
+    let last = t
+        .handle_at(AT_FDCWD, "/d/sub/a/n599", 0)
+        .unwrap()
+        .inode()
+        .clone();
+    let path_of = |h: &Handle| {
+        // Climb `..` to the root, collecting the names (as getcwd does).
+        let mut names = Vec::new();
+        let mut cur = h.clone();
+        while cur.getattr().ino != root.getattr().ino {
+            let up = cur.lookup(&t, "..").unwrap();
+            let me = cur.getattr().ino;
+            let e = up.read_dir(&t).unwrap();
+            let n = e
+                .iter()
+                .find(|e| e.ino == me && e.name != b".." && e.name != b".");
+            names.push(String::from_utf8(n.unwrap().name.clone()).unwrap());
+            cur = up;
+        }
+        names.reverse();
+        format!("/{}", names.join("/"))
+    };
+    let hb = t.handle_for_inode(&root, b.clone()).unwrap();
+    assert_eq!(path_of(&hb), "/d/sub/a/b");
+    assert_eq!(
+        path_of(&t.handle_for_inode(&root, last.clone()).unwrap()),
+        "/d/sub/a/n599"
+    );
+    drop(hb);
+    // Moved to another parent, then its parent moved too.
+    t.mkdir("/x", 0o755).unwrap();
+    t.rename("/d/sub/a/b", "/x/b").unwrap();
+    assert_eq!(
+        path_of(&t.handle_for_inode(&root, b.clone()).unwrap()),
+        "/x/b"
+    );
+    t.mkdir("/y", 0o755).unwrap();
+    t.rename("/x", "/y/x").unwrap();
+    assert_eq!(
+        path_of(&t.handle_for_inode(&root, b.clone()).unwrap()),
+        "/y/x/b"
+    );
+    // Exchanged with a directory elsewhere: both parents follow.
+    t.renameat2(
+        AT_FDCWD,
+        "/y/x",
+        AT_FDCWD,
+        "/d/sub/a",
+        scalevfs::RENAME_EXCHANGE,
+    )
+    .unwrap();
+    assert_eq!(
+        path_of(&t.handle_for_inode(&root, b.clone()).unwrap()),
+        "/d/sub/a/b"
+    );
+    assert_eq!(
+        path_of(&t.handle_for_inode(&root, last.clone()).unwrap()),
+        "/y/x/n599"
+    );
+    // The root is itself.
+    let r = t.handle_for_inode(&root, root.inode().clone()).unwrap();
+    assert!(r.same_location(&root));
+    // Removed: stale.
+    t.unlinkat(AT_FDCWD, "/d/sub/a/b", AT_REMOVEDIR).unwrap();
+    assert_eq!(t.handle_for_inode(&root, b).unwrap_err(), Errno::ESTALE);
+    // memfs numbers: never found by number.
+    let ino = t.stat("/y/x/n599").unwrap().ino;
+    for n in [0, 1, ino, u64::MAX] {
+        assert_eq!(
+            t.handle_by_number(&root, n, None).unwrap_err(),
+            Errno::ESTALE
+        );
+    }
 }

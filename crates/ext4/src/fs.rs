@@ -1488,6 +1488,96 @@ impl Ext4 {
         self.lookup_ino(raw, name)
     }
 
+    /// The inode number in directory `raw`'s ".." entry: the second
+    /// entry of block 0 (in the dx_root of an htree directory, whose
+    /// entries at bytes 0 and 12 are the fake "." and "..").
+    pub fn dotdot(&self, raw: &RawInode) -> Result<u32> {
+        if raw.file_type_bits() != libc::S_IFDIR {
+            return Err(Error::Io(std::io::Error::from_raw_os_error(libc::ENOTDIR)));
+        }
+        let mut b = vec![0u8; self.bs];
+        self.dir_block(raw, 0, &mut b)?;
+        let no = || corrupt(format!("directory {}", raw.ino), "no \"..\" entry");
+        let ino = if self.is_htree(raw) {
+            // ".." at byte 12: inode (4), rec_len (2), name_len (1),
+            // file type (1), the name.
+            match b.get(12..22) {
+                Some(e) if e[6] == 2 && &e[8..10] == b".." => {
+                    u32::from_le_bytes([e[0], e[1], e[2], e[3]])
+                }
+                _ => return Err(no()),
+            }
+        } else {
+            self.leaf_entries(raw, 0, &b)?
+                .and_then(|v| v.iter().find(|e| e.name == b"..").map(|e| e.inode))
+                .ok_or_else(no)?
+        };
+        if ino == 0 || ino > self.sb.inodes_count {
+            return Err(corrupt(
+                format!("directory {}", raw.ino),
+                format!("\"..\" names inode {ino}"),
+            ));
+        }
+        Ok(ino)
+    }
+
+    /// Whether inode `ino` (in range) is marked in use in its group's
+    /// bitmap; false in a group whose inodes were never initialised.
+    fn inode_allocated(&self, ino: u32) -> Result<bool> {
+        if let Some(rw) = &self.rw {
+            // The allocator's group descriptors are the current ones.
+            let io = Io {
+                sb: &self.sb,
+                dev: &*self.dev,
+                bufs: &rw.bufs,
+            };
+            return rw.alloc.inode_in_use(&io, ino);
+        }
+        let ipg = self.sb.inodes_per_group.max(1);
+        let (g, i) = (((ino - 1) / ipg) as usize, ((ino - 1) % ipg) as usize);
+        let Some(gd) = self.groups.get(g) else {
+            return Ok(false);
+        };
+        if gd.flags & group_desc::BG_INODE_UNINIT != 0 {
+            return Ok(false);
+        }
+        let mut b = vec![0u8; self.bs];
+        self.read_block(gd.inode_bitmap, &mut b)?;
+        Ok(b.get(i / 8).is_some_and(|&x| x & (1 << (i % 8)) != 0))
+    }
+
+    /// The live inode numbered `ino` for a decoded file handle (the
+    /// kernel's `ext4_nfs_get_inode`): `None` for a number out of range, a
+    /// reserved or internal inode other than the root (the kernel's
+    /// `is_special_ino`: below `first_ino`, the journal, the orphan file;
+    /// an xattr value inode), one not in use, and one with no name left.
+    fn inode_for_handle(&self, ino: u64) -> Result<Option<Arc<Inode>>> {
+        let Ok(n) = u32::try_from(ino) else {
+            return Ok(None);
+        };
+        let special = (n < self.sb.first_ino() && n != inode::ROOT_INO)
+            || n == self.sb.journal_inum
+            || n == self.sb.orphan_file_inum;
+        if n == 0 || n > self.sb.inodes_count || special {
+            return Ok(None);
+        }
+        let cached = self.icache(n).map.get(&n).and_then(Weak::upgrade);
+        if let Some(i) = cached {
+            // In memory: its link count is the current one (an unlinked
+            // file still open has 0).
+            return Ok((i.attr().nlink > 0).then_some(i));
+        }
+        if !self.inode_allocated(n)? {
+            return Ok(None);
+        }
+        let raw = self.read_inode(n)?;
+        if raw.links_count == 0 || raw.flags & inode::FL_EA_INODE != 0 {
+            return Ok(None);
+        }
+        let i = self.iget(n)?;
+        Ok((i.attr().nlink > 0).then_some(i))
+    }
+
     pub(crate) fn lookup_ino(&self, raw: &RawInode, name: &[u8]) -> Result<Option<u32>> {
         if self.is_htree(raw) {
             self.lookup_htree(raw, name)
@@ -1705,6 +1795,26 @@ impl Filesystem for Ext4 {
         match vfs(self.lookup_ino(raw, name))? {
             None => Ok(None),
             Some(ino) => Ok(Some(vfs(self.iget(ino))?)),
+        }
+    }
+
+    fn get_parent(&self, d: &Arc<Inode>) -> VfsResult<Arc<Inode>> {
+        if !d.is_dir() {
+            return Err(Errno::ENOTDIR);
+        }
+        let ino = {
+            let _dl = self.dir_read_lock(d);
+            let raw = &Ext4::node(d)?;
+            vfs(self.dotdot(raw))?
+        };
+        self.inode_by_number(u64::from(ino))
+    }
+
+    fn inode_by_number(&self, ino: u64) -> VfsResult<Arc<Inode>> {
+        // An unreadable or damaged inode is no file the handle can name.
+        match self.inode_for_handle(ino) {
+            Ok(Some(i)) => Ok(i),
+            Ok(None) | Err(_) => Err(Errno::ESTALE),
         }
     }
 

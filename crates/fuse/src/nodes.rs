@@ -16,7 +16,8 @@
 //!   later (open_by_handle_at after its inode was evicted: a LOOKUP of "."
 //!   on the node id) finds the inode while something keeps it alive (a
 //!   name). A weak reference keeps no data: only the inode's allocation
-//!   until its entry goes.
+//!   until its entry goes. Past that, the adapter asks the filesystem for
+//!   the inode by number (`Shared::decode` in `ops.rs`).
 //! - No shard lock is held across a core call: the last `Arc<Node>` may be
 //!   dropped by whoever holds it last, which releases the node's handle (a
 //!   dentry reference and the mount's busy count) outside every shard.

@@ -237,6 +237,51 @@ impl Shared {
         Ok((id, st, generation))
     }
 
+    /// Node `id`, which the kernel no longer holds, for a file handle it
+    /// decodes (LOOKUP of "." on the node id; it then checks the
+    /// generation itself, and for a directory looks up ".." to connect
+    /// it): from the inode remembered when the kernel forgot the node (a
+    /// file that still has a name; see `NodeTable::forgotten`), else by
+    /// its number (a node id of the root filesystem is its inode number,
+    /// see `nodeid`, so a persistent filesystem's handles outlive the
+    /// daemon: `Filesystem::inode_by_number`; memfs declines). A directory
+    /// comes back connected to the tree (`Task::handle_for_inode`), so that
+    /// its ".." is its parent. Runs with root's credentials: the kernel
+    /// allowed open_by_handle_at (CAP_DAC_READ_SEARCH), and finding the
+    /// directory's name reads its ancestors.
+    fn decode(&self, id: u64) -> Result<(u64, Stat, u32), Errno> {
+        let root = self.nodes.get(1).ok_or(Errno::ESTALE)?;
+        let h = self.with_cred(Cred::root(), |t| match self.nodes.forgotten(id) {
+            Some(inode) => t.handle_for_inode(&root.h, inode),
+            None => match self.root_ino_of(id) {
+                Some(ino) => t.handle_by_number(&root.h, ino, None),
+                None => Err(Errno::ESTALE),
+            },
+        })?;
+        // Only the node asked about: another id would be a reference the
+        // kernel does not expect.
+        if self.nodeid(&h.getattr())? != id {
+            return Err(Errno::ESTALE);
+        }
+        self.adopt(h)
+    }
+
+    /// The inode number of the root filesystem that node id `id` stands
+    /// for (the inverse of `nodeid` on the root's device); `None` for a
+    /// node id of another device.
+    fn root_ino_of(&self, id: u64) -> Option<u64> {
+        if id == 0 || id >= 1 << INO_BITS {
+            return None;
+        }
+        Some(if id == 1 {
+            self.root_ino
+        } else if id == self.root_ino {
+            1
+        } else {
+            id
+        })
+    }
+
     fn reply_entry(&self, reply: ReplyEntry, r: Result<(u64, Stat, u32), Errno>) {
         match r {
             Ok((id, st, generation)) => reply.entry_with_ttls(
@@ -388,16 +433,10 @@ impl fuser::Filesystem for ScaleFs {
         if name == b"." {
             // The kernel decoding a file handle (FUSE_EXPORT_SUPPORT) for a
             // node whose inode it evicted: the node itself, from the table
-            // or, if the kernel forgot it, from its inode (a file that
-            // still has a name; see `NodeTable::forgotten`).
+            // or, if the kernel forgot it, found again (`Shared::decode`).
             let r = match s.nodes.get(parent.0) {
                 Some(n) => s.adopt(n.h.clone()),
-                None => match (s.nodes.forgotten(parent.0), s.nodes.get(1)) {
-                    (Some(inode), Some(root)) => s
-                        .with_task(req, |t| t.handle_for_inode(&root.h, inode))
-                        .and_then(|h| s.adopt(h)),
-                    _ => Err(Errno::ESTALE),
-                },
+                None => s.decode(parent.0),
             };
             return s.reply_entry(reply, r);
         }

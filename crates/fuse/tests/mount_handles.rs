@@ -2,8 +2,12 @@
 //! FUSE_EXPORT_SUPPORT and answers entries with the inode's generation, so
 //! name_to_handle_at(2) and open_by_handle_at(2) work on a scalevfs mount as
 //! on a kernel filesystem, with Linux's errnos (EOVERFLOW with the size
-//! needed, ESTALE for a file that is gone). open_by_handle_at needs
-//! CAP_DAC_READ_SEARCH: these tests skip where the process lacks it.
+//! needed, ESTALE for a file that is gone), also after the kernel evicted
+//! the inode (files and directories, on memfs and the ext4 type) and, on
+//! the ext4 type, after a remount by a new daemon. open_by_handle_at needs
+//! CAP_DAC_READ_SEARCH: these tests skip where the process lacks it (and
+//! the eviction tests where /proc/sys/vm/drop_caches cannot be written;
+//! the ext4 ones without mkfs.ext4).
 //!
 //! Without /dev/fuse (or, as non-root, without fusermount3) each test
 //! prints why it is skipped and passes; with `SCALEVFS_REQUIRE_FUSE=1` that
@@ -14,7 +18,13 @@ use std::io::Read;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::Path;
 
-use scalevfs_fuse::FuseConfig;
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+use std::process::Command;
+
+use scalevfs::{Vfs, VfsConfig};
+use scalevfs_ext4::{Ext4, Ext4Options};
+use scalevfs_fuse::{spawn_mount, FuseConfig, MountConfig};
 
 mod common;
 use common::*;
@@ -132,7 +142,6 @@ fn handles_round_trip_and_go_stale() {
     let mut dh = FileHandle::with_capacity(128);
     assert_eq!(name_to_handle(&m.p("d"), &mut dh), 0);
     let d = open_by_handle(&m.dir, &dh, libc::O_RDONLY | libc::O_DIRECTORY).unwrap();
-    use std::os::fd::AsRawFd;
     let listed = fs::read_dir(format!("/proc/self/fd/{}", d.as_raw_fd()))
         .unwrap()
         .map(|e| e.unwrap().file_name())
@@ -147,8 +156,8 @@ fn handles_round_trip_and_go_stale() {
 /// FORGETs and drops its nodes), a file handle still opens a file that has
 /// a name (the kernel asks LOOKUP "." on the node id; the adapter finds
 /// the inode it remembered weakly), and is ESTALE for one that was
-/// unlinked (xfstests generic/426, 756). A directory's handle after
-/// eviction is not decoded yet (ESTALE; generic/467).
+/// unlinked (xfstests generic/426, 756). Directories: see
+/// `directory_handles_survive_the_kernels_eviction`.
 #[test]
 fn handles_survive_the_kernels_eviction() {
     let test = "handles_survive_the_kernels_eviction";
@@ -198,4 +207,257 @@ fn handles_survive_the_kernels_eviction() {
         }
     }
     drop(m);
+}
+
+/// Evict the kernel's unused dentries and inodes (it then FORGETs our
+/// nodes) until `live()` falls below what it was; false (with the reason
+/// printed) where /proc/sys/vm/drop_caches cannot be written.
+fn evict(test: &str, live: &dyn Fn() -> usize) -> bool {
+    let before = live();
+    let drop_caches = || fs::write("/proc/sys/vm/drop_caches", b"2").is_ok();
+    if !drop_caches() {
+        eprintln!("SKIPPED {test}: cannot write /proc/sys/vm/drop_caches (needs root)");
+        return false;
+    }
+    let mut waited = 0;
+    while live() >= before && waited < 50 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        drop_caches();
+        waited += 1;
+    }
+    assert!(live() < before, "the kernel forgot no node ({before} live)");
+    true
+}
+
+/// Where an open fd is, as the kernel sees it (/proc/self/fd): the full
+/// path only for a dentry connected to the tree.
+fn path_of(f: &fs::File) -> PathBuf {
+    fs::read_link(format!("/proc/self/fd/{}", f.as_raw_fd())).unwrap()
+}
+
+fn listing(f: &fs::File) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(format!("/proc/self/fd/{}", f.as_raw_fd()))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    v.sort();
+    v
+}
+
+/// Directory handles decoded after the kernel evicted the directories
+/// (xfstests generic/467): the kernel asks LOOKUP "." on the node id, then
+/// ".." to connect the directory to the tree; the adapter answers with the
+/// directory connected where it is now (moved after encoding included),
+/// so the decoded fd has its full path. A removed directory is ESTALE.
+fn dir_handles_after_eviction(test: &str, dir: &Path, live: &dyn Fn() -> usize) {
+    let p = |r: &str| dir.join(r);
+    for d in ["a/b/c", "z", "r"] {
+        fs::create_dir_all(p(d)).unwrap();
+    }
+    fs::write(p("a/b/c/x"), b"x").unwrap();
+    let enc = |r: &str| {
+        let mut fh = FileHandle::with_capacity(128);
+        assert_eq!(name_to_handle(&p(r), &mut fh), 0, "{r}");
+        fh
+    };
+    let (ha, hb, hc, hr) = (enc("a"), enc("a/b"), enc("a/b/c"), enc("r"));
+    fs::remove_dir(p("r")).unwrap();
+    fs::rename(p("a/b/c"), p("z/c")).unwrap();
+    if !evict(test, live) {
+        return;
+    }
+    let open = |fh: &FileHandle| open_by_handle(dir, fh, libc::O_RDONLY | libc::O_DIRECTORY);
+    let a = open(&ha).unwrap_or_else(|e| panic!("a: errno {e}"));
+    assert_eq!(path_of(&a), p("a"));
+    assert_eq!(listing(&a), ["b"]);
+    let b = open(&hb).unwrap_or_else(|e| panic!("a/b: errno {e}"));
+    assert_eq!(path_of(&b), p("a/b"));
+    let c = open(&hc).unwrap_or_else(|e| panic!("c: errno {e}"));
+    assert_eq!(path_of(&c), p("z/c"));
+    assert_eq!(listing(&c), ["x"]);
+    assert_eq!(open(&hr).unwrap_err(), libc::ESTALE, "removed directory");
+}
+
+#[test]
+fn directory_handles_survive_the_kernels_eviction() {
+    let test = "directory_handles_survive_the_kernels_eviction";
+    if !fuse_ok(test) || !may_open_by_handle(test) {
+        return;
+    }
+    let m = Mounted::new("fh-dir", FuseConfig::default());
+    dir_handles_after_eviction(test, &m.dir, &|| m.mount().live_nodes());
+    drop(m);
+}
+
+fn mkfs_ext4() -> Option<PathBuf> {
+    [
+        "/usr/sbin/mkfs.ext4",
+        "/sbin/mkfs.ext4",
+        "/usr/bin/mkfs.ext4",
+    ]
+    .iter()
+    .map(PathBuf::from)
+    .find(|p| p.exists())
+}
+
+/// A fresh 16 MiB ext4 image in `base`; None (reason printed) without
+/// mkfs.ext4.
+fn ext4_image(test: &str, base: &Path) -> Option<PathBuf> {
+    let Some(mkfs) = mkfs_ext4() else {
+        eprintln!("SKIPPED {test}: mkfs.ext4 not found (e2fsprogs)");
+        return None;
+    };
+    let img = base.join("img");
+    let out = Command::new(mkfs)
+        .args(["-q", "-F", "-b", "4096", "-O", "orphan_file"])
+        .arg(&img)
+        .arg("16M")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(img)
+}
+
+/// `scalevfs mount --image IMG DIR` in-process: the image read-write, its
+/// daemon on `mnt`.
+fn mount_ext4(img: &Path, mnt: &Path) -> (std::sync::Arc<Ext4>, scalevfs_fuse::FuseMount) {
+    let ext4 = Ext4::open(
+        img,
+        Ext4Options {
+            ro: false,
+            ..Ext4Options::default()
+        },
+    )
+    .unwrap();
+    let vfs = Vfs::with_root_fs(VfsConfig::default(), ext4.clone());
+    let cfg = MountConfig {
+        fuse: FuseConfig::default(),
+        options: vec!["allow_other".into()],
+        threads: 2,
+    };
+    (ext4, spawn_mount(vfs, mnt, &cfg).expect("mount"))
+}
+
+/// The same on the ext4 type, whose inodes the adapter does not keep: a
+/// directory the kernel forgot is found by number and connected through
+/// the ".." entries on disk.
+#[test]
+fn ext4_directory_handles_survive_the_kernels_eviction() {
+    let test = "ext4_directory_handles_survive_the_kernels_eviction";
+    if !fuse_ok(test) || !may_open_by_handle(test) {
+        return;
+    }
+    let base = scratch_dir("fh-ext4-dir");
+    let Some(img) = ext4_image(test, &base) else {
+        return;
+    };
+    let mnt = base.join("mnt");
+    fs::create_dir_all(&mnt).unwrap();
+    let (ext4, m) = mount_ext4(&img, &mnt);
+    dir_handles_after_eviction(test, &mnt, &|| m.live_nodes());
+    let _ = m.unmount();
+    ext4.unmount().unwrap();
+    let _ = fs::remove_dir_all(&base);
+}
+
+/// File handles of the ext4 type outlive the daemon (xfstests generic/477,
+/// 777): node ids are inode numbers and generations the inodes'
+/// i_generation, so after an unmount and a mount of the same image by a
+/// new daemon, the kernel's LOOKUP "." finds files and directories by
+/// number (`Filesystem::inode_by_number`), a directory connected where it
+/// now is. A file unlinked before the unmount, a handle with another
+/// generation and node ids that name no inode are ESTALE, and the daemon
+/// goes on serving.
+#[test]
+fn ext4_handles_survive_a_remount() {
+    let test = "ext4_handles_survive_a_remount";
+    if !fuse_ok(test) || !may_open_by_handle(test) {
+        return;
+    }
+    let base = scratch_dir("fh-ext4-remount");
+    let Some(img) = ext4_image(test, &base) else {
+        return;
+    };
+    let mnt = base.join("mnt");
+    fs::create_dir_all(&mnt).unwrap();
+    let p = |r: &str| mnt.join(r);
+    let (ext4, m) = mount_ext4(&img, &mnt);
+    fs::create_dir_all(p("d/e/f")).unwrap();
+    fs::write(p("d/e/f/file"), b"data").unwrap();
+    fs::write(p("top"), b"top").unwrap();
+    fs::write(p("gone"), b"gone").unwrap();
+    let enc = |r: &str| {
+        let mut fh = FileHandle::with_capacity(128);
+        assert_eq!(name_to_handle(&p(r), &mut fh), 0, "{r}");
+        fh
+    };
+    let (hfile, hf, hd, htop, hgone) = (
+        enc("d/e/f/file"),
+        enc("d/e/f"),
+        enc("d"),
+        enc("top"),
+        enc("gone"),
+    );
+    fs::rename(p("d/e/f"), p("f2")).unwrap();
+    fs::remove_file(p("gone")).unwrap();
+    m.unmount().unwrap();
+    ext4.unmount().unwrap();
+    drop(ext4);
+
+    let (ext4, m) = mount_ext4(&img, &mnt);
+    let read = |fh: &FileHandle| {
+        let mut s = String::new();
+        open_by_handle(&mnt, fh, libc::O_RDONLY)
+            .unwrap_or_else(|e| panic!("errno {e}"))
+            .read_to_string(&mut s)
+            .unwrap();
+        s
+    };
+    assert_eq!(read(&hfile), "data");
+    assert_eq!(read(&htop), "top");
+    let open_dir = |fh: &FileHandle| open_by_handle(&mnt, fh, libc::O_RDONLY | libc::O_DIRECTORY);
+    let f = open_dir(&hf).unwrap_or_else(|e| panic!("f: errno {e}"));
+    assert_eq!(path_of(&f), p("f2"));
+    assert_eq!(listing(&f), ["file"]);
+    let d = open_dir(&hd).unwrap_or_else(|e| panic!("d: errno {e}"));
+    assert_eq!(path_of(&d), p("d"));
+    assert_eq!(listing(&d), ["e"]);
+    assert_eq!(
+        open_by_handle(&mnt, &hgone, libc::O_RDONLY).unwrap_err(),
+        libc::ESTALE,
+        "unlinked before the unmount"
+    );
+    // FUSE's handle: node id (high, low 32 bits), then the generation.
+    let mut other_gen = FileHandle {
+        buf: htop.buf.clone(),
+    };
+    let g = u32::from_ne_bytes(other_gen.buf[16..20].try_into().unwrap());
+    other_gen.buf[16..20].copy_from_slice(&g.wrapping_add(1).to_ne_bytes());
+    assert_eq!(
+        open_by_handle(&mnt, &other_gen, libc::O_RDONLY).unwrap_err(),
+        libc::ESTALE,
+        "another generation"
+    );
+    for id in [3u64, 0x1234_5678, 0xFFFF_FFFF, 1 << 48, u64::MAX] {
+        let mut bogus = FileHandle {
+            buf: htop.buf.clone(),
+        };
+        bogus.buf[8..12].copy_from_slice(&((id >> 32) as u32).to_ne_bytes());
+        bogus.buf[12..16].copy_from_slice(&(id as u32).to_ne_bytes());
+        assert_eq!(
+            open_by_handle(&mnt, &bogus, libc::O_RDONLY).unwrap_err(),
+            libc::ESTALE,
+            "node id {id:#x}"
+        );
+    }
+    // Still serving.
+    assert_eq!(fs::read(p("top")).unwrap(), b"top");
+    drop((f, d));
+    m.unmount().unwrap();
+    ext4.unmount().unwrap();
+    let _ = fs::remove_dir_all(&base);
 }
