@@ -11,18 +11,18 @@
 //!   of the answer carries FIEMAP_EXTENT_LAST (iomap's rule: the last one
 //!   found in the range, not the file's last extent).
 //! - Block-mapped (ext2/3-style) files: runs of physically contiguous
-//!   blocks, flagged FIEMAP_EXTENT_MERGED (as the kernel does for them;
-//!   the kernel's runs also stop at indirect-block boundaries, ours do
-//!   not).
+//!   blocks, flagged FIEMAP_EXTENT_MERGED, stopping at the end of the
+//!   direct pointers and of each indirect block (as ext4_ind_map_blocks);
+//!   walked block by block up to EOF (slow for huge sparse ones).
 //! - Flags: FIEMAP_FLAG_SYNC (nothing to do: data is written through, no
 //!   page cache of ours holds dirty data) and FIEMAP_FLAG_CACHE (ext4's
 //!   "precache the tree": nothing to do). FIEMAP_FLAG_XATTR (the xattr
 //!   block's or in-inode area's place) is not done: EBADR, as for any
 //!   unknown flag.
 //! - Known difference: the kernel's extent status cache may join two
-//!   extents that continue each other once both are cached (a second
-//!   FIEMAP after a read); we report the on-disk extents, which our
-//!   writer keeps joined where it can.
+//!   extents (or block-map runs) that continue each other once both are
+//!   cached (a second FIEMAP, or one after a read); we report the on-disk
+//!   extents, which our writer keeps joined where it can.
 //!
 //! The caller holds the file's tree lock shared (read-write mounts).
 
@@ -95,7 +95,11 @@ impl Ext4 {
                 push(a, e.start + (a - s), b - a, fl);
             }
         } else {
-            // Block maps hold no blocks past EOF: walk up to it.
+            // Block maps hold no blocks past EOF: walk up to it. A run
+            // stops where the kernel's lookup does: at the end of the 12
+            // direct pointers and of each indirect block.
+            let per = bs / 4;
+            let boundary = |l: u64| l == 12 || (l > 12 && (l - 12).is_multiple_of(per));
             let end = last.min(raw.size.div_ceil(bs).saturating_sub(1));
             let mut lblk = first;
             let mut run: Option<(u64, u64, u64)> = None;
@@ -105,7 +109,9 @@ impl Ext4 {
                     Mapping::Data { pblk, count, .. } => {
                         let n = count.max(1).min(end + 1 - lblk);
                         run = match run {
-                            Some((rl, rp, rn)) if rl + rn == lblk && rp + rn == pblk => {
+                            Some((rl, rp, rn))
+                                if rl + rn == lblk && rp + rn == pblk && !boundary(lblk) =>
+                            {
                                 Some((rl, rp, rn + n))
                             }
                             Some((rl, rp, rn)) => {
