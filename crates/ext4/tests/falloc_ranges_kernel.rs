@@ -458,6 +458,14 @@ fn check(b: usize) {
             assert!(ma.len() > 150, "{f}: {} extents", ma.len());
         }
     }
+    // A directory (its blocks): the same as the kernel's.
+    let fd = t
+        .open("/", (libc::O_RDONLY | libc::O_DIRECTORY) as u32, 0)
+        .unwrap();
+    let got = t.fiemap(fd, 0, u64::MAX, 0).unwrap();
+    t.close(fd).unwrap();
+    assert!(!got.is_empty());
+    assert_eq!(Ok(got), kernel_fiemap(&km.0, 0, u64::MAX), "root directory");
     assert!(ours_map("z", 0, u64::MAX)
         .unwrap()
         .last()
