@@ -1,6 +1,10 @@
 //! File data on a read-write mount: write (allocating blocks, merging with
 //! the neighbouring extent when contiguous), truncate (shrink frees data
-//! and zeroes the partial last block; grow leaves a hole), punch hole.
+//! and zeroes the partial last block; grow leaves a hole), punch hole, and
+//! fallocate's other modes: allocate (unwritten extents), ZERO_RANGE
+//! (whole blocks turned unwritten in place), COLLAPSE_RANGE and
+//! INSERT_RANGE (every later extent shifted in the list, then the tree
+//! rewritten: any depth, one handle, so one transaction).
 //!
 //! DESIGN
 //! - A change works on the file's whole extent list: the tree is read
