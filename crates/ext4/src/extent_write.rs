@@ -547,9 +547,17 @@ impl Ext4 {
         self.rw()?;
         let (ei, g, mut raw) = Self::file_raw(inode)?;
         let bs = self.bs as u64;
-        let end = off.saturating_add(len).min(raw.size);
-        if off >= end {
+        if off >= raw.size {
             return Ok(());
+        }
+        // As ext4_punch_hole: a hole reaching past EOF ends at the end of
+        // the page holding EOF instead (the kernel's PAGE_SIZE, 4 KiB on
+        // x86), so the EOF block goes whole, and with 1 KiB blocks also the
+        // (preallocated) blocks after it up to that page's end.
+        let page = bs.max(4096);
+        let mut end = off.saturating_add(len);
+        if end > raw.size {
+            end = raw.size.div_ceil(page).saturating_mul(page);
         }
         let first_full = off.div_ceil(bs);
         let last_full = end / bs;

@@ -40,6 +40,20 @@ trait Sys {
     fn fallocate(&self, fd: i32, mode: u32, off: i64, len: i64) -> R;
     fn ftruncate(&self, fd: i32, len: i64) -> R;
     fn size(&self, fd: i32) -> u64;
+    fn pread(&self, fd: i32, n: usize, off: i64) -> Vec<u8>;
+    /// FIEMAP of the whole file (FIEMAP_FLAG_SYNC).
+    fn fiemap(&self, fd: i32) -> Vec<FiemapExtent>;
+}
+
+/// A digest of the whole file (size and bytes).
+fn digest(s: &dyn Sys, fd: i32) -> (u64, u64) {
+    let size = s.size(fd);
+    let data = s.pread(fd, size as usize + 1, 0);
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for &x in &data {
+        h = (h ^ u64::from(x)).wrapping_mul(0x100_0000_01b3);
+    }
+    (data.len() as u64, h)
 }
 
 fn cr(r: i64) -> R {
@@ -87,6 +101,17 @@ impl Sys for Host {
         assert_eq!(unsafe { libc::fstat(fd, &mut st) }, 0);
         st.st_size as u64
     }
+    fn pread(&self, fd: i32, n: usize, off: i64) -> Vec<u8> {
+        let mut b = vec![0u8; n];
+        // SAFETY: plain syscall on a valid buffer.
+        let r = unsafe { libc::pread(fd, b.as_mut_ptr().cast(), n, off) };
+        assert!(r >= 0);
+        b.truncate(r as usize);
+        b
+    }
+    fn fiemap(&self, fd: i32) -> Vec<FiemapExtent> {
+        fiemap_fd(fd, 0, u64::MAX).unwrap()
+    }
 }
 
 /// Our VFS over the ext4 type.
@@ -116,6 +141,15 @@ impl Sys for Ours {
     }
     fn size(&self, fd: i32) -> u64 {
         self.t.fstat(fd).unwrap().size
+    }
+    fn pread(&self, fd: i32, n: usize, off: i64) -> Vec<u8> {
+        let mut b = vec![0u8; n];
+        let r = self.t.pread(fd, &mut b, off).unwrap();
+        b.truncate(r);
+        b
+    }
+    fn fiemap(&self, fd: i32) -> Vec<FiemapExtent> {
+        self.t.fiemap(fd, 0, u64::MAX, FIEMAP_FLAG_SYNC).unwrap()
     }
 }
 
@@ -244,6 +278,82 @@ fn script(s: &dyn Sys, b: i64, max: i64, log: &mut Vec<String>) {
     r("frag2 collapse", s.fallocate(fd, C, 2 * b, 1001 * b));
     r("frag2 size", Ok(s.size(fd) as i64));
     r("frag2 close", s.close(fd));
+
+    // Seeded random sequences over three files: writes, truncates,
+    // allocate, punch, zero, collapse, insert, at aligned and unaligned
+    // places within 96 blocks; every result and the file after each call.
+    // FALLOC_SEED=n runs another sequence (the default is the one checked
+    // in CI).
+    let seed: u64 = std::env::var("FALLOC_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64 ^ b as u64 ^ seed.wrapping_mul(0x2545_f491_4f6c_dd1d);
+    let mut next = move |n: u64| {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng % n
+    };
+    let fds: Vec<i32> = (0..3)
+        .map(|i| s.open(&format!("rnd{i}"), O).unwrap() as i32)
+        .collect();
+    for step in 0..300 {
+        let fi = next(3) as usize;
+        let fd = fds[fi];
+        let place = |next: &mut dyn FnMut(u64) -> u64| {
+            let blk = next(96) as i64 * b;
+            match next(3) {
+                0 => blk,
+                1 => blk + next(b as u64) as i64,
+                _ => blk + b / 2,
+            }
+        };
+        let off = place(&mut next);
+        let len = place(&mut next).max(1);
+        let (what, x) = match next(9) {
+            0 | 1 => (
+                "write",
+                s.pwrite(fd, &pattern(len.min(8 * b) as usize, step as u8), off),
+            ),
+            2 => ("truncate", s.ftruncate(fd, off)),
+            3 => ("allocate", s.fallocate(fd, next(2) as u32 * K, off, len)),
+            4 => ("punch", s.fallocate(fd, PH | K, off, len)),
+            5 => ("zero", s.fallocate(fd, Z | (next(2) as u32 * K), off, len)),
+            6 | 7 => {
+                let sz = s.size(fd) as i64;
+                // Mostly legal: aligned and inside the file.
+                let (o, l) = if sz > 2 * b && next(4) != 0 {
+                    let o = next((sz / b - 1) as u64) as i64 * b;
+                    let l = (1 + next(((sz - o) / b - 1).max(1) as u64) as i64) * b;
+                    (o, l)
+                } else {
+                    (off, len)
+                };
+                ("collapse", s.fallocate(fd, C, o, l))
+            }
+            _ => {
+                let sz = s.size(fd) as i64;
+                let o = if sz > b && next(4) != 0 {
+                    next((sz / b) as u64) as i64 * b
+                } else {
+                    off
+                };
+                ("insert", s.fallocate(fd, I, o, (1 + next(8) as i64) * b))
+            }
+        };
+        r(&format!("rnd {step} f{fi} {what} {off} {len}"), x);
+        let (n, h) = digest(s, fd);
+        r(&format!("rnd {step} f{fi} size {n} digest {h:x}"), Ok(0));
+        let alloc: Vec<u64> = block_map(&s.fiemap(fd), b as u64)
+            .into_iter()
+            .map(|(l, _)| l)
+            .collect();
+        r(&format!("rnd {step} f{fi} blocks {alloc:?}"), Ok(0));
+    }
+    for fd in fds {
+        r("rnd close", s.close(fd));
+    }
 }
 
 /// FS_IOC_FIEMAP = _IOWR('f', 11, struct fiemap).
@@ -252,6 +362,12 @@ const FS_IOC_FIEMAP: libc::c_ulong = 0xC020_660B;
 /// The kernel's FIEMAP of `path` over `[start, start + len)`.
 fn kernel_fiemap(path: &Path, start: u64, len: u64) -> Result<Vec<FiemapExtent>, i32> {
     let f = std::fs::File::open(path).unwrap();
+    use std::os::fd::AsRawFd;
+    fiemap_fd(f.as_raw_fd(), start, len)
+}
+
+/// The kernel's FIEMAP of the open file `fd`.
+fn fiemap_fd(fd: i32, start: u64, len: u64) -> Result<Vec<FiemapExtent>, i32> {
     let n = 8192usize;
     // struct fiemap (32 bytes) then n struct fiemap_extent (56 bytes).
     let mut buf = vec![0u64; (32 + 56 * n) / 8];
@@ -259,9 +375,8 @@ fn kernel_fiemap(path: &Path, start: u64, len: u64) -> Result<Vec<FiemapExtent>,
     buf[1] = len;
     buf[2] = u64::from(FIEMAP_FLAG_SYNC);
     buf[3] = n as u64;
-    use std::os::fd::AsRawFd;
     // SAFETY: the buffer is a struct fiemap with room for n extents.
-    let r = unsafe { libc::ioctl(f.as_raw_fd(), FS_IOC_FIEMAP, buf.as_mut_ptr()) };
+    let r = unsafe { libc::ioctl(fd, FS_IOC_FIEMAP, buf.as_mut_ptr()) };
     cr(r.into())?;
     let mapped = (buf[2] >> 32) as usize;
     assert!(mapped < n);
@@ -298,7 +413,9 @@ impl Drop for Umount {
     }
 }
 
-const FILES: [&str; 8] = ["z", "z1", "zu", "zmax", "c", "i", "frag", "frag2"];
+const FILES: [&str; 11] = [
+    "z", "z1", "zu", "zmax", "c", "i", "frag", "frag2", "rnd0", "rnd1", "rnd2",
+];
 
 fn check(b: usize) {
     if !have_tools() || !have_e2fsck() {
@@ -398,7 +515,12 @@ fn check(b: usize) {
         assert!(i < 50, "umount: {}", String::from_utf8_lossy(&o.stderr));
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
-    for (a, b) in theirs.iter().zip(ours.iter()) {
+    for (i, (a, b)) in theirs.iter().zip(ours.iter()).enumerate() {
+        if a != b {
+            for l in &ours[i.saturating_sub(40)..i] {
+                eprintln!("  {l}");
+            }
+        }
         assert_eq!(a, b, "kernel (left) and ours (right) differ");
     }
     assert_eq!(theirs.len(), ours.len());
@@ -425,11 +547,22 @@ fn check(b: usize) {
                 std::fs::metadata(&pa).unwrap().blocks(),
                 std::fs::metadata(&pb).unwrap().blocks(),
             );
-            // Equal where the tree has at most one leaf; a deep tree of
-            // ours packs its leaves fuller than the kernel's, which splits
-            // them half-full (the data blocks are compared below).
-            if !f.starts_with("frag") {
-                assert_eq!(ba, bb, "{f}: st_blocks, ours (left), kernel's");
+            // Equal for the scripted small files. Tree blocks may differ
+            // elsewhere: a deep tree of ours packs its leaves fuller than
+            // the kernel's (which splits them half-full), the kernel keeps
+            // a leaf block when a file drops to 4 extents or fewer (ours
+            // go back into the inode), and the allocators place blocks
+            // differently, so extents that join on one side may not on the
+            // other. The data blocks are compared below, and e2fsck checked
+            // i_blocks on both images.
+            if !f.starts_with("frag") && !f.starts_with("rnd") {
+                assert_eq!(
+                    ba,
+                    bb,
+                    "{f}: st_blocks, ours (left), kernel's\n{}\n{}",
+                    debugfs_ro(&img, &format!("ex /{f}")),
+                    debugfs_ro(&kimg, &format!("ex /{f}"))
+                );
             }
         }
         assert!(da == db, "{f}: content differs");
