@@ -526,9 +526,12 @@ impl Ext4 {
         if size / bs >= u64::from(u32::MAX) {
             return Err(errno(libc::EFBIG));
         }
-        if size < raw.size {
+        // As ext4_setattr: ext4_truncate runs even when the size does not
+        // change, freeing blocks preallocated past EOF (the EOF block's
+        // tail is already zeros then).
+        if size <= raw.size {
             let keep = size.div_ceil(bs);
-            let zero = if !size.is_multiple_of(bs) {
+            let zero = if !size.is_multiple_of(bs) && size < raw.size {
                 vec![(size, keep * bs)]
             } else {
                 vec![]
