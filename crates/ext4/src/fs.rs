@@ -1099,7 +1099,7 @@ impl Ext4 {
         if self.sb.has_ro_compat(RO_COMPAT_HUGE_FILE) {
             res
         } else {
-            res.min((((1u64 << 32) - 1) >> (bits - 9)) << bits)
+            res.min((((1u64 << 32) - 1) >> bits.saturating_sub(9)) << bits)
         }
     }
 

@@ -295,14 +295,24 @@ fn script(s: &dyn Sys, b: i64, max: i64, log: &mut Vec<String>) {
         rng ^= rng << 17;
         rng % n
     };
-    let fds: Vec<i32> = (0..3)
+    let fds: Vec<i32> = (0..4)
         .map(|i| s.open(&format!("rnd{i}"), O).unwrap() as i32)
         .collect();
-    for step in 0..300 {
-        let fi = next(3) as usize;
+    // rnd3 starts as 800 one-block extents (a tree with index blocks) and
+    // stays large: its ranges are at most 64 blocks, truncates cut little.
+    for i in 0..800 {
+        s.pwrite(fds[3], &pattern(ub, i as u8), 2 * i * b).unwrap();
+    }
+    for step in 0..400 {
+        let fi = next(4) as usize;
         let fd = fds[fi];
+        let (span, cap) = if fi == 3 {
+            (1700, 64 * b)
+        } else {
+            (96, i64::MAX)
+        };
         let place = |next: &mut dyn FnMut(u64) -> u64| {
-            let blk = next(96) as i64 * b;
+            let blk = next(span) as i64 * b;
             match next(3) {
                 0 => blk,
                 1 => blk + next(b as u64) as i64,
@@ -310,12 +320,16 @@ fn script(s: &dyn Sys, b: i64, max: i64, log: &mut Vec<String>) {
             }
         };
         let off = place(&mut next);
-        let len = place(&mut next).max(1);
+        let len = place(&mut next).clamp(1, cap);
         let (what, x) = match next(9) {
             0 | 1 => (
                 "write",
                 s.pwrite(fd, &pattern(len.min(8 * b) as usize, step as u8), off),
             ),
+            2 if fi == 3 => {
+                let sz = s.size(fd) as i64;
+                ("truncate", s.ftruncate(fd, sz - next(3 * b as u64) as i64))
+            }
             2 => ("truncate", s.ftruncate(fd, off)),
             3 => ("allocate", s.fallocate(fd, next(2) as u32 * K, off, len)),
             4 => ("punch", s.fallocate(fd, PH | K, off, len)),
@@ -326,7 +340,7 @@ fn script(s: &dyn Sys, b: i64, max: i64, log: &mut Vec<String>) {
                 let (o, l) = if sz > 2 * b && next(4) != 0 {
                     let o = next((sz / b - 1) as u64) as i64 * b;
                     let l = (1 + next(((sz - o) / b - 1).max(1) as u64) as i64) * b;
-                    (o, l)
+                    (o, l.min(cap))
                 } else {
                     (off, len)
                 };
@@ -413,8 +427,8 @@ impl Drop for Umount {
     }
 }
 
-const FILES: [&str; 11] = [
-    "z", "z1", "zu", "zmax", "c", "i", "frag", "frag2", "rnd0", "rnd1", "rnd2",
+const FILES: [&str; 12] = [
+    "z", "z1", "zu", "zmax", "c", "i", "frag", "frag2", "rnd0", "rnd1", "rnd2", "rnd3",
 ];
 
 fn check(b: usize) {
@@ -451,8 +465,8 @@ fn check(b: usize) {
     drop(e);
     fsck_clean(&img);
     // The shifted trees have index levels: frag depth 2 (more leaves than
-    // the inode's 4 entries), frag2 at least 1.
-    for (f, depth) in [("frag", " 0/ 2 "), ("frag2", " 0/ ")] {
+    // the inode's 4 entries), frag2 and rnd3 at least 1.
+    for (f, depth) in [("frag", " 0/ 2 "), ("frag2", " 0/ "), ("rnd3", " 0/ ")] {
         let ex = debugfs_ro(&img, &format!("ex /{f}"));
         assert!(
             ex.contains(depth) && !ex.contains(" 0/ 0 "),
