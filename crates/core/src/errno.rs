@@ -88,6 +88,7 @@ errnos! {
     ESTALE = libc::ESTALE, "Stale file handle";
     EDQUOT = libc::EDQUOT, "Disk quota exceeded";
     EUCLEAN = libc::EUCLEAN, "Structure needs cleaning";
+    EBADR = libc::EBADR, "Invalid request descriptor";
 }
 
 impl Errno {

@@ -182,6 +182,24 @@ pub trait Filesystem: Send + Sync + 'static {
         Err(Errno::EOPNOTSUPP)
     }
 
+    /// `FS_IOC_FIEMAP` over the bytes `[start, start + len)` (`len` > 0,
+    /// not yet clipped to the maximum file size) with the request's
+    /// `FIEMAP_FLAG_*` `flags`: the extents that map the range, in order,
+    /// clipped to it at block granularity, the last one flagged
+    /// `FIEMAP_EXTENT_LAST` (as the kernel's iomap-based reports). EBADR
+    /// for a flag the filesystem does not support. The default (memfs, as
+    /// tmpfs): EOPNOTSUPP.
+    fn fiemap(
+        &self,
+        inode: &Arc<Inode>,
+        start: u64,
+        len: u64,
+        flags: u32,
+    ) -> VfsResult<Vec<FiemapExtent>> {
+        let _ = (inode, start, len, flags);
+        Err(Errno::EOPNOTSUPP)
+    }
+
     /// SEEK_DATA (`data`) or SEEK_HOLE from `off`; ENXIO past the end.
     fn seek_data_hole(&self, inode: &Arc<Inode>, off: u64, data: bool) -> VfsResult<u64> {
         // Default: the whole file is data, with the implicit hole at EOF.
@@ -289,6 +307,35 @@ pub enum RangeOp {
     /// FALLOC_FL_INSERT_RANGE.
     Insert,
 }
+
+/// One extent of an `FS_IOC_FIEMAP` answer (`struct fiemap_extent`, bytes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FiemapExtent {
+    /// Offset in the file.
+    pub logical: u64,
+    /// Offset on the device.
+    pub physical: u64,
+    /// Length in bytes.
+    pub length: u64,
+    /// `FIEMAP_EXTENT_*`.
+    pub flags: u32,
+}
+
+/// `fm_flags`: write dirty data back before mapping (nothing to do where
+/// data is not cached).
+pub const FIEMAP_FLAG_SYNC: u32 = 0x1;
+/// `fm_flags`: map the extended attribute storage instead of the data.
+pub const FIEMAP_FLAG_XATTR: u32 = 0x2;
+/// `fm_flags`: ext4's "cache the extent tree" request.
+pub const FIEMAP_FLAG_CACHE: u32 = 0x4;
+/// `fe_flags`: the last extent of the answer.
+pub const FIEMAP_EXTENT_LAST: u32 = 0x1;
+/// `fe_flags`: allocated but unwritten (reads as zeros).
+pub const FIEMAP_EXTENT_UNWRITTEN: u32 = 0x800;
+/// `fe_flags`: made of several blocks mapped one by one (block maps).
+pub const FIEMAP_EXTENT_MERGED: u32 = 0x1000;
+/// The kernel's limit on `fm_extent_count` (EINVAL above it).
+pub const FIEMAP_MAX_EXTENTS: u32 = u32::MAX / 56 - 1;
 
 /// Apply the non-size fields of `set` to an attribute block.
 pub fn apply_setattr(a: &mut crate::types::Attr, set: &SetAttr) {

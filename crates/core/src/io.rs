@@ -419,6 +419,32 @@ impl Task {
         Ok(())
     }
 
+    /// `ioctl(fd, FS_IOC_FIEMAP)` over the bytes `[start, start + len)`
+    /// with `fm_flags` `flags` (`fstype::FIEMAP_FLAG_*`): every extent that
+    /// maps the range (`fm_extent_count` unbounded; a caller with a fixed
+    /// array keeps the first ones, as the kernel fills it). Any open file
+    /// but O_PATH (EBADF); the filesystem answers for regular files and
+    /// directories, other types are EOPNOTSUPP (no `fiemap` inode
+    /// operation), as is memfs (as tmpfs). FIEMAP cannot reach a FUSE
+    /// daemon: the kernel has no FUSE request for it.
+    pub fn fiemap(
+        &self,
+        fd: i32,
+        start: u64,
+        len: u64,
+        flags: u32,
+    ) -> VfsResult<Vec<crate::fstype::FiemapExtent>> {
+        let f = self.files().get_arc(fd)?;
+        if f.is_path_only() {
+            return Err(Errno::EBADF);
+        }
+        let i = f.inode();
+        if !matches!(i.file_type(), FileType::Regular | FileType::Directory) {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        f.path().mnt.sb.fs.fiemap(i, start, len, flags)
+    }
+
     /// `fsync(2)`.
     pub fn fsync(&self, fd: i32) -> VfsResult<()> {
         let g = epoch::pin();

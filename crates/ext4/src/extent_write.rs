@@ -1,6 +1,10 @@
 //! File data on a read-write mount: write (allocating blocks, merging with
 //! the neighbouring extent when contiguous), truncate (shrink frees data
-//! and zeroes the partial last block; grow leaves a hole), punch hole.
+//! and zeroes the partial last block; grow leaves a hole), punch hole, and
+//! fallocate's other modes: allocate (unwritten extents), ZERO_RANGE
+//! (whole blocks turned unwritten in place), COLLAPSE_RANGE and
+//! INSERT_RANGE (every later extent shifted in the list, then the tree
+//! rewritten: any depth, one handle, so one transaction).
 //!
 //! DESIGN
 //! - A change works on the file's whole extent list: the tree is read
@@ -30,16 +34,19 @@ use crate::util::{errno, now};
 use scalevfs_sync::ordered::RwLockWriteGuard;
 use scalevfs_sync::primitive::Ordering;
 
+/// Whether `b` continues `a` (logically and physically, same state) and
+/// the two fit one extent: unwritten extents hold at most
+/// INIT_MAX_LEN - 1 blocks.
+fn joins(a: &Extent, b: &Extent) -> bool {
+    a.uninit == b.uninit
+        && u64::from(a.block) + u64::from(a.len) == u64::from(b.block)
+        && a.start + u64::from(a.len) == b.start
+        && u32::from(a.len) + u32::from(b.len) <= u32::from(INIT_MAX_LEN) - u32::from(a.uninit)
+}
+
 /// Merge `e` into the sorted list `ex` (which has no block of its range).
 pub(crate) fn insert_extent(ex: &mut Vec<Extent>, e: Extent) {
     let i = ex.partition_point(|x| x.block < e.block);
-    // Unwritten extents hold at most INIT_MAX_LEN - 1 blocks.
-    let joins = |a: &Extent, b: &Extent| {
-        a.uninit == b.uninit
-            && u64::from(a.block) + u64::from(a.len) == u64::from(b.block)
-            && a.start + u64::from(a.len) == b.start
-            && u32::from(a.len) + u32::from(b.len) <= u32::from(INIT_MAX_LEN) - u32::from(a.uninit)
-    };
     if i > 0 && joins(&ex[i - 1], &e) {
         ex[i - 1].len += e.len;
         if i < ex.len() && joins(&ex[i - 1], &ex[i]) {
@@ -85,6 +92,79 @@ fn remove_range(ex: &mut Vec<Extent>, from: u64, to: u64) -> Vec<(u64, u64)> {
     }
     *ex = out;
     freed
+}
+
+/// Split the extent holding logical block `at` in two at `at` (nothing
+/// if `at` starts an extent or lies in a hole).
+fn split_at(ex: &mut Vec<Extent>, at: u64) {
+    let i = ex.partition_point(|e| u64::from(e.block) < at);
+    let Some(e) = i.checked_sub(1).map(|j| ex[j]) else {
+        return;
+    };
+    let (s, t) = (u64::from(e.block), u64::from(e.block) + u64::from(e.len));
+    if at > s && at < t {
+        ex[i - 1].len = (at - s) as u16;
+        ex.insert(
+            i,
+            Extent {
+                block: at as u32,
+                len: (t - at) as u16,
+                start: e.start + (at - s),
+                uninit: e.uninit,
+            },
+        );
+    }
+}
+
+/// Join the neighbours of the sorted list `ex` that `joins` allows (after
+/// a shift or a conversion, as the kernel's ext4_ext_try_to_merge).
+fn merge_adjacent(ex: &mut Vec<Extent>) {
+    let mut out: Vec<Extent> = Vec::with_capacity(ex.len());
+    for e in ex.drain(..) {
+        match out.last_mut() {
+            Some(l) if joins(l, &e) => l.len += e.len,
+            _ => out.push(e),
+        }
+    }
+    *ex = out;
+}
+
+/// Mark the written blocks of logical `from..to` unwritten (ZERO_RANGE's
+/// whole blocks: they read as zeros from now on and keep their physical
+/// blocks, as ext4_ext_convert_initialized_extent). True if any changed.
+fn mark_unwritten(ex: &mut Vec<Extent>, from: u64, to: u64) -> bool {
+    if from >= to {
+        return false;
+    }
+    split_at(ex, from);
+    split_at(ex, to);
+    let mut changed = false;
+    let mut out = Vec::with_capacity(ex.len() + 1);
+    for e in ex.drain(..) {
+        let s = u64::from(e.block);
+        if e.uninit || s < from || s >= to {
+            out.push(e);
+            continue;
+        }
+        changed = true;
+        // A written extent of INIT_MAX_LEN blocks is one too long for an
+        // unwritten one: two pieces.
+        let max = INIT_MAX_LEN - 1;
+        let mut done = 0u16;
+        while done < e.len {
+            let n = (e.len - done).min(max);
+            out.push(Extent {
+                block: e.block + u32::from(done),
+                len: n,
+                start: e.start + u64::from(done),
+                uninit: true,
+            });
+            done += n;
+        }
+    }
+    *ex = out;
+    merge_adjacent(ex);
+    changed
 }
 
 impl Ext4 {
@@ -380,17 +460,10 @@ impl Ext4 {
         Ok(done)
     }
 
-    /// Remove the data of logical blocks `from..to` and zero the bytes
-    /// `zero` (a byte range inside the file's partial blocks).
-    fn drop_range(
-        &self,
-        raw: &mut RawInode,
-        from: u64,
-        to: u64,
-        zero: &[(u64, u64)],
-    ) -> Result<()> {
+    /// Zero the byte ranges `zero` (each inside one block) where `ex` maps
+    /// them to written blocks (holes and unwritten blocks read as zeros).
+    fn zero_written(&self, ex: &[Extent], zero: &[(u64, u64)]) -> Result<()> {
         let bs = self.bs as u64;
-        let (mut ex, tree) = self.collect_extents(raw)?;
         let mut buf = vec![0u8; self.bs];
         for &(a, b) in zero {
             if a >= b {
@@ -408,6 +481,21 @@ impl Ext4 {
                 self.dev.write_at(p * bs, &buf)?;
             }
         }
+        Ok(())
+    }
+
+    /// Remove the data of logical blocks `from..to` and zero the bytes
+    /// `zero` (a byte range inside the file's partial blocks).
+    fn drop_range(
+        &self,
+        raw: &mut RawInode,
+        from: u64,
+        to: u64,
+        zero: &[(u64, u64)],
+    ) -> Result<()> {
+        let bs = self.bs as u64;
+        let (mut ex, tree) = self.collect_extents(raw)?;
+        self.zero_written(&ex, zero)?;
         if from >= to {
             return Ok(());
         }
@@ -438,9 +526,12 @@ impl Ext4 {
         if size / bs >= u64::from(u32::MAX) {
             return Err(errno(libc::EFBIG));
         }
-        if size < raw.size {
+        // As ext4_setattr: ext4_truncate runs even when the size does not
+        // change, freeing blocks preallocated past EOF (the EOF block's
+        // tail is already zeros then).
+        if size <= raw.size {
             let keep = size.div_ceil(bs);
-            let zero = if !size.is_multiple_of(bs) {
+            let zero = if !size.is_multiple_of(bs) && size < raw.size {
                 vec![(size, keep * bs)]
             } else {
                 vec![]
@@ -459,9 +550,17 @@ impl Ext4 {
         self.rw()?;
         let (ei, g, mut raw) = Self::file_raw(inode)?;
         let bs = self.bs as u64;
-        let end = off.saturating_add(len).min(raw.size);
-        if off >= end {
+        if off >= raw.size {
             return Ok(());
+        }
+        // As ext4_punch_hole: a hole reaching past EOF ends at the end of
+        // the page holding EOF instead (the kernel's PAGE_SIZE, 4 KiB on
+        // x86), so the EOF block goes whole, and with 1 KiB blocks also the
+        // (preallocated) blocks after it up to that page's end.
+        let page = bs.max(4096);
+        let mut end = off.saturating_add(len);
+        if end > raw.size {
+            end = raw.size.div_ceil(page).saturating_mul(page);
         }
         let first_full = off.div_ceil(bs);
         let last_full = end / bs;
@@ -496,39 +595,7 @@ impl Ext4 {
         }
         let (mut ex, tree) = self.collect_extents(&raw)?;
         let mut fresh = Vec::new();
-        let mut goal = 0;
-        let mut r = Ok(());
-        for lblk in first..=last {
-            let i = ex.partition_point(|e| u64::from(e.block) <= lblk);
-            if let Some(e) = i.checked_sub(1).map(|j| ex[j]) {
-                if lblk < u64::from(e.block) + u64::from(e.len) {
-                    goal = e.start + (lblk - u64::from(e.block)) + 1;
-                    continue;
-                }
-                if goal == 0 {
-                    goal = e.start + u64::from(e.len);
-                }
-            }
-            match self.alloc_block(goal, false) {
-                Ok(p) => {
-                    fresh.push(p);
-                    goal = p + 1;
-                    insert_extent(
-                        &mut ex,
-                        Extent {
-                            block: lblk as u32,
-                            len: 1,
-                            start: p,
-                            uninit: true,
-                        },
-                    );
-                }
-                Err(e) => {
-                    r = Err(e);
-                    break;
-                }
-            }
-        }
+        let mut r = self.fill_holes(&mut ex, first, last, &mut fresh);
         if r.is_ok() && !fresh.is_empty() {
             raw.blocks += fresh.len() as u64 * (bs / 512);
             r = self.rebuild_tree(&mut raw, &ex, &tree);
@@ -540,6 +607,182 @@ impl Ext4 {
             return Err(e);
         }
         raw.ctime = now();
+        self.publish(inode, ei, g, raw)
+    }
+
+    /// Unwritten extents of new blocks over the holes of logical blocks
+    /// `first..=last` of `ex`; the blocks taken are pushed on `fresh`
+    /// (the caller frees them if it fails).
+    fn fill_holes(
+        &self,
+        ex: &mut Vec<Extent>,
+        first: u64,
+        last: u64,
+        fresh: &mut Vec<u64>,
+    ) -> Result<()> {
+        let mut goal = 0;
+        for lblk in first..=last {
+            let i = ex.partition_point(|e| u64::from(e.block) <= lblk);
+            if let Some(e) = i.checked_sub(1).map(|j| ex[j]) {
+                if lblk < u64::from(e.block) + u64::from(e.len) {
+                    goal = e.start + (lblk - u64::from(e.block)) + 1;
+                    continue;
+                }
+                if goal == 0 {
+                    goal = e.start + u64::from(e.len);
+                }
+            }
+            let p = self.alloc_block(goal, false)?;
+            fresh.push(p);
+            goal = p + 1;
+            insert_extent(
+                ex,
+                Extent {
+                    block: lblk as u32,
+                    len: 1,
+                    start: p,
+                    uninit: true,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// fallocate ZERO_RANGE (the VFS grows the size afterwards unless
+    /// KEEP_SIZE), as ext4_zero_range: every block the range touches is
+    /// allocated (unwritten extents over its holes), the written blocks
+    /// wholly inside it become unwritten in place (same physical blocks,
+    /// nothing freed), and the bytes of the partial blocks at its ends are
+    /// zeroed where those blocks are written. ENOSPC changes nothing: the
+    /// blocks and the new tree come first, the partial blocks' data last.
+    pub(crate) fn file_zero_range(&self, inode: &Arc<Inode>, off: u64, len: u64) -> Result<()> {
+        self.rw()?;
+        let (ei, g, mut raw) = Self::file_raw(inode)?;
+        let bs = self.bs as u64;
+        if len == 0 {
+            return Err(errno(libc::EINVAL));
+        }
+        let end = off.checked_add(len).ok_or_else(|| errno(libc::EFBIG))?;
+        let (first, last) = (off / bs, (end - 1) / bs);
+        if last >= u64::from(u32::MAX) {
+            return Err(errno(libc::EFBIG));
+        }
+        let (mut ex, tree) = self.collect_extents(&raw)?;
+        let mut fresh = Vec::new();
+        let mut r = self.fill_holes(&mut ex, first, last, &mut fresh);
+        if r.is_ok() {
+            let converted = mark_unwritten(&mut ex, off.div_ceil(bs), end / bs);
+            if converted || !fresh.is_empty() {
+                raw.blocks += fresh.len() as u64 * (bs / 512);
+                r = self.rebuild_tree(&mut raw, &ex, &tree);
+            }
+        }
+        if let Err(e) = r {
+            for b in fresh {
+                let _ = self.free_block(b);
+            }
+            return Err(e);
+        }
+        // The partial blocks at the ends (one if the range is inside one).
+        let mut zero = Vec::new();
+        if !off.is_multiple_of(bs) {
+            zero.push((off, end.min((first + 1) * bs)));
+        }
+        if !end.is_multiple_of(bs) && (last != first || off.is_multiple_of(bs)) {
+            zero.push((off.max(last * bs), end));
+        }
+        let r = self.zero_written(&ex, &zero);
+        let t = now();
+        raw.mtime = t;
+        raw.ctime = t;
+        // The tree changed whatever the data write did: store it.
+        self.publish(inode, ei, g, raw)?;
+        r
+    }
+
+    /// fallocate COLLAPSE_RANGE, as ext4_collapse_range: `off` and `len`
+    /// block-aligned and the range ending before EOF (EINVAL); its blocks
+    /// are freed (pending until the commit) and every extent after it
+    /// moves down by `len` blocks, joined with its new left neighbour
+    /// where they continue each other; the size shrinks by `len`. One
+    /// handle: a crash leaves the file as before or as after.
+    pub(crate) fn file_collapse(&self, inode: &Arc<Inode>, off: u64, len: u64) -> Result<()> {
+        self.rw()?;
+        let (ei, g, mut raw) = Self::file_raw(inode)?;
+        let bs = self.bs as u64;
+        if !off.is_multiple_of(bs) || !len.is_multiple_of(bs) || len == 0 {
+            return Err(errno(libc::EINVAL));
+        }
+        if !matches!(off.checked_add(len), Some(e) if e < raw.size) {
+            return Err(errno(libc::EINVAL));
+        }
+        // Below the size, so below 2^32 blocks.
+        let (a, k) = (off / bs, len / bs);
+        let (mut ex, tree) = self.collect_extents(&raw)?;
+        let before = ex.clone();
+        let freed = remove_range(&mut ex, a, a + k);
+        for e in ex.iter_mut().filter(|e| u64::from(e.block) >= a + k) {
+            e.block -= k as u32;
+        }
+        merge_adjacent(&mut ex);
+        if ex != before {
+            self.rebuild_tree(&mut raw, &ex, &tree)?;
+        }
+        let mut n = 0;
+        for (s, c) in freed {
+            for b in s..s + c {
+                self.free_block(b)?;
+                n += 1;
+            }
+        }
+        raw.blocks = raw.blocks.saturating_sub(n * (bs / 512));
+        raw.size -= len;
+        let t = now();
+        raw.mtime = t;
+        raw.ctime = t;
+        self.publish(inode, ei, g, raw)
+    }
+
+    /// fallocate INSERT_RANGE, as ext4_insert_range: `off` and `len`
+    /// block-aligned (EINVAL), the new size within the maximum (EFBIG),
+    /// `off` below the size (EINVAL); the extent holding `off` splits
+    /// there and every extent from `off` on moves up by `len` blocks,
+    /// leaving a hole; the size grows by `len`. One handle.
+    pub(crate) fn file_insert(&self, inode: &Arc<Inode>, off: u64, len: u64) -> Result<()> {
+        self.rw()?;
+        let (ei, g, mut raw) = Self::file_raw(inode)?;
+        let bs = self.bs as u64;
+        if !off.is_multiple_of(bs) || !len.is_multiple_of(bs) || len == 0 {
+            return Err(errno(libc::EINVAL));
+        }
+        if len > self.max_size().saturating_sub(raw.size) {
+            return Err(errno(libc::EFBIG));
+        }
+        if off >= raw.size {
+            return Err(errno(libc::EINVAL));
+        }
+        let (a, k) = (off / bs, len / bs);
+        let (mut ex, tree) = self.collect_extents(&raw)?;
+        split_at(&mut ex, a);
+        // Blocks preallocated past EOF move too: they must stay below the
+        // last logical block.
+        if let Some(l) = ex.last().filter(|l| u64::from(l.block) >= a) {
+            if u64::from(l.block) + u64::from(l.len) + k > u64::from(u32::MAX) {
+                return Err(errno(libc::EFBIG));
+            }
+        }
+        let mut moved = false;
+        for e in ex.iter_mut().filter(|e| u64::from(e.block) >= a) {
+            e.block += k as u32;
+            moved = true;
+        }
+        if moved {
+            self.rebuild_tree(&mut raw, &ex, &tree)?;
+        }
+        raw.size += len;
+        let t = now();
+        raw.mtime = t;
+        raw.ctime = t;
         self.publish(inode, ei, g, raw)
     }
 
@@ -597,6 +840,53 @@ mod tests {
         // Not contiguous on disk: a separate extent.
         insert_extent(&mut v, x(4, 1, 7));
         assert_eq!(v, [x(0, 4, 100), x(4, 1, 7), x(9, 2, 49)]);
+    }
+
+    #[test]
+    fn split_at_cuts_only_inside_an_extent() {
+        let mut v = vec![x(0, 10, 100), x(20, 5, 300)];
+        split_at(&mut v, 0);
+        split_at(&mut v, 15);
+        split_at(&mut v, 20);
+        assert_eq!(v, [x(0, 10, 100), x(20, 5, 300)]);
+        split_at(&mut v, 4);
+        assert_eq!(v, [x(0, 4, 100), x(4, 6, 104), x(20, 5, 300)]);
+        merge_adjacent(&mut v);
+        assert_eq!(v, [x(0, 10, 100), x(20, 5, 300)]);
+    }
+
+    #[test]
+    fn mark_unwritten_splits_and_respects_the_unwritten_limit() {
+        let mut v = vec![x(0, 10, 100), x(10, INIT_MAX_LEN, 1000)];
+        assert!(mark_unwritten(&mut v, 3, 5));
+        let u = |block, len, start| Extent {
+            uninit: true,
+            ..x(block, len, start)
+        };
+        assert_eq!(
+            v,
+            [
+                x(0, 3, 100),
+                u(3, 2, 103),
+                x(5, 5, 105),
+                x(10, INIT_MAX_LEN, 1000)
+            ]
+        );
+        // Already unwritten: nothing changes.
+        assert!(!mark_unwritten(&mut v, 3, 5));
+        // A whole INIT_MAX_LEN extent: two unwritten pieces.
+        assert!(mark_unwritten(&mut v, 10, 10 + u64::from(INIT_MAX_LEN)));
+        assert_eq!(
+            v[3..],
+            [
+                u(10, INIT_MAX_LEN - 1, 1000),
+                u(
+                    10 + u32::from(INIT_MAX_LEN) - 1,
+                    1,
+                    1000 + u64::from(INIT_MAX_LEN) - 1
+                )
+            ]
+        );
     }
 
     #[test]

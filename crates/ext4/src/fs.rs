@@ -1095,6 +1095,19 @@ impl Ext4 {
         i.private::<Ext4Inode>().map(|n| n.raw()).ok_or(Errno::EIO)
     }
 
+    /// The largest file size, as the kernel's ext4_max_size: 2^32 - 1
+    /// blocks (ee_block is 32 bits, one block kept so that an extent can
+    /// reach the end); without huge_file also i_blocks' 2^32 - 1 sectors.
+    pub(crate) fn max_size(&self) -> u64 {
+        let bits = self.bs.trailing_zeros();
+        let res = ((1u64 << 32) - 1) << bits;
+        if self.sb.has_ro_compat(RO_COMPAT_HUGE_FILE) {
+            res
+        } else {
+            res.min((((1u64 << 32) - 1) >> bits.saturating_sub(9)) << bits)
+        }
+    }
+
     /// Where logical block `lblk` of `raw` lives.
     pub fn map_block(&self, raw: &RawInode, lblk: u32) -> Result<Mapping> {
         if raw.flags & inode::FL_EXTENTS != 0 {
@@ -1981,8 +1994,7 @@ impl Filesystem for Ext4 {
     }
 
     fn max_file_size(&self) -> u64 {
-        // 2^32 logical blocks of extents.
-        (self.bs as u64) << 32
+        self.max_size()
     }
 
     fn read(&self, i: &Arc<Inode>, off: u64, buf: &mut [u8]) -> VfsResult<usize> {
@@ -1993,6 +2005,22 @@ impl Filesystem for Ext4 {
         }
         let _g = self.file_read_lock(i);
         vfs(self.read_data(&Ext4::node(i)?, off, buf))
+    }
+
+    fn fiemap(
+        &self,
+        i: &Arc<Inode>,
+        start: u64,
+        len: u64,
+        flags: u32,
+    ) -> VfsResult<Vec<scalevfs::fstype::FiemapExtent>> {
+        // The tree lock of the kind the inode has, shared.
+        let _g = match i.file_type() {
+            FileType::Directory => self.dir_read_lock(i),
+            _ => self.file_read_lock(i),
+        };
+        let len = self.fiemap_check(start, len, flags)?;
+        vfs(self.fiemap_raw(&Ext4::node(i)?, start, len))
     }
 
     fn seek_data_hole(&self, i: &Arc<Inode>, off: u64, data: bool) -> VfsResult<u64> {
@@ -2017,6 +2045,24 @@ impl Filesystem for Ext4 {
         } else {
             vfs(self.journaled(|| self.file_fallocate(inode, off, len)))
         }
+    }
+
+    fn fallocate_range(
+        &self,
+        inode: &Arc<Inode>,
+        op: scalevfs::fstype::RangeOp,
+        off: u64,
+        len: u64,
+    ) -> VfsResult<()> {
+        use scalevfs::fstype::RangeOp;
+        if self.rw.is_none() {
+            return Err(Errno::EROFS);
+        }
+        vfs(self.journaled(|| match op {
+            RangeOp::Zero => self.file_zero_range(inode, off, len),
+            RangeOp::Collapse => self.file_collapse(inode, off, len),
+            RangeOp::Insert => self.file_insert(inode, off, len),
+        }))
     }
 
     // Extended attributes: in the inode body and the xattr block

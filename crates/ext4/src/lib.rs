@@ -17,6 +17,7 @@ pub mod crashdev;
 pub mod device;
 pub mod error;
 mod extent_write;
+mod fiemap;
 pub mod format;
 mod fs;
 pub mod journal;
