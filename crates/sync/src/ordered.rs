@@ -100,7 +100,7 @@ classes! {
     DirVictim = 6, "Inode::dir_lock (victim)", TryOnly;
     /// `FsContext::lock`: chdir and chroot.
     FsContext = 7, "FsContext::lock", No;
-    /// `FdTable::lock`: installing and removing fds.
+    /// `FdTable::lock`: the lowest-fd search, dup2, growing the table.
     FdTable = 8, "FdTable::lock", No;
     /// `Inode::data_lock`: size and data for writers.
     DataLock = 9, "Inode::data_lock", No;
