@@ -1115,7 +1115,7 @@ impl fuser::Filesystem for ScaleFs {
     fn ioctl(
         &self,
         req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         _flags: IoctlFlags,
         cmd: u32,
@@ -1134,7 +1134,17 @@ impl fuser::Filesystem for ScaleFs {
         let fd = tri!(reply, fd_of(fh));
         let s = &self.shared;
         let get = || s.with_task(req, |t| t.ioctl_getflags(fd)).map_err(errno);
-        let set = |v: u32| s.with_task(req, |t| t.ioctl_setflags(fd, v)).map_err(errno);
+        // The change sets the ctime, which no reply carries: the kernel
+        // forgets the attributes it cached (else `stat` shows the old
+        // ctime until they time out; generic/277). Attributes only (-1).
+        let set = |v: u32| {
+            s.with_task(req, |t| t.ioctl_setflags(fd, v))
+                .map_err(errno)?;
+            if let Some(n) = s.notifier.get() {
+                let _ = n.inval_inode(ino, -1, 0);
+            }
+            Ok(())
+        };
         let word = |d: &[u8]| {
             d.get(..4)
                 .map(|b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]))

@@ -573,3 +573,45 @@ fn copy_file_range_through_the_mount() {
     let r = unsafe { libc::ioctl(dst.as_raw_fd(), FS_IOC_SETFLAGS, &none) };
     assert_eq!(r, 0);
 }
+
+/// chattr changes the ctime, which no FUSE reply carries: the daemon tells
+/// the kernel to forget the attributes it cached, so `stat` right after
+/// shows the new ctime even with a long attribute timeout (xfstests
+/// generic/277: "ctime not updated after chattr").
+#[test]
+fn chattr_ctime_is_seen_at_once() {
+    if !fuse_ok("chattr_ctime_is_seen_at_once") {
+        return;
+    }
+    let long = Duration::from_secs(3600);
+    let cfg = FuseConfig {
+        attr_timeout: long,
+        entry_timeout: long,
+        ..FuseConfig::default()
+    };
+    let m = Mounted::new("chattr-ctime", cfg);
+    fs::write(m.p("f"), b"x").unwrap();
+    let before = fs::metadata(m.p("f")).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    let f = fs::File::open(m.p("f")).unwrap();
+    const FS_IOC_SETFLAGS: libc::c_ulong = 0x4008_6602;
+    let nodump: libc::c_long = 0x40;
+    // SAFETY: the ioctl reads a long from a live local.
+    let r = unsafe {
+        libc::ioctl(
+            std::os::fd::AsRawFd::as_raw_fd(&f),
+            FS_IOC_SETFLAGS,
+            &nodump,
+        )
+    };
+    assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+    let after = fs::metadata(m.p("f")).unwrap();
+    assert!(
+        (after.ctime(), after.ctime_nsec()) > (before.ctime(), before.ctime_nsec()),
+        "ctime not updated after chattr: {} {} -> {} {}",
+        before.ctime(),
+        before.ctime_nsec(),
+        after.ctime(),
+        after.ctime_nsec()
+    );
+}
