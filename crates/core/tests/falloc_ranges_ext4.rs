@@ -47,8 +47,10 @@ fn cr(r: i64) -> R {
 impl Sys for Host {
     fn open(&self, p: &str, flags: u32) -> R {
         let c = CString::new(format!("{}/{p}", self.dir)).unwrap();
+        // O_CLOEXEC: the tools other test threads start (mkfs.ext4, mount)
+        // must not inherit it and keep this mount busy at its umount.
         // SAFETY: plain syscall with a valid C string.
-        cr(unsafe { libc::open(c.as_ptr(), flags as i32, 0o644) } as i64)
+        cr(unsafe { libc::open(c.as_ptr(), flags as i32 | libc::O_CLOEXEC, 0o644) } as i64)
     }
     fn close(&self, fd: i32) -> R {
         // SAFETY: plain syscall.
@@ -308,7 +310,24 @@ impl Ext4 {
 
 impl Drop for Ext4 {
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.mnt).status();
+        // A tool another test thread started may still hold a descriptor
+        // it inherited before O_CLOEXEC was set on ours: retry, then
+        // detach lazily rather than leave the mount behind.
+        let mut done = false;
+        for _ in 0..20 {
+            if Command::new("umount")
+                .arg(&self.mnt)
+                .status()
+                .is_ok_and(|s| s.success())
+            {
+                done = true;
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        if !done {
+            let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
+        }
         let _ = std::fs::remove_dir(&self.mnt);
         let _ = std::fs::remove_file(&self.img);
     }
