@@ -27,7 +27,6 @@ use common::*;
 const XATTR_CREATE: u32 = 1;
 const XATTR_REPLACE: u32 = 2;
 
-type Xattrs = BTreeMap<String, Vec<u8>>;
 /// Every file's expected attributes.
 type Model = BTreeMap<String, Xattrs>;
 
@@ -35,40 +34,6 @@ fn pattern(seed: u8, n: usize) -> Vec<u8> {
     (0..n)
         .map(|i| (i as u8).wrapping_mul(29).wrapping_add(seed))
         .collect()
-}
-
-fn our_xattrs(t: &Task, p: &str) -> Xattrs {
-    let mut out = Xattrs::new();
-    for name in t.xattr_names(p, AT_SYMLINK_NOFOLLOW).unwrap() {
-        let v = t
-            .xattr_value(p, &name, AT_SYMLINK_NOFOLLOW)
-            .unwrap_or_else(|e| panic!("{p} {:?}: {e}", String::from_utf8_lossy(&name)));
-        out.insert(String::from_utf8_lossy(&name).into_owned(), v);
-    }
-    out
-}
-
-/// Every attribute of `p` (not following a symlink) as the kernel shows it.
-fn host_xattrs(p: &Path) -> Xattrs {
-    let c = CString::new(p.as_os_str().as_bytes()).unwrap();
-    let mut buf = vec![0u8; 65536];
-    // SAFETY: a plain syscall on valid pointers that outlive it.
-    let n = unsafe { libc::llistxattr(c.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-    assert!(n >= 0, "llistxattr {p:?}");
-    let mut out = Xattrs::new();
-    for name in buf[..n as usize]
-        .split(|&b| b == 0)
-        .filter(|s| !s.is_empty())
-    {
-        let cn = CString::new(name).unwrap();
-        let mut v = vec![0u8; 65536];
-        // SAFETY: a plain syscall on valid pointers that outlive it.
-        let r = unsafe { libc::lgetxattr(c.as_ptr(), cn.as_ptr(), v.as_mut_ptr().cast(), v.len()) };
-        assert!(r >= 0, "lgetxattr {p:?} {name:?}");
-        v.truncate(r as usize);
-        out.insert(String::from_utf8_lossy(name).into_owned(), v);
-    }
-    out
 }
 
 /// The kernel's setxattr/removexattr on `p`: 0 or the errno.
