@@ -28,6 +28,7 @@ use scalevfs_sync::SeqLock;
 
 use crate::types::{Attr, Cred, FileType, Stat, S_IFMT};
 use crate::xattr::{acl_permits, AclEntry};
+use crossbeam_epoch::{self as epoch, Atomic, Owned, Shared};
 
 /// Inode flag: a directory that was removed (rmdir); creates in it fail ENOENT.
 pub const I_DEAD: u32 = 1;
@@ -40,8 +41,8 @@ pub const I_LINKABLE: u32 = 2;
 /// other write skips the check on this bit.
 pub const I_FCAPS: u32 = 4;
 /// Inode flag: the inode has an access ACL, cached in `Inode::acl` (set
-/// and cleared with the cache, under its lock). Without it permission
-/// checks read the mode alone and never touch the lock.
+/// and cleared with the cache). Without it permission checks read the
+/// mode alone and do not look at the cache.
 pub const I_ACL: u32 = 8;
 /// Inode flag: the directory may have a default ACL
 /// (`system.posix_acl_default`), which a create in it then reads from the
@@ -81,8 +82,11 @@ pub struct Inode {
     /// handles): set once by the filesystem at creation.
     generation: u32,
     /// The access ACL (Linux's `i_acl`), the stored one parsed, when the
-    /// inode has one (`I_ACL`); the filesystem keeps the stored copy.
-    acl: SpinLock<Option<Box<[AclEntry]>>>,
+    /// inode has one (`I_ACL`); the filesystem keeps the stored copy. Read
+    /// under an epoch guard with no lock and no write (a permission check
+    /// on a walk writes no shared line); replaced whole, the old copy freed
+    /// after a grace period (as Linux frees `i_acl` after RCU).
+    acl: Atomic<Vec<AclEntry>>,
 }
 
 #[repr(C, align(64))]
@@ -98,6 +102,21 @@ struct InodeHot {
 }
 
 const _: () = assert!(core::mem::size_of::<InodeHot>() == 64);
+
+impl Drop for Inode {
+    fn drop(&mut self) {
+        // Relaxed: exclusive access (`&mut self`).
+        // SAFETY: `&mut self`: nobody else can reach the list now, and a
+        // reader that loaded it earlier held a reference to this inode.
+        let p = self.acl.swap(Shared::null(), Ordering::Relaxed, unsafe {
+            epoch::unprotected()
+        });
+        if !p.is_null() {
+            // SAFETY: as above; owned by the inode alone.
+            drop(unsafe { p.into_owned() });
+        }
+    }
+}
 
 impl std::fmt::Debug for Inode {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -127,7 +146,7 @@ impl Inode {
             orphan: Default::default(),
             write_count: AtomicI64::new(0),
             generation: 0,
-            acl: SpinLock::new(Class::InodeAcl, LockClass::InodeAttr, None),
+            acl: Atomic::null(),
         }
     }
 
@@ -243,16 +262,21 @@ impl Inode {
     /// VFS calls it with the stored copy changed, under the data lock; a
     /// filesystem type calls it when it loads an inode that has one.
     pub fn set_access_acl(&self, acl: Option<Vec<AclEntry>>) {
-        let mut g = self.acl.lock();
-        match acl {
-            Some(a) => {
-                *g = Some(a.into_boxed_slice());
-                self.set_flag(I_ACL);
-            }
-            None => {
-                *g = None;
-                self.clear_flag(I_ACL);
-            }
+        let g = epoch::pin();
+        let has = acl.is_some();
+        let new = acl.map_or(Shared::null(), |a| Owned::new(a).into_shared(&g));
+        // AcqRel: publish the new list to readers (their Acquire loads),
+        // take ownership of the old one.
+        let old = self.acl.swap(new, Ordering::AcqRel, &g);
+        if has {
+            self.set_flag(I_ACL);
+        } else {
+            self.clear_flag(I_ACL);
+        }
+        if !old.is_null() {
+            // SAFETY: unreachable from the inode now; readers that loaded
+            // it hold a guard the destruction waits for.
+            unsafe { g.defer_destroy(old) };
         }
     }
 
@@ -261,7 +285,11 @@ impl Inode {
         if self.flags() & I_ACL == 0 {
             return None;
         }
-        self.acl.lock().as_deref().map(<[AclEntry]>::to_vec)
+        let g = epoch::pin();
+        // Acquire: pairs with the swap in `set_access_acl`.
+        let p = self.acl.load(Ordering::Acquire, &g);
+        // SAFETY: freed only after a grace period that `g` holds off.
+        unsafe { p.as_ref() }.cloned()
     }
 
     /// Record whether the directory may have a default ACL (see
@@ -302,7 +330,11 @@ impl Inode {
             return (mode >> 6) & mask == mask;
         }
         if mode & 0o070 != 0 && self.flags() & I_ACL != 0 {
-            if let Some(acl) = self.acl.lock().as_deref() {
+            let g = epoch::pin();
+            // Acquire: pairs with the swap in `set_access_acl`.
+            let p = self.acl.load(Ordering::Acquire, &g);
+            // SAFETY: freed only after a grace period that `g` holds off.
+            if let Some(acl) = unsafe { p.as_ref() } {
                 return acl_permits(acl, a.gid, cred, mask);
             }
         }

@@ -165,10 +165,6 @@ classes! {
     /// nodes.rs`): held only around its hash map, never across a core call
     /// (a node's handle is dropped after the shard is released).
     FuseNodes = 31, "fuse NodeTable shard", No;
-    /// `Inode::acl`: an inode's cached access ACL, held only to read or
-    /// replace it; nothing is taken under it (a permission check takes it
-    /// wherever it runs).
-    InodeAcl = 32, "Inode::acl", No;
 }
 
 impl fmt::Display for Class {
