@@ -14,6 +14,8 @@
 //! ACLs, the host side is skipped with the reason printed and only the
 //! checks that hold whatever the host says run.
 
+mod common;
+
 use std::ffi::CString;
 
 use scalevfs::xattr::{encode_acl, AclEntry, POSIX_ACL_ACCESS, POSIX_ACL_DEFAULT};
@@ -550,22 +552,11 @@ fn acls_match_tmpfs() {
     let mut hl = Log::default();
     root_part(&h, &mut hl);
     let d2 = dir.clone();
-    let ul = std::thread::spawn(move || {
-        // SAFETY: raw syscalls change this thread's credentials only.
-        unsafe {
-            assert_eq!(libc::syscall(libc::SYS_setresgid, 1000, 1000, 1000), 0);
-            assert_eq!(
-                libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<u32>()),
-                0
-            );
-            assert_eq!(libc::syscall(libc::SYS_setresuid, 1000, 1000, 1000), 0);
-        }
+    let ul = common::as_uid_1000(move || {
         let mut ul = Log::default();
         user_part(&Host { dir: d2 }, &mut ul);
         ul
-    })
-    .join()
-    .unwrap();
+    });
     hl.0.extend(ul.0);
     let _ = std::fs::remove_dir_all(&dir);
     if std::env::var_os("OPS_SHOW").is_some() {

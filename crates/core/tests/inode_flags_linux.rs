@@ -9,6 +9,8 @@
 //! If /dev/shm is missing or we are not root, the host side is skipped (the
 //! reason is printed) and only the scalevfs side runs.
 
+mod common;
+
 use std::ffi::CString;
 
 use scalevfs::inode::{FS_APPEND_FL, FS_IMMUTABLE_FL, FS_NOATIME_FL, FS_NODUMP_FL};
@@ -422,22 +424,11 @@ fn inode_flags_match_tmpfs() {
     unsafe { libc::umask(0o022) };
     root_part(&h, &mut hl);
     let d2 = dir.clone();
-    let ul = std::thread::spawn(move || {
-        // SAFETY: raw syscalls change this thread's credentials only.
-        unsafe {
-            assert_eq!(libc::syscall(libc::SYS_setresgid, 1000, 1000, 1000), 0);
-            assert_eq!(
-                libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<u32>()),
-                0
-            );
-            assert_eq!(libc::syscall(libc::SYS_setresuid, 1000, 1000, 1000), 0);
-        }
+    let ul = common::as_uid_1000(move || {
         let mut ul = Log::default();
         user_part(&Host { dir: d2 }, &mut ul);
         ul
-    })
-    .join()
-    .unwrap();
+    });
     hl.0.extend(ul.0);
     cleanup(&h);
     let _ = std::fs::remove_dir_all(&dir);

@@ -5,6 +5,8 @@
 //! mode, rdev, owner, nlink) must be equal. Without root or /dev/shm the
 //! host side is skipped (reason printed).
 
+mod common;
+
 use std::ffi::CString;
 
 use scalevfs::*;
@@ -197,22 +199,11 @@ fn rename_whiteout_matches_tmpfs() {
     )
     .unwrap();
     let d2 = dir.clone();
-    let ul = std::thread::spawn(move || {
-        // SAFETY: raw syscalls change this thread's credentials only.
-        unsafe {
-            assert_eq!(libc::syscall(libc::SYS_setresgid, 1000, 1000, 1000), 0);
-            assert_eq!(
-                libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<u32>()),
-                0
-            );
-            assert_eq!(libc::syscall(libc::SYS_setresuid, 1000, 1000, 1000), 0);
-        }
+    let ul = common::as_uid_1000(move || {
         let mut l = Log::default();
         user_part(&Host { dir: d2 }, &mut l);
         l
-    })
-    .join()
-    .unwrap();
+    });
     hl.0.extend(ul.0);
     let _ = std::fs::remove_dir_all(&dir);
     if std::env::var_os("OPS_SHOW").is_some() {

@@ -17,6 +17,8 @@
 //! tmpfs here is built without them (EOPNOTSUPP), so the expected results
 //! are Linux's rules from fs/posix_acl.c as ext4 applies them.
 
+mod common;
+
 use std::ffi::CString;
 
 use scalevfs::inode::{FS_APPEND_FL, FS_IMMUTABLE_FL};
@@ -563,22 +565,11 @@ fn xattrs_match_tmpfs() {
     unsafe { libc::umask(0o022) };
     root_part(&h, &mut hl);
     let d2 = dir.clone();
-    let ul = std::thread::spawn(move || {
-        // SAFETY: raw syscalls change this thread's credentials only.
-        unsafe {
-            assert_eq!(libc::syscall(libc::SYS_setresgid, 1000, 1000, 1000), 0);
-            assert_eq!(
-                libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<u32>()),
-                0
-            );
-            assert_eq!(libc::syscall(libc::SYS_setresuid, 1000, 1000, 1000), 0);
-        }
+    let ul = common::as_uid_1000(move || {
         let mut ul = Log::default();
         user_part(&Host { dir: d2 }, &mut ul);
         ul
-    })
-    .join()
-    .unwrap();
+    });
     hl.0.extend(ul.0);
     cleanup(&h);
     let _ = std::fs::remove_dir_all(&dir);

@@ -1,0 +1,23 @@
+//! What the core's differential tests share.
+#![allow(dead_code)]
+
+/// Run `f` on a thread of its own that first drops to uid and gid 1000
+/// with no supplementary groups (raw syscalls: they change that thread's
+/// credentials only, where libc's wrappers change the whole process), and
+/// return its result. The caller must be root.
+pub fn as_uid_1000<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    std::thread::spawn(move || {
+        // SAFETY: raw syscalls change this thread's credentials only.
+        unsafe {
+            assert_eq!(libc::syscall(libc::SYS_setresgid, 1000, 1000, 1000), 0);
+            assert_eq!(
+                libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<u32>()),
+                0
+            );
+            assert_eq!(libc::syscall(libc::SYS_setresuid, 1000, 1000, 1000), 0);
+        }
+        f()
+    })
+    .join()
+    .unwrap()
+}
