@@ -113,13 +113,15 @@ pub(crate) fn check_name(name: &[u8]) -> VfsResult<()> {
 // ---------------------------------------------------------------------
 
 const ACL_VERSION: u32 = 2;
-const ACL_USER_OBJ: u16 = 0x01;
-const ACL_USER: u16 = 0x02;
-const ACL_GROUP_OBJ: u16 = 0x04;
-const ACL_GROUP: u16 = 0x08;
-const ACL_MASK: u16 = 0x10;
-const ACL_OTHER: u16 = 0x20;
-const ACL_UNDEFINED_ID: u32 = u32::MAX;
+/// ACL entry tags (`AclEntry::tag`).
+pub const ACL_USER_OBJ: u16 = 0x01;
+pub const ACL_USER: u16 = 0x02;
+pub const ACL_GROUP_OBJ: u16 = 0x04;
+pub const ACL_GROUP: u16 = 0x08;
+pub const ACL_MASK: u16 = 0x10;
+pub const ACL_OTHER: u16 = 0x20;
+/// The id of an entry that names no user or group.
+pub const ACL_UNDEFINED_ID: u32 = u32::MAX;
 
 /// One ACL entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

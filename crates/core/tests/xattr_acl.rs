@@ -3,26 +3,14 @@
 //! rules from fs/posix_acl.c), memfs's space limit, a read-only mount, and
 //! attributes going away with their inode.
 
+mod common;
+
 use std::sync::Arc;
 
-use scalevfs::xattr::{encode_acl, parse_acl, AclEntry, POSIX_ACL_ACCESS, POSIX_ACL_DEFAULT};
+use scalevfs::xattr::{parse_acl, POSIX_ACL_ACCESS, POSIX_ACL_DEFAULT};
 use scalevfs::*;
 
-const USER_OBJ: u16 = 1;
-const USER: u16 = 2;
-const GROUP_OBJ: u16 = 4;
-const GROUP: u16 = 8;
-const MASK: u16 = 0x10;
-const OTHER: u16 = 0x20;
-const U: u32 = u32::MAX;
-
-fn acl(e: &[(u16, u16, u32)]) -> Vec<u8> {
-    let v: Vec<AclEntry> = e
-        .iter()
-        .map(|&(tag, perm, id)| AclEntry { tag, perm, id })
-        .collect();
-    encode_acl(&v)
-}
+use common::*;
 
 fn mode(t: &Task, p: &str) -> u32 {
     t.stat(p).unwrap().mode & 0o7777

@@ -1,5 +1,5 @@
 //! What the core's differential tests share.
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
 /// Run `f` on a thread of its own that first drops to uid and gid 1000
 /// with no supplementary groups (raw syscalls: they change that thread's
@@ -20,4 +20,18 @@ pub fn as_uid_1000<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) ->
     })
     .join()
     .unwrap()
+}
+
+pub use scalevfs::xattr::{
+    ACL_GROUP as GROUP, ACL_GROUP_OBJ as GROUP_OBJ, ACL_MASK as MASK, ACL_OTHER as OTHER,
+    ACL_UNDEFINED_ID as U, ACL_USER as USER, ACL_USER_OBJ as USER_OBJ,
+};
+
+/// An ACL in xattr form from (tag, perm, id) triples.
+pub fn acl(e: &[(u16, u16, u32)]) -> Vec<u8> {
+    let v: Vec<scalevfs::xattr::AclEntry> = e
+        .iter()
+        .map(|&(tag, perm, id)| scalevfs::xattr::AclEntry { tag, perm, id })
+        .collect();
+    scalevfs::xattr::encode_acl(&v)
 }
