@@ -6,11 +6,13 @@
 //!   scalevfs library the journal's fsyncs per commit (group commit).
 //! - **creat-clo** (seed 002 on disk): each thread creates, closes and
 //!   unlinks its own name in one shared directory; every unlink makes an
-//!   orphan that the commit frees. The library with the orphan file and
-//!   with no orphan tracking ("none"), beside the kernel.
+//!   orphan that the commit frees. The library with the orphan file, with
+//!   the orphan list (one mutex, seed 002's "before") and with no orphan
+//!   tracking ("none"), beside the kernel.
 //!
 //! Targets, each on a fresh `mkfs.ext4 -O orphan_file` image in the work
 //! directory (/dev/shm by default): `lib-ext4` (journal and orphan file),
+//! `lib-ext4-list` (journal and orphan list, `orphan=list`),
 //! `lib-ext4-none` (journal, no orphan tracking), `lib-ext4-1ms` (as
 //! `lib-ext4` on a device whose flush takes 1 ms, as a disk's cache flush
 //! does: where group commit shows), `fuse-ext4` (`scalevfs
@@ -31,6 +33,7 @@ use crate::tree::{fuse_available, have, make_image, Mounted};
 /// Every target, in report order.
 pub const TARGETS: &[&str] = &[
     "lib-ext4",
+    "lib-ext4-list",
     "lib-ext4-none",
     "lib-ext4-1ms",
     "fuse-ext4",
@@ -285,10 +288,14 @@ fn run_one(
     let err = |e: io::Error| format!("{target}: {e}");
     let mut stats = None;
     let (ops, secs) = match target {
-        "lib-ext4" | "lib-ext4-none" | "lib-ext4-1ms" => {
+        "lib-ext4" | "lib-ext4-list" | "lib-ext4-none" | "lib-ext4-1ms" => {
             let o = scalevfs_ext4::Ext4Options {
                 ro: false,
-                orphan_file: target != "lib-ext4-none",
+                orphans: match target {
+                    "lib-ext4-none" => scalevfs_ext4::OrphanMode::None,
+                    "lib-ext4-list" => scalevfs_ext4::OrphanMode::List,
+                    _ => scalevfs_ext4::OrphanMode::File,
+                },
                 ..Default::default()
             };
             let dev = scalevfs_ext4::FileDevice::open(&image, true)

@@ -52,7 +52,7 @@ enum Command {
     /// and tmpfs itself, caches on and off, 1 and 2 client threads.
     BenchFuse(FuseArgs),
     /// Durability on ext4: fsync-heavy creates (group commit, fsyncs per
-    /// commit) and creat+close+unlink (orphan file vs none), the library,
+    /// commit) and creat+close+unlink (orphan file vs list vs none), the library,
     /// the FUSE mount, fuse2fs and the kernel's ext4 side by side.
     BenchFsync(FsyncArgs),
 }
@@ -68,7 +68,8 @@ struct FsyncArgs {
     /// Workloads, comma-separated (default: all): fsync, creat-clo.
     #[arg(long, value_delimiter = ',')]
     workloads: Vec<String>,
-    /// Targets, comma-separated (default: all): lib-ext4, lib-ext4-none,
+    /// Targets, comma-separated (default: all): lib-ext4, lib-ext4-list,
+    /// lib-ext4-none, lib-ext4-1ms,
     /// fuse-ext4, fuse2fs, kernel.
     #[arg(long, value_delimiter = ',')]
     targets: Vec<String>,

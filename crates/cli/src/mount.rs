@@ -28,7 +28,8 @@ pub struct MountArgs {
     pub image: Option<PathBuf>,
     /// Mount options, comma separated (allow_other, allow_root,
     /// default_permissions, no_default_permissions, ro, auto_unmount,
-    /// fsname=..., dev, suid, ...), and memfs's limits as tmpfs spells
+    /// fsname=..., dev, suid, ...), ext4's orphan=auto|file|list|none and
+    /// commit=SECONDS (with --image), and memfs's limits as tmpfs spells
     /// them: size=BYTES[k|m|g|t] or size=N% of RAM (default 50%),
     /// nr_inodes=N[k|m|g].
     ///
@@ -278,7 +279,30 @@ pub fn run(args: MountArgs) -> ExitCode {
             return fail(format!("--set {kv}: {m}"));
         }
     }
-    let options = match scalevfs_fuse::mount::fs_options(&args.options, &mut vcfg) {
+    // ext4 options (`--image` only): orphan=auto|file|list|none,
+    // commit=SECONDS.
+    let mut ext4_opts = scalevfs_ext4::Ext4Options::default();
+    let mut fuse_opts = Vec::new();
+    for o in &args.options {
+        let r = match o.trim().split_once('=') {
+            Some(("orphan", v)) => v.parse().map(|m| ext4_opts.orphans = m),
+            Some(("commit", v)) => v
+                .parse()
+                .map(|n| ext4_opts.commit_interval = n)
+                .map_err(|_| format!("commit={v}: expected seconds")),
+            _ => {
+                fuse_opts.push(o.clone());
+                continue;
+            }
+        };
+        if let Err(m) = r {
+            return fail(format!("-o {m}"));
+        }
+        if args.image.is_none() {
+            return fail(format!("-o {o} applies to ext4 images (--image) only"));
+        }
+    }
+    let options = match scalevfs_fuse::mount::fs_options(&fuse_opts, &mut vcfg) {
         Ok(o) => o,
         Err(m) => return fail(m),
     };
@@ -298,6 +322,8 @@ pub fn run(args: MountArgs) -> ExitCode {
             // mount: onto the image read-write, in memory read-only.
             let o = scalevfs_ext4::Ext4Options {
                 ro,
+                orphans: ext4_opts.orphans,
+                commit_interval: ext4_opts.commit_interval,
                 replay: if ro {
                     scalevfs_ext4::journal::Replay::InMemory
                 } else {

@@ -486,7 +486,7 @@ impl Ext4 {
 
     /// Remove the data of logical blocks `from..to` and zero the bytes
     /// `zero` (a byte range inside the file's partial blocks).
-    fn drop_range(
+    pub(crate) fn drop_range(
         &self,
         raw: &mut RawInode,
         from: u64,

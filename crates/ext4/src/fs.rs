@@ -27,6 +27,7 @@ use crate::format::superblock::{
     self, SbUpdate, Superblock, FLAG_UNSIGNED_HASH, SB_OFFSET, SB_SIZE, STATE_ERROR, STATE_VALID,
 };
 use crate::format::xattr;
+use crate::orphan_list::OrphanList;
 use crate::txn::{
     current_tid, Committer, CommitterMark, Handle, Journal, LogSink, OrphanDisk, Sharded,
 };
@@ -73,11 +74,42 @@ pub struct Ext4Options {
     /// interval, 5 s by default); 0 turns the thread off (commits happen
     /// at fsync, sync, unmount and when a transaction grows large).
     pub commit_interval: u64,
-    /// Journaled mounts of images with an orphan file: record inodes whose
-    /// last name goes in it (the default). `false` tracks no orphans
-    /// (seed 002's "none", for benchmarks: a crash then leaks them until
-    /// e2fsck frees them).
-    pub orphan_file: bool,
+    /// How a journaled mount records inodes whose last name went, so that
+    /// a crash before they are freed does not leak them (seed 002).
+    pub orphans: OrphanMode,
+}
+
+/// Where a journaled mount records inodes whose last name went (until
+/// they are freed). Whatever the mode, a read-write journaled mount frees
+/// what a crash left in the orphan file and on the orphan list.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OrphanMode {
+    /// The orphan file when the image has one, else the list (the
+    /// kernel's choice).
+    #[default]
+    Auto,
+    /// The orphan file (`COMPAT_ORPHAN_FILE`): slots claimed without a
+    /// shared lock (seed 002's "after"). An image without one is refused.
+    File,
+    /// The orphan list (`s_last_orphan`, chained through `i_dtime`) under
+    /// one mutex (seed 002's "before").
+    List,
+    /// No record (seed 002's "none", for benchmarks): a crash leaks the
+    /// inodes until e2fsck frees them.
+    None,
+}
+
+impl std::str::FromStr for OrphanMode {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<OrphanMode, String> {
+        match s {
+            "auto" => Ok(OrphanMode::Auto),
+            "file" => Ok(OrphanMode::File),
+            "list" => Ok(OrphanMode::List),
+            "none" => Ok(OrphanMode::None),
+            _ => Err(format!("orphan={s}: expected auto, file, list or none")),
+        }
+    }
 }
 
 impl Default for Ext4Options {
@@ -90,7 +122,7 @@ impl Default for Ext4Options {
             buffer_cache: 8192,
             journal: true,
             commit_interval: 5,
-            orphan_file: true,
+            orphans: OrphanMode::Auto,
         }
     }
 }
@@ -203,8 +235,12 @@ pub(crate) struct RwState {
     pub(crate) orphans: OnceLock<OrphanDisk>,
     /// Unlinked inodes the VFS no longer holds (`Ext4Inode::on_drop`).
     pub(crate) dead: Arc<Sharded<u32>>,
-    /// `Ext4Options::orphan_file` was false: record no new orphans.
+    /// The orphan file records no new orphans (`OrphanMode::List` or
+    /// `None`).
     pub(crate) orphans_off: AtomicBool,
+    /// The orphan list (`OrphanMode::List`, or `Auto` without an orphan
+    /// file; `orphan_list.rs`).
+    pub(crate) orphan_list: OnceLock<OrphanList>,
     /// The mount will write through the journal (open.rs installs it):
     /// the state stays valid from the first write on.
     pub(crate) journaled: bool,
@@ -333,6 +369,7 @@ impl Ext4 {
                 journal: OnceLock::new(),
                 orphans: OnceLock::new(),
                 orphans_off: AtomicBool::new(false),
+                orphan_list: OnceLock::new(),
                 dead: Arc::new(Sharded::new(Class::Ext4Dead)),
                 journaled: opts.journal
                     && fs.sb.feature_compat & COMPAT_HAS_JOURNAL != 0
@@ -344,7 +381,8 @@ impl Ext4 {
             if fs.rw_journaled() {
                 let r = fs
                     .load_orphan_file()
-                    .and_then(|od| od.map_or(Ok(Vec::new()), |od| fs.scan_orphans(&od)));
+                    .and_then(|od| od.map_or(Ok(Vec::new()), |od| fs.scan_orphans(&od)))
+                    .and_then(|_| fs.scan_orphan_list());
                 if let Err(e) = r {
                     fs.abandon();
                     return Err(e);
@@ -643,7 +681,8 @@ impl Ext4 {
             // Relaxed: a statistic.
             j.commits.fetch_add(1, Ordering::Relaxed);
         }
-        self.write_super(false)?;
+        // The superblock went into the log with the transaction
+        // (`journal_super`); the checkpoint writes it home.
         // SeqCst: see `Journal::next_commit`.
         j.done.store(n, Ordering::SeqCst);
         Ok(())
@@ -682,6 +721,9 @@ impl Ext4 {
         }
         rw.alloc.write_descs(&io, |gdb| gdt_block(&self.sb, gdb))?;
         self.orphan_tails();
+        if rw.bufs.dirty_count() > 0 {
+            self.journal_super()?;
+        }
         Ok((rw.bufs.take_dirty(n), revokes))
     }
 
@@ -698,7 +740,7 @@ impl Ext4 {
         self: &Arc<Self>,
         log: Box<dyn LogSink>,
         interval: u64,
-        orphan_file: bool,
+        orphans: OrphanMode,
     ) -> Result<()> {
         let Some(rw) = &self.rw else { return Ok(()) };
         rw.bufs.set_journaled();
@@ -712,6 +754,23 @@ impl Ext4 {
             return Err(corrupt("journal", "installed twice"));
         }
         let od = self.load_orphan_file()?;
+        if orphans == OrphanMode::File && od.is_none() {
+            return Err(Error::Incompatible(
+                "orphan=file: the image has no orphan file (mkfs.ext4 -O orphan_file, or \
+                 tune2fs -O orphan_file)"
+                    .into(),
+            ));
+        }
+        let list = match orphans {
+            OrphanMode::List => true,
+            OrphanMode::Auto => od.is_none(),
+            OrphanMode::File | OrphanMode::None => false,
+        };
+        let file = match orphans {
+            OrphanMode::File => true,
+            OrphanMode::Auto => od.is_some(),
+            OrphanMode::List | OrphanMode::None => false,
+        };
         if let Some(od) = od {
             // Inodes a crash left are freed below whatever `orphan_file`
             // says; without it no new ones are recorded.
@@ -723,14 +782,26 @@ impl Ext4 {
         }
         self.write_super(false)?;
         self.dev.flush()?;
-        // Inodes a crash left in the orphan file are freed now (in the
-        // first transaction).
+        // The orphan list a crash (or the kernel) left is processed first,
+        // one handle per inode; then the orphan file (whose scan skips an
+        // inode the list already freed).
+        let (freed, truncated) = self.check(self.process_orphan_list())?;
+        if freed + truncated > 0 {
+            eprintln!(
+                "scalevfs-ext4: orphan list: freed {freed} inode(s), finished {truncated} \
+                 truncate(s) left by a crash"
+            );
+        }
         let freed = self.check(self.process_orphans())?;
         if freed > 0 {
             eprintln!("scalevfs-ext4: freed {freed} orphan inode(s) left by a crash");
         }
-        if !orphan_file {
+        if !file {
+            // Relaxed: set once here, before any handle records an orphan.
             rw.orphans_off.store(true, Ordering::Relaxed);
+        }
+        if list {
+            let _ = rw.orphan_list.set(OrphanList::new());
         }
         if interval > 0 {
             let weak = Arc::downgrade(self);
@@ -758,6 +829,30 @@ impl Ext4 {
     /// filesystem valid (unmount), else in use.
     fn write_super(&self, clean: bool) -> Result<()> {
         let Some(rw) = &self.rw else { return Ok(()) };
+        let raw = self.encode_super(rw, clean);
+        self.dev.write_at(SB_OFFSET, &raw)?;
+        rw.written.fetch_add(SB_SIZE as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Journaled: put the superblock (counts, orphan list head, flags) in
+    /// the running transaction (commit, gate closed), as the kernel
+    /// journals it for the orphan list: written in place only by the
+    /// checkpoint, it never shows a head the log has not committed.
+    fn journal_super(&self) -> Result<()> {
+        let (rw, io) = self.rw()?;
+        let raw = self.encode_super(rw, false);
+        let bs = self.bs as u64;
+        let (blk, off) = (SB_OFFSET / bs, (SB_OFFSET % bs) as usize);
+        rw.bufs.modify(io.dev, blk, true, |b| {
+            b[off..off + SB_SIZE].copy_from_slice(&raw);
+        })?;
+        Ok(())
+    }
+
+    /// The raw superblock with the current counts and times (`clean`: the
+    /// state as at unmount), checksum updated; a copy.
+    fn encode_super(&self, rw: &RwState, clean: bool) -> Vec<u8> {
         let t = now().0;
         let mut raw = rw.sb_raw.lock();
         // Relaxed: a statistic.
@@ -779,9 +874,7 @@ impl Ext4 {
             kbytes_written: rw.kbytes_written.saturating_add(kb),
         };
         superblock::encode_update(&mut raw, &u, self.sb.has_metadata_csum());
-        self.dev.write_at(SB_OFFSET, &raw)?;
-        rw.written.fetch_add(SB_SIZE as u64, Ordering::Relaxed);
-        Ok(())
+        raw.clone()
     }
 
     /// Write every dirty metadata block, the group descriptors and the
@@ -893,11 +986,16 @@ impl Ext4 {
                 Some(e) => e.raw(),
                 None => self.read_inode(ino)?,
             };
+            // Its orphan record goes in the transaction that frees it
+            // (first: the list's link must not be encoded into the freed
+            // inode).
+            let listed = self.orphan_remove(slot, ino)?;
             if raw.links_count == 0 {
                 self.check(self.release_inode(raw))?;
+            } else if listed {
+                // Linked again: its dtime no longer links the list.
+                self.write_inode(&raw, false)?;
             }
-            // Freed in this transaction: its orphan record goes with it.
-            self.orphan_remove(slot, ino)?;
         }
         Ok(())
     }
@@ -2212,6 +2310,16 @@ fn check_rw(sb: &Superblock, journal: bool) -> Result<()> {
     if bad != 0 {
         return Err(Error::Incompatible(format!(
             "read-only compatible feature(s) {bad:#x} are not kept by the writer: mount read-only"
+        )));
+    }
+    // An orphan list left by a crash is freed only by a journaled mount
+    // (`orphan_list.rs`); written around, its inodes could be reused.
+    let journaled = journal && sb.feature_compat & COMPAT_HAS_JOURNAL != 0 && sb.journal_inum != 0;
+    if sb.last_orphan != 0 && !journaled {
+        return Err(Error::Incompatible(format!(
+            "an orphan list (first inode {}) is freed only by a journaled mount: mount with \
+             the journal, run e2fsck, or mount read-only",
+            sb.last_orphan
         )));
     }
     // MMP needs its block kept alive; EA_INODE's inodes are not tracked.

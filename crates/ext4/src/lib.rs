@@ -24,6 +24,7 @@ pub mod journal;
 pub mod mkfs;
 mod open;
 mod orphan;
+mod orphan_list;
 mod txn;
 mod util;
 mod write;
@@ -31,4 +32,4 @@ mod xattr_write;
 
 pub use device::{BlockDevice, FileDevice, MemDevice};
 pub use error::{Error, Result};
-pub use fs::{Ext4, Ext4Inode, Ext4Options, Mapping, EXT4_SUPER_MAGIC};
+pub use fs::{Ext4, Ext4Inode, Ext4Options, Mapping, OrphanMode, EXT4_SUPER_MAGIC};

@@ -27,11 +27,8 @@ impl Ext4 {
     /// here, above both the journal and `fs.rs`.
     pub fn open_device(dev: Box<dyn BlockDevice>, opts: Ext4Options) -> Result<Arc<Ext4>> {
         let dev = crate::journal::replay_on_open(dev, opts.replay)?;
-        let (journal, interval, orphans) = (
-            opts.journal && !opts.ro,
-            opts.commit_interval,
-            opts.orphan_file,
-        );
+        let (journal, interval, orphans) =
+            (opts.journal && !opts.ro, opts.commit_interval, opts.orphans);
         let fs = Ext4::open_unreplayed(dev, opts)?;
         let sb = fs.superblock();
         if journal && fs.rw_journaled() {

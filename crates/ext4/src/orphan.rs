@@ -109,6 +109,10 @@ impl Ext4 {
 
     /// Record `ino` (its last name went, in the running handle).
     pub(crate) fn orphan_add(&self, ino: u32) -> Result<OrphanSlot> {
+        if let Some(l) = self.orphan_list() {
+            self.list_add(l, ino)?;
+            return Ok(OrphanSlot::Untracked);
+        }
         let Some(od) = self.orphan_disk() else {
             return Ok(OrphanSlot::Untracked);
         };
@@ -124,16 +128,19 @@ impl Ext4 {
     }
 
     /// Clear the record of `ino` (it is being freed, in the same handle or
-    /// commit).
-    pub(crate) fn orphan_remove(&self, slot: OrphanSlot, ino: u32) -> Result<()> {
+    /// commit). `true`: it was on the orphan list.
+    pub(crate) fn orphan_remove(&self, slot: OrphanSlot, ino: u32) -> Result<bool> {
+        if let Some(l) = self.orphan_list() {
+            return self.list_remove(l, ino);
+        }
         let Some(od) = self.orphan_disk() else {
-            return Ok(());
+            return Ok(false);
         };
         // Zero the bytes before the slot is given back: another thread may
         // claim it as soon as `remove` returns.
         self.orphan_store(od, slot, 0)?;
         od.file.remove(slot, u64::from(ino));
-        Ok(())
+        Ok(false)
     }
 
     /// At mount: free every inode the orphan file lists with no link

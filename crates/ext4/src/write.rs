@@ -121,20 +121,23 @@ impl Ext4 {
         let blk = self.groups[g].inode_table + (off / self.bs) as u64;
         let inb = off % self.bs;
         let sb = &self.sb;
-        rw.bufs.modify(io.dev, blk, true, |b| {
-            let slot = &mut b[inb..inb + isz];
-            let crtime = new.then(|| {
-                slot.fill(0);
-                if isz > 128 {
-                    // The kernel's s_want_extra_isize for new inodes.
-                    let e = 32usize.min(isz - 128) as u16;
-                    slot[0x80..0x82].copy_from_slice(&e.to_le_bytes());
-                }
-                raw.ctime
-            });
-            raw.encode(sb, slot, crtime);
-        })?;
-        Ok(())
+        // An inode on the orphan list is encoded with its chain link.
+        self.with_orphan_link(raw, |raw| {
+            rw.bufs.modify(io.dev, blk, true, |b| {
+                let slot = &mut b[inb..inb + isz];
+                let crtime = new.then(|| {
+                    slot.fill(0);
+                    if isz > 128 {
+                        // The kernel's s_want_extra_isize for new inodes.
+                        let e = 32usize.min(isz - 128) as u16;
+                        slot[0x80..0x82].copy_from_slice(&e.to_le_bytes());
+                    }
+                    raw.ctime
+                });
+                raw.encode(sb, slot, crtime);
+            })?;
+            Ok(())
+        })
     }
 
     /// Append block `pblk` as logical block `lblk` of `raw` (an extent

@@ -40,9 +40,9 @@ const XATTR_CREATE: u32 = 1;
 const XATTR_REPLACE: u32 = 2;
 
 /// Where an inode's slot is: (inode table block, offset in it).
-struct Slot {
-    blk: u64,
-    off: usize,
+pub(crate) struct Slot {
+    pub(crate) blk: u64,
+    pub(crate) off: usize,
 }
 
 /// An inode's attributes as stored.
@@ -59,7 +59,7 @@ fn same(e: &RawEntry, index: u8, name: &[u8]) -> bool {
 }
 
 impl Ext4 {
-    fn slot_of(&self, ino: u32) -> Result<Slot> {
+    pub(crate) fn slot_of(&self, ino: u32) -> Result<Slot> {
         let ipg = self.sb.inodes_per_group;
         let g = ((ino - 1) / ipg) as usize;
         let gd = self
@@ -341,17 +341,20 @@ impl Ext4 {
         let s = self.slot_of(raw.ino)?;
         let isz = self.sb.inode_size();
         let sb = &self.sb;
-        let ok = rw.bufs.modify(io.dev, s.blk, true, |b| {
-            let slot = &mut b[s.off..s.off + isz];
-            // The area as found when it was read (i_extra_isize is fixed
-            // once the inode exists).
-            let extra = usize::from(u16::from_le_bytes([slot[0x80], slot[0x81]]));
-            if GOOD_OLD_INODE_SIZE + extra != start || start + bytes.len() != isz {
-                return false;
-            }
-            slot[start..].copy_from_slice(bytes);
-            raw.encode(sb, slot, None);
-            true
+        // An inode on the orphan list is encoded with its chain link.
+        let ok = self.with_orphan_link(raw, |raw| {
+            Ok(rw.bufs.modify(io.dev, s.blk, true, |b| {
+                let slot = &mut b[s.off..s.off + isz];
+                // The area as found when it was read (i_extra_isize is fixed
+                // once the inode exists).
+                let extra = usize::from(u16::from_le_bytes([slot[0x80], slot[0x81]]));
+                if GOOD_OLD_INODE_SIZE + extra != start || start + bytes.len() != isz {
+                    return false;
+                }
+                slot[start..].copy_from_slice(bytes);
+                raw.encode(sb, slot, None);
+                true
+            })?)
         })?;
         if !ok {
             return self.check(Err(corrupt(

@@ -375,9 +375,20 @@ pub fn tool(name: &str) -> PathBuf {
 /// A fresh image as the brief's reference: mkfs.ext4 defaults plus
 /// orphan_file.
 pub fn fresh(dir: &Path, bs: usize, size: &str) -> PathBuf {
+    fresh_with(dir, bs, size, "orphan_file")
+}
+
+/// A fresh image without an orphan file: a journaled mount records
+/// orphans on the orphan list (`s_last_orphan`).
+pub fn fresh_list(dir: &Path, bs: usize, size: &str) -> PathBuf {
+    fresh_with(dir, bs, size, "^orphan_file")
+}
+
+/// A fresh mkfs.ext4 image with `-O features`.
+pub fn fresh_with(dir: &Path, bs: usize, size: &str, features: &str) -> PathBuf {
     let img = dir.join(format!("img{bs}"));
     let out = Command::new(mkfs().unwrap())
-        .args(["-q", "-F", "-b", &bs.to_string(), "-O", "orphan_file"])
+        .args(["-q", "-F", "-b", &bs.to_string(), "-O", features])
         .arg(&img)
         .arg(size)
         .output()

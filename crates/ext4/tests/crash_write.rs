@@ -15,7 +15,8 @@
 //!   name, never both or neither), no leaked or half-made entries.
 //!
 //! A state is also replayed by `e2fsck -fy` (the referee's own replay) on
-//! a sample, and the tree compared with ours.
+//! a sample, and the tree compared with ours. The whole runs twice: with
+//! the orphan file, and on images without one (the orphan list).
 
 mod common;
 
@@ -24,7 +25,7 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 
-use common::{fresh, have_tools, rw_journaled, tool, Scratch};
+use common::{fresh, fresh_list, have_tools, rw_journaled, tool, Scratch};
 use scalevfs::fs::Fs;
 use scalevfs::{Vfs, O_CREAT, O_RDWR, O_TRUNC, O_WRONLY};
 use scalevfs_ext4::crashdev::{CrashLog, RecordingDevice};
@@ -187,10 +188,33 @@ fn every_crash_state_recovers_to_an_fsynced_tree() {
         eprintln!("skipped: mkfs.ext4/e2fsck not found");
         return;
     }
-    let s = Scratch::new("crashwrite");
+    let total = crash_states(false);
+    eprintln!("crash test (orphan file): {total} crash states");
+}
+
+/// The same on images without an orphan file: the unlinked inodes are
+/// chained on the orphan list (`s_last_orphan`, journaled superblock).
+#[test]
+fn every_crash_state_recovers_with_the_orphan_list() {
+    if !have_tools() {
+        eprintln!("skipped: mkfs.ext4/e2fsck not found");
+        return;
+    }
+    let total = crash_states(true);
+    eprintln!("crash test (orphan list): {total} crash states");
+}
+
+/// Every crash state of the workload on 1 KiB and 4 KiB images (`list`:
+/// without an orphan file), recovered and checked; how many.
+fn crash_states(list: bool) -> usize {
+    let s = Scratch::new(if list { "crashlist" } else { "crashwrite" });
     let mut total = 0;
     for bs in [1024usize, 4096] {
-        let img = fresh(&s.0, bs, "8M");
+        let img = if list {
+            fresh_list(&s.0, bs, "8M")
+        } else {
+            fresh(&s.0, bs, "8M")
+        };
         let base = std::fs::read(&img).unwrap();
         let rec = Arc::new(RecordingDevice::new(MemDevice::new(base.clone()), 200_000));
         let points = workload(&rec, bs);
@@ -244,6 +268,9 @@ fn every_crash_state_recovers_to_an_fsynced_tree() {
                 std::fs::write(&state_img, &st.image).unwrap();
                 let (code, text) = e2fsck(&state_img, "-fy");
                 assert!(code <= 1, "e2fsck -fy exit {code}:\n{text}");
+                for bad in ["Illegal", "orphan linked list", "zero dtime"] {
+                    assert!(!text.contains(bad), "e2fsck -fy: {bad}:\n{text}");
+                }
                 let theirs = std::fs::read(&state_img).unwrap();
                 let (_, their_tree) = recovered_tree(theirs);
                 assert_eq!(their_tree, tree, "e2fsck's replay differs from ours");
@@ -259,5 +286,5 @@ fn every_crash_state_recovers_to_an_fsynced_tree() {
         assert!(n > 30);
         total += n;
     }
-    eprintln!("crash test: {total} crash states");
+    total
 }

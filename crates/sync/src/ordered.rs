@@ -142,29 +142,34 @@ classes! {
     /// changes (write, truncate, fallocate), shared for read and seek;
     /// also any inode's xattrs (exclusive to set/remove, shared to read).
     Ext4File = 23, "ext4 Ext4Inode::data", No;
+    /// `ext4 OrphanList::state`: the orphan list (`orphan=list`, seed
+    /// 002's "before"): one mutex for the whole filesystem, held while an
+    /// inode joins or leaves the chain and while an inode on it is encoded
+    /// (its dtime is the chain's next pointer).
+    Ext4OrphanList = 24, "ext4 OrphanList::state", No;
     /// `ext4 Alloc::groups[g]`: one block group's allocation state
     /// (bitmaps, free counts, flags); one group at a time.
-    Ext4Group = 24, "ext4 Alloc::groups", No;
+    Ext4Group = 25, "ext4 Alloc::groups", No;
     /// `ext4 BufCache::shards[i]`: one shard of the metadata buffer cache.
-    Ext4Buf = 25, "ext4 BufCache::shards", No;
+    Ext4Buf = 26, "ext4 BufCache::shards", No;
     /// `ext4 Ext4::sb_raw`: the raw superblock at writeback.
-    Ext4Super = 26, "ext4 Ext4::sb_raw", No;
+    Ext4Super = 27, "ext4 Ext4::sb_raw", No;
     /// `ext4 Ext4Inode::raw`: an inode's on-disk copy, held only to copy
     /// or replace it.
-    Ext4Raw = 27, "ext4 Ext4Inode::raw", No;
+    Ext4Raw = 28, "ext4 Ext4Inode::raw", No;
     /// `ext4 RwState::unlinked`: inodes whose last name is gone.
-    Ext4Unlinked = 28, "ext4 RwState::unlinked", No;
+    Ext4Unlinked = 29, "ext4 RwState::unlinked", No;
     /// `ext4 Journal::pending`: blocks freed in the running transaction,
     /// reusable after its commit; held only to push or take the list.
-    Ext4Pending = 29, "ext4 Journal::pending", No;
+    Ext4Pending = 30, "ext4 Journal::pending", No;
     /// `ext4 RwState::dead`: numbers of unlinked inodes whose last VFS
     /// reference just went (pushed from the inode's drop, wherever that
     /// runs; nothing is taken under it).
-    Ext4Dead = 30, "ext4 RwState::dead", No;
+    Ext4Dead = 31, "ext4 RwState::dead", No;
     /// A shard of the FUSE adapter's node table (`crates/fuse/src/
     /// nodes.rs`): held only around its hash map, never across a core call
     /// (a node's handle is dropped after the shard is released).
-    FuseNodes = 31, "fuse NodeTable shard", No;
+    FuseNodes = 32, "fuse NodeTable shard", No;
 }
 
 impl fmt::Display for Class {

@@ -14,6 +14,9 @@ pub const EXT4_MAGIC: u16 = 0xEF53;
 const SB_CSUM_OFF: usize = 0x3FC;
 const _: () = assert!(SB_CSUM_OFF + 4 == SB_SIZE);
 
+/// Offset of `s_last_orphan`, the head of the orphan list.
+pub const SB_LAST_ORPHAN: usize = 0xE8;
+
 /// s_flags bits.
 pub const FLAG_SIGNED_HASH: u32 = 0x1;
 pub const FLAG_UNSIGNED_HASH: u32 = 0x2;
@@ -42,6 +45,8 @@ pub struct Superblock {
     pub uuid: [u8; 16],
     pub reserved_gdt_blocks: u16,
     pub journal_inum: u32,
+    /// `s_last_orphan`: the head of the orphan list (0: empty).
+    pub last_orphan: u32,
     pub hash_seed: [u32; 4],
     pub def_hash_version: u8,
     pub desc_size: u16,
@@ -98,6 +103,7 @@ impl Superblock {
             uuid,
             reserved_gdt_blocks: le16(b, 0xCE),
             journal_inum: le32(b, 0xE0),
+            last_orphan: le32(b, SB_LAST_ORPHAN),
             hash_seed: [le32(b, 0xEC), le32(b, 0xF0), le32(b, 0xF4), le32(b, 0xF8)],
             def_hash_version: u8_at(b, 0xFC),
             desc_size: le16(b, 0xFE),

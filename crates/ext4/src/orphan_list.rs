@@ -1,0 +1,249 @@
+//! The orphan list on disk (`orphan=list`; seed 002's "before", and what
+//! the kernel uses on images without an orphan file).
+//!
+//! An inode whose last name goes joins the list in the same transaction:
+//! it becomes the head (`s_last_orphan` in the superblock) and its `i_dtime`
+//! holds the next inode of the chain (0 ends it). When the inode is freed
+//! it leaves the list in the transaction that frees it: its predecessor's
+//! `i_dtime` (or the superblock's head) takes its successor. A crash in
+//! between leaves the chain for the next mount (or e2fsck) to free.
+//!
+//! LOCKING. One mutex for the filesystem (`Class::Ext4OrphanList`, level
+//! 24), as the kernel's `s_orphan_lock`: the whole point of seed 002 is
+//! that every unlink of a last name and every free of such an inode takes
+//! it. The chain is mirrored in memory (`next`/`prev` maps), so a removal
+//! finds its predecessor without reading the chain. Under the mutex: the
+//! superblock's raw bytes (`sb_raw`, level 27) and buffer-cache shards
+//! (level 26) are taken to change the head and an inode's `i_dtime`.
+//!
+//! THE LINK LIVES IN THE ENCODING, NOT IN THE INODE COPY. Other threads
+//! write a listed inode (an unlinked file still open is still written)
+//! from their own copy of its fields, whose `dtime` is 0. So every encode
+//! of an inode with no link left goes through [`Ext4::with_orphan_link`],
+//! which, under the list mutex, puts the chain's current next pointer in
+//! the bytes it writes; a change of the chain patches the stored bytes of
+//! the inode it relinks under the same mutex. Both orders of a concurrent
+//! write and relink therefore leave the current pointer on disk.
+//!
+//! The superblock is a journaled block (`Ext4::journal_super`, each
+//! commit), so the head and the chain reach the disk in one transaction.
+
+use std::collections::{HashMap, HashSet};
+
+use scalevfs_sync::ordered::{Class, Mutex as OMutex};
+
+use crate::error::{corrupt, Result};
+use crate::format::inode::{RawInode, FL_EXTENTS};
+use crate::format::superblock::SB_LAST_ORPHAN;
+use crate::fs::Ext4;
+
+/// The in-memory mirror of the on-disk chain.
+#[derive(Default)]
+struct ListState {
+    /// `s_last_orphan` as it will be committed.
+    head: u32,
+    /// Inode -> the next one on the chain (0: the last).
+    next: HashMap<u32, u32>,
+    /// Inode -> the one before it (absent: it is the head).
+    prev: HashMap<u32, u32>,
+}
+
+/// The orphan list of a journaled `orphan=list` mount.
+pub(crate) struct OrphanList {
+    state: OMutex<ListState>,
+}
+
+impl OrphanList {
+    pub(crate) fn new() -> OrphanList {
+        OrphanList {
+            state: OMutex::new(Class::Ext4OrphanList, ListState::default()),
+        }
+    }
+
+    /// Inodes on the list (tests, statistics).
+    pub(crate) fn len(&self) -> usize {
+        self.state.lock().next.len()
+    }
+}
+
+impl Ext4 {
+    /// The orphan list, on journaled `orphan=list` mounts.
+    pub(crate) fn orphan_list(&self) -> Option<&OrphanList> {
+        self.rw.as_ref()?.orphan_list.get()
+    }
+
+    /// Inodes on the orphan list now (0 without one).
+    pub fn orphan_list_len(&self) -> usize {
+        self.orphan_list().map_or(0, OrphanList::len)
+    }
+
+    /// Put `ino` (its last name went, in the running handle) at the head
+    /// of the list.
+    pub(crate) fn list_add(&self, l: &OrphanList, ino: u32) -> Result<()> {
+        let mut st = l.state.lock();
+        if st.next.contains_key(&ino) {
+            return Ok(());
+        }
+        let old = st.head;
+        self.patch_dtime(ino, old)?;
+        st.next.insert(ino, old);
+        if old != 0 {
+            st.prev.insert(old, ino);
+        }
+        st.head = ino;
+        self.set_last_orphan(ino);
+        Ok(())
+    }
+
+    /// Take `ino` off the list (it is being freed in the running handle,
+    /// which rewrites its own `i_dtime`). `false`: it was not on it.
+    pub(crate) fn list_remove(&self, l: &OrphanList, ino: u32) -> Result<bool> {
+        let mut st = l.state.lock();
+        let Some(&next) = st.next.get(&ino) else {
+            return Ok(false);
+        };
+        match st.prev.get(&ino).copied() {
+            Some(p) => {
+                self.patch_dtime(p, next)?;
+                st.next.insert(p, next);
+                if next != 0 {
+                    st.prev.insert(next, p);
+                }
+            }
+            None => {
+                st.head = next;
+                if next != 0 {
+                    st.prev.remove(&next);
+                }
+                self.set_last_orphan(next);
+            }
+        }
+        st.next.remove(&ino);
+        st.prev.remove(&ino);
+        Ok(true)
+    }
+
+    /// Run `f` with the inode to encode: for an inode on the orphan list,
+    /// a copy whose `dtime` is its next pointer, with the list mutex held
+    /// across `f` (see the module comment). Others pass through.
+    pub(crate) fn with_orphan_link<R>(
+        &self,
+        raw: &RawInode,
+        f: impl FnOnce(&RawInode) -> Result<R>,
+    ) -> Result<R> {
+        let l = match self.orphan_list() {
+            Some(l) if raw.links_count == 0 => l,
+            _ => return f(raw),
+        };
+        let st = l.state.lock();
+        match st.next.get(&raw.ino) {
+            Some(&n) if n != raw.dtime => {
+                let mut r = raw.clone();
+                r.dtime = n;
+                f(&r)
+            }
+            _ => f(raw),
+        }
+    }
+
+    /// Set the stored `i_dtime` of inode `ino` to `v` (checksum updated),
+    /// in its inode table block through the buffer cache.
+    fn patch_dtime(&self, ino: u32, v: u32) -> Result<()> {
+        let (rw, io) = self.rw()?;
+        let s = self.slot_of(ino)?;
+        let isz = self.sb.inode_size();
+        let sb = &self.sb;
+        let r = rw.bufs.modify(io.dev, s.blk, true, |b| {
+            let slot = &mut b[s.off..s.off + isz];
+            let mut raw = RawInode::parse(sb, ino, slot)?;
+            raw.dtime = v;
+            raw.encode(sb, slot, None);
+            Ok(())
+        })?;
+        self.check(r)
+    }
+
+    /// Set `s_last_orphan` in the superblock copy the next commit logs.
+    fn set_last_orphan(&self, ino: u32) {
+        if let Some(rw) = &self.rw {
+            let mut raw = rw.sb_raw.lock();
+            raw[SB_LAST_ORPHAN..SB_LAST_ORPHAN + 4].copy_from_slice(&ino.to_le_bytes());
+        }
+    }
+
+    /// The chain the superblock starts (a crash left it, or the kernel):
+    /// every inode number in range, in use and readable, no loop. Reads
+    /// only; a bad chain is an error before anything is written.
+    pub(crate) fn scan_orphan_list(&self) -> Result<Vec<u32>> {
+        let mut out = Vec::new();
+        let mut seen = HashSet::new();
+        let mut ino = self.sb.last_orphan;
+        let what = "orphan list";
+        let (rw, io) = self.rw()?;
+        while ino != 0 {
+            if ino < self.sb.first_ino || ino > self.sb.inodes_count {
+                return Err(corrupt(what, format!("lists inode {ino}")));
+            }
+            // Each number once: the loop ends after at most
+            // `inodes_count` steps.
+            if !seen.insert(ino) {
+                return Err(corrupt(what, format!("loops back to inode {ino}")));
+            }
+            if !rw.alloc.inode_in_use(&io, ino)? {
+                return Err(corrupt(what, format!("lists inode {ino}, which is free")));
+            }
+            let raw = self
+                .read_inode(ino)
+                .map_err(|e| corrupt(what, format!("lists inode {ino}: {e}")))?;
+            out.push(ino);
+            ino = raw.dtime;
+        }
+        Ok(out)
+    }
+
+    /// At mount (journal installed, before any other change): free each
+    /// listed inode that has no link, finish the truncate of each that
+    /// has (blocks past its size go, as e2fsck and the kernel do), one
+    /// handle per inode, the head moving on in the same handle, so a
+    /// crash in the middle leaves a valid shorter chain. Returns (freed,
+    /// truncated).
+    pub(crate) fn process_orphan_list(&self) -> Result<(usize, usize)> {
+        if self.sb.last_orphan == 0 {
+            return Ok((0, 0));
+        }
+        let chain = self.scan_orphan_list()?;
+        let (mut freed, mut truncated) = (0, 0);
+        for (k, &ino) in chain.iter().enumerate() {
+            let next = chain.get(k + 1).copied().unwrap_or(0);
+            let done = self.journaled(|| {
+                let (rw, io) = self.rw()?;
+                let mut done = None;
+                // The orphan file's processing may have freed it already.
+                if rw.alloc.inode_in_use(&io, ino)? {
+                    let mut raw = self.read_inode(ino)?;
+                    if raw.links_count == 0 {
+                        self.check(self.release_inode(raw))?;
+                        done = Some(true);
+                    } else {
+                        let is_reg = raw.file_type_bits() == libc::S_IFREG;
+                        if is_reg && raw.flags & FL_EXTENTS != 0 {
+                            let keep = raw.size.div_ceil(self.bs as u64);
+                            self.check(self.drop_range(&mut raw, keep, 1 << 32, &[]))?;
+                        }
+                        raw.dtime = 0;
+                        self.write_inode(&raw, false)?;
+                        done = Some(false);
+                    }
+                }
+                self.set_last_orphan(next);
+                Ok(done)
+            })?;
+            match done {
+                Some(true) => freed += 1,
+                Some(false) => truncated += 1,
+                None => {}
+            }
+        }
+        Ok((freed, truncated))
+    }
+}

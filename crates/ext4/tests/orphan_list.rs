@@ -1,0 +1,345 @@
+//! The orphan list (`orphan=list`, and the default on images without an
+//! orphan file; issue 15, seed 002's "before"), judged by e2fsck and
+//! debugfs:
+//! - inodes unlinked while open, some closed again (a removal from the
+//!   middle and from the head of the chain), left by a "crash": the chain
+//!   in the image is what e2fsck expects (its own replay clears exactly
+//!   the inodes still open, and reports no broken list), and our mount
+//!   frees them too (free blocks back to mkfs's count, e2fsck clean);
+//! - a chain made by debugfs as the kernel leaves one (unlinked inodes and
+//!   a truncate that did not finish) is processed as e2fsck does;
+//! - bad chains (a loop, a number out of range, a free inode) refuse the
+//!   mount before anything is written;
+//! - threads unlinking open files at once keep the chain whole.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+
+use common::{
+    debugfs, debugfs_ro, fresh_list, fsck_clean, have_tools, rw_journaled, sb_field, tool, Scratch,
+};
+use scalevfs::{Vfs, O_CREAT, O_RDWR};
+use scalevfs_ext4::{Ext4, OrphanMode};
+
+fn list_opts() -> scalevfs_ext4::Ext4Options {
+    scalevfs_ext4::Ext4Options {
+        orphans: OrphanMode::List,
+        ..rw_journaled()
+    }
+}
+
+/// `e2fsck` with `flag` on `img`: (exit code, stdout + stderr).
+fn e2fsck(img: &Path, flag: &str) -> (i32, String) {
+    let out = Command::new(tool("e2fsck"))
+        .arg(flag)
+        .arg(img)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// The inode numbers e2fsck's orphan processing cleared ("Clearing
+/// orphaned inode N (...)"), sorted; panics on any sign of a broken list.
+fn e2fsck_clears(text: &str) -> Vec<u64> {
+    for bad in [
+        "Illegal",
+        "corrupted orphan",
+        "orphan linked list",
+        "zero dtime",
+    ] {
+        assert!(
+            !text.contains(bad),
+            "e2fsck reports a broken orphan list:\n{text}"
+        );
+    }
+    let mut v: Vec<u64> = text
+        .lines()
+        .filter_map(|l| l.split("Clearing orphaned inode ").nth(1))
+        .map(|r| r.split_whitespace().next().unwrap().parse().unwrap())
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+fn free_blocks(img: &Path) -> u64 {
+    sb_field(img, "Free blocks").parse().unwrap()
+}
+
+#[test]
+fn unlinked_open_files_left_by_a_crash_are_freed_by_e2fsck_and_by_us() {
+    if !have_tools() {
+        return;
+    }
+    for bs in [1024usize, 4096] {
+        let s = Scratch::new("orphanlist");
+        let img = fresh_list(&s.0, bs, "16M");
+        let free0 = free_blocks(&img);
+        let e = Ext4::open(&img, rw_journaled()).unwrap();
+        let vfs = Vfs::with_root_fs(Default::default(), e.clone());
+        let t = vfs.root_task();
+        let mut fds = Vec::new();
+        let mut inos = Vec::new();
+        for i in 0..5 {
+            let p = format!("/f{i}");
+            let fd = t.open(&p, O_CREAT | O_RDWR, 0o644).unwrap();
+            t.write(fd, &vec![i as u8; 64 << 10]).unwrap();
+            inos.push(t.fstat(fd).unwrap().ino);
+            t.unlink(&p).unwrap();
+            fds.push(fd);
+        }
+        // The chain is f4 -> f3 -> f2 -> f1 -> f0. Close f2 (the middle:
+        // f3's link moves to f1) and f4 (the head moves to f3); write to
+        // f1 after that (its copy of the inode has dtime 0: the link must
+        // survive the rewrite).
+        t.close(fds[2]).unwrap();
+        t.close(fds[4]).unwrap();
+        // The VFS lets go of the closed inodes (epoch-deferred frees).
+        scalevfs::flush_deferred_frees();
+        t.pwrite(fds[1], b"more", 100).unwrap();
+        t.fsync(fds[0]).unwrap();
+        assert_eq!(e.orphan_list_len(), 3, "f0, f1, f3 are on the list");
+        // The "crash": the image as it is now.
+        let crashed = s.0.join("crashed");
+        let referee = s.0.join("referee");
+        std::fs::copy(&img, &crashed).unwrap();
+        std::fs::copy(&img, &referee).unwrap();
+        for fd in [fds[0], fds[1], fds[3]] {
+            t.close(fd).unwrap();
+        }
+        drop(t);
+        drop(vfs);
+        e.unmount().unwrap();
+        drop(e);
+        fsck_clean(&img);
+        assert_eq!(free_blocks(&img), free0);
+        // The referee: e2fsck replays the journal and walks the chain.
+        let (code, text) = e2fsck(&referee, "-fy");
+        assert!(code <= 1, "e2fsck -fy exit {code}:\n{text}");
+        let mut want = vec![inos[0], inos[1], inos[3]];
+        want.sort_unstable();
+        assert_eq!(e2fsck_clears(&text), want, "bs {bs}:\n{text}");
+        fsck_clean(&referee);
+        // Our mount replays and frees them.
+        let e = Ext4::open(&crashed, list_opts()).unwrap();
+        assert_eq!(e.orphan_list_len(), 0);
+        e.unmount().unwrap();
+        drop(e);
+        fsck_clean(&crashed);
+        let h = Command::new(tool("dumpe2fs"))
+            .arg("-h")
+            .arg(&crashed)
+            .output()
+            .unwrap();
+        let h = String::from_utf8_lossy(&h.stdout);
+        assert!(!h.contains("First orphan inode"), "the list is empty:\n{h}");
+        assert_eq!(
+            free_blocks(&crashed),
+            free0,
+            "bs {bs}: the orphans' blocks came back"
+        );
+        assert_eq!(free_blocks(&referee), free0);
+    }
+}
+
+#[test]
+fn a_chain_the_kernel_leaves_is_processed_as_e2fsck_does() {
+    if !have_tools() {
+        return;
+    }
+    let s = Scratch::new("orphanlistk");
+    let img = fresh_list(&s.0, 4096, "16M");
+    let host = s.0.join("data");
+    std::fs::write(&host, vec![0x5Au8; 3 * 4096 + 10]).unwrap();
+    // Two unlinked inodes and a truncate that did not finish (size 1000,
+    // four blocks still mapped), chained as the kernel chains them.
+    for name in ["a", "b", "c"] {
+        assert!(debugfs(&img, &format!("write {} {name}", host.display())));
+    }
+    let ino = |name: &str| -> u32 {
+        let out = debugfs_ro(&img, &format!("stat {name}"));
+        out.split("Inode: ")
+            .nth(1)
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let (a, b, c) = (ino("a"), ino("b"), ino("c"));
+    for req in [
+        "unlink a".to_string(),
+        "unlink b".into(),
+        format!("sif <{a}> links_count 0"),
+        format!("sif <{b}> links_count 0"),
+        format!("sif <{c}> size 1000"),
+        format!("sif <{c}> dtime {a}"),
+        format!("sif <{a}> dtime {b}"),
+        format!("ssv last_orphan {c}"),
+    ] {
+        assert!(debugfs(&img, &req));
+    }
+    let referee = s.0.join("referee");
+    std::fs::copy(&img, &referee).unwrap();
+    let (code, text) = e2fsck(&referee, "-fy");
+    assert!(code <= 1, "e2fsck -fy exit {code}:\n{text}");
+    let mut want = vec![u64::from(a), u64::from(b)];
+    want.sort_unstable();
+    assert_eq!(e2fsck_clears(&text), want, "{text}");
+    assert!(
+        text.contains(&format!("Truncating orphaned inode {c}")),
+        "{text}"
+    );
+    let e = Ext4::open(&img, list_opts()).unwrap();
+    let vfs = Vfs::with_root_fs(Default::default(), e.clone());
+    let fs = scalevfs::fs::Fs::new(vfs.root_task());
+    assert_eq!(fs.read("/c").unwrap(), vec![0x5Au8; 1000]);
+    drop(fs);
+    drop(vfs);
+    e.unmount().unwrap();
+    drop(e);
+    fsck_clean(&img);
+    assert_eq!(
+        free_blocks(&img),
+        free_blocks(&referee),
+        "our processing frees what e2fsck's does"
+    );
+    let blocks = |i: &Path| debugfs_ro(i, "blocks c").trim().to_string();
+    assert_eq!(
+        blocks(&img).split_whitespace().count(),
+        1,
+        "c keeps one block"
+    );
+    assert_eq!(blocks(&img), blocks(&referee));
+}
+
+#[test]
+fn a_bad_chain_stops_the_mount_before_any_write() {
+    if !have_tools() {
+        return;
+    }
+    let s = Scratch::new("orphanlistbad");
+    let img = fresh_list(&s.0, 4096, "16M");
+    let host = s.0.join("data");
+    std::fs::write(&host, b"x").unwrap();
+    for name in ["a", "b"] {
+        assert!(debugfs(&img, &format!("write {} {name}", host.display())));
+    }
+    let out = debugfs_ro(&img, "stat a");
+    let a: u32 = out
+        .split("Inode: ")
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let b = a + 1;
+    let cases = [
+        // a -> b -> a: a loop.
+        vec![
+            format!("sif <{a}> dtime {b}"),
+            format!("sif <{b}> dtime {a}"),
+            format!("ssv last_orphan {a}"),
+        ],
+        // A number past the inode count.
+        vec![format!("ssv last_orphan 999999")],
+        // A free inode.
+        vec![format!("ssv last_orphan {}", b + 5)],
+    ];
+    for (k, reqs) in cases.iter().enumerate() {
+        let bad = s.0.join(format!("bad{k}"));
+        std::fs::copy(&img, &bad).unwrap();
+        for r in reqs {
+            assert!(debugfs(&bad, r));
+        }
+        let before = std::fs::read(&bad).unwrap();
+        let err = Ext4::open(&bad, list_opts())
+            .err()
+            .unwrap_or_else(|| panic!("case {k} mounted"));
+        assert!(err.to_string().contains("orphan list"), "case {k}: {err}");
+        assert!(
+            std::fs::read(&bad).unwrap() == before,
+            "case {k}: the image was written"
+        );
+        // Without the journal the list cannot be processed: refused too.
+        let no_journal = scalevfs_ext4::Ext4Options {
+            journal: false,
+            ..list_opts()
+        };
+        assert!(Ext4::open(&bad, no_journal).is_err());
+        assert!(std::fs::read(&bad).unwrap() == before);
+    }
+}
+
+#[test]
+fn threads_unlinking_open_files_keep_the_chain_whole() {
+    if !have_tools() {
+        return;
+    }
+    let s = Scratch::new("orphanlistmt");
+    let img = fresh_list(&s.0, 4096, "64M");
+    let free0 = free_blocks(&img);
+    let e = Ext4::open(&img, list_opts()).unwrap();
+    let vfs = Arc::new(Vfs::with_root_fs(Default::default(), e.clone()));
+    let threads = 4;
+    let per = 60;
+    // Each thread: create, write, unlink while open; close every other
+    // one at once and keep the rest open until the crash copy is taken
+    // (the task, whose fd table holds them, comes back with them).
+    let held: Vec<(scalevfs::Task, Vec<i32>)> = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..threads)
+            .map(|k| {
+                let vfs = vfs.clone();
+                sc.spawn(move || {
+                    let t = vfs.root_task();
+                    let mut keep = Vec::new();
+                    for i in 0..per {
+                        let p = format!("/t{k}_{i}");
+                        let fd = t.open(&p, O_CREAT | O_RDWR, 0o644).unwrap();
+                        t.write(fd, &[k as u8; 5000]).unwrap();
+                        t.unlink(&p).unwrap();
+                        if i % 2 == 0 {
+                            t.close(fd).unwrap();
+                        } else {
+                            keep.push(fd);
+                        }
+                    }
+                    (t, keep)
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    scalevfs::flush_deferred_frees();
+    e.commit().unwrap();
+    let open: usize = held.iter().map(|(_, v)| v.len()).sum();
+    assert_eq!(e.orphan_list_len(), open);
+    let referee = s.0.join("referee");
+    std::fs::copy(&img, &referee).unwrap();
+    for (t, fds) in held {
+        for fd in fds {
+            t.close(fd).unwrap();
+        }
+    }
+    drop(vfs);
+    e.unmount().unwrap();
+    drop(e);
+    fsck_clean(&img);
+    assert_eq!(free_blocks(&img), free0);
+    let (code, text) = e2fsck(&referee, "-fy");
+    assert!(code <= 1, "e2fsck -fy exit {code}:\n{text}");
+    assert_eq!(e2fsck_clears(&text).len(), open, "{text}");
+    fsck_clean(&referee);
+}
