@@ -567,12 +567,29 @@ impl Ext4 {
     fn commit_until(&self, j: &Journal, target: u64) -> Result<()> {
         // Relaxed: a statistic.
         j.requests.fetch_add(1, Ordering::Relaxed);
+        // Relaxed (both): `waiters` is a hint for the batching wait below;
+        // nothing is published through it.
+        let waiting = &j.waiters[(target & 1) as usize];
+        waiting.fetch_add(1, Ordering::Relaxed);
+        struct Leave<'a>(&'a AtomicU64);
+        impl Drop for Leave<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        let _leave = Leave(waiting);
         // Wait for the commit lock or for another thread's commit to cover
         // `target`, whichever comes first: a waiter parked on the lock
         // could be passed again and again by the committing thread coming
         // back for its next fsync (std's mutex lets a running thread take
         // it before a woken one), and would wait for commits it does not
-        // need.
+        // need. After a short spin the waiter sleeps on `released` (a
+        // futex), which every holder bumps as it lets the lock go (after
+        // storing `done`): read `released`, re-check `done` and the lock,
+        // then sleep only if `released` still has the value read, so a
+        // release between the check and the sleep is never missed. (A
+        // timed sleep here overslept the other thread's commit by tens of
+        // microseconds, longer than the commit itself on a fast device.)
         let mut spins = 0u32;
         let mut st = loop {
             // SeqCst: see `Journal::next_commit`.
@@ -585,39 +602,86 @@ impl Ext4 {
             spins += 1;
             if spins < 64 {
                 std::hint::spin_loop();
-            } else if spins < 128 {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(std::time::Duration::from_micros(20));
+                continue;
             }
+            // SeqCst (with the re-checks below and the holder's store of
+            // `done` before its bump): if this load misses the bump, the
+            // re-check sees the new `done` or a free lock.
+            let seen = j.released.load(Ordering::SeqCst);
+            if j.done.load(Ordering::SeqCst) >= target {
+                return Ok(());
+            }
+            if let Some(g) = j.commit.try_lock() {
+                break g;
+            }
+            atomic_wait::wait(&j.released, seen);
         };
+        let st_guard = Released(j);
         // SeqCst: as above.
         if j.done.load(Ordering::SeqCst) >= target {
+            drop(st);
+            drop(st_guard);
             return Ok(());
         }
-        // Batching, after jbd2's: when the last commit was asked for by
-        // another thread, several threads are syncing; wait an eighth of
-        // a commit's time (at most 2 ms) with the gate open, so that the
-        // change another thread is making right now (it returned from the
-        // last commit and is on its next operation) joins this commit and
-        // its fsync then finds it done. (jbd2 waits a whole commit's time,
-        // which pays off with many threads, not with two.) Not worth it
-        // when commits are fast (a device that flushes for free): only
-        // above 100 µs.
-        let me = crate::txn::thread_id();
-        // Relaxed: hints.
-        let prev = j.last_sync_thread.swap(me, Ordering::Relaxed);
-        let avg = j.avg_commit_ns.load(Ordering::Relaxed);
-        if prev != me && prev != 0 && avg > 100_000 {
-            std::thread::sleep(std::time::Duration::from_nanos((avg / 8).min(2_000_000)));
-        }
+        self.batch_wait(j);
         let t0 = std::time::Instant::now();
+        // The threads waiting for this commit now are served by it.
+        // Relaxed: hints (see above).
+        j.last_batch
+            .store(Self::waiting_for_next(j).max(1), Ordering::Relaxed);
         let r = self.commit_locked(j, &mut st, false);
         let ns = t0.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64;
         // Relaxed: a moving average (7/8 old + 1/8 new), read as a hint.
+        let avg = j.avg_commit_ns.load(Ordering::Relaxed);
         j.avg_commit_ns
             .store(avg - avg / 8 + ns / 8, Ordering::Relaxed);
+        // The lock goes first, then the sleepers wake (`Released`).
+        drop(st);
+        drop(st_guard);
         r
+    }
+
+    /// Threads waiting for the commit about to start (commit lock held, so
+    /// its number is fixed).
+    fn waiting_for_next(j: &Journal) -> u64 {
+        // Relaxed: a hint; the count may include a thread two commits
+        // behind that has not noticed yet (same parity), which only makes
+        // a batch wait end early.
+        j.waiters[(j.next_commit() & 1) as usize].load(Ordering::Relaxed)
+    }
+
+    /// Group commit, after jbd2's batching: when the last commit was asked
+    /// for by another thread or served several, several threads are
+    /// syncing; with the gate
+    /// still open, wait until as many threads wait for a commit as the
+    /// last commit served (at least two), so that the change another
+    /// thread is making right now (it returned from the last commit and is
+    /// on its next operation) joins this commit and its fsync finds it
+    /// done: one commit and one flush for both. The wait is bounded by
+    /// twice the average commit (20 µs .. 1 ms; jbd2 sleeps one average
+    /// commit, up to 15 ms): a thread that stopped syncing costs one such
+    /// wait, after which `last_batch` no longer expects it.
+    fn batch_wait(&self, j: &Journal) {
+        let me = crate::txn::thread_id();
+        // Relaxed: hints.
+        let prev = j.last_sync_thread.swap(me, Ordering::Relaxed);
+        let last = j.last_batch.load(Ordering::Relaxed);
+        if last < 2 && (prev == me || prev == 0) {
+            return;
+        }
+        let want = last.max(2);
+        let avg = j.avg_commit_ns.load(Ordering::Relaxed);
+        let limit = std::time::Duration::from_nanos(avg.saturating_mul(2).clamp(20_000, 1_000_000));
+        let t0 = std::time::Instant::now();
+        let mut spins = 0u32;
+        while Self::waiting_for_next(j) < want && t0.elapsed() < limit {
+            spins += 1;
+            if spins < 32 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
     }
 
     /// Commits that logged something, and commit requests (fsync, sync)
@@ -1026,6 +1090,9 @@ impl Ext4 {
             // The last commit (every unlinked inode freed), then a
             // checkpoint and an empty log without needs_recovery.
             scalevfs::flush_deferred_frees();
+            // Declared first, dropped last: the sleepers wake after the
+            // lock is released.
+            let _wake = Released(j);
             let mut st = j.commit.lock();
             self.commit_locked(j, &mut st, true)?;
             if let Some(log) = st.log.take() {
@@ -2369,6 +2436,19 @@ fn gdt_block(sb: &Superblock, gdb: u64) -> u64 {
 
 /// The commit thread: every `interval` seconds, commit what is dirty;
 /// ends when the filesystem is gone or unmounted.
+/// Dropped after the commit lock is released by a commit request: bump
+/// `Journal::released` and wake the threads sleeping on it
+/// (`Ext4::commit_until`).
+struct Released<'a>(&'a Journal);
+
+impl Drop for Released<'_> {
+    fn drop(&mut self) {
+        // SeqCst: after the holder's store of `done` (see `commit_until`).
+        self.0.released.fetch_add(1, Ordering::SeqCst);
+        atomic_wait::wake_all(&self.0.released);
+    }
+}
+
 fn commit_thread(fs: std::sync::Weak<Ext4>, interval: u64) {
     let step = std::time::Duration::from_millis(100);
     let mut waited = 0u64;

@@ -27,7 +27,7 @@
 
 use std::cell::Cell;
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crossbeam_utils::CachePadded;
 use scalevfs_orphan::OrphanFile;
@@ -83,6 +83,17 @@ pub(crate) struct Journal {
     /// long writing a commit takes (ns).
     pub(crate) last_sync_thread: AtomicU64,
     pub(crate) avg_commit_ns: AtomicU64,
+    /// Group commit: threads now inside a commit request (fsync, sync) by
+    /// the parity of the commit they wait for (a waiter for the commit
+    /// about to start counts there; one already served, not yet gone,
+    /// counts in the other), and how many the last commit served
+    /// (`Ext4::commit_until`).
+    pub(crate) waiters: [AtomicU64; 2],
+    /// Bumped (and its sleepers woken, a futex) each time the commit lock
+    /// is released by a commit request: a thread waiting for another's
+    /// commit sleeps on it instead of polling with a timer.
+    pub(crate) released: AtomicU32,
+    pub(crate) last_batch: AtomicU64,
 }
 
 impl Journal {
@@ -105,6 +116,9 @@ impl Journal {
             requests: AtomicU64::new(0),
             last_sync_thread: AtomicU64::new(0),
             avg_commit_ns: AtomicU64::new(0),
+            waiters: [AtomicU64::new(0), AtomicU64::new(0)],
+            released: AtomicU32::new(0),
+            last_batch: AtomicU64::new(1),
         }
     }
 
