@@ -343,3 +343,83 @@ fn threads_unlinking_open_files_keep_the_chain_whole() {
     assert_eq!(e2fsck_clears(&text).len(), open, "{text}");
     fsck_clean(&referee);
 }
+
+/// Arbitrary chains (random heads, links and next pointers among a few
+/// inodes, in range or not, used or free): the mount either refuses with
+/// the image byte-identical or succeeds and unmounts; never a panic or a
+/// hang (the chain walk is bounded by the inode count).
+#[test]
+fn arbitrary_chains_are_refused_or_processed() {
+    if !have_tools() {
+        return;
+    }
+    let s = Scratch::new("orphanlistfuzz");
+    let img = fresh_list(&s.0, 1024, "8M");
+    let host = s.0.join("data");
+    std::fs::write(&host, vec![1u8; 3000]).unwrap();
+    for i in 0..6 {
+        assert!(debugfs(&img, &format!("write {} f{i}", host.display())));
+    }
+    let out = debugfs_ro(&img, "stat f0");
+    let first: u32 = out
+        .split("Inode: ")
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let inodes: u32 = sb_field(&img, "Inode count").parse().unwrap();
+    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+    let mut rnd = |n: u32| -> u32 {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % u64::from(n.max(1))) as u32
+    };
+    let (mut mounted, mut refused) = (0, 0);
+    for round in 0..24 {
+        let bad = s.0.join(format!("r{round}"));
+        std::fs::copy(&img, &bad).unwrap();
+        // A number: one of the six files mostly, else a free inode, a
+        // reserved one, 0 or one past the end.
+        let mut pick = |r: &mut dyn FnMut(u32) -> u32| -> u32 {
+            match r(10) {
+                0 => 0,
+                1 => first + 6 + r(20),
+                2 => r(11),
+                3 => inodes + 1 + r(5),
+                _ => first + r(6),
+            }
+        };
+        let mut reqs = vec![format!("ssv last_orphan {}", pick(&mut rnd))];
+        for i in 0..6 {
+            let ino = first + i;
+            reqs.push(format!("sif <{ino}> dtime {}", pick(&mut rnd)));
+            if rnd(2) == 0 {
+                reqs.push(format!("unlink f{i}"));
+                reqs.push(format!("sif <{ino}> links_count 0"));
+            }
+        }
+        for r in &reqs {
+            assert!(debugfs(&bad, r));
+        }
+        let before = std::fs::read(&bad).unwrap();
+        match Ext4::open(&bad, list_opts()) {
+            Ok(e) => {
+                e.unmount().unwrap();
+                mounted += 1;
+            }
+            Err(err) => {
+                assert!(
+                    std::fs::read(&bad).unwrap() == before,
+                    "round {round} ({err}): refused but written"
+                );
+                refused += 1;
+            }
+        }
+    }
+    eprintln!("orphan chains: {mounted} processed, {refused} refused");
+    assert!(mounted > 0 && refused > 0);
+}
