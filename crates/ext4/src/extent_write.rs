@@ -14,8 +14,12 @@
 //!   levels (depth up to 5), each block with its checksum tail. New tree
 //!   blocks are allocated before the old ones are freed, so a failure
 //!   leaves the old tree intact. Cost is linear in the extent count per
-//!   changing call: fine for the files ext4 keeps in few extents; an
-//!   in-place leaf split is the optimisation left for later.
+//!   changing call, except for writes: a write inside one leaf of a
+//!   deeper tree reads only the path to that leaf (`leaf_at`), and
+//!   rewrites that leaf in place when its extents still fit and its first
+//!   block stays (so no key above changes); a leaf that overflows makes
+//!   the whole tree be rewritten (once per `entries_per_block` inserts
+//!   into one leaf). Splitting a full leaf in place is left for later.
 //! - Data blocks bypass the metadata cache (the device directly); a block
 //!   freed as metadata was dropped from the cache, so nothing stale is
 //!   written over data.
@@ -167,7 +171,98 @@ fn mark_unwritten(ex: &mut Vec<Extent>, from: u64, to: u64) -> bool {
     changed
 }
 
+/// The leaf of an extent tree (depth >= 1) that covers a logical block:
+/// its block, its extents, and the logical range `[lo, hi)` its parents'
+/// keys give it (a write inside the range changes only this leaf).
+pub(crate) struct LeafAt {
+    pub(crate) block: u64,
+    pub(crate) ex: Vec<Extent>,
+    pub(crate) lo: u64,
+    pub(crate) hi: u64,
+}
+
 impl Ext4 {
+    /// The leaf covering logical block `lblk` of a tree of depth >= 1
+    /// (`None`: the extents are in the inode). Reads one block per level.
+    pub(crate) fn leaf_at(&self, raw: &RawInode, lblk: u64) -> Result<Option<LeafAt>> {
+        let what = || format!("inode {}", raw.ino);
+        let fs_blocks = self.sb.blocks_count;
+        let seed = self.sb.has_metadata_csum().then_some(raw.csum_seed);
+        let mut node = extent::parse_node(&raw.block, &what, None, None, fs_blocks)?;
+        let (mut lo, mut hi) = (0u64, 1u64 << 32);
+        let mut at = None;
+        let mut buf = vec![0u8; self.bs];
+        // One index level per step; parse_node checks that the depths
+        // count down, so this ends after at most MAX_DEPTH reads.
+        loop {
+            match node {
+                ExtNode::Leaf(_, ex) => {
+                    let Some(block) = at else {
+                        return Ok(None);
+                    };
+                    let outside = |e: &Extent| {
+                        u64::from(e.block) < lo || u64::from(e.block) + u64::from(e.len) > hi
+                    };
+                    if ex.iter().any(outside) {
+                        return Err(corrupt(what(), "an extent outside its index range"));
+                    }
+                    return Ok(Some(LeafAt { block, ex, lo, hi }));
+                }
+                ExtNode::Index(h, v) => {
+                    if v.is_empty() || h.depth == 0 {
+                        return Err(corrupt(what(), "an empty extent index"));
+                    }
+                    let i = v.partition_point(|x| u64::from(x.block) <= lblk).max(1) - 1;
+                    if i > 0 {
+                        lo = lo.max(u64::from(v[i].block));
+                    }
+                    if let Some(n) = v.get(i + 1) {
+                        hi = hi.min(u64::from(n.block));
+                    }
+                    let blk = v[i].leaf;
+                    self.read_block(blk, &mut buf)?;
+                    let w = || format!("inode {} extent block {blk}", raw.ino);
+                    node = extent::parse_node(&buf, &w, Some(h.depth - 1), seed, fs_blocks)?;
+                    at = Some(blk);
+                }
+            }
+        }
+    }
+
+    /// Write leaf `l` (its extents changed) back in place, its checksum
+    /// tail updated.
+    pub(crate) fn write_leaf(&self, raw: &RawInode, l: &LeafAt) -> Result<()> {
+        let (rw, io) = self.rw()?;
+        let per = extent::entries_per_block(self.bs);
+        let csum = self.sb.has_metadata_csum();
+        let seed = raw.csum_seed;
+        rw.bufs.modify(io.dev, l.block, true, |d| {
+            extent::encode_leaf(d, per, &l.ex);
+            if csum {
+                extent::set_tail(d, per, seed);
+            }
+        })?;
+        Ok(())
+    }
+
+    /// Store the new extents `ex` of leaf `l` (all inside its range): in
+    /// place when they fit and the leaf's first logical block is unchanged
+    /// (the parents' keys stay right), else by rewriting the whole tree
+    /// with the leaf's old extents replaced.
+    fn store_leaf(&self, raw: &mut RawInode, mut l: LeafAt, ex: Vec<Extent>) -> Result<()> {
+        let per = extent::entries_per_block(self.bs);
+        let first = |v: &[Extent]| v.first().map(|e| e.block);
+        if ex.len() <= per && first(&ex) == first(&l.ex) {
+            l.ex = ex;
+            return self.write_leaf(raw, &l);
+        }
+        let (mut all, tree) = self.collect_extents(raw)?;
+        all.retain(|e| u64::from(e.block) < l.lo || u64::from(e.block) >= l.hi);
+        let at = all.partition_point(|e| u64::from(e.block) < l.lo);
+        all.splice(at..at, ex);
+        self.rebuild_tree(raw, &all, &tree)
+    }
+
     /// The extent list of `raw` and the tree blocks holding it.
     pub(crate) fn collect_extents(&self, raw: &RawInode) -> Result<(Vec<Extent>, Vec<u64>)> {
         let what = || format!("inode {}", raw.ino);
@@ -353,7 +448,18 @@ impl Ext4 {
         if (end - 1) / bs >= u64::from(u32::MAX) {
             return Err(errno(libc::EFBIG));
         }
-        let (mut ex, tree) = self.collect_extents(&raw)?;
+        // A write inside one leaf of a deeper tree works on that leaf
+        // alone (an overwrite reads one block per level and writes no
+        // tree block; an insert rewrites the leaf in place); otherwise on
+        // the whole extent list.
+        let (first, last) = (off / bs, (end - 1) / bs);
+        let leaf = self
+            .leaf_at(&raw, first)?
+            .filter(|l| first >= l.lo && last < l.hi);
+        let (mut ex, tree) = match &leaf {
+            Some(l) => (l.ex.clone(), Vec::new()),
+            None => self.collect_extents(&raw)?,
+        };
         let mut fresh: Vec<u64> = Vec::new();
         let mut converted = false;
         let mut done = 0usize;
@@ -438,7 +544,11 @@ impl Ext4 {
         }
         if !fresh.is_empty() || converted {
             raw.blocks += fresh.len() as u64 * (bs / 512);
-            if let Err(e) = self.rebuild_tree(&mut raw, &ex, &tree) {
+            let r = match leaf {
+                None => self.rebuild_tree(&mut raw, &ex, &tree),
+                Some(l) => self.store_leaf(&mut raw, l, ex),
+            };
+            if let Err(e) = r {
                 for b in fresh {
                     let _ = self.free_block(b);
                 }
