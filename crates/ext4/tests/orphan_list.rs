@@ -384,7 +384,7 @@ fn arbitrary_chains_are_refused_or_processed() {
         std::fs::copy(&img, &bad).unwrap();
         // A number: one of the six files mostly, else a free inode, a
         // reserved one, 0 or one past the end.
-        let mut pick = |r: &mut dyn FnMut(u32) -> u32| -> u32 {
+        let pick = |r: &mut dyn FnMut(u32) -> u32| -> u32 {
             match r(10) {
                 0 => 0,
                 1 => first + 6 + r(20),
