@@ -26,7 +26,7 @@ fn writes_into_a_deep_extent_tree_read_back_everywhere() {
     let bs = 1024usize;
     let nblk = 4000usize;
     let mut model = vec![0u8; nblk * bs];
-    let mut put = |t: &scalevfs::Task, model: &mut Vec<u8>, blk: usize, len: usize, v: u8| {
+    let put = |t: &scalevfs::Task, model: &mut Vec<u8>, blk: usize, len: usize, v: u8| {
         let off = blk * bs + 17;
         let data = vec![v; len];
         t.pwrite(fd, &data, off as i64).unwrap();
