@@ -388,16 +388,37 @@ impl Ext4 {
                     return Err(e);
                 }
             }
-            // Mark the filesystem in use (not clean) until unmount.
-            fs.write_super(false)?;
-            fs.dev.flush()?;
         }
-        let root = fs.iget(inode::ROOT_INO)?;
-        if !root.is_dir() {
-            return Err(corrupt("inode 2", "the root is not a directory"));
-        }
+        // Every check before the first write: a refused image stays as it
+        // was (`abandon`: not even the drop writes).
+        let root = match fs.iget(inode::ROOT_INO) {
+            Ok(r) if r.is_dir() => r,
+            Ok(_) => {
+                fs.abandon();
+                return Err(corrupt("inode 2", "the root is not a directory"));
+            }
+            Err(e) => {
+                fs.abandon();
+                return Err(e);
+            }
+        };
         fs.root = root;
-        fs.statfs = fs.compute_statfs()?;
+        fs.statfs = match fs.compute_statfs() {
+            Ok(s) => s,
+            Err(e) => {
+                fs.abandon();
+                return Err(e);
+            }
+        };
+        // Mark the filesystem in use (not clean) until unmount. A journaled
+        // mount does it when the journal is installed (`install_journal`),
+        // after the journal itself was checked.
+        if fs.rw.is_some() && !fs.rw_journaled() {
+            if let Err(e) = fs.write_super(false).and_then(|()| Ok(fs.dev.flush()?)) {
+                fs.abandon();
+                return Err(e);
+            }
+        }
         Ok(Arc::new(fs))
     }
 

@@ -21,6 +21,7 @@ use scalevfs_orphan::{OrphanFile, OrphanSlot, OrphanVariant};
 use crate::error::{corrupt, Result};
 use crate::format::checksum::crc32c;
 use crate::format::features::COMPAT_ORPHAN_FILE;
+use crate::format::inode::FL_EXTENTS;
 use crate::fs::{Ext4, Mapping};
 use crate::txn::OrphanDisk;
 
@@ -206,7 +207,14 @@ impl Ext4 {
                 let (rw, io) = self.rw()?;
                 let in_use = rw.alloc.inode_in_use(&io, ino)?;
                 if in_use {
-                    if let Err(e) = self.read_inode(ino) {
+                    // It may be freed: it and its extent tree must read back.
+                    let r = self.read_inode(ino).and_then(|raw| {
+                        if raw.flags & FL_EXTENTS != 0 {
+                            self.collect_extents(&raw)?;
+                        }
+                        Ok(())
+                    });
+                    if let Err(e) = r {
                         return Err(corrupt(what(), format!("lists inode {ino}: {e}")));
                     }
                 }

@@ -195,6 +195,11 @@ impl Ext4 {
             let raw = self
                 .read_inode(ino)
                 .map_err(|e| corrupt(what, format!("lists inode {ino}: {e}")))?;
+            // Its blocks will be freed: the tree must read back first.
+            if raw.flags & FL_EXTENTS != 0 {
+                self.collect_extents(&raw)
+                    .map_err(|e| corrupt(what, format!("lists inode {ino}: {e}")))?;
+            }
             out.push(ino);
             ino = raw.dtime;
         }
