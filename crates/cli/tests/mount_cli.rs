@@ -55,3 +55,32 @@ fn a_bad_option_is_reported_before_the_image_is_opened() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// ext4's own options: a bad orphan scheme or commit interval is named,
+/// and they are refused without `--image` (memfs has neither).
+#[test]
+fn ext4_options_are_checked() {
+    let dir = scratch("ext4opt");
+    let d = dir.to_str().unwrap();
+    let img = ["--image", "/nonexistent/image.ext4"];
+    let (ok, err) = mount(&[d, "-f", img[0], img[1], "-o", "orphan=sometimes"]);
+    assert!(!ok);
+    assert!(
+        err.contains("orphan=sometimes: expected auto, file, list or none"),
+        "{err}"
+    );
+    let (ok, err) = mount(&[d, "-f", img[0], img[1], "-o", "commit=soon"]);
+    assert!(!ok);
+    assert!(err.contains("commit=soon: expected seconds"), "{err}");
+    let (ok, err) = mount(&[d, "-f", "-o", "orphan=list"]);
+    assert!(!ok);
+    assert!(
+        err.contains("applies to ext4 images (--image) only"),
+        "{err}"
+    );
+    // A good one gets as far as opening the (missing) image.
+    let (ok, err) = mount(&[d, "-f", img[0], img[1], "-o", "orphan=list,commit=1"]);
+    assert!(!ok);
+    assert!(err.contains("/nonexistent/image.ext4"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
