@@ -25,6 +25,8 @@
 #                     mounted by `scalevfs mount --image IMG DIR`
 #   --image-dir DIR   where the images go (default /tmp/xfs-ext4)
 #   --image-size SIZE size of each image (default 2G)
+#   --features LIST   mkfs.ext4 -O for the images (default orphan_file; e.g.
+#                     ^orphan_file: unlinked open files go on the orphan list)
 #
 # What it does: builds xfstests if needed (make), creates the users and
 # groups the suite wants (fsgqa, fsgqa2, 123456-fsgqa), writes the mount
@@ -70,6 +72,7 @@ results=/tmp/scalevfs-xfstests
 image=0
 image_dir=/tmp/xfs-ext4
 image_size=2G
+features=orphan_file
 
 usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}"; }
 
@@ -84,6 +87,7 @@ while [ $# -gt 0 ]; do
     --image) image=1; shift ;;
     --image-dir) image_dir=$2; shift 2 ;;
     --image-size) image_size=$2; shift 2 ;;
+    --features) features=$2; shift 2 ;;
     -h|--help) usage 0 ;;
     -*) echo "xfstests: unknown option $1"; usage 1 ;;
     *) break ;;
@@ -228,7 +232,7 @@ if [ $image = 1 ]; then
   fi
   if [ "\$name" = scratch ]; then
     if [ "\$(cat "\$src.fmt" 2> /dev/null)" != "\$cur" ]; then
-      mkfs.ext4 -q -F -O orphan_file "\$src" > /dev/null 2>&1 \\
+      mkfs.ext4 -q -F -O $features "\$src" > /dev/null 2>&1 \\
         || { echo "mount.fuse.scalevfs: mkfs.ext4 \$src failed" >&2; exit 32; }
       echo "\$cur" > "\$src.fmt"
     fi
@@ -294,7 +298,7 @@ if [ $image = 1 ]; then
   scratch_dev=$image_dir/scratch.img
   for img in "$test_dev" "$scratch_dev"; do
     rm -f "$img" "$img.last" "$img.fmt"
-    truncate -s "$image_bytes" "$img" && mkfs.ext4 -q -F -O orphan_file "$img" \
+    truncate -s "$image_bytes" "$img" && mkfs.ext4 -q -F -O "$features" "$img" \
       || { echo "xfstests: mkfs.ext4 $img failed"; exit 1; }
   done
 else
