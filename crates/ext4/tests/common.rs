@@ -420,6 +420,33 @@ pub fn fsck_clean(img: &Path) {
     }
 }
 
+/// `e2fsck` with `flag` on `img`: (exit code, stdout + stderr).
+pub fn e2fsck(img: &Path, flag: &str) -> (i32, String) {
+    let out = Command::new(tool("e2fsck"))
+        .arg(flag)
+        .arg(img)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// The inode number debugfs gives for `name` (a path in the image).
+pub fn ino_of(img: &Path, name: &str) -> u32 {
+    let out = debugfs_ro(img, &format!("stat {name}"));
+    out.split("Inode: ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("debugfs stat {name}: {out}"))
+}
+
 /// A field of `dumpe2fs -h`.
 pub fn sb_field(img: &Path, name: &str) -> String {
     let out = Command::new(tool("dumpe2fs"))

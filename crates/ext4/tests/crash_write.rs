@@ -22,10 +22,9 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 
-use common::{fresh, fresh_list, have_tools, rw_journaled, tool, Scratch};
+use common::{e2fsck, fresh, fresh_list, have_tools, rw_journaled, Scratch};
 use scalevfs::fs::Fs;
 use scalevfs::{Vfs, O_CREAT, O_RDWR, O_TRUNC, O_WRONLY};
 use scalevfs_ext4::crashdev::{CrashLog, RecordingDevice};
@@ -131,19 +130,6 @@ fn workload(rec: &Arc<RecordingDevice<MemDevice>>, bs: usize) -> Vec<(usize, Tre
     let last = points.last().unwrap().1.clone();
     points.push((writes(rec), last));
     points
-}
-
-/// `e2fsck` on `img` with `flag`; (exit code, report).
-fn e2fsck(img: &Path, flag: &str) -> (i32, String) {
-    let out = Command::new(tool("e2fsck"))
-        .arg(flag)
-        .arg(img)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-    )
 }
 
 /// e2fsck -fn found nothing but (possibly) the superblock's free totals.

@@ -216,6 +216,14 @@ fn targets(img: &[u8]) -> Vec<(&'static str, usize, usize)> {
 }
 
 fn fuzz(features: &str, seed: u64) {
+    run_fuzz(features, seed, 1, "", exercise);
+}
+
+/// A small image of a generated tree (`features`), then `cases` (default
+/// 150, `EXT4_FUZZ_CASES`; divided by `share`) corruptions of each target
+/// structure (1..8 random bytes set to 0, 0xff or anything), each given
+/// to `f` under `catch_unwind`: a panic fails the test, naming the case.
+fn run_fuzz(features: &str, seed: u64, share: u64, mode: &str, f: fn(Vec<u8>)) {
     if !have_tools() {
         return;
     }
@@ -225,11 +233,12 @@ fn fuzz(features: &str, seed: u64) {
     let img = s.0.join("img");
     make_image(&src, &img, 1024, "12M", features);
     let pristine = std::fs::read(&img).unwrap();
-    exercise(pristine.clone());
+    f(pristine.clone());
     let cases: u64 = std::env::var("EXT4_FUZZ_CASES")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(150);
+    let cases = (cases / share).max(1);
     let mut rng = Rng(seed);
     for (what, start, len) in targets(&pristine) {
         for case in 0..cases {
@@ -243,8 +252,11 @@ fn fuzz(features: &str, seed: u64) {
                     _ => rng.next() as u8,
                 };
             }
-            let r = std::panic::catch_unwind(AssertUnwindSafe(|| exercise(img)));
-            assert!(r.is_ok(), "panic: {what} case {case} (seed {seed:#x})");
+            let r = std::panic::catch_unwind(AssertUnwindSafe(|| f(img)));
+            assert!(
+                r.is_ok(),
+                "panic{mode}: {what} case {case} (seed {seed:#x})"
+            );
         }
     }
 }
@@ -252,40 +264,7 @@ fn fuzz(features: &str, seed: u64) {
 /// The write side on corrupt images: a quarter of the cases, mounted
 /// read-write and changed (`exercise_rw`).
 fn fuzz_rw(features: &str, seed: u64) {
-    if !have_tools() {
-        return;
-    }
-    let s = Scratch::new("fuzzrw");
-    let src = s.0.join("src");
-    build_tree(&src, 150, 60, 1024);
-    let img = s.0.join("img");
-    make_image(&src, &img, 1024, "12M", features);
-    let pristine = std::fs::read(&img).unwrap();
-    exercise_rw(pristine.clone());
-    let cases: u64 = std::env::var("EXT4_FUZZ_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .map_or(40, |n: u64| (n / 4).max(1));
-    let mut rng = Rng(seed);
-    for (what, start, len) in targets(&pristine) {
-        for case in 0..cases {
-            let mut img = pristine.clone();
-            let flips = 1 + rng.below(8);
-            for _ in 0..flips {
-                let at = start + rng.below(len as u64) as usize;
-                img[at] = match rng.below(4) {
-                    0 => 0,
-                    1 => 0xff,
-                    _ => rng.next() as u8,
-                };
-            }
-            let r = std::panic::catch_unwind(AssertUnwindSafe(|| exercise_rw(img)));
-            assert!(
-                r.is_ok(),
-                "panic (read-write): {what} case {case} (seed {seed:#x})"
-            );
-        }
-    }
+    run_fuzz(features, seed, 4, " (read-write)", exercise_rw);
 }
 
 #[test]

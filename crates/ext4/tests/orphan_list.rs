@@ -19,7 +19,8 @@ use std::process::Command;
 use std::sync::Arc;
 
 use common::{
-    debugfs, debugfs_ro, fresh_list, fsck_clean, have_tools, rw_journaled, sb_field, tool, Scratch,
+    debugfs, debugfs_ro, e2fsck, fresh_list, fsck_clean, have_tools, ino_of, rw_journaled,
+    sb_field, tool, Scratch,
 };
 use scalevfs::{Vfs, O_CREAT, O_RDWR};
 use scalevfs_ext4::{Ext4, OrphanMode};
@@ -31,26 +32,12 @@ fn list_opts() -> scalevfs_ext4::Ext4Options {
     }
 }
 
-/// `e2fsck` with `flag` on `img`: (exit code, stdout + stderr).
-fn e2fsck(img: &Path, flag: &str) -> (i32, String) {
-    let out = Command::new(tool("e2fsck"))
-        .arg(flag)
-        .arg(img)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
-}
-
-/// The inode numbers e2fsck's orphan processing cleared ("Clearing
-/// orphaned inode N (...)"), sorted; panics on any sign of a broken list.
-fn e2fsck_clears(text: &str) -> Vec<u64> {
+/// e2fsck's own replay and orphan processing (`-fy`) on `img`: the inode
+/// numbers it cleared ("Clearing orphaned inode N (...)"), sorted, and its
+/// report; panics on a failure or any sign of a broken list.
+fn referee_clears(img: &Path) -> (Vec<u64>, String) {
+    let (code, text) = e2fsck(img, "-fy");
+    assert!(code <= 1, "e2fsck -fy exit {code}:\n{text}");
     for bad in [
         "Illegal",
         "corrupted orphan",
@@ -68,7 +55,7 @@ fn e2fsck_clears(text: &str) -> Vec<u64> {
         .map(|r| r.split_whitespace().next().unwrap().parse().unwrap())
         .collect();
     v.sort_unstable();
-    v
+    (v, text)
 }
 
 fn free_blocks(img: &Path) -> u64 {
@@ -123,11 +110,10 @@ fn unlinked_open_files_left_by_a_crash_are_freed_by_e2fsck_and_by_us() {
         fsck_clean(&img);
         assert_eq!(free_blocks(&img), free0);
         // The referee: e2fsck replays the journal and walks the chain.
-        let (code, text) = e2fsck(&referee, "-fy");
-        assert!(code <= 1, "e2fsck -fy exit {code}:\n{text}");
+        let (cleared, text) = referee_clears(&referee);
         let mut want = vec![inos[0], inos[1], inos[3]];
         want.sort_unstable();
-        assert_eq!(e2fsck_clears(&text), want, "bs {bs}:\n{text}");
+        assert_eq!(cleared, want, "bs {bs}:\n{text}");
         fsck_clean(&referee);
         // Our mount replays and frees them.
         let e = Ext4::open(&crashed, list_opts()).unwrap();
@@ -165,18 +151,7 @@ fn a_chain_the_kernel_leaves_is_processed_as_e2fsck_does() {
     for name in ["a", "b", "c"] {
         assert!(debugfs(&img, &format!("write {} {name}", host.display())));
     }
-    let ino = |name: &str| -> u32 {
-        let out = debugfs_ro(&img, &format!("stat {name}"));
-        out.split("Inode: ")
-            .nth(1)
-            .unwrap()
-            .split_whitespace()
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap()
-    };
-    let (a, b, c) = (ino("a"), ino("b"), ino("c"));
+    let (a, b, c) = (ino_of(&img, "a"), ino_of(&img, "b"), ino_of(&img, "c"));
     for req in [
         "unlink a".to_string(),
         "unlink b".into(),
@@ -191,11 +166,10 @@ fn a_chain_the_kernel_leaves_is_processed_as_e2fsck_does() {
     }
     let referee = s.0.join("referee");
     std::fs::copy(&img, &referee).unwrap();
-    let (code, text) = e2fsck(&referee, "-fy");
-    assert!(code <= 1, "e2fsck -fy exit {code}:\n{text}");
+    let (cleared, text) = referee_clears(&referee);
     let mut want = vec![u64::from(a), u64::from(b)];
     want.sort_unstable();
-    assert_eq!(e2fsck_clears(&text), want, "{text}");
+    assert_eq!(cleared, want, "{text}");
     assert!(
         text.contains(&format!("Truncating orphaned inode {c}")),
         "{text}"
@@ -235,16 +209,7 @@ fn a_bad_chain_stops_the_mount_before_any_write() {
     for name in ["a", "b"] {
         assert!(debugfs(&img, &format!("write {} {name}", host.display())));
     }
-    let out = debugfs_ro(&img, "stat a");
-    let a: u32 = out
-        .split("Inode: ")
-        .nth(1)
-        .unwrap()
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let a = ino_of(&img, "a");
     let b = a + 1;
     let cases = [
         // a -> b -> a: a loop.
@@ -338,9 +303,8 @@ fn threads_unlinking_open_files_keep_the_chain_whole() {
     drop(e);
     fsck_clean(&img);
     assert_eq!(free_blocks(&img), free0);
-    let (code, text) = e2fsck(&referee, "-fy");
-    assert!(code <= 1, "e2fsck -fy exit {code}:\n{text}");
-    assert_eq!(e2fsck_clears(&text).len(), open, "{text}");
+    let (cleared, text) = referee_clears(&referee);
+    assert_eq!(cleared.len(), open, "{text}");
     fsck_clean(&referee);
 }
 
@@ -360,16 +324,7 @@ fn arbitrary_chains_are_refused_or_processed() {
     for i in 0..6 {
         assert!(debugfs(&img, &format!("write {} f{i}", host.display())));
     }
-    let out = debugfs_ro(&img, "stat f0");
-    let first: u32 = out
-        .split("Inode: ")
-        .nth(1)
-        .unwrap()
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let first = ino_of(&img, "f0");
     let inodes: u32 = sb_field(&img, "Inode count").parse().unwrap();
     let mut seed = 0x9E37_79B9_7F4A_7C15u64;
     let mut rnd = |n: u32| -> u32 {
