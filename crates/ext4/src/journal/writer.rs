@@ -222,9 +222,15 @@ impl LogWriter {
         if self.live.is_empty() {
             return Ok(());
         }
-        for t in &self.live {
-            for (home, data) in &t.blocks {
-                self.dev.write_at(home * self.bs, data)?;
+        // The newest copy of each block only: a block logged by many
+        // transactions (the superblock, a bitmap, a descriptor block:
+        // nearly every one) goes home once, not once per transaction.
+        let mut home_done = std::collections::HashSet::new();
+        for t in self.live.iter().rev() {
+            for (home, data) in t.blocks.iter().rev() {
+                if home_done.insert(*home) {
+                    self.dev.write_at(home * self.bs, data)?;
+                }
             }
         }
         self.dev.flush()?;
