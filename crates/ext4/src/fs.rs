@@ -27,9 +27,9 @@ use crate::format::superblock::{
     self, SbUpdate, Superblock, FLAG_UNSIGNED_HASH, SB_OFFSET, SB_SIZE, STATE_ERROR, STATE_VALID,
 };
 use crate::format::xattr;
-use crate::orphan_list::OrphanList;
 use crate::txn::{
-    current_tid, Committer, CommitterMark, Handle, Journal, LogSink, OrphanDisk, Sharded,
+    current_tid, Committer, CommitterMark, Handle, Journal, LogSink, OrphanDisk, OrphanList,
+    Sharded,
 };
 use scalevfs_orphan::OrphanSlot;
 

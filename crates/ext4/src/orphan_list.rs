@@ -28,43 +28,13 @@
 //! The superblock is a journaled block (`Ext4::journal_super`, each
 //! commit), so the head and the chain reach the disk in one transaction.
 
-use std::collections::{HashMap, HashSet};
-
-use scalevfs_sync::ordered::{Class, Mutex as OMutex};
+use std::collections::HashSet;
 
 use crate::error::{corrupt, Result};
 use crate::format::inode::{RawInode, FL_EXTENTS};
 use crate::format::superblock::SB_LAST_ORPHAN;
 use crate::fs::Ext4;
-
-/// The in-memory mirror of the on-disk chain.
-#[derive(Default)]
-struct ListState {
-    /// `s_last_orphan` as it will be committed.
-    head: u32,
-    /// Inode -> the next one on the chain (0: the last).
-    next: HashMap<u32, u32>,
-    /// Inode -> the one before it (absent: it is the head).
-    prev: HashMap<u32, u32>,
-}
-
-/// The orphan list of a journaled `orphan=list` mount.
-pub(crate) struct OrphanList {
-    state: OMutex<ListState>,
-}
-
-impl OrphanList {
-    pub(crate) fn new() -> OrphanList {
-        OrphanList {
-            state: OMutex::new(Class::Ext4OrphanList, ListState::default()),
-        }
-    }
-
-    /// Inodes on the list (tests, statistics).
-    pub(crate) fn len(&self) -> usize {
-        self.state.lock().next.len()
-    }
-}
+use crate::txn::OrphanList;
 
 impl Ext4 {
     /// The orphan list, on journaled `orphan=list` mounts.

@@ -26,7 +26,7 @@
 //!   called (`started`, `done`); concurrent fsyncs share one.
 
 use std::cell::Cell;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crossbeam_utils::CachePadded;
@@ -282,5 +282,36 @@ impl<T> Sharded<T> {
         for s in self.shards.iter() {
             f(&mut s.lock());
         }
+    }
+}
+
+/// The in-memory mirror of the on-disk chain.
+#[derive(Default)]
+pub(crate) struct ListState {
+    /// `s_last_orphan` as it will be committed.
+    pub(crate) head: u32,
+    /// Inode -> the next one on the chain (0: the last).
+    pub(crate) next: HashMap<u32, u32>,
+    /// Inode -> the one before it (absent: it is the head).
+    pub(crate) prev: HashMap<u32, u32>,
+}
+
+/// The orphan list of a journaled `orphan=list` mount (`orphan_list.rs`
+/// keeps it; here so that `fs.rs` can hold one without importing that
+/// module).
+pub(crate) struct OrphanList {
+    pub(crate) state: Mutex<ListState>,
+}
+
+impl OrphanList {
+    pub(crate) fn new() -> OrphanList {
+        OrphanList {
+            state: Mutex::new(Class::Ext4OrphanList, ListState::default()),
+        }
+    }
+
+    /// Inodes on the list (tests, statistics).
+    pub(crate) fn len(&self) -> usize {
+        self.state.lock().next.len()
     }
 }
