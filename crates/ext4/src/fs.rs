@@ -592,7 +592,7 @@ impl Ext4 {
         // nothing is published through it.
         let waiting = &j.waiters[(target & 1) as usize];
         waiting.fetch_add(1, Ordering::Relaxed);
-        struct Leave<'a>(&'a AtomicU64);
+        struct Leave<'a>(&'a std::sync::atomic::AtomicU64);
         impl Drop for Leave<'_> {
             fn drop(&mut self) {
                 self.0.fetch_sub(1, Ordering::Relaxed);
