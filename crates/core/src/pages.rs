@@ -596,13 +596,32 @@ impl FileData {
 
     fn set_blocks(&self, inode: &Inode, delta: i64, now: Option<Timespec>, size: Option<u64>) {
         // Relaxed: writer-side counter (data lock held), read as statistics.
-        let n = if delta >= 0 {
-            self.npages.fetch_add(delta as u64, Ordering::Relaxed) + delta as u64
-        } else {
-            self.npages
-                .fetch_sub(delta.unsigned_abs(), Ordering::Relaxed)
-                - delta.unsigned_abs()
+        let n = match delta {
+            // An overwrite in place adds no page: no write of the line.
+            0 => self.npages.load(Ordering::Relaxed),
+            1.. => self.npages.fetch_add(delta as u64, Ordering::Relaxed) + delta as u64,
+            _ => {
+                self.npages
+                    .fetch_sub(delta.unsigned_abs(), Ordering::Relaxed)
+                    - delta.unsigned_abs()
+            }
         };
+        // Linux's `file_update_time` rule: with the coarse clock
+        // (`Timespec::now`), a change that finds blocks, size, mtime and
+        // ctime already at their new values writes nothing, so repeated
+        // writes within one clock tick leave the attribute record (which
+        // every read and stat reads) alone. Blocks and size change only
+        // under the data lock, which we hold; a racing chmod or utimensat
+        // sets ctime to the current tick or later, so skipping our store of
+        // the same values orders this write before it.
+        let cur = inode.attr();
+        let blocks = n * (PAGE as u64 / 512);
+        if cur.blocks == blocks
+            && size.is_none_or(|s| s == cur.size)
+            && now.is_none_or(|t| cur.mtime() == t && cur.ctime() == t)
+        {
+            return;
+        }
         inode.update_attr(|a| {
             a.blocks = n * (PAGE as u64 / 512);
             if let Some(s) = size {
