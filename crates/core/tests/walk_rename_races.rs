@@ -17,6 +17,9 @@
 //!   under a staging name, written, renamed over `r`): it exists throughout
 //!   and always holds a complete version ("v" and a number); an open of it
 //!   reads one whole version.
+//! - `getcwd` of a task whose cwd is `/x/A/c` (whichever directory that
+//!   is): `/x/A/c` or `/x/B/c`; of one in the renamed `/z/d1`: `/z/d1` or
+//!   `/z/d2`.
 //! - Beside them, in the same few hash chains (16 buckets), files and a
 //!   directory are renamed to and fro (`/y/u{k}` <-> `/y/w{k}`,
 //!   `/z/d1` <-> `/z/d2`, the latter with `/z/d?/g` inside): a walker may
@@ -197,6 +200,26 @@ fn run(config: VfsConfig) {
                     n += 1;
                 }
                 checked.fetch_add(n, Ordering::Relaxed);
+            });
+        }
+        // getcwd climbs directories that are being moved: it validates with
+        // the global rename sequence, which moves of directories (only)
+        // write, so it returns a path that existed.
+        {
+            let (stop, vfs) = (stop.clone(), &vfs);
+            s.spawn(move || {
+                let t = vfs.root_task();
+                t.chdir("/x/A/c").unwrap();
+                let u = vfs.root_task();
+                // `/z/d1` is being renamed to and fro: into whichever name
+                // it has.
+                while u.chdir("/z/d1").is_err() && u.chdir("/z/d2").is_err() {}
+                while !stop.load(Ordering::Relaxed) {
+                    let cwd = t.getcwd().unwrap();
+                    assert!(cwd == b"/x/A/c" || cwd == b"/x/B/c", "{cwd:?}");
+                    let cwd = u.getcwd().unwrap();
+                    assert!(cwd == b"/z/d1" || cwd == b"/z/d2", "{cwd:?}");
+                }
             });
         }
         for r in renamers {
