@@ -45,7 +45,14 @@ fn stat_stat_of_different_files_is_free() {
 /// moves of directories only), in another directory or the same one.
 #[test]
 fn rename_vs_walks_of_other_names_is_free() {
-    for b in [Op::Stat, Op::Lstat, Op::Access, Op::Open, Op::Creat, Op::Chmod] {
+    for b in [
+        Op::Stat,
+        Op::Lstat,
+        Op::Access,
+        Op::Open,
+        Op::Creat,
+        Op::Chmod,
+    ] {
         for case in [Case::SharedDir, Case::OwnDirs] {
             if !cases(Op::Rename, b).contains(&case) {
                 continue;
@@ -56,11 +63,18 @@ fn rename_vs_walks_of_other_names_is_free() {
                 // One directory's lock and attributes: a known conflict.
                 continue;
             }
-            assert!(!r.conflicted(), "rename {b:?} {case:?}: {:?}", labels(&r));
+            assert!(!shared(&r), "rename {b:?} {case:?}: {:?}", labels(&r));
         }
     }
     let r = record_case(Op::Rename, Op::Rename, Case::OwnDirs);
-    assert!(!r.conflicted(), "rename rename: {:?}", labels(&r));
+    assert!(!shared(&r), "rename rename: {:?}", labels(&r));
+}
+
+/// Whether the case shares a line other than a name-lock stripe: two names
+/// fall in one of the 1024 stripes (hashed with the parent's address, new
+/// in every case) a few times in a thousand, a real but chance conflict.
+fn shared(r: &commute::CaseResult) -> bool {
+    labels(r).iter().any(|l| l != "lock VfsInner::name_locks")
 }
 
 /// Reads and writes of different pages of one file, within one clock tick:
