@@ -85,7 +85,22 @@ const RESERVE: u64 = 64;
 const fn leaf_slot(i: usize) -> usize {
     ((i & 7) << 3) | (i >> 3)
 }
-const _: () = assert!(FAN == 64 && leaf_slot(1) == 8 && leaf_slot(8) == 1);
+// A permutation of the 64 slots (every page has its own slot), and
+// neighbours land on different lines.
+const _: () = {
+    assert!(FAN == 64);
+    let mut seen = [false; FAN];
+    let mut i = 0;
+    while i < FAN {
+        let j = leaf_slot(i);
+        assert!(j < FAN && !seen[j]);
+        seen[j] = true;
+        if i + 1 < FAN {
+            assert!(j / 8 != leaf_slot(i + 1) / 8);
+        }
+        i += 1;
+    }
+};
 
 /// Tell the conflict matrix's recorder (`trace-lines` builds) about an
 /// access to a page slot: the slots are crossbeam `Atomic`s, which the
