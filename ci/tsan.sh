@@ -35,5 +35,9 @@ run -p scalevfs --test append_atomicity --test orphan_lifecycle --test dcache_bo
 # that dcache_bounded (eviction) and this one do not; left to the normal run.
 run -p scalevfs --test rename_races -- --test-threads="$threads" \
   rename_races_authoritative_memfs "${@}"
+# walk_rename_races: walks, opens and getcwd through directories exchanged
+# and names renamed over (the per-step validation's orderings: d_seq, the
+# bucket sequences); a few seconds.
+run -p scalevfs --test walk_rename_races -- --test-threads="$threads" "${@}"
 echo "== tsan: scalevfs page and counter races (unit tests)"
 run -p scalevfs --lib -- --test-threads="$threads" race_tests percpu "${@}"

@@ -60,6 +60,30 @@ use scalevfs::{Cred, Errno, Task, Vfs, VfsConfig};
 
 /// Warm-up repetitions of each operation before recording.
 pub const WARM: usize = 4;
+
+/// Wait for the next tick of the clock every timestamp comes from
+/// (`scalevfs::types::Timespec::now`, Linux's coarse `current_time()`: 4 ms
+/// on a HZ=250 kernel).
+///
+/// Why the recorder needs it: as in Linux, a write sets mtime/ctime only
+/// when they differ from the current tick, and a read updates atime (under
+/// relatime) only when it is not newer than mtime/ctime and differs from
+/// the current tick. So once per tick per file, the first write writes the
+/// attribute record and the first read after it writes atime; within a
+/// tick neither writes. Each case therefore warms up, waits for a fresh
+/// tick, warms up twice more, the threads taking turns (taking those
+/// once-per-tick writes), and then records, all within that tick (the
+/// recording takes well under a tick; a case whose recording a tick
+/// crossed anyway is recorded again, `record_in_one_tick`).
+/// The matrix counts what the operations write when no tick boundary falls
+/// between them; across one, a write of a file conflicts with its readers
+/// once (the report says so).
+fn next_tick() {
+    let t = scalevfs::types::Timespec::now();
+    while scalevfs::types::Timespec::now() == t {
+        std::hint::spin_loop();
+    }
+}
 /// Default Linux measuring time per case (A alone, B alone, A beside B).
 pub const DEFAULT_DURATION: Duration = Duration::from_millis(200);
 
@@ -711,9 +735,9 @@ fn vfs_tasks(two: bool) -> Result<(Vfs, Task, Task, Task), String> {
 
 /// Record one (pair, case) on scalevfs: needs the `trace-lines` build.
 pub fn record_case(a: Op, b: Op, case: Case) -> CaseResult {
-    let mut r = record_case_as(a, b, case, two_procs(a, b));
+    let mut r = record_in_one_tick(a, b, case, two_procs(a, b));
     if r.two_procs && r.error.is_none() {
-        let one = record_case_as(a, b, case, false);
+        let one = record_in_one_tick(a, b, case, false);
         if one.error.is_none() {
             r.one_process = Some(one.conflicts);
         }
@@ -721,8 +745,28 @@ pub fn record_case(a: Op, b: Op, case: Case) -> CaseResult {
     r
 }
 
-/// Record one (pair, case), as two processes (`two`) or two threads.
-fn record_case_as(a: Op, b: Op, case: Case, two: bool) -> CaseResult {
+/// Tries of a case whose recording crossed a clock tick (a thread
+/// descheduled between the warm-up and the recording: see `next_tick`).
+const TICK_TRIES: usize = 8;
+
+/// `record_case_as`, again (on a fresh `Vfs`) while a clock tick fell
+/// inside the recording, up to `TICK_TRIES` times (the last try counts
+/// whatever happened).
+fn record_in_one_tick(a: Op, b: Op, case: Case, two: bool) -> CaseResult {
+    let mut tries = 1;
+    loop {
+        let (r, crossed) = record_case_as(a, b, case, two);
+        if !crossed || tries == TICK_TRIES {
+            return r;
+        }
+        tries += 1;
+    }
+}
+
+/// Record one (pair, case), as two processes (`two`) or two threads; and
+/// whether a clock tick fell between the last warm-up and the end of the
+/// recording.
+fn record_case_as(a: Op, b: Op, case: Case, two: bool) -> (CaseResult, bool) {
     let mut out = CaseResult {
         a,
         b,
@@ -738,62 +782,80 @@ fn record_case_as(a: Op, b: Op, case: Case, two: bool) -> CaseResult {
         Ok(x) => x,
         Err(e) => {
             out.error = Some(e);
-            return out;
+            return (out, false);
         }
     };
     let barrier = Barrier::new(2);
-    let worker =
-        |task: Task, op: Op, t: usize| -> Result<Vec<scalevfs_sync::trace::Lines>, String> {
-            let slot = Slot::new(&task, op, case, t);
-            let fail = |what: &str, e: i32| {
-                format!("{} on thread {}: {what}: errno {e}", op.name(), t + 1)
-            };
-            let mut res = Ok(());
-            for _ in 0..WARM {
-                if let Err(e) = slot.cycle(&task) {
-                    res = Err(fail("warm-up", e));
-                    break;
-                }
+    type Recorded = (Vec<scalevfs_sync::trace::Lines>, bool);
+    let worker = |task: Task, op: Op, t: usize| -> Result<Recorded, String> {
+        let slot = Slot::new(&task, op, case, t);
+        let fail =
+            |what: &str, e: i32| format!("{} on thread {}: {what}: errno {e}", op.name(), t + 1);
+        let mut res = Ok(());
+        for _ in 0..WARM {
+            if let Err(e) = slot.cycle(&task) {
+                res = Err(fail("warm-up", e));
+                break;
             }
-            let mut lines = Vec::new();
-            // Every wait below is reached by both threads whatever happened, so
-            // a failure on one side cannot strand the other.
-            for first in 0..2 {
-                let fd = if res.is_ok() {
-                    match slot.prep(&task) {
-                        Ok(fd) => Some(fd),
-                        Err(e) => {
-                            res = Err(fail("prepare", e));
-                            None
-                        }
-                    }
-                } else {
-                    None
-                };
-                let mut after = -1;
-                for turn in 0..2 {
-                    barrier.wait();
-                    if (turn == 0) == (t == first) {
-                        if let Some(fd) = fd {
-                            scalevfs_sync::trace::start();
-                            let r = slot.run(&task, fd);
-                            lines.push(scalevfs_sync::trace::stop());
-                            match r {
-                                Ok(f) => after = f,
-                                Err(e) => res = Err(fail("run", e)),
-                            }
-                        }
-                    }
-                }
+        }
+        // A fresh clock tick, then two more warm-up cycles in it, the
+        // threads taking turns (A, B, A, B), so that each side's first
+        // cycle in the tick has run before the other side's second (see
+        // `next_tick`: a read must follow the tick's first write). Both
+        // threads reach every wait.
+        barrier.wait();
+        next_tick();
+        let tick = scalevfs::types::Timespec::now();
+        for _ in 0..2 {
+            for turn in 0..2 {
                 barrier.wait();
-                if fd.is_some() && res.is_ok() {
-                    if let Err(e) = slot.undo(&task, after) {
-                        res = Err(fail("undo", e));
+                if turn == t && res.is_ok() {
+                    if let Err(e) = slot.cycle(&task) {
+                        res = Err(fail("warm-up", e));
                     }
                 }
             }
-            res.map(|()| lines)
-        };
+        }
+        let mut lines = Vec::new();
+        // Every wait below is reached by both threads whatever happened, so
+        // a failure on one side cannot strand the other.
+        for first in 0..2 {
+            let fd = if res.is_ok() {
+                match slot.prep(&task) {
+                    Ok(fd) => Some(fd),
+                    Err(e) => {
+                        res = Err(fail("prepare", e));
+                        None
+                    }
+                }
+            } else {
+                None
+            };
+            let mut after = -1;
+            for turn in 0..2 {
+                barrier.wait();
+                if (turn == 0) == (t == first) {
+                    if let Some(fd) = fd {
+                        scalevfs_sync::trace::start();
+                        let r = slot.run(&task, fd);
+                        lines.push(scalevfs_sync::trace::stop());
+                        match r {
+                            Ok(f) => after = f,
+                            Err(e) => res = Err(fail("run", e)),
+                        }
+                    }
+                }
+            }
+            barrier.wait();
+            if fd.is_some() && res.is_ok() {
+                if let Err(e) = slot.undo(&task, after) {
+                    res = Err(fail("undo", e));
+                }
+            }
+        }
+        let crossed = scalevfs::types::Timespec::now() != tick;
+        res.map(|()| (lines, crossed))
+    };
     let (ra, rb) = std::thread::scope(|s| {
         let h0 = s.spawn(|| worker(t0, a, 0));
         let h1 = s.spawn(|| worker(t1, b, 1));
@@ -804,15 +866,15 @@ fn record_case_as(a: Op, b: Op, case: Case, two: bool) -> CaseResult {
                 .unwrap_or_else(|_| Err("thread 2 panicked".into())),
         )
     });
-    let (la, lb) = match (ra, rb) {
-        (Ok(la), Ok(lb)) if la.len() == 2 && lb.len() == 2 => (la, lb),
+    let (la, lb, crossed) = match (ra, rb) {
+        (Ok((la, ca)), Ok((lb, cb))) if la.len() == 2 && lb.len() == 2 => (la, lb, ca || cb),
         (Err(e), _) | (_, Err(e)) => {
             out.error = Some(e);
-            return out;
+            return (out, false);
         }
         _ => {
             out.error = Some("incomplete recording".into());
-            return out;
+            return (out, false);
         }
     };
     out.writes = (la[0].writes.len(), lb[0].writes.len());
@@ -823,7 +885,7 @@ fn record_case_as(a: Op, b: Op, case: Case, two: bool) -> CaseResult {
         }
     }
     out.conflicts = labels.into_iter().map(|(k, v)| (k, v.len())).collect();
-    out
+    (out, crossed)
 }
 
 // ---------------------------------------------------------------------------

@@ -39,13 +39,60 @@ fn stat_stat_of_different_files_is_free() {
     }
 }
 
-/// A rename bumps the global rename sequence every walk reads: a conflict
-/// with stat even in another directory (a known gap, reported).
+/// A rename of a file writes nothing a walk of another name reads (issue
+/// 16: the walk validates each step with the found dentry's d_seq or, for
+/// a miss, the bucket's sequence; the global rename sequence is written by
+/// moves of directories only), in another directory or the same one.
 #[test]
-fn rename_vs_stat_elsewhere_conflicts_on_the_rename_seq() {
-    let r = record_case(Op::Rename, Op::Stat, Case::OwnDirs);
-    assert_eq!(r.error, None);
-    assert!(r.conflicted(), "the rename seqcount should be shared");
+fn rename_vs_walks_of_other_names_is_free() {
+    for b in [
+        Op::Stat,
+        Op::Lstat,
+        Op::Access,
+        Op::Open,
+        Op::Creat,
+        Op::Chmod,
+    ] {
+        for case in [Case::SharedDir, Case::OwnDirs] {
+            if !cases(Op::Rename, b).contains(&case) {
+                continue;
+            }
+            let r = record_case(Op::Rename, b, case);
+            assert_eq!(r.error, None);
+            if b == Op::Creat && case == Case::SharedDir {
+                // One directory's lock and attributes: a known conflict.
+                continue;
+            }
+            assert!(!shared(&r), "rename {b:?} {case:?}: {:?}", labels(&r));
+        }
+    }
+    let r = record_case(Op::Rename, Op::Rename, Case::OwnDirs);
+    assert!(!shared(&r), "rename rename: {:?}", labels(&r));
+}
+
+/// Whether the case shares a line other than a name-lock stripe: two names
+/// fall in one of the 1024 stripes (hashed with the parent's address, new
+/// in every case) a few times in a thousand, a real but chance conflict.
+fn shared(r: &commute::CaseResult) -> bool {
+    labels(r).iter().any(|l| l != "lock VfsInner::name_locks")
+}
+
+/// Reads and writes of different pages of one file, within one clock tick:
+/// the write finds mtime/ctime already at the tick and writes no attribute,
+/// the read's atime is already the tick (Linux's coarse timestamps), and
+/// the write's data lock has a line of its own.
+#[test]
+fn same_file_reads_and_writes_are_free_within_a_tick() {
+    for (a, b) in [
+        (Op::Read, Op::Write),
+        (Op::Pread, Op::Pwrite),
+        (Op::Open, Op::Write),
+        (Op::Stat, Op::Read),
+    ] {
+        let r = record_case(a, b, Case::SameFile);
+        assert_eq!(r.error, None);
+        assert!(!r.conflicted(), "{a:?} {b:?}: {:?}", labels(&r));
+    }
 }
 
 /// The fixes the matrix led to stay fixed: open/close no longer write the
@@ -58,6 +105,8 @@ fn fixed_pairs_stay_free() {
         (Op::Close, Op::Pread, Case::OwnDirs),
         (Op::Open, Op::Chmod, Case::OwnDirs),
         (Op::Getdents, Op::Getdents, Case::OwnDirs),
+        // memfs lists without the directory's lock (issue 16).
+        (Op::Getdents, Op::Getdents, Case::SharedDir),
     ] {
         let r = record_case(a, b, c);
         assert_eq!(r.error, None);

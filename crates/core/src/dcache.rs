@@ -2,9 +2,13 @@
 //! lookups.
 //!
 //! LOCKING RULES
-//! - `Dcache::rename_lock` (spinlock + the global rename `SeqCount`): held by
-//!   every in-place move of a dentry (`d_move`, `d_exchange`). Lock-free
-//!   walkers sample the seqcount at the start and check it at the end.
+//! - `Dcache::rename` (spinlock + the global rename `SeqCount`): held by
+//!   every in-place move of a *directory* (`d_move`, `d_exchange` when one
+//!   side is a directory), whose write section the sequence spans. Only
+//!   `getcwd` (`Task::getcwd`, which climbs directories) validates with it;
+//!   the path walk does not read it (see walk.rs: each step is validated on
+//!   its own, by the found dentry's d_seq or, for a miss, the bucket's
+//!   sequence). Moves of files take neither.
 //! - `Dentry::children` (per-dir variant only): the per-directory ordered
 //!   index, a reader-writer lock; lookups take it shared, inserts/removals
 //!   exclusive.
@@ -15,8 +19,12 @@
 //!   and from 0 and to dead. Taken last.
 //! - `Dentry::seq` (d_seq): written (odd) while the dentry's name/parent/hash
 //!   change, under the bucket locks.
+//! - `Bucket::seq`: written (odd) under the bucket lock around every change
+//!   that moves a dentry out of or into the chain (`d_move`, `d_exchange`)
+//!   or replaces a name's dentry (`add` over a negative one); a lock-free
+//!   miss re-checks it (see `lookup_rcu`).
 //!
-//! Nesting order: rename_lock -> children (parent dirs, by address) ->
+//! Nesting order: rename -> children (parent dirs, by address) ->
 //! bucket locks (by index) -> lockref lock. Nothing here is held across a
 //! filesystem call, and no epoch guard is *created* while one is held
 //! (pinning may run deferred frees, which take bucket and lockref locks).
@@ -44,6 +52,7 @@ use std::ptr;
 use std::sync::Arc;
 
 use crossbeam_epoch::{self as epoch, Guard};
+use crossbeam_utils::CachePadded;
 use scalevfs_sync::lockstat::{self, Stat};
 use scalevfs_sync::ordered::{Class, RwLock, RwLockWriteGuard, SpinGuard, SpinLock};
 use scalevfs_sync::primitive::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -718,6 +727,40 @@ type ChildMapGuard<'a> = RwLockWriteGuard<'a, BTreeMap<Box<[u8]>, DPtr>>;
 struct Bucket {
     head: AtomicPtr<Dentry>,
     lock: SpinLock<()>,
+    /// The chain's sequence count, written (odd) under `lock` around every
+    /// change that takes a dentry out of this chain and puts it (or another
+    /// dentry for the same name) back in one step: `d_move`, `d_exchange`
+    /// and `add` over a negative dentry. A lock-free *miss* re-checks it
+    /// (see `Dcache::lookup_rcu`); hits do not need it. A plain insert at
+    /// the head or a plain unhash does not write it. Sits on the line the
+    /// lock and the head already share, which only changes of this chain
+    /// write.
+    seq: SeqCount,
+}
+
+/// The global rename lock and sequence, on a line of their own (the walk's
+/// hash keys in `Dcache` are read by every lookup).
+struct RenameLock {
+    lock: SpinLock<()>,
+    seq: SeqCount,
+}
+
+/// The bucket locks a move holds, each bucket's sequence in its write
+/// section (`Dcache::lock_buckets`).
+struct MoveLocks<'a> {
+    dc: &'a Dcache,
+    idx: Vec<usize>,
+    _guards: Vec<SpinGuard<'a, ()>>,
+}
+
+impl Drop for MoveLocks<'_> {
+    fn drop(&mut self) {
+        // Close the write sections before the locks go (the fields drop
+        // after this): the sequences are serialised by the bucket locks.
+        for &i in &self.idx {
+            self.dc.buckets[i].seq.write_end();
+        }
+    }
 }
 
 /// The dentry cache of one `Vfs`.
@@ -729,9 +772,9 @@ pub struct Dcache {
     seed: [u64; 2],
     /// `folded_mul(seed[0], HASH_K)`: the hash state before the first word.
     h0: u64,
-    /// Global rename lock and sequence counter.
-    rename_lock: SpinLock<()>,
-    rename_seq: SeqCount,
+    /// Global rename lock and sequence counter: written by moves of
+    /// directories only (see `d_move`).
+    rename: CachePadded<RenameLock>,
     /// Entry counts, shared with every `Super` (see `free_dentry`).
     counts: Arc<DentryCounts>,
     clock_hand: AtomicUsize,
@@ -904,6 +947,7 @@ impl Dcache {
             .map(|_| Bucket {
                 head: AtomicPtr::new(ptr::null_mut()),
                 lock: SpinLock::new(Class::DcacheBucket, lockstat::LockClass::DcacheBucket, ()),
+                seq: SeqCount::new(),
             })
             .collect();
         // Seeded per instance: names chosen by an attacker cannot be aimed
@@ -919,8 +963,10 @@ impl Dcache {
             mask: n - 1,
             seed,
             h0: folded_mul(seed[0], HASH_K),
-            rename_lock: SpinLock::new(Class::DcacheRename, lockstat::LockClass::RenameLock, ()),
-            rename_seq: SeqCount::new(),
+            rename: CachePadded::new(RenameLock {
+                lock: SpinLock::new(Class::DcacheRename, lockstat::LockClass::RenameLock, ()),
+                seq: SeqCount::new(),
+            }),
             counts: Arc::new(DentryCounts::default()),
             clock_hand: AtomicUsize::new(0),
             sweeping: SpinLock::new(Class::DcacheSweep, lockstat::LockClass::Other, ()),
@@ -1030,15 +1076,16 @@ impl Dcache {
         &self.buckets[hash as usize & self.mask]
     }
 
-    /// Start of a lock-free walk: sample the rename sequence.
+    /// Sample the global rename sequence, which only moves of directories
+    /// write (`getcwd`'s climb validates with it; the walk does not read it).
     #[inline]
     pub fn rename_read_begin(&self) -> u32 {
-        self.rename_seq.read_begin()
+        self.rename.seq.read_begin()
     }
-    /// Whether a rename happened since `seq` (the walk must be redone).
+    /// Whether a directory was moved since `seq`.
     #[inline]
     pub fn rename_retry(&self, seq: u32) -> bool {
-        self.rename_seq.retry(seq)
+        self.rename.seq.retry(seq)
     }
 
     /// Allocate a root dentry (its own parent, not hashed).
@@ -1129,7 +1176,27 @@ impl Dcache {
     }
 
     /// Lock-free lookup of `q` under `parent`, under `guard`. Takes no lock
-    /// and writes nothing shared.
+    /// and writes nothing shared. Each answer is linearizable on its own:
+    ///
+    /// - `Hit(d)`: `d`'s d_seq was even and unchanged around the read of
+    ///   its parent, name and `D_HASHED`, so at one instant inside the
+    ///   lookup `d` was the hashed dentry of (`parent`, name). (A dentry's
+    ///   inode and type never change, so nothing else needs validating.)
+    /// - `Miss`: the bucket's sequence was even at the start and unchanged
+    ///   at the end. Without that check a miss could be false in two ways,
+    ///   both caused by a move: a reader standing on a dentry that `d_move`
+    ///   re-links into another chain follows its new `next` there and skips
+    ///   the rest of this chain; and a rename over the name (or `add` over
+    ///   a negative dentry) links the new dentry in at the head, which the
+    ///   reader has passed, and unlinks the old one before the reader gets
+    ///   to it, so a name that existed throughout is missed. Every such
+    ///   change writes this bucket's sequence (both buckets of a move), so a
+    ///   miss that overlapped one retries. A plain insert at the head or a
+    ///   plain unhash needs no check: the miss is then linearized before the
+    ///   insert or after the unhash (an unhashed dentry keeps its `next`, so
+    ///   readers standing on it go on down the same chain).
+    /// - `Retry`: a concurrent change was seen; the caller takes the locked
+    ///   path.
     #[inline]
     pub(crate) fn lookup_rcu<'g>(
         &self,
@@ -1141,6 +1208,9 @@ impl Dcache {
             return self.lookup_perdir(parent, q);
         }
         let b = self.bucket(q.hash);
+        // Acquire (in raw_read_begin): a reader that sees the even value a
+        // move's write_end stored also sees the chain as the move left it.
+        let bseq = b.seq.raw_read_begin();
         // Acquire: pairs with the Release publication of a new chain head.
         let mut p = b.head.load(Ordering::Acquire);
         while !p.is_null() {
@@ -1162,6 +1232,11 @@ impl Dcache {
             }
             // Acquire: pairs with the Release store linking the next dentry.
             p = d.hot.next.load(Ordering::Acquire);
+        }
+        // `retry` is true for an odd start too (a move was in progress).
+        if b.seq.retry(bseq) {
+            lockstat::inc(Stat::SeqRetry);
+            return RcuLookup::Retry;
         }
         RcuLookup::Miss
     }
@@ -1207,16 +1282,16 @@ impl Dcache {
         }
         // Lock-free first (issue 16: a create or unlink of its own name must
         // not write the bucket lock's line, which other names share). A
-        // validated miss with no rename meanwhile is definite: every insert
-        // of a (parent, name) pair is made under that name's lock, which the
-        // callers either hold (creates, unlinks) or do not need a fresher
-        // answer than the lock-free walk gives (`lookup_slow` retries under
-        // it). A hit is taken with a counted reference and checked to be
-        // still hashed (reclaim kills only unreferenced dentries, so a dead
-        // one fails the `try_get`); anything doubtful takes the lock.
-        let seq = self.rename_read_begin();
+        // miss from `lookup_rcu` is validated by the bucket's sequence and
+        // so definite: every insert of a (parent, name) pair is made under
+        // that name's lock, which the callers either hold (creates,
+        // unlinks) or do not need a fresher answer than the lock-free walk
+        // gives (`lookup_slow` retries under it). A hit is taken with a
+        // counted reference and checked to be still hashed (reclaim kills
+        // only unreferenced dentries, so a dead one fails the `try_get`);
+        // anything doubtful takes the lock.
         match self.lookup_rcu(parent, q, &_guard) {
-            RcuLookup::Miss if !self.rename_retry(seq) => return None,
+            RcuLookup::Miss => return None,
             RcuLookup::Hit(d) => {
                 if let Some(r) = DentryRef::try_get(d) {
                     if r.is_hashed() && ptr::eq(r.parent_ptr(), parent) {
@@ -1292,9 +1367,16 @@ impl Dcache {
                 p = e.hot.next.load(Ordering::Relaxed);
             }
             if let Some(old) = &replaced {
+                // One name's dentry replaced by another in one step: a
+                // lock-free miss that overlapped it must retry (see
+                // `lookup_rcu`).
+                b.seq.write_begin();
                 self.unhash_locked(b, old, _map.as_deref());
+                self.hash_locked(b, &new, _map);
+                b.seq.write_end();
+            } else {
+                self.hash_locked(b, &new, _map);
             }
-            self.hash_locked(b, &new, _map);
         }
         drop(replaced);
         self.maybe_reclaim();
@@ -1390,10 +1472,19 @@ impl Dcache {
         let new_q = self.qname(new_parent.as_ptr(), new_name);
         // The child's reference on its new parent.
         new_parent.lockref().get(new_parent.variant());
+        // Only a directory's move changes the ancestry of other dentries
+        // (and so what `getcwd` builds): only it takes the global rename
+        // lock and writes the global sequence. A file's move writes only
+        // its own d_seq and its buckets' lines (issue 16: a rename of an
+        // unrelated name writes nothing a walk reads). A directory can only
+        // replace a directory, so `target` needs no test of its own.
+        let dir = d.flags() & D_DIR != 0;
         let old_parent;
         {
-            let _r = self.rename_lock.lock();
-            self.rename_seq.write_begin();
+            let _r = dir.then(|| self.rename.lock.lock());
+            if dir {
+                self.rename.seq.write_begin();
+            }
             old_parent = d.parent_ptr();
             // SAFETY: the old parent is kept alive by d's reference on it.
             let op = unsafe { &*old_parent };
@@ -1401,7 +1492,7 @@ impl Dcache {
             let old_b = d.hot.hash.load(Ordering::Relaxed) as usize & self.mask;
             let new_b = new_q.hash as usize & self.mask;
             let tb = target.map(|t| t.hot.hash.load(Ordering::Relaxed) as usize & self.mask);
-            let _locks = self.lock_buckets(&[Some(old_b), Some(new_b), tb]);
+            let locks = self.lock_buckets(&[Some(old_b), Some(new_b), tb]);
             if let Some(t) = target {
                 if t.is_hashed() {
                     if let Some(m) = m2.as_mut().or(m1.as_mut()) {
@@ -1430,7 +1521,10 @@ impl Dcache {
                 self.hash_locked(&self.buckets[new_b], d, m);
             }
             d.hot.seq.write_end();
-            self.rename_seq.write_end();
+            drop(locks);
+            if dir {
+                self.rename.seq.write_end();
+            }
         }
         // Drop the child's reference on its old parent, outside every lock.
         // SAFETY: that count was owned by d's parent link, now transferred to us.
@@ -1440,8 +1534,12 @@ impl Dcache {
     /// Swap two dentries' (parent, name) in place (RENAME_EXCHANGE).
     pub(crate) fn d_exchange(&self, a: &DentryRef, b: &DentryRef) {
         let guard = epoch::pin();
-        let _r = self.rename_lock.lock();
-        self.rename_seq.write_begin();
+        // As in d_move: the global lock and sequence for directories only.
+        let dir = (a.flags() | b.flags()) & D_DIR != 0;
+        let _r = dir.then(|| self.rename.lock.lock());
+        if dir {
+            self.rename.seq.write_begin();
+        }
         let pa = a.parent_ptr();
         let pb = b.parent_ptr();
         // SAFETY: parents are kept alive by their children's references.
@@ -1455,7 +1553,7 @@ impl Dcache {
         let qb = self.qname(pa, &name_a); // b's new key
         let na = qa.hash as usize & self.mask;
         let nb = qb.hash as usize & self.mask;
-        let _locks = self.lock_buckets(&[Some(ba), Some(bb), Some(na), Some(nb)]);
+        let locks = self.lock_buckets(&[Some(ba), Some(bb), Some(na), Some(nb)]);
         a.hot.seq.write_begin();
         b.hot.seq.write_begin();
         let (ha, hb) = (a.is_hashed(), b.is_hashed());
@@ -1493,7 +1591,10 @@ impl Dcache {
         }
         b.hot.seq.write_end();
         a.hot.seq.write_end();
-        self.rename_seq.write_end();
+        drop(locks);
+        if dir {
+            self.rename.seq.write_end();
+        }
         // Parent references stay balanced: each parent keeps one child.
     }
 
@@ -1520,13 +1621,26 @@ impl Dcache {
         }
     }
 
-    fn lock_buckets(&self, idx: &[Option<usize>]) -> Vec<SpinGuard<'_, ()>> {
+    /// Lock the buckets of a move in index order and open each one's
+    /// sequence write section (closed, then unlocked, when the result is
+    /// dropped): every chain a move touches is one a concurrent lock-free
+    /// miss must not trust (see `lookup_rcu`).
+    fn lock_buckets(&self, idx: &[Option<usize>]) -> MoveLocks<'_> {
         let mut v: Vec<usize> = idx.iter().flatten().copied().collect();
         v.sort_unstable();
         v.dedup();
-        v.into_iter()
-            .map(|i| self.buckets[i].lock.lock_key(i as u64))
-            .collect()
+        let guards = v
+            .iter()
+            .map(|&i| self.buckets[i].lock.lock_key(i as u64))
+            .collect();
+        for &i in &v {
+            self.buckets[i].seq.write_begin();
+        }
+        MoveLocks {
+            dc: self,
+            idx: v,
+            _guards: guards,
+        }
     }
 
     /// Mark `d` as a mount point (or clear it).
@@ -1656,18 +1770,12 @@ impl Dcache {
         n
     }
 
-    /// Run `f` with the rename lock held: no dentry changes parent or name
-    /// meanwhile. `f` must not pin an epoch guard or take a dcache lock.
+    /// Run `f` with the rename lock held: no directory changes parent or
+    /// name meanwhile (files may). `f` must not pin an epoch guard or take
+    /// a dcache lock.
     pub(crate) fn with_rename_lock<R>(&self, f: impl FnOnce() -> R) -> R {
-        let _r = self.rename_lock.lock();
+        let _r = self.rename.lock.lock();
         f()
-    }
-
-    /// Make lock-free walkers in flight retry (mount table changes).
-    pub(crate) fn bump_rename_seq(&self) {
-        let _r = self.rename_lock.lock();
-        self.rename_seq.write_begin();
-        self.rename_seq.write_end();
     }
 
     /// Evict every unused dentry, pinned ones included (teardown).

@@ -15,7 +15,8 @@
 //!   with an lseek keeps the lseek's position (as if the lseek came after),
 //!   so a SEEK_CUR racing with a write behaves like a SEEK_SET, which is also
 //!   what Linux's generic_file_llseek documents. `getdents` holds `pos_lock`
-//!   for its whole listing step (outside the directory's `dir_lock`).
+//!   for its whole listing step (outside the directory's `dir_lock`, where
+//!   the filesystem needs that), and an lseek of a directory takes it.
 //! - Open reserves its fd first (`FdTable::reserve`, under the table lock):
 //!   a reserved fd is skipped by allocation and is EBUSY for dup2 until
 //!   `install_reserved` fills it or `unreserve` gives it back.

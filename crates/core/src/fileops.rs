@@ -107,7 +107,9 @@ pub(crate) fn truncate_inode(p: &PathRef, size: u64, cred: &Cred) -> VfsResult<(
 }
 
 /// relatime: update atime only when it is not newer than mtime or ctime, so
-/// repeated reads write nothing and call no clock.
+/// repeated reads write nothing and call no clock; and, as Linux's
+/// `atime_needs_update`, not when it already equals the current (coarse)
+/// time, so reads in the tick of a write write nothing either.
 pub(crate) fn touch_atime(f: &File) {
     let i = f.inode();
     if f.flags() & O_NOATIME != 0
@@ -120,7 +122,9 @@ pub(crate) fn touch_atime(f: &File) {
     let a = i.attr();
     if a.atime() <= a.mtime() || a.atime() <= a.ctime() {
         let now = Timespec::now();
-        i.update_attr(|a| a.set_atime(now));
+        if a.atime() != now {
+            i.update_attr(|a| a.set_atime(now));
+        }
     }
 }
 

@@ -132,6 +132,19 @@ pub trait Filesystem: Send + Sync + 'static {
         emit: &mut dyn FnMut(DirEntry) -> bool,
     ) -> VfsResult<()>;
 
+    /// Whether `readdir` must run under the directory's VFS lock
+    /// (`Inode::dir_lock`, shared), which holds off the directory's removal
+    /// (rmdir, rename over it: exclusive) for the length of the listing.
+    /// `false` for a filesystem whose listing is safe against its
+    /// directory's removal by itself (memfs: a concurrent skip list, read
+    /// under an epoch guard; a directory is removed only when empty, so a
+    /// listing that overlaps its removal lists what it held just before).
+    /// Name operations hold the lock shared too, so it never excluded
+    /// creates and unlinks. Default `true`.
+    fn readdir_needs_dir_lock(&self) -> bool {
+        true
+    }
+
     /// Where a listing that starts now ends: `Some(c)` if `readdir` goes in
     /// increasing cookie order and every entry added to `dir` from now on
     /// (created, or renamed in) gets a cookie >= `c`. A listing started at

@@ -69,15 +69,13 @@ pub struct Inode {
     /// writes (a create in this directory updates its mtime and size) and
     /// open/close counting do not disturb walkers passing through.
     hot: InodeHot,
+    /// Read by every read (size, relatime), open (permissions) and stat;
+    /// written by attribute changes only (a write within the clock tick of
+    /// the last one changes nothing: `Timespec::now`). Nothing that opens,
+    /// closes or writes write-locks shares its lines (the const asserts
+    /// below).
     attr: SeqLock<Attr>,
     pub(crate) dir_lock: RwLock<()>,
-    pub(crate) data_lock: RwLock<()>,
-    /// Open count and orphan registration (see `orphan.rs`).
-    pub(crate) orphan: InodeOrphan,
-    /// Linux's `i_writecount`: n > 0 open file descriptions may write,
-    /// n < 0 running programs hold it (`Task::open_exec`), never both; the
-    /// clash is ETXTBSY ("text file busy").
-    write_count: AtomicI64,
     /// Tells this inode from an earlier one with the same number (file
     /// handles): set once by the filesystem at creation.
     generation: u32,
@@ -87,7 +85,43 @@ pub struct Inode {
     /// on a walk writes no shared line); replaced whole, the old copy freed
     /// after a grace period (as Linux frees `i_acl` after RCU).
     acl: Atomic<Vec<AclEntry>>,
+    /// Open count and orphan registration (see `orphan.rs`): written by
+    /// every open and close.
+    pub(crate) orphan: InodeOrphan,
+    /// Linux's `i_writecount`: n > 0 open file descriptions may write,
+    /// n < 0 running programs hold it (`Task::open_exec`), never both; the
+    /// clash is ETXTBSY ("text file busy").
+    write_count: AtomicI64,
+    /// Taken by every write, truncate and fallocate: on a line of its own,
+    /// so a write does not write the line an open of the same file writes
+    /// (the open count) or the lines a read reads (conflict matrix, issue
+    /// 16: open x write of one file).
+    pub(crate) data_lock: OwnLine<RwLock<()>>,
 }
+
+/// A field alone on its cache line (aligned to 64 bytes and padded to a
+/// multiple of it); derefs to the field.
+#[repr(C, align(64))]
+pub(crate) struct OwnLine<T>(T);
+
+impl<T> std::ops::Deref for OwnLine<T> {
+    type Target = T;
+    #[inline(always)]
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+// The lines above, checked: the attribute record's last line holds nothing
+// that open/close (the orphan counts) or a write (the data lock) writes.
+const _: () = {
+    use core::mem::{offset_of, size_of};
+    let attr_last = (offset_of!(Inode, attr) + size_of::<SeqLock<Attr>>() - 1) / 64;
+    assert!(offset_of!(Inode, orphan) / 64 > attr_last);
+    assert!(offset_of!(Inode, write_count) / 64 > attr_last);
+    assert!(offset_of!(Inode, data_lock) / 64 > offset_of!(Inode, write_count) / 64);
+    assert!(offset_of!(Inode, data_lock) % 64 == 0);
+};
 
 #[repr(C, align(64))]
 struct InodeHot {
@@ -142,11 +176,11 @@ impl Inode {
             },
             attr: SeqLock::new(attr),
             dir_lock: RwLock::new(Class::DirParent, ()),
-            data_lock: RwLock::new(Class::DataLock, ()),
-            orphan: Default::default(),
-            write_count: AtomicI64::new(0),
             generation: 0,
             acl: Atomic::null(),
+            orphan: Default::default(),
+            write_count: AtomicI64::new(0),
+            data_lock: OwnLine(RwLock::new(Class::DataLock, ())),
         }
     }
 

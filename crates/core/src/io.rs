@@ -16,8 +16,10 @@
 //! - lseek on a regular file takes no lock (variant `Lockless`, seed 003):
 //!   SEEK_SET/SEEK_END are stores, SEEK_CUR an atomic update, SEEK_END reads
 //!   the size through the inode's seqlock. Variant `Locked` takes the data
-//!   lock around every lseek (the 2005 behaviour). Directories take their
-//!   `dir_lock` exclusive, as Linux takes the inode lock.
+//!   lock around every lseek (the 2005 behaviour). A directory's lseek
+//!   takes the description's `pos_lock`, which getdents holds while it
+//!   lists from the position (Linux's `f_pos_lock`; the directory's own
+//!   lock is not needed for a position).
 //! - An epoch guard is pinned before any of these locks is taken: a pin may
 //!   run deferred destructors (a last close), which must not find us holding
 //!   a lock they need.
@@ -217,8 +219,10 @@ impl Task {
             return Err(Errno::EINVAL);
         }
         if i.is_dir() {
-            // tmpfs's dcache_dir_lseek: SEEK_SET and SEEK_CUR only.
-            let _dl = i.dir_lock.write();
+            // tmpfs's dcache_dir_lseek: SEEK_SET and SEEK_CUR only. Under
+            // the description's position lock, which getdents holds while
+            // it lists from the position (Linux's f_pos_lock).
+            let _pl = f.pos_lock.lock();
             let new = match whence {
                 SEEK_SET => off,
                 SEEK_CUR => (f.position() as i64).wrapping_add(off),
@@ -227,7 +231,7 @@ impl Task {
             if new < 0 {
                 return Err(Errno::EINVAL);
             }
-            // Relaxed: a value, under the directory lock.
+            // Relaxed: a value, under the position lock.
             f.pos.store(new as u64, Ordering::Relaxed);
             return Ok(new as u64);
         }

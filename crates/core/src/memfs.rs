@@ -800,6 +800,11 @@ impl Filesystem for MemFs {
         Ok(())
     }
 
+    fn readdir_needs_dir_lock(&self) -> bool {
+        // The listing is a lock-free skip-list range read (above).
+        false
+    }
+
     fn readdir_end(&self, d: &Arc<Inode>) -> Option<u64> {
         // Relaxed: a cookie taken before this load is below the bound; one
         // taken concurrently may fall either side, as an entry created

@@ -441,11 +441,17 @@ impl Task {
         if !i.is_dir() {
             return Err(Errno::ENOTDIR);
         }
-        // Linux's f_pos_lock (fdget_pos): two getdents on one shared
-        // description must not both list from the same position. Order:
-        // pos_lock -> dir_lock, as for writes.
+        // Linux's f_pos_lock (fdget_pos): two getdents (or a getdents and
+        // an lseek) on one shared description must not both use the same
+        // position. Order: pos_lock -> dir_lock, as for writes.
         let _pl = f.pos_lock.lock();
-        let _dl = self.dir_shared(&i);
+        let fs = &f.path.mnt.sb.fs;
+        // The directory lock (shared) only where the filesystem's listing
+        // needs it (`readdir_needs_dir_lock`): memfs lists without it, so two
+        // listings of one directory write no shared line (its reader count
+        // was one: conflict matrix, issue 16). A removal racing with such a
+        // listing is linearized after it (the directory was empty).
+        let _dl = fs.readdir_needs_dir_lock().then(|| self.dir_shared(&i));
         if i.is_dead() {
             return Ok(Vec::new());
         }
@@ -471,7 +477,6 @@ impl Task {
             });
             pos = 2;
         }
-        let fs = &f.path.mnt.sb.fs;
         if f.position() == 0 {
             // A new listing (open or rewind): it ends at what the directory
             // holds now, however often its entries are moved out and back.

@@ -45,7 +45,11 @@
 //!
 //! Performance: the tree has 64-way nodes and grows in height with the
 //! largest index (one level per 256 KiB up to 16 MiB, ...); lookups are a few
-//! dependent loads. Overwrites inside EOF copy the page (4 KiB) once per
+//! dependent loads. A node's slots are cache-line aligned, and a leaf keeps
+//! page `i` in slot `leaf_slot(i)` (an 8x8 transpose), so neighbouring pages'
+//! slots are on different lines: a copy-on-write overwrite of one page
+//! (which stores its slot) does not write the line a reader of the next
+//! page loads. Overwrites inside EOF copy the page (4 KiB) once per
 //! write call; appends write in place. Empty interior nodes left behind by a
 //! partial truncate or hole punch are kept until the file is truncated to 0
 //! or freed (a known cost for sparse files that shrink).
@@ -67,6 +71,50 @@ const MASK: u64 = FAN as u64 - 1;
 
 /// Pages a write takes from the quota at once.
 const RESERVE: u64 = 64;
+
+/// Where page `i` (0..64) of a leaf sits in the leaf's slot array: the 8x8
+/// transpose of `i`, so that pages next to each other are on different
+/// cache lines (8 slots of 8 bytes to a line) and pages 8 apart share one.
+/// Threads working on neighbouring pages of one file (a reader of page 0,
+/// a copy-on-write overwrite of page 1, which stores page 1's slot) then
+/// share no line of the tree (issue 16, conflict matrix: read x write of
+/// one file). A bijection on 0..64, so code that visits every slot of a
+/// leaf visits every page; code that visits pages in order goes through
+/// this.
+#[inline(always)]
+const fn leaf_slot(i: usize) -> usize {
+    ((i & 7) << 3) | (i >> 3)
+}
+// A permutation of the 64 slots (every page has its own slot), and
+// neighbours land on different lines.
+const _: () = {
+    assert!(FAN == 64);
+    let mut seen = [false; FAN];
+    let mut i = 0;
+    while i < FAN {
+        let j = leaf_slot(i);
+        assert!(j < FAN && !seen[j]);
+        seen[j] = true;
+        if i + 1 < FAN {
+            assert!(j / 8 != leaf_slot(i + 1) / 8);
+        }
+        i += 1;
+    }
+};
+
+/// Tell the conflict matrix's recorder (`trace-lines` builds) about an
+/// access to a page slot: the slots are crossbeam `Atomic`s, which the
+/// recorder does not see by itself. Compiles to nothing otherwise.
+#[inline(always)]
+fn trace_slot<T>(slot: &T, write: bool) {
+    if scalevfs_sync::trace::ENABLED {
+        if write {
+            scalevfs_sync::trace::note_write(slot, "memfs page slots");
+        } else {
+            scalevfs_sync::trace::note_read(slot, "memfs page slots");
+        }
+    }
+}
 
 /// Tag of a leaf slot whose page has been written. A page allocated by
 /// fallocate and never written reads as zeros and SEEK_DATA treats it as a
@@ -172,9 +220,13 @@ pub(crate) fn retired_pending() -> usize {
     RETIRED.sum()
 }
 
+/// A node's 64 slots (512 bytes), cache-line aligned, so no line of one
+/// node's slots is shared with another allocation (another file's leaf).
+type SlotArray<T> = crossbeam_utils::CachePadded<[Atomic<T>; FAN]>;
+
 enum Slots {
-    Inner(Box<[Atomic<Node>; FAN]>),
-    Leaf(Box<[Atomic<Frame>; FAN]>),
+    Inner(Box<SlotArray<Node>>),
+    Leaf(Box<SlotArray<Frame>>),
 }
 
 struct Node {
@@ -192,9 +244,13 @@ fn covers(level: u32, idx: u64) -> bool {
 impl Node {
     fn new(level: u32) -> Owned<Node> {
         let slots = if level == 0 {
-            Slots::Leaf(Box::new(std::array::from_fn(|_| Atomic::null())))
+            Slots::Leaf(Box::new(crossbeam_utils::CachePadded::new(
+                std::array::from_fn(|_| Atomic::null()),
+            )))
         } else {
-            Slots::Inner(Box::new(std::array::from_fn(|_| Atomic::null())))
+            Slots::Inner(Box::new(crossbeam_utils::CachePadded::new(
+                std::array::from_fn(|_| Atomic::null()),
+            )))
         };
         Owned::new(Node { level, slots })
     }
@@ -368,8 +424,9 @@ impl FileData {
                 // SAFETY: as in `root`.
                 Slots::Inner(k) => n = unsafe { k[i].load(Ordering::Acquire, g).as_ref() }?,
                 Slots::Leaf(p) => {
+                    trace_slot(&p[leaf_slot(i)], false);
                     // Acquire: pairs with the Release publication of the page.
-                    let x = p[i].load(Ordering::Acquire, g);
+                    let x = p[leaf_slot(i)].load(Ordering::Acquire, g);
                     return (!x.is_null()).then_some(Page(x));
                 }
             }
@@ -389,8 +446,9 @@ impl FileData {
                 let lo = base + i as u128 * span;
                 match &n.slots {
                     Slots::Leaf(p) => {
+                        trace_slot(&p[leaf_slot(i)], false);
                         // Acquire: as in `get`.
-                        let x = p[i].load(Ordering::Acquire, g);
+                        let x = p[leaf_slot(i)].load(Ordering::Acquire, g);
                         if !x.is_null() {
                             return Some((lo as u64, Page(x)));
                         }
@@ -448,7 +506,12 @@ impl FileData {
         loop {
             let i = n.slot_index(idx);
             match &n.slots {
-                Slots::Leaf(p) => return &p[i],
+                Slots::Leaf(p) => {
+                    // The writer loads it and then stores, swaps or writes
+                    // in place: counted as a write.
+                    trace_slot(&p[leaf_slot(i)], true);
+                    return &p[leaf_slot(i)];
+                }
                 Slots::Inner(k) => {
                     // Relaxed: writer-side read, see above.
                     let mut c = k[i].load(Ordering::Relaxed, g);
@@ -477,7 +540,10 @@ impl FileData {
                 }
                 match &n.slots {
                     // Relaxed: writer-side read (data lock held).
-                    Slots::Leaf(p) => count += !p[i].load(Ordering::Relaxed, g).is_null() as u64,
+                    Slots::Leaf(p) => {
+                        trace_slot(&p[leaf_slot(i)], false);
+                        count += !p[leaf_slot(i)].load(Ordering::Relaxed, g).is_null() as u64
+                    }
                     Slots::Inner(k) => {
                         // Relaxed + SAFETY: as above; alive, we are the writer.
                         if let Some(c) = unsafe { k[i].load(Ordering::Relaxed, g).as_ref() } {
@@ -513,7 +579,8 @@ impl FileData {
                 match &n.slots {
                     Slots::Leaf(p) => {
                         // Release: readers that load null see the size stored before.
-                        let x = p[i].swap(Shared::null(), Ordering::Release, g);
+                        trace_slot(&p[leaf_slot(i)], true);
+                        let x = p[leaf_slot(i)].swap(Shared::null(), Ordering::Release, g);
                         if !x.is_null() {
                             removed += 1;
                             // SAFETY: unreachable now.
@@ -596,13 +663,32 @@ impl FileData {
 
     fn set_blocks(&self, inode: &Inode, delta: i64, now: Option<Timespec>, size: Option<u64>) {
         // Relaxed: writer-side counter (data lock held), read as statistics.
-        let n = if delta >= 0 {
-            self.npages.fetch_add(delta as u64, Ordering::Relaxed) + delta as u64
-        } else {
-            self.npages
-                .fetch_sub(delta.unsigned_abs(), Ordering::Relaxed)
-                - delta.unsigned_abs()
+        let n = match delta {
+            // An overwrite in place adds no page: no write of the line.
+            0 => self.npages.load(Ordering::Relaxed),
+            1.. => self.npages.fetch_add(delta as u64, Ordering::Relaxed) + delta as u64,
+            _ => {
+                self.npages
+                    .fetch_sub(delta.unsigned_abs(), Ordering::Relaxed)
+                    - delta.unsigned_abs()
+            }
         };
+        // Linux's `file_update_time` rule: with the coarse clock
+        // (`Timespec::now`), a change that finds blocks, size, mtime and
+        // ctime already at their new values writes nothing, so repeated
+        // writes within one clock tick leave the attribute record (which
+        // every read and stat reads) alone. Blocks and size change only
+        // under the data lock, which we hold; a racing chmod or utimensat
+        // sets ctime to the current tick or later, so skipping our store of
+        // the same values orders this write before it.
+        let cur = inode.attr();
+        let blocks = n * (PAGE as u64 / 512);
+        if cur.blocks == blocks
+            && size.is_none_or(|s| s == cur.size)
+            && now.is_none_or(|t| cur.mtime() == t && cur.ctime() == t)
+        {
+            return;
+        }
         inode.update_attr(|a| {
             a.blocks = n * (PAGE as u64 / 512);
             if let Some(s) = size {

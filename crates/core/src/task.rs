@@ -531,11 +531,14 @@ impl Task {
     }
 
     /// The cwd as a path from the task's root (getcwd). Built lock-free and
-    /// validated with the rename seqcount (a rename or mount change during
-    /// the climb could otherwise splice names from before and after it into
-    /// a path that never existed); after `GETCWD_TRIES` failed tries it is
-    /// built under the rename lock, as Linux's `d_path` falls back to
-    /// `rename_lock`. A path of PATH_MAX bytes or more is ENAMETOOLONG; a
+    /// validated with the global rename seqcount, which every move of a
+    /// directory writes, and the mount seqcount (a directory rename or a
+    /// mount change during the climb could otherwise splice names from
+    /// before and after it into a path that never existed; the climb passes
+    /// directories only, so moves of files do not matter); after
+    /// `GETCWD_TRIES` failed tries it is built under the mount lock and the
+    /// rename lock, as Linux's `d_path` falls back to `rename_lock` and
+    /// `mount_lock`. A path of PATH_MAX bytes or more is ENAMETOOLONG; a
     /// removed cwd is ENOENT.
     pub fn getcwd(&self) -> VfsResult<Vec<u8>> {
         const GETCWD_TRIES: usize = 4;
@@ -543,13 +546,15 @@ impl Task {
         let s = self.fs.load(&g);
         let dc = self.vfs.dcache();
         for _ in 0..GETCWD_TRIES {
+            let mseq = self.vfs.mount_read_begin();
             let seq = dc.rename_read_begin();
             let r = cwd_path(&s.cwd, &s.root);
-            if !dc.rename_retry(seq) {
+            if !dc.rename_retry(seq) && !self.vfs.mount_retry(mseq) {
                 return r;
             }
             scalevfs_sync::lockstat::inc(scalevfs_sync::lockstat::Stat::SeqRetry);
         }
+        let _m = self.vfs.inner.mount_lock.lock();
         dc.with_rename_lock(|| cwd_path(&s.cwd, &s.root))
     }
 

@@ -79,9 +79,41 @@ pub struct Timespec {
 }
 
 impl Timespec {
-    /// The current wall-clock time. Called on modifications only, never on
-    /// the read side.
+    /// The current wall-clock time at the kernel's timestamp granularity:
+    /// `CLOCK_REALTIME_COARSE`, the clock of Linux's `current_time()` (one
+    /// tick: 4 ms on a HZ=250 kernel). Called on modifications, and by a
+    /// read only when relatime says its atime may need updating.
+    ///
+    /// Coarse on purpose, as Linux's: a write that finds mtime and ctime
+    /// already equal to the current tick writes no attribute at all
+    /// (`file_update_time`'s rule, `pages.rs` `set_blocks`), and a read
+    /// whose atime is already the current tick writes nothing either
+    /// (`touch_atime`), so a stream of writes and reads of one file does
+    /// not write the attribute record readers read (issue 16). Every
+    /// timestamp comes from this one clock, so none goes backwards against
+    /// another (a fine-grained chmod followed by a coarse write could).
+    /// Linux 6.13+ tmpfs switches to a fine-grained time for the next
+    /// change after a stat has seen the ctime (multigrain timestamps);
+    /// that is not done here.
     pub fn now() -> Timespec {
+        #[cfg(all(target_os = "linux", not(miri)))]
+        {
+            let mut ts = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            // SAFETY: `ts` is a valid, writable timespec; the call only
+            // writes it.
+            if unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) } == 0 {
+                // time_t and c_long: i64 where this is built (64-bit Linux);
+                // the casts are for 32-bit targets.
+                #[allow(clippy::unnecessary_cast)]
+                return Timespec {
+                    sec: ts.tv_sec as i64,
+                    nsec: ts.tv_nsec as i64,
+                };
+            }
+        }
         let d = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default();

@@ -39,6 +39,7 @@
 //! are called with no lock of the core held (see [`ChangeListener`]).
 
 use scalevfs_sync::ordered::{Class, Mutex};
+use scalevfs_sync::SeqCount;
 use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
@@ -154,6 +155,11 @@ pub(crate) struct VfsInner {
     pub(crate) config: VfsConfig,
     pub(crate) dc: Arc<Dcache>,
     pub(crate) mounts: Atomic<MountTable>,
+    /// Linux's `mount_lock` sequence: bumped by every mount table change
+    /// (mount, umount) after it is made; every lock-free walk samples it at
+    /// its start and checks it at the end and before it takes references
+    /// (walk.rs). On its own line: nothing else writes it.
+    pub(crate) mount_seq: CachePadded<SeqCount>,
     /// Serialises mount, umount and remount; holds the fold flags of
     /// unmounted mounts whose counts have not been folded yet (see
     /// `MntRef::detach`), which the last owner waits for.
@@ -216,6 +222,7 @@ impl Vfs {
             config,
             dc,
             mounts: Atomic::new(MountTable::default()),
+            mount_seq: CachePadded::new(SeqCount::new()),
             mount_lock: Mutex::new(Class::MountLock, Vec::new()),
             root,
             name_locks: (0..NAME_LOCKS)
@@ -383,6 +390,18 @@ impl Vfs {
         self.table(guard).on.get(&(mnt as usize, d as usize))
     }
 
+    /// Sample the mount sequence (start of a lock-free walk).
+    #[inline]
+    pub(crate) fn mount_read_begin(&self) -> u32 {
+        self.inner.mount_seq.read_begin()
+    }
+
+    /// Whether the mount table changed since `seq`.
+    #[inline]
+    pub(crate) fn mount_retry(&self, seq: u32) -> bool {
+        self.inner.mount_seq.retry(seq)
+    }
+
     pub(crate) fn table<'g>(&self, guard: &'g Guard) -> &'g MountTable {
         // Acquire: pairs with the Release publication in `publish`.
         let p = self.inner.mounts.load(Ordering::Acquire, guard);
@@ -398,9 +417,11 @@ impl Vfs {
             .inner
             .mounts
             .swap(Owned::new(t), Ordering::AcqRel, guard);
-        // Make walkers that raced with the change retry (mounts ride on the
-        // rename sequence).
-        self.inner.dc.bump_rename_seq();
+        // Make lock-free walks that raced with the change redo themselves
+        // (they validate with the mount sequence at the end and before
+        // taking references). Written only here, under `mount_lock`.
+        self.inner.mount_seq.write_begin();
+        self.inner.mount_seq.write_end();
         // SAFETY: the old table is unreachable now; readers are pinned.
         unsafe { guard.defer_destroy(old) };
     }

@@ -14,34 +14,114 @@
 //! ```
 //!
 //! Each step writes two shared cache lines (the child's LockRef up, the
-//! parent's down). The lock-free loop is the same with sequence checks in
-//! place of references:
+//! parent's down). Each step is one lookup under the bucket lock, so the
+//! locked walk is a *sequence* of atomic steps, not an atomic whole: a
+//! rename of a directory the walk has already passed does not affect it,
+//! and a rename or unlink of the leaf after its step leaves the walk holding
+//! the moved or unlinked dentry (Linux's reference walk is the same). That
+//! sequence is the specification the lock-free loop meets. It is the same
+//! loop with each step validated on its own in place of references:
 //!
 //! ```text
-//! pin an epoch guard; seq0 = rename_seq.read_begin()
+//! pin an epoch guard; m0 = mount_seq.read_begin()
 //! cur = start (raw pointer, no reference)
 //! for each component c:
-//!     check directory and search permission (attributes read under the
-//!         inode seqlock: a copy, no lock)
-//!     match lookup_rcu(cur, c):           // hash chain walk; the candidate's
-//!         Hit(child) -> cur = child       //   d_seq validated around the compare
+//!     check directory and search permission (the inode's mode copy, or
+//!         its attributes read under the inode seqlock: a copy, no lock)
+//!     match lookup_rcu(cur, c):           // hash chain walk, no lock
+//!         Hit(child) -> cur = child       // child's d_seq even and unchanged
+//!                                         //   around its (parent, name, hashed)
 //!         Miss       -> ENOENT if the fs is authoritative, else UNLAZY
+//!                                         // the bucket's seq unchanged
 //!         Retry      -> UNLAZY
+//!     ".." -> cur = cur.parent            // one atomic load
 //! at the leaf: the caller's closure runs under the guard (stat copies the
-//!     attributes), then rename_seq.retry(seq0) validates the whole walk:
-//!     a rename or (un)mount anywhere since the start voids the result.
+//!     attributes); then mount_seq.retry(m0): a mount or umount since the
+//!     start voids the result (the walk is redone in reference mode).
 //! ```
 //!
-//! UNLAZY ("partial"): take a reference on the current position
-//! (`get_not_dead`) and check that `rename_seq` has not moved; if both hold,
-//! the walk continues from there in reference mode. If either fails, the
-//! walk is ABORTED and restarted from the beginning in reference mode. A walk
-//! that finished lock-free is HANDLED. The three outcomes are counted
+//! WHY EACH STEP IS LINEARIZABLE. A step's answer is one the locked lookup
+//! could give at an instant inside the step:
+//!
+//! - A hit: the child's d_seq was even before and unchanged after the reads
+//!   of its parent pointer, name and `D_HASHED` flag, so those belong to one
+//!   instant, at which the child was the hashed dentry of (cur, c). `d_move`
+//!   and `d_exchange` write the moved dentries' d_seq around every change of
+//!   those fields (Linux's rule: rename bumps the moved dentry's d_seq).
+//! - A miss: the bucket's sequence was even at the start of the chain walk
+//!   and unchanged at its end. Everything that can make a chain walk miss a
+//!   name that is there writes it: a move re-links a dentry into another
+//!   chain (a reader standing on it would follow it there) and a rename
+//!   over a name, or `add` over a negative dentry, links the new dentry in
+//!   at the head, behind the reader, and unlinks the old one ahead of it
+//!   (both write every bucket they touch, `Dcache::lock_buckets`). A plain
+//!   insert or unhash does not need to: the miss is linearized before the
+//!   insert, or after the unhash.
+//! - Permission, directory and symlink checks read the current directory's
+//!   inode, which never changes for a dentry (the inode pointer and type
+//!   are fixed at allocation; a unlink unhashes the dentry, it does not make
+//!   it negative); the mode is read with one load or a seqlock copy.
+//! - `..`: the parent pointer is read with one atomic load: the parent at
+//!   that instant, which is what the locked walk's `dget_parent` reads too.
+//!   A walk that goes up from a directory renamed since it entered it goes
+//!   to the new parent, as the locked walk does.
+//!
+//! Steps are taken in program order, so the lock-free walk's answer is one
+//! the locked walk could give: the same sequence of step answers. The two
+//! walks differ in one way: the locked walk holds the directory it stands
+//! on, the lock-free one does not, so that directory can die under it
+//! (unhashed and put, or evicted from a non-authoritative filesystem). The
+//! guard keeps its memory, and it answers as the locked walk's unhashed
+//! directory would: a dead dentry has no children (a child holds a count on
+//! its parent), so every lookup in it misses; on an authoritative
+//! filesystem that ENOENT is right (a directory is removed or replaced only
+//! when empty); on another one the miss un-lazies, and `get_not_dead` fails
+//! on the dead dentry, so the walk restarts. Its parent pointer no longer
+//! changes, so `..` from it is the locked walk's `..` too.
+//!
+//! Why no check of the parent's d_seq after the child is found (Linux's
+//! `lookup_fast` re-checks it, forming an interlocked chain of seqcount
+//! checks down the path): Linux needs the chain because a dentry's inode
+//! can change (unlink makes a dentry negative, a create instantiates one)
+//! and `nd->inode` and the permission check were read from it, and because
+//! `legitimize_path` re-validates the whole position at unlazy. Here a
+//! dentry's inode is fixed at allocation and the position is re-taken with
+//! `get_not_dead` (below), so the child's own validation is the whole step
+//! check. Not needing it is what makes a rename of an unrelated name
+//! invisible to walks: a file's rename writes only its own dentry's d_seq
+//! and the two buckets' lines (issue 16); the global rename sequence is
+//! written only by moves of directories, for `getcwd`'s climb, which must
+//! see one tree (Linux's `d_path` and `rename_lock`). The walk reads it
+//! nowhere.
+//!
+//! THE LEAF, FOR CALLERS THAT TAKE NO REFERENCE (stat, access, readlink).
+//! The closure reads the leaf's inode under the guard after the step that
+//! found it, as the locked walk reads it after its last lookup while
+//! holding the leaf; the attributes are a seqlock copy. What is validated
+//! afterwards is only the mount sequence: a mount or umount during the walk
+//! voids it (Linux's `mount_lock` seqcount, which only mount changes write:
+//! every mount crossing of one walk then comes from one mount table).
+//! Errors found on the way (ENOENT from a validated miss, ENOTDIR, EACCES,
+//! ELOOP) are answers of single steps and are returned the same way.
+//!
+//! UNLAZY ("partial") and LEGITIMIZE: when a step cannot finish lock-free
+//! (a miss on a filesystem that is not dcache-authoritative, a `Retry`, a
+//! symlink body the filesystem cannot give lock-free), the walk takes a
+//! reference on the directory it stands on (`get_not_dead`) and, with it,
+//! one on the mount, if the mount sequence has not moved. If both hold it
+//! continues from there in reference mode, redoing the component: the
+//! reference pins a position the walk reached by valid steps, so the
+//! continuation is the locked walk's. If `get_not_dead` fails (the
+//! directory died) or a mount changed, the walk is ABORTED and restarted
+//! from the beginning in reference mode. A walk that finished lock-free is
+//! HANDLED; callers that keep the result (open, chdir, the parent of a
+//! create) legitimize the leaf the same way. The three outcomes are counted
 //! (`Stat::WalkHandled/Partial/Aborted`).
 //!
-//! Callers that keep the result (open, chdir, the parent of a create) get a
-//! reference on the leaf only. `stat`, `access` and `readlink` take no
-//! reference at all: a commuting operation writes no shared cache line.
+//! Callers that keep the result get a reference on the leaf only. `stat`,
+//! `access` and `readlink` take no reference at all: a commuting operation
+//! writes no shared cache line, and a rename of another name writes nothing
+//! such a walk reads.
 //!
 //! The whole walk runs under one epoch guard, pinned before any lock.
 
@@ -321,20 +401,20 @@ impl<'a> WalkCtx<'a> {
             return f(&p.mnt, &p.dentry);
         }
         if self.vfs.config().walk == WalkMode::LockFree {
-            let seq0 = self.vfs.dcache().rename_read_begin();
+            let seq0 = self.vfs.mount_read_begin();
             let mut comps = Comps::new(path);
             let mut pos = self.start_pos(start, path, guard);
             match self.walk_lazy(guard, &mut comps, &mut pos, opts, seq0) {
                 Lazy::Done(Ok(())) => {
                     let r = f(pos.mnt.get(), pos.d.get());
-                    if !self.vfs.dcache().rename_retry(seq0) {
+                    if !self.vfs.mount_retry(seq0) {
                         lockstat::inc(Stat::WalkHandled);
                         return r;
                     }
                     lockstat::inc(Stat::WalkAborted);
                 }
                 Lazy::Done(Err(e)) => {
-                    if !self.vfs.dcache().rename_retry(seq0) {
+                    if !self.vfs.mount_retry(seq0) {
                         lockstat::inc(Stat::WalkHandled);
                         return Err(e);
                     }
@@ -386,11 +466,11 @@ impl<'a> WalkCtx<'a> {
         comps: &mut Comps<'p>,
     ) -> VfsResult<PathRef> {
         if self.vfs.config().walk == WalkMode::LockFree {
-            let seq0 = self.vfs.dcache().rename_read_begin();
+            let seq0 = self.vfs.mount_read_begin();
             let mut pos = self.start_pos(start, path, guard);
             match self.walk_lazy(guard, comps, &mut pos, opts, seq0) {
                 Lazy::Done(Err(e)) => {
-                    if !self.vfs.dcache().rename_retry(seq0) {
+                    if !self.vfs.mount_retry(seq0) {
                         lockstat::inc(Stat::WalkHandled);
                         return Err(e);
                     }
@@ -508,11 +588,18 @@ impl<'a> WalkCtx<'a> {
         }
     }
 
-    /// Take references on a lazily reached position and check that nothing
-    /// was renamed since the walk began.
+    /// Take references on a lazily reached position (Linux's
+    /// `legitimize_path` + `legitimize_mnt`). The dentry's reference is
+    /// `get_not_dead`: a dead dentry (evicted, or unhashed and put since the
+    /// walk stood on it) cannot be revived, and then the walk starts over.
+    /// A live one is a position a reference walk could hold: the step that
+    /// reached it was valid when taken, and a reference walk holding it
+    /// would not notice a later rename or unlink of it either. The mount's
+    /// reference is taken only if no mount or umount happened since the
+    /// walk began (the mount sequence; a stale mount crossing is redone).
     fn legitimize(&self, p: &Pos<'_>, seq0: u32) -> Option<PathRef> {
         let d = DentryRef::try_get(p.d)?;
-        if self.vfs.dcache().rename_retry(seq0) {
+        if self.vfs.mount_retry(seq0) {
             return None;
         }
         Some(PathRef {
@@ -645,9 +732,13 @@ impl<'a> WalkCtx<'a> {
                     None => return,
                 }
             }
-            // SAFETY: a parent is kept alive by its child's reference, or by
-            // the guard if a rename just moved the child (then the final
-            // rename_seq check voids this walk).
+            // One atomic load: the parent at that instant, as a reference
+            // walk's `dget_parent` would find it (a rename of `pos.d` before
+            // or after it is a state a reference walk can meet too).
+            // SAFETY: the parent is kept alive by its child's reference, and
+            // if a rename just moved the child, or the child died after this
+            // walk reached it, the old parent's count went down during this
+            // walk's guard, so it is freed only after the guard.
             pos.d = unsafe { Pinned::new(pos.d.parent_ptr()) };
             let _ = guard;
             return;
@@ -809,7 +900,9 @@ impl<'a> WalkCtx<'a> {
 /// validated lookup: directory?), one mode load of its inode (search
 /// permission), the scan-and-hash of the name, and the hash chain walk with
 /// every candidate validated by its d_seq around the (parent, name, hashed)
-/// compare. The rename seqcount is checked by the caller at the end.
+/// compare: each step is linearizable on its own (see the module header).
+/// Anything but a validated hit (a miss too) goes back to the general loop,
+/// whose `lookup_rcu` tells a miss from a concurrent change.
 #[inline(never)]
 fn walk_fast<'g>(
     dc: RcuKeys<'_>,

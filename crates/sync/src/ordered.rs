@@ -81,9 +81,10 @@ macro_rules! classes {
 }
 
 classes! {
-    /// `File::pos_lock`: the file position across a read, write or
-    /// getdents. Outermost, as Linux's `f_pos_lock` is taken before the
-    /// inode's lock (getdents holds it across the directory's lock).
+    /// `File::pos_lock`: the file position across a read, write,
+    /// getdents or lseek of a directory. Outermost, as Linux's
+    /// `f_pos_lock` is taken before the inode's lock (getdents holds it
+    /// across the directory's lock where the filesystem needs that).
     PosLock = 1, "File::pos_lock", No;
     /// `VfsInner::mount_lock`: mount and unmount.
     MountLock = 2, "VfsInner::mount_lock", No;
@@ -91,8 +92,9 @@ classes! {
     /// rename.
     RenameMutex = 3, "Super::rename_mutex", No;
     /// `Inode::dir_lock` of a parent directory: shared for a name
-    /// operation in it; exclusive only with nothing else held (lseek on a
-    /// directory, the wait before a victim retry).
+    /// operation in it (and a listing, where the filesystem needs it);
+    /// exclusive only with nothing else held (the wait before a victim
+    /// retry).
     DirParent = 4, "Inode::dir_lock (parent)", UnderRenameMutex;
     /// `VfsInner::name_locks[i]`: one name stripe.
     NameStripe = 5, "VfsInner::name_locks", Ascending;
@@ -108,7 +110,8 @@ classes! {
     ListenersLock = 10, "VfsInner::listeners_lock", No;
     /// `Dcache::sweeping`: one reclaim sweep at a time (try-lock).
     DcacheSweep = 11, "Dcache::sweeping", TryOnly;
-    /// `Dcache::rename_lock`: in-place moves of dentries.
+    /// `Dcache::rename_lock`: in-place moves of directories (a file's move
+    /// takes only its buckets' locks).
     DcacheRename = 12, "Dcache::rename_lock", No;
     /// `Dentry::children`: a directory's name map (per-dir index), two in
     /// address order.
