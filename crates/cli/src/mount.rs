@@ -56,6 +56,10 @@ pub struct MountArgs {
     /// Seconds the kernel may cache "no such file" (0: never).
     #[arg(long, default_value_t = 0.0)]
     pub negative_timeout: f64,
+    /// Print the requests served, by operation, on stderr at unmount (with
+    /// --foreground; a detached daemon has no stderr).
+    #[arg(long)]
+    pub stats: bool,
     /// Do not offer READDIRPLUS.
     #[arg(long)]
     pub no_readdirplus: bool,
@@ -373,7 +377,14 @@ pub fn run(args: MountArgs) -> ExitCode {
             dir.display()
         ),
     }
+    let counts = mounted.request_counts();
     let r = mounted.serve();
+    if args.stats {
+        eprintln!(
+            "scalevfs: {}",
+            scalevfs_fuse::format_counts(&counts.snapshot())
+        );
+    }
     // Write a read-write image back and mark it clean (the VFS may drop
     // its filesystem late).
     if let Some(e) = &ext4 {

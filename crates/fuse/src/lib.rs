@@ -49,9 +49,11 @@ mod creds;
 pub mod mount;
 mod nodes;
 mod ops;
+mod stats;
 
 pub use mount::{
     check_config, default_threads, mount, spawn_mount, FuseMount, Invalidator, MountConfig,
-    Mounted, Unmounter,
+    Mounted, RequestCounts, Unmounter,
 };
 pub use ops::{FuseConfig, ScaleFs};
+pub use stats::format_counts;

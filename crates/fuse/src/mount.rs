@@ -74,6 +74,13 @@ impl FuseMount {
         self.invalidator.shared.nodes.len()
     }
 
+    /// Requests served so far, by operation (`lookup`, `getattr`, ...;
+    /// operations never seen are left out). For tests and benchmarks: how
+    /// many round trips a workload cost.
+    pub fn request_counts(&self) -> Vec<(&'static str, u64)> {
+        self.invalidator.shared.stats.snapshot()
+    }
+
     /// Unmount and wait for the request threads to finish.
     pub fn unmount(mut self) -> io::Result<()> {
         self.unmount_inner()
@@ -418,6 +425,20 @@ pub fn spawn_mount(vfs: Vfs, mountpoint: &Path, cfg: &MountConfig) -> io::Result
 pub struct Mounted {
     session: Session<ScaleFs>,
     mountpoint: PathBuf,
+    shared: Arc<Shared>,
+}
+
+/// The request counters of a [`Mounted`], readable while it serves and
+/// after (`scalevfs mount --stats`).
+#[derive(Clone, Debug)]
+pub struct RequestCounts(Arc<Shared>);
+
+impl RequestCounts {
+    /// Requests served so far, by operation (see
+    /// [`FuseMount::request_counts`]).
+    pub fn snapshot(&self) -> Vec<(&'static str, u64)> {
+        self.0.stats.snapshot()
+    }
 }
 
 /// Unmounts a [`Mounted`] from another thread: the kernel unmount, or a
@@ -437,6 +458,11 @@ impl Unmounter {
 }
 
 impl Mounted {
+    /// A handle on the request counters.
+    pub fn request_counts(&self) -> RequestCounts {
+        RequestCounts(self.shared.clone())
+    }
+
     pub fn unmounter(&mut self) -> Unmounter {
         Unmounter {
             inner: self.session.unmount_callable(),
@@ -477,6 +503,7 @@ pub fn mount(vfs: Vfs, mountpoint: &Path, cfg: &MountConfig) -> Result<Mounted, 
     Ok(Mounted {
         session,
         mountpoint,
+        shared,
     })
 }
 

@@ -25,6 +25,7 @@ use scalevfs::{
 use crate::attr::{errno, file_attr, name_bytes, raw, time_or_now};
 use crate::creds::request_cred;
 use crate::nodes::{Node, NodeTable};
+use crate::stats::{Op, RequestStats};
 
 /// Kernel-cache settings of a mount.
 #[derive(Clone, Debug)]
@@ -82,6 +83,8 @@ pub(crate) struct Shared {
     pub(crate) base: Arc<Task>,
     pub(crate) nodes: NodeTable,
     pub(crate) cfg: FuseConfig,
+    /// Requests served, by operation.
+    pub(crate) stats: RequestStats,
     /// Identifies this adapter in the per-thread task cache.
     id: u64,
     root_dev: u64,
@@ -322,6 +325,7 @@ impl ScaleFs {
             vfs,
             nodes: NodeTable::new(),
             cfg,
+            stats: RequestStats::new(),
             // Relaxed: only uniqueness matters.
             id: NEXT_ADAPTER.fetch_add(1, Ordering::Relaxed),
             root_dev: st.dev,
@@ -347,6 +351,11 @@ impl ScaleFs {
     /// Number of node ids the kernel currently holds.
     pub fn live_nodes(&self) -> usize {
         self.shared.nodes.len()
+    }
+
+    /// Requests served so far, by operation (see `stats.rs`).
+    pub fn request_counts(&self) -> Vec<(&'static str, u64)> {
+        self.shared.stats.snapshot()
     }
 }
 
@@ -428,6 +437,7 @@ impl fuser::Filesystem for ScaleFs {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        self.shared.stats.count(Op::Lookup, 1);
         let s = &self.shared;
         let name = tri!(reply, name_bytes(name));
         if name == b"." {
@@ -460,6 +470,7 @@ impl fuser::Filesystem for ScaleFs {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.shared.stats.count(Op::Forget, 1);
         if ino.0 != 1 {
             self.shared.nodes.forget(ino.0, nlookup);
             // The node's fd may have been the inode's last reference.
@@ -468,6 +479,7 @@ impl fuser::Filesystem for ScaleFs {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        self.shared.stats.count(Op::Getattr, 1);
         let s = &self.shared;
         // Attributes are the same whatever handle names the inode; the node
         // fd is always there (and an fh is only a hint).
@@ -497,6 +509,7 @@ impl fuser::Filesystem for ScaleFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        self.shared.stats.count(Op::Setattr, 1);
         let s = &self.shared;
         let node = tri!(reply, s.node(ino));
         let fd = &node.h;
@@ -552,6 +565,7 @@ impl fuser::Filesystem for ScaleFs {
     }
 
     fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        self.shared.stats.count(Op::Readlink, 1);
         let s = &self.shared;
         let node = tri!(reply, s.node(ino));
         match s.with_task(req, |t| t.readlinkat(&node.h, "")) {
@@ -570,6 +584,7 @@ impl fuser::Filesystem for ScaleFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        self.shared.stats.count(Op::Mknod, 1);
         let s = &self.shared;
         let name = tri!(reply, name_bytes(name));
         let dir = tri!(reply, s.node(parent));
@@ -590,6 +605,7 @@ impl fuser::Filesystem for ScaleFs {
         umask: u32,
         reply: ReplyEntry,
     ) {
+        self.shared.stats.count(Op::Mkdir, 1);
         let s = &self.shared;
         let name = tri!(reply, name_bytes(name));
         let dir = tri!(reply, s.node(parent));
@@ -602,6 +618,7 @@ impl fuser::Filesystem for ScaleFs {
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.shared.stats.count(Op::Unlink, 1);
         let s = &self.shared;
         let name = tri!(reply, name_bytes(name));
         let dir = tri!(reply, s.node(parent));
@@ -611,6 +628,7 @@ impl fuser::Filesystem for ScaleFs {
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.shared.stats.count(Op::Rmdir, 1);
         let s = &self.shared;
         let name = tri!(reply, name_bytes(name));
         let dir = tri!(reply, s.node(parent));
@@ -628,6 +646,7 @@ impl fuser::Filesystem for ScaleFs {
         target: &Path,
         reply: ReplyEntry,
     ) {
+        self.shared.stats.count(Op::Symlink, 1);
         let s = &self.shared;
         let name = tri!(reply, name_bytes(link_name));
         let dir = tri!(reply, s.node(parent));
@@ -652,6 +671,7 @@ impl fuser::Filesystem for ScaleFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        self.shared.stats.count(Op::Rename, 1);
         let s = &self.shared;
         let name = tri!(reply, name_bytes(name));
         let newname = tri!(reply, name_bytes(newname));
@@ -675,6 +695,7 @@ impl fuser::Filesystem for ScaleFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
+        self.shared.stats.count(Op::Link, 1);
         let s = &self.shared;
         let name = tri!(reply, name_bytes(newname));
         let node = tri!(reply, s.node(ino));
@@ -687,6 +708,7 @@ impl fuser::Filesystem for ScaleFs {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        self.shared.stats.count(Op::Open, 1);
         let s = &self.shared;
         let node = tri!(reply, s.node(ino));
         let r = if flags.0 as u32 & FMODE_EXEC != 0 {
@@ -720,6 +742,7 @@ impl fuser::Filesystem for ScaleFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        self.shared.stats.count(Op::Create, 1);
         let s = &self.shared;
         let name = tri!(reply, name_bytes(name));
         let dir = tri!(reply, s.node(parent));
@@ -761,6 +784,7 @@ impl fuser::Filesystem for ScaleFs {
         _lock_owner: Option<fuser::LockOwner>,
         reply: ReplyData,
     ) {
+        self.shared.stats.count(Op::Read, 1);
         let s = &self.shared;
         let fd = tri!(reply, fd_of(fh));
         let off = tri!(reply, off_of(offset));
@@ -793,6 +817,7 @@ impl fuser::Filesystem for ScaleFs {
         flags: fuser::CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
+        self.shared.stats.count(Op::CopyFileRange, 1);
         let s = &self.shared;
         let fd_in = tri!(reply, fd_of(fh_in));
         let fd_out = tri!(reply, fd_of(fh_out));
@@ -826,6 +851,7 @@ impl fuser::Filesystem for ScaleFs {
         _lock_owner: Option<fuser::LockOwner>,
         reply: ReplyWrite,
     ) {
+        self.shared.stats.count(Op::Write, 1);
         let s = &self.shared;
         let fd = tri!(reply, fd_of(fh));
         let off = tri!(reply, off_of(offset));
@@ -860,6 +886,7 @@ impl fuser::Filesystem for ScaleFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        self.shared.stats.count(Op::Release, 1);
         let fd = tri!(reply, fd_of(fh));
         reply_empty(reply, self.shared.base.close(fd));
         // An unlinked file's last close frees its data, and pages replaced
@@ -879,6 +906,7 @@ impl fuser::Filesystem for ScaleFs {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
+        self.shared.stats.count(Op::Fsync, 1);
         let fd = tri!(reply, fd_of(fh));
         let t = &self.shared.base;
         match if datasync {
@@ -892,6 +920,7 @@ impl fuser::Filesystem for ScaleFs {
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        self.shared.stats.count(Op::Opendir, 1);
         let s = &self.shared;
         let node = tri!(reply, s.node(ino));
         let fl = (flags.0 as u32 & (O_NONBLOCK | O_NOATIME))
@@ -913,6 +942,7 @@ impl fuser::Filesystem for ScaleFs {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
+        self.shared.stats.count(Op::Readdir, 1);
         let s = &self.shared;
         let fd = tri!(reply, fd_of(fh));
         let off = tri!(reply, off_of(offset));
@@ -956,6 +986,7 @@ impl fuser::Filesystem for ScaleFs {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
+        self.shared.stats.count(Op::Readdirplus, 1);
         let s = &self.shared;
         let fd = tri!(reply, fd_of(fh));
         let off = tri!(reply, off_of(offset));
@@ -1023,6 +1054,7 @@ impl fuser::Filesystem for ScaleFs {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
+        self.shared.stats.count(Op::Releasedir, 1);
         let fd = tri!(reply, fd_of(fh));
         reply_empty(reply, self.shared.base.close(fd));
         // An unlinked file's last close frees its data, and pages replaced
@@ -1042,10 +1074,12 @@ impl fuser::Filesystem for ScaleFs {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
+        // Counted as FSYNC (it is one).
         self.fsync(_req, _ino, fh, datasync, reply)
     }
 
     fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
+        self.shared.stats.count(Op::Statfs, 1);
         let s = &self.shared;
         let node = tri!(reply, s.node(ino));
         match s.base.fstatfs(&node.h) {
@@ -1064,6 +1098,7 @@ impl fuser::Filesystem for ScaleFs {
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        self.shared.stats.count(Op::Access, 1);
         let s = &self.shared;
         let node = tri!(reply, s.node(ino));
         let mode = (mask.bits() & 7) as u32;
@@ -1083,6 +1118,7 @@ impl fuser::Filesystem for ScaleFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
+        self.shared.stats.count(Op::Fallocate, 1);
         let fd = tri!(reply, fd_of(fh));
         let off = tri!(reply, off_of(offset));
         let len = tri!(reply, off_of(length));
@@ -1123,6 +1159,7 @@ impl fuser::Filesystem for ScaleFs {
         out_size: u32,
         reply: ReplyIoctl,
     ) {
+        self.shared.stats.count(Op::Ioctl, 1);
         // FS_IOC_{GET,SET}FLAGS and their 32-bit twins (the argument is an
         // int either way), FS_IOC_FS{GET,SET}XATTR (struct fsxattr, 28 bytes).
         const GET: [u32; 2] = [0x8008_6601, 0x8004_6601];
@@ -1192,6 +1229,7 @@ impl fuser::Filesystem for ScaleFs {
         whence: i32,
         reply: ReplyLseek,
     ) {
+        self.shared.stats.count(Op::Lseek, 1);
         let fd = tri!(reply, fd_of(fh));
         let whence = tri!(reply, u32::try_from(whence).map_err(|_| raw(libc::EINVAL)));
         match self.shared.base.lseek(fd, offset, whence) {
@@ -1203,6 +1241,7 @@ impl fuser::Filesystem for ScaleFs {
     // ---- extended attributes: the core's *xattrat on the node's fd ----
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        self.shared.stats.count(Op::Getxattr, 1);
         let s = &self.shared;
         let node = tri!(reply, s.node(ino));
         // The kernel asks with size 0 for the length, then with a buffer;
@@ -1230,6 +1269,7 @@ impl fuser::Filesystem for ScaleFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        self.shared.stats.count(Op::Setxattr, 1);
         let s = &self.shared;
         let node = tri!(reply, s.node(ino));
         let flags = tri!(reply, u32::try_from(flags).map_err(|_| raw(libc::EINVAL)));
@@ -1242,6 +1282,7 @@ impl fuser::Filesystem for ScaleFs {
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        self.shared.stats.count(Op::Listxattr, 1);
         let s = &self.shared;
         let node = tri!(reply, s.node(ino));
         let size = (size as usize).min(scalevfs::xattr::XATTR_LIST_MAX);
@@ -1258,6 +1299,7 @@ impl fuser::Filesystem for ScaleFs {
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.shared.stats.count(Op::Removexattr, 1);
         let s = &self.shared;
         let node = tri!(reply, s.node(ino));
         // The kernel's killpriv: a write, truncate or fallocate by a user
