@@ -55,5 +55,5 @@ pub use mount::{
     check_config, default_threads, mount, spawn_mount, FuseMount, Invalidator, MountConfig,
     Mounted, RequestCounts, Unmounter,
 };
-pub use ops::{FuseConfig, ScaleFs};
+pub use ops::{FuseConfig, ScaleFs, DEFAULT_TIMEOUT};
 pub use stats::format_counts;

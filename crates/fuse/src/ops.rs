@@ -47,12 +47,26 @@ pub struct FuseConfig {
     pub posix_acl: bool,
 }
 
+/// The default of every timeout: long, because the adapter owns the truth.
+/// Every change made through the mount is one the kernel makes or is told
+/// of in the reply (and invalidates itself: a write drops the cached size
+/// and times, an unlink the parent's times and the target's link count, a
+/// setxattr the ctime), and every change made through the library by the
+/// embedding program is sent to the kernel as an invalidation (the
+/// [`scalevfs::ChangeListener`] of `spawn_mount`). So the timeout is only a
+/// backstop, and 1 s cost a LOOKUP or GETATTR per file again whenever a
+/// program came back to a file after a second (an untar, then a build).
+/// What a user gives up, and how to get the old behaviour back
+/// (`-o attr_timeout=1,entry_timeout=1,negative_timeout=0`): see
+/// `docs/fuse-compat.md`, "Caching".
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+
 impl Default for FuseConfig {
     fn default() -> Self {
         FuseConfig {
-            attr_timeout: Duration::from_secs(1),
-            entry_timeout: Duration::from_secs(1),
-            negative_timeout: Duration::ZERO,
+            attr_timeout: DEFAULT_TIMEOUT,
+            entry_timeout: DEFAULT_TIMEOUT,
+            negative_timeout: DEFAULT_TIMEOUT,
             readdirplus: true,
             posix_acl: false,
         }
@@ -1337,12 +1351,20 @@ impl fuser::Filesystem for ScaleFs {
 
 impl ScaleFs {
     fn fopen_flags(&self) -> FopenFlags {
+        // No FLUSH on close: the daemon buffers nothing, so a FLUSH has no
+        // work (the adapter does not implement it; after the first ENOSYS
+        // the kernel stops sending them anyway). With FOPEN_NOFLUSH (Linux
+        // 5.16+; older kernels ignore the bit) close(2) also skips the
+        // kernel's own flush path (write_inode_now, waiting for writes in
+        // flight under the inode lock), which without a writeback cache
+        // has nothing to write: data reached the daemon at write(2).
+        let noflush = FopenFlags::FOPEN_NOFLUSH;
         // With attribute caching on, keep the page cache across opens: the
         // kernel is told about changes behind its back (Invalidator).
         if self.shared.cfg.attr_timeout.is_zero() {
-            FopenFlags::empty()
+            noflush
         } else {
-            FopenFlags::FOPEN_KEEP_CACHE
+            noflush | FopenFlags::FOPEN_KEEP_CACHE
         }
     }
 }
