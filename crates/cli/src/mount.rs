@@ -30,7 +30,8 @@ pub struct MountArgs {
     /// default_permissions, no_default_permissions, ro, auto_unmount,
     /// fsname=..., dev, suid, ...), the kernel's cache timeouts as libfuse
     /// spells them (attr_timeout=S, entry_timeout=S, negative_timeout=S;
-    /// default 60 s each), and memfs's limits as tmpfs spells
+    /// default 60 s each), nodirect_wronly (write-only opens through the
+    /// page cache, as before issue 14), and memfs's limits as tmpfs spells
     /// them: size=BYTES[k|m|g|t] or size=N% of RAM (default 50%),
     /// nr_inodes=N[k|m|g].
     ///

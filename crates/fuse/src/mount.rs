@@ -74,6 +74,12 @@ impl FuseMount {
         self.invalidator.shared.nodes.len()
     }
 
+    /// Whether write-only opens are served with FOPEN_DIRECT_IO (asked for
+    /// by `FuseConfig::direct_write_only` and granted by the kernel).
+    pub fn direct_write_only(&self) -> bool {
+        self.invalidator.shared.direct_wronly()
+    }
+
     /// Requests served so far, by operation (`lookup`, `getattr`, ...;
     /// operations never seen are left out). For tests and benchmarks: how
     /// many round trips a workload cost.
@@ -319,6 +325,16 @@ fn session_config(cfg: &MountConfig) -> io::Result<(fuser::Config, FuseConfig)> 
             "dirsync" => MountOption::DirSync,
             "sync" => MountOption::Sync,
             "async" => MountOption::Async,
+            // Write-only opens with FOPEN_DIRECT_IO (the default; see
+            // `FuseConfig::direct_write_only`).
+            "direct_wronly" => {
+                fuse.direct_write_only = true;
+                continue;
+            }
+            "nodirect_wronly" => {
+                fuse.direct_write_only = false;
+                continue;
+            }
             // libfuse's spelling of the cache timeouts (seconds), so that
             // mount(8) and fstab can set them: `-o attr_timeout=1,
             // entry_timeout=1,negative_timeout=0` is the 1 s caching of
@@ -629,6 +645,9 @@ mod tests {
             o,
             MountOption::CUSTOM(x) if x.contains("timeout")
         )));
+        assert!(f.direct_write_only);
+        let (_, f) = session_config(&cfg(&["nodirect_wronly"])).unwrap();
+        assert!(!f.direct_write_only);
         for bad in ["attr_timeout=-1", "entry_timeout=x", "negative_timeout=inf"] {
             assert!(session_config(&cfg(&[bad])).is_err(), "{bad}");
         }

@@ -45,6 +45,17 @@ pub struct FuseConfig {
     /// default ACL instead). The mount sets it whenever the kernel checks
     /// permissions.
     pub posix_acl: bool,
+    /// Serve write-only opens (`O_WRONLY`: an untar, `cp`, a compiler's
+    /// output) with FOPEN_DIRECT_IO: each write(2) goes to the daemon
+    /// without passing through the page cache, and so without the GETXATTR
+    /// of `security.capability` the kernel's cached write path sends before
+    /// every write (FUSE superblocks have no SB_NOSEC): one request fewer
+    /// per write. Only where the kernel grants FUSE_DIRECT_IO_ALLOW_MMAP
+    /// (Linux 6.6+), whose direct writes write back and drop the cached
+    /// pages of the range they write, so other opens never read stale
+    /// pages. A write-only descriptor can be mapped by no one, so mmap is
+    /// unaffected. `-o nodirect_wronly` turns it off.
+    pub direct_write_only: bool,
 }
 
 /// The default of every timeout: long, because the adapter owns the truth.
@@ -69,6 +80,7 @@ impl Default for FuseConfig {
             negative_timeout: DEFAULT_TIMEOUT,
             readdirplus: true,
             posix_acl: false,
+            direct_write_only: true,
         }
     }
 }
@@ -111,6 +123,9 @@ pub(crate) struct Shared {
     /// The kernel granted FUSE_DONT_MASK: creates carry the caller's umask
     /// for the core to apply (else the kernel applied it already).
     dont_mask: AtomicBool,
+    /// Write-only opens get FOPEN_DIRECT_IO (`FuseConfig::direct_write_only`
+    /// and the kernel granted FUSE_DIRECT_IO_ALLOW_MMAP).
+    direct_wronly: AtomicBool,
 }
 
 static NEXT_ADAPTER: AtomicU64 = AtomicU64::new(1);
@@ -171,6 +186,12 @@ impl Shared {
             ((slot as u64 + 1) << INO_BITS) | ino
         };
         self.nodes.contains(id).then_some(id)
+    }
+
+    /// Whether write-only opens are direct (see `FuseConfig::direct_write_only`).
+    pub(crate) fn direct_wronly(&self) -> bool {
+        // Relaxed: set once in init, before any request.
+        self.direct_wronly.load(Ordering::Relaxed)
     }
 
     /// The node for a kernel node id.
@@ -347,6 +368,7 @@ impl ScaleFs {
             other_devs: Mutex::new(Vec::new()),
             notifier: OnceLock::new(),
             dont_mask: AtomicBool::new(false),
+            direct_wronly: AtomicBool::new(false),
             base,
         };
         // The root's count never reaches zero (FUSE never forgets node 1).
@@ -393,8 +415,13 @@ fn with_read_buf<R>(size: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
     }
 }
 
+/// Bit 32 of a file handle marks a write-only open served with
+/// FOPEN_DIRECT_IO (`FuseConfig::direct_write_only`); the low 32 bits are
+/// the fd in the shared table.
+const FH_DIRECT: u64 = 1 << 32;
+
 fn fd_of(fh: FileHandle) -> Result<i32, fuser::Errno> {
-    i32::try_from(fh.0).map_err(|_| raw(libc::EBADF))
+    i32::try_from(fh.0 & !FH_DIRECT).map_err(|_| raw(libc::EBADF))
 }
 
 fn off_of(offset: u64) -> Result<i64, fuser::Errno> {
@@ -445,6 +472,16 @@ impl fuser::Filesystem for ScaleFs {
         {
             // Relaxed: written before the session serves any request.
             self.shared.dont_mask.store(true, Ordering::Relaxed);
+        }
+        // Direct write-only opens only where direct writes drop the cached
+        // pages they overwrite (see `FuseConfig::direct_write_only`).
+        if self.shared.cfg.direct_write_only
+            && config
+                .add_capabilities(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP)
+                .is_ok()
+        {
+            // Relaxed: written before the session serves any request.
+            self.shared.direct_wronly.store(true, Ordering::Relaxed);
         }
         let _ = config.set_max_write(1 << 20);
         Ok(())
@@ -544,7 +581,7 @@ impl fuser::Filesystem for ScaleFs {
                 let sz = i64::try_from(sz).map_err(|_| Errno::EFBIG)?;
                 match fh {
                     // ftruncate: the handle's access mode decides.
-                    Some(h) => t.ftruncate(i32::try_from(h.0).map_err(|_| Errno::EBADF)?, sz)?,
+                    Some(h) => t.ftruncate(fd_of(h).map_err(|_| Errno::EBADF)?, sz)?,
                     // truncate(path): write permission decides.
                     None => {
                         let wfd = t.reopen(fd, O_WRONLY | O_CLOEXEC)?;
@@ -741,7 +778,10 @@ impl fuser::Filesystem for ScaleFs {
             r
         };
         match r {
-            Ok(fd) => reply.opened(FileHandle(fd as u64), self.fopen_flags()),
+            Ok(fd) => {
+                let (fh, fl) = self.handle_for(fd, flags.0 as u32);
+                reply.opened(fh, fl)
+            }
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -776,13 +816,16 @@ impl fuser::Filesystem for ScaleFs {
             }
         });
         match r {
-            Ok((fd, id, st, generation)) => reply.created(
-                &s.cfg.entry_timeout,
-                &file_attr(&st, id),
-                Generation(u64::from(generation)),
-                FileHandle(fd as u64),
-                self.fopen_flags(),
-            ),
+            Ok((fd, id, st, generation)) => {
+                let (fh, fl) = self.handle_for(fd, flags as u32);
+                reply.created(
+                    &s.cfg.entry_timeout,
+                    &file_attr(&st, id),
+                    Generation(u64::from(generation)),
+                    fh,
+                    fl,
+                )
+            }
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -878,6 +921,14 @@ impl fuser::Filesystem for ScaleFs {
             || (req.uid() != u32::MAX && !caller_keeps_setid(req))
         {
             kill_suid_sgid(s, req, fd, Some(ino.0));
+        }
+        // A direct write skipped the kernel's file_remove_privs, which drops
+        // `security.capability` on every write (whoever writes, as Linux's
+        // cap_inode_killpriv): the daemon does it instead. (The core's own
+        // write drops only capabilities it saw set, `I_FCAPS`; not those an
+        // ext4 image brought along.)
+        if fh.0 & FH_DIRECT != 0 {
+            drop_file_caps(s, fd, ino);
         }
         match s.base.pwrite(fd, data, off) {
             Ok(n) => reply.written(n as u32),
@@ -1350,6 +1401,21 @@ impl fuser::Filesystem for ScaleFs {
 }
 
 impl ScaleFs {
+    /// The file handle and open flags for a file opened as `fd` with the
+    /// kernel's open flags `flags`: a write-only open is direct when the
+    /// mount serves them so (`FuseConfig::direct_write_only`).
+    fn handle_for(&self, fd: i32, flags: u32) -> (FileHandle, FopenFlags) {
+        let fh = fd as u32 as u64;
+        if flags & O_ACCMODE == O_WRONLY && self.shared.direct_wronly() {
+            (
+                FileHandle(fh | FH_DIRECT),
+                self.fopen_flags() | FopenFlags::FOPEN_DIRECT_IO,
+            )
+        } else {
+            (FileHandle(fh), self.fopen_flags())
+        }
+    }
+
     fn fopen_flags(&self) -> FopenFlags {
         // No FLUSH on close: the daemon buffers nothing, so a FLUSH has no
         // work (the adapter does not implement it; after the first ENOSYS
@@ -1398,6 +1464,19 @@ fn kill_suid_sgid<'a>(s: &Shared, req: &Request, fd: impl Into<At<'a>> + Copy, t
             if let (Some(id), Some(n)) = (tell, s.notifier.get()) {
                 let _ = n.inval_inode(INodeNo(id), -1, 0);
             }
+        }
+    }
+}
+
+/// Drop the file capabilities (`security.capability`) of the file open at
+/// `fd`, as Linux does on every write (`file_remove_privs`); tell the kernel
+/// its cached attributes (ctime) are stale if there were any. The common
+/// case, a file without them, is one in-process lookup.
+fn drop_file_caps(s: &Shared, fd: i32, ino: INodeNo) {
+    const CAPS: &[u8] = b"security.capability";
+    if s.base.removexattrat(fd, "", AT_EMPTY_PATH, CAPS).is_ok() {
+        if let Some(n) = s.notifier.get() {
+            let _ = n.inval_inode(ino, -1, 0);
         }
     }
 }
