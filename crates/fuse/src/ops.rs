@@ -1471,9 +1471,16 @@ fn kill_suid_sgid<'a>(s: &Shared, req: &Request, fd: impl Into<At<'a>> + Copy, t
 /// Drop the file capabilities (`security.capability`) of the file open at
 /// `fd`, as Linux does on every write (`file_remove_privs`); tell the kernel
 /// its cached attributes (ctime) are stale if there were any. The common
-/// case, a file without them, is one in-process lookup.
+/// case, a file without them, is one in-process lookup (a read: a removal
+/// that finds nothing would still open a journal handle on ext4).
 fn drop_file_caps(s: &Shared, fd: i32, ino: INodeNo) {
     const CAPS: &[u8] = b"security.capability";
+    if s.base
+        .getxattrat(fd, "", AT_EMPTY_PATH, CAPS, &mut [])
+        .is_err()
+    {
+        return;
+    }
     if s.base.removexattrat(fd, "", AT_EMPTY_PATH, CAPS).is_ok() {
         if let Some(n) = s.notifier.get() {
             let _ = n.inval_inode(ino, -1, 0);
