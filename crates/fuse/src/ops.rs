@@ -496,6 +496,14 @@ impl fuser::Filesystem for ScaleFs {
             // node whose inode it evicted: the node itself, from the table
             // or, if the kernel forgot it, found again (`Shared::decode`).
             let r = match s.nodes.get(parent.0) {
+                // Unlinked (or a removed directory): the kernel evicted the
+                // inode and its FORGET has not been served yet, so the node
+                // is still here. ESTALE, as `decode` says once the node is
+                // gone, and as Linux says for the handle of a deleted inode
+                // (ext4_iget with EXT4_IGET_HANDLE). Answering with the node
+                // opened the deleted file when the LOOKUP won the race
+                // (mount_handles.rs, handles_round_trip_and_go_stale).
+                Some(n) if n.h.getattr().nlink == 0 => Err(Errno::ESTALE),
                 Some(n) => s.adopt(n.h.clone()),
                 None => s.decode(parent.0),
             };
