@@ -59,6 +59,10 @@ pub struct TreeOptions {
     pub workdir: PathBuf,
     /// The `scalevfs` binary for the FUSE targets.
     pub bin: PathBuf,
+    /// Extra arguments for `scalevfs mount` (the `fuse-memfs` and
+    /// `fuse-ext4` targets), e.g. `--attr-timeout=1` to compare cache
+    /// settings with one binary.
+    pub mount_args: Vec<String>,
     pub seed: u64,
 }
 
@@ -88,6 +92,8 @@ pub struct TreeReport {
     pub dirs: usize,
     pub bytes: u64,
     pub image_size: u64,
+    /// Extra `scalevfs mount` arguments of the FUSE targets.
+    pub mount_args: Vec<String>,
     pub rows: Vec<TreeRow>,
     pub skipped: Vec<Skipped>,
 }
@@ -577,6 +583,7 @@ fn run_one(
             fuse_available()?;
             let mut cmd = Command::new(&opts.bin);
             cmd.arg("mount").arg(&mnt).arg("--foreground");
+            cmd.args(&opts.mount_args);
             if target == "fuse-ext4" {
                 make_image(&image, opts.image_size)?;
                 cmd.arg("--image").arg(&image);
@@ -658,6 +665,7 @@ pub fn run(opts: &TreeOptions, progress: &mut dyn FnMut(&str)) -> Result<TreeRep
         dirs: opts.dirs,
         bytes: set.bytes(),
         image_size: opts.image_size,
+        mount_args: opts.mount_args.clone(),
         ..Default::default()
     };
     for target in &opts.targets {
@@ -691,6 +699,12 @@ pub fn markdown(rep: &TreeReport) -> String {
         rep.dirs,
         rep.image_size >> 20
     );
+    if !rep.mount_args.is_empty() {
+        s.push_str(&format!(
+            "`scalevfs mount` arguments of the FUSE targets: `{}`.\n\n",
+            rep.mount_args.join(" ")
+        ));
+    }
     s.push_str("| target | threads | create s | find+stat s | read s | delete s | files/s create | open image ms |\n");
     s.push_str("|---|---:|---:|---:|---:|---:|---:|---:|\n");
     for r in &rep.rows {

@@ -131,6 +131,10 @@ struct TreeArgs {
     /// Directory for tree.json and tree.md.
     #[arg(long, default_value = "bench-report")]
     report_dir: PathBuf,
+    /// An extra argument for `scalevfs mount` in the fuse-memfs and
+    /// fuse-ext4 targets (repeatable), e.g. `--mount-arg=--attr-timeout=1`.
+    #[arg(long = "mount-arg", allow_hyphen_values = true)]
+    mount_args: Vec<String>,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -375,6 +379,7 @@ fn bench_tree(a: TreeArgs) -> Result<(), String> {
             PathBuf::from(format!("/dev/shm/scalevfs-tree-{}", std::process::id()))
         }),
         bin: std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?,
+        mount_args: a.mount_args,
         seed: 1,
     };
     let rep = tree::run(&opts, &mut |s| eprintln!("bench-tree: {s}"))?;

@@ -28,8 +28,11 @@ pub struct MountArgs {
     pub image: Option<PathBuf>,
     /// Mount options, comma separated (allow_other, allow_root,
     /// default_permissions, no_default_permissions, ro, auto_unmount,
-    /// fsname=..., dev, suid, ...), ext4's orphan=auto|file|list|none and
-    /// commit=SECONDS (with --image), and memfs's limits as tmpfs spells
+    /// fsname=..., dev, suid, ...), the kernel's cache timeouts as libfuse
+    /// spells them (attr_timeout=S, entry_timeout=S, negative_timeout=S;
+    /// default 60 s each), nodirect_wronly (write-only opens through the
+    /// page cache, as before issue 14), ext4's orphan=auto|file|list|none
+    /// and commit=SECONDS (with --image), and memfs's limits as tmpfs spells
     /// them: size=BYTES[k|m|g|t] or size=N% of RAM (default 50%),
     /// nr_inodes=N[k|m|g].
     ///
@@ -48,15 +51,22 @@ pub struct MountArgs {
     /// Stay in the foreground (default: detach once mounted).
     #[arg(short = 'f', long)]
     pub foreground: bool,
-    /// Seconds the kernel may cache attributes (0: always ask).
-    #[arg(long, default_value_t = 1.0)]
-    pub attr_timeout: f64,
-    /// Seconds the kernel may cache names.
-    #[arg(long, default_value_t = 1.0)]
-    pub entry_timeout: f64,
-    /// Seconds the kernel may cache "no such file" (0: never).
-    #[arg(long, default_value_t = 0.0)]
-    pub negative_timeout: f64,
+    /// Seconds the kernel may cache attributes (0: always ask). Default 60:
+    /// the kernel learns of every change (see docs/fuse-compat.md,
+    /// "Caching"). Also `-o attr_timeout=`, which wins.
+    #[arg(long)]
+    pub attr_timeout: Option<f64>,
+    /// Seconds the kernel may cache names. Default 60; `-o entry_timeout=`.
+    #[arg(long)]
+    pub entry_timeout: Option<f64>,
+    /// Seconds the kernel may cache "no such file" (0: never). Default 60;
+    /// `-o negative_timeout=`.
+    #[arg(long)]
+    pub negative_timeout: Option<f64>,
+    /// Print the requests served, by operation, on stderr at unmount (with
+    /// --foreground; a detached daemon has no stderr).
+    #[arg(long)]
+    pub stats: bool,
     /// Do not offer READDIRPLUS.
     #[arg(long)]
     pub no_readdirplus: bool,
@@ -249,12 +259,18 @@ pub fn run(args: MountArgs) -> ExitCode {
         return fail(m);
     }
     let fuse = match (|| -> Result<FuseConfig, String> {
+        let d = FuseConfig::default();
+        let or = |name, v: Option<f64>, dflt| v.map_or(Ok(dflt), |v| secs(name, v));
         Ok(FuseConfig {
-            attr_timeout: secs("attr-timeout", args.attr_timeout)?,
-            entry_timeout: secs("entry-timeout", args.entry_timeout)?,
-            negative_timeout: secs("negative-timeout", args.negative_timeout)?,
+            attr_timeout: or("attr-timeout", args.attr_timeout, d.attr_timeout)?,
+            entry_timeout: or("entry-timeout", args.entry_timeout, d.entry_timeout)?,
+            negative_timeout: or(
+                "negative-timeout",
+                args.negative_timeout,
+                d.negative_timeout,
+            )?,
             readdirplus: !args.no_readdirplus,
-            ..FuseConfig::default()
+            ..d
         })
     })() {
         Ok(f) => f,
@@ -399,7 +415,14 @@ pub fn run(args: MountArgs) -> ExitCode {
             dir.display()
         ),
     }
+    let counts = mounted.request_counts();
     let r = mounted.serve();
+    if args.stats {
+        eprintln!(
+            "scalevfs: {}",
+            scalevfs_fuse::format_counts(&counts.snapshot())
+        );
+    }
     // Write a read-write image back and mark it clean (the VFS may drop
     // its filesystem late).
     if let Some(e) = &ext4 {

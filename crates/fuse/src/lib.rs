@@ -30,6 +30,14 @@
 //! invalidates the kernel's entries and attributes (`mount.rs`); the
 //! adapter's tasks are quiet, so no request notifies the kernel.
 //!
+//! The kernel caches attributes, names and misses for 60 s by default and
+//! keeps page caches across opens (`FuseConfig`, `docs/fuse-compat.md`
+//! "Caching"): every change reaches it through a reply or an invalidation,
+//! so the timeouts are a backstop. Write-only opens are direct
+//! (`FuseConfig::direct_write_only`). The requests served are counted per
+//! operation (`stats.rs`; `FuseMount::request_counts`, `scalevfs mount
+//! --stats`): what a workload costs in round trips.
+//!
 //! Two ways to serve: [`spawn_mount`] (request threads in the background, a
 //! [`FuseMount`] that unmounts on drop; for programs and tests) and
 //! [`mount`] + [`Mounted::serve`] (serve on the caller's thread until
@@ -49,9 +57,11 @@ mod creds;
 pub mod mount;
 mod nodes;
 mod ops;
+mod stats;
 
 pub use mount::{
     check_config, default_threads, mount, spawn_mount, FuseMount, Invalidator, MountConfig,
-    Mounted, Unmounter,
+    Mounted, RequestCounts, Unmounter,
 };
-pub use ops::{FuseConfig, ScaleFs};
+pub use ops::{FuseConfig, ScaleFs, DEFAULT_TIMEOUT};
+pub use stats::format_counts;

@@ -74,6 +74,19 @@ impl FuseMount {
         self.invalidator.shared.nodes.len()
     }
 
+    /// Whether write-only opens are served with FOPEN_DIRECT_IO (asked for
+    /// by `FuseConfig::direct_write_only` and granted by the kernel).
+    pub fn direct_write_only(&self) -> bool {
+        self.invalidator.shared.direct_wronly()
+    }
+
+    /// Requests served so far, by operation (`lookup`, `getattr`, ...;
+    /// operations never seen are left out). For tests and benchmarks: how
+    /// many round trips a workload cost.
+    pub fn request_counts(&self) -> Vec<(&'static str, u64)> {
+        self.invalidator.shared.stats.snapshot()
+    }
+
     /// Unmount and wait for the request threads to finish.
     pub fn unmount(mut self) -> io::Result<()> {
         self.unmount_inner()
@@ -312,6 +325,35 @@ fn session_config(cfg: &MountConfig) -> io::Result<(fuser::Config, FuseConfig)> 
             "dirsync" => MountOption::DirSync,
             "sync" => MountOption::Sync,
             "async" => MountOption::Async,
+            // Write-only opens with FOPEN_DIRECT_IO (the default; see
+            // `FuseConfig::direct_write_only`).
+            "direct_wronly" => {
+                fuse.direct_write_only = true;
+                continue;
+            }
+            "nodirect_wronly" => {
+                fuse.direct_write_only = false;
+                continue;
+            }
+            // libfuse's spelling of the cache timeouts (seconds), so that
+            // mount(8) and fstab can set them: `-o attr_timeout=1,
+            // entry_timeout=1,negative_timeout=0` is the 1 s caching of
+            // before issue 14.
+            x if x.starts_with("attr_timeout=")
+                || x.starts_with("entry_timeout=")
+                || x.starts_with("negative_timeout=") =>
+            {
+                let (k, v) = x.split_once('=').unwrap_or((x, ""));
+                let t = timeout_secs(v).map_err(|m| {
+                    io::Error::new(io::ErrorKind::InvalidInput, format!("-o {k}={v}: {m}"))
+                })?;
+                match k {
+                    "attr_timeout" => fuse.attr_timeout = t,
+                    "entry_timeout" => fuse.entry_timeout = t,
+                    _ => fuse.negative_timeout = t,
+                }
+                continue;
+            }
             x if x.starts_with("fsname=") => {
                 fsname = true;
                 MountOption::FSName(x["fsname=".len()..].to_string())
@@ -359,6 +401,15 @@ fn session_config(cfg: &MountConfig) -> io::Result<(fuser::Config, FuseConfig)> 
     // One /dev/fuse descriptor per thread: no shared read queue lock.
     c.clone_fd = true;
     Ok((c, fuse))
+}
+
+/// A cache timeout in seconds (fractions allowed, at most a year).
+fn timeout_secs(v: &str) -> Result<Duration, String> {
+    let x: f64 = v.parse().map_err(|_| format!("`{v}` is not a number"))?;
+    if !x.is_finite() || !(0.0..=365.0 * 86400.0).contains(&x) {
+        return Err("must be 0 to 31536000 seconds".into());
+    }
+    Ok(Duration::from_secs_f64(x))
 }
 
 /// `-o noatime`: the kernel leaves atime to the filesystem, so the core's
@@ -418,6 +469,20 @@ pub fn spawn_mount(vfs: Vfs, mountpoint: &Path, cfg: &MountConfig) -> io::Result
 pub struct Mounted {
     session: Session<ScaleFs>,
     mountpoint: PathBuf,
+    shared: Arc<Shared>,
+}
+
+/// The request counters of a [`Mounted`], readable while it serves and
+/// after (`scalevfs mount --stats`).
+#[derive(Clone, Debug)]
+pub struct RequestCounts(Arc<Shared>);
+
+impl RequestCounts {
+    /// Requests served so far, by operation (see
+    /// [`FuseMount::request_counts`]).
+    pub fn snapshot(&self) -> Vec<(&'static str, u64)> {
+        self.0.stats.snapshot()
+    }
 }
 
 /// Unmounts a [`Mounted`] from another thread: the kernel unmount, or a
@@ -437,6 +502,11 @@ impl Unmounter {
 }
 
 impl Mounted {
+    /// A handle on the request counters.
+    pub fn request_counts(&self) -> RequestCounts {
+        RequestCounts(self.shared.clone())
+    }
+
     pub fn unmounter(&mut self) -> Unmounter {
         Unmounter {
             inner: self.session.unmount_callable(),
@@ -477,6 +547,7 @@ pub fn mount(vfs: Vfs, mountpoint: &Path, cfg: &MountConfig) -> Result<Mounted, 
     Ok(Mounted {
         session,
         mountpoint,
+        shared,
     })
 }
 
@@ -551,5 +622,42 @@ mod tests {
         assert!(!has_default_permissions(&c));
         assert!(!f.entry_timeout.is_zero());
         assert!(session_config(&cfg(&["default_permissions", "no_default_permissions"])).is_err());
+    }
+
+    /// `-o attr_timeout=,entry_timeout=,negative_timeout=` (libfuse's
+    /// spelling) set the caches; bad values are errors; the multi-user
+    /// opt-out still forces names uncached whatever `-o` says.
+    #[test]
+    fn timeout_options() {
+        let (_, f) = session_config(&cfg(&[])).unwrap();
+        assert_eq!(f.attr_timeout, crate::DEFAULT_TIMEOUT);
+        assert_eq!(f.negative_timeout, crate::DEFAULT_TIMEOUT);
+        let (c, f) = session_config(&cfg(&[
+            "attr_timeout=1",
+            "entry_timeout=0.5",
+            "negative_timeout=0",
+        ]))
+        .unwrap();
+        assert_eq!(f.attr_timeout, Duration::from_secs(1));
+        assert_eq!(f.entry_timeout, Duration::from_millis(500));
+        assert!(f.negative_timeout.is_zero());
+        assert!(c.mount_options.iter().all(|o| !matches!(
+            o,
+            MountOption::CUSTOM(x) if x.contains("timeout")
+        )));
+        assert!(f.direct_write_only);
+        let (_, f) = session_config(&cfg(&["nodirect_wronly"])).unwrap();
+        assert!(!f.direct_write_only);
+        for bad in ["attr_timeout=-1", "entry_timeout=x", "negative_timeout=inf"] {
+            assert!(session_config(&cfg(&[bad])).is_err(), "{bad}");
+        }
+        let (_, f) = session_config(&cfg(&[
+            "allow_other",
+            "no_default_permissions",
+            "entry_timeout=5",
+            "negative_timeout=5",
+        ]))
+        .unwrap();
+        assert!(f.entry_timeout.is_zero() && f.negative_timeout.is_zero());
     }
 }

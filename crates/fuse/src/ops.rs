@@ -25,6 +25,7 @@ use scalevfs::{
 use crate::attr::{errno, file_attr, name_bytes, raw, time_or_now};
 use crate::creds::request_cred;
 use crate::nodes::{Node, NodeTable};
+use crate::stats::{Op, RequestStats};
 
 /// Kernel-cache settings of a mount.
 #[derive(Clone, Debug)]
@@ -44,16 +45,42 @@ pub struct FuseConfig {
     /// default ACL instead). The mount sets it whenever the kernel checks
     /// permissions.
     pub posix_acl: bool,
+    /// Serve write-only opens (`O_WRONLY`: an untar, `cp`, a compiler's
+    /// output) with FOPEN_DIRECT_IO: each write(2) goes to the daemon
+    /// without passing through the page cache, and so without the GETXATTR
+    /// of `security.capability` the kernel's cached write path sends before
+    /// every write (FUSE superblocks have no SB_NOSEC): one request fewer
+    /// per write. Only where the kernel grants FUSE_DIRECT_IO_ALLOW_MMAP
+    /// (Linux 6.6+), whose direct writes write back and drop the cached
+    /// pages of the range they write, so other opens never read stale
+    /// pages. A write-only descriptor can be mapped by no one, so mmap is
+    /// unaffected. `-o nodirect_wronly` turns it off.
+    pub direct_write_only: bool,
 }
+
+/// The default of every timeout: long, because the adapter owns the truth.
+/// Every change made through the mount is one the kernel makes or is told
+/// of in the reply (and invalidates itself: a write drops the cached size
+/// and times, an unlink the parent's times and the target's link count, a
+/// setxattr the ctime), and every change made through the library by the
+/// embedding program is sent to the kernel as an invalidation (the
+/// [`scalevfs::ChangeListener`] of `spawn_mount`). So the timeout is only a
+/// backstop, and 1 s cost a LOOKUP or GETATTR per file again whenever a
+/// program came back to a file after a second (an untar, then a build).
+/// What a user gives up, and how to get the old behaviour back
+/// (`-o attr_timeout=1,entry_timeout=1,negative_timeout=0`): see
+/// `docs/fuse-compat.md`, "Caching".
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl Default for FuseConfig {
     fn default() -> Self {
         FuseConfig {
-            attr_timeout: Duration::from_secs(1),
-            entry_timeout: Duration::from_secs(1),
-            negative_timeout: Duration::ZERO,
+            attr_timeout: DEFAULT_TIMEOUT,
+            entry_timeout: DEFAULT_TIMEOUT,
+            negative_timeout: DEFAULT_TIMEOUT,
             readdirplus: true,
             posix_acl: false,
+            direct_write_only: true,
         }
     }
 }
@@ -82,6 +109,8 @@ pub(crate) struct Shared {
     pub(crate) base: Arc<Task>,
     pub(crate) nodes: NodeTable,
     pub(crate) cfg: FuseConfig,
+    /// Requests served, by operation.
+    pub(crate) stats: RequestStats,
     /// Identifies this adapter in the per-thread task cache.
     id: u64,
     root_dev: u64,
@@ -94,6 +123,9 @@ pub(crate) struct Shared {
     /// The kernel granted FUSE_DONT_MASK: creates carry the caller's umask
     /// for the core to apply (else the kernel applied it already).
     dont_mask: AtomicBool,
+    /// Write-only opens get FOPEN_DIRECT_IO (`FuseConfig::direct_write_only`
+    /// and the kernel granted FUSE_DIRECT_IO_ALLOW_MMAP).
+    direct_wronly: AtomicBool,
 }
 
 static NEXT_ADAPTER: AtomicU64 = AtomicU64::new(1);
@@ -154,6 +186,12 @@ impl Shared {
             ((slot as u64 + 1) << INO_BITS) | ino
         };
         self.nodes.contains(id).then_some(id)
+    }
+
+    /// Whether write-only opens are direct (see `FuseConfig::direct_write_only`).
+    pub(crate) fn direct_wronly(&self) -> bool {
+        // Relaxed: set once in init, before any request.
+        self.direct_wronly.load(Ordering::Relaxed)
     }
 
     /// The node for a kernel node id.
@@ -322,6 +360,7 @@ impl ScaleFs {
             vfs,
             nodes: NodeTable::new(),
             cfg,
+            stats: RequestStats::new(),
             // Relaxed: only uniqueness matters.
             id: NEXT_ADAPTER.fetch_add(1, Ordering::Relaxed),
             root_dev: st.dev,
@@ -329,6 +368,7 @@ impl ScaleFs {
             other_devs: Mutex::new(Vec::new()),
             notifier: OnceLock::new(),
             dont_mask: AtomicBool::new(false),
+            direct_wronly: AtomicBool::new(false),
             base,
         };
         // The root's count never reaches zero (FUSE never forgets node 1).
@@ -347,6 +387,11 @@ impl ScaleFs {
     /// Number of node ids the kernel currently holds.
     pub fn live_nodes(&self) -> usize {
         self.shared.nodes.len()
+    }
+
+    /// Requests served so far, by operation (see `stats.rs`).
+    pub fn request_counts(&self) -> Vec<(&'static str, u64)> {
+        self.shared.stats.snapshot()
     }
 }
 
@@ -370,8 +415,13 @@ fn with_read_buf<R>(size: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
     }
 }
 
+/// Bit 32 of a file handle marks a write-only open served with
+/// FOPEN_DIRECT_IO (`FuseConfig::direct_write_only`); the low 32 bits are
+/// the fd in the shared table.
+const FH_DIRECT: u64 = 1 << 32;
+
 fn fd_of(fh: FileHandle) -> Result<i32, fuser::Errno> {
-    i32::try_from(fh.0).map_err(|_| raw(libc::EBADF))
+    i32::try_from(fh.0 & !FH_DIRECT).map_err(|_| raw(libc::EBADF))
 }
 
 fn off_of(offset: u64) -> Result<i64, fuser::Errno> {
@@ -423,11 +473,22 @@ impl fuser::Filesystem for ScaleFs {
             // Relaxed: written before the session serves any request.
             self.shared.dont_mask.store(true, Ordering::Relaxed);
         }
+        // Direct write-only opens only where direct writes drop the cached
+        // pages they overwrite (see `FuseConfig::direct_write_only`).
+        if self.shared.cfg.direct_write_only
+            && config
+                .add_capabilities(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP)
+                .is_ok()
+        {
+            // Relaxed: written before the session serves any request.
+            self.shared.direct_wronly.store(true, Ordering::Relaxed);
+        }
         let _ = config.set_max_write(1 << 20);
         Ok(())
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        self.shared.stats.count(Op::Lookup, 1);
         let s = &self.shared;
         let name = tri!(reply, name_bytes(name));
         if name == b"." {
@@ -435,6 +496,14 @@ impl fuser::Filesystem for ScaleFs {
             // node whose inode it evicted: the node itself, from the table
             // or, if the kernel forgot it, found again (`Shared::decode`).
             let r = match s.nodes.get(parent.0) {
+                // Unlinked (or a removed directory): the kernel evicted the
+                // inode and its FORGET has not been served yet, so the node
+                // is still here. ESTALE, as `decode` says once the node is
+                // gone, and as Linux says for the handle of a deleted inode
+                // (ext4_iget with EXT4_IGET_HANDLE). Answering with the node
+                // opened the deleted file when the LOOKUP won the race
+                // (mount_handles.rs, handles_round_trip_and_go_stale).
+                Some(n) if n.h.getattr().nlink == 0 => Err(Errno::ESTALE),
                 Some(n) => s.adopt(n.h.clone()),
                 None => s.decode(parent.0),
             };
@@ -460,6 +529,7 @@ impl fuser::Filesystem for ScaleFs {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.shared.stats.count(Op::Forget, 1);
         if ino.0 != 1 {
             self.shared.nodes.forget(ino.0, nlookup);
             // The node's fd may have been the inode's last reference.
@@ -468,6 +538,7 @@ impl fuser::Filesystem for ScaleFs {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        self.shared.stats.count(Op::Getattr, 1);
         let s = &self.shared;
         // Attributes are the same whatever handle names the inode; the node
         // fd is always there (and an fh is only a hint).
@@ -497,6 +568,7 @@ impl fuser::Filesystem for ScaleFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        self.shared.stats.count(Op::Setattr, 1);
         let s = &self.shared;
         let node = tri!(reply, s.node(ino));
         let fd = &node.h;
@@ -517,7 +589,7 @@ impl fuser::Filesystem for ScaleFs {
                 let sz = i64::try_from(sz).map_err(|_| Errno::EFBIG)?;
                 match fh {
                     // ftruncate: the handle's access mode decides.
-                    Some(h) => t.ftruncate(i32::try_from(h.0).map_err(|_| Errno::EBADF)?, sz)?,
+                    Some(h) => t.ftruncate(fd_of(h).map_err(|_| Errno::EBADF)?, sz)?,
                     // truncate(path): write permission decides.
                     None => {
                         let wfd = t.reopen(fd, O_WRONLY | O_CLOEXEC)?;
@@ -552,6 +624,7 @@ impl fuser::Filesystem for ScaleFs {
     }
 
     fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        self.shared.stats.count(Op::Readlink, 1);
         let s = &self.shared;
         let node = tri!(reply, s.node(ino));
         match s.with_task(req, |t| t.readlinkat(&node.h, "")) {
@@ -570,6 +643,7 @@ impl fuser::Filesystem for ScaleFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        self.shared.stats.count(Op::Mknod, 1);
         let s = &self.shared;
         let name = tri!(reply, name_bytes(name));
         let dir = tri!(reply, s.node(parent));
@@ -590,6 +664,7 @@ impl fuser::Filesystem for ScaleFs {
         umask: u32,
         reply: ReplyEntry,
     ) {
+        self.shared.stats.count(Op::Mkdir, 1);
         let s = &self.shared;
         let name = tri!(reply, name_bytes(name));
         let dir = tri!(reply, s.node(parent));
@@ -602,6 +677,7 @@ impl fuser::Filesystem for ScaleFs {
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.shared.stats.count(Op::Unlink, 1);
         let s = &self.shared;
         let name = tri!(reply, name_bytes(name));
         let dir = tri!(reply, s.node(parent));
@@ -611,6 +687,7 @@ impl fuser::Filesystem for ScaleFs {
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.shared.stats.count(Op::Rmdir, 1);
         let s = &self.shared;
         let name = tri!(reply, name_bytes(name));
         let dir = tri!(reply, s.node(parent));
@@ -628,6 +705,7 @@ impl fuser::Filesystem for ScaleFs {
         target: &Path,
         reply: ReplyEntry,
     ) {
+        self.shared.stats.count(Op::Symlink, 1);
         let s = &self.shared;
         let name = tri!(reply, name_bytes(link_name));
         let dir = tri!(reply, s.node(parent));
@@ -652,6 +730,7 @@ impl fuser::Filesystem for ScaleFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        self.shared.stats.count(Op::Rename, 1);
         let s = &self.shared;
         let name = tri!(reply, name_bytes(name));
         let newname = tri!(reply, name_bytes(newname));
@@ -675,6 +754,7 @@ impl fuser::Filesystem for ScaleFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
+        self.shared.stats.count(Op::Link, 1);
         let s = &self.shared;
         let name = tri!(reply, name_bytes(newname));
         let node = tri!(reply, s.node(ino));
@@ -687,6 +767,7 @@ impl fuser::Filesystem for ScaleFs {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        self.shared.stats.count(Op::Open, 1);
         let s = &self.shared;
         let node = tri!(reply, s.node(ino));
         let r = if flags.0 as u32 & FMODE_EXEC != 0 {
@@ -705,7 +786,10 @@ impl fuser::Filesystem for ScaleFs {
             r
         };
         match r {
-            Ok(fd) => reply.opened(FileHandle(fd as u64), self.fopen_flags()),
+            Ok(fd) => {
+                let (fh, fl) = self.handle_for(fd, flags.0 as u32);
+                reply.opened(fh, fl)
+            }
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -720,6 +804,7 @@ impl fuser::Filesystem for ScaleFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        self.shared.stats.count(Op::Create, 1);
         let s = &self.shared;
         let name = tri!(reply, name_bytes(name));
         let dir = tri!(reply, s.node(parent));
@@ -739,13 +824,16 @@ impl fuser::Filesystem for ScaleFs {
             }
         });
         match r {
-            Ok((fd, id, st, generation)) => reply.created(
-                &s.cfg.entry_timeout,
-                &file_attr(&st, id),
-                Generation(u64::from(generation)),
-                FileHandle(fd as u64),
-                self.fopen_flags(),
-            ),
+            Ok((fd, id, st, generation)) => {
+                let (fh, fl) = self.handle_for(fd, flags as u32);
+                reply.created(
+                    &s.cfg.entry_timeout,
+                    &file_attr(&st, id),
+                    Generation(u64::from(generation)),
+                    fh,
+                    fl,
+                )
+            }
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -761,6 +849,7 @@ impl fuser::Filesystem for ScaleFs {
         _lock_owner: Option<fuser::LockOwner>,
         reply: ReplyData,
     ) {
+        self.shared.stats.count(Op::Read, 1);
         let s = &self.shared;
         let fd = tri!(reply, fd_of(fh));
         let off = tri!(reply, off_of(offset));
@@ -793,6 +882,7 @@ impl fuser::Filesystem for ScaleFs {
         flags: fuser::CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
+        self.shared.stats.count(Op::CopyFileRange, 1);
         let s = &self.shared;
         let fd_in = tri!(reply, fd_of(fh_in));
         let fd_out = tri!(reply, fd_of(fh_out));
@@ -826,6 +916,7 @@ impl fuser::Filesystem for ScaleFs {
         _lock_owner: Option<fuser::LockOwner>,
         reply: ReplyWrite,
     ) {
+        self.shared.stats.count(Op::Write, 1);
         let s = &self.shared;
         let fd = tri!(reply, fd_of(fh));
         let off = tri!(reply, off_of(offset));
@@ -838,6 +929,14 @@ impl fuser::Filesystem for ScaleFs {
             || (req.uid() != u32::MAX && !caller_keeps_setid(req))
         {
             kill_suid_sgid(s, req, fd, Some(ino.0));
+        }
+        // A direct write skipped the kernel's file_remove_privs, which drops
+        // `security.capability` on every write (whoever writes, as Linux's
+        // cap_inode_killpriv): the daemon does it instead. (The core's own
+        // write drops only capabilities it saw set, `I_FCAPS`; not those an
+        // ext4 image brought along.)
+        if fh.0 & FH_DIRECT != 0 {
+            drop_file_caps(s, fd, ino);
         }
         match s.base.pwrite(fd, data, off) {
             Ok(n) => reply.written(n as u32),
@@ -860,6 +959,7 @@ impl fuser::Filesystem for ScaleFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        self.shared.stats.count(Op::Release, 1);
         let fd = tri!(reply, fd_of(fh));
         reply_empty(reply, self.shared.base.close(fd));
         // An unlinked file's last close frees its data, and pages replaced
@@ -879,6 +979,7 @@ impl fuser::Filesystem for ScaleFs {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
+        self.shared.stats.count(Op::Fsync, 1);
         let fd = tri!(reply, fd_of(fh));
         let t = &self.shared.base;
         match if datasync {
@@ -892,6 +993,7 @@ impl fuser::Filesystem for ScaleFs {
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        self.shared.stats.count(Op::Opendir, 1);
         let s = &self.shared;
         let node = tri!(reply, s.node(ino));
         let fl = (flags.0 as u32 & (O_NONBLOCK | O_NOATIME))
@@ -913,6 +1015,7 @@ impl fuser::Filesystem for ScaleFs {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
+        self.shared.stats.count(Op::Readdir, 1);
         let s = &self.shared;
         let fd = tri!(reply, fd_of(fh));
         let off = tri!(reply, off_of(offset));
@@ -956,6 +1059,7 @@ impl fuser::Filesystem for ScaleFs {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
+        self.shared.stats.count(Op::Readdirplus, 1);
         let s = &self.shared;
         let fd = tri!(reply, fd_of(fh));
         let off = tri!(reply, off_of(offset));
@@ -1023,6 +1127,7 @@ impl fuser::Filesystem for ScaleFs {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
+        self.shared.stats.count(Op::Releasedir, 1);
         let fd = tri!(reply, fd_of(fh));
         reply_empty(reply, self.shared.base.close(fd));
         // An unlinked file's last close frees its data, and pages replaced
@@ -1042,10 +1147,12 @@ impl fuser::Filesystem for ScaleFs {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
+        // Counted as FSYNC (it is one).
         self.fsync(_req, _ino, fh, datasync, reply)
     }
 
     fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
+        self.shared.stats.count(Op::Statfs, 1);
         let s = &self.shared;
         let node = tri!(reply, s.node(ino));
         match s.base.fstatfs(&node.h) {
@@ -1064,6 +1171,7 @@ impl fuser::Filesystem for ScaleFs {
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        self.shared.stats.count(Op::Access, 1);
         let s = &self.shared;
         let node = tri!(reply, s.node(ino));
         let mode = (mask.bits() & 7) as u32;
@@ -1083,6 +1191,7 @@ impl fuser::Filesystem for ScaleFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
+        self.shared.stats.count(Op::Fallocate, 1);
         let fd = tri!(reply, fd_of(fh));
         let off = tri!(reply, off_of(offset));
         let len = tri!(reply, off_of(length));
@@ -1123,6 +1232,7 @@ impl fuser::Filesystem for ScaleFs {
         out_size: u32,
         reply: ReplyIoctl,
     ) {
+        self.shared.stats.count(Op::Ioctl, 1);
         // FS_IOC_{GET,SET}FLAGS and their 32-bit twins (the argument is an
         // int either way), FS_IOC_FS{GET,SET}XATTR (struct fsxattr, 28 bytes).
         const GET: [u32; 2] = [0x8008_6601, 0x8004_6601];
@@ -1192,6 +1302,7 @@ impl fuser::Filesystem for ScaleFs {
         whence: i32,
         reply: ReplyLseek,
     ) {
+        self.shared.stats.count(Op::Lseek, 1);
         let fd = tri!(reply, fd_of(fh));
         let whence = tri!(reply, u32::try_from(whence).map_err(|_| raw(libc::EINVAL)));
         match self.shared.base.lseek(fd, offset, whence) {
@@ -1203,6 +1314,7 @@ impl fuser::Filesystem for ScaleFs {
     // ---- extended attributes: the core's *xattrat on the node's fd ----
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        self.shared.stats.count(Op::Getxattr, 1);
         let s = &self.shared;
         let node = tri!(reply, s.node(ino));
         // The kernel asks with size 0 for the length, then with a buffer;
@@ -1230,6 +1342,7 @@ impl fuser::Filesystem for ScaleFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        self.shared.stats.count(Op::Setxattr, 1);
         let s = &self.shared;
         let node = tri!(reply, s.node(ino));
         let flags = tri!(reply, u32::try_from(flags).map_err(|_| raw(libc::EINVAL)));
@@ -1242,6 +1355,7 @@ impl fuser::Filesystem for ScaleFs {
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        self.shared.stats.count(Op::Listxattr, 1);
         let s = &self.shared;
         let node = tri!(reply, s.node(ino));
         let size = (size as usize).min(scalevfs::xattr::XATTR_LIST_MAX);
@@ -1258,6 +1372,7 @@ impl fuser::Filesystem for ScaleFs {
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.shared.stats.count(Op::Removexattr, 1);
         let s = &self.shared;
         let node = tri!(reply, s.node(ino));
         // The kernel's killpriv: a write, truncate or fallocate by a user
@@ -1294,13 +1409,36 @@ impl fuser::Filesystem for ScaleFs {
 }
 
 impl ScaleFs {
+    /// The file handle and open flags for a file opened as `fd` with the
+    /// kernel's open flags `flags`: a write-only open is direct when the
+    /// mount serves them so (`FuseConfig::direct_write_only`).
+    fn handle_for(&self, fd: i32, flags: u32) -> (FileHandle, FopenFlags) {
+        let fh = fd as u32 as u64;
+        if flags & O_ACCMODE == O_WRONLY && self.shared.direct_wronly() {
+            (
+                FileHandle(fh | FH_DIRECT),
+                self.fopen_flags() | FopenFlags::FOPEN_DIRECT_IO,
+            )
+        } else {
+            (FileHandle(fh), self.fopen_flags())
+        }
+    }
+
     fn fopen_flags(&self) -> FopenFlags {
+        // No FLUSH on close: the daemon buffers nothing, so a FLUSH has no
+        // work (the adapter does not implement it; after the first ENOSYS
+        // the kernel stops sending them anyway). With FOPEN_NOFLUSH (Linux
+        // 5.16+; older kernels ignore the bit) close(2) also skips the
+        // kernel's own flush path (write_inode_now, waiting for writes in
+        // flight under the inode lock), which without a writeback cache
+        // has nothing to write: data reached the daemon at write(2).
+        let noflush = FopenFlags::FOPEN_NOFLUSH;
         // With attribute caching on, keep the page cache across opens: the
         // kernel is told about changes behind its back (Invalidator).
         if self.shared.cfg.attr_timeout.is_zero() {
-            FopenFlags::empty()
+            noflush
         } else {
-            FopenFlags::FOPEN_KEEP_CACHE
+            noflush | FopenFlags::FOPEN_KEEP_CACHE
         }
     }
 }
@@ -1334,6 +1472,26 @@ fn kill_suid_sgid<'a>(s: &Shared, req: &Request, fd: impl Into<At<'a>> + Copy, t
             if let (Some(id), Some(n)) = (tell, s.notifier.get()) {
                 let _ = n.inval_inode(INodeNo(id), -1, 0);
             }
+        }
+    }
+}
+
+/// Drop the file capabilities (`security.capability`) of the file open at
+/// `fd`, as Linux does on every write (`file_remove_privs`); tell the kernel
+/// its cached attributes (ctime) are stale if there were any. The common
+/// case, a file without them, is one in-process lookup (a read: a removal
+/// that finds nothing would still open a journal handle on ext4).
+fn drop_file_caps(s: &Shared, fd: i32, ino: INodeNo) {
+    const CAPS: &[u8] = b"security.capability";
+    if s.base
+        .getxattrat(fd, "", AT_EMPTY_PATH, CAPS, &mut [])
+        .is_err()
+    {
+        return;
+    }
+    if s.base.removexattrat(fd, "", AT_EMPTY_PATH, CAPS).is_ok() {
+        if let Some(n) = s.notifier.get() {
+            let _ = n.inval_inode(ino, -1, 0);
         }
     }
 }
