@@ -1595,6 +1595,21 @@ impl Ext4 {
     /// Look `name` up through the htree index (the kernel's dx_probe and
     /// ext4_htree_next_block for hash collisions across blocks).
     pub fn lookup_htree(&self, raw: &RawInode, name: &[u8]) -> Result<Option<u32>> {
+        self.htree_search(raw, name, &mut |lblk, b| {
+            self.find_in_block(raw, lblk, b, name)
+        })
+    }
+
+    /// Run `f` on each leaf block (logical number, bytes) of htree
+    /// directory `raw` that may hold `name` — the leaf its hash selects,
+    /// then the next ones while they continue a run of that hash — until
+    /// `f` returns something.
+    pub(crate) fn htree_search<T>(
+        &self,
+        raw: &RawInode,
+        name: &[u8],
+        f: &mut dyn FnMut(u32, &[u8]) -> Result<Option<T>>,
+    ) -> Result<Option<T>> {
         let what = || format!("directory {} htree root", raw.ino);
         let nblocks = self.dir_blocks(raw)?;
         let mut b = vec![0u8; self.bs];
@@ -1638,7 +1653,7 @@ impl Ext4 {
             if self.is_dx_node(&b) {
                 return Err(corrupt(what(), format!("leaf {leaf} is an index block")));
             }
-            if let Some(i) = self.find_in_block(raw, leaf, &b, name)? {
+            if let Some(i) = f(leaf, &b)? {
                 return Ok(Some(i));
             }
             // Continue only while the next leaf starts with our hash (a

@@ -753,6 +753,33 @@ impl Ext4 {
         draw: &RawInode,
         name: &[u8],
     ) -> Result<Option<(u64, usize, Option<usize>)>> {
+        // An indexed directory: only the leaves the name's hash selects.
+        if self.is_htree(draw) {
+            return self.htree_search(draw, name, &mut |lblk, b| {
+                let Some(v) = self.leaf_entries(draw, lblk, b)? else {
+                    return Ok(None);
+                };
+                let Some(k) = v.iter().position(|e| e.inode != 0 && e.name == name) else {
+                    return Ok(None);
+                };
+                let Mapping::Data {
+                    pblk,
+                    uninit: false,
+                    ..
+                } = self.map_block(draw, lblk)?
+                else {
+                    return Err(corrupt(
+                        format!("directory {}", draw.ino),
+                        format!("block {lblk} unmapped"),
+                    ));
+                };
+                Ok(Some((
+                    pblk,
+                    v[k].offset,
+                    k.checked_sub(1).map(|p| v[p].offset),
+                )))
+            });
+        }
         let mut buf = vec![0u8; self.bs];
         for lblk in 0..self.dir_blocks(draw)? {
             let Mapping::Data {
