@@ -186,6 +186,10 @@ pub enum Mapping {
     Hole { count: u64 },
 }
 
+/// A visit of a directory leaf block (logical number, bytes) that may
+/// return what it looked for (`Ext4::htree_search`).
+pub(crate) type LeafVisit<'a, T> = dyn FnMut(u32, &[u8]) -> Result<Option<T>> + 'a;
+
 /// Shards of the inode cache.
 const ICACHE_SHARDS: usize = 16;
 
@@ -1608,7 +1612,7 @@ impl Ext4 {
         &self,
         raw: &RawInode,
         name: &[u8],
-        f: &mut dyn FnMut(u32, &[u8]) -> Result<Option<T>>,
+        f: &mut LeafVisit<'_, T>,
     ) -> Result<Option<T>> {
         let what = || format!("directory {} htree root", raw.ino);
         let nblocks = self.dir_blocks(raw)?;
