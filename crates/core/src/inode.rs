@@ -337,6 +337,14 @@ impl Inode {
         }
     }
 
+    /// Record that the file has a `security.capability` attribute (see
+    /// [`I_FCAPS`]): a filesystem type loading such an inode sets it, so
+    /// that the next write, truncate or fallocate removes the attribute as
+    /// Linux's `file_remove_privs` does.
+    pub fn mark_file_caps(&self) {
+        self.set_flag(I_FCAPS);
+    }
+
     /// Linux's `generic_permission`: may `cred` access this inode (whose
     /// attributes are `a`) for `mask`, a combination of R_OK(4)/W_OK(2)/
     /// X_OK(1)? The owner gets the mode's owner bits; others, when the

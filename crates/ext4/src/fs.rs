@@ -2321,7 +2321,8 @@ impl Filesystem for Ext4 {
 
 impl Ext4 {
     /// Fill the core's ACL cache of a freshly read inode: its access ACL
-    /// and whether it (a directory) has a default ACL. An attribute that
+    /// and whether it (a directory) has a default ACL; and mark a file with
+    /// capabilities (`security.capability`). An attribute that
     /// cannot be read or parsed leaves the cache empty (the mode decides;
     /// `getxattr` reports the corruption).
     fn load_acls(&self, i: &Inode, raw: &RawInode) {
@@ -2337,6 +2338,9 @@ impl Ext4 {
                 i.set_access_acl(acl);
             } else if e.name == scalevfs::xattr::POSIX_ACL_DEFAULT {
                 i.mark_default_acl(true);
+            } else if e.name == b"security.capability" {
+                // Removed by the next write (`file_remove_privs`).
+                i.mark_file_caps();
             }
         }
     }
