@@ -15,7 +15,9 @@
 //! `lib-ext4-list` (journal and orphan list, `orphan=list`),
 //! `lib-ext4-none` (journal, no orphan tracking), `lib-ext4-1ms` (as
 //! `lib-ext4` on a device whose flush takes 1 ms, as a disk's cache flush
-//! does: where group commit shows), `fuse-ext4` (`scalevfs
+//! does: where group commit shows), `lib-ext4-mmap` (as `lib-ext4` on the
+//! image mapped into memory, `MmapDevice`: no host inode lock per write),
+//! `fuse-ext4` (`scalevfs
 //! mount --image`), `fuse2fs`, `kernel` (loop mount, root). A target that
 //! cannot run here is skipped with the reason.
 
@@ -36,6 +38,7 @@ pub const TARGETS: &[&str] = &[
     "lib-ext4-list",
     "lib-ext4-none",
     "lib-ext4-1ms",
+    "lib-ext4-mmap",
     "fuse-ext4",
     "fuse2fs",
     "kernel",
@@ -288,7 +291,7 @@ fn run_one(
     let err = |e: io::Error| format!("{target}: {e}");
     let mut stats = None;
     let (ops, secs) = match target {
-        "lib-ext4" | "lib-ext4-list" | "lib-ext4-none" | "lib-ext4-1ms" => {
+        "lib-ext4" | "lib-ext4-list" | "lib-ext4-none" | "lib-ext4-1ms" | "lib-ext4-mmap" => {
             let o = scalevfs_ext4::Ext4Options {
                 ro: false,
                 orphans: match target {
@@ -298,15 +301,19 @@ fn run_one(
                 },
                 ..Default::default()
             };
-            let dev = scalevfs_ext4::FileDevice::open(&image, true)
-                .map_err(|e| format!("open {}: {e}", image.display()))?;
-            let dev: Box<dyn scalevfs_ext4::BlockDevice> = if target == "lib-ext4-1ms" {
-                Box::new(SlowFlush {
-                    inner: dev,
-                    delay: Duration::from_millis(1),
-                })
+            let open_err = |e: io::Error| format!("open {}: {e}", image.display());
+            let dev: Box<dyn scalevfs_ext4::BlockDevice> = if target == "lib-ext4-mmap" {
+                Box::new(scalevfs_ext4::MmapDevice::open(&image, true).map_err(open_err)?)
             } else {
-                Box::new(dev)
+                let dev = scalevfs_ext4::FileDevice::open(&image, true).map_err(open_err)?;
+                if target == "lib-ext4-1ms" {
+                    Box::new(SlowFlush {
+                        inner: dev,
+                        delay: Duration::from_millis(1),
+                    })
+                } else {
+                    Box::new(dev)
+                }
             };
             let fs = scalevfs_ext4::Ext4::open_device(dev, o)
                 .map_err(|e| format!("open {}: {e}", image.display()))?;

@@ -69,7 +69,7 @@ struct FsyncArgs {
     #[arg(long, value_delimiter = ',')]
     workloads: Vec<String>,
     /// Targets, comma-separated (default: all): lib-ext4, lib-ext4-list,
-    /// lib-ext4-none, lib-ext4-1ms,
+    /// lib-ext4-none, lib-ext4-1ms, lib-ext4-mmap,
     /// fuse-ext4, fuse2fs, kernel.
     #[arg(long, value_delimiter = ',')]
     targets: Vec<String>,

@@ -76,6 +76,120 @@ impl BlockDevice for FileDevice {
     }
 }
 
+/// An image file mapped into memory (`MAP_SHARED`): a write is a copy into
+/// the mapping, so threads writing different blocks share no lock — through
+/// `pwrite` every write to one image file takes that file's inode lock in
+/// the host kernel (`i_rwsem`), which serialises all the data writes of a
+/// filesystem on an image in /dev/shm. `flush` is `msync(MS_SYNC)`.
+///
+/// Every block of the file is allocated at open (`fallocate`): a write
+/// into a hole through a mapping allocates at fault time, where a full
+/// host filesystem raises SIGBUS instead of returning ENOSPC. On tmpfs
+/// that costs the image's full size in memory. The file must not be
+/// truncated by anyone while it is mapped (SIGBUS). Regular files only.
+///
+/// CONTRACT: no two threads read and write overlapping byte ranges at the
+/// same time (a write racing a read of the same bytes in a mapping is a
+/// data race). The ext4 type keeps it: a file's data blocks are read and
+/// written under its data lock (shared to read, exclusive to write), a
+/// metadata block is read from the device only when the buffer cache does
+/// not hold it and written home only by writeback or a checkpoint while
+/// the cache holds it, and the log is written by the one committer.
+pub struct MmapDevice {
+    map: memmap2::MmapRaw,
+    size: u64,
+    /// Mapped read-write (`open(.., true)`).
+    writable: bool,
+}
+
+impl std::fmt::Debug for MmapDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MmapDevice")
+            .field("size", &self.size)
+            .finish()
+    }
+}
+
+impl MmapDevice {
+    /// Map the image at `path`, read-only unless `write` (which first
+    /// allocates every block of it).
+    pub fn open(path: &Path, write: bool) -> io::Result<MmapDevice> {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(write)
+            .open(path)?;
+        let meta = file.metadata()?;
+        if !meta.is_file() || meta.len() == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the mmap device maps regular, non-empty image files only",
+            ));
+        }
+        let size = meta.len();
+        if write {
+            use std::os::unix::io::AsRawFd;
+            let len = libc::off_t::try_from(size)
+                .map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
+            // SAFETY: a plain syscall on a descriptor we own; mode 0 only
+            // allocates (the contents and the size stay as they are).
+            let r = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len) };
+            if r != 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        let map = if write {
+            memmap2::MmapOptions::new().map_raw(&file)?
+        } else {
+            memmap2::MmapOptions::new().map_raw_read_only(&file)?
+        };
+        Ok(MmapDevice {
+            map,
+            size,
+            writable: write,
+        })
+    }
+
+    /// `off..off + len` inside the mapping, as a start index.
+    fn range(&self, off: u64, len: usize) -> io::Result<usize> {
+        match off.checked_add(len as u64) {
+            Some(end) if end <= self.size => Ok(off as usize),
+            _ => Err(io::Error::from(io::ErrorKind::UnexpectedEof)),
+        }
+    }
+}
+
+impl BlockDevice for MmapDevice {
+    fn read_at(&self, off: u64, buf: &mut [u8]) -> io::Result<()> {
+        let at = self.range(off, buf.len())?;
+        // SAFETY: `at..at + buf.len()` lies inside the mapping (checked),
+        // which lives as long as `self`; `buf` is a distinct allocation;
+        // no thread writes these bytes meanwhile (the type's contract).
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.map.as_ptr().add(at), buf.as_mut_ptr(), buf.len());
+        }
+        Ok(())
+    }
+    fn write_at(&self, off: u64, buf: &[u8]) -> io::Result<()> {
+        // As pwrite on a descriptor opened read-only.
+        if !self.writable {
+            return Err(io::Error::from_raw_os_error(libc::EBADF));
+        }
+        let at = self.range(off, buf.len())?;
+        // SAFETY: as in `read_at`; the mapping is writable (checked just
+        // above: `open` maps read-write exactly when `writable`).
+        unsafe {
+            std::ptr::copy_nonoverlapping(buf.as_ptr(), self.map.as_mut_ptr().add(at), buf.len());
+        }
+        Ok(())
+    }
+    fn flush(&self) -> io::Result<()> {
+        self.map.flush()
+    }
+    fn size(&self) -> u64 {
+        self.size
+    }
+}
+
 /// A device in memory (tests, fuzzing).
 #[derive(Debug)]
 pub struct MemDevice {

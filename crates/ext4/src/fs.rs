@@ -616,6 +616,7 @@ impl Ext4 {
         // timed sleep here overslept the other thread's commit by tens of
         // microseconds, longer than the commit itself on a fast device.)
         let mut spins = 0u32;
+        let mut spin_start: Option<std::time::Instant> = None;
         let mut st = loop {
             // SeqCst: see `Journal::next_commit`.
             if j.done.load(Ordering::SeqCst) >= target {
@@ -627,6 +628,19 @@ impl Ext4 {
             spins += 1;
             if spins < 64 {
                 std::hint::spin_loop();
+                continue;
+            }
+            // A commit takes tens of microseconds on a fast device, about
+            // what waking a sleeping thread costs on a VM: yield-spin for up
+            // to twice the average commit (at most 200 µs) before sleeping.
+            let spin_for = j
+                .avg_commit_ns
+                .load(Ordering::Relaxed)
+                .saturating_mul(2)
+                .min(200_000);
+            let since = *spin_start.get_or_insert_with(std::time::Instant::now);
+            if (since.elapsed().as_nanos() as u64) < spin_for {
+                std::thread::yield_now();
                 continue;
             }
             // SeqCst (with the re-checks below and the holder's store of

@@ -30,6 +30,6 @@ mod util;
 mod write;
 mod xattr_write;
 
-pub use device::{BlockDevice, FileDevice, MemDevice};
+pub use device::{BlockDevice, FileDevice, MemDevice, MmapDevice};
 pub use error::{Error, Result};
 pub use fs::{Ext4, Ext4Inode, Ext4Options, Mapping, OrphanMode, EXT4_SUPER_MAGIC};

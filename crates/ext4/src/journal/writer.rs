@@ -32,6 +32,8 @@ pub struct LogWriter {
     bs: u64,
     fs_blocks: u64,
     map: Vec<u64>,
+    /// The same blocks sorted (is a home block inside the journal?).
+    sorted: Vec<u64>,
     /// Next free log block.
     head: u32,
     /// First block of the oldest live transaction (== head when none).
@@ -70,6 +72,11 @@ impl LogWriter {
             js,
             bs: l.bs,
             fs_blocks: l.fs_blocks,
+            sorted: {
+                let mut v = l.map.clone();
+                v.sort_unstable();
+                v
+            },
             map: l.map,
             head: 0,
             tail: 0,
@@ -163,7 +170,7 @@ impl LogWriter {
                     "cannot be logged (beyond the filesystem or not one block)",
                 ));
             }
-            if self.map.contains(&home) {
+            if self.sorted.binary_search(&home).is_ok() {
                 return Err(corrupt(format!("block {home}"), "lies inside the journal"));
             }
         }
