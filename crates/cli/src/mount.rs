@@ -31,8 +31,9 @@ pub struct MountArgs {
     /// fsname=..., dev, suid, ...), the kernel's cache timeouts as libfuse
     /// spells them (attr_timeout=S, entry_timeout=S, negative_timeout=S;
     /// default 60 s each), nodirect_wronly (write-only opens through the
-    /// page cache, as before issue 14), ext4's orphan=auto|file|list|none
-    /// and commit=SECONDS (with --image), and memfs's limits as tmpfs spells
+    /// page cache, as before issue 14), ext4's orphan=auto|file|list|none,
+    /// commit=SECONDS and mmap (the image mapped into memory, every block
+    /// allocated first; with --image), and memfs's limits as tmpfs spells
     /// them: size=BYTES[k|m|g|t] or size=N% of RAM (default 50%),
     /// nr_inodes=N[k|m|g].
     ///
@@ -299,7 +300,15 @@ pub fn run(args: MountArgs) -> ExitCode {
     // commit=SECONDS.
     let mut ext4_opts = scalevfs_ext4::Ext4Options::default();
     let mut fuse_opts = Vec::new();
+    let mut mmap = false;
     for o in &args.options {
+        if o.trim() == "mmap" {
+            if args.image.is_none() {
+                return fail("-o mmap applies to ext4 images (--image) only");
+            }
+            mmap = true;
+            continue;
+        }
         let r = match o.trim().split_once('=') {
             Some(("orphan", v)) => v.parse().map(|m| ext4_opts.orphans = m),
             Some(("commit", v)) => v
@@ -347,7 +356,14 @@ pub fn run(args: MountArgs) -> ExitCode {
                 },
                 ..Default::default()
             };
-            match scalevfs_ext4::Ext4::open(img, o) {
+            let opened = if mmap {
+                scalevfs_ext4::MmapDevice::open(img, !ro)
+                    .map_err(scalevfs_ext4::Error::Io)
+                    .and_then(|d| scalevfs_ext4::Ext4::open_device(Box::new(d), o))
+            } else {
+                scalevfs_ext4::Ext4::open(img, o)
+            };
+            match opened {
                 Ok(fs) => Some(fs),
                 Err(e) => return fail(format!("{}: {e}", img.display())),
             }

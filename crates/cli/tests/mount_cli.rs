@@ -72,14 +72,16 @@ fn ext4_options_are_checked() {
     let (ok, err) = mount(&[d, "-f", img[0], img[1], "-o", "commit=soon"]);
     assert!(!ok);
     assert!(err.contains("commit=soon: expected seconds"), "{err}");
-    let (ok, err) = mount(&[d, "-f", "-o", "orphan=list"]);
-    assert!(!ok);
-    assert!(
-        err.contains("applies to ext4 images (--image) only"),
-        "{err}"
-    );
+    for o in ["orphan=list", "mmap"] {
+        let (ok, err) = mount(&[d, "-f", "-o", o]);
+        assert!(!ok);
+        assert!(
+            err.contains("applies to ext4 images (--image) only"),
+            "{o}: {err}"
+        );
+    }
     // A good one gets as far as opening the (missing) image.
-    let (ok, err) = mount(&[d, "-f", img[0], img[1], "-o", "orphan=list,commit=1"]);
+    let (ok, err) = mount(&[d, "-f", img[0], img[1], "-o", "orphan=list,commit=1,mmap"]);
     assert!(!ok);
     assert!(err.contains("/nonexistent/image.ext4"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
