@@ -195,17 +195,7 @@ impl Ext4 {
         let mut buf = vec![0u8; self.bs];
         let mut last = 0;
         for lblk in 0..nblk {
-            let Mapping::Data {
-                pblk,
-                uninit: false,
-                ..
-            } = self.map_block(draw, lblk)?
-            else {
-                return Err(corrupt(
-                    format!("directory {}", draw.ino),
-                    format!("block {lblk} unmapped"),
-                ));
-            };
+            let pblk = self.dir_pblk(draw, lblk)?;
             last = pblk;
             // Check the block (checksum, every entry) before changing it.
             self.read_block(pblk, &mut buf)?;
@@ -762,17 +752,7 @@ impl Ext4 {
                 let Some(k) = v.iter().position(|e| e.inode != 0 && e.name == name) else {
                     return Ok(None);
                 };
-                let Mapping::Data {
-                    pblk,
-                    uninit: false,
-                    ..
-                } = self.map_block(draw, lblk)?
-                else {
-                    return Err(corrupt(
-                        format!("directory {}", draw.ino),
-                        format!("block {lblk} unmapped"),
-                    ));
-                };
+                let pblk = self.dir_pblk(draw, lblk)?;
                 Ok(Some((
                     pblk,
                     v[k].offset,
@@ -782,17 +762,7 @@ impl Ext4 {
         }
         let mut buf = vec![0u8; self.bs];
         for lblk in 0..self.dir_blocks(draw)? {
-            let Mapping::Data {
-                pblk,
-                uninit: false,
-                ..
-            } = self.map_block(draw, lblk)?
-            else {
-                return Err(corrupt(
-                    format!("directory {}", draw.ino),
-                    format!("block {lblk} unmapped"),
-                ));
-            };
+            let pblk = self.dir_pblk(draw, lblk)?;
             self.read_block(pblk, &mut buf)?;
             let Some(v) = self.leaf_entries(draw, lblk, &buf)? else {
                 continue;
