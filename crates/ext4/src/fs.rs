@@ -31,6 +31,7 @@ use crate::txn::{
     current_tid, Committer, CommitterMark, Handle, Journal, LogSink, OrphanDisk, OrphanList,
     Sharded,
 };
+use crate::util::now;
 use scalevfs_orphan::OrphanSlot;
 
 /// `statfs` f_type of ext2/3/4.
@@ -261,13 +262,6 @@ const RO_COMPAT_RW_OK: u32 = RO_COMPAT_SPARSE_SUPER
     | RO_COMPAT_DIR_NLINK
     | RO_COMPAT_EXTRA_ISIZE
     | RO_COMPAT_METADATA_CSUM;
-
-fn now() -> (i64, i64) {
-    let d = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    (d.as_secs() as i64, i64::from(d.subsec_nanos()))
-}
 
 impl std::fmt::Debug for Ext4 {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -8,10 +8,12 @@ pub(crate) fn errno(n: i32) -> Error {
     Error::Io(std::io::Error::from_raw_os_error(n))
 }
 
-/// The time now as (seconds, nanoseconds) since the epoch, for inode times.
+/// The time now as (seconds, nanoseconds) since the epoch, for inode times:
+/// the core's clock (`Timespec::now`, Linux's coarse `current_time()`), so
+/// that times ext4 sets and times the VFS sets on one inode never run
+/// backwards against each other (a fine-grained mtime after a coarse ctime
+/// broke statx's ctime >= mtime, xfstests generic/423).
 pub(crate) fn now() -> (i64, i64) {
-    let d = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    (d.as_secs() as i64, i64::from(d.subsec_nanos()))
+    let t = scalevfs::types::Timespec::now();
+    (t.sec, t.nsec)
 }
