@@ -14,18 +14,10 @@ use std::os::unix::fs::MetadataExt;
 use std::time::Duration;
 
 use scalevfs::{Cred, AT_FDCWD, O_CREAT, O_RDONLY, O_WRONLY};
-use scalevfs_fuse::{FuseConfig, FuseMount, DEFAULT_TIMEOUT};
+use scalevfs_fuse::{FuseConfig, DEFAULT_TIMEOUT};
 
 mod common;
 use common::*;
-
-/// Requests of operation `op` the daemon has served.
-fn served(m: &FuseMount, op: &str) -> u64 {
-    m.request_counts()
-        .iter()
-        .find(|c| c.0 == op)
-        .map_or(0, |c| c.1)
-}
 
 fn enoent(p: &std::path::Path) {
     let r = fs::symlink_metadata(p);

@@ -16,17 +16,10 @@ use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
 
-use scalevfs_fuse::{FuseConfig, FuseMount};
+use scalevfs_fuse::FuseConfig;
 
 mod common;
 use common::*;
-
-fn served(m: &FuseMount, op: &str) -> u64 {
-    m.request_counts()
-        .iter()
-        .find(|c| c.0 == op)
-        .map_or(0, |c| c.1)
-}
 
 fn pattern(seed: u8, len: usize) -> Vec<u8> {
     (0..len)

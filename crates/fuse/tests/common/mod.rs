@@ -122,3 +122,11 @@ pub fn errno_of(e: &std::io::Error) -> i32 {
 pub fn cpath(p: &Path) -> CString {
     CString::new(p.as_os_str().as_bytes()).unwrap()
 }
+
+/// Requests of operation `op` the daemon has served.
+pub fn served(m: &FuseMount, op: &str) -> u64 {
+    m.request_counts()
+        .iter()
+        .find(|c| c.0 == op)
+        .map_or(0, |c| c.1)
+}
