@@ -417,8 +417,9 @@ pub fn run(opts: &DurableOptions, progress: &mut dyn FnMut(&str)) -> Result<Dura
 
 /// The report as a Markdown table.
 pub fn markdown(rep: &DurableReport) -> String {
-    let mut s = String::from(
-        "| workload | target | threads | ops/s | vs 1 thread | fsyncs per commit |\n|---|---|---:|---:|---:|---:|\n",
+    let mut s = format!(
+        "Allocator: {}.\n\n| workload | target | threads | ops/s | vs 1 thread | fsyncs per commit |\n|---|---|---:|---:|---:|---:|\n",
+        crate::allocator()
     );
     for r in &rep.rows {
         let one = rep

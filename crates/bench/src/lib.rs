@@ -303,6 +303,20 @@ fn run_group(opts: &Options, g: &Group<'_>, progress: &Progress) -> (Vec<Measure
     (measured, skipped)
 }
 
+static ALLOCATOR: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+
+/// Name the memory allocator of the running program for the reports (the
+/// `scalevfs` binary: "mimalloc" or "system"; see its `alloc.rs`). Reports of
+/// programs that never call this say "system".
+pub fn set_allocator(name: &'static str) {
+    let _ = ALLOCATOR.set(name);
+}
+
+/// The allocator named by [`set_allocator`] ("system" if none was).
+pub fn allocator() -> &'static str {
+    ALLOCATOR.get().copied().unwrap_or("system")
+}
+
 /// Build the report of a run.
 pub fn make_report(opts: &Options, out: RunOutput, command: String) -> Report {
     Report::new(
@@ -312,6 +326,7 @@ pub fn make_report(opts: &Options, out: RunOutput, command: String) -> Report {
             commit: report::git_commit(),
             date: report::now_utc(),
             command,
+            allocator: allocator().to_string(),
             duration_s: opts.duration.as_secs_f64(),
             rounds: opts.rounds,
         },

@@ -139,6 +139,9 @@ pub struct Report {
     pub commit: String,
     pub date: String,
     pub command: String,
+    /// The program's memory allocator (reports before it was recorded: "").
+    #[serde(default)]
+    pub allocator: String,
     pub duration_s: f64,
     pub rounds: usize,
     pub rows: Vec<Row>,
@@ -508,6 +511,7 @@ impl Report {
             commit: meta.commit,
             date: meta.date,
             command: meta.command,
+            allocator: meta.allocator,
             duration_s: meta.duration_s,
             rounds: meta.rounds,
             rows,
@@ -521,8 +525,8 @@ impl Report {
         let _ = writeln!(s, "## scalevfs bench: {}\n", self.machine);
         let _ = writeln!(
             s,
-            "commit {}, {}, {} s measured per configuration in {} alternated round(s); `*` = default, ratios vs the `(before)` variant at the same threads.\n",
-            self.commit, self.date, self.duration_s, self.rounds
+            "commit {}, {}, allocator {}, {} s measured per configuration in {} alternated round(s); `*` = default, ratios vs the `(before)` variant at the same threads.\n",
+            self.commit, self.date, self.allocator, self.duration_s, self.rounds
         );
         let _ = writeln!(
             s,
@@ -561,6 +565,7 @@ pub struct Meta {
     pub commit: String,
     pub date: String,
     pub command: String,
+    pub allocator: String,
     pub duration_s: f64,
     pub rounds: usize,
 }

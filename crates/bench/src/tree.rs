@@ -693,11 +693,12 @@ pub fn run(opts: &TreeOptions, progress: &mut dyn FnMut(&str)) -> Result<TreeRep
 /// issue's goals are stated in.
 pub fn markdown(rep: &TreeReport) -> String {
     let mut s = format!(
-        "{} files ({:.1} MiB) in {} directories; ext4 images of {} MiB in the work directory.\n\n",
+        "{} files ({:.1} MiB) in {} directories; ext4 images of {} MiB in the work directory; allocator {}.\n\n",
         rep.files,
         rep.bytes as f64 / (1 << 20) as f64,
         rep.dirs,
-        rep.image_size >> 20
+        rep.image_size >> 20,
+        crate::allocator()
     );
     if !rep.mount_args.is_empty() {
         s.push_str(&format!(

@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+mod alloc;
 mod mkfs;
 mod mount;
 use scalevfs_bench::{report, workloads, Options};
@@ -454,6 +455,7 @@ fn bench_fuse(a: FuseArgs) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
+    scalevfs_bench::set_allocator(alloc::name());
     let cli = Cli::parse();
     let r = match cli.command {
         Command::Mount(a) => return mount::run(a),
