@@ -32,7 +32,7 @@ use std::cell::Cell;
 
 use scalevfs::percpu::LimitedCounter;
 use scalevfs_sync::ordered::{Class, Mutex};
-use scalevfs_sync::primitive::{AtomicU32, Ordering};
+use scalevfs_sync::primitive::{AtomicU32, AtomicU64, Ordering};
 
 use crate::bufcache::BufCache;
 use crate::device::BlockDevice;
@@ -58,6 +58,10 @@ pub fn enospc() -> Error {
 /// The allocator (see the module comment).
 pub struct Alloc {
     groups: Vec<Mutex<GroupDesc>>,
+    /// One bit per group whose descriptor changed since `write_descs` last
+    /// encoded it: a commit re-encodes (and logs) only those, not every
+    /// descriptor of the image.
+    dirty: Box<[AtomicU64]>,
     free_blocks: Vec<AtomicU32>,
     free_inodes: Vec<AtomicU32>,
     /// Blocks claimed since mount, less those freed (see the module doc).
@@ -150,6 +154,9 @@ impl Alloc {
                 .map(|g| AtomicU32::new(g.free_inodes_count))
                 .collect(),
             claimed: LimitedCounter::default(),
+            dirty: (0..groups.len().div_ceil(64))
+                .map(|_| AtomicU64::new(0))
+                .collect(),
             free_at_mount: groups.iter().map(|g| u64::from(g.free_blocks_count)).sum(),
             groups: groups
                 .iter()
@@ -288,6 +295,7 @@ impl Alloc {
             if gd.free_blocks_count == 0 {
                 continue;
             }
+            self.mark(g);
             let uninit = gd.flags & BG_BLOCK_UNINIT != 0;
             let n = Self::group_nblocks(sb, g);
             let from = if k == 0 { goal_off } else { 0 };
@@ -339,6 +347,7 @@ impl Alloc {
         let i = (rel % u64::from(sb.blocks_per_group)) as usize;
         io.bufs.forget(blk);
         let mut gd = self.groups[g].lock();
+        self.mark(g);
         if gd.flags & BG_BLOCK_UNINIT != 0 {
             return Err(corrupt(
                 format!("block {blk}"),
@@ -402,6 +411,7 @@ impl Alloc {
             if gd.free_inodes_count == 0 {
                 continue;
             }
+            self.mark(g);
             let uninit = gd.flags & BG_INODE_UNINIT != 0;
             if uninit && gd.free_inodes_count as usize != ipg {
                 return Err(corrupt(
@@ -480,6 +490,7 @@ impl Alloc {
         let g = (ino as usize - 1) / ipg;
         let i = (ino as usize - 1) % ipg;
         let mut gd = self.groups[g].lock();
+        self.mark(g);
         if gd.flags & BG_INODE_UNINIT != 0 {
             return Err(corrupt(
                 format!("inode {ino}"),
@@ -504,12 +515,55 @@ impl Alloc {
         Ok(())
     }
 
-    /// Write every group descriptor into its table block (through the
-    /// cache), with its checksum.
-    pub fn write_descs(&self, io: &Io, gdt_block: impl Fn(u64) -> u64) -> Result<()> {
+    /// Note that group `g`'s descriptor is about to change (called with
+    /// its lock held, before `write_descs` could read it).
+    fn mark(&self, g: usize) {
+        let (w, bit) = (&self.dirty[g / 64], 1u64 << (g % 64));
+        // Relaxed: the bit only has to be seen by the next commit, which
+        // runs after every handle that changed the group has left (the
+        // journal gate orders that); a group changed outside a handle is
+        // written by a later commit (the bit stays set until a commit clears
+        // it, before reading the descriptor). Loaded first: the word is
+        // shared by 64 groups, so it is written once per commit, not once
+        // per allocation.
+        if w.load(Ordering::Relaxed) & bit == 0 {
+            w.fetch_or(bit, Ordering::Relaxed);
+        }
+    }
+
+    /// Write the group descriptors that changed since the last call (every
+    /// one with `all`) into their table blocks (through the cache), with
+    /// their checksums.
+    pub fn write_descs(&self, io: &Io, gdt_block: impl Fn(u64) -> u64, all: bool) -> Result<()> {
         let dsz = usize::from(io.sb.desc_size());
         let per_block = (io.sb.block_size() / dsz) as u64;
-        for (g, m) in self.groups.iter().enumerate() {
+        for (wi, w) in self.dirty.iter().enumerate() {
+            // Relaxed: see `mark`. Cleared before the descriptors are read, so
+            // a change after the read marks its group again.
+            let mut bits = w.swap(0, Ordering::Relaxed);
+            if all {
+                bits = u64::MAX;
+            }
+            while bits != 0 {
+                let g = wi * 64 + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                let Some(m) = self.groups.get(g) else { break };
+                self.write_desc(io, &gdt_block, per_block, dsz, g, m)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn write_desc(
+        &self,
+        io: &Io,
+        gdt_block: &impl Fn(u64) -> u64,
+        per_block: u64,
+        dsz: usize,
+        g: usize,
+        m: &Mutex<GroupDesc>,
+    ) -> Result<()> {
+        {
             let gd = m.lock().clone();
             let g = g as u64;
             let blk = gdt_block(g / per_block);

@@ -816,7 +816,8 @@ impl Ext4 {
                 revokes.push(b);
             }
         }
-        rw.alloc.write_descs(&io, |gdb| gdt_block(&self.sb, gdb))?;
+        rw.alloc
+            .write_descs(&io, |gdb| gdt_block(&self.sb, gdb), last)?;
         self.orphan_tails();
         if rw.bufs.dirty_count() > 0 {
             self.journal_super()?;
@@ -1070,7 +1071,7 @@ impl Ext4 {
                     }
                 }
             }
-            None => rw.unlinked.for_each(|l| {
+            None => rw.unlinked.for_each(all, |l| {
                 let (go, keep): (Vec<_>, Vec<_>) = std::mem::take(l)
                     .into_iter()
                     .partition(|(_, w, _)| all || w.strong_count() == 0);
@@ -1155,7 +1156,8 @@ impl Ext4 {
             return Err(Error::Io(std::io::Error::from_raw_os_error(libc::EROFS)));
         }
         let (_, io) = self.rw()?;
-        rw.alloc.write_descs(&io, |gdb| gdt_block(&self.sb, gdb))?;
+        rw.alloc
+            .write_descs(&io, |gdb| gdt_block(&self.sb, gdb), true)?;
         rw.bufs.write_back(&*self.dev)?;
         self.write_super(clean)?;
         self.dev.flush()?;
@@ -2248,10 +2250,11 @@ impl Filesystem for Ext4 {
         // rewrites a file frees and needs the same space every round):
         // commit, then write the rest, as `journaled` retries an error
         // (generic/129 saw "short write: 32768 of 102400").
-        let retry = self
-            .journal()
-            .is_some_and(|j| !j.pending.is_empty() && !Handle::nested(j));
-        if n < buf.len() && retry {
+        let retry = || {
+            self.journal()
+                .is_some_and(|j| !j.pending.is_empty() && !Handle::nested(j))
+        };
+        if n < buf.len() && retry() {
             vfs(self.commit())?;
             let more = vfs(self.journaled(|| self.file_write(inode, off + n as u64, &buf[n..])))?;
             return Ok(n + more);

@@ -27,11 +27,11 @@
 
 use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use crossbeam_utils::CachePadded;
 use scalevfs_orphan::OrphanFile;
-use scalevfs_sync::ordered::{Class, Mutex};
+use scalevfs_sync::ordered::{Class, Mutex, MutexGuard};
 use scalevfs_sync::{Gate, Pass};
 
 use crate::error::Result;
@@ -233,7 +233,62 @@ pub(crate) struct OrphanDisk {
 /// unlinked inodes (by inode number) and the inodes the VFS dropped (by
 /// thread).
 pub(crate) struct Sharded<T> {
-    shards: Box<[CachePadded<Mutex<Vec<T>>>]>,
+    shards: Box<[CachePadded<Shard<T>>]>,
+}
+
+/// One shard: its list, and the list's length as of the last unlock, read
+/// without the lock so that a pass over every shard (a commit's) skips the
+/// empty ones instead of locking 64 mutexes.
+pub(crate) struct Shard<T> {
+    len: AtomicUsize,
+    list: Mutex<Vec<T>>,
+}
+
+/// A locked shard: the list, whose length is published when it unlocks.
+pub(crate) struct ShardGuard<'a, T> {
+    len: &'a AtomicUsize,
+    list: MutexGuard<'a, Vec<T>>,
+}
+
+impl<T> std::ops::Deref for ShardGuard<'_, T> {
+    type Target = Vec<T>;
+    fn deref(&self) -> &Vec<T> {
+        &self.list
+    }
+}
+
+impl<T> std::ops::DerefMut for ShardGuard<'_, T> {
+    fn deref_mut(&mut self) -> &mut Vec<T> {
+        &mut self.list
+    }
+}
+
+impl<T> Drop for ShardGuard<'_, T> {
+    fn drop(&mut self) {
+        // Release, paired with `busy`'s Acquire: a reader that sees the new
+        // length sees the items behind it (it then takes the lock anyway).
+        // The length is a hint: items pushed inside a handle are seen by the
+        // commit that waits for the handle to leave (the gate orders that);
+        // otherwise a stale 0 only delays an item to a later pass (as a
+        // push just after a locked check would), and a stale non-zero costs
+        // one lock.
+        self.len.store(self.list.len(), Ordering::Release);
+    }
+}
+
+impl<T> Shard<T> {
+    pub(crate) fn lock(&self) -> ShardGuard<'_, T> {
+        ShardGuard {
+            len: &self.len,
+            list: self.list.lock(),
+        }
+    }
+
+    /// Possibly non-empty (see `ShardGuard`'s drop).
+    fn busy(&self) -> bool {
+        // Acquire: see `ShardGuard`'s drop.
+        self.len.load(Ordering::Acquire) != 0
+    }
 }
 
 const SHARDS: usize = 64;
@@ -248,38 +303,45 @@ impl<T> Sharded<T> {
     pub(crate) fn new(class: Class) -> Sharded<T> {
         Sharded {
             shards: (0..SHARDS)
-                .map(|_| CachePadded::new(Mutex::new(class, Vec::new())))
+                .map(|_| {
+                    CachePadded::new(Shard {
+                        len: AtomicUsize::new(0),
+                        list: Mutex::new(class, Vec::new()),
+                    })
+                })
                 .collect(),
         }
     }
 
     /// The shard for `key`.
-    pub(crate) fn shard(&self, key: u64) -> &Mutex<Vec<T>> {
+    pub(crate) fn shard(&self, key: u64) -> &Shard<T> {
         &self.shards[(key % SHARDS as u64) as usize]
     }
 
     /// The calling thread's shard.
-    pub(crate) fn mine(&self) -> &Mutex<Vec<T>> {
+    pub(crate) fn mine(&self) -> &Shard<T> {
         self.shard(thread_id())
     }
 
-    /// Take everything (shard by shard).
+    /// Take everything (shard by shard; shards whose published length is 0
+    /// are skipped, see `ShardGuard`).
     pub(crate) fn drain_all(&self) -> Vec<T> {
         let mut out = Vec::new();
-        for s in self.shards.iter() {
+        for s in self.shards.iter().filter(|s| s.busy()) {
             out.append(&mut s.lock());
         }
         out
     }
 
-    /// True if every shard is empty (each read under its lock).
+    /// True if every shard is empty (by the published lengths).
     pub(crate) fn is_empty(&self) -> bool {
-        self.shards.iter().all(|s| s.lock().is_empty())
+        !self.shards.iter().any(|s| s.busy())
     }
 
-    /// Run `f` on each shard's list in turn.
-    pub(crate) fn for_each(&self, mut f: impl FnMut(&mut Vec<T>)) {
-        for s in self.shards.iter() {
+    /// Run `f` on each shard's list in turn (every shard with `all`, else
+    /// those whose published length is not 0).
+    pub(crate) fn for_each(&self, all: bool, mut f: impl FnMut(&mut Vec<T>)) {
+        for s in self.shards.iter().filter(|s| all || s.busy()) {
             f(&mut s.lock());
         }
     }
