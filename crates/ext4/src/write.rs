@@ -24,7 +24,7 @@ use crate::format::htree;
 use crate::format::inode::{RawInode, FL_EXTENTS, FL_INDEX, I_BLOCK_LEN};
 use crate::format::superblock::FLAG_UNSIGNED_HASH;
 use crate::fs::{Ext4, Ext4Inode, Mapping};
-use crate::util::{errno, now};
+use crate::util::{errno, now, BlockBuf};
 use scalevfs_sync::ordered::Class;
 
 /// Linux's EXT4_LINK_MAX: past it a directory's link count sticks at 1
@@ -192,7 +192,7 @@ impl Ext4 {
         let seed = self.csum_seed(draw);
         let end = self.bs - if seed.is_some() { dir::TAIL_SIZE } else { 0 };
         let nblk = self.dir_blocks(draw)?;
-        let mut buf = vec![0u8; self.bs];
+        let mut buf = BlockBuf::zeroed(self.bs);
         let mut last = 0;
         for lblk in 0..nblk {
             let pblk = self.dir_pblk(draw, lblk)?;
@@ -297,7 +297,7 @@ impl Ext4 {
     fn make_indexed(&self, draw: &mut RawInode, pblk0: u64) -> Result<()> {
         let (rw, io) = self.rw()?;
         let seed = self.csum_seed(draw);
-        let mut b0 = vec![0u8; self.bs];
+        let mut b0 = BlockBuf::zeroed(self.bs);
         self.read_block(pblk0, &mut b0)?;
         let v = self
             .leaf_entries(draw, 0, &b0)?
@@ -354,7 +354,7 @@ impl Ext4 {
         let dino = draw.ino;
         let what = || format!("directory {dino} htree");
         let bs = self.bs;
-        let mut b0 = vec![0u8; bs];
+        let mut b0 = BlockBuf::zeroed(bs);
         self.dir_block(draw, 0, &mut b0)?;
         let (hash, count_off, root, version, levels) = self.dx_root(draw, &b0, name)?;
         let pick = |e: &[(u32, u32)]| e.partition_point(|x| x.0 <= hash).max(1) - 1;
@@ -364,7 +364,7 @@ impl Ext4 {
         let mut path: Vec<Frame> = Vec::new();
         let at = pick(&root.entries);
         path.push((0, count_off, root.limit, root.entries.clone(), at));
-        let mut buf = vec![0u8; bs];
+        let mut buf = BlockBuf::zeroed(bs);
         if levels == 1 {
             let child = root.entries[at].1;
             let node = self.dx_node(draw, child, &mut buf)?;
@@ -760,7 +760,7 @@ impl Ext4 {
                 )))
             });
         }
-        let mut buf = vec![0u8; self.bs];
+        let mut buf = BlockBuf::zeroed(self.bs);
         for lblk in 0..self.dir_blocks(draw)? {
             let pblk = self.dir_pblk(draw, lblk)?;
             self.read_block(pblk, &mut buf)?;
@@ -1093,7 +1093,7 @@ impl Ext4 {
             // ".." lives in the dx_root (entry 1 at byte 12), under the
             // index checksum, which is recomputed.
             let (rw, io) = self.rw()?;
-            let mut b0 = vec![0u8; self.bs];
+            let mut b0 = BlockBuf::zeroed(self.bs);
             self.dir_block(raw, 0, &mut b0)?;
             let (_, count_off, root, _, _) = self.dx_root(raw, &b0, b"..")?;
             let seed = self.csum_seed(raw);
@@ -1105,7 +1105,7 @@ impl Ext4 {
             return Ok(());
         }
         let pblk = self.dir_pblk(raw, 0)?;
-        let mut buf = vec![0u8; self.bs];
+        let mut buf = BlockBuf::zeroed(self.bs);
         self.read_block(pblk, &mut buf)?;
         let v = self
             .leaf_entries(raw, 0, &buf)?
