@@ -97,7 +97,7 @@ impl Ext4 {
     ) -> Option<scalevfs_sync::ordered::RwLockReadGuard<'a, ()>> {
         self.rw.as_ref()?;
         let di = d.private::<Ext4Inode>()?;
-        Some(di.dir_lock.read_as(Class::Ext4Dir, d.ino()))
+        Some(di.dir_lock.read_spin_as(Class::Ext4Dir, d.ino()))
     }
 
     /// The shared side of a file's tree lock on a read-write mount.
@@ -542,8 +542,13 @@ impl Ext4 {
             return Err(errno(libc::ENAMETOOLONG));
         }
         let di = dir.private::<Ext4Inode>().ok_or_else(|| errno(libc::EIO))?;
-        let _dl = di.dir_lock.write_as(Class::Ext4Dir, dir.ino());
-        let mut draw = di.raw();
+        // The new inode is allocated and written before the directory's
+        // lock is taken: nothing can reach it until its name is in the
+        // directory, and the one handle (the caller's) keeps all of it in
+        // one transaction. Only the name's insertion (and the parent's
+        // link count and times) is serialised per directory, so threads
+        // creating in one directory overlap the rest.
+        let pino = dir.ino() as u32;
         let (mode, is_dir) = match node {
             NewNode::Node { mode, .. } => (mode, false),
             NewNode::Dir { mode } => (libc::S_IFDIR | (mode & 0o7777), true),
@@ -551,13 +556,17 @@ impl Ext4 {
         };
         // Without dir_nlink a directory's link count cannot pass the limit;
         // with it the count sticks at 1 past it (as ext4_inc_count).
-        if is_dir && !self.sb.has_ro_compat(RO_COMPAT_DIR_NLINK) && draw.links_count >= LINK_MAX {
+        // Checked before allocating (without the lock: a cheap early
+        // refusal) and again under the lock (the count that counts).
+        let too_many_links =
+            |links: u16| is_dir && !self.sb.has_ro_compat(RO_COMPAT_DIR_NLINK) && links >= LINK_MAX;
+        if too_many_links(di.raw().links_count) {
             return Err(errno(libc::EMLINK));
         }
         let ipg = self.sb.inodes_per_group;
         // Orlov-lite: a directory goes to the thread's group (spreading
         // trees), anything else next to its parent.
-        let group = (!is_dir).then_some(((draw.ino - 1) / ipg) as usize);
+        let group = (!is_dir).then_some(((pino - 1) / ipg) as usize);
         let ino = self.alloc_inode(group, is_dir)?;
         let t = now();
         let generation = crate::format::checksum::crc32c(ino, &t.1.to_le_bytes());
@@ -624,7 +633,7 @@ impl Ext4 {
                     let tail = self.sb.has_metadata_csum();
                     let (rw, io) = self.rw()?;
                     rw.bufs.modify(io.dev, pblk, false, |b| {
-                        dir::init_dir_block(b, ino, draw.ino, tail);
+                        dir::init_dir_block(b, ino, pino, tail);
                         if tail {
                             dir::set_tail_csum(b, csum_seed);
                         }
@@ -633,10 +642,20 @@ impl Ext4 {
                     raw.links_count = 2;
                 }
             }
-            self.write_inode(&raw, true)?;
-            self.dir_insert(&mut draw, name, ino, ft_code(mode))
+            self.write_inode(&raw, true)
         })();
+        let dl = r
+            .is_ok()
+            .then(|| di.dir_lock.write_spin_as(Class::Ext4Dir, dir.ino()));
+        let mut draw = di.raw();
+        let r = r.and_then(|()| {
+            if too_many_links(draw.links_count) {
+                return Err(errno(libc::EMLINK));
+            }
+            self.dir_insert(&mut draw, name, ino, ft_code(mode))
+        });
         if let Err(e) = r {
+            drop(dl);
             // Undo the allocations (a check that failed has stopped all
             // writing anyway).
             if !e.is_corrupt() {
@@ -658,7 +677,7 @@ impl Ext4 {
         draw.ctime = t;
         self.write_inode(&draw, false)?;
         di.set_raw(draw);
-        drop(_dl);
+        drop(dl);
         // The attribute writer lock ranks above the directory's: copy the
         // inode inside it, so the last writer always installs the newest.
         dir.update_attr(|a| {
@@ -807,7 +826,7 @@ impl Ext4 {
         let ii = inode
             .private::<Ext4Inode>()
             .ok_or_else(|| errno(libc::EIO))?;
-        let dl = di.dir_lock.write_as(Class::Ext4Dir, dir.ino());
+        let dl = di.dir_lock.write_spin_as(Class::Ext4Dir, dir.ino());
         let mut draw = di.raw();
         let mut iraw = ii.raw();
         if is_dir && !self.dir_is_empty(&iraw)? {
@@ -868,7 +887,7 @@ impl Ext4 {
         let ii = inode
             .private::<Ext4Inode>()
             .ok_or_else(|| errno(libc::EIO))?;
-        let dl = di.dir_lock.write_as(Class::Ext4Dir, dir.ino());
+        let dl = di.dir_lock.write_spin_as(Class::Ext4Dir, dir.ino());
         let mut iraw = ii.raw();
         if iraw.links_count >= LINK_MAX {
             return Err(errno(libc::EMLINK));
