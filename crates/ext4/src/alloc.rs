@@ -389,7 +389,7 @@ impl Alloc {
         if gd.flags & BG_INODE_UNINIT != 0 {
             return Ok(false);
         }
-        let mut b = vec![0u8; io.sb.block_size()];
+        let mut b = crate::util::BlockBuf::zeroed(io.sb.block_size());
         io.bufs.read(io.dev, gd.inode_bitmap, &mut b)?;
         Ok(test_bit(&b, i))
     }

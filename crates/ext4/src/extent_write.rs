@@ -34,7 +34,7 @@ use crate::error::{corrupt, Result};
 use crate::format::extent::{self, Extent, Index, Node as ExtNode, INIT_MAX_LEN};
 use crate::format::inode::{RawInode, FL_EXTENTS, I_BLOCK_LEN};
 use crate::fs::{Ext4, Ext4Inode};
-use crate::util::{errno, now};
+use crate::util::{errno, now, BlockBuf};
 use scalevfs_sync::ordered::RwLockWriteGuard;
 use scalevfs_sync::primitive::Ordering;
 
@@ -191,7 +191,7 @@ impl Ext4 {
         let mut node = extent::parse_node(&raw.block, &what, None, None, fs_blocks)?;
         let (mut lo, mut hi) = (0u64, 1u64 << 32);
         let mut at = None;
-        let mut buf = vec![0u8; self.bs];
+        let mut buf = BlockBuf::zeroed(self.bs);
         // One index level per step; parse_node checks that the depths
         // count down, so this ends after at most MAX_DEPTH reads.
         loop {
@@ -273,7 +273,7 @@ impl Ext4 {
         // (node bytes, depth expected): the root first.
         let root = extent::parse_node(&raw.block, &what, None, None, fs_blocks)?;
         let mut stack = vec![root];
-        let mut buf = vec![0u8; self.bs];
+        let mut buf = BlockBuf::zeroed(self.bs);
         while let Some(n) = stack.pop() {
             match n {
                 ExtNode::Leaf(_, v) => {
@@ -464,7 +464,7 @@ impl Ext4 {
         let mut converted = false;
         let mut done = 0usize;
         let mut err = None;
-        let mut blockbuf = vec![0u8; self.bs];
+        let mut blockbuf = BlockBuf::zeroed(self.bs);
         let ipg_group = ((raw.ino - 1) / self.sb.inodes_per_group) as u64;
         let group_goal =
             u64::from(self.sb.first_data_block) + ipg_group * u64::from(self.sb.blocks_per_group);
@@ -574,7 +574,7 @@ impl Ext4 {
     /// them to written blocks (holes and unwritten blocks read as zeros).
     fn zero_written(&self, ex: &[Extent], zero: &[(u64, u64)]) -> Result<()> {
         let bs = self.bs as u64;
-        let mut buf = vec![0u8; self.bs];
+        let mut buf = BlockBuf::zeroed(self.bs);
         for &(a, b) in zero {
             if a >= b {
                 continue;

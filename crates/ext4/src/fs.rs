@@ -31,7 +31,7 @@ use crate::txn::{
     current_tid, Committer, CommitterMark, Handle, Journal, LogSink, OrphanDisk, OrphanList,
     Sharded,
 };
-use crate::util::now;
+use crate::util::{now, BlockBuf};
 use scalevfs_orphan::OrphanSlot;
 
 /// `statfs` f_type of ext2/3/4.
@@ -1179,7 +1179,7 @@ impl Ext4 {
         let isz = self.sb.inode_size();
         let off = idx as usize * isz;
         let blk = gd.inode_table + (off / self.bs) as u64;
-        let mut b = vec![0u8; self.bs];
+        let mut b = BlockBuf::zeroed(self.bs);
         self.read_block(blk, &mut b)?;
         let inb = off % self.bs;
         RawInode::parse(&self.sb, ino, &b[inb..inb + isz])
@@ -1324,7 +1324,7 @@ impl Ext4 {
         let seed = self.sb.has_metadata_csum().then_some(raw.csum_seed);
         // The end of the range the current node covers (exclusive).
         let mut limit: u64 = 1 << 32;
-        let mut buf = vec![0u8; self.bs];
+        let mut buf = BlockBuf::zeroed(self.bs);
         // Depth is at most MAX_DEPTH and falls by one each step.
         loop {
             match node {
@@ -1389,7 +1389,7 @@ impl Ext4 {
                 (raw.block_word(14), 3)
             }
         };
-        let mut buf = vec![0u8; self.bs];
+        let mut buf = BlockBuf::zeroed(self.bs);
         for level in (0..levels).rev() {
             if ptr == 0 {
                 return Ok(Mapping::Hole { count: 1 });
@@ -1577,7 +1577,7 @@ impl Ext4 {
     /// Look `name` up by a linear scan of every block.
     pub fn lookup_linear(&self, raw: &RawInode, name: &[u8]) -> Result<Option<u32>> {
         let n = self.dir_blocks(raw)?;
-        let mut b = vec![0u8; self.bs];
+        let mut b = BlockBuf::zeroed(self.bs);
         for lblk in 0..n {
             self.dir_block(raw, lblk, &mut b)?;
             if let Some(i) = self.find_in_block(raw, lblk, &b, name)? {
@@ -1626,7 +1626,7 @@ impl Ext4 {
     ) -> Result<Option<T>> {
         let what = || format!("directory {} htree root", raw.ino);
         let nblocks = self.dir_blocks(raw)?;
-        let mut b = vec![0u8; self.bs];
+        let mut b = BlockBuf::zeroed(self.bs);
         self.dir_block(raw, 0, &mut b)?;
         let max_levels = if self.sb.has_incompat(INCOMPAT_LARGEDIR) {
             htree::MAX_LEVELS_LARGEDIR
@@ -1723,7 +1723,7 @@ impl Ext4 {
         if raw.file_type_bits() != libc::S_IFDIR {
             return Err(Error::Io(std::io::Error::from_raw_os_error(libc::ENOTDIR)));
         }
-        let mut b = vec![0u8; self.bs];
+        let mut b = BlockBuf::zeroed(self.bs);
         self.dir_block(raw, 0, &mut b)?;
         let no = || corrupt(format!("directory {}", raw.ino), "no \"..\" entry");
         let ino = if self.is_htree(raw) {
@@ -1769,7 +1769,7 @@ impl Ext4 {
         if gd.flags & group_desc::BG_INODE_UNINIT != 0 {
             return Ok(false);
         }
-        let mut b = vec![0u8; self.bs];
+        let mut b = BlockBuf::zeroed(self.bs);
         self.read_block(gd.inode_bitmap, &mut b)?;
         Ok(b.get(i / 8).is_some_and(|&x| x & (1 << (i % 8)) != 0))
     }
@@ -1823,7 +1823,7 @@ impl Ext4 {
         let bs = self.bs as u64;
         let start = cookie.saturating_sub(COOKIE_BASE);
         let n = self.dir_blocks(raw)?;
-        let mut b = vec![0u8; self.bs];
+        let mut b = BlockBuf::zeroed(self.bs);
         let first = start / bs;
         if first >= u64::from(n) {
             return Ok(());
@@ -1878,7 +1878,7 @@ impl Ext4 {
         // symlink targets there (journaled metadata), and the home copy
         // may not be written yet. At most 4096 bytes: 4 blocks of 1 KiB.
         let mut v = Vec::with_capacity(len);
-        let mut b = vec![0u8; self.bs];
+        let mut b = BlockBuf::zeroed(self.bs);
         let mut lblk = 0u32;
         while v.len() < len {
             match self.map_block(raw, lblk)? {
@@ -2364,7 +2364,7 @@ impl Ext4 {
             None => Vec::new(),
         };
         if raw.file_acl != 0 {
-            let mut b = vec![0u8; self.bs];
+            let mut b = BlockBuf::zeroed(self.bs);
             self.read_block(raw.file_acl, &mut b)?;
             let seed = self.sb.has_metadata_csum().then(|| self.sb.csum_seed());
             out.extend(xattr::parse_block(&b, raw.file_acl, seed)?);

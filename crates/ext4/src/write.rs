@@ -24,7 +24,7 @@ use crate::format::htree;
 use crate::format::inode::{RawInode, FL_EXTENTS, FL_INDEX, I_BLOCK_LEN};
 use crate::format::superblock::FLAG_UNSIGNED_HASH;
 use crate::fs::{Ext4, Ext4Inode, Mapping};
-use crate::util::{errno, now};
+use crate::util::{errno, now, BlockBuf};
 use scalevfs_sync::ordered::Class;
 
 /// Linux's EXT4_LINK_MAX: past it a directory's link count sticks at 1
@@ -97,7 +97,7 @@ impl Ext4 {
     ) -> Option<scalevfs_sync::ordered::RwLockReadGuard<'a, ()>> {
         self.rw.as_ref()?;
         let di = d.private::<Ext4Inode>()?;
-        Some(di.dir_lock.read_as(Class::Ext4Dir, d.ino()))
+        Some(di.dir_lock.read_spin_as(Class::Ext4Dir, d.ino()))
     }
 
     /// The shared side of a file's tree lock on a read-write mount.
@@ -192,7 +192,7 @@ impl Ext4 {
         let seed = self.csum_seed(draw);
         let end = self.bs - if seed.is_some() { dir::TAIL_SIZE } else { 0 };
         let nblk = self.dir_blocks(draw)?;
-        let mut buf = vec![0u8; self.bs];
+        let mut buf = BlockBuf::zeroed(self.bs);
         let mut last = 0;
         for lblk in 0..nblk {
             let pblk = self.dir_pblk(draw, lblk)?;
@@ -297,7 +297,7 @@ impl Ext4 {
     fn make_indexed(&self, draw: &mut RawInode, pblk0: u64) -> Result<()> {
         let (rw, io) = self.rw()?;
         let seed = self.csum_seed(draw);
-        let mut b0 = vec![0u8; self.bs];
+        let mut b0 = BlockBuf::zeroed(self.bs);
         self.read_block(pblk0, &mut b0)?;
         let v = self
             .leaf_entries(draw, 0, &b0)?
@@ -354,7 +354,7 @@ impl Ext4 {
         let dino = draw.ino;
         let what = || format!("directory {dino} htree");
         let bs = self.bs;
-        let mut b0 = vec![0u8; bs];
+        let mut b0 = BlockBuf::zeroed(bs);
         self.dir_block(draw, 0, &mut b0)?;
         let (hash, count_off, root, version, levels) = self.dx_root(draw, &b0, name)?;
         let pick = |e: &[(u32, u32)]| e.partition_point(|x| x.0 <= hash).max(1) - 1;
@@ -364,7 +364,7 @@ impl Ext4 {
         let mut path: Vec<Frame> = Vec::new();
         let at = pick(&root.entries);
         path.push((0, count_off, root.limit, root.entries.clone(), at));
-        let mut buf = vec![0u8; bs];
+        let mut buf = BlockBuf::zeroed(bs);
         if levels == 1 {
             let child = root.entries[at].1;
             let node = self.dx_node(draw, child, &mut buf)?;
@@ -542,8 +542,13 @@ impl Ext4 {
             return Err(errno(libc::ENAMETOOLONG));
         }
         let di = dir.private::<Ext4Inode>().ok_or_else(|| errno(libc::EIO))?;
-        let _dl = di.dir_lock.write_as(Class::Ext4Dir, dir.ino());
-        let mut draw = di.raw();
+        // The new inode is allocated and written before the directory's
+        // lock is taken: nothing can reach it until its name is in the
+        // directory, and the one handle (the caller's) keeps all of it in
+        // one transaction. Only the name's insertion (and the parent's
+        // link count and times) is serialised per directory, so threads
+        // creating in one directory overlap the rest.
+        let pino = dir.ino() as u32;
         let (mode, is_dir) = match node {
             NewNode::Node { mode, .. } => (mode, false),
             NewNode::Dir { mode } => (libc::S_IFDIR | (mode & 0o7777), true),
@@ -551,13 +556,17 @@ impl Ext4 {
         };
         // Without dir_nlink a directory's link count cannot pass the limit;
         // with it the count sticks at 1 past it (as ext4_inc_count).
-        if is_dir && !self.sb.has_ro_compat(RO_COMPAT_DIR_NLINK) && draw.links_count >= LINK_MAX {
+        // Checked before allocating (without the lock: a cheap early
+        // refusal) and again under the lock (the count that counts).
+        let too_many_links =
+            |links: u16| is_dir && !self.sb.has_ro_compat(RO_COMPAT_DIR_NLINK) && links >= LINK_MAX;
+        if too_many_links(di.raw().links_count) {
             return Err(errno(libc::EMLINK));
         }
         let ipg = self.sb.inodes_per_group;
         // Orlov-lite: a directory goes to the thread's group (spreading
         // trees), anything else next to its parent.
-        let group = (!is_dir).then_some(((draw.ino - 1) / ipg) as usize);
+        let group = (!is_dir).then_some(((pino - 1) / ipg) as usize);
         let ino = self.alloc_inode(group, is_dir)?;
         let t = now();
         let generation = crate::format::checksum::crc32c(ino, &t.1.to_le_bytes());
@@ -624,7 +633,7 @@ impl Ext4 {
                     let tail = self.sb.has_metadata_csum();
                     let (rw, io) = self.rw()?;
                     rw.bufs.modify(io.dev, pblk, false, |b| {
-                        dir::init_dir_block(b, ino, draw.ino, tail);
+                        dir::init_dir_block(b, ino, pino, tail);
                         if tail {
                             dir::set_tail_csum(b, csum_seed);
                         }
@@ -633,10 +642,20 @@ impl Ext4 {
                     raw.links_count = 2;
                 }
             }
-            self.write_inode(&raw, true)?;
-            self.dir_insert(&mut draw, name, ino, ft_code(mode))
+            self.write_inode(&raw, true)
         })();
+        let dl = r
+            .is_ok()
+            .then(|| di.dir_lock.write_spin_as(Class::Ext4Dir, dir.ino()));
+        let mut draw = di.raw();
+        let r = r.and_then(|()| {
+            if too_many_links(draw.links_count) {
+                return Err(errno(libc::EMLINK));
+            }
+            self.dir_insert(&mut draw, name, ino, ft_code(mode))
+        });
         if let Err(e) = r {
+            drop(dl);
             // Undo the allocations (a check that failed has stopped all
             // writing anyway).
             if !e.is_corrupt() {
@@ -658,7 +677,7 @@ impl Ext4 {
         draw.ctime = t;
         self.write_inode(&draw, false)?;
         di.set_raw(draw);
-        drop(_dl);
+        drop(dl);
         // The attribute writer lock ranks above the directory's: copy the
         // inode inside it, so the last writer always installs the newest.
         dir.update_attr(|a| {
@@ -760,7 +779,7 @@ impl Ext4 {
                 )))
             });
         }
-        let mut buf = vec![0u8; self.bs];
+        let mut buf = BlockBuf::zeroed(self.bs);
         for lblk in 0..self.dir_blocks(draw)? {
             let pblk = self.dir_pblk(draw, lblk)?;
             self.read_block(pblk, &mut buf)?;
@@ -807,7 +826,7 @@ impl Ext4 {
         let ii = inode
             .private::<Ext4Inode>()
             .ok_or_else(|| errno(libc::EIO))?;
-        let dl = di.dir_lock.write_as(Class::Ext4Dir, dir.ino());
+        let dl = di.dir_lock.write_spin_as(Class::Ext4Dir, dir.ino());
         let mut draw = di.raw();
         let mut iraw = ii.raw();
         if is_dir && !self.dir_is_empty(&iraw)? {
@@ -868,7 +887,7 @@ impl Ext4 {
         let ii = inode
             .private::<Ext4Inode>()
             .ok_or_else(|| errno(libc::EIO))?;
-        let dl = di.dir_lock.write_as(Class::Ext4Dir, dir.ino());
+        let dl = di.dir_lock.write_spin_as(Class::Ext4Dir, dir.ino());
         let mut iraw = ii.raw();
         if iraw.links_count >= LINK_MAX {
             return Err(errno(libc::EMLINK));
@@ -1093,7 +1112,7 @@ impl Ext4 {
             // ".." lives in the dx_root (entry 1 at byte 12), under the
             // index checksum, which is recomputed.
             let (rw, io) = self.rw()?;
-            let mut b0 = vec![0u8; self.bs];
+            let mut b0 = BlockBuf::zeroed(self.bs);
             self.dir_block(raw, 0, &mut b0)?;
             let (_, count_off, root, _, _) = self.dx_root(raw, &b0, b"..")?;
             let seed = self.csum_seed(raw);
@@ -1105,7 +1124,7 @@ impl Ext4 {
             return Ok(());
         }
         let pblk = self.dir_pblk(raw, 0)?;
-        let mut buf = vec![0u8; self.bs];
+        let mut buf = BlockBuf::zeroed(self.bs);
         self.read_block(pblk, &mut buf)?;
         let v = self
             .leaf_entries(raw, 0, &buf)?

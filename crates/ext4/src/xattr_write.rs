@@ -34,7 +34,7 @@ use crate::error::{corrupt, Result};
 use crate::format::inode::{RawInode, GOOD_OLD_INODE_SIZE};
 use crate::format::xattr::{self, RawEntry};
 use crate::fs::{Ext4, Ext4Inode};
-use crate::util::errno;
+use crate::util::{errno, BlockBuf};
 
 const XATTR_CREATE: u32 = 1;
 const XATTR_REPLACE: u32 = 2;
@@ -82,7 +82,7 @@ impl Ext4 {
             return Ok(None);
         }
         let s = self.slot_of(raw.ino)?;
-        let mut b = vec![0u8; self.bs];
+        let mut b = BlockBuf::zeroed(self.bs);
         self.read_block(s.blk, &mut b)?;
         let slot = &b[s.off..s.off + isz];
         let extra = usize::from(u16::from_le_bytes([slot[0x80], slot[0x81]]));
@@ -108,7 +108,7 @@ impl Ext4 {
             None => (None, Vec::new()),
         };
         let block = if raw.file_acl != 0 {
-            let mut b = vec![0u8; self.bs];
+            let mut b = BlockBuf::zeroed(self.bs);
             self.read_block(raw.file_acl, &mut b)?;
             Some(xattr::parse_block_raw(
                 &b,
@@ -322,7 +322,7 @@ impl Ext4 {
         if raw.file_acl == 0 {
             return Ok(());
         }
-        let mut b = vec![0u8; self.bs];
+        let mut b = BlockBuf::zeroed(self.bs);
         self.read_block(raw.file_acl, &mut b)?;
         // Checked before its count is trusted.
         xattr::parse_block_raw(&b, raw.file_acl, self.xattr_csum_seed())?;

@@ -181,6 +181,16 @@ impl Backoff {
         #[cfg(loom)]
         yield_now();
     }
+
+    /// True once the backoff has spun and yielded for its whole budget: a
+    /// waiter should block (sleep) instead. Under loom at once.
+    #[inline]
+    pub fn is_completed(&self) -> bool {
+        #[cfg(not(loom))]
+        return self.inner.is_completed();
+        #[cfg(loom)]
+        true
+    }
 }
 
 impl Default for Backoff {
