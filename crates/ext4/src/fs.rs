@@ -3,14 +3,15 @@
 //! `extent_write.rs`, `alloc.rs` and `bufcache.rs`.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 
 use scalevfs::fstype::{Filesystem, NewNode};
 use scalevfs::inode::Inode;
 use scalevfs::types::{Attr, DirEntry, FileType, SetAttr, StatFs};
 use scalevfs::{Errno, VfsResult};
 
-use scalevfs_sync::ordered::{Class, Mutex as OMutex, RwLock as ORwLock};
+use crossbeam_utils::CachePadded;
+use scalevfs_sync::ordered::{Class, Mutex as OMutex, MutexGuard, RwLock as ORwLock};
 use scalevfs_sync::primitive::{AtomicBool, AtomicU64, Ordering};
 
 use crate::alloc::{Alloc, Io};
@@ -213,7 +214,7 @@ pub struct Ext4 {
     /// The inode cache in shards by inode number (`ICACHE_SHARDS`): an
     /// unlink and a lookup of inodes in different shards share no lock,
     /// and forgetting an inode scans one shard's recent list, not all.
-    cache: Box<[Mutex<InodeCache>]>,
+    cache: Box<[CachePadded<OMutex<InodeCache>>]>,
     pub(crate) root: Arc<Inode>,
     pub(crate) statfs: StatFs,
     /// The write side; `None` for a read-only mount.
@@ -323,11 +324,14 @@ impl Ext4 {
         }
         let cache = (0..ICACHE_SHARDS)
             .map(|_| {
-                Mutex::new(InodeCache {
-                    map: HashMap::new(),
-                    recent: VecDeque::new(),
-                    swept: 0,
-                })
+                CachePadded::new(OMutex::new(
+                    Class::Ext4Icache,
+                    InodeCache {
+                        map: HashMap::new(),
+                        recent: VecDeque::new(),
+                        swept: 0,
+                    },
+                ))
             })
             .collect();
         // A placeholder root until the real one is read (the struct needs one).
@@ -999,11 +1003,16 @@ impl Ext4 {
     /// so a crash before it is freed cannot leak it.
     pub(crate) fn forget_inode(&self, inode: &Arc<Inode>) -> Result<()> {
         let ino = inode.ino() as u32;
-        {
+        let gone: Option<Arc<Inode>> = {
             let mut c = self.icache(ino);
-            c.recent.retain(|i| i.ino() != u64::from(ino));
             c.map.remove(&ino);
-        }
+            // On the recent list at most once (pushed when it entered the
+            // map); dropped after the shard's lock (nothing is taken under
+            // it).
+            let k = c.recent.iter().position(|i| i.ino() == u64::from(ino));
+            k.and_then(|k| c.recent.remove(k))
+        };
+        drop(gone);
         if let Some(rw) = &self.rw {
             let slot = self.orphan_add(ino)?;
             rw.unlinked
@@ -1030,10 +1039,8 @@ impl Ext4 {
     }
 
     /// The inode cache shard of `ino`, locked.
-    fn icache(&self, ino: u32) -> std::sync::MutexGuard<'_, InodeCache> {
-        self.cache[ino as usize % ICACHE_SHARDS]
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+    fn icache(&self, ino: u32) -> MutexGuard<'_, InodeCache> {
+        self.cache[ino as usize % ICACHE_SHARDS].lock()
     }
 
     /// A read-write mount that writes through the image's journal.
@@ -1266,17 +1273,28 @@ impl Ext4 {
         if let Some(raw) = acl_raw {
             self.load_acls(&new, &raw);
         }
-        let mut c = self.icache(ino);
-        if let Some(i) = c.map.get(&ino).and_then(Weak::upgrade) {
-            // Another thread read it meanwhile: one inode per number.
-            return Ok(i);
-        }
-        c.map.insert(ino, Arc::downgrade(&new));
-        c.recent.push_back(new.clone());
-        while c.recent.len() > self.cache_cap.div_ceil(ICACHE_SHARDS) {
-            c.recent.pop_front();
-        }
-        if c.map.len() > 2 * c.swept.max(self.cache_cap.div_ceil(ICACHE_SHARDS)) {
+        // Inodes the recent list lets go are dropped after the shard's lock
+        // (nothing is taken under it; a last reference's drop may take
+        // other locks).
+        let mut evicted = Vec::new();
+        let sweep = {
+            let mut c = self.icache(ino);
+            if let Some(i) = c.map.get(&ino).and_then(Weak::upgrade) {
+                // Another thread read it meanwhile: one inode per number.
+                return Ok(i);
+            }
+            c.map.insert(ino, Arc::downgrade(&new));
+            c.recent.push_back(new.clone());
+            while c.recent.len() > self.cache_cap.div_ceil(ICACHE_SHARDS) {
+                evicted.extend(c.recent.pop_front());
+            }
+            c.map.len() > 2 * c.swept.max(self.cache_cap.div_ceil(ICACHE_SHARDS))
+        };
+        drop(evicted);
+        // Sweep dead entries when the map doubled (after the drops above, so
+        // the inodes just let go count as dead).
+        if sweep {
+            let mut c = self.icache(ino);
             c.map.retain(|_, w| w.strong_count() > 0);
             c.swept = c.map.len();
         }
@@ -1285,10 +1303,7 @@ impl Ext4 {
 
     /// Number of inode numbers in the cache's map (live or not yet swept).
     pub fn cached_inodes(&self) -> usize {
-        self.cache
-            .iter()
-            .map(|c| c.lock().unwrap_or_else(|e| e.into_inner()).map.len())
-            .sum()
+        self.cache.iter().map(|c| c.lock().map.len()).sum()
     }
 
     pub(crate) fn node(i: &Inode) -> VfsResult<RawInode> {

@@ -169,10 +169,14 @@ classes! {
     /// reference just went (pushed from the inode's drop, wherever that
     /// runs; nothing is taken under it).
     Ext4Dead = 31, "ext4 RwState::dead", No;
+    /// `ext4 Ext4::cache[i]`: one shard of the inode cache (number -> inode),
+    /// held only around its map and recent list; inodes it lets go are
+    /// dropped after it is released, so nothing is taken under it.
+    Ext4Icache = 32, "ext4 Ext4::cache", No;
     /// A shard of the FUSE adapter's node table (`crates/fuse/src/
     /// nodes.rs`): held only around its hash map, never across a core call
     /// (a node's handle is dropped after the shard is released).
-    FuseNodes = 32, "fuse NodeTable shard", No;
+    FuseNodes = 33, "fuse NodeTable shard", No;
 }
 
 impl fmt::Display for Class {
