@@ -498,13 +498,20 @@ impl Ext4 {
                 )));
             }
             rw.bufs.forget(blk);
-            j.pending.mine().lock().push(blk);
+            let bpg = u64::from(self.sb.blocks_per_group).max(1);
+            let group = |b: u64| (b - u64::from(self.sb.first_data_block)) / bpg;
+            let mut q = j.pending.mine().lock();
+            if q.last().is_none_or(|&l| group(l) != group(blk)) {
+                // Relaxed: an estimate (`Journal::txn_estimate`).
+                j.freed_groups.fetch_add(1, Ordering::Relaxed);
+            }
+            q.push(blk);
             return Ok(());
         }
         self.check(rw.alloc.free_block(&io, blk))
     }
 
-    fn journal(&self) -> Option<&Journal> {
+    pub(crate) fn journal(&self) -> Option<&Journal> {
         self.rw.as_ref()?.journal.get()
     }
 
@@ -516,7 +523,7 @@ impl Ext4 {
         };
         if !Handle::nested(j) {
             if let Some(rw) = &self.rw {
-                if rw.bufs.dirty_count() > j.limit {
+                if j.txn_estimate(rw.bufs.dirty_count()) > j.limit {
                     self.commit()?;
                 }
             }
@@ -532,14 +539,15 @@ impl Ext4 {
             return f();
         };
         let nested = Handle::nested(j);
-        let r = {
+        let (r, partial) = {
             let _h = self.handle()?;
             let r = f();
-            if !nested {
-                self.reap_dead();
-            }
-            r
+            let partial = if nested { Vec::new() } else { self.reap_dead() };
+            (r, partial)
         };
+        if let Err(e) = self.reap_rest(partial) {
+            eprintln!("scalevfs-ext4: freeing unlinked inodes failed: {e}");
+        }
         let enospc = matches!(&r, Err(Error::Io(e)) if e.raw_os_error() == Some(libc::ENOSPC));
         if enospc && !nested && !j.pending.is_empty() {
             self.commit()?;
@@ -552,19 +560,24 @@ impl Ext4 {
     /// Free the unlinked inodes whose last VFS reference went since the
     /// last call, in the caller's handle (their orphan records go in the
     /// same transaction). A failure stops writing (as any write error does)
-    /// and is reported by the next call that writes.
-    fn reap_dead(&self) {
-        let Some(rw) = &self.rw else { return };
+    /// and is reported by the next call that writes. Returns the inodes
+    /// too large for one handle (`reap_some`), for the caller to finish
+    /// after its handle (`reap_rest`).
+    fn reap_dead(&self) -> Vec<u32> {
+        let Some(rw) = &self.rw else {
+            return Vec::new();
+        };
         let dead = {
             let mut q = rw.dead.mine().lock();
             if q.is_empty() {
-                return;
+                return Vec::new();
             }
             std::mem::take(&mut *q)
         };
-        if let Err(e) = self.reap_some(false, Some(&dead)) {
+        self.reap_some(false, Some(&dead)).unwrap_or_else(|e| {
             eprintln!("scalevfs-ext4: freeing unlinked inodes failed: {e}");
-        }
+            Vec::new()
+        })
     }
 
     /// Make everything done before this call durable (fsync, sync): wait
@@ -805,10 +818,15 @@ impl Ext4 {
         // commit frees them.
         // Relaxed: see `rw`.
         if !rw.failed.load(Ordering::Relaxed) {
+            // An inode too large for this transaction loses a step of its
+            // blocks and stays queued for the next (`reap_some`).
             self.reap(last)?;
         }
         let (_, io) = self.rw()?;
         let frees = j.pending.drain_all();
+        // Relaxed: see `Journal::txn_estimate` (the gate is closed: no
+        // handle frees meanwhile).
+        j.freed_groups.store(0, Ordering::Relaxed);
         let mut revokes = Vec::new();
         for b in frees {
             self.check(rw.alloc.free_block(&io, b))?;
@@ -889,9 +907,12 @@ impl Ext4 {
                  truncate(s) left by a crash"
             );
         }
-        let freed = self.check(self.process_orphans())?;
-        if freed > 0 {
-            eprintln!("scalevfs-ext4: freed {freed} orphan inode(s) left by a crash");
+        let (freed, truncated) = self.check(self.process_orphans())?;
+        if freed + truncated > 0 {
+            eprintln!(
+                "scalevfs-ext4: orphan file: freed {freed} inode(s), finished {truncated} \
+                 truncate(s) left by a crash"
+            );
         }
         if !file {
             // Relaxed: set once here, before any handle records an orphan.
@@ -1047,17 +1068,21 @@ impl Ext4 {
 
     /// Free the queued unlinked inodes nothing holds (`all`: every one,
     /// at unmount).
-    fn reap(&self, all: bool) -> Result<()> {
+    fn reap(&self, all: bool) -> Result<Vec<u32>> {
         self.reap_some(all, None)
     }
 
     /// `reap`, limited to the inodes `only` lists when given (the ones
-    /// whose drop was signalled).
-    fn reap_some(&self, all: bool, only: Option<&[u32]>) -> Result<()> {
-        let Some(rw) = &self.rw else { return Ok(()) };
+    /// whose drop was signalled). An inode too large to free in one
+    /// handle (`Ext4::release_step`) loses one step's worth of blocks and
+    /// goes back on the queue, still an orphan: returned, for the caller
+    /// to continue in a new handle (or the next commit to).
+    fn reap_some(&self, all: bool, only: Option<&[u32]>) -> Result<Vec<u32>> {
+        let Some(rw) = &self.rw else {
+            return Ok(Vec::new());
+        };
         #[allow(clippy::type_complexity)]
-        let mut ready: Vec<(u32, Option<Arc<Inode>>, OrphanSlot)> = Vec::new();
-        let free = |(i, w, s): (u32, Weak<Inode>, OrphanSlot)| (i, w.upgrade(), s);
+        let mut ready: Vec<(u32, Weak<Inode>, OrphanSlot)> = Vec::new();
         match only {
             Some(list) => {
                 for &ino in list {
@@ -1066,7 +1091,7 @@ impl Ext4 {
                         .iter()
                         .position(|(i, w, _)| *i == ino && (all || w.strong_count() == 0))
                     {
-                        ready.push(free(l.swap_remove(k)));
+                        ready.push(l.swap_remove(k));
                     }
                 }
             }
@@ -1075,14 +1100,29 @@ impl Ext4 {
                     .into_iter()
                     .partition(|(_, w, _)| all || w.strong_count() == 0);
                 *l = keep;
-                ready.extend(go.into_iter().map(free));
+                ready.extend(go);
             }),
         }
-        for (ino, live, slot) in ready {
-            let raw = match live.as_deref().and_then(|i| i.private::<Ext4Inode>()) {
+        let mut partial = Vec::new();
+        for (ino, weak, slot) in ready {
+            let live = weak.upgrade();
+            let ei = live.as_deref().and_then(|i| i.private::<Ext4Inode>());
+            let mut raw = match ei {
                 Some(e) => e.raw(),
                 None => self.read_inode(ino)?,
             };
+            if raw.links_count == 0 && self.check(self.release_step(&mut raw))? {
+                if let Some(e) = ei {
+                    e.set_raw(raw);
+                }
+                drop(live);
+                rw.unlinked
+                    .shard(u64::from(ino))
+                    .lock()
+                    .push((ino, weak, slot));
+                partial.push(ino);
+                continue;
+            }
             // Its orphan record goes in the transaction that frees it
             // (first: the list's link must not be encoded into the freed
             // inode).
@@ -1093,6 +1133,17 @@ impl Ext4 {
                 // Linked again: its dtime no longer links the list.
                 self.write_inode(&raw, false)?;
             }
+        }
+        Ok(partial)
+    }
+
+    /// Finish freeing the unlinked inodes `partial` (`reap_some` freed a
+    /// step of each): a step per inode per handle, outside the caller's
+    /// handle, so that each handle may commit first.
+    fn reap_rest(&self, mut partial: Vec<u32>) -> Result<()> {
+        while !partial.is_empty() {
+            let _h = self.handle()?;
+            partial = self.reap_some(false, Some(&partial))?;
         }
         Ok(())
     }
@@ -1123,6 +1174,15 @@ impl Ext4 {
             // The last commit (every unlinked inode freed), then a
             // checkpoint and an empty log without needs_recovery.
             scalevfs::flush_deferred_frees();
+            // Unlinked inodes too large for that commit lose their blocks
+            // first, a step per handle (each may commit).
+            // Relaxed: see `rw`.
+            while !rw.failed.load(Ordering::Relaxed) {
+                let _h = self.handle()?;
+                if self.reap(true)?.is_empty() {
+                    break;
+                }
+            }
             // Declared first, dropped last: the sleepers wake after the
             // lock is released.
             let _wake = Released(j);
@@ -2125,7 +2185,10 @@ impl Filesystem for Ext4 {
     }
 
     fn setattr(&self, inode: &Arc<Inode>, set: &SetAttr) -> VfsResult<()> {
-        vfs(self.journaled(|| self.set_attr(inode, set)))
+        if let Some(slot) = vfs(self.journaled(|| self.set_attr(inode, set)))? {
+            vfs(self.truncate_rest(inode, slot))?;
+        }
+        Ok(())
     }
 
     fn readdir(
@@ -2260,18 +2323,29 @@ impl Filesystem for Ext4 {
     }
 
     fn truncate(&self, inode: &Arc<Inode>, size: u64) -> VfsResult<()> {
-        vfs(self.journaled(|| self.file_truncate(inode, size)))
+        if let Some(slot) = vfs(self.journaled(|| self.file_truncate(inode, size)))? {
+            vfs(self.truncate_rest(inode, slot))?;
+        }
+        Ok(())
     }
 
     fn fallocate(&self, inode: &Arc<Inode>, punch: bool, off: u64, len: u64) -> VfsResult<()> {
         if self.rw.is_none() {
             return Err(Errno::EROFS);
         }
+        // Ranges larger than one handle run as several (`extent_write.rs`).
         if punch {
-            vfs(self.journaled(|| self.file_punch(inode, off, len)))
-        } else {
-            vfs(self.journaled(|| self.file_fallocate(inode, off, len)))
+            if let Some((from, to)) = vfs(self.journaled(|| self.file_punch(inode, off, len)))? {
+                vfs(self.punch_rest(inode, from, to))?;
+            }
+            return Ok(());
         }
+        let end = off.checked_add(len).ok_or(Errno::EFBIG)?;
+        let mut at = off;
+        while let Some(next) = vfs(self.journaled(|| self.file_fallocate(inode, at, end - at)))? {
+            at = next;
+        }
+        Ok(())
     }
 
     fn fallocate_range(
