@@ -601,7 +601,7 @@ impl Ext4 {
     /// `None` without a journal: one step does everything.
     pub(crate) fn step_groups(&self) -> Option<usize> {
         let j = self.journal()?;
-        Some((j.limit / 2).max(1))
+        Some((j.limit() / 2).max(1))
     }
 
     /// Group of physical block `p`.
@@ -865,15 +865,15 @@ impl Ext4 {
         let budget = self
             .step_groups()
             .map(|b| b.saturating_sub(2 * tree.len() + 2).max(1));
-        let mut r = self.fill_holes(&mut ex, first, last, &mut fresh, budget);
-        if matches!(r, Ok(_)) && !fresh.is_empty() {
-            if let Err(e) = {
-                raw.blocks += fresh.len() as u64 * (bs / 512);
-                self.rebuild_tree(&mut raw, &ex, &tree)
-            } {
-                r = Err(e);
-            }
-        }
+        let r = self
+            .fill_holes(&mut ex, first, last, &mut fresh, budget)
+            .and_then(|rest| {
+                if !fresh.is_empty() {
+                    raw.blocks += fresh.len() as u64 * (bs / 512);
+                    self.rebuild_tree(&mut raw, &ex, &tree)?;
+                }
+                Ok(rest)
+            });
         let rest = match r {
             Ok(rest) => rest,
             Err(e) => {

@@ -523,7 +523,7 @@ impl Ext4 {
         };
         if !Handle::nested(j) {
             if let Some(rw) = &self.rw {
-                if j.txn_estimate(rw.bufs.dirty_count()) > j.limit {
+                if j.txn_estimate(rw.bufs.dirty_count()) > j.limit() {
                     self.commit()?;
                 }
             }
@@ -727,6 +727,18 @@ impl Ext4 {
             } else {
                 std::thread::yield_now();
             }
+        }
+    }
+
+    /// Lower the transaction size limit (dirty metadata blocks past which
+    /// a new handle commits first; a quarter of the log by default) to
+    /// `blocks` (at least 8), so that a test on a small image sees the
+    /// long operations split into many transactions. Only lowers it.
+    #[doc(hidden)]
+    pub fn set_txn_limit(&self, blocks: usize) {
+        if let Some(j) = self.journal() {
+            // Relaxed: see `Journal::limit`.
+            j.limit.fetch_min(blocks.max(8), Ordering::Relaxed);
         }
     }
 

@@ -82,8 +82,9 @@ pub(crate) struct Journal {
     pub(crate) started: AtomicU64,
     /// Commits finished (durable).
     pub(crate) done: AtomicU64,
-    /// Dirty metadata blocks past which a new handle commits first.
-    pub(crate) limit: usize,
+    /// Dirty metadata blocks past which a new handle commits first
+    /// (`Ext4::set_txn_limit` lowers it for crash tests).
+    pub(crate) limit: AtomicUsize,
     /// Block bitmaps the running transaction's pending frees will dirty
     /// at its commit (an upper estimate: one per change of group in a
     /// thread's run of frees); zeroed by the commit.
@@ -125,7 +126,7 @@ impl Journal {
             pending: Sharded::new(Class::Ext4Pending),
             started: AtomicU64::new(0),
             done: AtomicU64::new(0),
-            limit,
+            limit: AtomicUsize::new(limit),
             freed_groups: AtomicUsize::new(0),
             commits: AtomicU64::new(0),
             requests: AtomicU64::new(0),
@@ -143,6 +144,12 @@ impl Journal {
         // Relaxed: an estimate that decides when to commit early; a stale
         // value only moves that commit by one handle.
         dirty + self.freed_groups.load(Ordering::Relaxed)
+    }
+
+    /// Dirty metadata blocks past which a new handle commits first.
+    pub(crate) fn limit(&self) -> usize {
+        // Relaxed: set at mount (or once by a test before its workload).
+        self.limit.load(Ordering::Relaxed)
     }
 
     /// The number a commit starting now would get.
