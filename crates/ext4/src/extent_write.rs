@@ -4,7 +4,8 @@
 //! fallocate's other modes: allocate (unwritten extents), ZERO_RANGE
 //! (whole blocks turned unwritten in place), COLLAPSE_RANGE and
 //! INSERT_RANGE (every later extent shifted in the list, then the tree
-//! rewritten: any depth, one handle, so one transaction).
+//! rewritten: any depth, one handle, so one transaction; see "Size" for
+//! what runs as several).
 //!
 //! DESIGN
 //! - A change works on the file's whole extent list: the tree is read
@@ -25,6 +26,16 @@
 //!   written over data.
 //! - The VFS holds the inode's data lock exclusively around write and
 //!   truncate: one changer per file.
+//! - Size (`txn.rs`): a change whose block bitmaps would not fit one
+//!   handle's share of the log runs as steps, a handle each, with the VFS's
+//!   data lock held throughout: truncate and unlink free from the end (the
+//!   inode an orphan until the last step: `file_truncate`,
+//!   `truncate_rest`, `release_step`, `orphan_step`), punch hole from the
+//!   end of the hole (`punch_rest`), fallocate, ZERO_RANGE and write
+//!   allocate at most `step_groups` groups per handle. Each step leaves
+//!   the tree, `i_blocks` and the frees consistent. Not split: a rewrite
+//!   of a whole extent tree (INSERT_RANGE, a tree that changes shape),
+//!   whose size grows with the extent count.
 
 use std::sync::Arc;
 
@@ -465,6 +476,14 @@ impl Ext4 {
         let mut converted = false;
         let mut done = 0usize;
         let mut err = None;
+        // One step (`step_groups`) per call: a write whose allocations
+        // reach that many groups ends short, and the caller writes the
+        // rest in a new handle (as the kernel maps a write extent by
+        // extent, a handle each).
+        let budget = self
+            .step_groups()
+            .map(|b| b.saturating_sub(2 * tree.len() + 2).max(1));
+        let mut groups = std::collections::HashSet::new();
         let mut blockbuf = vec![0u8; self.bs];
         let ipg_group = ((raw.ino - 1) / self.sb.inodes_per_group) as u64;
         let group_goal =
@@ -497,6 +516,7 @@ impl Ext4 {
                     (p, true)
                 }
                 Some(e) => (e.start + (lblk - u64::from(e.block)), false),
+                None if done > 0 && budget.is_some_and(|b| groups.len() >= b) => break,
                 None => {
                     let goal = if i > 0 {
                         ex[i - 1].start + u64::from(ex[i - 1].len)
@@ -506,6 +526,9 @@ impl Ext4 {
                     match self.alloc_block(goal, false) {
                         Ok(p) => {
                             fresh.push(p);
+                            if budget.is_some() {
+                                groups.insert(self.group_of(p));
+                            }
                             insert_extent(
                                 &mut ex,
                                 Extent {
@@ -943,7 +966,16 @@ impl Ext4 {
     /// nothing freed), and the bytes of the partial blocks at its ends are
     /// zeroed where those blocks are written. ENOSPC changes nothing: the
     /// blocks and the new tree come first, the partial blocks' data last.
-    pub(crate) fn file_zero_range(&self, inode: &Arc<Inode>, off: u64, len: u64) -> Result<()> {
+    ///
+    /// One step (`step_groups`) of allocation per call, as `file_fallocate`:
+    /// returns the (block-aligned) byte offset where the rest starts, for
+    /// the caller to continue in a new handle.
+    pub(crate) fn file_zero_range(
+        &self,
+        inode: &Arc<Inode>,
+        off: u64,
+        len: u64,
+    ) -> Result<Option<u64>> {
         self.rw()?;
         let (ei, g, mut raw) = Self::file_raw(inode)?;
         let bs = self.bs as u64;
@@ -957,11 +989,16 @@ impl Ext4 {
         }
         let (mut ex, tree) = self.collect_extents(&raw)?;
         let mut fresh = Vec::new();
+        let budget = self
+            .step_groups()
+            .map(|b| b.saturating_sub(2 * tree.len() + 2).max(1));
+        let mut stop = None;
         let mut r = self
-            .fill_holes(&mut ex, first, last, &mut fresh, None)
-            .map(|_| ());
+            .fill_holes(&mut ex, first, last, &mut fresh, budget)
+            .map(|s| stop = s);
         if r.is_ok() {
-            let converted = mark_unwritten(&mut ex, off.div_ceil(bs), end / bs);
+            let (from, to) = (off.div_ceil(bs), stop.map_or(end / bs, |s| s.min(end / bs)));
+            let converted = from < to && mark_unwritten(&mut ex, from, to);
             if converted || !fresh.is_empty() {
                 raw.blocks += fresh.len() as u64 * (bs / 512);
                 r = self.rebuild_tree(&mut raw, &ex, &tree);
@@ -973,12 +1010,13 @@ impl Ext4 {
             }
             return Err(e);
         }
-        // The partial blocks at the ends (one if the range is inside one).
+        // The partial blocks at the ends (one if the range is inside one);
+        // the end's in the last step only.
         let mut zero = Vec::new();
         if !off.is_multiple_of(bs) {
             zero.push((off, end.min((first + 1) * bs)));
         }
-        if !end.is_multiple_of(bs) && (last != first || off.is_multiple_of(bs)) {
+        if stop.is_none() && !end.is_multiple_of(bs) && (last != first || off.is_multiple_of(bs)) {
             zero.push((off.max(last * bs), end));
         }
         let r = self.zero_written(&ex, &zero);
@@ -987,7 +1025,30 @@ impl Ext4 {
         raw.ctime = t;
         // The tree changed whatever the data write did: store it.
         self.publish(inode, ei, g, raw)?;
-        r
+        r.map(|()| stop.map(|s| s * bs))
+    }
+
+    /// Before a COLLAPSE_RANGE whose frees do not fit one step: the range
+    /// to punch first, a step per handle (`punch_rest`), so that the
+    /// collapse itself only shifts. `None`: the collapse fits one handle
+    /// (or is invalid: `file_collapse` says so).
+    pub(crate) fn collapse_prefree(
+        &self,
+        inode: &Arc<Inode>,
+        off: u64,
+        len: u64,
+    ) -> Result<Option<(u64, u64)>> {
+        let (_ei, _g, raw) = Self::file_raw(inode)?;
+        let bs = self.bs as u64;
+        let valid = off.is_multiple_of(bs)
+            && len.is_multiple_of(bs)
+            && len != 0
+            && matches!(off.checked_add(len), Some(e) if e < raw.size);
+        if !valid {
+            return Ok(None);
+        }
+        let (a, b) = (off / bs, (off + len) / bs);
+        Ok(self.needs_steps(&raw, a, b)?.then_some((a, b)))
     }
 
     /// fallocate COLLAPSE_RANGE, as ext4_collapse_range: `off` and `len`
@@ -995,7 +1056,10 @@ impl Ext4 {
     /// are freed (pending until the commit) and every extent after it
     /// moves down by `len` blocks, joined with its new left neighbour
     /// where they continue each other; the size shrinks by `len`. One
-    /// handle: a crash leaves the file as before or as after.
+    /// handle: a crash leaves the file as before or as after, when the
+    /// range's frees fit one step; a larger range is punched first, a
+    /// step per handle (`collapse_prefree`), as the kernel's collapse
+    /// restarts its handle while removing the range.
     pub(crate) fn file_collapse(&self, inode: &Arc<Inode>, off: u64, len: u64) -> Result<()> {
         self.rw()?;
         let (ei, g, mut raw) = Self::file_raw(inode)?;

@@ -2317,19 +2317,21 @@ impl Filesystem for Ext4 {
     }
 
     fn write(&self, inode: &Arc<Inode>, off: u64, buf: &[u8]) -> VfsResult<usize> {
-        let n = vfs(self.journaled(|| self.file_write(inode, off, buf)))?;
-        // A write cut short by ENOSPC while blocks freed by the running
-        // transaction wait for its commit (a loop that truncates and
-        // rewrites a file frees and needs the same space every round):
-        // commit, then write the rest, as `journaled` retries an error
-        // (generic/129 saw "short write: 32768 of 102400").
-        let retry = self
-            .journal()
-            .is_some_and(|j| !j.pending.is_empty() && !Handle::nested(j));
-        if n < buf.len() && retry {
-            vfs(self.commit())?;
-            let more = vfs(self.journaled(|| self.file_write(inode, off + n as u64, &buf[n..])))?;
-            return Ok(n + more);
+        let mut n = vfs(self.journaled(|| self.file_write(inode, off, buf)))?;
+        // A write ends short when its allocations fill one step
+        // (`Ext4::step_groups`; the rest goes in new handles, each may
+        // commit first) or on an error after some bytes. The rest is
+        // written until a call fails: an ENOSPC while blocks freed by the
+        // running transaction wait for its commit is retried after a
+        // commit by `journaled` (a loop that truncates and rewrites a
+        // file frees and needs the same space every round: generic/129
+        // saw "short write: 32768 of 102400"); any failure then ends the
+        // write with the bytes written so far.
+        while n < buf.len() {
+            match self.journaled(|| self.file_write(inode, off + n as u64, &buf[n..])) {
+                Ok(k) => n += k,
+                Err(_) => break,
+            }
         }
         Ok(n)
     }
@@ -2371,11 +2373,27 @@ impl Filesystem for Ext4 {
         if self.rw.is_none() {
             return Err(Errno::EROFS);
         }
-        vfs(self.journaled(|| match op {
-            RangeOp::Zero => self.file_zero_range(inode, off, len),
-            RangeOp::Collapse => self.file_collapse(inode, off, len),
-            RangeOp::Insert => self.file_insert(inode, off, len),
-        }))
+        // Ranges larger than one handle run as several (`extent_write.rs`).
+        match op {
+            RangeOp::Zero => {
+                let end = off.checked_add(len).ok_or(Errno::EFBIG)?;
+                let mut at = off;
+                while let Some(next) =
+                    vfs(self.journaled(|| self.file_zero_range(inode, at, end - at)))?
+                {
+                    at = next;
+                }
+                Ok(())
+            }
+            RangeOp::Collapse => {
+                let pre = vfs(self.journaled(|| self.collapse_prefree(inode, off, len)))?;
+                if let Some((from, to)) = pre {
+                    vfs(self.punch_rest(inode, from, to))?;
+                }
+                vfs(self.journaled(|| self.file_collapse(inode, off, len)))
+            }
+            RangeOp::Insert => vfs(self.journaled(|| self.file_insert(inode, off, len))),
+        }
     }
 
     // Extended attributes: in the inode body and the xattr block

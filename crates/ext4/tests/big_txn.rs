@@ -179,3 +179,79 @@ fn allocating_over_a_thousand_groups_in_one_call_works() {
     fsck_clean(&img);
     assert!(free_blocks(&img) <= before - FILE_BLOCKS as u64);
 }
+
+/// On a small image with the transaction limit lowered (12 blocks: a
+/// step touches ~4 groups), a 10 MiB write in one call, a ZERO_RANGE over
+/// a 4 MiB hole and a COLLAPSE_RANGE of 8 MiB each run as several
+/// transactions and do what one would.
+#[test]
+fn a_large_write_zero_range_and_collapse_run_as_several_transactions() {
+    if !have_tools() {
+        return;
+    }
+    let s = Scratch::new("bigsteps");
+    let img = s.0.join("small.img");
+    let out = Command::new(mkfs().unwrap())
+        .args([
+            "-q", "-F", "-b", "1024", "-g", "256", "-J", "size=1", "-m", "0",
+        ])
+        .args(["-O", "^resize_inode,orphan_file"])
+        .arg(&img)
+        .arg("24M")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let mib = 1 << 20;
+    let data: Vec<u8> = (0..10 * mib).map(|k| (k / 1024 * 7) as u8 | 1).collect();
+    {
+        let e = Ext4::open(&img, rw_journaled()).unwrap();
+        e.set_txn_limit(12);
+        let vfs = Vfs::with_root_fs(Default::default(), e.clone());
+        let t = vfs.root_task();
+        let fd = t.open("/f", O_CREAT | O_RDWR, 0o644).unwrap();
+        let read = |len: usize| {
+            let mut b = vec![0u8; len];
+            let mut n = 0;
+            while n < len {
+                n += t.pread(fd, &mut b[n..], n as i64).unwrap();
+            }
+            b
+        };
+        let commits = |e: &Ext4| e.commit_stats().0;
+        let c0 = commits(&e);
+        assert_eq!(t.pwrite(fd, &data, 0).unwrap(), data.len());
+        assert!(commits(&e) >= c0 + 3, "the write ran as one transaction");
+        t.fsync(fd).unwrap();
+        assert!(read(data.len()) == data);
+        // A hole from 10 to 14 MiB, zeroed (allocated) but for 100 bytes
+        // at each end.
+        t.ftruncate(fd, 14 * mib as i64).unwrap();
+        let c1 = commits(&e);
+        let mode = FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE;
+        t.fallocate(fd, mode, 10 * mib as i64 + 100, 4 * mib as i64 - 200)
+            .unwrap();
+        assert!(
+            commits(&e) >= c1 + 3,
+            "the zero range ran as one transaction"
+        );
+        let blocks = t.fstat(fd).unwrap().blocks;
+        assert!(blocks >= 14 * 2048, "{blocks} sectors after ZERO_RANGE");
+        let mut want = data.clone();
+        want.resize(14 * mib, 0);
+        t.fsync(fd).unwrap();
+        assert!(read(want.len()) == want);
+        // Collapse 1..9 MiB.
+        let c2 = commits(&e);
+        t.fallocate(fd, FALLOC_FL_COLLAPSE_RANGE, mib as i64, 8 * mib as i64)
+            .unwrap();
+        assert!(commits(&e) >= c2 + 3, "the collapse ran as one transaction");
+        want.drain(mib..9 * mib);
+        assert_eq!(t.fstat(fd).unwrap().size, want.len() as u64);
+        assert!(read(want.len()) == want);
+        t.close(fd).unwrap();
+        drop(t);
+        drop(vfs);
+        e.unmount().unwrap();
+    }
+    fsck_clean(&img);
+}

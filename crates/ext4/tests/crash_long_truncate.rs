@@ -1,6 +1,6 @@
 //! Crash testing of operations that run as several transactions (issue
 //! 15): a truncate whose frees span more groups than one step may touch,
-//! and the unlink of such a file, on a small image with the transaction
+//! the unlink of such a file and a punch over such a range, on a small image with the transaction
 //! limit lowered (`Ext4::set_txn_limit`) so that each runs as ~10
 //! transactions. Every crash state (each prefix ending at a flush, and
 //! random subsets of the writes in flight since) is recovered as a mount
@@ -13,8 +13,11 @@
 //!   holding the new end may read as zeros, written in place before that
 //!   commit as the kernel's ordered truncate does) or fully truncated to
 //!   its new size with the data below it: never half-freed;
-//! - /g (unlinked while the truncate is done) is there with its data or
-//!   gone.
+//! - /g (unlinked after the truncate) is there with its data or gone;
+//! - a hole then punched in /f over ~11 groups (also several
+//!   transactions, from the end of the hole) is punched, not yet punched,
+//!   or punched from some block to its end (a valid file at each step,
+//!   as the kernel's punch leaves it).
 //!
 //! A sample of states is also recovered by `e2fsck -fy` (its own replay
 //! and orphan processing), and the files compared with ours.
@@ -37,6 +40,12 @@ const G_BLOCKS: usize = 2_500;
 /// /f's size after the truncate: not block-aligned, so its last block's
 /// tail is zeroed too.
 const NEW_SIZE: usize = 3_000 * BS + 100;
+
+/// The hole punched after the truncate (blocks): ~11 groups, from the end
+/// in steps.
+const PUNCH: (usize, usize) = (100, 2_900);
+/// The fsync point before the punch.
+const BEFORE_PUNCH: usize = 3;
 
 type State = (Option<Vec<u8>>, Option<Vec<u8>>);
 
@@ -110,6 +119,17 @@ fn workload(rec: &Arc<RecordingDevice<MemDevice>>) -> Vec<(usize, State)> {
     // A commit (an fsync of /f would not wait for the unlink's).
     e.commit().unwrap();
     points.push((writes(rec), state(&vfs)));
+    let c = e.commit_stats().0;
+    let mode = scalevfs::io::FALLOC_FL_PUNCH_HOLE | scalevfs::io::FALLOC_FL_KEEP_SIZE;
+    let (a, b) = PUNCH;
+    t.fallocate(fd, mode, (a * BS) as i64, ((b - a) * BS) as i64)
+        .unwrap();
+    t.fsync(fd).unwrap();
+    points.push((writes(rec), state(&vfs)));
+    assert!(
+        e.commit_stats().0 >= c + 2,
+        "the punch ran as one transaction"
+    );
     t.close(fd).unwrap();
     drop(t);
     drop(vfs);
@@ -117,6 +137,17 @@ fn workload(rec: &Arc<RecordingDevice<MemDevice>>) -> Vec<(usize, State)> {
     let last = points.last().unwrap().1.clone();
     points.push((writes(rec), last));
     points
+}
+
+/// `f` is `before` with the blocks `c..PUNCH.1` zeroed for some `c` in
+/// the punched range.
+fn partly_punched(f: &[u8], before: &[u8]) -> bool {
+    let (a, b) = (PUNCH.0 * BS, PUNCH.1 * BS);
+    if f.len() != before.len() || f[..a] != before[..a] || f[b..] != before[b..] {
+        return false;
+    }
+    let c = (a..b).rev().find(|&k| f[k] != 0).map_or(a, |k| k + 1);
+    f[a..c] == before[a..c]
 }
 
 /// e2fsck -fn found nothing but (possibly) the superblock's free totals.
@@ -192,6 +223,11 @@ fn run(features: &str) {
     let mut f_zeroed = f_old.clone();
     f_zeroed[NEW_SIZE..NEW_SIZE.div_ceil(BS) * BS].fill(0);
     assert_eq!(points[2].1 .0.as_deref(), Some(&f_new[..]));
+    assert!(points[BEFORE_PUNCH + 1]
+        .1
+         .0
+        .as_deref()
+        .is_some_and(|f| partly_punched(f, &f_new)));
     let log = CrashLog {
         base,
         ops: rec.ops(),
@@ -209,11 +245,17 @@ fn run(features: &str) {
             .rposition(|(w, _)| *w <= st.flushed_writes)
             .unwrap_or(0);
         let (img_after, mut got) = recovered(st.image.clone());
+        let ours = got.clone();
         // The partial last block's tail is zeroed in place before the
         // transaction that shrinks the size commits (ordered data, as the
         // kernel's truncate): the old file may show those zeros.
         if got.0.as_deref() == Some(&f_zeroed[..]) {
             got.0 = Some(f_old.clone());
+        }
+        // A crash during the punch: the end of the hole punched, the rest
+        // not yet (each step a valid file, as the kernel's punch).
+        if i == BEFORE_PUNCH && got.0.as_deref().is_some_and(|f| partly_punched(f, &f_new)) {
+            got.0 = points[i + 1].1 .0.clone();
         }
         let ok = points[i..(i + 2).min(points.len())]
             .iter()
@@ -241,10 +283,28 @@ fn run(features: &str) {
                 "{what}: e2fsck -fy exit {code}:\n{}",
                 String::from_utf8_lossy(&out.stdout)
             );
-            assert!(
-                read_only(&state_img) == got,
-                "{what}: e2fsck -fy recovered other files"
-            );
+            let theirs = read_only(&state_img);
+            if theirs != ours {
+                let d = |a: &Option<Vec<u8>>, b: &Option<Vec<u8>>| match (a, b) {
+                    (Some(a), Some(b)) => format!(
+                        "sizes {} {}, first difference at {:?}",
+                        a.len(),
+                        b.len(),
+                        a.iter().zip(b.iter()).position(|(x, y)| x != y)
+                    ),
+                    _ => format!(
+                        "{:?} {:?}",
+                        a.as_ref().map(Vec::len),
+                        b.as_ref().map(Vec::len)
+                    ),
+                };
+                panic!(
+                    "{what} (after point {i}): e2fsck -fy recovered other files: /f {}; /g {}:\n{}",
+                    d(&theirs.0, &ours.0),
+                    d(&theirs.1, &ours.1),
+                    String::from_utf8_lossy(&out.stdout)
+                );
+            }
             by_fsck += 1;
         }
         true
