@@ -13,7 +13,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{fsck_clean, have_tools, mkfs, rw_journaled, sb_field, Scratch};
+use common::{debugfs, fsck_clean, have_tools, mkfs, rw_journaled, sb_field, Scratch};
 use scalevfs::io::*;
 use scalevfs::{Vfs, O_CREAT, O_RDWR};
 use scalevfs_ext4::Ext4;
@@ -254,4 +254,47 @@ fn a_large_write_zero_range_and_collapse_run_as_several_transactions() {
         e.unmount().unwrap();
     }
     fsck_clean(&img);
+}
+
+/// Orphans left by a crash (made with debugfs, as the kernel leaves
+/// them on the orphan list) whose blocks span ~1150 groups: the mount
+/// frees them a step per handle (several commits), e2fsck is clean after,
+/// and the blocks come back: a truncate orphan keeps its first 1000
+/// blocks, an unlinked one is freed whole.
+#[test]
+fn a_big_orphan_left_by_a_crash_is_finished_in_steps() {
+    if !have_tools() {
+        return;
+    }
+    for unlinked in [false, true] {
+        let s = Scratch::new("bigorphan");
+        let img = image(&s.0, "^orphan_file");
+        let before = free_blocks(&img);
+        with_big_file(&img, |_, _, _| {});
+        let ino = common::ino_of(&img, "/f");
+        if unlinked {
+            assert!(debugfs(&img, "unlink /f"));
+            assert!(debugfs(&img, &format!("sif <{ino}> links_count 0")));
+        } else {
+            assert!(debugfs(&img, &format!("sif <{ino}> size {}", 1000 * BS)));
+        }
+        assert!(debugfs(&img, &format!("ssv last_orphan {ino}")));
+        let e = Ext4::open(&img, rw_journaled()).unwrap();
+        let commits = e.commit_stats().0;
+        assert!(commits >= 3, "the orphan took {commits} commits");
+        if !unlinked {
+            let vfs = Vfs::with_root_fs(Default::default(), e.clone());
+            let st = vfs.root_task().stat("/f").unwrap();
+            assert_eq!(st.size, 1000 * BS as u64);
+            assert!((2000..2100).contains(&st.blocks), "{} sectors", st.blocks);
+        }
+        e.unmount().unwrap();
+        fsck_clean(&img);
+        let after = free_blocks(&img);
+        if unlinked {
+            assert_eq!(after, before);
+        } else {
+            assert!((before - 1050..=before - 1000).contains(&after));
+        }
+    }
 }
