@@ -1204,15 +1204,25 @@ impl Ext4 {
                 log.close()?;
             }
             rw.bufs.checkpointed(u64::MAX);
+            // Slots still used on disk (the in-memory overflow list is not
+            // on disk, and its lock ranks below the commit lock held here).
+            let orphans_left = self.orphan_disk().is_some_and(|od| {
+                let per = od.file.slots_per_block();
+                (0..od.file.blocks()).any(|b| od.file.free_slots(b) as usize != per)
+            });
             {
                 let mut raw = rw.sb_raw.lock();
                 let inc = u32::from_le_bytes([raw[0x60], raw[0x61], raw[0x62], raw[0x63]])
                     & !INCOMPAT_RECOVER;
                 raw[0x60..0x64].copy_from_slice(&inc.to_le_bytes());
-                // Every orphan was freed by the last commit.
-                let ro = u32::from_le_bytes([raw[0x64], raw[0x65], raw[0x66], raw[0x67]])
-                    & !RO_COMPAT_ORPHAN_PRESENT;
-                raw[0x64..0x68].copy_from_slice(&ro.to_le_bytes());
+                // Every unlinked orphan was freed by the last commit; a
+                // long truncate that failed half-way (`truncate_rest`)
+                // keeps its record for the next mount, and the flag.
+                if !orphans_left {
+                    let ro = u32::from_le_bytes([raw[0x64], raw[0x65], raw[0x66], raw[0x67]])
+                        & !RO_COMPAT_ORPHAN_PRESENT;
+                    raw[0x64..0x68].copy_from_slice(&ro.to_le_bytes());
+                }
             }
             self.write_super(true)?;
             self.dev.flush()?;
