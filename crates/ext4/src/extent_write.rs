@@ -4,7 +4,8 @@
 //! fallocate's other modes: allocate (unwritten extents), ZERO_RANGE
 //! (whole blocks turned unwritten in place), COLLAPSE_RANGE and
 //! INSERT_RANGE (every later extent shifted in the list, then the tree
-//! rewritten: any depth, one handle, so one transaction).
+//! rewritten: any depth, one handle, so one transaction; see "Size" for
+//! what runs as several).
 //!
 //! DESIGN
 //! - A change works on the file's whole extent list: the tree is read
@@ -25,6 +26,16 @@
 //!   written over data.
 //! - The VFS holds the inode's data lock exclusively around write and
 //!   truncate: one changer per file.
+//! - Size (`txn.rs`): a change whose block bitmaps would not fit one
+//!   handle's share of the log runs as steps, a handle each, with the VFS's
+//!   data lock held throughout: truncate and unlink free from the end (the
+//!   inode an orphan until the last step: `file_truncate`,
+//!   `truncate_rest`, `release_step`, `orphan_step`), punch hole from the
+//!   end of the hole (`punch_rest`), fallocate, ZERO_RANGE and write
+//!   allocate at most `step_groups` groups per handle. Each step leaves
+//!   the tree, `i_blocks` and the frees consistent. Not split: a rewrite
+//!   of a whole extent tree (INSERT_RANGE, a tree that changes shape),
+//!   whose size grows with the extent count.
 
 use std::sync::Arc;
 
@@ -35,6 +46,7 @@ use crate::format::extent::{self, Extent, Index, Node as ExtNode, INIT_MAX_LEN};
 use crate::format::inode::{RawInode, FL_EXTENTS, I_BLOCK_LEN};
 use crate::fs::{Ext4, Ext4Inode};
 use crate::util::{errno, now, BlockBuf};
+use scalevfs_orphan::OrphanSlot;
 use scalevfs_sync::ordered::RwLockWriteGuard;
 use scalevfs_sync::primitive::Ordering;
 
@@ -464,6 +476,14 @@ impl Ext4 {
         let mut converted = false;
         let mut done = 0usize;
         let mut err = None;
+        // One step (`step_groups`) per call: a write whose allocations
+        // reach that many groups ends short, and the caller writes the
+        // rest in a new handle (as the kernel maps a write extent by
+        // extent, a handle each).
+        let budget = self
+            .step_groups()
+            .map(|b| b.saturating_sub(2 * tree.len() + 2).max(1));
+        let mut groups = std::collections::HashSet::new();
         let mut blockbuf = BlockBuf::zeroed(self.bs);
         let ipg_group = ((raw.ino - 1) / self.sb.inodes_per_group) as u64;
         let group_goal =
@@ -496,6 +516,7 @@ impl Ext4 {
                     (p, true)
                 }
                 Some(e) => (e.start + (lblk - u64::from(e.block)), false),
+                None if done > 0 && budget.is_some_and(|b| groups.len() >= b) => break,
                 None => {
                     let goal = if i > 0 {
                         ex[i - 1].start + u64::from(ex[i - 1].len)
@@ -505,6 +526,9 @@ impl Ext4 {
                     match self.alloc_block(goal, false) {
                         Ok(p) => {
                             fresh.push(p);
+                            if budget.is_some() {
+                                groups.insert(self.group_of(p));
+                            }
                             insert_extent(
                                 &mut ex,
                                 Extent {
@@ -594,6 +618,54 @@ impl Ext4 {
         Ok(())
     }
 
+    /// Bitmap groups one step of a long operation may touch (see the
+    /// module comment): half of the handle limit, so that a step added to
+    /// a running transaction just under the limit still fits the log.
+    /// `None` without a journal: one step does everything.
+    pub(crate) fn step_groups(&self) -> Option<usize> {
+        let j = self.journal()?;
+        Some((j.limit() / 2).max(1))
+    }
+
+    /// Group of physical block `p`.
+    fn group_of(&self, p: u64) -> u64 {
+        p.saturating_sub(u64::from(self.sb.first_data_block))
+            / u64::from(self.sb.blocks_per_group).max(1)
+    }
+
+    /// Where one step freeing the blocks of logical `from..to` from the end
+    /// should start: the lowest `cut >= from` such that the blocks mapped
+    /// in `cut..to` lie in at most `budget` groups, less what rewriting a
+    /// tree of `tree` blocks may need (its blocks' bitmaps, its new
+    /// blocks). `from` when everything fits.
+    fn tail_cut(&self, ex: &[Extent], tree: usize, from: u64, to: u64, budget: usize) -> u64 {
+        let left = budget.saturating_sub(2 * tree + 2).max(1);
+        let bpg = u64::from(self.sb.blocks_per_group).max(1);
+        let fdb = u64::from(self.sb.first_data_block);
+        let mut groups = std::collections::HashSet::new();
+        for e in ex.iter().rev() {
+            let (eb, ee) = (u64::from(e.block), u64::from(e.block) + u64::from(e.len));
+            if ee <= from {
+                break;
+            }
+            if eb >= to {
+                continue;
+            }
+            let lo = eb.max(from);
+            let mut hi = ee.min(to);
+            // One run of the extent per group, from its end.
+            while hi > lo {
+                let g = self.group_of(e.start + (hi - 1 - eb));
+                if groups.insert(g) && groups.len() > left {
+                    return hi;
+                }
+                let gstart = fdb + g * bpg;
+                hi = (eb + gstart.saturating_sub(e.start)).max(lo);
+            }
+        }
+        from
+    }
+
     /// Remove the data of logical blocks `from..to` and zero the bytes
     /// `zero` (a byte range inside the file's partial blocks).
     pub(crate) fn drop_range(
@@ -603,16 +675,33 @@ impl Ext4 {
         to: u64,
         zero: &[(u64, u64)],
     ) -> Result<()> {
+        self.drop_range_step(raw, from, to, zero, None).map(|_| ())
+    }
+
+    /// One step of `drop_range`: with a `budget` (`step_groups`), only the
+    /// end `cut..to` of the range whose blocks lie in at most that many
+    /// groups (`tail_cut`). Returns `cut` (`from`: all done). The tree,
+    /// `i_blocks` and the freed blocks agree after each step, so a
+    /// transaction boundary between steps leaves a valid file.
+    pub(crate) fn drop_range_step(
+        &self,
+        raw: &mut RawInode,
+        from: u64,
+        to: u64,
+        zero: &[(u64, u64)],
+        budget: Option<usize>,
+    ) -> Result<u64> {
         let bs = self.bs as u64;
         let (mut ex, tree) = self.collect_extents(raw)?;
         self.zero_written(&ex, zero)?;
         if from >= to {
-            return Ok(());
+            return Ok(from);
         }
+        let cut = budget.map_or(from, |b| self.tail_cut(&ex, tree.len(), from, to, b));
         let before = ex.len();
-        let freed = remove_range(&mut ex, from, to);
+        let freed = remove_range(&mut ex, cut, to);
         if freed.is_empty() && before == ex.len() {
-            return Ok(());
+            return Ok(cut);
         }
         // The new tree first (it may need a block: a split extent), then
         // the data blocks go back.
@@ -625,17 +714,37 @@ impl Ext4 {
             }
         }
         raw.blocks = raw.blocks.saturating_sub(n * (bs / 512));
-        Ok(())
+        Ok(cut)
     }
 
-    /// `truncate` of the VFS (and setattr's size).
-    pub(crate) fn file_truncate(&self, inode: &Arc<Inode>, size: u64) -> Result<()> {
+    /// Whether freeing the blocks of `from..to` needs more than one step.
+    fn needs_steps(&self, raw: &RawInode, from: u64, to: u64) -> Result<bool> {
+        let Some(b) = self.step_groups() else {
+            return Ok(false);
+        };
+        let (ex, tree) = self.collect_extents(raw)?;
+        Ok(self.tail_cut(&ex, tree.len(), from, to, b) > from)
+    }
+
+    /// `truncate` of the VFS (and setattr's size). A shrink whose frees
+    /// do not fit one step (`step_groups`) only starts here, as
+    /// ext4_truncate with handle restarts: in this handle the partial last
+    /// block is zeroed, the new size stored and the inode recorded as an
+    /// orphan (orphan file slot or orphan list); the caller then runs
+    /// `truncate_rest` outside this handle. Returns the orphan record of
+    /// such a long truncate.
+    pub(crate) fn file_truncate(
+        &self,
+        inode: &Arc<Inode>,
+        size: u64,
+    ) -> Result<Option<OrphanSlot>> {
         self.rw()?;
         let (ei, g, mut raw) = Self::file_raw(inode)?;
         let bs = self.bs as u64;
         if size / bs >= u64::from(u32::MAX) {
             return Err(errno(libc::EFBIG));
         }
+        let mut long = None;
         // As ext4_setattr: ext4_truncate runs even when the size does not
         // change, freeing blocks preallocated past EOF (the EOF block's
         // tail is already zeros then).
@@ -646,22 +755,64 @@ impl Ext4 {
             } else {
                 vec![]
             };
-            self.drop_range(&mut raw, keep, 1 << 32, &zero)?;
+            if self.needs_steps(&raw, keep, 1 << 32)? {
+                self.drop_range(&mut raw, keep, keep, &zero)?;
+                long = Some(self.orphan_add_live(&mut raw)?);
+            } else {
+                self.drop_range(&mut raw, keep, 1 << 32, &zero)?;
+            }
         }
         let t = now();
         raw.size = size;
         raw.mtime = t;
         raw.ctime = t;
-        self.publish(inode, ei, g, raw)
+        self.publish(inode, ei, g, raw)?;
+        Ok(long)
+    }
+
+    /// The rest of a long truncate (`file_truncate` returned its orphan
+    /// record `slot`), outside any handle, the VFS's data lock held: free
+    /// the blocks past the size from the end, one handle per step (each
+    /// may commit the running transaction first, `Ext4::handle`), the
+    /// tree, `i_blocks` and the frees consistent at each step; the last
+    /// step removes the orphan record. A crash between steps leaves an
+    /// orphan at its new size, which the next mount (or e2fsck) truncates.
+    pub(crate) fn truncate_rest(&self, inode: &Arc<Inode>, slot: OrphanSlot) -> Result<()> {
+        let bs = self.bs as u64;
+        loop {
+            let done = self.journaled(|| {
+                let (ei, g, mut raw) = Self::file_raw(inode)?;
+                let keep = raw.size.div_ceil(bs);
+                let cut = self.drop_range_step(&mut raw, keep, 1 << 32, &[], self.step_groups())?;
+                let done = cut <= keep;
+                if done {
+                    self.orphan_remove_live(slot, ei, &mut raw)?;
+                }
+                self.publish(inode, ei, g, raw)?;
+                Ok(done)
+            })?;
+            if done {
+                return Ok(());
+            }
+        }
     }
 
     /// fallocate PUNCH_HOLE|KEEP_SIZE.
-    pub(crate) fn file_punch(&self, inode: &Arc<Inode>, off: u64, len: u64) -> Result<()> {
+    /// A hole whose frees do not fit one step (`step_groups`) is punched
+    /// from its end, this handle taking the first step: returns the rest
+    /// `(from, to)` for `punch_rest`. (A crash between steps leaves part
+    /// of the hole punched, a valid file, as the kernel's punch would.)
+    pub(crate) fn file_punch(
+        &self,
+        inode: &Arc<Inode>,
+        off: u64,
+        len: u64,
+    ) -> Result<Option<(u64, u64)>> {
         self.rw()?;
         let (ei, g, mut raw) = Self::file_raw(inode)?;
         let bs = self.bs as u64;
         if off >= raw.size {
-            return Ok(());
+            return Ok(None);
         }
         // As ext4_punch_hole: a hole reaching past EOF ends at the end of
         // the page holding EOF instead (the kernel's PAGE_SIZE, 4 KiB on
@@ -681,17 +832,46 @@ impl Ext4 {
             zero.push((off, first_full * bs));
             zero.push((last_full * bs, end));
         }
-        self.drop_range(&mut raw, first_full, last_full.max(first_full), &zero)?;
+        let to = last_full.max(first_full);
+        let cut = self.drop_range_step(&mut raw, first_full, to, &zero, self.step_groups())?;
         let t = now();
         raw.mtime = t;
         raw.ctime = t;
-        self.publish(inode, ei, g, raw)
+        self.publish(inode, ei, g, raw)?;
+        Ok((cut > first_full).then_some((first_full, cut)))
+    }
+
+    /// The rest of a long punch (`file_punch`): logical blocks
+    /// `from..to` freed from the end, one handle per step, outside any
+    /// handle (the VFS's data lock held).
+    pub(crate) fn punch_rest(&self, inode: &Arc<Inode>, from: u64, mut to: u64) -> Result<()> {
+        while to > from {
+            to = self.journaled(|| {
+                let (ei, g, mut raw) = Self::file_raw(inode)?;
+                let cut = self.drop_range_step(&mut raw, from, to, &[], self.step_groups())?;
+                raw.ctime = now();
+                raw.mtime = raw.ctime;
+                self.publish(inode, ei, g, raw)?;
+                Ok(cut)
+            })?;
+        }
+        Ok(())
     }
 
     /// fallocate mode 0: unwritten extents over the holes of the range
     /// (read as zeros until written; the VFS grows the size unless
-    /// KEEP_SIZE). All or nothing: on ENOSPC the blocks taken go back.
-    pub(crate) fn file_fallocate(&self, inode: &Arc<Inode>, off: u64, len: u64) -> Result<()> {
+    /// KEEP_SIZE). One step (`step_groups`) per call: returns the byte
+    /// offset where the rest of the range starts when the allocations
+    /// reached that many groups, for the caller to continue in a new
+    /// handle. All or nothing per step: on ENOSPC the blocks this step
+    /// took go back (earlier steps' stay allocated, as the kernel's
+    /// ext4_alloc_file_blocks leaves them).
+    pub(crate) fn file_fallocate(
+        &self,
+        inode: &Arc<Inode>,
+        off: u64,
+        len: u64,
+    ) -> Result<Option<u64>> {
         self.rw()?;
         let (ei, g, mut raw) = Self::file_raw(inode)?;
         let bs = self.bs as u64;
@@ -705,33 +885,51 @@ impl Ext4 {
         }
         let (mut ex, tree) = self.collect_extents(&raw)?;
         let mut fresh = Vec::new();
-        let mut r = self.fill_holes(&mut ex, first, last, &mut fresh);
-        if r.is_ok() && !fresh.is_empty() {
-            raw.blocks += fresh.len() as u64 * (bs / 512);
-            r = self.rebuild_tree(&mut raw, &ex, &tree);
-        }
-        if let Err(e) = r {
-            for b in fresh {
-                let _ = self.free_block(b);
+        let budget = self
+            .step_groups()
+            .map(|b| b.saturating_sub(2 * tree.len() + 2).max(1));
+        let r = self
+            .fill_holes(&mut ex, first, last, &mut fresh, budget)
+            .and_then(|rest| {
+                if !fresh.is_empty() {
+                    raw.blocks += fresh.len() as u64 * (bs / 512);
+                    self.rebuild_tree(&mut raw, &ex, &tree)?;
+                }
+                Ok(rest)
+            });
+        let rest = match r {
+            Ok(rest) => rest,
+            Err(e) => {
+                for b in fresh {
+                    let _ = self.free_block(b);
+                }
+                return Err(e);
             }
-            return Err(e);
-        }
+        };
         raw.ctime = now();
-        self.publish(inode, ei, g, raw)
+        self.publish(inode, ei, g, raw)?;
+        Ok(rest.map(|l| l * bs))
     }
 
     /// Unwritten extents of new blocks over the holes of logical blocks
     /// `first..=last` of `ex`; the blocks taken are pushed on `fresh`
-    /// (the caller frees them if it fails).
+    /// (the caller frees them if it fails). With `budget`, stops once the
+    /// blocks taken lie in that many groups: returns the next logical
+    /// block then.
     fn fill_holes(
         &self,
         ex: &mut Vec<Extent>,
         first: u64,
         last: u64,
         fresh: &mut Vec<u64>,
-    ) -> Result<()> {
+        budget: Option<usize>,
+    ) -> Result<Option<u64>> {
         let mut goal = 0;
+        let mut groups = std::collections::HashSet::new();
         for lblk in first..=last {
+            if budget.is_some_and(|b| groups.len() >= b) {
+                return Ok(Some(lblk));
+            }
             let i = ex.partition_point(|e| u64::from(e.block) <= lblk);
             if let Some(e) = i.checked_sub(1).map(|j| ex[j]) {
                 if lblk < u64::from(e.block) + u64::from(e.len) {
@@ -744,6 +942,9 @@ impl Ext4 {
             }
             let p = self.alloc_block(goal, false)?;
             fresh.push(p);
+            if budget.is_some() {
+                groups.insert(self.group_of(p));
+            }
             goal = p + 1;
             insert_extent(
                 ex,
@@ -755,7 +956,7 @@ impl Ext4 {
                 },
             );
         }
-        Ok(())
+        Ok(None)
     }
 
     /// fallocate ZERO_RANGE (the VFS grows the size afterwards unless
@@ -765,7 +966,16 @@ impl Ext4 {
     /// nothing freed), and the bytes of the partial blocks at its ends are
     /// zeroed where those blocks are written. ENOSPC changes nothing: the
     /// blocks and the new tree come first, the partial blocks' data last.
-    pub(crate) fn file_zero_range(&self, inode: &Arc<Inode>, off: u64, len: u64) -> Result<()> {
+    ///
+    /// One step (`step_groups`) of allocation per call, as `file_fallocate`:
+    /// returns the (block-aligned) byte offset where the rest starts, for
+    /// the caller to continue in a new handle.
+    pub(crate) fn file_zero_range(
+        &self,
+        inode: &Arc<Inode>,
+        off: u64,
+        len: u64,
+    ) -> Result<Option<u64>> {
         self.rw()?;
         let (ei, g, mut raw) = Self::file_raw(inode)?;
         let bs = self.bs as u64;
@@ -779,9 +989,16 @@ impl Ext4 {
         }
         let (mut ex, tree) = self.collect_extents(&raw)?;
         let mut fresh = Vec::new();
-        let mut r = self.fill_holes(&mut ex, first, last, &mut fresh);
+        let budget = self
+            .step_groups()
+            .map(|b| b.saturating_sub(2 * tree.len() + 2).max(1));
+        let mut stop = None;
+        let mut r = self
+            .fill_holes(&mut ex, first, last, &mut fresh, budget)
+            .map(|s| stop = s);
         if r.is_ok() {
-            let converted = mark_unwritten(&mut ex, off.div_ceil(bs), end / bs);
+            let (from, to) = (off.div_ceil(bs), stop.map_or(end / bs, |s| s.min(end / bs)));
+            let converted = from < to && mark_unwritten(&mut ex, from, to);
             if converted || !fresh.is_empty() {
                 raw.blocks += fresh.len() as u64 * (bs / 512);
                 r = self.rebuild_tree(&mut raw, &ex, &tree);
@@ -793,12 +1010,13 @@ impl Ext4 {
             }
             return Err(e);
         }
-        // The partial blocks at the ends (one if the range is inside one).
+        // The partial blocks at the ends (one if the range is inside one);
+        // the end's in the last step only.
         let mut zero = Vec::new();
         if !off.is_multiple_of(bs) {
             zero.push((off, end.min((first + 1) * bs)));
         }
-        if !end.is_multiple_of(bs) && (last != first || off.is_multiple_of(bs)) {
+        if stop.is_none() && !end.is_multiple_of(bs) && (last != first || off.is_multiple_of(bs)) {
             zero.push((off.max(last * bs), end));
         }
         let r = self.zero_written(&ex, &zero);
@@ -807,7 +1025,30 @@ impl Ext4 {
         raw.ctime = t;
         // The tree changed whatever the data write did: store it.
         self.publish(inode, ei, g, raw)?;
-        r
+        r.map(|()| stop.map(|s| s * bs))
+    }
+
+    /// Before a COLLAPSE_RANGE whose frees do not fit one step: the range
+    /// to punch first, a step per handle (`punch_rest`), so that the
+    /// collapse itself only shifts. `None`: the collapse fits one handle
+    /// (or is invalid: `file_collapse` says so).
+    pub(crate) fn collapse_prefree(
+        &self,
+        inode: &Arc<Inode>,
+        off: u64,
+        len: u64,
+    ) -> Result<Option<(u64, u64)>> {
+        let (_ei, _g, raw) = Self::file_raw(inode)?;
+        let bs = self.bs as u64;
+        let valid = off.is_multiple_of(bs)
+            && len.is_multiple_of(bs)
+            && len != 0
+            && matches!(off.checked_add(len), Some(e) if e < raw.size);
+        if !valid {
+            return Ok(None);
+        }
+        let (a, b) = (off / bs, (off + len) / bs);
+        Ok(self.needs_steps(&raw, a, b)?.then_some((a, b)))
     }
 
     /// fallocate COLLAPSE_RANGE, as ext4_collapse_range: `off` and `len`
@@ -815,7 +1056,10 @@ impl Ext4 {
     /// are freed (pending until the commit) and every extent after it
     /// moves down by `len` blocks, joined with its new left neighbour
     /// where they continue each other; the size shrinks by `len`. One
-    /// handle: a crash leaves the file as before or as after.
+    /// handle: a crash leaves the file as before or as after, when the
+    /// range's frees fit one step; a larger range is punched first, a
+    /// step per handle (`collapse_prefree`), as the kernel's collapse
+    /// restarts its handle while removing the range.
     pub(crate) fn file_collapse(&self, inode: &Arc<Inode>, off: u64, len: u64) -> Result<()> {
         self.rw()?;
         let (ei, g, mut raw) = Self::file_raw(inode)?;
@@ -894,6 +1138,61 @@ impl Ext4 {
         raw.mtime = t;
         raw.ctime = t;
         self.publish(inode, ei, g, raw)
+    }
+
+    /// At most one step of freeing the blocks of inode `ino` past
+    /// logical block `keep` (0 for an inode with no link left; else its
+    /// size), in a handle of its own, when more than one step remains: the
+    /// caller's final step (freeing the inode, or the last blocks) then
+    /// fits one handle. Used for orphans: the record stays until that
+    /// final step. True if it freed something (call again).
+    pub(crate) fn orphan_step(&self, ino: u32) -> Result<bool> {
+        let Some(b) = self.step_groups() else {
+            return Ok(false);
+        };
+        self.journaled(|| {
+            let (rw, io) = self.rw()?;
+            if !rw.alloc.inode_in_use(&io, ino)? {
+                return Ok(false);
+            }
+            let mut raw = self.read_inode(ino)?;
+            if raw.flags & FL_EXTENTS == 0 {
+                return Ok(false);
+            }
+            let keep = if raw.links_count == 0 {
+                0
+            } else if raw.file_type_bits() == libc::S_IFREG {
+                raw.size.div_ceil(self.bs as u64)
+            } else {
+                return Ok(false);
+            };
+            let (ex, tree) = self.collect_extents(&raw)?;
+            if self.tail_cut(&ex, tree.len(), keep, 1 << 32, b) <= keep {
+                return Ok(false);
+            }
+            self.check(self.drop_range_step(&mut raw, keep, 1 << 32, &[], Some(b)))?;
+            self.write_inode(&raw, false)?;
+            Ok(true)
+        })
+    }
+
+    /// Whether freeing everything `raw` holds needs more than one step;
+    /// if so, free one step's worth (from the end) into `raw` and store
+    /// it: the inode stays an orphan for the next step.
+    pub(crate) fn release_step(&self, raw: &mut RawInode) -> Result<bool> {
+        let Some(b) = self.step_groups() else {
+            return Ok(false);
+        };
+        if raw.flags & FL_EXTENTS == 0 {
+            return Ok(false);
+        }
+        let (ex, tree) = self.collect_extents(raw)?;
+        if self.tail_cut(&ex, tree.len(), 0, 1 << 32, b) == 0 {
+            return Ok(false);
+        }
+        self.drop_range_step(raw, 0, 1 << 32, &[], Some(b))?;
+        self.write_inode(raw, false)?;
+        Ok(true)
     }
 
     /// Free everything an inode with no links holds: data, tree blocks, its

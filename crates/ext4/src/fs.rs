@@ -502,13 +502,20 @@ impl Ext4 {
                 )));
             }
             rw.bufs.forget(blk);
-            j.pending.mine().lock().push(blk);
+            let bpg = u64::from(self.sb.blocks_per_group).max(1);
+            let group = |b: u64| (b - u64::from(self.sb.first_data_block)) / bpg;
+            let mut q = j.pending.mine().lock();
+            if q.last().is_none_or(|&l| group(l) != group(blk)) {
+                // Relaxed: an estimate (`Journal::txn_estimate`).
+                j.freed_groups.fetch_add(1, Ordering::Relaxed);
+            }
+            q.push(blk);
             return Ok(());
         }
         self.check(rw.alloc.free_block(&io, blk))
     }
 
-    fn journal(&self) -> Option<&Journal> {
+    pub(crate) fn journal(&self) -> Option<&Journal> {
         self.rw.as_ref()?.journal.get()
     }
 
@@ -520,7 +527,7 @@ impl Ext4 {
         };
         if !Handle::nested(j) {
             if let Some(rw) = &self.rw {
-                if rw.bufs.dirty_count() > j.limit {
+                if j.txn_estimate(rw.bufs.dirty_count()) > j.limit() {
                     self.commit()?;
                 }
             }
@@ -536,14 +543,15 @@ impl Ext4 {
             return f();
         };
         let nested = Handle::nested(j);
-        let r = {
+        let (r, partial) = {
             let _h = self.handle()?;
             let r = f();
-            if !nested {
-                self.reap_dead();
-            }
-            r
+            let partial = if nested { Vec::new() } else { self.reap_dead() };
+            (r, partial)
         };
+        if let Err(e) = self.reap_rest(partial) {
+            eprintln!("scalevfs-ext4: freeing unlinked inodes failed: {e}");
+        }
         let enospc = matches!(&r, Err(Error::Io(e)) if e.raw_os_error() == Some(libc::ENOSPC));
         if enospc && !nested && !j.pending.is_empty() {
             self.commit()?;
@@ -556,19 +564,24 @@ impl Ext4 {
     /// Free the unlinked inodes whose last VFS reference went since the
     /// last call, in the caller's handle (their orphan records go in the
     /// same transaction). A failure stops writing (as any write error does)
-    /// and is reported by the next call that writes.
-    fn reap_dead(&self) {
-        let Some(rw) = &self.rw else { return };
+    /// and is reported by the next call that writes. Returns the inodes
+    /// too large for one handle (`reap_some`), for the caller to finish
+    /// after its handle (`reap_rest`).
+    fn reap_dead(&self) -> Vec<u32> {
+        let Some(rw) = &self.rw else {
+            return Vec::new();
+        };
         let dead = {
             let mut q = rw.dead.mine().lock();
             if q.is_empty() {
-                return;
+                return Vec::new();
             }
             std::mem::take(&mut *q)
         };
-        if let Err(e) = self.reap_some(false, Some(&dead)) {
+        self.reap_some(false, Some(&dead)).unwrap_or_else(|e| {
             eprintln!("scalevfs-ext4: freeing unlinked inodes failed: {e}");
-        }
+            Vec::new()
+        })
     }
 
     /// Make everything done before this call durable (fsync, sync): wait
@@ -721,6 +734,18 @@ impl Ext4 {
         }
     }
 
+    /// Lower the transaction size limit (dirty metadata blocks past which
+    /// a new handle commits first; a quarter of the log by default) to
+    /// `blocks` (at least 8), so that a test on a small image sees the
+    /// long operations split into many transactions. Only lowers it.
+    #[doc(hidden)]
+    pub fn set_txn_limit(&self, blocks: usize) {
+        if let Some(j) = self.journal() {
+            // Relaxed: see `Journal::limit`.
+            j.limit.fetch_min(blocks.max(8), Ordering::Relaxed);
+        }
+    }
+
     /// Commits that logged something, and commit requests (fsync, sync)
     /// since mount: (0, 0) without a journal.
     pub fn commit_stats(&self) -> (u64, u64) {
@@ -809,10 +834,15 @@ impl Ext4 {
         // commit frees them.
         // Relaxed: see `rw`.
         if !rw.failed.load(Ordering::Relaxed) {
+            // An inode too large for this transaction loses a step of its
+            // blocks and stays queued for the next (`reap_some`).
             self.reap(last)?;
         }
         let (_, io) = self.rw()?;
         let frees = j.pending.drain_all();
+        // Relaxed: see `Journal::txn_estimate` (the gate is closed: no
+        // handle frees meanwhile).
+        j.freed_groups.store(0, Ordering::Relaxed);
         let mut revokes = Vec::new();
         for b in frees {
             self.check(rw.alloc.free_block(&io, b))?;
@@ -894,9 +924,12 @@ impl Ext4 {
                  truncate(s) left by a crash"
             );
         }
-        let freed = self.check(self.process_orphans())?;
-        if freed > 0 {
-            eprintln!("scalevfs-ext4: freed {freed} orphan inode(s) left by a crash");
+        let (freed, truncated) = self.check(self.process_orphans())?;
+        if freed + truncated > 0 {
+            eprintln!(
+                "scalevfs-ext4: orphan file: freed {freed} inode(s), finished {truncated} \
+                 truncate(s) left by a crash"
+            );
         }
         if !file {
             // Relaxed: set once here, before any handle records an orphan.
@@ -1055,17 +1088,21 @@ impl Ext4 {
 
     /// Free the queued unlinked inodes nothing holds (`all`: every one,
     /// at unmount).
-    fn reap(&self, all: bool) -> Result<()> {
+    fn reap(&self, all: bool) -> Result<Vec<u32>> {
         self.reap_some(all, None)
     }
 
     /// `reap`, limited to the inodes `only` lists when given (the ones
-    /// whose drop was signalled).
-    fn reap_some(&self, all: bool, only: Option<&[u32]>) -> Result<()> {
-        let Some(rw) = &self.rw else { return Ok(()) };
+    /// whose drop was signalled). An inode too large to free in one
+    /// handle (`Ext4::release_step`) loses one step's worth of blocks and
+    /// goes back on the queue, still an orphan: returned, for the caller
+    /// to continue in a new handle (or the next commit to).
+    fn reap_some(&self, all: bool, only: Option<&[u32]>) -> Result<Vec<u32>> {
+        let Some(rw) = &self.rw else {
+            return Ok(Vec::new());
+        };
         #[allow(clippy::type_complexity)]
-        let mut ready: Vec<(u32, Option<Arc<Inode>>, OrphanSlot)> = Vec::new();
-        let free = |(i, w, s): (u32, Weak<Inode>, OrphanSlot)| (i, w.upgrade(), s);
+        let mut ready: Vec<(u32, Weak<Inode>, OrphanSlot)> = Vec::new();
         match only {
             Some(list) => {
                 for &ino in list {
@@ -1074,7 +1111,7 @@ impl Ext4 {
                         .iter()
                         .position(|(i, w, _)| *i == ino && (all || w.strong_count() == 0))
                     {
-                        ready.push(free(l.swap_remove(k)));
+                        ready.push(l.swap_remove(k));
                     }
                 }
             }
@@ -1083,14 +1120,29 @@ impl Ext4 {
                     .into_iter()
                     .partition(|(_, w, _)| all || w.strong_count() == 0);
                 *l = keep;
-                ready.extend(go.into_iter().map(free));
+                ready.extend(go);
             }),
         }
-        for (ino, live, slot) in ready {
-            let raw = match live.as_deref().and_then(|i| i.private::<Ext4Inode>()) {
+        let mut partial = Vec::new();
+        for (ino, weak, slot) in ready {
+            let live = weak.upgrade();
+            let ei = live.as_deref().and_then(|i| i.private::<Ext4Inode>());
+            let mut raw = match ei {
                 Some(e) => e.raw(),
                 None => self.read_inode(ino)?,
             };
+            if raw.links_count == 0 && self.check(self.release_step(&mut raw))? {
+                if let Some(e) = ei {
+                    e.set_raw(raw);
+                }
+                drop(live);
+                rw.unlinked
+                    .shard(u64::from(ino))
+                    .lock()
+                    .push((ino, weak, slot));
+                partial.push(ino);
+                continue;
+            }
             // Its orphan record goes in the transaction that frees it
             // (first: the list's link must not be encoded into the freed
             // inode).
@@ -1101,6 +1153,17 @@ impl Ext4 {
                 // Linked again: its dtime no longer links the list.
                 self.write_inode(&raw, false)?;
             }
+        }
+        Ok(partial)
+    }
+
+    /// Finish freeing the unlinked inodes `partial` (`reap_some` freed a
+    /// step of each): a step per inode per handle, outside the caller's
+    /// handle, so that each handle may commit first.
+    fn reap_rest(&self, mut partial: Vec<u32>) -> Result<()> {
+        while !partial.is_empty() {
+            let _h = self.handle()?;
+            partial = self.reap_some(false, Some(&partial))?;
         }
         Ok(())
     }
@@ -1131,6 +1194,15 @@ impl Ext4 {
             // The last commit (every unlinked inode freed), then a
             // checkpoint and an empty log without needs_recovery.
             scalevfs::flush_deferred_frees();
+            // Unlinked inodes too large for that commit lose their blocks
+            // first, a step per handle (each may commit).
+            // Relaxed: see `rw`.
+            while !rw.failed.load(Ordering::Relaxed) {
+                let _h = self.handle()?;
+                if self.reap(true)?.is_empty() {
+                    break;
+                }
+            }
             // Declared first, dropped last: the sleepers wake after the
             // lock is released.
             let _wake = Released(j);
@@ -1140,15 +1212,25 @@ impl Ext4 {
                 log.close()?;
             }
             rw.bufs.checkpointed(u64::MAX);
+            // Slots still used on disk (the in-memory overflow list is not
+            // on disk, and its lock ranks below the commit lock held here).
+            let orphans_left = self.orphan_disk().is_some_and(|od| {
+                let per = od.file.slots_per_block();
+                (0..od.file.blocks()).any(|b| od.file.free_slots(b) as usize != per)
+            });
             {
                 let mut raw = rw.sb_raw.lock();
                 let inc = u32::from_le_bytes([raw[0x60], raw[0x61], raw[0x62], raw[0x63]])
                     & !INCOMPAT_RECOVER;
                 raw[0x60..0x64].copy_from_slice(&inc.to_le_bytes());
-                // Every orphan was freed by the last commit.
-                let ro = u32::from_le_bytes([raw[0x64], raw[0x65], raw[0x66], raw[0x67]])
-                    & !RO_COMPAT_ORPHAN_PRESENT;
-                raw[0x64..0x68].copy_from_slice(&ro.to_le_bytes());
+                // Every unlinked orphan was freed by the last commit; a
+                // long truncate that failed half-way (`truncate_rest`)
+                // keeps its record for the next mount, and the flag.
+                if !orphans_left {
+                    let ro = u32::from_le_bytes([raw[0x64], raw[0x65], raw[0x66], raw[0x67]])
+                        & !RO_COMPAT_ORPHAN_PRESENT;
+                    raw[0x64..0x68].copy_from_slice(&ro.to_le_bytes());
+                }
             }
             self.write_super(true)?;
             self.dev.flush()?;
@@ -2142,7 +2224,10 @@ impl Filesystem for Ext4 {
     }
 
     fn setattr(&self, inode: &Arc<Inode>, set: &SetAttr) -> VfsResult<()> {
-        vfs(self.journaled(|| self.set_attr(inode, set)))
+        if let Some(slot) = vfs(self.journaled(|| self.set_attr(inode, set)))? {
+            vfs(self.truncate_rest(inode, slot))?;
+        }
+        Ok(())
     }
 
     fn readdir(
@@ -2259,37 +2344,49 @@ impl Filesystem for Ext4 {
     }
 
     fn write(&self, inode: &Arc<Inode>, off: u64, buf: &[u8]) -> VfsResult<usize> {
-        let n = vfs(self.journaled(|| self.file_write(inode, off, buf)))?;
-        // A write cut short by ENOSPC while blocks freed by the running
-        // transaction wait for its commit (a loop that truncates and
-        // rewrites a file frees and needs the same space every round):
-        // commit, then write the rest, as `journaled` retries an error
-        // (generic/129 saw "short write: 32768 of 102400").
-        let retry = || {
-            self.journal()
-                .is_some_and(|j| !j.pending.is_empty() && !Handle::nested(j))
-        };
-        if n < buf.len() && retry() {
-            vfs(self.commit())?;
-            let more = vfs(self.journaled(|| self.file_write(inode, off + n as u64, &buf[n..])))?;
-            return Ok(n + more);
+        let mut n = vfs(self.journaled(|| self.file_write(inode, off, buf)))?;
+        // A write ends short when its allocations fill one step
+        // (`Ext4::step_groups`; the rest goes in new handles, each may
+        // commit first) or on an error after some bytes. The rest is
+        // written until a call fails: an ENOSPC while blocks freed by the
+        // running transaction wait for its commit is retried after a
+        // commit by `journaled` (a loop that truncates and rewrites a
+        // file frees and needs the same space every round: generic/129
+        // saw "short write: 32768 of 102400"); any failure then ends the
+        // write with the bytes written so far.
+        while n < buf.len() {
+            match self.journaled(|| self.file_write(inode, off + n as u64, &buf[n..])) {
+                Ok(0) | Err(_) => break,
+                Ok(k) => n += k,
+            }
         }
         Ok(n)
     }
 
     fn truncate(&self, inode: &Arc<Inode>, size: u64) -> VfsResult<()> {
-        vfs(self.journaled(|| self.file_truncate(inode, size)))
+        if let Some(slot) = vfs(self.journaled(|| self.file_truncate(inode, size)))? {
+            vfs(self.truncate_rest(inode, slot))?;
+        }
+        Ok(())
     }
 
     fn fallocate(&self, inode: &Arc<Inode>, punch: bool, off: u64, len: u64) -> VfsResult<()> {
         if self.rw.is_none() {
             return Err(Errno::EROFS);
         }
+        // Ranges larger than one handle run as several (`extent_write.rs`).
         if punch {
-            vfs(self.journaled(|| self.file_punch(inode, off, len)))
-        } else {
-            vfs(self.journaled(|| self.file_fallocate(inode, off, len)))
+            if let Some((from, to)) = vfs(self.journaled(|| self.file_punch(inode, off, len)))? {
+                vfs(self.punch_rest(inode, from, to))?;
+            }
+            return Ok(());
         }
+        let end = off.checked_add(len).ok_or(Errno::EFBIG)?;
+        let mut at = off;
+        while let Some(next) = vfs(self.journaled(|| self.file_fallocate(inode, at, end - at)))? {
+            at = next;
+        }
+        Ok(())
     }
 
     fn fallocate_range(
@@ -2303,11 +2400,27 @@ impl Filesystem for Ext4 {
         if self.rw.is_none() {
             return Err(Errno::EROFS);
         }
-        vfs(self.journaled(|| match op {
-            RangeOp::Zero => self.file_zero_range(inode, off, len),
-            RangeOp::Collapse => self.file_collapse(inode, off, len),
-            RangeOp::Insert => self.file_insert(inode, off, len),
-        }))
+        // Ranges larger than one handle run as several (`extent_write.rs`).
+        match op {
+            RangeOp::Zero => {
+                let end = off.checked_add(len).ok_or(Errno::EFBIG)?;
+                let mut at = off;
+                while let Some(next) =
+                    vfs(self.journaled(|| self.file_zero_range(inode, at, end - at)))?
+                {
+                    at = next;
+                }
+                Ok(())
+            }
+            RangeOp::Collapse => {
+                let pre = vfs(self.journaled(|| self.collapse_prefree(inode, off, len)))?;
+                if let Some((from, to)) = pre {
+                    vfs(self.punch_rest(inode, from, to))?;
+                }
+                vfs(self.journaled(|| self.file_collapse(inode, off, len)))
+            }
+            RangeOp::Insert => vfs(self.journaled(|| self.file_insert(inode, off, len))),
+        }
     }
 
     // Extended attributes: in the inode body and the xattr block

@@ -21,8 +21,9 @@ use scalevfs_orphan::{OrphanFile, OrphanSlot, OrphanVariant};
 use crate::error::{corrupt, Result};
 use crate::format::checksum::crc32c;
 use crate::format::features::COMPAT_ORPHAN_FILE;
+use crate::format::inode::RawInode;
 use crate::format::inode::FL_EXTENTS;
-use crate::fs::{Ext4, Mapping};
+use crate::fs::{Ext4, Ext4Inode, Mapping};
 use crate::txn::OrphanDisk;
 
 /// `EXT4_ORPHAN_BLOCK_MAGIC`.
@@ -128,6 +129,41 @@ impl Ext4 {
         Ok(slot)
     }
 
+    /// Record a file that keeps its links as an orphan (a long truncate,
+    /// `Ext4::file_truncate`): its record says "blocks past `i_size` may
+    /// remain". On the orphan list its in-memory `dtime` is set non-zero,
+    /// so every encode of it takes the chain's link (`with_orphan_link`).
+    pub(crate) fn orphan_add_live(&self, raw: &mut RawInode) -> Result<OrphanSlot> {
+        let slot = self.orphan_add(raw.ino)?;
+        if self.orphan_list().is_some() {
+            raw.dtime = raw.dtime.max(1);
+        }
+        Ok(slot)
+    }
+
+    /// Remove the record `orphan_add_live` made (the truncate is done), in
+    /// the running handle. On the orphan list the inode stays if it lost
+    /// its last link meanwhile (its unlink found it listed and added
+    /// nothing): the list then records the unlinked inode.
+    pub(crate) fn orphan_remove_live(
+        &self,
+        slot: OrphanSlot,
+        ei: &Ext4Inode,
+        raw: &mut RawInode,
+    ) -> Result<()> {
+        match self.orphan_list() {
+            Some(l) => {
+                if self.list_remove_linked(l, raw.ino, || ei.raw().links_count)? {
+                    raw.dtime = 0;
+                }
+            }
+            None => {
+                self.orphan_remove(slot, raw.ino)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Clear the record of `ino` (it is being freed, in the same handle or
     /// commit). `true`: it was on the orphan list.
     pub(crate) fn orphan_remove(&self, slot: OrphanSlot, ino: u32) -> Result<bool> {
@@ -145,32 +181,54 @@ impl Ext4 {
     }
 
     /// At mount: free every inode the orphan file lists with no link
-    /// left (a crash after its last name went), clear every slot. Returns
-    /// how many inodes were freed. Checked before anything is changed: a
-    /// block whose magic or checksum is wrong stops the mount.
-    pub(crate) fn process_orphans(&self) -> Result<usize> {
+    /// left (a crash after its last name went), finish the truncate of
+    /// each regular file that has links (a crash in a long truncate:
+    /// blocks past its size go, as the kernel and e2fsck do), clear every
+    /// slot. An inode too large for one handle loses its blocks a step
+    /// per handle first (`orphan_step`); its slot is cleared in the handle
+    /// of the last step. Returns how many inodes were (freed, truncated).
+    /// Checked before anything is changed: a block whose magic or checksum
+    /// is wrong stops the mount.
+    pub(crate) fn process_orphans(&self) -> Result<(usize, usize)> {
         let Some(od) = self.orphan_disk() else {
-            return Ok(0);
+            return Ok((0, 0));
         };
         let listed = self.scan_orphans(od)?;
-        let mut freed = 0;
+        let (mut freed, mut truncated) = (0, 0);
         for (pblk, k, ino, in_use) in listed {
-            if in_use {
-                let raw = self.read_inode(ino)?;
-                // A live link count is a truncate orphan (we make none;
-                // clear it): only the unlinked ones are freed.
-                if raw.links_count == 0 && raw.dtime == 0 && raw.mode != 0 {
-                    self.check(self.release_inode(raw))?;
-                    freed += 1;
+            while in_use && self.orphan_step(ino)? {}
+            let done = self.journaled(|| {
+                let (rw, io) = self.rw()?;
+                let mut done = None;
+                // An earlier slot may have listed it too and freed it.
+                if in_use && rw.alloc.inode_in_use(&io, ino)? {
+                    let mut raw = self.read_inode(ino)?;
+                    if raw.links_count == 0 && raw.dtime == 0 && raw.mode != 0 {
+                        self.check(self.release_inode(raw))?;
+                        done = Some(true);
+                    } else if raw.links_count > 0
+                        && raw.file_type_bits() == libc::S_IFREG
+                        && raw.flags & FL_EXTENTS != 0
+                    {
+                        let keep = raw.size.div_ceil(self.bs as u64);
+                        self.check(self.drop_range(&mut raw, keep, 1 << 32, &[]))?;
+                        self.write_inode(&raw, false)?;
+                        done = Some(false);
+                    }
                 }
-            }
-            let (rw, io) = self.rw()?;
-            rw.bufs.modify(io.dev, pblk, true, |b| {
-                b[k * 4..k * 4 + 4].fill(0);
-                Self::orphan_tail(od, pblk, b);
+                rw.bufs.modify(io.dev, pblk, true, |b| {
+                    b[k * 4..k * 4 + 4].fill(0);
+                    Self::orphan_tail(od, pblk, b);
+                })?;
+                Ok(done)
             })?;
+            match done {
+                Some(true) => freed += 1,
+                Some(false) => truncated += 1,
+                None => {}
+            }
         }
-        Ok(freed)
+        Ok((freed, truncated))
     }
 
     /// Read and check every orphan block (magic, checksum, inode numbers

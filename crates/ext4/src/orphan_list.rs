@@ -34,7 +34,7 @@ use crate::error::{corrupt, Result};
 use crate::format::inode::{RawInode, FL_EXTENTS};
 use crate::format::superblock::SB_LAST_ORPHAN;
 use crate::fs::Ext4;
-use crate::txn::OrphanList;
+use crate::txn::{ListState, OrphanList};
 
 impl Ext4 {
     /// The orphan list, on journaled `orphan=list` mounts.
@@ -69,6 +69,11 @@ impl Ext4 {
     /// which rewrites its own `i_dtime`). `false`: it was not on it.
     pub(crate) fn list_remove(&self, l: &OrphanList, ino: u32) -> Result<bool> {
         let mut st = l.state.lock();
+        self.list_remove_locked(&mut st, ino)
+    }
+
+    /// `list_remove`, the list mutex held (`st`).
+    fn list_remove_locked(&self, st: &mut ListState, ino: u32) -> Result<bool> {
         let Some(&next) = st.next.get(&ino) else {
             return Ok(false);
         };
@@ -93,21 +98,47 @@ impl Ext4 {
         Ok(true)
     }
 
+    /// `list_remove` unless the inode has no link left (`links`, read
+    /// under the list mutex: an unlink that found it listed and so added
+    /// nothing changed the count before). True if it was removed.
+    pub(crate) fn list_remove_linked(
+        &self,
+        l: &OrphanList,
+        ino: u32,
+        links: impl FnOnce() -> u16,
+    ) -> Result<bool> {
+        let mut st = l.state.lock();
+        if links() == 0 {
+            return Ok(false);
+        }
+        // Under the same hold: an unlink that comes later finds it gone
+        // and adds it again.
+        self.list_remove_locked(&mut st, ino)
+    }
+
     /// Run `f` with the inode to encode: for an inode on the orphan list,
     /// a copy whose `dtime` is its next pointer, with the list mutex held
-    /// across `f` (see the module comment). Others pass through.
+    /// across `f` (see the module comment). Others pass through. A file
+    /// that keeps its links is on the list only during a long truncate,
+    /// with a non-zero `dtime` in its copy (`Ext4::orphan_add_live`); a
+    /// stale copy of it written after it left the list gets `dtime` 0.
     pub(crate) fn with_orphan_link<R>(
         &self,
         raw: &RawInode,
         f: impl FnOnce(&RawInode) -> Result<R>,
     ) -> Result<R> {
         let l = match self.orphan_list() {
-            Some(l) if raw.links_count == 0 => l,
+            Some(l) if raw.links_count == 0 || raw.dtime != 0 => l,
             _ => return f(raw),
         };
         let st = l.state.lock();
-        match st.next.get(&raw.ino) {
-            Some(&n) if n != raw.dtime => {
+        let want = match st.next.get(&raw.ino) {
+            Some(&n) => Some(n),
+            None if raw.links_count != 0 => Some(0),
+            None => None,
+        };
+        match want {
+            Some(n) if n != raw.dtime => {
                 let mut r = raw.clone();
                 r.dtime = n;
                 f(&r)
@@ -181,7 +212,8 @@ impl Ext4 {
     /// has (blocks past its size go, as e2fsck and the kernel do), one
     /// handle per inode, the head moving on in the same handle, so a
     /// crash in the middle leaves a valid shorter chain. Returns (freed,
-    /// truncated).
+    /// truncated). An inode too large for one handle loses its blocks a
+    /// step per handle first (`orphan_step`).
     pub(crate) fn process_orphan_list(&self) -> Result<(usize, usize)> {
         if self.sb.last_orphan == 0 {
             return Ok((0, 0));
@@ -190,6 +222,9 @@ impl Ext4 {
         let (mut freed, mut truncated) = (0, 0);
         for (k, &ino) in chain.iter().enumerate() {
             let next = chain.get(k + 1).copied().unwrap_or(0);
+            // Too large for one handle: a step per handle first, the
+            // inode still listed (its dtime, the link, is written back).
+            while self.orphan_step(ino)? {}
             let done = self.journaled(|| {
                 let (rw, io) = self.rw()?;
                 let mut done = None;

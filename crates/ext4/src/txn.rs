@@ -24,6 +24,16 @@
 //!   gets a revoke record, so replay never writes its old copy over data.
 //! - Group commit: a caller waits for a commit that started after it
 //!   called (`started`, `done`); concurrent fsyncs share one.
+//! - Size: a transaction must fit the log. A new handle commits first
+//!   when the running transaction's dirty blocks plus the block bitmaps
+//!   its pending frees will dirty at the commit (`freed_groups`, an upper
+//!   estimate) pass `limit`, a quarter of the log. One handle may add at
+//!   most about `limit` more: an operation whose metadata is larger runs
+//!   as several handles (`Ext4::step_groups`): truncate and unlink free
+//!   from the end in steps (the inode an orphan meanwhile, so a crash
+//!   between steps leaves an orphan that the next mount finishes), punch
+//!   hole frees from the end of the hole, fallocate and write allocate in
+//!   pieces (`extent_write.rs`).
 
 use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
@@ -72,8 +82,13 @@ pub(crate) struct Journal {
     pub(crate) started: AtomicU64,
     /// Commits finished (durable).
     pub(crate) done: AtomicU64,
-    /// Dirty metadata blocks past which a new handle commits first.
-    pub(crate) limit: usize,
+    /// Dirty metadata blocks past which a new handle commits first
+    /// (`Ext4::set_txn_limit` lowers it for crash tests).
+    pub(crate) limit: AtomicUsize,
+    /// Block bitmaps the running transaction's pending frees will dirty
+    /// at its commit (an upper estimate: one per change of group in a
+    /// thread's run of frees); zeroed by the commit.
+    pub(crate) freed_groups: AtomicUsize,
     /// Statistics: commits that logged something, and `commit` calls that
     /// asked for durability (fsync, sync): fsyncs per commit.
     pub(crate) commits: AtomicU64,
@@ -111,7 +126,8 @@ impl Journal {
             pending: Sharded::new(Class::Ext4Pending),
             started: AtomicU64::new(0),
             done: AtomicU64::new(0),
-            limit,
+            limit: AtomicUsize::new(limit),
+            freed_groups: AtomicUsize::new(0),
             commits: AtomicU64::new(0),
             requests: AtomicU64::new(0),
             last_sync_thread: AtomicU64::new(0),
@@ -120,6 +136,20 @@ impl Journal {
             released: AtomicU32::new(0),
             last_batch: AtomicU64::new(1),
         }
+    }
+
+    /// Blocks the running transaction will log as far as handles can
+    /// tell: its dirty blocks (`dirty`) and the bitmaps of its frees.
+    pub(crate) fn txn_estimate(&self, dirty: usize) -> usize {
+        // Relaxed: an estimate that decides when to commit early; a stale
+        // value only moves that commit by one handle.
+        dirty + self.freed_groups.load(Ordering::Relaxed)
+    }
+
+    /// Dirty metadata blocks past which a new handle commits first.
+    pub(crate) fn limit(&self) -> usize {
+        // Relaxed: set at mount (or once by a test before its workload).
+        self.limit.load(Ordering::Relaxed)
     }
 
     /// The number a commit starting now would get.

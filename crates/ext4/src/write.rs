@@ -715,12 +715,19 @@ impl Ext4 {
         Ok(())
     }
 
-    pub(crate) fn set_attr(&self, inode: &Arc<Inode>, set: &SetAttr) -> Result<()> {
+    /// setattr; a size change that starts a long truncate returns its
+    /// orphan record (`file_truncate`): the caller finishes it.
+    pub(crate) fn set_attr(
+        &self,
+        inode: &Arc<Inode>,
+        set: &SetAttr,
+    ) -> Result<Option<scalevfs_orphan::OrphanSlot>> {
         self.rw()?;
         let ei = inode
             .private::<Ext4Inode>()
             .ok_or_else(|| errno(libc::EIO))?;
         let mut raw = ei.raw();
+        let mut long = None;
         if let Some(size) = set.size {
             if inode.file_type() != FileType::Regular {
                 return Err(errno(libc::EINVAL));
@@ -728,7 +735,7 @@ impl Ext4 {
             if size > scalevfs::fstype::Filesystem::max_file_size(self) {
                 return Err(errno(libc::EFBIG));
             }
-            self.file_truncate(inode, size)?;
+            long = self.file_truncate(inode, size)?;
             raw = ei.raw();
         }
         if let Some(m) = set.mode {
@@ -752,7 +759,7 @@ impl Ext4 {
         self.write_inode(&raw, false)?;
         ei.set_raw(raw);
         inode.update_attr(|a| scalevfs::fstype::apply_setattr(a, set));
-        Ok(())
+        Ok(long)
     }
 
     /// Find the live entry `name` in directory `draw`: (physical block,

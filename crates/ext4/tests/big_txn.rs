@@ -1,0 +1,300 @@
+//! Operations whose metadata is larger than one transaction (issue 15):
+//! on an image with the smallest journal (1024 blocks of 1 KiB, so a
+//! transaction logs at most about 1000 blocks) and 256-block groups, a
+//! file spread over ~1000 groups is truncated, unlinked, punched and
+//! allocated in one call each. Freeing or allocating its blocks changes
+//! ~1000 block bitmaps plus their group descriptors: more than the log
+//! holds. Each must work (the long ones run as several transactions, a
+//! truncate or unlink protected by an orphan record), leave `e2fsck -fn`
+//! clean, and give back every block it freed.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::{debugfs, fsck_clean, have_tools, mkfs, rw_journaled, sb_field, Scratch};
+use scalevfs::io::*;
+use scalevfs::{Vfs, O_CREAT, O_RDWR};
+use scalevfs_ext4::Ext4;
+
+const BS: i64 = 1024;
+/// Blocks the big file gets: ~1150 of the 1280 groups.
+const FILE_BLOCKS: i64 = 290_000;
+
+/// A 320 MiB image: 1 KiB blocks, 256-block groups (1280 groups), a
+/// 1 MiB journal, no reserved blocks, `-O features`.
+fn image(dir: &Path, features: &str) -> PathBuf {
+    let img = dir.join("big.img");
+    let out = Command::new(mkfs().unwrap())
+        .args([
+            "-q", "-F", "-b", "1024", "-g", "256", "-J", "size=1", "-m", "0",
+        ])
+        .args(["-O", &format!("^resize_inode,{features}")])
+        .arg(&img)
+        .arg("320M")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "mkfs: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    img
+}
+
+fn free_blocks(img: &Path) -> u64 {
+    sb_field(img, "Free blocks").parse().unwrap()
+}
+
+/// Mount `img`, create /f of FILE_BLOCKS blocks (allocated in pieces of
+/// at most 4 groups, each fsynced, so building it never needs a big
+/// transaction), with data in its first and last blocks; run `op` on the
+/// task and fd; unmount.
+fn with_big_file(img: &Path, op: impl FnOnce(&Ext4, &scalevfs::Task, i32)) {
+    let e = Ext4::open(img, rw_journaled()).unwrap();
+    let vfs = Vfs::with_root_fs(Default::default(), e.clone());
+    let t = vfs.root_task();
+    let fd = t.open("/f", O_CREAT | O_RDWR, 0o644).unwrap();
+    let step = 1000 * BS;
+    let mut off = 0;
+    while off < FILE_BLOCKS * BS {
+        let len = step.min(FILE_BLOCKS * BS - off);
+        t.fallocate(fd, 0, off, len).unwrap();
+        t.fsync(fd).unwrap();
+        off += len;
+    }
+    t.pwrite(fd, b"first", 0).unwrap();
+    t.pwrite(fd, b"last", (FILE_BLOCKS - 1) * BS).unwrap();
+    t.fsync(fd).unwrap();
+    assert!(t.fstat(fd).unwrap().blocks >= FILE_BLOCKS as u64 * 2);
+    op(&e, &t, fd);
+    drop(t);
+    drop(vfs);
+    e.unmount().unwrap();
+}
+
+#[test]
+fn truncating_a_file_over_a_thousand_groups_to_zero_works() {
+    if !have_tools() {
+        return;
+    }
+    for features in ["orphan_file", "^orphan_file"] {
+        let s = Scratch::new("bigtrunc");
+        let img = image(&s.0, features);
+        let before = free_blocks(&img);
+        with_big_file(&img, |_, t, fd| {
+            t.ftruncate(fd, 0).unwrap();
+            let r = t.fsync(fd);
+            assert!(r.is_ok(), "fsync after the truncate: {r:?}");
+            let st = t.fstat(fd).unwrap();
+            assert_eq!((st.size, st.blocks), (0, 0));
+            // The mount still writes.
+            let r = t.pwrite(fd, b"again", 0);
+            assert!(r.is_ok(), "a write after the truncate: {r:?}");
+            t.ftruncate(fd, 0).unwrap();
+            t.close(fd).unwrap();
+        });
+        fsck_clean(&img);
+        // The inode itself stays; its blocks all came back.
+        assert_eq!(free_blocks(&img), before, "{features}");
+    }
+}
+
+#[test]
+fn unlinking_a_file_over_a_thousand_groups_works() {
+    if !have_tools() {
+        return;
+    }
+    for features in ["orphan_file", "^orphan_file"] {
+        let s = Scratch::new("bigunlink");
+        let img = image(&s.0, features);
+        let before = free_blocks(&img);
+        with_big_file(&img, |e, t, fd| {
+            t.close(fd).unwrap();
+            t.unlink("/f").unwrap();
+            let r = e.commit();
+            assert!(r.is_ok(), "commit after the unlink: {r:?}");
+            let fd = t.open("/g", O_CREAT | O_RDWR, 0o644).unwrap();
+            let r = t.pwrite(fd, b"x", 0);
+            assert!(r.is_ok(), "a write after the unlink: {r:?}");
+            t.close(fd).unwrap();
+            t.unlink("/g").unwrap();
+        });
+        fsck_clean(&img);
+        assert_eq!(free_blocks(&img), before, "{features}");
+    }
+}
+
+#[test]
+fn punching_a_hole_over_a_thousand_groups_works() {
+    if !have_tools() {
+        return;
+    }
+    let s = Scratch::new("bigpunch");
+    let img = image(&s.0, "orphan_file");
+    let before = free_blocks(&img);
+    with_big_file(&img, |_, t, fd| {
+        let mode = FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE;
+        // All but the first and last blocks.
+        let r = t.fallocate(fd, mode, BS, (FILE_BLOCKS - 2) * BS);
+        assert!(r.is_ok(), "punch: {r:?}");
+        let r = t.fsync(fd);
+        assert!(r.is_ok(), "fsync after the punch: {r:?}");
+        let st = t.fstat(fd).unwrap();
+        assert_eq!((st.size, st.blocks), (FILE_BLOCKS as u64 * 1024, 4));
+        let mut b = [0u8; 5];
+        t.pread(fd, &mut b, 0).unwrap();
+        assert_eq!(&b, b"first");
+        t.pread(fd, &mut b[..4], (FILE_BLOCKS - 1) * BS).unwrap();
+        assert_eq!(&b[..4], b"last");
+        t.ftruncate(fd, 0).unwrap();
+        t.close(fd).unwrap();
+    });
+    fsck_clean(&img);
+    assert_eq!(free_blocks(&img), before);
+}
+
+#[test]
+fn allocating_over_a_thousand_groups_in_one_call_works() {
+    if !have_tools() {
+        return;
+    }
+    let s = Scratch::new("bigfalloc");
+    let img = image(&s.0, "orphan_file");
+    let before = free_blocks(&img);
+    let e = Ext4::open(&img, rw_journaled()).unwrap();
+    let vfs = Vfs::with_root_fs(Default::default(), e.clone());
+    let t = vfs.root_task();
+    let fd = t.open("/f", O_CREAT | O_RDWR, 0o644).unwrap();
+    let r = t.fallocate(fd, 0, 0, FILE_BLOCKS * BS);
+    assert!(r.is_ok(), "fallocate: {r:?}");
+    let r = t.fsync(fd);
+    assert!(r.is_ok(), "fsync after the fallocate: {r:?}");
+    assert!(t.fstat(fd).unwrap().blocks >= FILE_BLOCKS as u64 * 2);
+    t.close(fd).unwrap();
+    drop(t);
+    drop(vfs);
+    e.unmount().unwrap();
+    fsck_clean(&img);
+    assert!(free_blocks(&img) <= before - FILE_BLOCKS as u64);
+}
+
+/// On a small image with the transaction limit lowered (12 blocks: a
+/// step touches ~4 groups), a 10 MiB write in one call, a ZERO_RANGE over
+/// a 4 MiB hole and a COLLAPSE_RANGE of 8 MiB each run as several
+/// transactions and do what one would.
+#[test]
+fn a_large_write_zero_range_and_collapse_run_as_several_transactions() {
+    if !have_tools() {
+        return;
+    }
+    let s = Scratch::new("bigsteps");
+    let img = s.0.join("small.img");
+    let out = Command::new(mkfs().unwrap())
+        .args([
+            "-q", "-F", "-b", "1024", "-g", "256", "-J", "size=1", "-m", "0",
+        ])
+        .args(["-O", "^resize_inode,orphan_file"])
+        .arg(&img)
+        .arg("24M")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let mib = 1 << 20;
+    let data: Vec<u8> = (0..10 * mib).map(|k| (k / 1024 * 7) as u8 | 1).collect();
+    {
+        let e = Ext4::open(&img, rw_journaled()).unwrap();
+        e.set_txn_limit(12);
+        let vfs = Vfs::with_root_fs(Default::default(), e.clone());
+        let t = vfs.root_task();
+        let fd = t.open("/f", O_CREAT | O_RDWR, 0o644).unwrap();
+        let read = |len: usize| {
+            let mut b = vec![0u8; len];
+            let mut n = 0;
+            while n < len {
+                n += t.pread(fd, &mut b[n..], n as i64).unwrap();
+            }
+            b
+        };
+        let commits = |e: &Ext4| e.commit_stats().0;
+        let c0 = commits(&e);
+        assert_eq!(t.pwrite(fd, &data, 0).unwrap(), data.len());
+        assert!(commits(&e) >= c0 + 3, "the write ran as one transaction");
+        t.fsync(fd).unwrap();
+        assert!(read(data.len()) == data);
+        // A hole from 10 to 14 MiB, zeroed (allocated) but for 100 bytes
+        // at each end.
+        t.ftruncate(fd, 14 * mib as i64).unwrap();
+        let c1 = commits(&e);
+        let mode = FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE;
+        t.fallocate(fd, mode, 10 * mib as i64 + 100, 4 * mib as i64 - 200)
+            .unwrap();
+        assert!(
+            commits(&e) >= c1 + 3,
+            "the zero range ran as one transaction"
+        );
+        let blocks = t.fstat(fd).unwrap().blocks;
+        assert!(blocks >= 14 * 2048, "{blocks} sectors after ZERO_RANGE");
+        let mut want = data.clone();
+        want.resize(14 * mib, 0);
+        t.fsync(fd).unwrap();
+        assert!(read(want.len()) == want);
+        // Collapse 1..9 MiB.
+        let c2 = commits(&e);
+        t.fallocate(fd, FALLOC_FL_COLLAPSE_RANGE, mib as i64, 8 * mib as i64)
+            .unwrap();
+        assert!(commits(&e) >= c2 + 3, "the collapse ran as one transaction");
+        want.drain(mib..9 * mib);
+        assert_eq!(t.fstat(fd).unwrap().size, want.len() as u64);
+        assert!(read(want.len()) == want);
+        t.close(fd).unwrap();
+        drop(t);
+        drop(vfs);
+        e.unmount().unwrap();
+    }
+    fsck_clean(&img);
+}
+
+/// Orphans left by a crash (made with debugfs, as the kernel leaves
+/// them on the orphan list) whose blocks span ~1150 groups: the mount
+/// frees them a step per handle (several commits), e2fsck is clean after,
+/// and the blocks come back: a truncate orphan keeps its first 1000
+/// blocks, an unlinked one is freed whole.
+#[test]
+fn a_big_orphan_left_by_a_crash_is_finished_in_steps() {
+    if !have_tools() {
+        return;
+    }
+    for unlinked in [false, true] {
+        let s = Scratch::new("bigorphan");
+        let img = image(&s.0, "^orphan_file");
+        let before = free_blocks(&img);
+        with_big_file(&img, |_, _, _| {});
+        let ino = common::ino_of(&img, "/f");
+        if unlinked {
+            assert!(debugfs(&img, "unlink /f"));
+            assert!(debugfs(&img, &format!("sif <{ino}> links_count 0")));
+        } else {
+            assert!(debugfs(&img, &format!("sif <{ino}> size {}", 1000 * BS)));
+        }
+        assert!(debugfs(&img, &format!("ssv last_orphan {ino}")));
+        let e = Ext4::open(&img, rw_journaled()).unwrap();
+        let commits = e.commit_stats().0;
+        assert!(commits >= 3, "the orphan took {commits} commits");
+        if !unlinked {
+            let vfs = Vfs::with_root_fs(Default::default(), e.clone());
+            let st = vfs.root_task().stat("/f").unwrap();
+            assert_eq!(st.size, 1000 * BS as u64);
+            assert!((2000..2100).contains(&st.blocks), "{} sectors", st.blocks);
+        }
+        e.unmount().unwrap();
+        fsck_clean(&img);
+        let after = free_blocks(&img);
+        if unlinked {
+            assert_eq!(after, before);
+        } else {
+            assert!((before - 1050..=before - 1000).contains(&after));
+        }
+    }
+}
