@@ -124,55 +124,57 @@ classes! {
     OrphanReg = 16, "InodeOrphan::reg", No;
     /// `OrphanFile::lock` (the `locked` orphan variant).
     OrphanFile = 17, "OrphanFile::lock", No;
-    /// `OrphanFile::overflow`.
-    OrphanOverflow = 18, "OrphanFile::overflow", No;
     /// The writer lock of an inode's attribute `SeqLock`.
-    AttrWriter = 19, "Inode attr SeqLock writer", No;
+    AttrWriter = 18, "Inode attr SeqLock writer", No;
     /// `frames::POOL`: memfs's pool of free page frames. Innermost: pages
     /// are allocated under the data lock and freed by epoch destructors,
     /// which run wherever a thread pins.
-    FramePool = 20, "frames::POOL", No;
+    FramePool = 19, "frames::POOL", No;
     /// `ext4 Journal::commit`: one journal commit at a time (fsync, sync,
     /// the commit thread, unmount); taken with no ext4 lock and no journal
     /// handle held. While it is held the committer closes the handle gate
     /// and takes ext4 locks below to free unlinked inodes.
-    Ext4Commit = 21, "ext4 Journal::commit", No;
+    Ext4Commit = 20, "ext4 Journal::commit", No;
     /// `ext4 Ext4Inode::dir_lock`: a directory's blocks, exclusive while a
     /// name is added or removed (two by inode number for a rename), shared
     /// for lookup and readdir.
-    Ext4Dir = 22, "ext4 Ext4Inode::dir_lock", Ascending;
+    Ext4Dir = 21, "ext4 Ext4Inode::dir_lock", Ascending;
     /// `ext4 Ext4Inode::data`: a file's extent tree, exclusive while it
     /// changes (write, truncate, fallocate), shared for read and seek;
     /// also any inode's xattrs (exclusive to set/remove, shared to read).
-    Ext4File = 23, "ext4 Ext4Inode::data", No;
+    Ext4File = 22, "ext4 Ext4Inode::data", No;
     /// `ext4 OrphanList::state`: the orphan list (`orphan=list`, seed
     /// 002's "before"): one mutex for the whole filesystem, held while an
     /// inode joins or leaves the chain and while an inode on it is encoded
     /// (its dtime is the chain's next pointer).
-    Ext4OrphanList = 24, "ext4 OrphanList::state", No;
+    Ext4OrphanList = 23, "ext4 OrphanList::state", No;
     /// `ext4 Alloc::groups[g]`: one block group's allocation state
     /// (bitmaps, free counts, flags); one group at a time.
-    Ext4Group = 25, "ext4 Alloc::groups", No;
+    Ext4Group = 24, "ext4 Alloc::groups", No;
     /// `ext4 BufCache::shards[i]`: one shard of the metadata buffer cache.
-    Ext4Buf = 26, "ext4 BufCache::shards", No;
+    Ext4Buf = 25, "ext4 BufCache::shards", No;
     /// `ext4 Ext4::sb_raw`: the raw superblock at writeback.
-    Ext4Super = 27, "ext4 Ext4::sb_raw", No;
+    Ext4Super = 26, "ext4 Ext4::sb_raw", No;
     /// `ext4 Ext4Inode::raw`: an inode's on-disk copy, held only to copy
     /// or replace it.
-    Ext4Raw = 28, "ext4 Ext4Inode::raw", No;
+    Ext4Raw = 27, "ext4 Ext4Inode::raw", No;
     /// `ext4 RwState::unlinked`: inodes whose last name is gone.
-    Ext4Unlinked = 29, "ext4 RwState::unlinked", No;
+    Ext4Unlinked = 28, "ext4 RwState::unlinked", No;
     /// `ext4 Journal::pending`: blocks freed in the running transaction,
     /// reusable after its commit; held only to push or take the list.
-    Ext4Pending = 30, "ext4 Journal::pending", No;
+    Ext4Pending = 29, "ext4 Journal::pending", No;
     /// `ext4 RwState::dead`: numbers of unlinked inodes whose last VFS
     /// reference just went (pushed from the inode's drop, wherever that
     /// runs; nothing is taken under it).
-    Ext4Dead = 31, "ext4 RwState::dead", No;
+    Ext4Dead = 30, "ext4 RwState::dead", No;
     /// `ext4 Ext4::cache[i]`: one shard of the inode cache (number -> inode),
     /// held only around its map and recent list; inodes it lets go are
     /// dropped after it is released, so nothing is taken under it.
-    Ext4Icache = 32, "ext4 Ext4::cache", No;
+    Ext4Icache = 31, "ext4 Ext4::cache", No;
+    /// `OrphanFile::overflow`: a leaf (nothing is taken under it), taken
+    /// when the orphan file is full, under any of the locks above it
+    /// (an ext4 directory's lock, the ext4 commit).
+    OrphanOverflow = 32, "OrphanFile::overflow", No;
     /// A shard of the FUSE adapter's node table (`crates/fuse/src/
     /// nodes.rs`): held only around its hash map, never across a core call
     /// (a node's handle is dropped after the shard is released).
