@@ -786,7 +786,7 @@ impl Ext4 {
                 let cut = self.drop_range_step(&mut raw, keep, 1 << 32, &[], self.step_groups())?;
                 let done = cut <= keep;
                 if done {
-                    self.orphan_remove_live(slot, ei, &mut raw)?;
+                    self.orphan_remove_live(slot, &mut raw)?;
                 }
                 self.publish(inode, ei, g, raw)?;
                 Ok(done)

@@ -247,6 +247,9 @@ pub(crate) struct RwState {
     /// The orphan list (`OrphanMode::List`, or `Auto` without an orphan
     /// file; `orphan_list.rs`).
     pub(crate) orphan_list: OnceLock<OrphanList>,
+    /// The fallback orphan list of a mount that records orphans in the
+    /// orphan file: inodes that found every slot taken (`orphan.rs`).
+    pub(crate) orphan_fallback: OnceLock<OrphanList>,
     /// The mount will write through the journal (open.rs installs it):
     /// the state stays valid from the first write on.
     pub(crate) journaled: bool,
@@ -372,6 +375,7 @@ impl Ext4 {
                 orphans: OnceLock::new(),
                 orphans_off: AtomicBool::new(false),
                 orphan_list: OnceLock::new(),
+                orphan_fallback: OnceLock::new(),
                 dead: Arc::new(Sharded::new(Class::Ext4Dead)),
                 journaled: opts.journal
                     && fs.sb.feature_compat & COMPAT_HAS_JOURNAL != 0
@@ -934,6 +938,9 @@ impl Ext4 {
         if !file {
             // Relaxed: set once here, before any handle records an orphan.
             rw.orphans_off.store(true, Ordering::Relaxed);
+        } else {
+            // Processing above emptied the chain (`s_last_orphan` is 0).
+            let _ = rw.orphan_fallback.set(OrphanList::new());
         }
         if list {
             let _ = rw.orphan_list.set(OrphanList::new());
@@ -1212,8 +1219,9 @@ impl Ext4 {
                 log.close()?;
             }
             rw.bufs.checkpointed(u64::MAX);
-            // Slots still used on disk (the in-memory overflow list is not
-            // on disk, and its lock ranks below the commit lock held here).
+            // Slots still used on disk. (An inode left on the fallback
+            // orphan list keeps `s_last_orphan`, which the superblock
+            // written below carries.)
             let orphans_left = self.orphan_disk().is_some_and(|od| {
                 let per = od.file.slots_per_block();
                 (0..od.file.blocks()).any(|b| od.file.free_slots(b) as usize != per)

@@ -15,6 +15,15 @@
 //!
 //! `RO_COMPAT_ORPHAN_PRESENT` is set while mounted (as the kernel does)
 //! and cleared at a clean unmount.
+//!
+//! A FULL FILE. An inode that finds every slot taken goes on the orphan
+//! list (`orphan_list.rs`: `s_last_orphan`, chained through `i_dtime`)
+//! instead, as the kernel's `ext4_orphan_add` falls back to it; its record
+//! is `OrphanSlot::Overflow`, and `orphan_remove` takes it off that list.
+//! The list is the mount's fallback (`Ext4::orphan_fallback`), separate
+//! from the `orphan=list` scheme's (`Ext4::orphan_list`), which would put
+//! every orphan on it. Mount-time processing (ours, the kernel's,
+//! e2fsck's) frees what both hold.
 
 use scalevfs_orphan::{OrphanFile, OrphanSlot, OrphanVariant};
 
@@ -23,7 +32,7 @@ use crate::format::checksum::crc32c;
 use crate::format::features::COMPAT_ORPHAN_FILE;
 use crate::format::inode::RawInode;
 use crate::format::inode::FL_EXTENTS;
-use crate::fs::{Ext4, Ext4Inode, Mapping};
+use crate::fs::{Ext4, Mapping};
 use crate::txn::OrphanDisk;
 
 /// `EXT4_ORPHAN_BLOCK_MAGIC`.
@@ -124,51 +133,80 @@ impl Ext4 {
         }) {
             return Ok(OrphanSlot::Untracked);
         }
-        let slot = od.file.add(u64::from(ino), scalevfs_orphan::thread_hint());
-        self.orphan_store(od, slot, ino)?;
-        Ok(slot)
+        match od
+            .file
+            .try_add(u64::from(ino), scalevfs_orphan::thread_hint())
+        {
+            Some(slot) => {
+                self.orphan_store(od, slot, ino)?;
+                Ok(slot)
+            }
+            None => self.orphan_add_fallback(ino),
+        }
+    }
+
+    /// Every slot of the orphan file is taken: put `ino` on the orphan
+    /// list instead (`s_last_orphan`, chained through `i_dtime`), as the
+    /// kernel's `ext4_orphan_add` falls back to it. Its record is then
+    /// `OrphanSlot::Overflow`. Mount-time processing (ours, the kernel's,
+    /// e2fsck's) frees both the list and the file.
+    #[cold]
+    fn orphan_add_fallback(&self, ino: u32) -> Result<OrphanSlot> {
+        // Set once the mount's own orphan processing is done; nothing
+        // records an orphan before.
+        let Some(l) = self.orphan_fallback() else {
+            return Ok(OrphanSlot::Untracked);
+        };
+        self.list_add(l, ino)?;
+        Ok(OrphanSlot::Overflow)
     }
 
     /// Record a file that keeps its links as an orphan (a long truncate,
     /// `Ext4::file_truncate`): its record says "blocks past `i_size` may
-    /// remain". On the orphan list its in-memory `dtime` is set non-zero,
-    /// so every encode of it takes the chain's link (`with_orphan_link`).
+    /// remain". On an orphan list (`orphan=list`, or the fallback when the
+    /// orphan file is full) its in-memory `dtime` is set non-zero, so
+    /// every encode of it takes the chain's link (`with_orphan_link`).
     pub(crate) fn orphan_add_live(&self, raw: &mut RawInode) -> Result<OrphanSlot> {
         let slot = self.orphan_add(raw.ino)?;
-        if self.orphan_list().is_some() {
+        if self.orphan_list().is_some() || slot == OrphanSlot::Overflow {
             raw.dtime = raw.dtime.max(1);
         }
         Ok(slot)
     }
 
     /// Remove the record `orphan_add_live` made (the truncate is done), in
-    /// the running handle. On the orphan list the inode stays if it lost
-    /// its last link meanwhile (its unlink found it listed and added
-    /// nothing): the list then records the unlinked inode.
-    pub(crate) fn orphan_remove_live(
-        &self,
-        slot: OrphanSlot,
-        ei: &Ext4Inode,
-        raw: &mut RawInode,
-    ) -> Result<()> {
-        match self.orphan_list() {
-            Some(l) => {
-                if self.list_remove_linked(l, raw.ino, || ei.raw().links_count)? {
-                    raw.dtime = 0;
-                }
-            }
-            None => {
+    /// the running handle. On an orphan list the inode stays if its unlink
+    /// added a record of it meanwhile (`list_remove_record`): the list
+    /// then records the unlinked inode.
+    pub(crate) fn orphan_remove_live(&self, slot: OrphanSlot, raw: &mut RawInode) -> Result<()> {
+        let l = match (self.orphan_list(), slot) {
+            (Some(l), _) => l,
+            (None, OrphanSlot::Overflow) => match self.orphan_fallback() {
+                Some(l) => l,
+                None => return Ok(()),
+            },
+            (None, _) => {
                 self.orphan_remove(slot, raw.ino)?;
+                return Ok(());
             }
+        };
+        if self.list_remove_record(l, raw.ino)? {
+            raw.dtime = 0;
         }
         Ok(())
     }
 
     /// Clear the record of `ino` (it is being freed, in the same handle or
-    /// commit). `true`: it was on the orphan list.
+    /// commit). `true`: it was on an orphan list.
     pub(crate) fn orphan_remove(&self, slot: OrphanSlot, ino: u32) -> Result<bool> {
         if let Some(l) = self.orphan_list() {
             return self.list_remove(l, ino);
+        }
+        if slot == OrphanSlot::Overflow {
+            return match self.orphan_fallback() {
+                Some(l) => self.list_remove(l, ino),
+                None => Ok(false),
+            };
         }
         let Some(od) = self.orphan_disk() else {
             return Ok(false);

@@ -1,5 +1,8 @@
 //! The orphan list on disk (`orphan=list`; seed 002's "before", and what
-//! the kernel uses on images without an orphan file).
+//! the kernel uses on images without an orphan file; also the fallback of
+//! a mount using the orphan file, for inodes that find it full: see
+//! `with_orphan_link` for how that mount keeps its unlinks lock-free
+//! while the fallback is empty).
 //!
 //! An inode whose last name goes joins the list in the same transaction:
 //! it becomes the head (`s_last_orphan` in the superblock) and its `i_dtime`
@@ -8,10 +11,10 @@
 //! `i_dtime` (or the superblock's head) takes its successor. A crash in
 //! between leaves the chain for the next mount (or e2fsck) to free.
 //!
-//! LOCKING. One mutex for the filesystem (`Class::Ext4OrphanList`, level
-//! 24), as the kernel's `s_orphan_lock`: the whole point of seed 002 is
-//! that every unlink of a last name and every free of such an inode takes
-//! it. The chain is mirrored in memory (`next`/`prev` maps), so a removal
+//! LOCKING. One mutex per list (`Class::Ext4OrphanList`, level 23; a
+//! mount has one list at most), as the kernel's `s_orphan_lock`: the whole
+//! point of seed 002 is that every unlink of a last name and every free of
+//! such an inode takes it (on `orphan=list` mounts). The chain is mirrored in memory (`next`/`prev` maps), so a removal
 //! finds its predecessor without reading the chain. Under the mutex: the
 //! superblock's raw bytes (`sb_raw`, level 26) and buffer-cache shards
 //! (level 25) are taken to change the head and an inode's `i_dtime`.
@@ -29,6 +32,7 @@
 //! commit), so the head and the chain reach the disk in one transaction.
 
 use std::collections::HashSet;
+use std::sync::atomic::Ordering;
 
 use crate::error::{corrupt, Result};
 use crate::format::inode::{RawInode, FL_EXTENTS};
@@ -42,18 +46,35 @@ impl Ext4 {
         self.rw.as_ref()?.orphan_list.get()
     }
 
-    /// Inodes on the orphan list now (0 without one).
-    pub fn orphan_list_len(&self) -> usize {
-        self.orphan_list().map_or(0, OrphanList::len)
+    /// The fallback orphan list of a mount that records orphans in the
+    /// orphan file (inodes that found every slot taken).
+    pub(crate) fn orphan_fallback(&self) -> Option<&OrphanList> {
+        self.rw.as_ref()?.orphan_fallback.get()
     }
 
-    /// Put `ino` (its last name went, in the running handle) at the head
-    /// of the list.
+    /// Inodes on the orphan list now: every orphan of an `orphan=list`
+    /// mount, else those the full orphan file sent to the fallback list
+    /// (0 without either).
+    pub fn orphan_list_len(&self) -> usize {
+        self.orphan_list()
+            .or_else(|| self.orphan_fallback())
+            .map_or(0, OrphanList::len)
+    }
+
+    /// Put `ino` (its last name went, or a long truncate starts, in the
+    /// running handle) at the head of the list. Already on it: one more
+    /// record of it (`ListState::extra`), removed by its own
+    /// `list_remove_record`.
     pub(crate) fn list_add(&self, l: &OrphanList, ino: u32) -> Result<()> {
         let mut st = l.state.lock();
         if st.next.contains_key(&ino) {
+            *st.extra.entry(ino).or_insert(0) += 1;
             return Ok(());
         }
+        // SeqCst (and before the inode's stored dtime changes): an encode
+        // that found the list empty without the mutex rechecks `adds`
+        // after its write (`with_orphan_link`).
+        l.adds.fetch_add(1, Ordering::SeqCst);
         let old = st.head;
         self.patch_dtime(ino, old)?;
         st.next.insert(ino, old);
@@ -61,19 +82,39 @@ impl Ext4 {
             st.prev.insert(old, ino);
         }
         st.head = ino;
+        // SeqCst: read by `with_orphan_link` without the mutex.
+        l.len.store(st.next.len(), Ordering::SeqCst);
         self.set_last_orphan(ino);
         Ok(())
     }
 
-    /// Take `ino` off the list (it is being freed in the running handle,
-    /// which rewrites its own `i_dtime`). `false`: it was not on it.
+    /// Take `ino` off the list, whatever records of it remain (it is
+    /// being freed in the running handle, which rewrites its own
+    /// `i_dtime`; a freed inode never stays on the chain). `false`: it was
+    /// not on it.
     pub(crate) fn list_remove(&self, l: &OrphanList, ino: u32) -> Result<bool> {
         let mut st = l.state.lock();
-        self.list_remove_locked(&mut st, ino)
+        st.extra.remove(&ino);
+        self.list_remove_locked(l, &mut st, ino)
     }
 
-    /// `list_remove`, the list mutex held (`st`).
-    fn list_remove_locked(&self, st: &mut ListState, ino: u32) -> Result<bool> {
+    /// Remove one record of `ino` (a long truncate's, done): it leaves the
+    /// chain only if no other record of it remains (the unlink of the
+    /// same inode meanwhile added one). True if it left the chain.
+    pub(crate) fn list_remove_record(&self, l: &OrphanList, ino: u32) -> Result<bool> {
+        let mut st = l.state.lock();
+        if let Some(x) = st.extra.get_mut(&ino) {
+            *x -= 1;
+            if *x == 0 {
+                st.extra.remove(&ino);
+            }
+            return Ok(false);
+        }
+        self.list_remove_locked(l, &mut st, ino)
+    }
+
+    /// Unlink `ino` from the chain, the list mutex held (`st`).
+    fn list_remove_locked(&self, l: &OrphanList, st: &mut ListState, ino: u32) -> Result<bool> {
         let Some(&next) = st.next.get(&ino) else {
             return Ok(false);
         };
@@ -95,25 +136,9 @@ impl Ext4 {
         }
         st.next.remove(&ino);
         st.prev.remove(&ino);
+        // SeqCst: read by `with_orphan_link` without the mutex.
+        l.len.store(st.next.len(), Ordering::SeqCst);
         Ok(true)
-    }
-
-    /// `list_remove` unless the inode has no link left (`links`, read
-    /// under the list mutex: an unlink that found it listed and so added
-    /// nothing changed the count before). True if it was removed.
-    pub(crate) fn list_remove_linked(
-        &self,
-        l: &OrphanList,
-        ino: u32,
-        links: impl FnOnce() -> u16,
-    ) -> Result<bool> {
-        let mut st = l.state.lock();
-        if links() == 0 {
-            return Ok(false);
-        }
-        // Under the same hold: an unlink that comes later finds it gone
-        // and adds it again.
-        self.list_remove_locked(&mut st, ino)
     }
 
     /// Run `f` with the inode to encode: for an inode on the orphan list,
@@ -122,15 +147,60 @@ impl Ext4 {
     /// that keeps its links is on the list only during a long truncate,
     /// with a non-zero `dtime` in its copy (`Ext4::orphan_add_live`); a
     /// stale copy of it written after it left the list gets `dtime` 0.
+    ///
+    /// THE FALLBACK LIST (a mount using the orphan file) is usually empty,
+    /// and the free of every unlinked inode comes here: it must not take
+    /// a filesystem-wide mutex then. An unlinked inode is encoded without
+    /// the mutex when the list is empty (`len`), and again under it if an
+    /// inode joined meanwhile (`adds` moved). A join patches the inode's
+    /// stored bytes after bumping `adds`; if that patch came before our
+    /// write (which then overwrote it), the shard lock of the block orders
+    /// the bump before our recheck, which sees it and writes the link. If
+    /// the recheck sees no bump, the join's patch comes after our write.
+    /// Both writes are inside handles, so no commit sees the bytes in
+    /// between.
     pub(crate) fn with_orphan_link<R>(
         &self,
         raw: &RawInode,
-        f: impl FnOnce(&RawInode) -> Result<R>,
+        mut f: impl FnMut(&RawInode) -> Result<R>,
     ) -> Result<R> {
-        let l = match self.orphan_list() {
-            Some(l) if raw.links_count == 0 || raw.dtime != 0 => l,
-            _ => return f(raw),
+        if let Some(l) = self.orphan_list() {
+            if raw.links_count == 0 || raw.dtime != 0 {
+                return self.encode_listed(l, raw, f);
+            }
+            return f(raw);
+        }
+        let Some(l) = self.orphan_fallback() else {
+            return f(raw);
         };
+        if raw.links_count != 0 {
+            // A long truncate that found the orphan file full marks its
+            // copy (`orphan_add_live`); others are never on the list.
+            if raw.dtime != 0 {
+                return self.encode_listed(l, raw, f);
+            }
+            return f(raw);
+        }
+        // SeqCst (both loads and the recheck): see above.
+        let adds = l.adds.load(Ordering::SeqCst);
+        if l.len.load(Ordering::SeqCst) != 0 {
+            return self.encode_listed(l, raw, f);
+        }
+        let r = f(raw)?;
+        if l.adds.load(Ordering::SeqCst) == adds {
+            return Ok(r);
+        }
+        self.encode_listed(l, raw, f)
+    }
+
+    /// `with_orphan_link` on list `l`: under its mutex, `f` gets a copy
+    /// with the chain's link when the inode is on it.
+    fn encode_listed<R>(
+        &self,
+        l: &OrphanList,
+        raw: &RawInode,
+        mut f: impl FnMut(&RawInode) -> Result<R>,
+    ) -> Result<R> {
         let st = l.state.lock();
         let want = match st.next.get(&raw.ino) {
             Some(&n) => Some(n),

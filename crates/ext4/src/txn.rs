@@ -386,19 +386,34 @@ pub(crate) struct ListState {
     pub(crate) next: HashMap<u32, u32>,
     /// Inode -> the one before it (absent: it is the head).
     pub(crate) prev: HashMap<u32, u32>,
+    /// Inode -> records of it beyond the first (a long truncate's and the
+    /// unlink's of the same inode): it leaves the chain when the last is
+    /// removed. Absent: one record.
+    pub(crate) extra: HashMap<u32, u32>,
 }
 
-/// The orphan list of a journaled `orphan=list` mount (`orphan_list.rs`
-/// keeps it; here so that `fs.rs` can hold one without importing that
-/// module).
+/// An orphan list of a journaled mount (`orphan_list.rs` keeps it; here
+/// so that `fs.rs` can hold one without importing that module): every
+/// orphan of an `orphan=list` mount, or, on a mount that uses the orphan
+/// file, the inodes that found it full (the fallback, as the kernel's).
 pub(crate) struct OrphanList {
     pub(crate) state: Mutex<ListState>,
+    /// Inodes on the chain (`state.next.len()`), published for the
+    /// fallback's lock-free check in `Ext4::with_orphan_link`; changed
+    /// under `state`.
+    pub(crate) len: AtomicUsize,
+    /// Inodes ever added (changed under `state`, before the chain is
+    /// patched): an encode that checked `len` without the mutex sees a
+    /// join that raced with it (`Ext4::with_orphan_link`).
+    pub(crate) adds: AtomicU64,
 }
 
 impl OrphanList {
     pub(crate) fn new() -> OrphanList {
         OrphanList {
             state: Mutex::new(Class::Ext4OrphanList, ListState::default()),
+            len: AtomicUsize::new(0),
+            adds: AtomicU64::new(0),
         }
     }
 

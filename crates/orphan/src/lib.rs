@@ -20,9 +20,11 @@
 //!
 //! Deleting: store 0 in the slot, then increment the block's counter.
 //!
-//! When every block is full the inode goes on an in-memory overflow list
-//! (ext4 falls back to its old on-disk linked list); an unlink never fails
-//! because of the orphan file.
+//! When every block is full [`OrphanFile::add`] puts the inode on an
+//! in-memory overflow list (memfs, which has no disk); an unlink never
+//! fails because of the orphan file. [`OrphanFile::try_add`] reports the
+//! full file instead: the ext4 type then records the inode on its on-disk
+//! orphan list, as the kernel falls back to it.
 //!
 //! The checksum is computed only when a block is written out
 //! ([`OrphanFile::write_out`]), never on the add/delete path.
@@ -96,7 +98,8 @@ pub enum OrphanSlot {
         /// Slot within the block.
         index: u32,
     },
-    /// On the in-memory overflow list.
+    /// On the in-memory overflow list ([`OrphanFile::add`]); for the
+    /// ext4 type, on its fallback orphan list (`try_add` found no slot).
     Overflow,
     /// Not recorded (variant `None`).
     Untracked,
@@ -187,15 +190,22 @@ impl OrphanFile {
     /// Never fails: a full file (or an inode number that does not fit in 32
     /// bits) goes to the overflow list.
     pub fn add(&self, ino: u64, hint: usize) -> OrphanSlot {
-        let slot = match self.variant {
-            OrphanVariant::None => return OrphanSlot::Untracked,
+        match self.try_add(ino, hint) {
+            Some(s) => s,
+            None => self.add_overflow(ino),
+        }
+    }
+
+    /// Record inode `ino` in a slot, or `None` when every slot is taken
+    /// (or the number does not fit in 32 bits): the caller keeps the
+    /// record elsewhere (the ext4 type falls back to the on-disk orphan
+    /// list, as the kernel does). `Untracked` for the `None` variant.
+    pub fn try_add(&self, ino: u64, hint: usize) -> Option<OrphanSlot> {
+        match self.variant {
+            OrphanVariant::None => Some(OrphanSlot::Untracked),
             _ if ino == 0 || ino > u64::from(u32::MAX) => None,
             OrphanVariant::Lockless => self.add_lockless(ino as u32, hint),
             OrphanVariant::Locked => self.add_locked(ino as u32),
-        };
-        match slot {
-            Some(s) => s,
-            None => self.add_overflow(ino),
         }
     }
 
@@ -434,6 +444,21 @@ mod tests {
         let f = OrphanFile::new(OrphanVariant::None, 1);
         assert_eq!(f.add(5, 0), OrphanSlot::Untracked);
         assert!(f.is_empty());
+    }
+
+    #[test]
+    fn try_add_reports_a_full_file_and_keeps_no_overflow() {
+        for v in [OrphanVariant::Locked, OrphanVariant::Lockless] {
+            let f = OrphanFile::with_geometry(v, 2, 2);
+            let s: Vec<_> = (1..=4u64).map(|i| f.try_add(i, i as usize)).collect();
+            assert!(s.iter().all(Option::is_some));
+            assert_eq!(f.try_add(5, 0), None);
+            assert_eq!(f.overflow_len(), 0);
+            f.remove(s[2].unwrap(), 3);
+            assert!(f.try_add(6, 0).is_some());
+        }
+        let f = OrphanFile::new(OrphanVariant::None, 1);
+        assert_eq!(f.try_add(5, 0), Some(OrphanSlot::Untracked));
     }
 
     #[test]
