@@ -35,7 +35,9 @@
 //!   allocate at most `step_groups` groups per handle. Each step leaves
 //!   the tree, `i_blocks` and the frees consistent. Not split: a rewrite
 //!   of a whole extent tree (INSERT_RANGE, a tree that changes shape),
-//!   whose size grows with the extent count.
+//!   whose size grows with the extent count: one too large for a
+//!   transaction fails with ENOSPC before anything changes
+//!   (`check_tree_rewrite`).
 
 use std::sync::Arc;
 
@@ -323,14 +325,49 @@ impl Ext4 {
         Ok((ex, tree))
     }
 
+    /// Blocks a rewrite of a whole tree for `n` extents, replacing `old`
+    /// tree blocks, adds to the running transaction (an upper estimate):
+    /// the new tree's blocks, a block bitmap and a descriptor block per
+    /// group its blocks may land in and the old ones go back to, the
+    /// inode's block and the superblock.
+    pub(crate) fn tree_rewrite_blocks(&self, n: usize, old: usize) -> usize {
+        let per = extent::entries_per_block(self.bs).max(2);
+        let mut new = 0;
+        let mut level = n;
+        while level > 4 {
+            level = level.div_ceil(per);
+            new += level;
+        }
+        let groups = self.groups.len().max(1);
+        new + 2 * new.min(groups) + 2 * old.min(groups) + 2
+    }
+
+    /// ENOSPC, before anything changes, when rewriting the whole tree for
+    /// `n` extents (replacing `old` tree blocks) cannot fit one
+    /// transaction (`Journal::handle_room`), as jbd2 refuses a handle
+    /// that asks for more credits than a transaction holds. Without the
+    /// check the commit found it too large, failed (EUCLEAN) and the mount
+    /// stopped writing.
+    pub(crate) fn check_tree_rewrite(&self, n: usize, old: usize) -> Result<()> {
+        match self.journal() {
+            Some(j) if self.tree_rewrite_blocks(n, old) > j.handle_room() => {
+                Err(errno(libc::ENOSPC))
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Write the tree for `ex` (see the module comment), replacing the
-    /// blocks `old`; `raw.blocks` follows the tree's size.
+    /// blocks `old`; `raw.blocks` follows the tree's size. ENOSPC with
+    /// nothing changed when the rewrite cannot fit one transaction
+    /// (`check_tree_rewrite`).
     pub(crate) fn rebuild_tree(
         &self,
         raw: &mut RawInode,
         ex: &[Extent],
         old: &[u64],
     ) -> Result<()> {
+        self.check_tree_rewrite(ex.len(), old.len())?;
         let (rw, io) = self.rw()?;
         let per = extent::entries_per_block(self.bs);
         let seed = raw.csum_seed;
@@ -1117,6 +1154,9 @@ impl Ext4 {
         }
         let (a, k) = (off / bs, len / bs);
         let (mut ex, tree) = self.collect_extents(&raw)?;
+        // The whole tree is rewritten in this one handle: ENOSPC now if
+        // that cannot fit a transaction (the split may add an extent).
+        self.check_tree_rewrite(ex.len() + 1, tree.len())?;
         split_at(&mut ex, a);
         // Blocks preallocated past EOF move too: they must stay below the
         // last logical block.

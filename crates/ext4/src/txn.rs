@@ -85,6 +85,10 @@ pub(crate) struct Journal {
     /// Dirty metadata blocks past which a new handle commits first
     /// (`Ext4::set_txn_limit` lowers it for crash tests).
     pub(crate) limit: AtomicUsize,
+    /// Log blocks in all, and tags one descriptor block holds (fixed at
+    /// mount): what one transaction may log (`handle_room`).
+    pub(crate) capacity: usize,
+    pub(crate) tags_per_desc: usize,
     /// Block bitmaps the running transaction's pending frees will dirty
     /// at its commit (an upper estimate: one per change of group in a
     /// thread's run of frees); zeroed by the commit.
@@ -114,6 +118,10 @@ pub(crate) struct Journal {
 impl Journal {
     pub(crate) fn new(log: Box<dyn LogSink>) -> Journal {
         let limit = (log.capacity() / 4).saturating_sub(64).max(16) as usize;
+        let (capacity, tags_per_desc) = (
+            log.capacity() as usize,
+            log.tags_per_block().max(1) as usize,
+        );
         Journal {
             gate: Gate::new(64),
             commit: Mutex::new(
@@ -127,6 +135,8 @@ impl Journal {
             started: AtomicU64::new(0),
             done: AtomicU64::new(0),
             limit: AtomicUsize::new(limit),
+            capacity,
+            tags_per_desc,
             freed_groups: AtomicUsize::new(0),
             commits: AtomicU64::new(0),
             requests: AtomicU64::new(0),
@@ -150,6 +160,19 @@ impl Journal {
     pub(crate) fn limit(&self) -> usize {
         // Relaxed: set at mount (or once by a test before its workload).
         self.limit.load(Ordering::Relaxed)
+    }
+
+    /// Blocks one handle may add to the running transaction and still
+    /// commit: the log, less the running transaction's share before the
+    /// handle (`limit`; a new handle commits first past it), the
+    /// descriptor blocks and a margin for the revoke and commit blocks.
+    /// A change larger than this cannot be done in one transaction
+    /// (jbd2 refuses such a handle with ENOSPC).
+    pub(crate) fn handle_room(&self) -> usize {
+        let overhead = self.capacity / self.tags_per_desc + 16;
+        self.capacity
+            .saturating_sub(self.limit())
+            .saturating_sub(overhead)
     }
 
     /// The number a commit starting now would get.
