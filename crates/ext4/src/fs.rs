@@ -1201,8 +1201,23 @@ impl Ext4 {
             // The last commit (every unlinked inode freed), then a
             // checkpoint and an empty log without needs_recovery.
             scalevfs::flush_deferred_frees();
-            // Unlinked inodes too large for that commit lose their blocks
-            // first, a step per handle (each may commit).
+            // Unlinked inodes still queued (open until now) are freed one
+            // per handle, a large one a step per handle, as the mount's
+            // orphan processing does: each handle may commit first, so
+            // the last commit does not free them all at once.
+            let mut queued = Vec::new();
+            rw.unlinked
+                .for_each(true, |l| queued.extend(l.iter().map(|(i, _, _)| *i)));
+            for ino in queued {
+                let mut only = vec![ino];
+                // Relaxed: see `rw`.
+                while !only.is_empty() && !rw.failed.load(Ordering::Relaxed) {
+                    let _h = self.handle()?;
+                    only = self.reap_some(true, Some(&only))?;
+                }
+            }
+            // Any queued meanwhile; too large for that commit: a step per
+            // handle (each may commit).
             // Relaxed: see `rw`.
             while !rw.failed.load(Ordering::Relaxed) {
                 let _h = self.handle()?;

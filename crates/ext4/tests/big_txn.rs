@@ -298,3 +298,46 @@ fn a_big_orphan_left_by_a_crash_is_finished_in_steps() {
         }
     }
 }
+
+/// Unmount with many unlinked files still open: they are freed one per
+/// handle, so the last commits stay within the (lowered) transaction
+/// limit instead of one commit freeing them all at once; e2fsck is clean
+/// and every block and inode comes back.
+#[test]
+fn unmount_frees_many_open_unlinked_files_over_several_commits() {
+    if !have_tools() {
+        return;
+    }
+    let s = Scratch::new("unmountmany");
+    let img = image(&s.0, "orphan_file");
+    let (blocks0, inodes0): (u64, u64) = (
+        free_blocks(&img),
+        sb_field(&img, "Free inodes").parse().unwrap(),
+    );
+    let e = Ext4::open(&img, rw_journaled()).unwrap();
+    let vfs = Vfs::with_root_fs(Default::default(), e.clone());
+    let t = vfs.root_task();
+    let mut fds = Vec::new();
+    for i in 0..200 {
+        let p = format!("/f{i}");
+        let fd = t.open(&p, O_CREAT | O_RDWR, 0o644).unwrap();
+        t.pwrite(fd, &[i as u8; 8 * BS as usize], 0).unwrap();
+        t.unlink(&p).unwrap();
+        fds.push(fd);
+    }
+    e.commit().unwrap();
+    e.set_txn_limit(12);
+    let commits = e.commit_stats().0;
+    // Unmount with every file still open.
+    e.unmount().unwrap();
+    let n = e.commit_stats().0 - commits;
+    assert!(n >= 4, "unmount freed 200 inodes in {n} commit(s)");
+    drop(fds);
+    drop(t);
+    drop(vfs);
+    drop(e);
+    fsck_clean(&img);
+    assert_eq!(free_blocks(&img), blocks0);
+    let inodes: u64 = sb_field(&img, "Free inodes").parse().unwrap();
+    assert_eq!(inodes, inodes0);
+}
