@@ -120,7 +120,7 @@ struct TreeArgs {
     #[arg(long, value_delimiter = ',', default_value = "1,2")]
     threads: Vec<usize>,
     /// Targets, comma-separated (default: all): lib-memfs, lib-ext4,
-    /// fuse-memfs, fuse-ext4, fuse2fs, kernel, tmpfs.
+    /// lib-ext4-mmap, fuse-memfs, fuse-ext4, fuse2fs, kernel, tmpfs.
     #[arg(long, value_delimiter = ',')]
     targets: Vec<String>,
     /// Size of each ext4 image, MiB.

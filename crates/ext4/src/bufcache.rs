@@ -5,9 +5,14 @@
 //! its bound, when the oldest blocks are written back and dropped.
 //!
 //! DESIGN
-//! - `SHARDS` shards by block number, each its own lock
-//!   (`Class::Ext4Buf`), so threads working in different groups do not
-//!   share a lock. A caller holds one shard lock at a time.
+//! - `SHARDS` shards by a hash of the block number (`shard_of`), each its
+//!   own lock (`Class::Ext4Buf`), so threads working in different groups
+//!   do not share a lock. A caller holds one shard lock at a time. Not
+//!   `block % SHARDS`: with flex_bg the inode tables of a flex group lie
+//!   back to back, each a multiple of 16 blocks long (512 blocks for 8192
+//!   inodes of 256 bytes), so slot i of every group's table fell in one
+//!   shard, and threads filling different groups at the same pace took
+//!   the same shard lock at every inode they wrote or read.
 //! - Blocks are copied in and out (`read`) or changed in place under the
 //!   shard lock (`modify`): no reference to a cached block escapes, so
 //!   eviction never races a user.
@@ -24,6 +29,14 @@ use scalevfs_sync::ordered::{Class, Mutex};
 use crate::device::BlockDevice;
 
 const SHARDS: usize = 16;
+
+/// The shard of block `blk`: Fibonacci hashing (the top bits of the
+/// product with 2^64 / phi), so that blocks a fixed stride apart (the same
+/// slot of neighbouring inode tables) spread over the shards.
+fn shard_of(blk: u64) -> usize {
+    const _: () = assert!(SHARDS.is_power_of_two());
+    (blk.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - SHARDS.trailing_zeros())) as usize
+}
 
 struct Buf {
     data: Box<[u8]>,
@@ -90,11 +103,11 @@ impl BufCache {
     }
 
     fn shard(&self, blk: u64) -> &Mutex<Shard> {
-        &self.shards[(blk % SHARDS as u64) as usize]
+        &self.shards[shard_of(blk)]
     }
 
     fn dirty_of(&self, blk: u64) -> &AtomicUsize {
-        &self.dirty[(blk % SHARDS as u64) as usize]
+        &self.dirty[shard_of(blk)]
     }
 
     /// Journaled mode from now on (see `journaled`).
@@ -295,5 +308,27 @@ impl BufCache {
     /// True when nothing is cached.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The same slot of the inode tables of a flex group's groups (tables
+    /// of 512 blocks back to back) is spread over the shards, and blocks in
+    /// a row use them all.
+    #[test]
+    fn inode_tables_of_neighbouring_groups_use_different_shards() {
+        for base in [145u64, 657, 1169, 4096] {
+            for slot in 0..512 {
+                let used: std::collections::HashSet<usize> =
+                    (0..16).map(|g| shard_of(base + g * 512 + slot)).collect();
+                assert!(used.len() >= 6, "base {base} slot {slot}: {used:?}");
+                assert_ne!(shard_of(base + slot), shard_of(base + 512 + slot));
+            }
+        }
+        let row: std::collections::HashSet<usize> = (1000..1064).map(shard_of).collect();
+        assert_eq!(row.len(), SHARDS);
     }
 }

@@ -525,6 +525,23 @@ impl Ext4 {
         let ipg_group = ((raw.ino - 1) / self.sb.inodes_per_group) as u64;
         let group_goal =
             u64::from(self.sb.first_data_block) + ipg_group * u64::from(self.sb.blocks_per_group);
+        // Whole blocks that follow each other on the device go out in one
+        // `write_at` (one `pwrite` through `FileDevice`): each call takes
+        // the image file's inode lock in the host kernel, which every
+        // writing thread shares. `run` is (first block, bytes), ending at
+        // `done` in `buf`; `flush` writes it.
+        let mut run: Option<(u64, usize)> = None;
+        // On failure: the run's length (none of it counts as written).
+        let flush = |run: &mut Option<(u64, usize)>,
+                     end: usize|
+         -> std::result::Result<(), (usize, crate::error::Error)> {
+            if let Some((p, len)) = run.take() {
+                self.dev
+                    .write_at(p * bs, &buf[end - len..end])
+                    .map_err(|e| (len, e.into()))?;
+            }
+            Ok(())
+        };
         while done < buf.len() {
             let pos = off + done as u64;
             let lblk = pos / bs;
@@ -584,10 +601,30 @@ impl Ext4 {
                     }
                 }
             };
+            if n == self.bs {
+                // A whole block: joins the run being gathered when it
+                // follows it on the device (it follows it in `buf`).
+                match &mut run {
+                    Some((p, len)) if *p + (*len / self.bs) as u64 == pblk => *len += n,
+                    _ => {
+                        if let Err((len, e)) = flush(&mut run, done) {
+                            done -= len;
+                            err = Some(e);
+                            break;
+                        }
+                        run = Some((pblk, n));
+                    }
+                }
+                done += n;
+                continue;
+            }
+            if let Err((len, e)) = flush(&mut run, done) {
+                done -= len;
+                err = Some(e);
+                break;
+            }
             let chunk = &buf[done..done + n];
-            let r = if n == self.bs {
-                self.dev.write_at(pblk * bs, chunk)
-            } else {
+            let r = {
                 if new {
                     blockbuf.fill(0);
                 } else if let Err(e) = self.dev.read_at(pblk * bs, &mut blockbuf) {
@@ -602,6 +639,10 @@ impl Ext4 {
                 break;
             }
             done += n;
+        }
+        if let Err((len, e)) = flush(&mut run, done) {
+            done -= len;
+            err.get_or_insert(e);
         }
         if !fresh.is_empty() || converted {
             raw.blocks += fresh.len() as u64 * (bs / 512);
