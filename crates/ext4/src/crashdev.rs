@@ -78,6 +78,10 @@ impl<D: BlockDevice> BlockDevice for RecordingDevice<D> {
             data: buf.to_vec(),
         })
     }
+    fn write_vectored_at(&self, off: u64, bufs: &[&[u8]]) -> io::Result<()> {
+        // One recorded write, as `pwritev` issues one request.
+        self.write_at(off, &bufs.concat())
+    }
     fn flush(&self) -> io::Result<()> {
         self.inner.flush()?;
         self.record(Op::Flush)

@@ -800,14 +800,15 @@ impl Ext4 {
                 rw.bufs.checkpointed(n - 1);
                 st.logged.clear();
             }
-            let refs: Vec<(u64, &[u8])> = blocks.iter().map(|(b, d)| (*b, &d[..])).collect();
-            let r = log.commit(&refs, &revokes, now().0.max(0) as u64);
+            // Recorded before the commit consumes the blocks; a failed
+            // commit fails the filesystem, so the set no longer matters.
+            st.logged.extend(blocks.iter().map(|(b, _)| *b));
+            let r = log.commit(blocks, &revokes, now().0.max(0) as u64);
             if let Err(e) = r {
                 // Relaxed: see `rw`.
                 rw.failed.store(true, Ordering::Relaxed);
                 return Err(e);
             }
-            st.logged.extend(blocks.iter().map(|(b, _)| *b));
             // Relaxed: a statistic.
             j.commits.fetch_add(1, Ordering::Relaxed);
         }

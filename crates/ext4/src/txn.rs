@@ -48,8 +48,9 @@ use crate::error::Result;
 
 /// Where commits go: a jbd2 log (`journal::writer::LogWriter`).
 pub trait LogSink: Send {
-    /// Append one transaction and make it durable (flushes included).
-    fn commit(&mut self, blocks: &[(u64, &[u8])], revokes: &[u64], time: u64) -> Result<u32>;
+    /// Append one transaction and make it durable (flushes included);
+    /// `blocks` (home block, contents) are kept for the checkpoint.
+    fn commit(&mut self, blocks: Vec<(u64, Vec<u8>)>, revokes: &[u64], time: u64) -> Result<u32>;
     /// Write every committed transaction home and empty the log.
     fn checkpoint(&mut self) -> Result<()>;
     /// Freed blocks: never write their logged copies home again.

@@ -14,11 +14,9 @@
 
 mod common;
 
-use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 
-use common::{fresh, have_tools, rw_journaled, tool, Scratch};
+use common::{fresh, have_tools, rw_journaled, Scratch};
 use scalevfs::io::*;
 use scalevfs::{Vfs, O_CREAT, O_RDONLY, O_RDWR};
 use scalevfs_ext4::crashdev::{CrashLog, RecordingDevice};
@@ -91,34 +89,6 @@ fn workload(rec: &Arc<RecordingDevice<MemDevice>>, bs: usize) -> Vec<(usize, Opt
     points
 }
 
-/// e2fsck -fn found nothing but (possibly) the superblock's free totals.
-fn assert_fsck_ok(img: &Path, what: &str) {
-    let out = Command::new(tool("e2fsck"))
-        .arg("-fn")
-        .arg(img)
-        .output()
-        .unwrap();
-    let code = out.status.code().unwrap_or(-1);
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let lines: Vec<&str> = text
-        .lines()
-        .filter(|l| {
-            !(l.starts_with("Free blocks count wrong (")
-                || l.starts_with("Free inodes count wrong (")
-                || l.starts_with("Fix? no")
-                || l.starts_with("Pass ")
-                || l.starts_with("e2fsck ")
-                || l.contains(" files (")
-                || l.trim().is_empty())
-        })
-        .collect();
-    assert!(
-        code == 0 || (code == 4 && lines.is_empty()),
-        "{what}: e2fsck -fn exit {code}:\n{text}"
-    );
-    assert!(lines.is_empty(), "{what}: e2fsck -fn:\n{text}");
-}
-
 /// Recover as a mount does (replay), read the file, unmount cleanly.
 fn recovered(image: Vec<u8>) -> (Vec<u8>, Option<Vec<u8>>) {
     let dev = Arc::new(MemDevice::new(image));
@@ -169,7 +139,7 @@ fn every_crash_state_of_shifts_and_zeroing_recovers_to_an_fsynced_file() {
                 f.as_ref().map(Vec::len)
             );
             std::fs::write(&state_img, &img_after).unwrap();
-            assert_fsck_ok(&state_img, &format!("bs {bs}, crash state {n}"));
+            common::fsck_ok_but_free_totals(&state_img, &format!("bs {bs}, crash state {n}"));
             true
         });
         eprintln!(

@@ -27,7 +27,6 @@
 
 mod common;
 
-use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 
@@ -151,35 +150,6 @@ fn workload(rec: &Arc<RecordingDevice<MemDevice>>) -> Vec<(usize, State)> {
     points
 }
 
-/// e2fsck -fn's text, having checked that it found nothing but the
-/// superblock's free totals (which may lag, as the kernel's do).
-fn fsck_ok(img: &Path, what: &str) -> String {
-    let out = Command::new(tool("e2fsck"))
-        .arg("-fn")
-        .arg(img)
-        .output()
-        .unwrap();
-    let code = out.status.code().unwrap_or(-1);
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let bad: Vec<&str> = text
-        .lines()
-        .filter(|l| {
-            !(l.starts_with("Free blocks count wrong (")
-                || l.starts_with("Free inodes count wrong (")
-                || l.starts_with("Fix? no")
-                || l.starts_with("Pass ")
-                || l.starts_with("e2fsck ")
-                || l.contains(" files (")
-                || l.trim().is_empty())
-        })
-        .collect();
-    assert!(
-        (code == 0 || code == 4) && bad.is_empty(),
-        "{what}: e2fsck -fn exit {code}:\n{text}"
-    );
-    text
-}
-
 /// Inodes in use by e2fsck's summary ("img: 13/4096 files ...").
 fn used_inodes(fsck_text: &str) -> usize {
     fsck_text
@@ -241,7 +211,7 @@ fn every_crash_state_with_orphans_on_the_fallback_list_recovers() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let base_used = used_inodes(&fsck_ok(&img, "fresh image"));
+    let base_used = used_inodes(&common::fsck_ok_but_free_totals(&img, "fresh image"));
     let base = std::fs::read(&img).unwrap();
     let rec = Arc::new(RecordingDevice::new(MemDevice::new(base.clone()), 400_000));
     let points = workload(&rec);
@@ -266,7 +236,7 @@ fn every_crash_state_with_orphans_on_the_fallback_list_recovers() {
         std::fs::write(&state_img, &after).unwrap();
         // Every orphan freed: in use are the fresh image's inodes, /d,
         // /keep and the names left in /d.
-        let ours = used_inodes(&fsck_ok(&state_img, &what));
+        let ours = used_inodes(&common::fsck_ok_but_free_totals(&state_img, &what));
         let expect = base_used
             + usize::from(keep.is_some())
             + usize::from(names.is_some())
@@ -297,7 +267,7 @@ fn every_crash_state_with_orphans_on_the_fallback_list_recovers() {
             let code = out.status.code().unwrap_or(-1);
             let text = String::from_utf8_lossy(&out.stdout);
             assert!(code <= 1, "{what}: e2fsck -fy exit {code}:\n{text}");
-            let theirs = used_inodes(&fsck_ok(&state_img, &what));
+            let theirs = used_inodes(&common::fsck_ok_but_free_totals(&state_img, &what));
             assert_eq!(
                 theirs, ours,
                 "{what}: e2fsck -fy and our recovery disagree on the inodes in use"

@@ -21,7 +21,6 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::Arc;
 
 use common::{e2fsck, fresh, fresh_list, have_tools, rw_journaled, Scratch};
@@ -132,28 +131,6 @@ fn workload(rec: &Arc<RecordingDevice<MemDevice>>, bs: usize) -> Vec<(usize, Tre
     points
 }
 
-/// e2fsck -fn found nothing but (possibly) the superblock's free totals.
-fn assert_fsck_ok(img: &Path, what: &str) {
-    let (code, text) = e2fsck(img, "-fn");
-    let lines: Vec<&str> = text
-        .lines()
-        .filter(|l| {
-            !(l.starts_with("Free blocks count wrong (")
-                || l.starts_with("Free inodes count wrong (")
-                || l.starts_with("Fix? no")
-                || l.starts_with("Pass ")
-                || l.starts_with("e2fsck ")
-                || l.contains(" files (")
-                || l.trim().is_empty())
-        })
-        .collect();
-    assert!(
-        code == 0 || (code == 4 && lines.is_empty()),
-        "{what}: e2fsck -fn exit {code}:\n{text}"
-    );
-    assert!(lines.is_empty(), "{what}: e2fsck -fn:\n{text}");
-}
-
 /// Recover as a mount does: replay the journal, mount read-write (which
 /// frees the orphans), read the tree, unmount cleanly.
 fn recovered_tree(image: Vec<u8>) -> (Vec<u8>, Tree) {
@@ -248,7 +225,7 @@ fn crash_states(list: bool) -> usize {
                 ok_trees[0].keys().collect::<Vec<_>>()
             );
             std::fs::write(&state_img, &img_after).unwrap();
-            assert_fsck_ok(&state_img, &format!("bs {bs}, crash state {n}"));
+            common::fsck_ok_but_free_totals(&state_img, &format!("bs {bs}, crash state {n}"));
             // The referee's own replay on every 8th state that needs one.
             if st.image[1024 + 0x60] & 4 != 0 && n % 8 == 0 {
                 std::fs::write(&state_img, &st.image).unwrap();

@@ -88,18 +88,54 @@ fn open_unlinked(e: &Arc<Ext4>, t: &scalevfs::Task) -> Vec<i32> {
     fds
 }
 
+/// A journaled mount of a fresh image (in memory) with 600 files
+/// unlinked and still open: more than the orphan file's slots.
+struct Overflowed {
+    img: PathBuf,
+    blocks0: u64,
+    inodes0: u64,
+    mem: Arc<MemDevice>,
+    e: Arc<Ext4>,
+    vfs: Vfs,
+    t: scalevfs::Task,
+    fds: Vec<i32>,
+}
+
+fn overflowed(dir: &Path) -> Overflowed {
+    let (img, blocks0, inodes0) = image(dir);
+    let mem = Arc::new(MemDevice::new(std::fs::read(&img).unwrap()));
+    let e = Ext4::open_device(Box::new(mem.clone()), rw_journaled()).unwrap();
+    let vfs = Vfs::with_root_fs(Default::default(), e.clone());
+    let t = vfs.root_task();
+    let fds = open_unlinked(&e, &t);
+    Overflowed {
+        img,
+        blocks0,
+        inodes0,
+        mem,
+        e,
+        vfs,
+        t,
+        fds,
+    }
+}
+
 #[test]
 fn more_open_unlinked_files_than_orphan_slots() {
     if !have_tools() {
         return;
     }
     let s = Scratch::new("orphanoverflow");
-    let (img, blocks0, inodes0) = image(&s.0);
-    let mem = Arc::new(MemDevice::new(std::fs::read(&img).unwrap()));
-    let e = Ext4::open_device(Box::new(mem.clone()), rw_journaled()).unwrap();
-    let vfs = Vfs::with_root_fs(Default::default(), e.clone());
-    let t = vfs.root_task();
-    let fds = open_unlinked(&e, &t);
+    let Overflowed {
+        img,
+        blocks0,
+        inodes0,
+        mem,
+        e,
+        vfs,
+        t,
+        fds,
+    } = overflowed(&s.0);
     // Closed from both ends: inodes leave the list's head, its tail and
     // slots of the orphan file in the same commits.
     let mut fds: std::collections::VecDeque<i32> = fds.into();
@@ -134,12 +170,16 @@ fn a_crash_with_overflowed_orphans_open_leaks_nothing() {
         return;
     }
     let s = Scratch::new("orphanoverflowcrash");
-    let (img, blocks0, inodes0) = image(&s.0);
-    let mem = Arc::new(MemDevice::new(std::fs::read(&img).unwrap()));
-    let e = Ext4::open_device(Box::new(mem.clone()), rw_journaled()).unwrap();
-    let vfs = Vfs::with_root_fs(Default::default(), e.clone());
-    let t = vfs.root_task();
-    let fds = open_unlinked(&e, &t);
+    let Overflowed {
+        img: _,
+        blocks0,
+        inodes0,
+        mem,
+        e,
+        vfs,
+        t,
+        fds,
+    } = overflowed(&s.0);
     // The "crash": the device as it is now (every file unlinked and open,
     // 508 in the orphan file, 92 on the list; the log not checkpointed).
     let crashed = bytes(&mem);

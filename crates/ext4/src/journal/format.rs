@@ -646,6 +646,24 @@ pub fn build_commit_v1(js: &JournalSuperblock, sequence: u32, sec: u64, crc: u32
     b
 }
 
+/// One block of a transaction in the log: built here (descriptor, revoke,
+/// commit, or a data block that had to be escaped), or a caller's block
+/// written as it is (no copy).
+pub enum LogBlock<'a> {
+    Built(Vec<u8>),
+    Data(&'a [u8]),
+}
+
+impl LogBlock<'_> {
+    /// The block's bytes as they go into the log.
+    pub fn bytes(&self) -> &[u8] {
+        match self {
+            LogBlock::Built(b) => b,
+            LogBlock::Data(d) => d,
+        }
+    }
+}
+
 /// A whole transaction as the journal stores it, in log order: revoke
 /// blocks for `revokes`, then for each run of blocks that fits a
 /// descriptor, the descriptor and the (escaped) data blocks, then the
@@ -657,32 +675,67 @@ pub fn build_transaction(
     revokes: &[u64],
     commit_sec: u64,
 ) -> Vec<Vec<u8>> {
-    let mut out = Vec::new();
+    layout_transaction(js, sequence, blocks, revokes, commit_sec)
+        .into_iter()
+        .map(|b| match b {
+            LogBlock::Built(v) => v,
+            LogBlock::Data(d) => d.to_vec(),
+        })
+        .collect()
+}
+
+/// [`build_transaction`] without copying the data blocks: a data block
+/// is borrowed unless it starts with the journal magic and must be
+/// escaped (rare: a copy with the first word zeroed).
+pub fn layout_transaction<'a>(
+    js: &JournalSuperblock,
+    sequence: u32,
+    blocks: &[(u64, &'a [u8])],
+    revokes: &[u64],
+    commit_sec: u64,
+) -> Vec<LogBlock<'a>> {
     let per_revoke = revokes_per_block(js).max(1);
-    for chunk in revokes.chunks(per_revoke) {
-        out.push(build_revoke(js, sequence, chunk));
-    }
     let per_desc = tags_per_descriptor(js).max(1);
+    let mut out = Vec::with_capacity(
+        revokes.len().div_ceil(per_revoke) + blocks.len() + blocks.len().div_ceil(per_desc) + 1,
+    );
+    for chunk in revokes.chunks(per_revoke) {
+        out.push(LogBlock::Built(build_revoke(js, sequence, chunk)));
+    }
     for chunk in blocks.chunks(per_desc) {
-        let escaped: Vec<(Vec<u8>, bool)> = chunk.iter().map(|(_, d)| escape(d)).collect();
+        let logged: Vec<(LogBlock<'a>, bool)> = chunk
+            .iter()
+            .map(|&(_, d)| {
+                if d.len() >= 4 && be32(d, 0) == MAGIC {
+                    (LogBlock::Built(escape(d).0), true)
+                } else {
+                    (LogBlock::Data(d), false)
+                }
+            })
+            .collect();
         let tags: Vec<(u64, &[u8], bool)> = chunk
             .iter()
-            .zip(&escaped)
-            .map(|(&(home, _), (data, esc))| (home, data.as_slice(), *esc))
+            .zip(&logged)
+            .map(|(&(home, _), (b, esc))| (home, b.bytes(), *esc))
             .collect();
-        out.push(build_descriptor(js, sequence, &tags));
-        out.extend(escaped.into_iter().map(|(d, _)| d));
+        let desc = build_descriptor(js, sequence, &tags);
+        drop(tags);
+        out.push(LogBlock::Built(desc));
+        out.extend(logged.into_iter().map(|(b, _)| b));
     }
     if v1_checksums(js) {
         // Descriptors and data blocks, in log order; revoke blocks are not
         // covered.
         let crc = out
             .iter()
+            .map(LogBlock::bytes)
             .filter(|b| header(b).is_none_or(|(t, _)| t != REVOKE_BLOCK))
-            .fold(!0, |c, b| crc32_be(c, b));
-        out.push(build_commit_v1(js, sequence, commit_sec, crc));
+            .fold(!0, crc32_be);
+        out.push(LogBlock::Built(build_commit_v1(
+            js, sequence, commit_sec, crc,
+        )));
     } else {
-        out.push(build_commit(js, sequence, commit_sec, 0));
+        out.push(LogBlock::Built(build_commit(js, sequence, commit_sec, 0)));
     }
     out
 }

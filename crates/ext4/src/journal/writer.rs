@@ -2,8 +2,9 @@
 //! of an image's journal the way jbd2 commits them (descriptor, data and
 //! revoke blocks, a flush, the commit block, a flush) and checkpoints them
 //! (home blocks written and flushed, then the log tail moved in the journal
-//! superblock). It is the format side of the future journaled write path:
-//! single-threaded, synchronous commits, no group commit yet.
+//! superblock). One committer calls it at a time (the ext4 type's commit
+//! lock); group commit happens above it, by putting many handles' changes
+//! in one transaction.
 //!
 //! While the log holds transactions the superblock says needs_recovery; a
 //! crash at any point leaves an image that recovery (ours, e2fsck's, the
@@ -117,30 +118,31 @@ impl LogWriter {
         Ok(())
     }
 
-    /// Write `blocks` to the log from block `at` on, one `write_at` per
-    /// run of blocks that are consecutive both in the log and on the
+    /// Write `blocks` to the log from block `at` on, one vectored write
+    /// per run of blocks that are consecutive both in the log and on the
     /// device (the journal is usually one extent: a commit is then one
-    /// write, not one per block). Returns the log block after the last.
-    fn write_run(&self, mut at: u32, blocks: &[Vec<u8>]) -> Result<u32> {
+    /// write, not one per block, and no block is copied into a bigger
+    /// buffer first). Returns the log block after the last.
+    fn write_run(&self, mut at: u32, blocks: &[format::LogBlock<'_>]) -> Result<u32> {
         let mut i = 0;
-        let mut buf = Vec::new();
+        let mut bufs: Vec<&[u8]> = Vec::new();
         while i < blocks.len() {
             let first = at;
-            buf.clear();
-            buf.extend_from_slice(&blocks[i]);
+            bufs.clear();
+            bufs.push(blocks[i].bytes());
             i += 1;
             let mut next = self.js.wrap_next(at);
             while i < blocks.len()
                 && next == at + 1
                 && self.map[next as usize] == self.map[at as usize] + 1
             {
-                buf.extend_from_slice(&blocks[i]);
+                bufs.push(blocks[i].bytes());
                 i += 1;
                 at = next;
                 next = self.js.wrap_next(at);
             }
             self.dev
-                .write_at(self.map[first as usize] * self.bs, &buf)?;
+                .write_vectored_at(self.map[first as usize] * self.bs, &bufs)?;
             at = next;
         }
         Ok(at)
@@ -162,15 +164,28 @@ impl LogWriter {
     /// transactions must not be replayed). Durable when this returns.
     /// Checkpoints older transactions first if the log lacks room.
     pub fn commit(&mut self, blocks: &[(u64, &[u8])], revokes: &[u64], time: u64) -> Result<u32> {
+        let owned = blocks.iter().map(|&(h, d)| (h, d.to_vec())).collect();
+        self.commit_owned(owned, revokes, time)
+    }
+
+    /// [`LogWriter::commit`] taking the blocks by value: they are written
+    /// to the log from where they lie and kept for the checkpoint without
+    /// another copy.
+    pub fn commit_owned(
+        &mut self,
+        blocks: Vec<(u64, Vec<u8>)>,
+        revokes: &[u64],
+        time: u64,
+    ) -> Result<u32> {
         let bs = self.bs as usize;
-        for &(home, data) in blocks {
-            if home >= self.fs_blocks || data.len() != bs {
+        for (home, data) in &blocks {
+            if *home >= self.fs_blocks || data.len() != bs {
                 return Err(corrupt(
                     format!("block {home}"),
                     "cannot be logged (beyond the filesystem or not one block)",
                 ));
             }
-            if self.sorted.binary_search(&home).is_ok() {
+            if self.sorted.binary_search(home).is_ok() {
                 return Err(corrupt(format!("block {home}"), "lies inside the journal"));
             }
         }
@@ -180,33 +195,34 @@ impl LogWriter {
             ));
         }
         let seq = self.next_seq;
-        let log = format::build_transaction(&self.js, seq, blocks, revokes, time);
-        let n = log.len() as u32;
-        // One block stays free so that head == tail means empty.
-        if n >= self.js.log_len() {
-            return Err(Error::Incompatible(format!(
-                "a transaction of {n} log blocks does not fit a log of {}",
-                self.js.log_len()
-            )));
-        }
-        if self.used() + n >= self.js.log_len() {
-            self.checkpoint()?;
-        }
-        let start = self.head;
-        let at = self.write_run(start, &log[..log.len() - 1])?;
-        if self.sb_empty {
-            // Recovery must find the log: point the superblock at it.
-            self.write_jsb(start, seq)?;
-        }
-        self.dev.flush()?;
-        self.write_log(at, &log[log.len() - 1])?;
-        self.dev.flush()?;
-        self.head = self.js.wrap_next(at);
+        let n = {
+            let refs: Vec<(u64, &[u8])> = blocks.iter().map(|(h, d)| (*h, &d[..])).collect();
+            let log = format::layout_transaction(&self.js, seq, &refs, revokes, time);
+            let n = log.len() as u32;
+            // One block stays free so that head == tail means empty.
+            if n >= self.js.log_len() {
+                return Err(Error::Incompatible(format!(
+                    "a transaction of {n} log blocks does not fit a log of {}",
+                    self.js.log_len()
+                )));
+            }
+            if self.used() + n >= self.js.log_len() {
+                self.checkpoint()?;
+            }
+            let start = self.head;
+            let at = self.write_run(start, &log[..log.len() - 1])?;
+            if self.sb_empty {
+                // Recovery must find the log: point the superblock at it.
+                self.write_jsb(start, seq)?;
+            }
+            self.dev.flush()?;
+            self.write_log(at, log[log.len() - 1].bytes())?;
+            self.dev.flush()?;
+            self.head = self.js.wrap_next(at);
+            n
+        };
         self.next_seq = seq.wrapping_add(1);
-        self.live.push_back(Live {
-            len: n,
-            blocks: blocks.iter().map(|&(h, d)| (h, d.to_vec())).collect(),
-        });
+        self.live.push_back(Live { len: n, blocks });
         Ok(seq)
     }
 
@@ -263,8 +279,8 @@ impl LogWriter {
 }
 
 impl crate::txn::LogSink for LogWriter {
-    fn commit(&mut self, blocks: &[(u64, &[u8])], revokes: &[u64], time: u64) -> Result<u32> {
-        LogWriter::commit(self, blocks, revokes, time)
+    fn commit(&mut self, blocks: Vec<(u64, Vec<u8>)>, revokes: &[u64], time: u64) -> Result<u32> {
+        LogWriter::commit_owned(self, blocks, revokes, time)
     }
     fn checkpoint(&mut self) -> Result<()> {
         LogWriter::checkpoint(self)
