@@ -168,8 +168,25 @@ impl Ext4Inode {
         self.raw.lock().clone()
     }
 
+    /// Move the mtime and ctime forward to at least `t` (a directory
+    /// gaining a name under its shared lock: a change that commutes with
+    /// the others made alongside it).
+    pub(crate) fn advance_times(&self, t: (i64, i64)) {
+        {
+            let mut r = self.raw.lock();
+            r.mtime = r.mtime.max(t);
+            r.ctime = r.ctime.max(t);
+        }
+        self.note_tid();
+    }
+
     pub(crate) fn set_raw(&self, r: RawInode) {
         *self.raw.lock() = r;
+        self.note_tid();
+    }
+
+    /// This inode's last change is in the running transaction.
+    fn note_tid(&self) {
         let t = current_tid();
         if t > 0 {
             // Relaxed: read by fsync after the change it follows returned

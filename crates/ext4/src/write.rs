@@ -140,6 +140,38 @@ impl Ext4 {
         })
     }
 
+    /// Directory `di` (inode `ino`) gained a name at time `t` under its
+    /// shared lock: its mtime and ctime move forward to at least `t`, in
+    /// memory and in its inode table slot. Each update takes the larger
+    /// time, decoding the slot and encoding it back inside one atomic
+    /// change of the cached block, so concurrent updates commute and the
+    /// slot's other fields stay as they are.
+    fn advance_dir_times(&self, di: &Ext4Inode, ino: u32, t: (i64, i64)) -> Result<()> {
+        let (rw, io) = self.rw()?;
+        di.advance_times(t);
+        let ipg = self.sb.inodes_per_group;
+        let g = ((ino - 1) / ipg) as usize;
+        let idx = ((ino - 1) % ipg) as usize;
+        let isz = self.sb.inode_size();
+        let off = idx * isz;
+        let gd = self
+            .groups
+            .get(g)
+            .ok_or_else(|| corrupt(format!("inode {ino}"), "group out of range"))?;
+        let blk = gd.inode_table + (off / self.bs) as u64;
+        let inb = off % self.bs;
+        let sb = &self.sb;
+        let r = rw.bufs.modify(io.dev, blk, true, |b| {
+            let slot = &mut b[inb..inb + isz];
+            let mut r = RawInode::parse(sb, ino, slot)?;
+            r.mtime = r.mtime.max(t);
+            r.ctime = r.ctime.max(t);
+            r.encode(sb, slot, None);
+            Ok(())
+        })?;
+        self.check(r)
+    }
+
     /// Append block `pblk` as logical block `lblk` of `raw` (an extent
     /// inode whose tree is the inode's own root, depth 0).
     fn extent_append(&self, raw: &mut RawInode, lblk: u32, pblk: u64) -> Result<()> {
@@ -177,9 +209,27 @@ impl Ext4 {
         Ok(())
     }
 
-    /// Add `name` -> `ino` to directory `draw` (its lock held): the first
-    /// leaf block with room, else a new block at the end.
+    /// Add `name` -> `ino` to directory `draw` (its lock held exclusive):
+    /// the first leaf block with room, else a new block at the end.
     fn dir_insert(&self, draw: &mut RawInode, name: &[u8], ino: u32, ft: u8) -> Result<()> {
+        self.dir_insert_grow(draw, name, ino, ft, true).map(|_| ())
+    }
+
+    /// `dir_insert`; without `grow` only into a block the directory has
+    /// (no new block, no htree split, no conversion to an index): false
+    /// when none has room. That much runs under the directory's lock
+    /// held shared (`create_node`): the name goes in with one atomic
+    /// change of one cached block, which concurrent inserts into the same
+    /// block see (`BufCache::modify`), and the directory's shape (its
+    /// size, its index) does not change.
+    fn dir_insert_grow(
+        &self,
+        draw: &mut RawInode,
+        name: &[u8],
+        ino: u32,
+        ft: u8,
+        grow: bool,
+    ) -> Result<bool> {
         let (rw, io) = self.rw()?;
         let ft = if self.sb.has_incompat(INCOMPAT_FILETYPE) {
             ft
@@ -187,7 +237,7 @@ impl Ext4 {
             0
         };
         if self.is_htree(draw) {
-            return self.htree_insert(draw, name, ino, ft);
+            return self.htree_insert(draw, name, ino, ft, grow);
         }
         let seed = self.csum_seed(draw);
         let end = self.bs - if seed.is_some() { dir::TAIL_SIZE } else { 0 };
@@ -208,14 +258,17 @@ impl Ext4 {
                 ok
             })?;
             if done {
-                return Ok(());
+                return Ok(true);
             }
+        }
+        if !grow {
+            return Ok(false);
         }
         if nblk == 1 && self.sb.has_compat(COMPAT_DIR_INDEX) && draw.flags & FL_EXTENTS != 0 {
             // A full one-block directory becomes indexed, as the kernel's
             // make_indexed_dir.
             self.make_indexed(draw, last)?;
-            return self.htree_insert(draw, name, ino, ft);
+            return self.htree_insert(draw, name, ino, ft, true);
         }
         let pblk = self.dir_append_block(draw, last)?;
         rw.bufs.modify(io.dev, pblk, false, |b| {
@@ -225,7 +278,7 @@ impl Ext4 {
                 dir::set_tail_csum(b, s);
             }
         })?;
-        Ok(())
+        Ok(true)
     }
 
     /// Add a block at the end of directory `draw` (`last`: its last
@@ -348,7 +401,14 @@ impl Ext4 {
     /// the root and, with one index level, an index node), split by hash
     /// when full; a full index level splits too (the root's entries move
     /// to a new index node, or a full index node splits in two).
-    fn htree_insert(&self, draw: &mut RawInode, name: &[u8], ino: u32, ft: u8) -> Result<()> {
+    fn htree_insert(
+        &self,
+        draw: &mut RawInode,
+        name: &[u8],
+        ino: u32,
+        ft: u8,
+        grow: bool,
+    ) -> Result<bool> {
         let (rw, io) = self.rw()?;
         let seed = self.csum_seed(draw);
         let dino = draw.ino;
@@ -393,7 +453,10 @@ impl Ext4 {
             ok
         })?;
         if done {
-            return Ok(());
+            return Ok(true);
+        }
+        if !grow {
+            return Ok(false);
         }
         // Split the leaf: the upper half by hash moves to a new block.
         let mut ents: Vec<(u32, u32, Vec<u8>, u8)> = Vec::new();
@@ -505,7 +568,7 @@ impl Ext4 {
         if !fitted {
             return Err(corrupt(what(), "no room after a leaf split"));
         }
-        Ok(())
+        Ok(true)
     }
 
     /// The physical block of directory block `lblk`.
@@ -644,6 +707,30 @@ impl Ext4 {
             }
             self.write_inode(&raw, true)
         })();
+        // Not a directory (the parent's link count stays) and a block of
+        // the directory has room: the name goes in under the directory's
+        // lock held shared, beside other such creates (`dir_insert_grow`).
+        let mut r = r;
+        if r.is_ok() && !is_dir {
+            let shared = di.dir_lock.read_spin_as(Class::Ext4Dir, dir.ino());
+            let mut draw = di.raw();
+            match self.dir_insert_grow(&mut draw, name, ino, ft_code(mode), false) {
+                Ok(true) => {
+                    let r = self.advance_dir_times(di, pino, t);
+                    drop(shared);
+                    r?;
+                    dir.update_attr(|a| {
+                        let r = di.raw();
+                        (a.mtime_sec, a.mtime_nsec) = r.mtime;
+                        (a.ctime_sec, a.ctime_nsec) = r.ctime;
+                    });
+                    return self.iget(ino);
+                }
+                Ok(false) => {}
+                Err(e) => r = Err(e),
+            }
+        }
+        // The exclusive path: a new block, a split, a link count.
         let dl = r
             .is_ok()
             .then(|| di.dir_lock.write_spin_as(Class::Ext4Dir, dir.ino()));
@@ -673,8 +760,9 @@ impl Ext4 {
                 n => n + 1,
             };
         }
-        draw.mtime = t;
-        draw.ctime = t;
+        // An insert under the shared lock may have stored a later time.
+        draw.mtime = draw.mtime.max(t);
+        draw.ctime = draw.ctime.max(t);
         self.write_inode(&draw, false)?;
         di.set_raw(draw);
         drop(dl);
@@ -833,6 +921,53 @@ impl Ext4 {
         let ii = inode
             .private::<Ext4Inode>()
             .ok_or_else(|| errno(libc::EIO))?;
+        // A file's only name goes under the directory's lock held shared
+        // (the directory keeps its shape: the entry leaves its block in
+        // one atomic change, found afresh there by `dir::remove_named`,
+        // and the times move forward as `advance_dir_times` moves them).
+        // With one name no other unlink of the inode runs beside this one
+        // (the VFS locks the name; a link into this directory takes the
+        // lock exclusive). Anything else takes the exclusive path.
+        if !is_dir {
+            let shared = di.dir_lock.read_spin_as(Class::Ext4Dir, dir.ino());
+            let mut iraw = ii.raw();
+            if iraw.links_count == 1 {
+                let draw = di.raw();
+                let Some((pblk, _, _)) = self.dir_find(&draw, name)? else {
+                    return Err(errno(libc::ENOENT));
+                };
+                let seed = self.csum_seed(&draw);
+                let end = self.bs - if seed.is_some() { dir::TAIL_SIZE } else { 0 };
+                let done = rw.bufs.modify(io.dev, pblk, true, |b| {
+                    let ok = dir::remove_named(b, end, name);
+                    if let (true, Some(s)) = (ok, seed) {
+                        dir::set_tail_csum(b, s);
+                    }
+                    ok
+                })?;
+                if done {
+                    let t = now();
+                    iraw.links_count = 0;
+                    iraw.ctime = t;
+                    self.write_inode(&iraw, false)?;
+                    ii.set_raw(iraw);
+                    self.forget_inode(inode)?;
+                    self.advance_dir_times(di, dir.ino() as u32, t)?;
+                    drop(shared);
+                    dir.update_attr(|a| {
+                        let r = di.raw();
+                        (a.mtime_sec, a.mtime_nsec) = r.mtime;
+                        (a.ctime_sec, a.ctime_nsec) = r.ctime;
+                    });
+                    inode.update_attr(|a| {
+                        let r = ii.raw();
+                        a.nlink = u32::from(r.links_count);
+                        (a.ctime_sec, a.ctime_nsec) = r.ctime;
+                    });
+                    return Ok(());
+                }
+            }
+        }
         let dl = di.dir_lock.write_spin_as(Class::Ext4Dir, dir.ino());
         let mut draw = di.raw();
         let mut iraw = ii.raw();
@@ -859,8 +994,9 @@ impl Ext4 {
         if is_dir && draw.links_count > 2 {
             draw.links_count -= 1;
         }
-        draw.mtime = t;
-        draw.ctime = t;
+        // A change under the shared lock may have stored a later time.
+        draw.mtime = draw.mtime.max(t);
+        draw.ctime = draw.ctime.max(t);
         self.write_inode(&draw, false)?;
         di.set_raw(draw);
         self.write_inode(&iraw, false)?;

@@ -187,3 +187,138 @@ fn threads_creating_and_unlinking_in_one_directory_keep_exactly_their_names() {
     drop(e);
     fsck_clean(&img);
 }
+
+/// Creates of regular files into blocks a directory already has, and
+/// unlinks of a file's only name, run under the directory's lock held
+/// shared (a new block, an htree split, a link count or a file with
+/// other names takes it exclusive). Four threads fill one directory of
+/// 1 KiB blocks with long names, so splits (exclusive) keep interleaving
+/// with shared inserts, then remove half of them while pairs of hard
+/// links are removed beside them: every name left is found by lookup and
+/// by readdir,
+/// before and after a remount; the directory's mtime is at least the
+/// time before the last create (each insert moves it forward, never
+/// back) and is the same after the remount (the inode table slot got it
+/// too); e2fsck -fn is clean (htree index, checksums, counts).
+#[test]
+fn parallel_creates_in_one_directory_keep_every_name_and_the_index() {
+    if !have_tools() {
+        eprintln!("skipped: mkfs.ext4/e2fsck not found");
+        return;
+    }
+    let s = Scratch::new("shareddirfast");
+    let img = fresh(&s.0, 1024, "64M");
+    let e = Ext4::open(&img, rw_journaled()).unwrap();
+    let vfs = Arc::new(Vfs::with_root_fs(Default::default(), e.clone()));
+    vfs.root_task().mkdir("/shared", 0o755).unwrap();
+    let (threads, per) = (4, 700);
+    let name = |k: usize, i: usize| format!("a-rather-long-file-name-to-fill-blocks-{k}-{i}");
+    std::thread::scope(|sc| {
+        for k in 0..threads {
+            let vfs = vfs.clone();
+            sc.spawn(move || {
+                let t = vfs.root_task();
+                for i in 0..per {
+                    let fd = t
+                        .open(
+                            &format!("/shared/{}", name(k, i)),
+                            O_CREAT | O_WRONLY,
+                            0o644,
+                        )
+                        .unwrap();
+                    t.close(fd).unwrap();
+                }
+                // Then every odd name goes again (unlinks of a file's only
+                // name also run under the shared lock), beside the other
+                // threads' creates and unlinks.
+                for i in (1..per).step_by(2) {
+                    t.unlink(&format!("/shared/{}", name(k, i))).unwrap();
+                }
+            });
+        }
+        // Two names of one file unlinked at once by two threads: a file
+        // with more than one name takes the exclusive path, so its link
+        // count comes out right (e2fsck below finds no leaked inode).
+        let t = vfs.root_task();
+        for j in 0..20 {
+            let a = format!("/shared/hl{j}a");
+            let b = format!("/shared/hl{j}b");
+            let fd = t.open(&a, O_CREAT | O_WRONLY, 0o644).unwrap();
+            t.close(fd).unwrap();
+            t.link(&a, &b).unwrap();
+            std::thread::scope(|s2| {
+                for p in [&a, &b] {
+                    let vfs = vfs.clone();
+                    s2.spawn(move || vfs.root_task().unlink(p).unwrap());
+                }
+            });
+        }
+    });
+    // The coarse clock the filesystem stamps with (as Linux's
+    // current_time).
+    let before_last = scalevfs::types::Timespec::now();
+    // One more create after the clock read above.
+    let t = vfs.root_task();
+    let fd = t.open("/shared/last", O_CREAT | O_WRONLY, 0o644).unwrap();
+    t.close(fd).unwrap();
+    let mut want: BTreeSet<String> = (0..threads)
+        .flat_map(|k| (0..per).step_by(2).map(move |i| name(k, i)))
+        .collect();
+    want.insert("last".into());
+    let check = |t: &scalevfs::Task, when: &str| {
+        let got: BTreeSet<String> = t
+            .read_dir("/shared")
+            .unwrap()
+            .into_iter()
+            .map(|d| String::from_utf8(d.name).unwrap())
+            .filter(|n| n != "." && n != "..")
+            .collect();
+        assert_eq!(got.len(), want.len(), "{when}: readdir count");
+        assert!(got == want, "{when}: readdir names differ");
+        for n in &want {
+            t.stat(&format!("/shared/{n}"))
+                .unwrap_or_else(|e| panic!("{when}: lookup {n}: {e:?}"));
+        }
+        t.stat("/shared").unwrap()
+    };
+    // A directory with room in its one block: a create there is always
+    // a shared-lock insert; its time must reach the inode on disk.
+    t.mkdir("/small", 0o755).unwrap();
+    for i in 0..3 {
+        let fd = t
+            .open(&format!("/small/f{i}"), O_CREAT | O_WRONLY, 0o644)
+            .unwrap();
+        t.close(fd).unwrap();
+    }
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let before_small = scalevfs::types::Timespec::now();
+    let fd = t.open("/small/g", O_CREAT | O_WRONLY, 0o644).unwrap();
+    t.close(fd).unwrap();
+    let st = check(&t, "mounted");
+    let mtime = (st.mtime.sec, st.mtime.nsec);
+    assert!(
+        mtime >= (before_last.sec, before_last.nsec),
+        "directory mtime {mtime:?} is older than the last create ({before_last:?})"
+    );
+    drop(t);
+    drop(vfs);
+    e.unmount().unwrap();
+    drop(e);
+    fsck_clean(&img);
+    let e = Ext4::open(&img, rw_journaled()).unwrap();
+    let vfs = Vfs::with_root_fs(Default::default(), e.clone());
+    let t = vfs.root_task();
+    let st = check(&t, "after a remount");
+    assert_eq!((st.mtime.sec, st.mtime.nsec), mtime, "mtime on disk");
+    let small = t.stat("/small").unwrap();
+    assert!(
+        (small.mtime.sec, small.mtime.nsec) >= (before_small.sec, before_small.nsec)
+            && (small.ctime.sec, small.ctime.nsec) >= (before_small.sec, before_small.nsec),
+        "after a remount /small's times {:?} {:?} are older than its last create ({before_small:?})",
+        small.mtime,
+        small.ctime
+    );
+    drop(t);
+    drop(vfs);
+    e.unmount().unwrap();
+}

@@ -171,6 +171,35 @@ pub fn insert(b: &mut [u8], end: usize, ino: u32, name: &[u8], ft: u8) -> bool {
     false
 }
 
+/// Find the live entry named `name` in a leaf block (entries before
+/// `end`, checked by [`entries`] when it was read) and remove it as
+/// [`remove`] does, in one pass over the block as it is now: the entry
+/// before it is found afresh, so an insert made into the block since it
+/// was searched (which may have put a new entry between the two) is
+/// respected. False when the block has no such entry or a malformed
+/// rec_len stops the walk.
+pub fn remove_named(b: &mut [u8], end: usize, name: &[u8]) -> bool {
+    let mut off = 0;
+    let mut prev = None;
+    while off + ENTRY_HEADER <= end {
+        let rl = usize::from(le16(b, off + 4));
+        if rl < ENTRY_HEADER || off + rl > end {
+            return false;
+        }
+        let nl = usize::from(b[off + 6]);
+        if le32(b, off) != 0
+            && off + ENTRY_HEADER + nl <= end
+            && &b[off + ENTRY_HEADER..off + ENTRY_HEADER + nl] == name
+        {
+            remove(b, off, prev);
+            return true;
+        }
+        prev = Some(off);
+        off += rl;
+    }
+    false
+}
+
 /// Remove the live entry at `off` (found by [`entries`]): merged into the
 /// previous entry's rec_len, or (first in the block) marked free.
 pub fn remove(b: &mut [u8], off: usize, prev: Option<usize>) {
@@ -248,6 +277,43 @@ mod tests {
         assert_eq!(rec_len_from_disk(0, 65536), 65536);
         assert_eq!(rec_len_from_disk(65535, 65536), 65536);
         assert_eq!(rec_len_from_disk(0xfffc | 1, 65536), 0xfffc | (1 << 16));
+    }
+
+    /// The entry before a name can change between a search and the
+    /// removal (an insert into the slack of the entry before it, under
+    /// the directory's shared lock): `remove_named` finds it afresh.
+    #[test]
+    fn remove_named_merges_into_the_entry_now_before_it() {
+        let mut b = vec![0u8; 1024];
+        init_block(&mut b, true);
+        let end = 1024 - TAIL_SIZE;
+        assert!(insert(&mut b, end, 12, b"a", FT_REG));
+        assert!(insert(&mut b, end, 13, b"b", FT_REG));
+        // Free the end of "a"'s record: remove "b" and put it back after
+        // a gap, the layout a removal and a later insert leave.
+        remove(&mut b, 12, Some(0));
+        b[4..6].copy_from_slice(&40u16.to_le_bytes());
+        put_entry(&mut b, 40, 13, end - 40, b"b", FT_REG);
+        let v = entries(&b, true, true, &what).unwrap();
+        assert_eq!((v[1].offset, v[1].name), (40, &b"b"[..]));
+        // A search now would say: "b" at 40, after "a" at 0. Another
+        // thread inserts "c" into "a"'s slack, between the two.
+        assert!(insert(&mut b, end, 14, b"c", FT_REG));
+        let v = entries(&b, true, true, &what).unwrap();
+        assert_eq!(
+            v.iter().map(|e| e.name).collect::<Vec<_>>(),
+            [&b"a"[..], b"c", b"b"]
+        );
+        assert!(remove_named(&mut b, end, b"b"));
+        let v = entries(&b, true, true, &what).unwrap();
+        let live: Vec<_> = v.iter().filter(|e| e.inode != 0).map(|e| e.name).collect();
+        assert_eq!(live, [&b"a"[..], b"c"]);
+        assert_eq!(v[1].offset + v[1].rec_len, end, "c's record took b's space");
+        assert!(!remove_named(&mut b, end, b"b"), "gone");
+        // The first entry of a block is marked free, not merged.
+        assert!(remove_named(&mut b, end, b"a"));
+        let v = entries(&b, true, true, &what).unwrap();
+        assert_eq!((v[0].inode, v[1].name), (0, &b"c"[..]));
     }
 
     #[test]
