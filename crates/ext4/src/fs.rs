@@ -168,13 +168,15 @@ impl Ext4Inode {
         self.raw.lock().clone()
     }
 
-    /// Move the mtime and ctime forward to at least `t` (a directory
-    /// gaining a name under its shared lock: a change that commutes with
-    /// the others made alongside it).
-    pub(crate) fn advance_times(&self, t: (i64, i64)) {
+    /// Move the ctime (and with `mtime` the mtime) forward to at least
+    /// `t`: a change that commutes with the others made alongside it (a
+    /// directory gaining a name under its shared lock, a renamed inode).
+    pub(crate) fn advance_times(&self, t: (i64, i64), mtime: bool) {
         {
             let mut r = self.raw.lock();
-            r.mtime = r.mtime.max(t);
+            if mtime {
+                r.mtime = r.mtime.max(t);
+            }
             r.ctime = r.ctime.max(t);
         }
         self.note_tid();

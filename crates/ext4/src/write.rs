@@ -140,15 +140,23 @@ impl Ext4 {
         })
     }
 
-    /// Directory `di` (inode `ino`) gained a name at time `t` under its
-    /// shared lock: its mtime and ctime move forward to at least `t`, in
-    /// memory and in its inode table slot. Each update takes the larger
-    /// time, decoding the slot and encoding it back inside one atomic
-    /// change of the cached block, so concurrent updates commute and the
-    /// slot's other fields stay as they are.
+    /// Directory `di` (inode `ino`) gained or lost a name at time `t`
+    /// under its shared lock: its mtime and ctime move forward to at
+    /// least `t` (`advance_times`).
     fn advance_dir_times(&self, di: &Ext4Inode, ino: u32, t: (i64, i64)) -> Result<()> {
+        self.advance_times(di, ino, t, true)
+    }
+
+    /// Move inode `ino`'s ctime (with `mtime`, its mtime too) forward to
+    /// at least `t`, in memory and in its inode table slot. Each update
+    /// takes the larger time, decoding the slot and encoding it back
+    /// inside one atomic change of the cached block, so concurrent updates
+    /// commute and the slot's other fields stay as whoever owns them left
+    /// them (a rename changes only the moved inode's ctime: it needs no
+    /// lock of that inode, whose size or extents a write may be changing).
+    fn advance_times(&self, ei: &Ext4Inode, ino: u32, t: (i64, i64), mtime: bool) -> Result<()> {
         let (rw, io) = self.rw()?;
-        di.advance_times(t);
+        ei.advance_times(t, mtime);
         let ipg = self.sb.inodes_per_group;
         let g = ((ino - 1) / ipg) as usize;
         let idx = ((ino - 1) % ipg) as usize;
@@ -164,12 +172,34 @@ impl Ext4 {
         let r = rw.bufs.modify(io.dev, blk, true, |b| {
             let slot = &mut b[inb..inb + isz];
             let mut r = RawInode::parse(sb, ino, slot)?;
-            r.mtime = r.mtime.max(t);
+            if mtime {
+                r.mtime = r.mtime.max(t);
+            }
             r.ctime = r.ctime.max(t);
             r.encode(sb, slot, None);
             Ok(())
         })?;
         self.check(r)
+    }
+
+    /// The lock that orders whole-copy changes of an inode (read its
+    /// `raw`, change fields, store it back): a directory's lock for a
+    /// directory (whose size, blocks and link count creates and removes
+    /// change under it), the data lock for anything else (whose size and
+    /// extents writes change under it). Without it a chmod of a directory
+    /// beside a create in it stored an old size or link count, and a write
+    /// beside the unlink of the file's last name stored its link count
+    /// back (`tests/inode_update_races.rs`).
+    pub(crate) fn inode_change_lock<'a>(
+        &self,
+        inode: &Inode,
+        ei: &'a Ext4Inode,
+    ) -> scalevfs_sync::ordered::RwLockWriteGuard<'a, ()> {
+        if inode.file_type() == FileType::Directory {
+            ei.dir_lock.write_spin_as(Class::Ext4Dir, inode.ino())
+        } else {
+            ei.data.write()
+        }
     }
 
     /// Append block `pblk` as logical block `lblk` of `raw` (an extent
@@ -795,6 +825,7 @@ impl Ext4 {
         let ei = inode
             .private::<Ext4Inode>()
             .ok_or_else(|| errno(libc::EIO))?;
+        let _g = self.inode_change_lock(inode, ei);
         let mut raw = ei.raw();
         raw.flags = (raw.flags & !FS_FL_SETTABLE) | (flags & FS_FL_SETTABLE);
         raw.ctime = ctime;
@@ -814,7 +845,6 @@ impl Ext4 {
         let ei = inode
             .private::<Ext4Inode>()
             .ok_or_else(|| errno(libc::EIO))?;
-        let mut raw = ei.raw();
         let mut long = None;
         if let Some(size) = set.size {
             if inode.file_type() != FileType::Regular {
@@ -823,9 +853,11 @@ impl Ext4 {
             if size > scalevfs::fstype::Filesystem::max_file_size(self) {
                 return Err(errno(libc::EFBIG));
             }
+            // Takes the data lock itself.
             long = self.file_truncate(inode, size)?;
-            raw = ei.raw();
         }
+        let g = self.inode_change_lock(inode, ei);
+        let mut raw = ei.raw();
         if let Some(m) = set.mode {
             raw.mode = ((u32::from(raw.mode) & libc::S_IFMT) | (m & 0o7777)) as u16;
         }
@@ -846,6 +878,7 @@ impl Ext4 {
         }
         self.write_inode(&raw, false)?;
         ei.set_raw(raw);
+        drop(g);
         inode.update_attr(|a| scalevfs::fstype::apply_setattr(a, set));
         Ok(long)
     }
@@ -930,6 +963,7 @@ impl Ext4 {
         // lock exclusive). Anything else takes the exclusive path.
         if !is_dir {
             let shared = di.dir_lock.read_spin_as(Class::Ext4Dir, dir.ino());
+            let vg = ii.data.write();
             let mut iraw = ii.raw();
             if iraw.links_count == 1 {
                 let draw = di.raw();
@@ -953,6 +987,7 @@ impl Ext4 {
                     ii.set_raw(iraw);
                     self.forget_inode(inode)?;
                     self.advance_dir_times(di, dir.ino() as u32, t)?;
+                    drop(vg);
                     drop(shared);
                     dir.update_attr(|a| {
                         let r = di.raw();
@@ -969,6 +1004,10 @@ impl Ext4 {
             }
         }
         let dl = di.dir_lock.write_spin_as(Class::Ext4Dir, dir.ino());
+        // The victim's own lock for its link count, unless a directory
+        // (its lock ranks with the parent's by inode number; nothing but
+        // this rmdir changes an emptied directory's link count).
+        let vg = (!is_dir).then(|| ii.data.write());
         let mut draw = di.raw();
         let mut iraw = ii.raw();
         if is_dir && !self.dir_is_empty(&iraw)? {
@@ -1005,6 +1044,7 @@ impl Ext4 {
         if gone {
             self.forget_inode(inode)?;
         }
+        drop(vg);
         drop(dl);
         dir.update_attr(|a| {
             let r = di.raw();
@@ -1031,6 +1071,8 @@ impl Ext4 {
             .private::<Ext4Inode>()
             .ok_or_else(|| errno(libc::EIO))?;
         let dl = di.dir_lock.write_spin_as(Class::Ext4Dir, dir.ino());
+        // Never a directory: the file's own lock for its link count.
+        let vg = ii.data.write();
         let mut iraw = ii.raw();
         if iraw.links_count >= LINK_MAX {
             return Err(errno(libc::EMLINK));
@@ -1046,6 +1088,7 @@ impl Ext4 {
         iraw.ctime = t;
         self.write_inode(&iraw, false)?;
         ii.set_raw(iraw);
+        drop(vg);
         drop(dl);
         dir.update_attr(|a| {
             let r = di.raw();
@@ -1112,8 +1155,15 @@ impl Ext4 {
             l2 = Some(od.dir_lock.write_as(Class::Ext4Dir, old_dir.ino()));
         }
         let mut odraw = od.raw();
-        let mut mraw = mi.raw();
+        let mraw = mi.raw();
         let moved_dir = mraw.file_type_bits() == libc::S_IFDIR;
+        // The replaced file's own lock for its link count (a directory's
+        // ranks with the parents'; an emptied directory's count changes
+        // only here).
+        let rg = match replaced {
+            Some(r) if r.file_type() != FileType::Directory => Some(priv_of(r)?.data.write()),
+            _ => None,
+        };
         let mut rraw = match replaced {
             Some(r) => {
                 let rr = priv_of(r)?.raw();
@@ -1205,9 +1255,9 @@ impl Ext4 {
             }
             self.write_inode(rr, false)?;
         }
-        mraw.ctime = t;
-        self.write_inode(&mraw, false)?;
-        mi.set_raw(mraw);
+        // Only the moved inode's ctime changes: a commuting update, so a
+        // write changing its size or extents meanwhile keeps them.
+        self.advance_times(mi, mraw.ino, t, false)?;
         odraw.mtime = t;
         odraw.ctime = t;
         self.write_inode(&odraw, false)?;
@@ -1226,6 +1276,7 @@ impl Ext4 {
                 self.forget_inode(r)?;
             }
         }
+        drop(rg);
         drop(l2);
         drop(l1);
         for (i, e) in [(old_dir, od), (new_dir, nd), (moved, mi)] {
@@ -1311,7 +1362,7 @@ impl Ext4 {
         }
         let mut odraw = od.raw();
         let mut ndraw = if same { odraw.clone() } else { nd.raw() };
-        let (mut araw, mut braw) = (ai.raw(), bi.raw());
+        let (araw, braw) = (ai.raw(), bi.raw());
         let adir = araw.file_type_bits() == libc::S_IFDIR;
         let bdir = braw.file_type_bits() == libc::S_IFDIR;
         let (op, ooff, _) = self
@@ -1353,12 +1404,9 @@ impl Ext4 {
                 bump(&mut odraw, true);
             }
         }
-        araw.ctime = t;
-        braw.ctime = t;
-        self.write_inode(&araw, false)?;
-        self.write_inode(&braw, false)?;
-        ai.set_raw(araw);
-        bi.set_raw(braw);
+        // Only their ctimes change: commuting updates (see rename).
+        self.advance_times(ai, araw.ino, t, false)?;
+        self.advance_times(bi, braw.ino, t, false)?;
         odraw.mtime = t;
         odraw.ctime = t;
         self.write_inode(&odraw, false)?;

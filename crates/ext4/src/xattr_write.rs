@@ -153,7 +153,7 @@ impl Ext4 {
         let ei = inode
             .private::<Ext4Inode>()
             .ok_or_else(|| errno(libc::EIO))?;
-        let g = ei.data.write();
+        let g = self.inode_change_lock(inode, ei);
         let mut raw = ei.raw();
         let st = self.check(self.stored_xattrs(&raw))?;
         let in_body = st.body.iter().position(|e| same(e, index, suffix));
