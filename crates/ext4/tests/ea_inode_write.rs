@@ -355,3 +355,48 @@ fn kernel_shared(isize: usize) {
     assert_eq!(end.1, start.1 - 1, "only /a is left");
     assert_eq!(end.0, start.0, "every value and xattr block is free again");
 }
+
+/// An owner unlinked while open and left by a "crash" (the image copied
+/// while mounted, after a commit) is freed by the next mount's orphan
+/// processing, its value inodes with it: with the orphan file and with
+/// the orphan list.
+#[test]
+fn orphaned_owner_frees_its_value_inodes() {
+    if !have_tools() {
+        return;
+    }
+    for features in ["ea_inode,orphan_file", "ea_inode,^orphan_file"] {
+        let s = Scratch::new("eaworphan");
+        let img = fresh_with(&s.0, 4096, "32M", features);
+        let before = free(&img);
+        let e = Ext4::open(&img, rw_journaled()).unwrap();
+        let vfs = vfs_of(&e);
+        let t = vfs.root_task();
+        let fd = t
+            .open("/o", scalevfs::O_CREAT | scalevfs::O_RDWR, 0o644)
+            .unwrap();
+        t.write(fd, b"data").unwrap();
+        t.fsetxattr(fd, "user.big", &pattern(5, 65536), 0).unwrap();
+        t.fsetxattr(fd, "user.mid", &pattern(6, 9000), 0).unwrap();
+        t.unlink("/o").unwrap();
+        t.fsync(fd).unwrap();
+        let crashed = s.0.join("crashed");
+        std::fs::copy(&img, &crashed).unwrap();
+        t.close(fd).unwrap();
+        drop(t);
+        drop(vfs);
+        e.unmount().unwrap();
+        drop(e);
+        fsck_clean(&img);
+        assert_eq!(free(&img), before, "{features}: freed at last close");
+        let e = Ext4::open(&crashed, rw_journaled()).unwrap();
+        e.unmount().unwrap();
+        drop(e);
+        fsck_clean(&crashed);
+        assert_eq!(
+            free(&crashed),
+            before,
+            "{features}: freed by the next mount"
+        );
+    }
+}
