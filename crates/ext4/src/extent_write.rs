@@ -1277,7 +1277,8 @@ impl Ext4 {
     }
 
     /// Free everything an inode with no links holds: data, tree blocks, its
-    /// share of an xattr block and the inode itself (dtime set).
+    /// share of an xattr block and of the value inodes its attributes name
+    /// (`ea_inode.rs`) and the inode itself (dtime set).
     pub(crate) fn release_inode(&self, mut raw: RawInode) -> Result<()> {
         let is_dir = raw.file_type_bits() == libc::S_IFDIR;
         if raw.flags & FL_EXTENTS != 0 {
@@ -1296,6 +1297,7 @@ impl Ext4 {
             root[8..12].copy_from_slice(&gen);
             raw.block = root;
         }
+        self.release_ibody_ea_refs(&raw)?;
         self.release_xattr_block(&mut raw)?;
         raw.blocks = 0;
         raw.size = 0;

@@ -2555,18 +2555,7 @@ impl Ext4 {
         };
         let v = match &e.value {
             xattr::Value::Here(v) => v.clone(),
-            &xattr::Value::Inode { ino, size } => {
-                let ea = self.read_inode(ino)?;
-                if ea.flags & inode::FL_EA_INODE == 0 || ea.size != u64::from(size) {
-                    return Err(corrupt(what(), format!("value inode {ino}")));
-                }
-                // size <= xattr::VALUE_MAX (checked by the parser).
-                let mut v = vec![0u8; size as usize];
-                if self.read_data(&ea, 0, &mut v)? != v.len() {
-                    return Err(corrupt(what(), "short value inode"));
-                }
-                v
-            }
+            &xattr::Value::Inode { ino, size } => self.read_ea_value(ino, size, &what)?,
         };
         if matches!(e.index, 2 | 3) {
             return xattr::acl_to_xattr(&v, &what);
@@ -2615,17 +2604,11 @@ fn check_rw(sb: &Superblock, journal: bool) -> Result<()> {
             sb.last_orphan
         )));
     }
-    // MMP needs its block kept alive; EA_INODE's inodes are not tracked.
-    let bad = sb.feature_incompat & (INCOMPAT_MMP | INCOMPAT_EA_INODE);
-    if bad != 0 {
+    // MMP needs its block kept alive. (EA_INODE is written: `ea_inode.rs`.)
+    if sb.feature_incompat & INCOMPAT_MMP != 0 {
         return Err(Error::Incompatible(format!(
             "feature(s) {} are not kept by the writer: mount read-only",
-            [INCOMPAT_MMP, INCOMPAT_EA_INODE]
-                .iter()
-                .filter(|&&f| bad & f != 0)
-                .map(|&f| incompat_name(f))
-                .collect::<Vec<_>>()
-                .join(", ")
+            incompat_name(INCOMPAT_MMP)
         )));
     }
     // Directory rec_len is stored as is (64 KiB blocks encode it).

@@ -15,6 +15,7 @@ pub mod alloc;
 pub mod bufcache;
 pub mod crashdev;
 pub mod device;
+mod ea_inode;
 pub mod error;
 mod extent_write;
 mod fiemap;

@@ -2,11 +2,18 @@
 //! `removexattr` in the inode body and the xattr block (the encoders are
 //! in `format/xattr.rs`), and the block's release when an inode goes.
 //!
-//! PLACEMENT (the kernel's `ext4_xattr_set_handle`, without `ea_inode`)
+//! PLACEMENT (the kernel's `ext4_xattr_set_handle`)
 //! - A value goes in the inode body if the body's entries with it fit;
 //!   then a copy in the block goes. Otherwise it goes in the block (a new
 //!   one if there is none) and a copy in the body goes. If it fits in
 //!   neither: ENOSPC, and nothing changed.
+//! - With `ea_inode` (`ea_inode.rs`): a value whose padded size is over
+//!   block size - 56 is stored in a value inode of its own and only its
+//!   entry goes in the body or the block (by the same rule); a smaller
+//!   one that fits neither place is tried that way too; a plain value in
+//!   the block must leave min(block size / 8, 1024) bytes below the
+//!   values. A replaced or removed value's inode loses a user (freed at
+//!   0), and so do those of a freed block.
 //! - The block's entries are kept sorted (name index, name length, name),
 //!   as the kernel's lookup expects; each carries its hash, the header the
 //!   rolled hash of all and, with metadata_csum, the checksum.
@@ -30,6 +37,7 @@ use std::sync::Arc;
 
 use scalevfs::inode::Inode;
 
+use crate::ea_inode;
 use crate::error::{corrupt, Result};
 use crate::format::inode::{RawInode, GOOD_OLD_INODE_SIZE};
 use crate::format::xattr::{self, RawEntry};
@@ -179,69 +187,149 @@ impl Ext4 {
             .as_ref()
             .map(|(_, v)| v.clone())
             .unwrap_or_default();
+        // A value inode made for this value (freed again if a later step
+        // fails).
+        let mut fresh = None;
         if let Some(v) = value {
             // The same value already stored: nothing to write (the kernel
-            // bails out too).
+            // bails out too; never for a value in a value inode).
             let old = in_body
                 .map(|p| &st.body[p])
                 .or_else(|| in_block.and_then(|p| st.block.as_ref().map(|(_, b)| &b[p])));
             if old.is_some_and(|e| e.inum == 0 && e.value == v) {
                 return Ok(());
             }
-            let new = RawEntry {
-                index,
-                name: suffix.to_vec(),
-                value: v.to_vec(),
-                inum: 0,
-                inum_size: 0,
-                hash: 0,
-            };
-            // In the body if it fits there (in its place, or appended, as
-            // the kernel's unsorted body), else in the block.
-            let mut b2 = body.clone();
-            match in_body {
-                Some(p) => b2[p] = new.clone(),
-                None => b2.push(new.clone()),
-            }
-            let fits_body = st
-                .area
-                .is_some_and(|(_, len)| xattr::table_len(&b2) + 4 <= len);
-            if fits_body {
-                body = b2;
-                block.retain(|e| !same(e, index, suffix));
+            let ea = self.has_ea_inode();
+            // With ea_inode, a large value goes to a value inode at once;
+            // one that fits neither place as a plain value is tried there
+            // next (`ext4_xattr_set_handle`'s retry).
+            let large = ea && (v.len() + 3) & !3 > ea_inode::min_large_value(self.bs);
+            let tries: &[bool] = if large {
+                &[true]
+            } else if ea && !v.is_empty() {
+                &[false, true]
             } else {
-                block.retain(|e| !same(e, index, suffix));
-                block.push(new);
-                xattr::sort_block_entries(&mut block);
-                if xattr::BLOCK_HEADER_LEN + xattr::table_len(&block) > self.bs {
-                    return Err(errno(libc::ENOSPC));
+                &[false]
+            };
+            let mut placed = None;
+            for &in_inode in tries {
+                let new = RawEntry {
+                    index,
+                    name: suffix.to_vec(),
+                    value: if in_inode { Vec::new() } else { v.to_vec() },
+                    // Its number and hash are set once it exists.
+                    inum: if in_inode { u32::MAX } else { 0 },
+                    inum_size: if in_inode { v.len() as u32 } else { 0 },
+                    hash: 0,
+                };
+                // In the body if it fits there (in its place, or
+                // appended, as the kernel's unsorted body), else in the
+                // block.
+                let mut b2 = body.clone();
+                match in_body {
+                    Some(p) => b2[p] = new.clone(),
+                    None => b2.push(new.clone()),
                 }
-                body.retain(|e| !same(e, index, suffix));
+                if st
+                    .area
+                    .is_some_and(|(_, len)| xattr::table_len(&b2) + 4 <= len)
+                {
+                    let mut k2 = block.clone();
+                    k2.retain(|e| !same(e, index, suffix));
+                    placed = Some((in_inode, b2, k2));
+                    break;
+                }
+                let mut k2 = block.clone();
+                k2.retain(|e| !same(e, index, suffix));
+                k2.push(new);
+                xattr::sort_block_entries(&mut k2);
+                let fits = xattr::BLOCK_HEADER_LEN + xattr::table_len(&k2) <= self.bs;
+                // With ea_inode a plain value must leave room for entries
+                // (EXT4_XATTR_BLOCK_RESERVE).
+                let reserve_ok = !ea
+                    || in_inode
+                    || v.is_empty()
+                    || self.bs.saturating_sub(xattr::values_len(&k2))
+                        >= ea_inode::block_reserve(self.bs);
+                if fits && reserve_ok {
+                    let mut b2 = body.clone();
+                    b2.retain(|e| !same(e, index, suffix));
+                    placed = Some((in_inode, b2, k2));
+                    break;
+                }
+            }
+            let Some((in_inode, b2, k2)) = placed else {
+                return Err(errno(libc::ENOSPC));
+            };
+            body = b2;
+            block = k2;
+            if in_inode {
+                let (ino, vhash) = self.create_ea_inode(raw.ino, v)?;
+                fresh = Some(ino);
+                let hash = xattr::entry_hash(suffix, &vhash.to_le_bytes(), false);
+                for e in body.iter_mut().chain(block.iter_mut()) {
+                    if same(e, index, suffix) {
+                        e.inum = ino;
+                        e.hash = hash;
+                    }
+                }
             }
         } else {
             body.retain(|e| !same(e, index, suffix));
             block.retain(|e| !same(e, index, suffix));
         }
-        // Encode the body, then write the block (the allocation is the
-        // only step that can fail for want of space), then the inode with
-        // its body, `i_file_acl` and `i_blocks`.
-        let area = match st.area {
-            Some((start, len)) if body != st.body => {
-                let bytes = xattr::encode_ibody(&body, len).ok_or_else(|| errno(libc::ENOSPC))?;
-                Some((start, bytes))
+        let r = self.store_xattrs(&mut raw, &st, &body, &block, fresh);
+        if let Err(e) = r {
+            if let (Some(ino), false) = (fresh, e.is_corrupt()) {
+                let _ = self.ea_inode_put(ino);
             }
-            _ => None,
-        };
-        let old_block = st.block.as_ref().map(|(_, v)| v);
-        if old_block.map_or(!block.is_empty(), |o| *o != block) {
-            let refcount = st.block.as_ref().map_or(0, |(r, _)| *r);
-            self.check(self.put_xattr_block(&mut raw, refcount, &block))?;
+            return Err(e);
         }
-        self.write_inode_area(&raw, area.as_ref().map(|(s, b)| (*s, &b[..])))?;
         ei.set_raw(raw.clone());
         drop(g);
         inode.update_attr(|a| a.blocks = raw.blocks);
         Ok(())
+    }
+
+    /// Store `body` and `block` as `raw`'s attributes (were `st`): the
+    /// block first (its allocation is the only step that can fail for
+    /// want of space), then the value inodes no longer named lose a user,
+    /// then the inode with its body, `i_file_acl` and `i_blocks` (which
+    /// carries the value inodes' sizes). `fresh`: a value inode just made
+    /// for this change (it has its user already).
+    fn store_xattrs(
+        &self,
+        raw: &mut RawInode,
+        st: &Stored,
+        body: &[RawEntry],
+        block: &[RawEntry],
+        fresh: Option<u32>,
+    ) -> Result<()> {
+        let area = match st.area {
+            Some((start, len)) if body != st.body.as_slice() => {
+                let bytes = xattr::encode_ibody(body, len).ok_or_else(|| errno(libc::ENOSPC))?;
+                Some((start, bytes))
+            }
+            _ => None,
+        };
+        let old_block = st.block.as_ref().map(|(_, v)| &v[..]);
+        if old_block.map_or(!block.is_empty(), |o| o != block) {
+            let refcount = st.block.as_ref().map_or(0, |(r, _)| *r);
+            self.check(self.put_xattr_block(
+                raw,
+                refcount,
+                old_block.unwrap_or(&[]),
+                block,
+                fresh,
+            ))?;
+        }
+        for ino in ea_inode::lost(&ea_inode::inums(&st.body), &ea_inode::inums(body)) {
+            self.ea_inode_put(ino)?;
+        }
+        let old_charge = self.ea_charge(&st.body) + old_block.map_or(0, |o| self.ea_charge(o));
+        raw.blocks =
+            (raw.blocks + self.ea_charge(body) + self.ea_charge(block)).saturating_sub(old_charge);
+        self.write_inode_area(raw, area.as_ref().map(|(s, b)| (*s, &b[..])))
     }
 
     /// Replace the xattr block of `raw` (whose count is `refcount`, 0 for
@@ -252,7 +340,9 @@ impl Ext4 {
         &self,
         raw: &mut RawInode,
         refcount: u32,
+        old_entries: &[RawEntry],
         entries: &[RawEntry],
+        fresh: Option<u32>,
     ) -> Result<()> {
         let (rw, io) = self.rw()?;
         let sectors = self.bs as u64 / 512;
@@ -282,6 +372,13 @@ impl Ext4 {
         rw.bufs
             .modify(io.dev, blk, false, |d| d.copy_from_slice(&b))?;
         if blk != old {
+            // A new block: the value inodes it names (but the fresh one)
+            // gain it as a user; the old one keeps its own.
+            for ino in ea_inode::inums(entries) {
+                if Some(ino) != fresh {
+                    self.ea_inode_get(ino)?;
+                }
+            }
             if old != 0 {
                 // The shared block keeps its other users.
                 self.drop_xattr_block(old)?;
@@ -289,30 +386,43 @@ impl Ext4 {
                 raw.blocks += sectors;
             }
             raw.file_acl = blk;
+        } else {
+            // Changed in place: the values it no longer names lose it.
+            for ino in ea_inode::lost(&ea_inode::inums(old_entries), &ea_inode::inums(entries)) {
+                self.ea_inode_put(ino)?;
+            }
         }
         Ok(())
     }
 
     /// One user less for xattr block `blk`: its count (and checksum)
-    /// rewritten, or the block freed at the last. The count is read and
-    /// changed under the buffer's lock, so two inodes sharing the block
-    /// that drop it at once (a copy on write, an unlink) both count.
+    /// rewritten, or the block freed at the last, and with it a user of
+    /// each value inode it names. The count is read and changed under the
+    /// buffer's lock, so two inodes sharing the block that drop it at once
+    /// (a copy on write, an unlink) both count.
     fn drop_xattr_block(&self, blk: u64) -> Result<()> {
         let (rw, io) = self.rw()?;
         let seed = self.xattr_csum_seed();
-        let last = rw.bufs.modify(io.dev, blk, true, |d| {
-            let r = u32::from_le_bytes([d[4], d[5], d[6], d[7]]);
-            if r <= 1 {
-                return true;
-            }
-            xattr::set_refcount(d, r - 1);
-            if let Some(seed) = seed {
-                xattr::set_block_csum(d, blk, seed);
-            }
-            false
-        })?;
-        if last {
+        let last = rw
+            .bufs
+            .modify(io.dev, blk, true, |d| -> Result<Option<Vec<u32>>> {
+                let r = u32::from_le_bytes([d[4], d[5], d[6], d[7]]);
+                if r <= 1 {
+                    // Checked when it was read; the count only matters here.
+                    let (_, entries) = xattr::parse_block_raw(d, blk, None)?;
+                    return Ok(Some(ea_inode::inums(&entries)));
+                }
+                xattr::set_refcount(d, r - 1);
+                if let Some(seed) = seed {
+                    xattr::set_block_csum(d, blk, seed);
+                }
+                Ok(None)
+            })?;
+        if let Some(values) = self.check(last)? {
             self.free_block(blk)?;
+            for ino in values {
+                self.ea_inode_put(ino)?;
+            }
         }
         Ok(())
     }

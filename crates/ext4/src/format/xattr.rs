@@ -312,6 +312,11 @@ pub fn table_len(entries: &[RawEntry]) -> usize {
         + 4
 }
 
+/// Bytes the values held here take in a table (each padded to 4).
+pub fn values_len(entries: &[RawEntry]) -> usize {
+    entries.iter().map(value_room).sum()
+}
+
 /// The block's order (the kernel's `ext4_xattr_find_entry` stops at the
 /// first entry not below the name it seeks): name index, name length,
 /// name bytes.
