@@ -182,6 +182,29 @@ impl Ext4 {
         self.check(r)
     }
 
+    /// The lock of a directory being removed (rmdir, or replaced by a
+    /// rename), taken with the parents' locks held: its emptied link
+    /// count is set under it, so a chmod of it at the same moment cannot
+    /// store the old count back. Taken by trying, never waiting in the
+    /// lock: its inode number may rank below a parent's, and whoever holds
+    /// it (a lookup or listing in it, a setattr or xattr change of it)
+    /// takes no other directory's lock meanwhile; the VFS keeps creates
+    /// and renames out of a directory it is removing.
+    fn removed_dir_lock<'a>(ei: &'a Ext4Inode) -> scalevfs_sync::ordered::RwLockWriteGuard<'a, ()> {
+        let mut spins = 0u32;
+        loop {
+            if let Some(g) = ei.dir_lock.try_write_as(Class::Ext4Dir) {
+                return g;
+            }
+            spins += 1;
+            if spins < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+
     /// The lock that orders whole-copy changes of an inode (read its
     /// `raw`, change fields, store it back): a directory's lock for a
     /// directory (whose size, blocks and link count creates and removes
@@ -1004,10 +1027,12 @@ impl Ext4 {
             }
         }
         let dl = di.dir_lock.write_spin_as(Class::Ext4Dir, dir.ino());
-        // The victim's own lock for its link count, unless a directory
-        // (its lock ranks with the parent's by inode number; nothing but
-        // this rmdir changes an emptied directory's link count).
-        let vg = (!is_dir).then(|| ii.data.write());
+        // The victim's own lock for its link count.
+        let vg = if is_dir {
+            Self::removed_dir_lock(ii)
+        } else {
+            ii.data.write()
+        };
         let mut draw = di.raw();
         let mut iraw = ii.raw();
         if is_dir && !self.dir_is_empty(&iraw)? {
@@ -1157,12 +1182,13 @@ impl Ext4 {
         let mut odraw = od.raw();
         let mraw = mi.raw();
         let moved_dir = mraw.file_type_bits() == libc::S_IFDIR;
-        // The replaced file's own lock for its link count (a directory's
-        // ranks with the parents'; an emptied directory's count changes
-        // only here).
+        // The replaced inode's own lock for its link count.
         let rg = match replaced {
-            Some(r) if r.file_type() != FileType::Directory => Some(priv_of(r)?.data.write()),
-            _ => None,
+            Some(r) if r.file_type() == FileType::Directory => {
+                Some(Self::removed_dir_lock(priv_of(r)?))
+            }
+            Some(r) => Some(priv_of(r)?.data.write()),
+            None => None,
         };
         let mut rraw = match replaced {
             Some(r) => {

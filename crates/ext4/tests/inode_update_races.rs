@@ -6,8 +6,10 @@
 //! an old size or link count (e2fsck: wrong i_size, wrong link count); a
 //! write extending a file while its last name was removed put back a
 //! link count of 1, and the inode was never freed (e2fsck: unattached
-//! inode). Every such change now holds the inode's own lock: the
-//! directory lock for a directory, the data lock for anything else.
+//! inode); a chmod of a directory as rmdir (or a rename over it) removed
+//! it put back its link count of 2 (e2fsck: unattached inode). Every such
+//! change now holds the inode's own lock: the directory lock for a
+//! directory, the data lock for anything else.
 
 mod common;
 
@@ -112,6 +114,61 @@ fn a_write_beside_the_unlink_of_the_files_last_name() {
     }
     scalevfs::flush_deferred_frees();
     e.commit().unwrap();
+    drop(vfs);
+    e.unmount().unwrap();
+    drop(e);
+    fsck_clean(&img);
+}
+
+/// A chmod of a directory at the moment it is removed (rmdir, or a
+/// rename over it): the removal sets the emptied directory's link count
+/// to 0 and frees it, and must not have that count stored back (e2fsck:
+/// an unattached or wrongly counted inode).
+#[test]
+fn chmod_of_a_directory_being_removed() {
+    if !have_tools() {
+        eprintln!("skipped: mkfs.ext4/e2fsck not found");
+        return;
+    }
+    let s = Scratch::new("racechmodrmdir");
+    let img = fresh(&s.0, 1024, "64M");
+    let e = Ext4::open(&img, rw_journaled()).unwrap();
+    let vfs = Arc::new(Vfs::with_root_fs(Default::default(), e.clone()));
+    let t = vfs.root_task();
+    t.mkdir("/p", 0o755).unwrap();
+    for round in 0..300 {
+        let d = format!("/p/d{round}");
+        t.mkdir(&d, 0o755).unwrap();
+        let over = round % 2 == 1;
+        if over {
+            t.mkdir(&format!("/p/e{round}"), 0o755).unwrap();
+        }
+        let go = std::sync::Barrier::new(2);
+        std::thread::scope(|sc| {
+            let (v, d, go) = (vfs.clone(), &d, &go);
+            sc.spawn(move || {
+                let t2 = v.root_task();
+                go.wait();
+                // Until it is gone (ENOENT), or (renamed over: the name
+                // then holds the other directory) a bounded number of times.
+                for k in 0..200 {
+                    if t2.chmod(d, [0o700, 0o755][k % 2]).is_err() {
+                        break;
+                    }
+                }
+            });
+            go.wait();
+            if over {
+                // The directory named by `d` is replaced: it goes.
+                t.rename(&format!("/p/e{round}"), d).unwrap();
+            } else {
+                t.rmdir(d).unwrap();
+            }
+        });
+    }
+    assert_eq!(t.stat("/p").unwrap().nlink, 2 + 150);
+    drop(t);
+    scalevfs::flush_deferred_frees();
     drop(vfs);
     e.unmount().unwrap();
     drop(e);
