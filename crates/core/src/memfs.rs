@@ -246,7 +246,12 @@ struct DirSlot {
 struct MemDir {
     by_name: SkipMap<Box<[u8]>, DirSlot>,
     by_cookie: SkipMap<u64, Box<[u8]>>,
-    next_cookie: AtomicU64,
+    /// The cookie batch (`MemFs::next_cookie`) the last listing of this
+    /// directory to start ended at (`readdir_end`): entries added after it
+    /// take their cookies from that batch or a later one, so at or past
+    /// the listing's end. Written only when a listing starts after a new
+    /// batch was handed out; read by every insert.
+    listed_batch: AtomicU64,
     /// The parent directory (`..`); null for the root, its own parent.
     parent: Atomic<Weak<Inode>>,
 }
@@ -332,6 +337,11 @@ pub struct MemFs {
     opts: MemFsOptions,
     root: Arc<Inode>,
     next_ino: InoAllocator,
+    /// Directory cookies (listing positions), for every directory of this
+    /// filesystem: unique filesystem-wide, hence in each directory, and
+    /// taken from per-thread batches, so creates in one directory do not
+    /// all write one counter (issue 16; it was one per directory).
+    next_cookie: InoAllocator,
     stats: Arc<MemStats>,
     /// Every inode's generation (see `new`).
     generation: u32,
@@ -405,6 +415,7 @@ impl MemFs {
             root,
             generation,
             next_ino: InoAllocator::new(2),
+            next_cookie: InoAllocator::new(FIRST_COOKIE),
             stats,
         }
     }
@@ -460,9 +471,15 @@ impl MemFs {
     /// count: `dir_size`).
     fn insert_entry(&self, d: &MemDir, name: &[u8], inode: Arc<Inode>) {
         d.trace(true);
-        // Relaxed: cookies only need to be unique and increasing per directory;
-        // the skip lists order their own publication.
-        let cookie = FIRST_COOKIE + d.next_cookie.fetch_add(1, Ordering::Relaxed);
+        // Unique (filesystem-wide, so in this directory too) and never
+        // below FIRST_COOKIE; not increasing in the order of creation
+        // across threads, which a listing does not need, but at or past the
+        // end of every listing of this directory that started before
+        // (`readdir_end`). Relaxed: a listing start that happened before
+        // this insert is read (coherence); a concurrent one may be missed,
+        // as an entry created during a listing may or may not be listed.
+        let min = d.listed_batch.load(Ordering::Relaxed);
+        let cookie = self.next_cookie.next_from_batch(min);
         d.by_cookie.insert(cookie, name.to_vec().into_boxed_slice());
         d.by_name
             .insert(name.to_vec().into_boxed_slice(), DirSlot { cookie, inode });
@@ -817,11 +834,23 @@ impl Filesystem for MemFs {
     }
 
     fn readdir_end(&self, d: &Arc<Inode>) -> Option<u64> {
-        // Relaxed: a cookie taken before this load is below the bound; one
-        // taken concurrently may fall either side, as an entry created
-        // during the listing may or may not be listed.
+        // Every cookie handed out before this call is below the bound (so
+        // every entry present is listed), and every insert into this
+        // directory that follows it takes a cookie at or past it (the
+        // batch recorded here; see `insert_entry`). Stored only when it
+        // moves, so repeated listings write nothing in the steady state.
+        // Relaxed: see `insert_entry` and `InoAllocator::bound_batch`;
+        // the update keeps the highest of racing listing starts.
         let md = dir(d).ok()?;
-        Some(FIRST_COOKIE + md.next_cookie.load(Ordering::Relaxed))
+        let k = self.next_cookie.bound_batch();
+        if md.listed_batch.load(Ordering::Relaxed) < k {
+            let _ = md
+                .listed_batch
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                    (v < k).then_some(k)
+                });
+        }
+        Some((k * crate::percpu::INO_BATCH).max(FIRST_COOKIE))
     }
 
     fn statfs(&self) -> StatFs {
