@@ -146,8 +146,10 @@ pub trait Filesystem: Send + Sync + 'static {
     }
 
     /// Where a listing that starts now ends: `Some(c)` if `readdir` goes in
-    /// increasing cookie order and every entry added to `dir` from now on
-    /// (created, or renamed in) gets a cookie >= `c`. A listing started at
+    /// increasing cookie order, every entry present now has a cookie below
+    /// `c`, and every entry added to `dir` after this call (created, or
+    /// renamed in) gets a cookie >= `c` (one added concurrently may get
+    /// either; memfs's cookies are not increasing across threads). A listing started at
     /// position 0 stops there, so entries that keep arriving behind it
     /// (renamed out and back) cannot make it endless (Linux's offset
     /// directories do the same). `None` (the default): no bound.

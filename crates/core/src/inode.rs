@@ -79,6 +79,12 @@ pub struct Inode {
     /// Tells this inode from an earlier one with the same number (file
     /// handles): set once by the filesystem at creation.
     generation: u32,
+    /// Where the size comes from when the filesystem keeps it itself
+    /// (`with_size_fn`): `attr()` reports `size_fn(self)` in place of the
+    /// stored size. memfs directories: from their entry count, which every
+    /// create and unlink writes anyway, so a name operation need not write
+    /// the attribute record for the size (issue 16). Set once at creation.
+    size_fn: Option<fn(&Inode) -> u64>,
     /// The access ACL (Linux's `i_acl`), the stored one parsed, when the
     /// inode has one (`I_ACL`); the filesystem keeps the stored copy. Read
     /// under an epoch guard with no lock and no write (a permission check
@@ -177,6 +183,7 @@ impl Inode {
             attr: SeqLock::new(attr),
             dir_lock: RwLock::new(Class::DirParent, ()),
             generation: 0,
+            size_fn: None,
             acl: Atomic::null(),
             orphan: Default::default(),
             write_count: AtomicI64::new(0),
@@ -187,6 +194,16 @@ impl Inode {
     /// This inode with generation number `generation` (see [`Inode::generation`]).
     pub fn with_generation(mut self, generation: u32) -> Inode {
         self.generation = generation;
+        self
+    }
+
+    /// This inode with its size reported by `f` (see the field `size_fn`):
+    /// `attr()` and `stat()` call it, the stored size is not read, and
+    /// `update_attr` closures see (and may change, to no effect) the stored
+    /// one. `f` must not take a lock (it runs inside lock-free walks, under
+    /// any lock of the VFS) and must not call `attr()` of this inode.
+    pub fn with_size_fn(mut self, f: fn(&Inode) -> u64) -> Inode {
+        self.size_fn = Some(f);
         self
     }
 
@@ -259,7 +276,31 @@ impl Inode {
     /// A consistent copy of the attributes, read lock-free.
     #[inline]
     pub fn attr(&self) -> Attr {
-        self.attr.read()
+        let mut a = self.attr.read();
+        if let Some(f) = self.size_fn {
+            a.size = f(self);
+        }
+        a
+    }
+
+    /// Set mtime and ctime to `now` (a change of a directory's names) unless
+    /// both already are `now`: with coarse timestamps (`Timespec::now`, one
+    /// value per clock tick) the store would change nothing, and skipping
+    /// it spares every create and unlink in one directory but the first of
+    /// each tick the shared write of the attribute record (issue 16; the
+    /// rule of Linux's `file_update_time` for data writes). A stored time
+    /// that differs from `now` in either direction is overwritten, as Linux
+    /// does.
+    pub fn touch_mc_unless_current(&self, now: crate::types::Timespec) {
+        let a = self.attr.read();
+        // Under loom the store is always made: whether it is skipped
+        // depends on the real clock, and a loom model must run the same
+        // atomics in every execution (the skip orders nothing: a reader
+        // sees the same times either way).
+        if a.mtime() == now && a.ctime() == now && !cfg!(loom) {
+            return;
+        }
+        self.update_attr(|a| a.touch_mc(now));
     }
 
     /// Change the attributes under the seqlock's writer lock.

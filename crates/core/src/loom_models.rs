@@ -451,3 +451,40 @@ fn fd_hint_vs_close() {
         }
     });
 }
+
+/// memfs's directory cookies (`percpu::InoAllocator`, per-thread batches;
+/// `MemFs::readdir_end`/`insert_entry`) on the production allocator: one
+/// thread takes a number and then publishes that it did; the other starts
+/// a "listing" (`bound_batch`) and then takes a number from that batch on
+/// (`next_from_batch`). The numbers differ; the second is at or past the
+/// bound; and a number taken before the listing started (the flag seen)
+/// is below it, so the listing includes it.
+#[test]
+fn cookie_batches_vs_listing_bound() {
+    use crate::percpu::{InoAllocator, INO_BATCH};
+    use scalevfs_sync::primitive::{AtomicBool, Ordering};
+    model(3, || {
+        let a = Arc::new(InoAllocator::new(3));
+        let taken = Arc::new(AtomicBool::new(false));
+        let creator = {
+            let (a, taken) = (a.clone(), taken.clone());
+            thread::spawn(move || {
+                let n = a.next();
+                taken.store(true, Ordering::Release);
+                n
+            })
+        };
+        let seen = taken.load(Ordering::Acquire);
+        let k = a.bound_batch();
+        let m = a.next_from_batch(k);
+        let n = creator.join().unwrap();
+        assert_ne!(n, m, "a number handed out twice");
+        assert!(m >= k * INO_BATCH, "{m} below the listing's end {k}");
+        if seen {
+            assert!(
+                n < k * INO_BATCH,
+                "{n} created before the listing, not below {k}"
+            );
+        }
+    });
+}

@@ -10,7 +10,13 @@
 //! - File data: `MemFile` is a page store read without locks (see
 //!   `pages.rs`); the VFS holds the inode's data lock exclusively around
 //!   writes, truncates and fallocate, which serialises the writers.
-//! - Attributes live in the VFS inode (its seqlock); memfs has no copy.
+//! - Attributes live in the VFS inode (its seqlock); memfs has no copy,
+//!   except a directory's size, which it reports from the entry count
+//!   (`dir_size`, `Inode::with_size_fn`): a create or unlink of a file
+//!   writes the directory's attribute record only for its mtime/ctime, and
+//!   only when they are not the current clock tick already
+//!   (`Inode::touch_mc_unless_current`); mkdir and rmdir write it for the
+//!   link count.
 //! - Limits (tmpfs's `size=` and `nr_inodes=`): one counter each in
 //!   `MemStats`, taken with a bounded read-modify-write (never past the
 //!   limit) and given back when pages or inodes are freed. The inode count
@@ -240,7 +246,12 @@ struct DirSlot {
 struct MemDir {
     by_name: SkipMap<Box<[u8]>, DirSlot>,
     by_cookie: SkipMap<u64, Box<[u8]>>,
-    next_cookie: AtomicU64,
+    /// The cookie batch (`MemFs::next_cookie`) the last listing of this
+    /// directory to start ended at (`readdir_end`): entries added after it
+    /// take their cookies from that batch or a later one, so at or past
+    /// the listing's end. Written only when a listing starts after a new
+    /// batch was handed out; read by every insert.
+    listed_batch: AtomicU64,
     /// The parent directory (`..`); null for the root, its own parent.
     parent: Atomic<Weak<Inode>>,
 }
@@ -326,6 +337,11 @@ pub struct MemFs {
     opts: MemFsOptions,
     root: Arc<Inode>,
     next_ino: InoAllocator,
+    /// Directory cookies (listing positions), for every directory of this
+    /// filesystem: unique filesystem-wide, hence in each directory, and
+    /// taken from per-thread batches, so creates in one directory do not
+    /// all write one counter (issue 16; it was one per directory).
+    next_cookie: InoAllocator,
     stats: Arc<MemStats>,
     /// Every inode's generation (see `new`).
     generation: u32,
@@ -390,7 +406,8 @@ impl MemFs {
                     xattrs: XattrStore::default(),
                 }),
             )
-            .with_generation(generation),
+            .with_generation(generation)
+            .with_size_fn(dir_size),
         );
         MemFs {
             dev,
@@ -398,6 +415,7 @@ impl MemFs {
             root,
             generation,
             next_ino: InoAllocator::new(2),
+            next_cookie: InoAllocator::new(FIRST_COOKIE),
             stats,
         }
     }
@@ -430,34 +448,38 @@ impl MemFs {
             return Err(Errno::ENOSPC);
         }
         let ino = self.next_ino.next();
-        Ok(Arc::new(
-            Inode::new(
-                ino,
-                self.dev,
-                attr,
-                Box::new(MemNode {
-                    kind,
-                    stats: self.stats.clone(),
-                    xattrs: XattrStore::default(),
-                }),
-            )
-            .with_generation(self.generation),
-        ))
+        let is_dir = matches!(kind, MemKind::Dir(_));
+        let inode = Inode::new(
+            ino,
+            self.dev,
+            attr,
+            Box::new(MemNode {
+                kind,
+                stats: self.stats.clone(),
+                xattrs: XattrStore::default(),
+            }),
+        )
+        .with_generation(self.generation);
+        Ok(Arc::new(if is_dir {
+            inode.with_size_fn(dir_size)
+        } else {
+            inode
+        }))
     }
 
-    fn insert(&self, d: &MemDir, dir_inode: &Inode, name: &[u8], inode: Arc<Inode>) {
-        self.insert_entry(d, name, inode);
-        dir_inode.update_attr(|a| a.size += BOGO_DIRENT_SIZE);
-    }
-
-    /// `insert` without the directory's size: the caller adds
-    /// `BOGO_DIRENT_SIZE` in the one attribute write it makes anyway (one
-    /// seqlock write of the parent per create, not two).
+    /// Add the entry `name` (the directory's size follows from its entry
+    /// count: `dir_size`).
     fn insert_entry(&self, d: &MemDir, name: &[u8], inode: Arc<Inode>) {
         d.trace(true);
-        // Relaxed: cookies only need to be unique and increasing per directory;
-        // the skip lists order their own publication.
-        let cookie = FIRST_COOKIE + d.next_cookie.fetch_add(1, Ordering::Relaxed);
+        // Unique (filesystem-wide, so in this directory too) and never
+        // below FIRST_COOKIE; not increasing in the order of creation
+        // across threads, which a listing does not need, but at or past the
+        // end of every listing of this directory that started before
+        // (`readdir_end`). Relaxed: a listing start that happened before
+        // this insert is read (coherence); a concurrent one may be missed,
+        // as an entry created during a listing may or may not be listed.
+        let min = d.listed_batch.load(Ordering::Relaxed);
+        let cookie = self.next_cookie.next_from_batch(min);
         d.by_cookie.insert(cookie, name.to_vec().into_boxed_slice());
         d.by_name
             .insert(name.to_vec().into_boxed_slice(), DirSlot { cookie, inode });
@@ -492,19 +514,30 @@ impl MemFs {
         true
     }
 
-    fn remove(&self, d: &MemDir, dir_inode: &Inode, name: &[u8]) -> Option<Arc<Inode>> {
-        let i = self.remove_entry(d, name)?;
-        dir_inode.update_attr(|a| a.size = a.size.saturating_sub(BOGO_DIRENT_SIZE));
-        Some(i)
-    }
-
-    /// `remove` without the directory's size (see `insert_entry`).
+    /// Remove the entry `name` (see `insert_entry`).
     fn remove_entry(&self, d: &MemDir, name: &[u8]) -> Option<Arc<Inode>> {
         d.trace(true);
         let e = d.by_name.remove(name)?;
         let slot = e.value();
         d.by_cookie.remove(&slot.cookie);
         Some(slot.inode.clone())
+    }
+}
+
+/// A directory's size, as tmpfs counts it (`BOGO_DIRENT_SIZE` for each
+/// entry, `.` and `..` included), from its entry count: the skip list's
+/// length, which every insert and remove writes anyway (its hot line), so
+/// the create path does not also write the size into the directory's
+/// attribute record (`Inode::with_size_fn`, issue 16). Exact when no name
+/// operation runs in the directory; during a rename within it the old and
+/// the new name are both counted for a moment.
+fn dir_size(i: &Inode) -> u64 {
+    match i.private::<MemNode>().map(|n| &n.kind) {
+        Some(MemKind::Dir(d)) => {
+            d.trace(false);
+            BOGO_DIRENT_SIZE * (2 + d.by_name.len() as u64)
+        }
+        _ => 0,
     }
 }
 
@@ -575,14 +608,16 @@ impl Filesystem for MemFs {
         };
         self.insert_entry(md, name, inode.clone());
         let now = Timespec::now();
-        // One write of the parent's attributes: size, link count, times.
-        d.update_attr(|a| {
-            a.size += BOGO_DIRENT_SIZE;
-            if is_dir {
+        // The parent's size follows from its entries (`dir_size`); its
+        // times are written once per clock tick, its link count by mkdir.
+        if is_dir {
+            d.update_attr(|a| {
                 a.nlink += 1;
-            }
-            a.touch_mc(now);
-        });
+                a.touch_mc(now);
+            });
+        } else {
+            d.touch_mc_unless_current(now);
+        }
         Ok(inode)
     }
 
@@ -604,10 +639,7 @@ impl Filesystem for MemFs {
             a.nlink += 1;
             a.set_ctime(now);
         });
-        d.update_attr(|a| {
-            a.size += BOGO_DIRENT_SIZE;
-            a.touch_mc(now);
-        });
+        d.touch_mc_unless_current(now);
         Ok(())
     }
 
@@ -619,10 +651,7 @@ impl Filesystem for MemFs {
             a.nlink = a.nlink.saturating_sub(1);
             a.set_ctime(now);
         });
-        d.update_attr(|a| {
-            a.size = a.size.saturating_sub(BOGO_DIRENT_SIZE);
-            a.touch_mc(now);
-        });
+        d.touch_mc_unless_current(now);
         Ok(())
     }
 
@@ -638,7 +667,6 @@ impl Filesystem for MemFs {
             a.set_ctime(now);
         });
         d.update_attr(|a| {
-            a.size = a.size.saturating_sub(BOGO_DIRENT_SIZE);
             a.nlink = a.nlink.saturating_sub(1);
             a.touch_mc(now);
         });
@@ -689,7 +717,7 @@ impl Filesystem for MemFs {
                 if r.is_dir() && !dir(r)?.by_name.is_empty() {
                     return Err(Errno::ENOTEMPTY);
                 }
-                self.remove(nd, new_dir, new_name);
+                self.remove_entry(nd, new_name);
                 r.update_attr(|a| {
                     a.nlink = if r.is_dir() {
                         0
@@ -703,8 +731,8 @@ impl Filesystem for MemFs {
                 }
             }
             if cross {
-                self.remove(od, old_dir, old_name);
-                self.insert(nd, new_dir, new_name, moved.clone());
+                self.remove_entry(od, old_name);
+                self.insert_entry(nd, new_name, moved.clone());
             } else if !self.rename_in_place(od, old_name, new_name, moved.clone()) {
                 return Err(Errno::ENOENT);
             }
@@ -717,9 +745,9 @@ impl Filesystem for MemFs {
             }
         }
         moved.update_attr(|a| a.set_ctime(now));
-        old_dir.update_attr(|a| a.touch_mc(now));
+        old_dir.touch_mc_unless_current(now);
         if cross {
-            new_dir.update_attr(|a| a.touch_mc(now));
+            new_dir.touch_mc_unless_current(now);
         }
         Ok(())
     }
@@ -806,11 +834,23 @@ impl Filesystem for MemFs {
     }
 
     fn readdir_end(&self, d: &Arc<Inode>) -> Option<u64> {
-        // Relaxed: a cookie taken before this load is below the bound; one
-        // taken concurrently may fall either side, as an entry created
-        // during the listing may or may not be listed.
+        // Every cookie handed out before this call is below the bound (so
+        // every entry present is listed), and every insert into this
+        // directory that follows it takes a cookie at or past it (the
+        // batch recorded here; see `insert_entry`). Stored only when it
+        // moves, so repeated listings write nothing in the steady state.
+        // Relaxed: see `insert_entry` and `InoAllocator::bound_batch`;
+        // the update keeps the highest of racing listing starts.
         let md = dir(d).ok()?;
-        Some(FIRST_COOKIE + md.next_cookie.load(Ordering::Relaxed))
+        let k = self.next_cookie.bound_batch();
+        if md.listed_batch.load(Ordering::Relaxed) < k {
+            let _ = md
+                .listed_batch
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                    (v < k).then_some(k)
+                });
+        }
+        Some((k * crate::percpu::INO_BATCH).max(FIRST_COOKIE))
     }
 
     fn statfs(&self) -> StatFs {

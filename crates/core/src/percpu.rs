@@ -344,12 +344,24 @@ impl InoAllocator {
 
     /// A number never returned before by this allocator.
     pub(crate) fn next(&self) -> u64 {
+        self.next_from_batch(0)
+    }
+
+    /// A number never returned before, from batch `min_batch` or a later
+    /// one (this thread's batch is given up if it is older): with
+    /// `min_batch` from [`bound_batch`](Self::bound_batch), the number is
+    /// at or above that bound (memfs's directory cookies after a listing
+    /// started, `readdir_end`).
+    pub(crate) fn next_from_batch(&self, min_batch: u64) -> u64 {
         let s = &self.slots[thread_index() & (self.slots.len() - 1)];
         // Relaxed (every access below): uniqueness comes from each RMW's
-        // atomicity; the numbers publish nothing.
+        // atomicity; the numbers publish nothing. A fresh batch is at or
+        // above `min_batch` when the `bound_batch` load that produced it
+        // happened before this call: the RMW on `next_batch` then reads
+        // that value or a later one (read-write coherence).
         let mut v = s.load(Ordering::Relaxed);
         loop {
-            if !v.is_multiple_of(INO_BATCH) {
+            if !v.is_multiple_of(INO_BATCH) && v / INO_BATCH >= min_batch {
                 match s.compare_exchange_weak(v, v + 1, Ordering::Relaxed, Ordering::Relaxed) {
                     Ok(_) => return v,
                     Err(now) => v = now,
@@ -366,6 +378,14 @@ impl InoAllocator {
             let _ = s.compare_exchange(v, start + 1, Ordering::Relaxed, Ordering::Relaxed);
             return start;
         }
+    }
+
+    /// The batch index above every number returned so far (a number whose
+    /// `next` happened before this call is below `bound_batch() *
+    /// INO_BATCH`: the Relaxed load reads that RMW or a later one).
+    pub(crate) fn bound_batch(&self) -> u64 {
+        // Relaxed: see above.
+        self.next_batch.load(Ordering::Relaxed)
     }
 }
 
