@@ -168,16 +168,16 @@ impl Ext4Inode {
         self.raw.lock().clone()
     }
 
-    /// Move the ctime (and with `mtime` the mtime) forward to at least
-    /// `t`: a change that commutes with the others made alongside it (a
-    /// directory gaining a name under its shared lock, a renamed inode).
+    /// Set the ctime (and with `mtime` the mtime) to `t`, no other field
+    /// (a directory gaining a name under its shared lock, a renamed inode:
+    /// `Ext4::advance_times`).
     pub(crate) fn advance_times(&self, t: (i64, i64), mtime: bool) {
         {
             let mut r = self.raw.lock();
             if mtime {
-                r.mtime = r.mtime.max(t);
+                r.mtime = t;
             }
-            r.ctime = r.ctime.max(t);
+            r.ctime = t;
         }
         self.note_tid();
     }
@@ -2468,11 +2468,12 @@ impl Filesystem for Ext4 {
 
     // Extended attributes: in the inode body and the xattr block
     // (`format/xattr.rs`); changes in `xattr_write.rs`. On a read-write
-    // mount a reader holds the inode's tree lock shared, so it never sees
-    // a change half made.
+    // mount a reader holds the shared side of the lock a change holds
+    // (`inode_change_lock`: a directory's lock, else the data lock), so it
+    // never sees a change half made or a freed xattr block.
 
     fn getxattr(&self, i: &Arc<Inode>, name: &[u8]) -> VfsResult<Vec<u8>> {
-        let _g = self.file_read_lock(i);
+        let _g = self.inode_read_lock(i);
         let raw = Ext4::node(i)?;
         let e = vfs(self.xattrs(&raw))?
             .into_iter()
@@ -2482,7 +2483,7 @@ impl Filesystem for Ext4 {
     }
 
     fn listxattr(&self, i: &Arc<Inode>) -> VfsResult<Vec<Vec<u8>>> {
-        let _g = self.file_read_lock(i);
+        let _g = self.inode_read_lock(i);
         let raw = Ext4::node(i)?;
         Ok(vfs(self.xattrs(&raw))?
             .into_iter()

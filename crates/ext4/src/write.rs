@@ -100,6 +100,19 @@ impl Ext4 {
         Some(di.dir_lock.read_spin_as(Class::Ext4Dir, d.ino()))
     }
 
+    /// The shared side of `inode_change_lock` on a read-write mount: a
+    /// directory's lock for a directory, else the data lock.
+    pub(crate) fn inode_read_lock<'a>(
+        &self,
+        i: &'a Inode,
+    ) -> Option<scalevfs_sync::ordered::RwLockReadGuard<'a, ()>> {
+        if i.file_type() == FileType::Directory {
+            self.dir_read_lock(i)
+        } else {
+            self.file_read_lock(i)
+        }
+    }
+
     /// The shared side of a file's tree lock on a read-write mount.
     pub(crate) fn file_read_lock<'a>(
         &self,
@@ -141,19 +154,25 @@ impl Ext4 {
     }
 
     /// Directory `di` (inode `ino`) gained or lost a name at time `t`
-    /// under its shared lock: its mtime and ctime move forward to at
-    /// least `t` (`advance_times`).
+    /// under its shared lock: its mtime and ctime become `t`
+    /// (`advance_times`).
     fn advance_dir_times(&self, di: &Ext4Inode, ino: u32, t: (i64, i64)) -> Result<()> {
         self.advance_times(di, ino, t, true)
     }
 
-    /// Move inode `ino`'s ctime (with `mtime`, its mtime too) forward to
-    /// at least `t`, in memory and in its inode table slot. Each update
-    /// takes the larger time, decoding the slot and encoding it back
-    /// inside one atomic change of the cached block, so concurrent updates
-    /// commute and the slot's other fields stay as whoever owns them left
-    /// them (a rename changes only the moved inode's ctime: it needs no
-    /// lock of that inode, whose size or extents a write may be changing).
+    /// Set inode `ino`'s ctime (with `mtime`, its mtime too) to `t`, in
+    /// memory and in its inode table slot, touching no other field: the
+    /// slot is decoded, stamped and encoded inside one atomic change of
+    /// the cached block, so the slot's other fields stay as whoever owns
+    /// them left them (a rename changes only the moved inode's ctime and
+    /// takes no lock of that inode, whose size or extents a write may be
+    /// changing). `t` is stored as is, as Linux stamps the current time
+    /// even over a later one (a directory whose mtime was set in the
+    /// future gets the time of the create). Two stamps racing (creates
+    /// in one directory under its shared lock) both carry the current
+    /// coarse clock tick, nearly always the same value; when they differ
+    /// the memory copy and the slot may keep different ones of the two
+    /// until the next change.
     fn advance_times(&self, ei: &Ext4Inode, ino: u32, t: (i64, i64), mtime: bool) -> Result<()> {
         let (rw, io) = self.rw()?;
         ei.advance_times(t, mtime);
@@ -173,9 +192,9 @@ impl Ext4 {
             let slot = &mut b[inb..inb + isz];
             let mut r = RawInode::parse(sb, ino, slot)?;
             if mtime {
-                r.mtime = r.mtime.max(t);
+                r.mtime = t;
             }
-            r.ctime = r.ctime.max(t);
+            r.ctime = t;
             r.encode(sb, slot, None);
             Ok(())
         })?;
@@ -183,13 +202,17 @@ impl Ext4 {
     }
 
     /// The lock of a directory being removed (rmdir, or replaced by a
-    /// rename), taken with the parents' locks held: its emptied link
-    /// count is set under it, so a chmod of it at the same moment cannot
-    /// store the old count back. Taken by trying, never waiting in the
-    /// lock: its inode number may rank below a parent's, and whoever holds
-    /// it (a lookup or listing in it, a setattr or xattr change of it)
-    /// takes no other directory's lock meanwhile; the VFS keeps creates
-    /// and renames out of a directory it is removing.
+    /// rename) or moved to another parent (its `..` rewritten), taken with
+    /// the parents' locks held: an emptied link count is set under it, so
+    /// a chmod at the same moment cannot store the old count back, and
+    /// `..` is rewritten in a layout no create in it is changing. Taken by
+    /// trying, never waiting in the lock: its inode number may rank below
+    /// a parent's, and whoever holds it (a lookup, listing, create or
+    /// unlink in it, a setattr or xattr change of it) takes no other
+    /// directory's lock meanwhile; the VFS keeps other cross-directory
+    /// renames out (its rename mutex) and creates out of a directory it
+    /// is removing. A steady stream of readers in it can delay the taker
+    /// (a try is not a queued writer); it cannot deadlock.
     fn removed_dir_lock<'a>(ei: &'a Ext4Inode) -> scalevfs_sync::ordered::RwLockWriteGuard<'a, ()> {
         let mut spins = 0u32;
         loop {
@@ -813,9 +836,8 @@ impl Ext4 {
                 n => n + 1,
             };
         }
-        // An insert under the shared lock may have stored a later time.
-        draw.mtime = draw.mtime.max(t);
-        draw.ctime = draw.ctime.max(t);
+        draw.mtime = t;
+        draw.ctime = t;
         self.write_inode(&draw, false)?;
         di.set_raw(draw);
         drop(dl);
@@ -1058,9 +1080,8 @@ impl Ext4 {
         if is_dir && draw.links_count > 2 {
             draw.links_count -= 1;
         }
-        // A change under the shared lock may have stored a later time.
-        draw.mtime = draw.mtime.max(t);
-        draw.ctime = draw.ctime.max(t);
+        draw.mtime = t;
+        draw.ctime = t;
         self.write_inode(&draw, false)?;
         di.set_raw(draw);
         self.write_inode(&iraw, false)?;
@@ -1099,6 +1120,11 @@ impl Ext4 {
         // Never a directory: the file's own lock for its link count.
         let vg = ii.data.write();
         let mut iraw = ii.raw();
+        if iraw.links_count == 0 {
+            // Its last name went since the VFS looked (an unlink in
+            // another directory): it is on its way to being freed.
+            return Err(errno(libc::ENOENT));
+        }
         if iraw.links_count >= LINK_MAX {
             return Err(errno(libc::EMLINK));
         }
@@ -1246,7 +1272,12 @@ impl Ext4 {
         let mut ndraw = if same { None } else { Some(nd.raw()) };
         if moved_dir && !same {
             // The moved directory's "..".
-            self.set_dotdot(&mraw, new_dir.ino() as u32)?;
+            // Under the moved directory's own lock, its layout read
+            // afresh: a create in it may split its index or make it
+            // indexed meanwhile.
+            let xg = Self::removed_dir_lock(mi);
+            self.set_dotdot(&mi.raw(), new_dir.ino() as u32)?;
+            drop(xg);
             if odraw.links_count > 2 {
                 odraw.links_count -= 1;
             }
@@ -1281,7 +1312,7 @@ impl Ext4 {
             }
             self.write_inode(rr, false)?;
         }
-        // Only the moved inode's ctime changes: a commuting update, so a
+        // Only the moved inode's ctime changes: a stamp of that one field, so a
         // write changing its size or extents meanwhile keeps them.
         self.advance_times(mi, mraw.ino, t, false)?;
         odraw.mtime = t;
@@ -1402,10 +1433,15 @@ impl Ext4 {
         let t = now();
         if !same {
             if adir {
-                self.set_dotdot(&araw, ndraw.ino)?;
+                // See rename: the moved directory's lock, layout afresh.
+                let xg = Self::removed_dir_lock(ai);
+                self.set_dotdot(&ai.raw(), ndraw.ino)?;
+                drop(xg);
             }
             if bdir {
-                self.set_dotdot(&braw, odraw.ino)?;
+                let xg = Self::removed_dir_lock(bi);
+                self.set_dotdot(&bi.raw(), odraw.ino)?;
+                drop(xg);
             }
             // A directory moving one way and not the other moves a link.
             let bump = |r: &mut RawInode, up: bool| {
@@ -1430,7 +1466,7 @@ impl Ext4 {
                 bump(&mut odraw, true);
             }
         }
-        // Only their ctimes change: commuting updates (see rename).
+        // Only their ctimes change: stamps of that field (see rename).
         self.advance_times(ai, araw.ino, t, false)?;
         self.advance_times(bi, braw.ino, t, false)?;
         odraw.mtime = t;

@@ -174,3 +174,54 @@ fn chmod_of_a_directory_being_removed() {
     drop(e);
     fsck_clean(&img);
 }
+
+/// A create or unlink stamps the directory with the current time, as
+/// Linux does, even over a later one (a directory whose times were set
+/// in the future): the shared-lock path stores the time, it does not keep
+/// the larger one. The stamp reaches the disk.
+#[test]
+fn a_create_stamps_the_current_time_over_a_future_one() {
+    if !have_tools() {
+        eprintln!("skipped: mkfs.ext4/e2fsck not found");
+        return;
+    }
+    use scalevfs::types::Timespec;
+    let s = Scratch::new("futuremtime");
+    let img = fresh(&s.0, 1024, "32M");
+    let e = Ext4::open(&img, rw_journaled()).unwrap();
+    let vfs = Vfs::with_root_fs(Default::default(), e.clone());
+    let t = vfs.root_task();
+    t.mkdir("/d", 0o755).unwrap();
+    let future = Timespec {
+        sec: Timespec::now().sec + 86_400,
+        nsec: 0,
+    };
+    for (k, remove) in [(0, false), (1, true)] {
+        t.utimensat(-100, "/d", Some([future, future]), 0).unwrap();
+        let before = Timespec::now();
+        if remove {
+            t.unlink("/d/f0").unwrap();
+        } else {
+            let fd = t.open("/d/f0", O_CREAT | O_WRONLY, 0o644).unwrap();
+            t.close(fd).unwrap();
+        }
+        let st = t.stat("/d").unwrap();
+        for (what, ts) in [("mtime", st.mtime), ("ctime", st.ctime)] {
+            assert!(
+                (ts.sec, ts.nsec) >= (before.sec, before.nsec) && ts.sec < future.sec,
+                "step {k}: {what} {ts:?} is not the time of the change ({before:?})"
+            );
+        }
+    }
+    let mtime = t.stat("/d").unwrap().mtime;
+    drop(t);
+    drop(vfs);
+    e.unmount().unwrap();
+    drop(e);
+    fsck_clean(&img);
+    let e = Ext4::open(&img, rw_journaled()).unwrap();
+    let vfs = Vfs::with_root_fs(Default::default(), e.clone());
+    assert_eq!(vfs.root_task().stat("/d").unwrap().mtime, mtime, "on disk");
+    drop(vfs);
+    e.unmount().unwrap();
+}

@@ -135,9 +135,10 @@ classes! {
     /// handle held. While it is held the committer closes the handle gate
     /// and takes ext4 locks below to free unlinked inodes.
     Ext4Commit = 20, "ext4 Journal::commit", No;
-    /// `ext4 Ext4Inode::dir_lock`: a directory's blocks, exclusive while a
-    /// name is added or removed (two by inode number for a rename), shared
-    /// for lookup and readdir.
+    /// `ext4 Ext4Inode::dir_lock`: a directory's shape (blocks, index,
+    /// size, link count), exclusive while it changes (two by inode number
+    /// for a rename), shared for lookup, readdir and a create or unlink
+    /// that changes one block atomically.
     Ext4Dir = 21, "ext4 Ext4Inode::dir_lock", Ascending;
     /// `ext4 Ext4Inode::data`: a file's extent tree, exclusive while it
     /// changes (write, truncate, fallocate), shared for read and seek;
