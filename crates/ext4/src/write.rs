@@ -122,17 +122,27 @@ impl Ext4 {
         Some(i.private::<Ext4Inode>()?.data.read())
     }
 
+    /// Where inode `ino` lies: its inode table block, the slot's offset
+    /// in it, the slot's size.
+    fn inode_slot(&self, ino: u32) -> Result<(u64, usize, usize)> {
+        let ipg = self.sb.inodes_per_group;
+        let g = (ino.wrapping_sub(1) / ipg) as usize;
+        let idx = (ino.wrapping_sub(1) % ipg) as usize;
+        let isz = self.sb.inode_size();
+        let off = idx * isz;
+        let gd = self
+            .groups
+            .get(g)
+            .filter(|_| ino != 0)
+            .ok_or_else(|| corrupt(format!("inode {ino}"), "group out of range"))?;
+        Ok((gd.inode_table + (off / self.bs) as u64, off % self.bs, isz))
+    }
+
     /// Write `raw` into its inode table slot (through the cache). `new`:
     /// the slot is a fresh inode (zeroed, `i_extra_isize` set, crtime).
     pub(crate) fn write_inode(&self, raw: &RawInode, new: bool) -> Result<()> {
         let (rw, io) = self.rw()?;
-        let ipg = self.sb.inodes_per_group;
-        let g = ((raw.ino - 1) / ipg) as usize;
-        let idx = ((raw.ino - 1) % ipg) as usize;
-        let isz = self.sb.inode_size();
-        let off = idx * isz;
-        let blk = self.groups[g].inode_table + (off / self.bs) as u64;
-        let inb = off % self.bs;
+        let (blk, inb, isz) = self.inode_slot(raw.ino)?;
         let sb = &self.sb;
         // An inode on the orphan list is encoded with its chain link.
         self.with_orphan_link(raw, |raw| {
@@ -175,18 +185,8 @@ impl Ext4 {
     /// until the next change.
     fn advance_times(&self, ei: &Ext4Inode, ino: u32, t: (i64, i64), mtime: bool) -> Result<()> {
         let (rw, io) = self.rw()?;
+        let (blk, inb, isz) = self.inode_slot(ino)?;
         ei.advance_times(t, mtime);
-        let ipg = self.sb.inodes_per_group;
-        let g = ((ino - 1) / ipg) as usize;
-        let idx = ((ino - 1) % ipg) as usize;
-        let isz = self.sb.inode_size();
-        let off = idx * isz;
-        let gd = self
-            .groups
-            .get(g)
-            .ok_or_else(|| corrupt(format!("inode {ino}"), "group out of range"))?;
-        let blk = gd.inode_table + (off / self.bs) as u64;
-        let inb = off % self.bs;
         let sb = &self.sb;
         let r = rw.bufs.modify(io.dev, blk, true, |b| {
             let slot = &mut b[inb..inb + isz];
