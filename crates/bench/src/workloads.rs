@@ -506,7 +506,10 @@ fn setup_creat_clo(v: &Variant, _d: Option<u32>, _t: usize) -> Result<Box<dyn In
     let ns = Ns::new(v)?;
     ns.tmpdir("/cc")?;
     instance(ns, |ns, ctx| {
-        let t = ns.thread();
+        // reaim's clients are processes: each worker has an fd table of
+        // its own (threads sharing one table serialise on POSIX's
+        // lowest-free-fd rule; `wis-fs/unlink1` measures that case).
+        let t = ns.user.fork();
         let path = format!("/cc/f{}", ctx.index());
         ctx.run(|| {
             let fd = t.open(&path, O_CREAT | O_WRONLY | O_TRUNC, 0o644)?;
@@ -557,7 +560,7 @@ fn setup_control(_v: &Variant, _d: Option<u32>, _t: usize) -> Result<Box<dyn Ins
 /// own file in /tmp, "2" = one shared file (each worker opens its own fd),
 /// open2/unlink2 = own file in own directory, open3 = one shared file,
 /// pread3 = one shared file, each worker its own 4 KiB-aligned offset.
-pub const WIS_TESTS: [(&str, &str); 20] = [
+pub const WIS_TESTS: [(&str, &str); 22] = [
     ("open1", "open+close, own file in /tmp"),
     (
         "open1p",
@@ -571,6 +574,14 @@ pub const WIS_TESTS: [(&str, &str); 20] = [
     ("open3", "open+close, one shared file"),
     ("unlink1", "creat+close+unlink, own name in /tmp"),
     ("unlink2", "creat+close+unlink, own name in own directory"),
+    (
+        "unlink1p",
+        "unlink1 with each worker a process of its own (own fd table), as will-it-scale's unlink1_processes",
+    ),
+    (
+        "unlink2p",
+        "unlink2 with each worker a process of its own (own fd table)",
+    ),
     ("lseek1", "lseek(0, SEEK_SET), own file"),
     ("lseek2", "lseek(0, SEEK_SET), shared file, own fd"),
     ("read1", "read 4 KiB (rewind at EOF), own 1 MiB file"),
@@ -670,15 +681,21 @@ fn wis_open_mk(
     ))
 }
 
-fn wis_unlink(dirs: bool) -> SetupFn {
-    fn mk(v: &Variant, t: usize, dirs: bool) -> Result<Box<dyn Instance>, String> {
+/// `procs`: each worker a process of its own (own fd table), as
+/// will-it-scale's `unlink1_processes`.
+fn wis_unlink(dirs: bool, procs: bool) -> SetupFn {
+    fn mk(v: &Variant, t: usize, dirs: bool, procs: bool) -> Result<Box<dyn Instance>, String> {
         let ns = wis_ns(v)?;
         let paths = wis_files(&ns, t, false, 0, dirs)?;
         for p in &paths {
             ns.root.unlink(p).map_err(err("unlink", p))?;
         }
-        Ok(instance(Wis { ns, paths }, |w, ctx| {
-            let t = w.ns.thread();
+        Ok(instance((Wis { ns, paths }, procs), |(w, procs), ctx| {
+            let t = if *procs {
+                w.ns.user.fork()
+            } else {
+                w.ns.thread()
+            };
             let p = w.path(ctx);
             ctx.run(|| {
                 let fd = t.open(p, O_RDWR | O_CREAT, 0o600)?;
@@ -687,10 +704,11 @@ fn wis_unlink(dirs: bool) -> SetupFn {
             })
         }))
     }
-    if dirs {
-        |v, _, t| mk(v, t, true)
-    } else {
-        |v, _, t| mk(v, t, false)
+    match (dirs, procs) {
+        (false, false) => |v, _, t| mk(v, t, false, false),
+        (true, false) => |v, _, t| mk(v, t, true, false),
+        (false, true) => |v, _, t| mk(v, t, false, true),
+        (true, true) => |v, _, t| mk(v, t, true, true),
     }
 }
 
@@ -770,8 +788,10 @@ fn wis_setup(name: &str) -> SetupFn {
         "open1a" => |v, _, t| wis_open_mk(v, t, false, false, false, scalevfs::O_ANYFD),
         "open2" => wis_open(false, true),
         "open3" => wis_open(true, false),
-        "unlink1" => wis_unlink(false),
-        "unlink2" => wis_unlink(true),
+        "unlink1" => wis_unlink(false, false),
+        "unlink2" => wis_unlink(true, false),
+        "unlink1p" => wis_unlink(false, true),
+        "unlink2p" => wis_unlink(true, true),
         "lseek1" => |v, _, t| wis_fd(v, t, false, FdOp::Lseek),
         "lseek2" => |v, _, t| wis_fd(v, t, true, FdOp::Lseek),
         "read1" => |v, _, t| wis_fd(v, t, false, FdOp::Read),
@@ -1062,6 +1082,8 @@ pub fn wis_id(name: &str) -> &'static str {
         "open3" => "wis-fs/open3",
         "unlink1" => "wis-fs/unlink1",
         "unlink2" => "wis-fs/unlink2",
+        "unlink1p" => "wis-fs/unlink1p",
+        "unlink2p" => "wis-fs/unlink2p",
         "lseek1" => "wis-fs/lseek1",
         "lseek2" => "wis-fs/lseek2",
         "read1" => "wis-fs/read1",

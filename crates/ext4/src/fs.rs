@@ -254,6 +254,15 @@ pub(crate) struct RwState {
     pub(crate) failed: AtomicBool,
     /// `unmount` ran: the image is clean and nothing more is written.
     pub(crate) unmounted: AtomicBool,
+    /// A superblock field that a crash must see with its transaction
+    /// changed (the orphan list's head), or a sync asked for the
+    /// superblock: the next commit logs it (`prepare_commit`).
+    pub(crate) sb_changed: AtomicBool,
+    /// When a commit last logged the superblock (ns since `RwState` was
+    /// made, plus one; 0: never).
+    pub(crate) sb_logged_ns: AtomicU64,
+    /// The clock of `sb_logged_ns`.
+    pub(crate) born: std::time::Instant,
     /// Inodes whose last name is gone, freed once nothing holds them.
     pub(crate) unlinked: Sharded<(u32, Weak<Inode>, OrphanSlot)>,
     /// The orphan file (journaled mounts of images that have one).
@@ -389,6 +398,9 @@ impl Ext4 {
                 written: AtomicU64::new(0),
                 failed: AtomicBool::new(false),
                 unmounted: AtomicBool::new(false),
+                sb_changed: AtomicBool::new(false),
+                sb_logged_ns: AtomicU64::new(0),
+                born: std::time::Instant::now(),
                 unlinked: Sharded::new(Class::Ext4Unlinked),
                 journal: OnceLock::new(),
                 orphans: OnceLock::new(),
@@ -877,10 +889,34 @@ impl Ext4 {
         rw.alloc
             .write_descs(&io, |gdb| gdt_block(&self.sb, gdb), last)?;
         self.orphan_tails();
-        if rw.bufs.dirty_count() > 0 {
+        // SeqCst: pairs with `sync`'s store (see there); a handle sets it
+        // under `sb_raw`'s lock before it ends, and the gate (closed
+        // before this) waited for it.
+        let changed = rw.sb_changed.swap(false, Ordering::SeqCst);
+        if (changed || rw.bufs.dirty_count() > 0) && self.sb_due(rw, last || changed) {
             self.journal_super()?;
         }
         Ok((rw.bufs.take_dirty(n), revokes))
+    }
+
+    /// Whether this commit logs the superblock (`must`: it has to). Its free totals, write
+    /// time and kbytes written may lag on disk, as the kernel lets them
+    /// (e2fsck recounts the totals from the group descriptors): it goes
+    /// into the log when a field a crash must see with its transaction
+    /// changed (`sb_changed`: the orphan list's head; a sync), at the
+    /// last commit, and otherwise at most once per `SB_REFRESH`, so the
+    /// totals on disk stay recent without a 4 KiB block in every fsync's
+    /// commit.
+    fn sb_due(&self, rw: &RwState, must: bool) -> bool {
+        const SB_REFRESH: std::time::Duration = std::time::Duration::from_secs(1);
+        let now = rw.born.elapsed().as_nanos().min(u128::from(u64::MAX - 1)) as u64 + 1;
+        // Relaxed: read and written only under the commit lock.
+        let at = rw.sb_logged_ns.load(Ordering::Relaxed);
+        let due = must || at == 0 || now.saturating_sub(at) >= SB_REFRESH.as_nanos() as u64;
+        if due {
+            rw.sb_logged_ns.store(now, Ordering::Relaxed);
+        }
+        due
     }
 
     /// The device (shared with the journal's log writer).
@@ -1052,6 +1088,14 @@ impl Ext4 {
             return Ok(());
         }
         if self.journal().is_some() {
+            if let Some(rw) = &self.rw {
+                // A sync brings the superblock's totals on disk up to date.
+                // SeqCst: `commit` waits for a commit that had not started
+                // when it read `Journal::next_commit` (SeqCst); that
+                // commit's swap in `sb_due` comes later in the single
+                // order, so it sees this store.
+                rw.sb_changed.store(true, Ordering::SeqCst);
+            }
             return self.commit();
         }
         self.writeback(false)

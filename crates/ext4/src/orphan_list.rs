@@ -239,6 +239,9 @@ impl Ext4 {
         if let Some(rw) = &self.rw {
             let mut raw = rw.sb_raw.lock();
             raw[SB_LAST_ORPHAN..SB_LAST_ORPHAN + 4].copy_from_slice(&ino.to_le_bytes());
+            // SeqCst: see `Ext4::prepare_commit` (set under `sb_raw`'s
+            // lock, inside the handle that changed the head).
+            rw.sb_changed.store(true, Ordering::SeqCst);
         }
     }
 
