@@ -534,6 +534,39 @@ fn setup_mkdir_rmdir(v: &Variant, _d: Option<u32>, _t: usize) -> Result<Box<dyn 
     .pipe(Ok)
 }
 
+/// The machine's line-transfer cost: the workers take turns on one
+/// counter, each waiting (spinning) for its turn and passing it on with
+/// one store, so every op moves the counter's line to another core. How
+/// much a shared line costs the other workloads depends on it: on a VM
+/// whose two vCPUs sit on cores that share a cache it is tens of
+/// nanoseconds; across chiplets or sockets, hundreds. A worker whose turn
+/// does not come (the others stopped) gives up when the segment ends.
+fn setup_pingpong(_v: &Variant, _d: Option<u32>, _t: usize) -> Result<Box<dyn Instance>, String> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    instance(
+        crossbeam_utils::CachePadded::new(AtomicU64::new(0)),
+        |turn, ctx| {
+            let (me, n) = (ctx.index() as u64, ctx.threads() as u64);
+            ctx.run(|| {
+                // Acquire/Release: the counter is the only shared datum;
+                // the orderings only keep the hand-over a real one.
+                loop {
+                    let v = turn.load(Ordering::Acquire);
+                    if v % n == me {
+                        turn.store(v + 1, Ordering::Release);
+                        return Ok::<(), Errno>(());
+                    }
+                    if ctx.stopped() {
+                        return Ok(());
+                    }
+                    std::hint::spin_loop();
+                }
+            })
+        },
+    )
+    .pipe(Ok)
+}
+
 /// The machine's own ceiling: each worker runs 64 steps of a private
 /// xorshift generator per op, touching no memory that another thread
 /// touches and calling nothing in scalevfs. Its scaling is what the
@@ -1034,6 +1067,13 @@ pub fn all() -> Vec<Workload> {
             "mkdir+rmdir own name in one shared directory",
             vec![Variant::plain()],
             setup_mkdir_rmdir,
+        ),
+        wl(
+            "control-pingpong",
+            "the machine's cost of moving a cache line between the workers' cores",
+            "take one shared counter's turn (counter % workers == own index) and pass it on: one op = one hand-over of the line; ns/op at 2 workers is the line's trip between their cores",
+            vec![Variant::plain()],
+            setup_pingpong,
         ),
         wl(
             "control",
