@@ -242,10 +242,19 @@ struct DirSlot {
     inode: Arc<Inode>,
 }
 
+/// A name in a directory's index: up to 24 bytes inside the skip-list node
+/// itself (most names), longer ones on the heap. A node is freed by
+/// whichever thread collects the epoch's garbage, often not the one that
+/// made it; a name kept inline is one block less allocated per create and
+/// freed by another thread per unlink (issue 16: on a machine where
+/// moving a line between cores is slow, each such free costs several line
+/// transfers in the allocator).
+type NameBuf = smallvec::SmallVec<[u8; 24]>;
+
 #[derive(Default)]
 struct MemDir {
-    by_name: SkipMap<Box<[u8]>, DirSlot>,
-    by_cookie: SkipMap<u64, Box<[u8]>>,
+    by_name: SkipMap<NameBuf, DirSlot>,
+    by_cookie: SkipMap<u64, NameBuf>,
     /// The cookie batch (`MemFs::next_cookie`) the last listing of this
     /// directory to start ended at (`readdir_end`): entries added after it
     /// take their cookies from that batch or a later one, so at or past
@@ -480,9 +489,9 @@ impl MemFs {
         // as an entry created during a listing may or may not be listed.
         let min = d.listed_batch.load(Ordering::Relaxed);
         let cookie = self.next_cookie.next_from_batch(min);
-        d.by_cookie.insert(cookie, name.to_vec().into_boxed_slice());
+        d.by_cookie.insert(cookie, NameBuf::from_slice(name));
         d.by_name
-            .insert(name.to_vec().into_boxed_slice(), DirSlot { cookie, inode });
+            .insert(NameBuf::from_slice(name), DirSlot { cookie, inode });
     }
 
     /// Rename `old` to `new` in one directory keeping its readdir cookie
@@ -496,8 +505,8 @@ impl MemFs {
             return false;
         };
         d.by_name
-            .insert(new.to_vec().into_boxed_slice(), DirSlot { cookie, inode });
-        d.by_cookie.insert(cookie, new.to_vec().into_boxed_slice());
+            .insert(NameBuf::from_slice(new), DirSlot { cookie, inode });
+        d.by_cookie.insert(cookie, NameBuf::from_slice(new));
         d.by_name.remove(old);
         true
     }
@@ -510,7 +519,7 @@ impl MemFs {
             return false;
         };
         d.by_name
-            .insert(name.to_vec().into_boxed_slice(), DirSlot { cookie, inode });
+            .insert(NameBuf::from_slice(name), DirSlot { cookie, inode });
         true
     }
 
