@@ -9,8 +9,11 @@
 //!   so creates of different names do not serialise; operations that need the
 //!   directory's whole contents stable take it EXCLUSIVE (rmdir of this
 //!   directory, rename of a directory over it: a try-lock, see `vfs.rs`).
-//!   Per-name exclusion comes from the VFS name locks (see `vfs.rs`). Both
-//!   locks are `scalevfs_sync::ordered` locks (order checked in debug builds).
+//!   Per-name exclusion comes from the VFS name locks (see `vfs.rs`). It is a
+//!   big-reader lock (`scalevfs_sync::brlock`): the shared side writes only
+//!   the taking thread's own reader slots, so creates of different names in
+//!   one directory share no line through it (issue 16). Both locks are
+//!   `scalevfs_sync::ordered` locks (order checked in debug builds).
 //! - `data_lock`: exclusive by writers, truncate and fallocate (see `io.rs`);
 //!   reads take no lock (memfs's page store is read lock-free).
 //!
@@ -20,7 +23,7 @@
 
 use scalevfs_orphan::OrphanSlot;
 use scalevfs_sync::lockstat::LockClass;
-use scalevfs_sync::ordered::{Class, RwLock, SpinLock};
+use scalevfs_sync::ordered::{BrLock, Class, RwLock, SpinLock};
 use std::any::Any;
 
 use scalevfs_sync::primitive::{AtomicI64, AtomicU32, Ordering};
@@ -75,7 +78,9 @@ pub struct Inode {
     /// closes or writes write-locks shares its lines (the const asserts
     /// below).
     attr: SeqLock<Attr>,
-    pub(crate) dir_lock: RwLock<()>,
+    /// A big-reader lock: the shared side, which every name operation in
+    /// the directory takes, writes only the taking thread's own line.
+    pub(crate) dir_lock: BrLock,
     /// Tells this inode from an earlier one with the same number (file
     /// handles): set once by the filesystem at creation.
     generation: u32,
@@ -181,7 +186,7 @@ impl Inode {
                 private,
             },
             attr: SeqLock::new(attr),
-            dir_lock: RwLock::new(Class::DirParent, ()),
+            dir_lock: BrLock::new(Class::DirParent),
             generation: 0,
             size_fn: None,
             acl: Atomic::null(),

@@ -8,7 +8,7 @@
 //!
 //! LOCKING RULES: see `task.rs` and the table in `vfs.rs`.
 
-use scalevfs_sync::ordered::{Class, MutexGuard, RwLockReadGuard, RwLockWriteGuard};
+use scalevfs_sync::ordered::{BrReadGuard, BrWriteGuard, Class, MutexGuard};
 use std::sync::Arc;
 
 use crossbeam_epoch as epoch;
@@ -42,7 +42,7 @@ pub(crate) struct LockedName<'a> {
     /// The name's positive dentry, if it has one.
     pub(crate) existing: Option<DentryRef>,
     _nl: MutexGuard<'a, ()>,
-    _dl: RwLockReadGuard<'a, ()>,
+    _dl: BrReadGuard<'a>,
 }
 
 /// Where a name operation happens: a locked parent and a name.
@@ -237,13 +237,13 @@ impl Task {
         }
     }
 
-    pub(crate) fn dir_shared<'a>(&self, i: &'a Inode) -> RwLockReadGuard<'a, ()> {
+    pub(crate) fn dir_shared<'a>(&self, i: &'a Inode) -> BrReadGuard<'a> {
         i.dir_lock.read()
     }
     /// A victim directory's lock (rmdir, rename over a directory), taken
     /// with the parents' locks and the name stripes held: a try-lock only,
     /// so this acquisition never waits (see LOCKING RULES in `vfs.rs`).
-    pub(crate) fn try_victim_excl<'a>(&self, i: &'a Inode) -> Option<RwLockWriteGuard<'a, ()>> {
+    pub(crate) fn try_victim_excl<'a>(&self, i: &'a Inode) -> Option<BrWriteGuard<'a>> {
         i.dir_lock.try_write_as(Class::DirVictim)
     }
     /// After `try_victim_excl` failed and every lock was dropped: wait,

@@ -5,6 +5,8 @@
 //!   ([`LockRefVariant`]).
 //! - [`SeqCount`] / [`SeqLock`]: sequence counters for lock-free readers.
 //! - [`SpinLock`]: a test-and-test-and-set spinlock with backoff.
+//! - [`brlock`]: a big-reader lock (shared acquisitions write only the
+//!   acquiring thread's own line), wrapped as [`ordered::BrLock`].
 //! - [`lockstat`]: per-thread sharded event counters and per-lock-class
 //!   contention statistics, cheap enough to leave on.
 //! - [`primitive`]: the loom shim every atomic goes through.
@@ -36,6 +38,7 @@
 
 #![warn(missing_docs, missing_debug_implementations)]
 
+pub mod brlock;
 pub mod gate;
 pub mod lockref;
 pub mod lockstat;

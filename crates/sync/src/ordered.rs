@@ -361,6 +361,14 @@ impl Token {
         // Counting build: taking a lock (shared or not) writes its word.
         #[cfg(all(feature = "trace-lines", not(loom)))]
         crate::trace::lock(addr, class.name());
+        Token::new_untraced(class, key, addr, checked)
+    }
+
+    /// As `new`, for a lock whose own atomics the counting build records
+    /// (a [`BrLock`]: a shared acquisition writes the reader's own line,
+    /// not the lock's).
+    #[inline(always)]
+    fn new_untraced(class: Class, key: u64, addr: usize, checked: bool) -> Token {
         if checked {
             acquire(class, key, addr);
         } else {
@@ -976,5 +984,127 @@ mod trace_tests {
         start();
         let l = stop();
         assert!(l.touches.is_empty());
+    }
+}
+
+/// A big-reader lock ([`crate::brlock`]) with a class in the order table:
+/// taken shared, it writes only the calling thread's own reader slots, so
+/// threads that take it shared do not share a line through it; taken
+/// exclusive, it scans every thread's slots. Holds no data (a lock for a
+/// namespace, like the VFS's directory lock). Checked like [`RwLock`].
+pub struct BrLock {
+    cls: Cls,
+    raw: crate::brlock::RawBrLock,
+    /// Under loom no thread has a block (the process-wide list lives in a
+    /// `static`): every reader uses the overflow count, and writers scan
+    /// this empty list.
+    #[cfg(loom)]
+    none: crate::brlock::Readers,
+}
+
+/// Shared guard of a [`BrLock`].
+pub struct BrReadGuard<'a> {
+    l: &'a BrLock,
+    me: Option<&'static crate::brlock::ReaderSlots>,
+    t: crate::brlock::ReadTicket,
+    _t: Token,
+}
+
+/// Exclusive guard of a [`BrLock`].
+pub struct BrWriteGuard<'a> {
+    l: &'a BrLock,
+    _t: Token,
+}
+
+impl BrLock {
+    /// An unlocked lock of class `class`.
+    pub fn new(class: Class) -> BrLock {
+        BrLock {
+            cls: Cls::new(class),
+            raw: crate::brlock::RawBrLock::new(),
+            #[cfg(loom)]
+            none: crate::brlock::Readers::new(),
+        }
+    }
+    fn addr(&self) -> usize {
+        &self.raw as *const _ as usize
+    }
+    fn readers(&self) -> &crate::brlock::Readers {
+        #[cfg(not(loom))]
+        return &crate::brlock::global::READERS;
+        #[cfg(loom)]
+        &self.none
+    }
+    fn mine() -> Option<&'static crate::brlock::ReaderSlots> {
+        #[cfg(not(loom))]
+        return crate::brlock::global::mine();
+        #[cfg(loom)]
+        None
+    }
+    /// Shared lock (checked).
+    #[inline]
+    pub fn read(&self) -> BrReadGuard<'_> {
+        self.read_as(self.cls.get(), 0)
+    }
+    /// Shared lock as `class` with same-class key `key` (checked).
+    #[inline]
+    pub fn read_as(&self, class: Class, key: u64) -> BrReadGuard<'_> {
+        let tok = Token::new_untraced(class, key, self.addr(), true);
+        let me = Self::mine();
+        let t = self.raw.read(me);
+        BrReadGuard {
+            l: self,
+            me,
+            t,
+            _t: tok,
+        }
+    }
+    /// Exclusive lock (checked).
+    #[inline]
+    pub fn write(&self) -> BrWriteGuard<'_> {
+        self.write_as(self.cls.get(), 0)
+    }
+    /// Exclusive lock as `class` with same-class key `key` (checked).
+    #[inline]
+    pub fn write_as(&self, class: Class, key: u64) -> BrWriteGuard<'_> {
+        let tok = Token::new(class, key, self.addr(), true);
+        self.raw.write(self.readers());
+        BrWriteGuard { l: self, _t: tok }
+    }
+    /// Exclusive lock as `class` if no writer holds it and no reader is
+    /// inside, without waiting (not checked).
+    #[inline]
+    pub fn try_write_as(&self, class: Class) -> Option<BrWriteGuard<'_>> {
+        if !self.raw.try_write(self.readers()) {
+            return None;
+        }
+        let tok = Token::new(class, 0, self.addr(), false);
+        Some(BrWriteGuard { l: self, _t: tok })
+    }
+}
+
+impl Drop for BrReadGuard<'_> {
+    fn drop(&mut self) {
+        self.l.raw.read_unlock(self.me, self.t);
+    }
+}
+impl Drop for BrWriteGuard<'_> {
+    fn drop(&mut self) {
+        self.l.raw.write_unlock();
+    }
+}
+impl fmt::Debug for BrLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ordered::BrLock")
+    }
+}
+impl fmt::Debug for BrReadGuard<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ordered::BrReadGuard")
+    }
+}
+impl fmt::Debug for BrWriteGuard<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ordered::BrWriteGuard")
     }
 }

@@ -1,0 +1,426 @@
+//! A big-reader lock: taking it shared writes only the taking thread's own
+//! cache line; taking it exclusive scans every thread's.
+//!
+//! For a lock that every operation takes shared and almost nothing takes
+//! exclusive: the VFS's directory lock, which creates, unlinks and renames
+//! in a directory take shared (the names have locks of their own) and only
+//! the removal of the directory itself takes exclusive. A reader-writer
+//! lock with a reader count makes every create in a shared directory write
+//! the count's line twice; with two threads creating there, that line moves
+//! between their cores on every operation (issue 16).
+//!
+//! ## The protocol
+//!
+//! Every thread has a block of [`SLOTS`] reader slots, on a cache line of
+//! its own, and a node in one list of all threads ([`Readers`]) numbered
+//! in the order they were pushed. A lock is a writer word, an overflow
+//! count and a reader hint: a bit per node number (modulo 64).
+//!
+//! - **Shared**: wait until no writer is there; set the own node's bit in
+//!   the lock's hint if it is not set yet (once per thread and lock: the
+//!   bits are never cleared, so in steady state this is a read); store the
+//!   lock's address in a free slot of the own block; load the writer word;
+//!   if a writer came meanwhile, clear the slot and start over. Release:
+//!   clear the slot. A thread whose slots are all in use counts itself in
+//!   the lock's overflow count instead (the same store, check and undo).
+//! - **Exclusive**: claim the writer word (0 -> 1); then wait until no slot
+//!   of a node whose bit is in the hint holds the lock's address and the
+//!   overflow count is 0. Release: store 0. A writer thus reads the slot
+//!   lines of the threads that have used this lock, not of every thread:
+//!   removing a directory does not touch the lines of threads working in
+//!   other directories (the conflict matrix's own-directory pairs).
+//!
+//! The reader's store then load, and the writer's claim then loads, are all
+//! `SeqCst`: of a reader and a writer that arrive together, at least one
+//! sees the other (Dekker's pattern), so they never both proceed. The
+//! reader sets its hint bit (`SeqCst`) before its slot store, so a writer
+//! whose load of the hint misses the bit loaded it before that store, and
+//! the reader then sees the writer's claim. A block
+//! pushed onto the list after a writer read the list's head belongs to a
+//! thread whose first slot store comes after the writer's claim in the
+//! single order of `SeqCst` operations, so that reader sees the writer.
+//! A reader's acquire is its `SeqCst` load of the writer word (it reads the
+//! last writer's `Release` store of 0); a writer's acquire is its `SeqCst`
+//! loads of the slots (they read the readers' `Release` stores of 0).
+//!
+//! Writers are preferred: a claimed writer word turns new readers away, so
+//! a writer waits only for readers already inside. Readers then wait for
+//! the writer. Both wait by spinning, yielding and then sleeping briefly
+//! (this lock is for locks whose exclusive side is rare).
+//!
+//! Blocks are never freed: a thread that ends gives its block back (all
+//! its slots are clear then) and a new thread takes it over, so the list is
+//! as long as the most threads that ever lived at once.
+//!
+//! Checked by `tests/loom_brlock.rs` (readers against a writer, a reader
+//! in the overflow count, a writer's try-lock) on this code.
+
+use crate::primitive::{
+    AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Backoff, Ordering,
+};
+use crossbeam_utils::CachePadded;
+
+/// Reader slots per thread: the brlocks one thread can hold shared at once
+/// before it counts itself in a lock's overflow count.
+pub const SLOTS: usize = 4;
+
+/// One thread's reader slots, and its node in the list of all threads'.
+/// The slots are on a line of their own, which only this thread writes;
+/// the node's fields are read by writers walking the list and written
+/// only when a thread takes the node or gives it back.
+#[derive(Debug)]
+pub struct ReaderSlots {
+    /// The addresses of the locks this thread holds shared (0: free).
+    slots: Box<CachePadded<[AtomicUsize; SLOTS]>>,
+    /// The node's place in the list (0 for the first pushed): the bit
+    /// `1 << (index % 64)` stands for it in a lock's reader hint.
+    index: usize,
+    /// A live thread owns this node.
+    owned: AtomicBool,
+    /// The next node of the list (set before the node is published,
+    /// never changed after).
+    next: *const CachePadded<ReaderSlots>,
+}
+
+impl ReaderSlots {
+    fn bit(&self) -> u64 {
+        1 << (self.index % 64)
+    }
+}
+
+// SAFETY: `next` is written before the node is published (by the release
+// of the list's compare-exchange) and never after; nodes are never freed,
+// so sharing the pointer between threads is sound. The rest is atomics
+// or immutable.
+unsafe impl Sync for ReaderSlots {}
+// SAFETY: as above.
+unsafe impl Send for ReaderSlots {}
+
+/// Every thread's reader slots: a list that only grows (nodes are reused,
+/// never freed).
+#[derive(Debug)]
+pub struct Readers {
+    head: AtomicPtr<CachePadded<ReaderSlots>>,
+}
+
+impl Default for Readers {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Readers {
+    /// An empty list.
+    #[cfg(not(loom))]
+    pub const fn new() -> Readers {
+        Readers {
+            head: AtomicPtr::new(std::ptr::null_mut()),
+        }
+    }
+    /// An empty list.
+    #[cfg(loom)]
+    pub fn new() -> Readers {
+        Readers {
+            head: AtomicPtr::new(std::ptr::null_mut()),
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &ReaderSlots> {
+        // SeqCst: the writer's read of the list (see the module
+        // documentation) comes after its claim in the single order.
+        let mut p = self.head.load(Ordering::SeqCst) as *const CachePadded<ReaderSlots>;
+        std::iter::from_fn(move || {
+            // SAFETY: nodes are never freed, and `next` was written before
+            // the node was published.
+            let b = unsafe { p.as_ref() }?;
+            p = b.next;
+            Some(&**b)
+        })
+    }
+
+    /// A node for the calling thread: one a finished thread gave back, or
+    /// a new one pushed onto the list. Never freed (the list owns it).
+    pub fn register(&self) -> &ReaderSlots {
+        for b in self.iter() {
+            // Relaxed load first: skip owned nodes without writing them.
+            // Acquire on success: the previous owner's clears of its slots
+            // (Release) happen before this thread's use.
+            if !b.owned.load(Ordering::Relaxed)
+                && b.owned
+                    .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+            {
+                return b;
+            }
+        }
+        let mut head = self.head.load(Ordering::Acquire);
+        let index_after = |h: *mut CachePadded<ReaderSlots>| {
+            // SAFETY: published nodes are never freed (Acquire above and
+            // on the failed compare-exchange: their fields are visible).
+            unsafe { h.as_ref() }.map_or(0, |n| n.index + 1)
+        };
+        let b = Box::into_raw(Box::new(CachePadded::new(ReaderSlots {
+            slots: Box::new(CachePadded::new(std::array::from_fn(|_| {
+                AtomicUsize::new(0)
+            }))),
+            index: index_after(head),
+            owned: AtomicBool::new(true),
+            next: head,
+        })));
+        loop {
+            // SeqCst: see the module documentation (registration against a
+            // writer's read of the list).
+            match self
+                .head
+                .compare_exchange(head, b, Ordering::SeqCst, Ordering::Acquire)
+            {
+                Ok(_) => break,
+                Err(h) => {
+                    head = h;
+                    // SAFETY: `b` is not published yet: this thread owns it
+                    // and no other reference to it exists.
+                    let n = unsafe { &mut *b };
+                    n.next = h;
+                    n.index = index_after(h);
+                }
+            }
+        }
+        // SAFETY: published and never freed: valid for the list's life.
+        unsafe { &*b }
+    }
+
+    /// Give `b` back (its thread ends). Every slot must be clear.
+    pub fn unregister(&self, b: &ReaderSlots) {
+        debug_assert!(b.slots.iter().all(|s| s.load(Ordering::Relaxed) == 0));
+        // Release: pairs with `register`'s Acquire.
+        b.owned.store(false, Ordering::Release);
+    }
+}
+
+/// How a shared acquisition was recorded (give it back to
+/// [`RawBrLock::read_unlock`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadTicket {
+    /// In the reader's slot of this index.
+    Slot(usize),
+    /// In the lock's overflow count.
+    Overflow,
+}
+
+/// The lock itself: a writer word, an overflow count and a reader hint
+/// (24 bytes).
+#[derive(Debug, Default)]
+pub struct RawBrLock {
+    writer: AtomicU32,
+    overflow: AtomicUsize,
+    /// Which threads' nodes a writer must look at: bit `index % 64` of
+    /// every node that has ever held this lock shared (set before its
+    /// first slot store, never cleared). A writer reads only the slot
+    /// lines of those nodes, so a directory's removal does not touch the
+    /// lines of threads that never worked in it.
+    hint: AtomicU64,
+}
+
+/// Wait for `done` by spinning, yielding, then sleeping 50 µs at a time.
+fn wait_until(mut done: impl FnMut() -> bool) {
+    let backoff = Backoff::new();
+    let mut yields = 0u32;
+    while !done() {
+        if !backoff.is_completed() {
+            backoff.snooze();
+        } else if yields < 64 {
+            yields += 1;
+            crate::primitive::yield_now();
+        } else {
+            #[cfg(not(loom))]
+            std::thread::sleep(std::time::Duration::from_micros(50));
+            #[cfg(loom)]
+            crate::primitive::yield_now();
+        }
+    }
+}
+
+impl RawBrLock {
+    /// An unlocked lock.
+    #[cfg(not(loom))]
+    pub const fn new() -> RawBrLock {
+        RawBrLock {
+            writer: AtomicU32::new(0),
+            overflow: AtomicUsize::new(0),
+            hint: AtomicU64::new(0),
+        }
+    }
+    /// An unlocked lock.
+    #[cfg(loom)]
+    pub fn new() -> RawBrLock {
+        RawBrLock {
+            writer: AtomicU32::new(0),
+            overflow: AtomicUsize::new(0),
+            hint: AtomicU64::new(0),
+        }
+    }
+
+    fn id(&self) -> usize {
+        self as *const RawBrLock as usize
+    }
+
+    /// One attempt to take the lock shared, recorded in `me` (the calling
+    /// thread's block; `None`: in the overflow count): `None` if a writer
+    /// is there (nothing is left recorded then).
+    pub fn try_read(&self, me: Option<&ReaderSlots>) -> Option<ReadTicket> {
+        let free = me.and_then(|m| {
+            // Relaxed: only this thread writes its own slots.
+            (0..SLOTS).find(|&i| m.slots[i].load(Ordering::Relaxed) == 0)
+        });
+        match (me, free) {
+            (Some(m), Some(i)) => {
+                // Relaxed read: the bit is sticky, set once per thread and
+                // lock; SeqCst set: before the slot store in the single
+                // order, so a writer that misses the bit comes before the
+                // store and this reader sees its claim.
+                if self.hint.load(Ordering::Relaxed) & m.bit() == 0 {
+                    self.hint.fetch_or(m.bit(), Ordering::SeqCst);
+                }
+                // SeqCst (store, then load): see the module documentation
+                // (Dekker's pattern with the writer). The slot's writes are
+                // swaps (an x86 SeqCst store is one anyway; the clears cost
+                // a locked instruction on a line only this thread writes),
+                // so that under loom they are ordered with the writer's
+                // SeqCst loads, which the shim performs as read-only RMWs.
+                m.slots[i].swap(self.id(), Ordering::SeqCst);
+                if self.writer.load(Ordering::SeqCst) == 0 {
+                    return Some(ReadTicket::Slot(i));
+                }
+                // Release: a writer that sees the clear slot proceeds.
+                m.slots[i].swap(0, Ordering::Release);
+            }
+            _ => {
+                // SeqCst: as above, with the count for the slot.
+                self.overflow.fetch_add(1, Ordering::SeqCst);
+                if self.writer.load(Ordering::SeqCst) == 0 {
+                    return Some(ReadTicket::Overflow);
+                }
+                // Release: as above.
+                self.overflow.fetch_sub(1, Ordering::Release);
+            }
+        }
+        None
+    }
+
+    /// Take the lock shared (see [`RawBrLock::try_read`]), waiting while a
+    /// writer is there.
+    pub fn read(&self, me: Option<&ReaderSlots>) -> ReadTicket {
+        loop {
+            // Relaxed: a hint; `try_read`'s SeqCst load decides.
+            wait_until(|| self.writer.load(Ordering::Relaxed) == 0);
+            if let Some(t) = self.try_read(me) {
+                return t;
+            }
+        }
+    }
+
+    /// Release a shared acquisition (`me`: the block given to `read`).
+    pub fn read_unlock(&self, me: Option<&ReaderSlots>, t: ReadTicket) {
+        match (t, me) {
+            // Release: the reader's critical section happens before the
+            // writer that sees the clear slot (its SeqCst load acquires).
+            // (A swap: see `try_read`.)
+            (ReadTicket::Slot(i), Some(m)) => {
+                m.slots[i].swap(0, Ordering::Release);
+            }
+            // Release: as above.
+            (ReadTicket::Overflow, _) => {
+                self.overflow.fetch_sub(1, Ordering::Release);
+            }
+            (ReadTicket::Slot(_), None) => unreachable!("a slot ticket without its block"),
+        }
+    }
+
+    /// Whether a reader is inside (in a slot of a block of `all`, or in
+    /// the overflow count). After a successful [`RawBrLock::try_claim`], a
+    /// `false` means the lock is held exclusive.
+    pub fn readers_inside(&self, all: &Readers) -> bool {
+        let id = self.id();
+        // SeqCst: the writer's loads after its claim (see the module
+        // documentation).
+        if self.overflow.load(Ordering::SeqCst) != 0 {
+            return true;
+        }
+        // SeqCst: after the claim; see `try_read`.
+        let hint = self.hint.load(Ordering::SeqCst);
+        hint != 0
+            && all.iter().any(|b| {
+                hint & b.bit() != 0 && b.slots.iter().any(|s| s.load(Ordering::SeqCst) == id)
+            })
+    }
+
+    /// One attempt to claim the writer word (turning new readers away);
+    /// the claimer then waits until [`RawBrLock::readers_inside`] is false,
+    /// or gives the claim up with [`RawBrLock::write_unlock`].
+    pub fn try_claim(&self) -> bool {
+        // Relaxed read first (no write while another writer holds it);
+        // SeqCst claim: see the module documentation.
+        self.writer.load(Ordering::Relaxed) == 0
+            && self
+                .writer
+                .compare_exchange(0, 1, Ordering::SeqCst, Ordering::Relaxed)
+                .is_ok()
+    }
+
+    /// Take the lock exclusive (`all`: every thread's slots).
+    pub fn write(&self, all: &Readers) {
+        wait_until(|| self.try_claim());
+        wait_until(|| !self.readers_inside(all));
+    }
+
+    /// Take the lock exclusive if no writer holds it and no reader is
+    /// inside, without waiting.
+    pub fn try_write(&self, all: &Readers) -> bool {
+        if !self.try_claim() {
+            return false;
+        }
+        if self.readers_inside(all) {
+            // Release: nothing was done under the claim (a swap: see
+            // `write_unlock`).
+            self.writer.swap(0, Ordering::Release);
+            return false;
+        }
+        true
+    }
+
+    /// Release an exclusive acquisition (or give a claim up).
+    pub fn write_unlock(&self) {
+        // Release: the writer's critical section happens before every
+        // reader that then sees 0 (its SeqCst load acquires). A swap for
+        // loom's sake, as the slots' writes (see `try_read`).
+        self.writer.swap(0, Ordering::Release);
+    }
+}
+
+/// The readers of this process's [`crate::ordered::BrLock`]s, and the
+/// calling thread's block in it (taken at its first shared acquisition,
+/// given back when it ends).
+#[cfg(not(loom))]
+pub(crate) mod global {
+    use super::{ReaderSlots, Readers};
+
+    pub(crate) static READERS: Readers = Readers::new();
+
+    struct Mine(&'static ReaderSlots);
+    impl Drop for Mine {
+        fn drop(&mut self) {
+            READERS.unregister(self.0);
+        }
+    }
+
+    thread_local! {
+        static MINE: Mine = Mine(READERS.register());
+    }
+
+    /// The calling thread's block; `None` while the thread ends (its
+    /// locals are gone: the overflow count serves it).
+    #[inline]
+    pub(crate) fn mine() -> Option<&'static ReaderSlots> {
+        MINE.try_with(|m| m.0).ok()
+    }
+}
