@@ -593,7 +593,7 @@ fn setup_control(_v: &Variant, _d: Option<u32>, _t: usize) -> Result<Box<dyn Ins
 /// own file in /tmp, "2" = one shared file (each worker opens its own fd),
 /// open2/unlink2 = own file in own directory, open3 = one shared file,
 /// pread3 = one shared file, each worker its own 4 KiB-aligned offset.
-pub const WIS_TESTS: [(&str, &str); 22] = [
+pub const WIS_TESTS: [(&str, &str); 25] = [
     ("open1", "open+close, own file in /tmp"),
     (
         "open1p",
@@ -625,6 +625,12 @@ pub const WIS_TESTS: [(&str, &str); 22] = [
     ("pread1", "pread 4 KiB at 0, own file"),
     ("pread2", "pread 4 KiB at 0, shared file, own fd"),
     ("pread3", "pread 4 KiB at 4 KiB*worker, shared file, own fd"),
+    ("pwrite1", "pwrite 4 KiB at 0, own file (an overwrite)"),
+    ("pwrite2", "pwrite 4 KiB at 0, shared file, own fd (one page, every worker)"),
+    (
+        "pwrite3",
+        "pwrite 4 KiB at 4 KiB*worker, shared file, own fd (a page per worker)",
+    ),
     ("fstat1", "fstat, own file"),
     ("fstat2", "fstat, shared file, own fd"),
     ("stat1", "stat, own file in /tmp"),
@@ -751,6 +757,7 @@ enum FdOp {
     Lseek,
     Read,
     Pread { spread: bool },
+    Pwrite { spread: bool },
     Fstat,
 }
 
@@ -763,14 +770,19 @@ fn wis_fd(
     let ns = wis_ns(v)?;
     let size = match op {
         FdOp::Read => 1 << 20,
-        FdOp::Pread { spread: true } => 4096 * threads,
+        FdOp::Pread { spread: true } | FdOp::Pwrite { spread: true } => 4096 * threads,
         _ => 4096,
     };
     let paths = wis_files(&ns, threads, shared, size, false)?;
     Ok(instance((Wis { ns, paths }, op), |(w, op), ctx| {
         let t = w.ns.thread();
         let p = w.path(ctx);
-        let fd = t.open(p, O_RDONLY, 0).map_err(err("open", p))?;
+        let mode = if matches!(op, FdOp::Pwrite { .. }) {
+            O_RDWR
+        } else {
+            O_RDONLY
+        };
+        let fd = t.open(p, mode, 0).map_err(err("open", p))?;
         let mut buf = vec![0u8; 4096];
         let r = match *op {
             FdOp::Lseek => ctx.run(|| t.lseek(fd, 0, SEEK_SET).map(drop)),
@@ -785,6 +797,15 @@ fn wis_fd(
                 ctx.run(|| match t.pread(fd, &mut buf, off) {
                     Ok(4096) => Ok(()),
                     Ok(n) => Err(format!("short pread {n}")),
+                    Err(e) => Err(e.to_string()),
+                })
+            }
+            FdOp::Pwrite { spread } => {
+                let off = if spread { 4096 * ctx.index() as i64 } else { 0 };
+                buf.fill(ctx.index() as u8 + 1);
+                ctx.run(|| match t.pwrite(fd, &buf, off) {
+                    Ok(4096) => Ok(()),
+                    Ok(n) => Err(format!("short pwrite {n}")),
                     Err(e) => Err(e.to_string()),
                 })
             }
@@ -832,6 +853,9 @@ fn wis_setup(name: &str) -> SetupFn {
         "pread1" => |v, _, t| wis_fd(v, t, false, FdOp::Pread { spread: false }),
         "pread2" => |v, _, t| wis_fd(v, t, true, FdOp::Pread { spread: false }),
         "pread3" => |v, _, t| wis_fd(v, t, true, FdOp::Pread { spread: true }),
+        "pwrite1" => |v, _, t| wis_fd(v, t, false, FdOp::Pwrite { spread: false }),
+        "pwrite2" => |v, _, t| wis_fd(v, t, true, FdOp::Pwrite { spread: false }),
+        "pwrite3" => |v, _, t| wis_fd(v, t, true, FdOp::Pwrite { spread: true }),
         "fstat1" => |v, _, t| wis_fd(v, t, false, FdOp::Fstat),
         "fstat2" => |v, _, t| wis_fd(v, t, true, FdOp::Fstat),
         "stat1" => |v, _, t| wis_path_op(v, t, false, false),
@@ -1131,6 +1155,9 @@ pub fn wis_id(name: &str) -> &'static str {
         "pread1" => "wis-fs/pread1",
         "pread2" => "wis-fs/pread2",
         "pread3" => "wis-fs/pread3",
+        "pwrite1" => "wis-fs/pwrite1",
+        "pwrite2" => "wis-fs/pwrite2",
+        "pwrite3" => "wis-fs/pwrite3",
         "fstat1" => "wis-fs/fstat1",
         "fstat2" => "wis-fs/fstat2",
         "stat1" => "wis-fs/stat1",

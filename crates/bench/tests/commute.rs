@@ -8,24 +8,52 @@ fn labels(r: &commute::CaseResult) -> Vec<String> {
     r.conflicts.iter().map(|(l, _)| l.clone()).collect()
 }
 
-/// Two creates in one directory take the parent's directory lock: a known
-/// conflict the recorder must see, named by its lock class.
+/// Two creates in one directory still conflict, on the parent dentry's
+/// count (each new child counts its parent) and the directory's skip lists
+/// (through the memfs hook), but no longer on the parent's directory lock:
+/// a big-reader lock, whose shared side writes only the taking thread's
+/// own slot line.
 #[test]
-fn creat_creat_in_one_dir_conflicts_on_the_parent_lock() {
+fn creat_creat_in_one_dir_conflicts_on_the_index_not_the_lock() {
     let r = record_case(Op::Creat, Op::Creat, Case::SharedDir);
     assert_eq!(r.error, None);
     assert!(r.conflicted());
+    let l = labels(&r);
+    assert!(l.iter().any(|l| l.contains("skiplist")), "{l:?}");
+    assert!(l.iter().any(|l| l.contains("dcache")), "{l:?}");
     assert!(
-        labels(&r).iter().any(|l| l.contains("dir_lock")),
-        "{:?}",
-        labels(&r)
+        !l.iter()
+            .any(|l| l.contains("dir_lock") || l.contains("brlock")),
+        "{l:?}"
     );
-    // And the directory's skip lists, through the memfs hook.
-    assert!(
-        labels(&r).iter().any(|l| l.contains("skiplist")),
-        "{:?}",
-        labels(&r)
-    );
+}
+
+/// The removal of a directory takes its lock exclusive; it reads the slot
+/// lines only of the threads that have used that lock, so a create in
+/// another directory shares nothing with it.
+#[test]
+fn rmdir_vs_creat_in_other_directories_is_free() {
+    for b in [Op::Creat, Op::Unlink, Op::Mkdir, Op::Rmdir] {
+        let r = record_case(Op::Rmdir, b, Case::OwnDirs);
+        assert_eq!(r.error, None);
+        assert!(!r.conflicted(), "rmdir x {b:?}: {:?}", labels(&r));
+    }
+}
+
+/// Writes of different pages of one file run under the data lock held
+/// shared (a big-reader lock) and publish their copies in different
+/// slots: nothing shared.
+#[test]
+fn writes_of_different_pages_of_one_file_are_free() {
+    for (a, b) in [
+        (Op::Write, Op::Write),
+        (Op::Pwrite, Op::Pwrite),
+        (Op::Write, Op::Pwrite),
+    ] {
+        let r = record_case(a, b, Case::SameFile);
+        assert_eq!(r.error, None);
+        assert!(!r.conflicted(), "{a:?} x {b:?}: {:?}", labels(&r));
+    }
 }
 
 /// Two stats of different files share no written line.

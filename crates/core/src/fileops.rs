@@ -133,7 +133,7 @@ pub(crate) fn touch_atime(f: &File) {
 /// unlock, and a contended acquisition when it had to wait).
 pub(crate) fn lock_data_counted(
     i: &crate::inode::Inode,
-) -> scalevfs_sync::ordered::RwLockWriteGuard<'_, ()> {
+) -> scalevfs_sync::ordered::BrWriteGuard<'_> {
     use scalevfs_sync::lockstat::{self, LockClass, Stat};
     let (g, contended) = match i.data_lock.try_write() {
         Some(g) => (g, false),
@@ -167,6 +167,27 @@ pub(crate) fn file_write(
         return Err(Errno::EISDIR);
     }
     let fs = &f.path().mnt.sb.fs;
+    // A positioned overwrite that changes no size or allocation runs
+    // beside others of the same file, under the data lock shared, if the
+    // filesystem can do it (`Filesystem::write_shared`; memfs: inside one
+    // existing page) and the write has no privileges to remove (the flag
+    // and the set-id bits are stable under the lock: whoever sets them
+    // takes it exclusive, or, for chmod, as when the lock is exclusive).
+    if let Some(o) = off {
+        if !buf.is_empty()
+            && buf.len() <= MAX_RW_COUNT
+            && i.flags() & crate::inode::I_FCAPS == 0
+            && i.mode_hint() & (S_ISUID | S_ISGID) == 0
+        {
+            let _r = i.data_lock.read();
+            if i.flags() & crate::inode::I_FCAPS == 0 {
+                if let Some(r) = fs.write_shared(i, o, buf) {
+                    let n = r?;
+                    return Ok((n, o + n as u64));
+                }
+            }
+        }
+    }
     let _w = i.data_lock.write();
     let off = match off {
         Some(o) => o,

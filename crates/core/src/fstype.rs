@@ -132,6 +132,23 @@ pub trait Filesystem: Send + Sync + 'static {
         emit: &mut dyn FnMut(DirEntry) -> bool,
     ) -> VfsResult<()>;
 
+    /// Write `buf` at `off` with the inode's data lock held **shared**, if
+    /// this write can run beside other such writes of the same file: it
+    /// must change no size, block count or allocation, and be atomic by
+    /// itself (memfs: an overwrite inside one page that exists, by copy on
+    /// write and compare-and-exchange). `None`: not done; the VFS then
+    /// takes the lock exclusive and calls [`Filesystem::write`]. The VFS
+    /// calls this only for a positioned write (not O_APPEND) of a file
+    /// with no privileges for a write to remove. Default: `None`.
+    fn write_shared(
+        &self,
+        _inode: &Arc<Inode>,
+        _off: u64,
+        _buf: &[u8],
+    ) -> Option<VfsResult<usize>> {
+        None
+    }
+
     /// Whether `readdir` must run under the directory's VFS lock
     /// (`Inode::dir_lock`, shared), which holds off the directory's removal
     /// (rmdir, rename over it: exclusive) for the length of the listing.

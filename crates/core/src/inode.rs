@@ -15,7 +15,12 @@
 //!   one directory share no line through it (issue 16). Both locks are
 //!   `scalevfs_sync::ordered` locks (order checked in debug builds).
 //! - `data_lock`: exclusive by writers, truncate and fallocate (see `io.rs`);
-//!   reads take no lock (memfs's page store is read lock-free).
+//!   shared by a positioned overwrite that changes no size or allocation
+//!   (`Filesystem::write_shared`: memfs's overwrite inside one existing
+//!   page, copy on write published by compare-and-exchange), so such
+//!   writes of different pages of one file run side by side. A big-reader
+//!   lock: the shared side writes only the taking thread's own line. Reads
+//!   take no lock (memfs's page store is read lock-free).
 //!
 //! Lifetime: `Arc<Inode>`. Positive dentries hold one; open files hold one
 //! through their dentry. The filesystem keeps its own (memfs: in directory
@@ -23,7 +28,7 @@
 
 use scalevfs_orphan::OrphanSlot;
 use scalevfs_sync::lockstat::LockClass;
-use scalevfs_sync::ordered::{BrLock, Class, RwLock, SpinLock};
+use scalevfs_sync::ordered::{BrLock, Class, SpinLock};
 use std::any::Any;
 
 use scalevfs_sync::primitive::{AtomicI64, AtomicU32, Ordering};
@@ -107,7 +112,7 @@ pub struct Inode {
     /// so a write does not write the line an open of the same file writes
     /// (the open count) or the lines a read reads (conflict matrix, issue
     /// 16: open x write of one file).
-    pub(crate) data_lock: OwnLine<RwLock<()>>,
+    pub(crate) data_lock: OwnLine<BrLock>,
 }
 
 /// A field alone on its cache line (aligned to 64 bytes and padded to a
@@ -192,7 +197,7 @@ impl Inode {
             acl: Atomic::null(),
             orphan: Default::default(),
             write_count: AtomicI64::new(0),
-            data_lock: OwnLine(RwLock::new(Class::DataLock, ())),
+            data_lock: OwnLine(BrLock::new(Class::DataLock)),
         }
     }
 

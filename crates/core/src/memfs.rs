@@ -898,6 +898,11 @@ impl Filesystem for MemFs {
         f.write(inode, &self.quota(), off, buf)
     }
 
+    fn write_shared(&self, inode: &Arc<Inode>, off: u64, buf: &[u8]) -> Option<VfsResult<usize>> {
+        // Below the size (checked there), so within the size limit.
+        file(inode).ok()?.overwrite_in_page(inode, off, buf)
+    }
+
     fn truncate(&self, inode: &Arc<Inode>, size: u64) -> VfsResult<()> {
         let f = file(inode)?;
         if size > self.opts.max_file_size {

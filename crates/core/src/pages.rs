@@ -137,8 +137,11 @@ impl<'g> Page<'g> {
     /// A written, unpublished copy of `self` (the caller is the only writer).
     fn copy(self) -> Option<Page<'static>> {
         let f = frames::alloc_dirty()?;
-        // SAFETY: we hold the data lock, so no one writes `self` meanwhile;
-        // the destination is ours alone.
+        // SAFETY: we hold the data lock (shared or exclusive): bytes of a
+        // published page are written in place only at or above the size and
+        // only under the exclusive lock, and the shared holders copy only
+        // pages below the size (`overwrite_in_page`); the destination is
+        // ours alone.
         unsafe { std::ptr::copy_nonoverlapping(self.ptr(), f.as_ref().as_ptr(), PAGE) };
         Some(Page(
             Shared::from(f.as_ptr() as *const Frame).with_tag(WRITTEN),
@@ -428,6 +431,27 @@ impl FileData {
                     // Acquire: pairs with the Release publication of the page.
                     let x = p[leaf_slot(i)].load(Ordering::Acquire, g);
                     return (!x.is_null()).then_some(Page(x));
+                }
+            }
+        }
+    }
+
+    /// The leaf slot of page `idx` if the nodes down to it exist (creates
+    /// nothing; lock-free).
+    fn slot_present<'g>(&self, idx: u64, g: &'g Guard) -> Option<&'g Atomic<Frame>> {
+        let mut n = self.root(g)?;
+        if !n.covers(idx) {
+            return None;
+        }
+        loop {
+            let i = n.slot_index(idx);
+            match &n.slots {
+                // Acquire + SAFETY: as in `get`.
+                Slots::Inner(k) => n = unsafe { k[i].load(Ordering::Acquire, g).as_ref() }?,
+                Slots::Leaf(p) => {
+                    // Compared and exchanged by the caller: a write.
+                    trace_slot(&p[leaf_slot(i)], true);
+                    return Some(&p[leaf_slot(i)]);
                 }
             }
         }
@@ -825,6 +849,71 @@ impl FileData {
         let end = off + done as u64;
         self.set_blocks(inode, added, Some(Timespec::now()), Some(end.max(size)));
         Ok(done)
+    }
+
+    /// Overwrite `buf` at `off` inside one page that exists, below the
+    /// size, with the data lock held **shared** (`Filesystem::write_shared`):
+    /// such writes of one file run side by side. Copy on write, published
+    /// by compare-and-exchange of the page's slot: a writer that lost the
+    /// race to another writer of the same page copies the winner's page
+    /// and applies its bytes again, so neither write is lost and each is
+    /// atomic. Writes that change the size or the page count, or reach a
+    /// hole, take the lock exclusive (`None` here). Nothing that changes
+    /// the tree's shape runs meanwhile (they hold the lock exclusive), and
+    /// bytes below the size of a published page are never written in
+    /// place, so the copy reads stable bytes.
+    pub(crate) fn overwrite_in_page(
+        &self,
+        inode: &Inode,
+        off: u64,
+        buf: &[u8],
+    ) -> Option<VfsResult<usize>> {
+        let in_page = (off % PAGE as u64) as usize;
+        if buf.is_empty() || in_page + buf.len() > PAGE {
+            return None;
+        }
+        let end = off.checked_add(buf.len() as u64)?;
+        if end > inode.attr().size {
+            return None;
+        }
+        let g = epoch::pin();
+        let slot = self.slot_present(off / PAGE as u64, &g)?;
+        loop {
+            // Acquire: the page's bytes, published by a Release swap or
+            // exchange, are read by the copy.
+            let cur = slot.load(Ordering::Acquire, &g);
+            if cur.is_null() {
+                return None;
+            }
+            let np = if buf.len() == PAGE {
+                Page::new(true)
+            } else {
+                Page(cur).copy()
+            };
+            let Some(mut np) = np else {
+                return Some(Err(Errno::ENOMEM));
+            };
+            // SAFETY: not published yet.
+            (unsafe { np.bytes_mut() })[in_page..in_page + buf.len()].copy_from_slice(buf);
+            // AcqRel: publish the copy (Release); on failure, Acquire the
+            // winner's page for the next copy (the load above re-reads it).
+            match slot.compare_exchange(cur, np.0, Ordering::AcqRel, Ordering::Acquire, &g) {
+                Ok(_) => {
+                    // SAFETY: unreachable now.
+                    unsafe { Page(cur).retire(&g) };
+                    break;
+                }
+                Err(_) => {
+                    // Never published: ours alone, freed at once.
+                    // SAFETY: a frame from `frames::alloc_*`, unpublished.
+                    unsafe {
+                        frames::free(std::ptr::NonNull::new_unchecked(np.0.as_raw() as *mut Frame))
+                    };
+                }
+            }
+        }
+        self.set_blocks(inode, 0, Some(Timespec::now()), None);
+        Some(Ok(buf.len()))
     }
 
     /// Set the size (data lock held). Shrinking stores the size first, then

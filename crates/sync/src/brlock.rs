@@ -45,8 +45,10 @@
 //!
 //! Writers are preferred: a claimed writer word turns new readers away, so
 //! a writer waits only for readers already inside. Readers then wait for
-//! the writer. Both wait by spinning, yielding and then sleeping briefly
-//! (this lock is for locks whose exclusive side is rare).
+//! the writer. Waiting for a writer spins a little, then sleeps on the
+//! writer word (a futex; a bit in the word tells the unlock to wake the
+//! sleepers). A writer waiting for readers to leave spins, yields, then
+//! polls every 50 µs (readers hold the lock briefly and wake no one).
 //!
 //! Blocks are never freed: a thread that ends gives its block back (all
 //! its slots are clear then) and a new thread takes it over, so the list is
@@ -221,7 +223,14 @@ pub struct RawBrLock {
     hint: AtomicU64,
 }
 
-/// Wait for `done` by spinning, yielding, then sleeping 50 µs at a time.
+/// The writer word: a writer holds or claims the lock.
+const HELD: u32 = 1;
+/// The writer word: someone sleeps until the word is 0 (the unlock wakes).
+const WAITERS: u32 = 2;
+
+/// Wait for `done` by spinning, yielding, then sleeping 50 µs at a time
+/// (for a writer waiting for readers to leave: they hold the lock briefly
+/// and do not wake anyone).
 fn wait_until(mut done: impl FnMut() -> bool) {
     let backoff = Backoff::new();
     let mut yields = 0u32;
@@ -311,11 +320,40 @@ impl RawBrLock {
     /// writer is there.
     pub fn read(&self, me: Option<&ReaderSlots>) -> ReadTicket {
         loop {
-            // Relaxed: a hint; `try_read`'s SeqCst load decides.
-            wait_until(|| self.writer.load(Ordering::Relaxed) == 0);
+            self.wait_no_writer();
             if let Some(t) = self.try_read(me) {
                 return t;
             }
+        }
+    }
+
+    /// Wait until no writer holds or claims the lock: spin and yield a
+    /// little, then sleep on the writer word (a futex), announced by its
+    /// `WAITERS` bit so that the writer's unlock wakes the sleepers. (A
+    /// writer can hold the lock for a long time: a large write.)
+    fn wait_no_writer(&self) {
+        let backoff = Backoff::new();
+        loop {
+            // Relaxed: a hint; the caller's SeqCst load or claim decides.
+            let w = self.writer.load(Ordering::Relaxed);
+            if w == 0 {
+                return;
+            }
+            if !backoff.is_completed() {
+                backoff.snooze();
+                continue;
+            }
+            // Relaxed: the bit only asks the unlock for a wake-up; the
+            // futex re-checks the word against `w | WAITERS` atomically.
+            if w & WAITERS == 0
+                && self
+                    .writer
+                    .compare_exchange(w, w | WAITERS, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_err()
+            {
+                continue;
+            }
+            crate::primitive::wait_u32(&self.writer, w | WAITERS);
         }
     }
 
@@ -363,13 +401,15 @@ impl RawBrLock {
         self.writer.load(Ordering::Relaxed) == 0
             && self
                 .writer
-                .compare_exchange(0, 1, Ordering::SeqCst, Ordering::Relaxed)
+                .compare_exchange(0, HELD, Ordering::SeqCst, Ordering::Relaxed)
                 .is_ok()
     }
 
     /// Take the lock exclusive (`all`: every thread's slots).
     pub fn write(&self, all: &Readers) {
-        wait_until(|| self.try_claim());
+        while !self.try_claim() {
+            self.wait_no_writer();
+        }
         wait_until(|| !self.readers_inside(all));
     }
 
@@ -380,9 +420,8 @@ impl RawBrLock {
             return false;
         }
         if self.readers_inside(all) {
-            // Release: nothing was done under the claim (a swap: see
-            // `write_unlock`).
-            self.writer.swap(0, Ordering::Release);
+            // Nothing was done under the claim.
+            self.write_unlock();
             return false;
         }
         true
@@ -392,8 +431,11 @@ impl RawBrLock {
     pub fn write_unlock(&self) {
         // Release: the writer's critical section happens before every
         // reader that then sees 0 (its SeqCst load acquires). A swap for
-        // loom's sake, as the slots' writes (see `try_read`).
-        self.writer.swap(0, Ordering::Release);
+        // loom's sake, as the slots' writes (see `try_read`); it also tells
+        // whether someone sleeps on the word.
+        if self.writer.swap(0, Ordering::Release) & WAITERS != 0 {
+            crate::primitive::wake_all_u32(&self.writer);
+        }
     }
 }
 

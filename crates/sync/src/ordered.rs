@@ -1071,6 +1071,12 @@ impl BrLock {
         self.raw.write(self.readers());
         BrWriteGuard { l: self, _t: tok }
     }
+    /// Exclusive lock if no writer holds it and no reader is inside,
+    /// without waiting (not checked).
+    #[inline]
+    pub fn try_write(&self) -> Option<BrWriteGuard<'_>> {
+        self.try_write_as(self.cls.get())
+    }
     /// Exclusive lock as `class` if no writer holds it and no reader is
     /// inside, without waiting (not checked).
     #[inline]

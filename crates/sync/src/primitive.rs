@@ -145,6 +145,32 @@ pub fn spin_loop() {
     hint::spin_loop();
 }
 
+/// Sleep while `a` holds `expected` (a futex wait: it may return early or
+/// spuriously; callers re-check). Under loom a yield.
+#[inline]
+pub fn wait_u32(a: &AtomicU32, expected: u32) {
+    #[cfg(all(not(loom), not(feature = "trace-lines")))]
+    atomic_wait::wait(a, expected);
+    #[cfg(all(not(loom), feature = "trace-lines"))]
+    atomic_wait::wait(a.as_std(), expected);
+    #[cfg(loom)]
+    {
+        let _ = (a, expected);
+        yield_now();
+    }
+}
+
+/// Wake every thread sleeping in [`wait_u32`] on `a`. Under loom nothing.
+#[inline]
+pub fn wake_all_u32(a: &AtomicU32) {
+    #[cfg(all(not(loom), not(feature = "trace-lines")))]
+    atomic_wait::wake_all(a);
+    #[cfg(all(not(loom), feature = "trace-lines"))]
+    atomic_wait::wake_all(a.as_std());
+    #[cfg(loom)]
+    let _ = a;
+}
+
 /// Give up the rest of this time slice (a loom scheduling point under loom).
 #[inline]
 pub fn yield_now() {

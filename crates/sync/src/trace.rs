@@ -221,6 +221,10 @@ pub(crate) mod traced {
                 pub const fn new(v: $t) -> Self {
                     $name(s::$name::new(v))
                 }
+                /// The `std` atomic inside (for a futex wait on it).
+                pub fn as_std(&self) -> &s::$name {
+                    &self.0
+                }
                 #[inline]
                 fn addr(&self) -> usize {
                     self as *const Self as usize

@@ -112,3 +112,30 @@ fn two_readers_share() {
         assert_eq!(b.join().unwrap(), Some(0));
     });
 }
+
+/// A reader that waits (`read`) for a writer that holds the lock: it
+/// marks the writer word as waited on, and gets in after the unlock,
+/// seeing the writer's data.
+#[test]
+fn a_waiting_reader_gets_in_after_the_writer() {
+    loom::model(|| {
+        let s = shared();
+        s.lock.write(&s.readers);
+        let r = {
+            let s = s.clone();
+            thread::spawn(move || {
+                let me = s.readers.register();
+                let t = s.lock.read(Some(me));
+                // SAFETY: shared side held.
+                let seen = s.data.with(|d| unsafe { *d });
+                s.lock.read_unlock(Some(me), t);
+                s.readers.unregister(me);
+                seen
+            })
+        };
+        // SAFETY: exclusive side held.
+        s.data.with_mut(|d| unsafe { *d += 1 });
+        s.lock.write_unlock();
+        assert_eq!(r.join().unwrap(), 1);
+    });
+}

@@ -116,3 +116,61 @@ fn truncate_then_append_vs_read() {
         writer.join().unwrap();
     });
 }
+
+/// Two overwrites of one page under the shared data lock
+/// (`FileData::overwrite_in_page`): each copies the current page, changes
+/// its own byte, and publishes the copy by compare-and-exchange (AcqRel,
+/// Acquire on failure), retrying from the winner's page when it lost. A
+/// reader loads the page (Acquire) and reads both bytes. Neither write may
+/// be lost, and loom reports a copy that reads a page while it is written.
+#[test]
+fn overwrites_by_compare_and_exchange_vs_read() {
+    struct Versions {
+        /// 0: the page as it was; 1-2: writer 0's copies; 3-4: writer 1's
+        /// (a writer loses at most once: the other publishes once).
+        pages: [Page; 5],
+        cur: AtomicUsize,
+    }
+    fn overwrite(v: &Versions, w: usize) {
+        for attempt in 0..2 {
+            let cur = v.cur.load(Ordering::Acquire);
+            let new = 1 + 2 * w + attempt;
+            for i in 0..2 {
+                v.pages[new].write(i, v.pages[cur].read(i));
+            }
+            v.pages[new].write(w, A + w as u8);
+            if v.cur
+                .compare_exchange(cur, new, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                return;
+            }
+        }
+        panic!("writer {w} lost twice");
+    }
+    model(|| {
+        let v = Arc::new(Versions {
+            pages: [0; 5].map(|_| Page::new(0, 0)),
+            cur: AtomicUsize::new(0),
+        });
+        let ws: Vec<_> = (0..2)
+            .map(|w| {
+                let v = v.clone();
+                thread::spawn(move || overwrite(&v, w))
+            })
+            .collect();
+        let p = v.cur.load(Ordering::Acquire);
+        let (b0, b1) = (v.pages[p].read(0), v.pages[p].read(1));
+        assert!(b0 == 0 || b0 == A, "byte 0 read {b0}");
+        assert!(b1 == 0 || b1 == B, "byte 1 read {b1}");
+        for w in ws {
+            w.join().unwrap();
+        }
+        let p = v.cur.load(Ordering::Acquire);
+        assert_eq!(
+            (v.pages[p].read(0), v.pages[p].read(1)),
+            (A, B),
+            "a write was lost"
+        );
+    });
+}
