@@ -6,9 +6,10 @@
 //! - Each thread keeps a cache of free frames and a batch of freed frames
 //!   not yet given back (`LOCAL`): allocating and freeing touch no shared
 //!   memory most of the time.
-//! - `POOL` (a mutex) holds the free frames of all threads; a thread takes
-//!   or returns `BATCH` frames at a time. New mappings are made under it.
-//!   It is a leaf lock: nothing else is taken while it is held.
+//! - `POOL` (a mutex) holds the free frames of all threads, and up to
+//!   `POOL_DIRTY_MAX` freed frames still resident; a thread takes or
+//!   returns `BATCH` frames at a time. New mappings are made under it. It
+//!   is a leaf lock: nothing else is taken while it is held.
 //!
 //! Invariant: a frame on a free list (`POOL`, a thread's `cache`) is not
 //! resident and reads as zeros (it was never touched, or was madvised
@@ -59,7 +60,33 @@ static TRIMMED_AT: AtomicUsize = AtomicUsize::new(0);
 const TRIM_EVERY: usize = (64 << 20) / FRAME;
 
 /// Free frames of all threads (addresses).
-static POOL: Mutex<Vec<usize>> = Mutex::new(Class::FramePool, Vec::new());
+static POOL: Mutex<Pool> = Mutex::new(
+    Class::FramePool,
+    Pool {
+        free: Vec::new(),
+        dirty: Vec::new(),
+    },
+);
+
+/// Frames shared by all threads.
+struct Pool {
+    /// Zero, not resident.
+    free: Vec<usize>,
+    /// Freed with old data, still resident: for `alloc_dirty` of any
+    /// thread. Frames are freed after an epoch grace period by whichever
+    /// thread collects, often not the one that overwrites (a copy on write
+    /// allocates on the writer's thread): without this, the writer's
+    /// thread found its own batch empty and took zeroed frames (a page
+    /// fault and the kernel's zeroing each), while the collector's thread
+    /// gave its batch back to the OS (an madvise per batch), so two threads
+    /// overwriting their own files ran no faster than one.
+    dirty: Vec<usize>,
+}
+
+/// Resident freed frames the pool keeps for any thread (16 MiB); past it,
+/// a full batch is given back to the OS as before. `clean_local` gives
+/// them all back.
+const POOL_DIRTY_MAX: usize = (16 << 20) / FRAME;
 
 struct Local {
     /// Free frames: zero, not resident.
@@ -69,6 +96,20 @@ struct Local {
 }
 
 impl Local {
+    /// A full batch of dirty frames: to the pool's resident frames if it
+    /// has room (another thread's `alloc_dirty` reuses them without a
+    /// fault), else back to the OS (`clean`).
+    fn spill(&mut self) {
+        {
+            let mut p = pool();
+            if p.dirty.len() + self.dirty.len() <= POOL_DIRTY_MAX {
+                p.dirty.append(&mut self.dirty);
+                return;
+            }
+        }
+        self.clean();
+    }
+
     /// Give the dirty frames back to the OS and keep them as free frames.
     fn clean(&mut self) {
         release(&mut self.dirty);
@@ -79,7 +120,7 @@ impl Local {
         // while the allocating threads mapped new chunks; issue 13:
         // stress-ng's sync-file left ~1 GB of free-list vectors resident.)
         if self.cache.len() > 2 * BATCH {
-            pool().extend(self.cache.drain(BATCH..));
+            pool().free.extend(self.cache.drain(BATCH..));
         }
     }
 }
@@ -88,8 +129,8 @@ impl Drop for Local {
     fn drop(&mut self) {
         release(&mut self.dirty);
         let mut p = pool();
-        p.append(&mut self.dirty);
-        p.append(&mut self.cache);
+        p.free.append(&mut self.dirty);
+        p.free.append(&mut self.cache);
     }
 }
 
@@ -102,7 +143,7 @@ thread_local! {
     };
 }
 
-fn pool() -> MutexGuard<'static, Vec<usize>> {
+fn pool() -> MutexGuard<'static, Pool> {
     POOL.lock()
 }
 
@@ -179,12 +220,13 @@ fn map_chunk() -> Vec<usize> {
 
 fn refill(l: &mut Local) {
     let mut p = pool();
-    if p.is_empty() {
-        p.extend(map_chunk());
+    if p.free.is_empty() {
+        let c = map_chunk();
+        p.free.extend(c);
     }
-    let take = p.len().min(BATCH);
-    let at = p.len() - take;
-    l.cache.extend(p.drain(at..));
+    let take = p.free.len().min(BATCH);
+    let at = p.free.len() - take;
+    l.cache.extend(p.free.drain(at..));
 }
 
 fn to_frame(a: usize) -> NonNull<Frame> {
@@ -206,10 +248,11 @@ pub(crate) fn alloc_zeroed() -> Option<NonNull<Frame>> {
         .unwrap_or_else(|_| {
             // Thread-local storage is gone (thread exit): use the pool.
             let mut p = pool();
-            if p.is_empty() {
-                p.extend(map_chunk());
+            if p.free.is_empty() {
+                let c = map_chunk();
+                p.free.extend(c);
             }
-            p.pop()
+            p.free.pop()
         })?;
     Some(to_frame(a))
 }
@@ -219,7 +262,17 @@ pub(crate) fn alloc_zeroed() -> Option<NonNull<Frame>> {
 pub(crate) fn alloc_dirty() -> Option<NonNull<Frame>> {
     // Inside `try_with` (no re-entry: `alloc_zeroed` is called after).
     let a = LOCAL
-        .try_with(|l| l.borrow_mut().dirty.pop())
+        .try_with(|l| {
+            let mut l = l.borrow_mut();
+            if l.dirty.is_empty() {
+                // A batch of the pool's resident frames, if it has any.
+                let mut p = pool();
+                let take = p.dirty.len().min(BATCH);
+                let at = p.dirty.len() - take;
+                l.dirty.extend(p.dirty.drain(at..));
+            }
+            l.dirty.pop()
+        })
         .ok()
         .flatten();
     match a {
@@ -238,6 +291,12 @@ pub(crate) fn alloc_dirty() -> Option<NonNull<Frame>> {
 /// arenas (issue 13: tens of MB after a delete, without a trim).
 pub(crate) fn clean_local() {
     let _ = LOCAL.try_with(|l| l.borrow_mut().clean());
+    // And the pool's resident frames (freed data no thread reused yet).
+    let mut d = std::mem::take(&mut pool().dirty);
+    if !d.is_empty() {
+        release(&mut d);
+        pool().free.append(&mut d);
+    }
     // Relaxed: statistics; the CAS only picks one thread to trim.
     let r = RELEASED.load(Ordering::Relaxed);
     let t = TRIMMED_AT.load(Ordering::Relaxed);
@@ -266,12 +325,12 @@ pub(crate) unsafe fn free(f: NonNull<Frame>) {
         let mut l = l.borrow_mut();
         l.dirty.push(a);
         if l.dirty.len() >= DIRTY_MAX {
-            l.clean();
+            l.spill();
         }
     });
     if done.is_err() {
         release(&mut [a]);
-        pool().push(a);
+        pool().free.push(a);
     }
 }
 

@@ -134,6 +134,16 @@ impl<'g> Page<'g> {
         ))
     }
 
+    /// A written, unpublished page with unspecified contents, for a caller
+    /// that overwrites all of it (a recycled frame: no page fault, no
+    /// zeroing).
+    fn for_overwrite() -> Option<Page<'static>> {
+        let f = frames::alloc_dirty()?;
+        Some(Page(
+            Shared::from(f.as_ptr() as *const Frame).with_tag(WRITTEN),
+        ))
+    }
+
     /// A written, unpublished copy of `self` (the caller is the only writer).
     fn copy(self) -> Option<Page<'static>> {
         let f = frames::alloc_dirty()?;
@@ -800,7 +810,12 @@ impl FileData {
                         break;
                     }
                 }
-                let Some(mut p) = Page::new(true) else {
+                let p = if chunk == PAGE {
+                    Page::for_overwrite()
+                } else {
+                    Page::new(true)
+                };
+                let Some(mut p) = p else {
                     err = Some(Errno::ENOMEM);
                     break;
                 };
@@ -823,7 +838,7 @@ impl FileData {
                 }
             } else {
                 let np = if chunk == PAGE {
-                    Page::new(true)
+                    Page::for_overwrite()
                 } else {
                     Page(cur).copy()
                 };
@@ -886,7 +901,7 @@ impl FileData {
                 return None;
             }
             let np = if buf.len() == PAGE {
-                Page::new(true)
+                Page::for_overwrite()
             } else {
                 Page(cur).copy()
             };
