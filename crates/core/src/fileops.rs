@@ -170,17 +170,17 @@ pub(crate) fn file_write(
     // A positioned overwrite that changes no size or allocation runs
     // beside others of the same file, under the data lock shared, if the
     // filesystem can do it (`Filesystem::write_shared`; memfs: inside one
-    // existing page) and the write has no privileges to remove (the flag
-    // and the set-id bits are stable under the lock: whoever sets them
-    // takes it exclusive, or, for chmod, as when the lock is exclusive).
+    // existing page) and the write has no privileges to remove: no
+    // capability flag (set under the data lock exclusive, so stable under
+    // the shared side) and no set-id bit, both checked again under the
+    // lock. (A chmod without an ACL takes no data lock, so a set-id bit
+    // set during the write may stay, as beside an exclusive writer.)
     if let Some(o) = off {
-        if !buf.is_empty()
-            && buf.len() <= MAX_RW_COUNT
-            && i.flags() & crate::inode::I_FCAPS == 0
-            && i.mode_hint() & (S_ISUID | S_ISGID) == 0
-        {
+        let no_privs =
+            || i.flags() & crate::inode::I_FCAPS == 0 && i.mode_hint() & (S_ISUID | S_ISGID) == 0;
+        if !buf.is_empty() && buf.len() <= MAX_RW_COUNT && no_privs() {
             let _r = i.data_lock.read();
-            if i.flags() & crate::inode::I_FCAPS == 0 {
+            if no_privs() {
                 if let Some(r) = fs.write_shared(i, o, buf) {
                     let n = r?;
                     return Ok((n, o + n as u64));

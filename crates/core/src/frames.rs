@@ -1,6 +1,9 @@
 //! Page frames for memfs file data: 4 KiB frames carved out of 2 MiB
-//! anonymous mappings, given back to the OS (`madvise(MADV_DONTNEED)`) when
-//! they are freed, so that deleting files lowers the process's RSS.
+//! anonymous mappings, given back to the OS (`madvise(MADV_DONTNEED)`) in
+//! batches after they are freed, so that deleting files lowers the
+//! process's RSS. Up to `POOL_DIRTY_MAX` (16 MiB) of freed frames, plus
+//! each thread's batch (1 MiB), stay resident for whole-page overwrites
+//! until `clean_local` (`memfs::flush_deferred_frees`) gives them back.
 //!
 //! LOCKING RULES
 //! - Each thread keeps a cache of free frames and a batch of freed frames
@@ -11,7 +14,7 @@
 //!   returns `BATCH` frames at a time. New mappings are made under it. It
 //!   is a leaf lock: nothing else is taken while it is held.
 //!
-//! Invariant: a frame on a free list (`POOL`, a thread's `cache`) is not
+//! Invariant: a frame on a free list (`POOL.free`, a thread's `cache`) is not
 //! resident and reads as zeros (it was never touched, or was madvised
 //! after its last use), so `alloc_zeroed` needs no memset. Frames in a
 //! thread's `dirty` batch hold old data; `alloc_dirty` (for callers that
@@ -21,7 +24,10 @@
 //! Address space is never unmapped (a freed frame costs no memory, only its
 //! 8-byte entry on a free list); the frames ever mapped are bounded by the
 //! memfs size limits (file data is allocated only within them) plus the
-//! pages waiting for an epoch grace period.
+//! pages waiting for an epoch grace period, the resident ones (`POOL.dirty`,
+//! 16 MiB, and the threads' batches) and the free lists' slack (zeroed
+//! frames are taken from `POOL.free` only; a new chunk is mapped while
+//! resident ones wait to be reused).
 
 use scalevfs_sync::ordered::{Class, Mutex, MutexGuard};
 use std::cell::{RefCell, UnsafeCell};
@@ -83,6 +89,12 @@ struct Pool {
     dirty: Vec<usize>,
 }
 
+/// `POOL.dirty`'s length as of the last change (kept under the lock):
+/// `alloc_dirty` looks here before taking the lock, so a thread that finds
+/// its own batch and the pool's both empty does not take the mutex per
+/// frame.
+static POOL_DIRTY_LEN: AtomicUsize = AtomicUsize::new(0);
+
 /// Resident freed frames the pool keeps for any thread (16 MiB); past it,
 /// a full batch is given back to the OS as before. `clean_local` gives
 /// them all back.
@@ -104,6 +116,8 @@ impl Local {
             let mut p = pool();
             if p.dirty.len() + self.dirty.len() <= POOL_DIRTY_MAX {
                 p.dirty.append(&mut self.dirty);
+                // Relaxed: a hint (see `POOL_DIRTY_LEN`), written under the lock.
+                POOL_DIRTY_LEN.store(p.dirty.len(), Ordering::Relaxed);
                 return;
             }
         }
@@ -264,12 +278,15 @@ pub(crate) fn alloc_dirty() -> Option<NonNull<Frame>> {
     let a = LOCAL
         .try_with(|l| {
             let mut l = l.borrow_mut();
-            if l.dirty.is_empty() {
+            // Relaxed: a hint; the lock decides.
+            if l.dirty.is_empty() && POOL_DIRTY_LEN.load(Ordering::Relaxed) > 0 {
                 // A batch of the pool's resident frames, if it has any.
                 let mut p = pool();
                 let take = p.dirty.len().min(BATCH);
                 let at = p.dirty.len() - take;
                 l.dirty.extend(p.dirty.drain(at..));
+                // Relaxed: as in `spill`.
+                POOL_DIRTY_LEN.store(p.dirty.len(), Ordering::Relaxed);
             }
             l.dirty.pop()
         })
@@ -292,7 +309,12 @@ pub(crate) fn alloc_dirty() -> Option<NonNull<Frame>> {
 pub(crate) fn clean_local() {
     let _ = LOCAL.try_with(|l| l.borrow_mut().clean());
     // And the pool's resident frames (freed data no thread reused yet).
-    let mut d = std::mem::take(&mut pool().dirty);
+    let mut d = {
+        let mut p = pool();
+        // Relaxed: as in `spill`.
+        POOL_DIRTY_LEN.store(0, Ordering::Relaxed);
+        std::mem::take(&mut p.dirty)
+    };
     if !d.is_empty() {
         release(&mut d);
         pool().free.append(&mut d);

@@ -6,10 +6,13 @@
 //! their order follow Linux (`fs/read_write.c`, `fs/open.c`, tmpfs).
 //!
 //! LOCKING RULES
-//! - `Inode::data_lock` (rwlock), exclusive: write, truncate and fallocate
-//!   (so an O_APPEND write's "end of file" and its data land atomically, and
-//!   the filesystem's page store has one writer at a time). Reads take no
-//!   lock: memfs's page store is read lock-free (`pages.rs`).
+//! - `Inode::data_lock` (a big-reader lock), exclusive: write, truncate and
+//!   fallocate (so an O_APPEND write's "end of file" and its data land
+//!   atomically); shared: a positioned overwrite that changes no size or
+//!   allocation, where the filesystem offers one (`Filesystem::write_shared`,
+//!   memfs: inside one existing page, published by compare-and-exchange, so
+//!   such writers of one page still do not lose each other's bytes). Reads
+//!   take no lock: memfs's page store is read lock-free (`pages.rs`).
 //! - `File::pos_lock` (mutex) serialises position-using writes of one open
 //!   file description; order: `pos_lock` -> `data_lock` -> the inode's
 //!   orphan registration lock (`orphan.rs`) -> the orphan file's locks.

@@ -9,7 +9,9 @@
 //!   `by_name` then `by_cookie`.
 //! - File data: `MemFile` is a page store read without locks (see
 //!   `pages.rs`); the VFS holds the inode's data lock exclusively around
-//!   writes, truncates and fallocate, which serialises the writers.
+//!   writes, truncates and fallocate, which serialises the writers, except
+//!   positioned overwrites inside one existing page (`write_shared`), which
+//!   hold it shared and publish their copies by compare-and-exchange.
 //! - Attributes live in the VFS inode (its seqlock); memfs has no copy,
 //!   except a directory's size, which it reports from the entry count
 //!   (`dir_size`, `Inode::with_size_fn`): a create or unlink of a file

@@ -6,7 +6,11 @@
 //!   Acquire-loaded pointers. They write nothing shared, so `pread`s of the
 //!   same or different ranges from many threads do not contend.
 //! - Writers (`write`, `truncate`, `fallocate`) are serialised by the caller:
-//!   the VFS holds the inode's data lock exclusively (see `io.rs`). This
+//!   the VFS holds the inode's data lock exclusively (see `io.rs`). The one
+//!   exception is `overwrite_in_page`, a copy-on-write overwrite inside one
+//!   existing page below the size, which runs under the lock held shared,
+//!   beside others of its kind, and publishes its copy by
+//!   compare-and-exchange (a loser re-copies the winner's page). This
 //!   module has no lock of its own.
 //! - Nodes and pages that leave the tree are freed after a grace period;
 //!   page frames go back to the OS then (`frames.rs`).
@@ -411,6 +415,24 @@ impl Drop for FileData {
     }
 }
 
+/// mtime and ctime after an overwrite under the shared data lock: the
+/// current tick, read inside the attribute record's write section. Shared
+/// writers do not exclude each other, so a tick read before the section
+/// could be stored after a later writer's (or a chmod's) later one, and the
+/// times would go back. Nothing when they already hold the tick
+/// (`file_update_time`'s rule, as in `set_blocks`).
+fn touch_shared(inode: &Inode) {
+    let cur = inode.attr();
+    let now = Timespec::now();
+    if cur.mtime() == now && cur.ctime() == now {
+        return;
+    }
+    inode.update_attr(|a| {
+        let t = Timespec::now();
+        a.touch_mc(t);
+    });
+}
+
 impl FileData {
     /// Pages held (allocated, written or not).
     pub(crate) fn npages(&self) -> u64 {
@@ -810,12 +832,7 @@ impl FileData {
                         break;
                     }
                 }
-                let p = if chunk == PAGE {
-                    Page::for_overwrite()
-                } else {
-                    Page::new(true)
-                };
-                let Some(mut p) = p else {
+                let Some(mut p) = Page::new(true) else {
                     err = Some(Errno::ENOMEM);
                     break;
                 };
@@ -927,7 +944,7 @@ impl FileData {
                 }
             }
         }
-        self.set_blocks(inode, 0, Some(Timespec::now()), None);
+        touch_shared(inode);
         Some(Ok(buf.len()))
     }
 

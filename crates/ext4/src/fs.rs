@@ -1092,7 +1092,7 @@ impl Ext4 {
                 // A sync brings the superblock's totals on disk up to date.
                 // SeqCst: `commit` waits for a commit that had not started
                 // when it read `Journal::next_commit` (SeqCst); that
-                // commit's swap in `sb_due` comes later in the single
+                // commit's swap in `prepare_commit` comes later in the single
                 // order, so it sees this store.
                 rw.sb_changed.store(true, Ordering::SeqCst);
             }

@@ -283,11 +283,14 @@ impl RawBrLock {
         });
         match (me, free) {
             (Some(m), Some(i)) => {
-                // Relaxed read: the bit is sticky, set once per thread and
-                // lock; SeqCst set: before the slot store in the single
-                // order, so a writer that misses the bit comes before the
-                // store and this reader sees its claim.
-                if self.hint.load(Ordering::Relaxed) & m.bit() == 0 {
+                // SeqCst (read and set): the bit is sticky, but may have
+                // been set by another thread (this node's previous owner,
+                // or the node 64 places away), so this read, not only our
+                // own set, must come before the slot store in the single
+                // order: a writer whose SeqCst read of the hint misses the
+                // bit then comes before the store, and this reader sees its
+                // claim. (A plain load on x86, `ldar` on ARM.)
+                if self.hint.load(Ordering::SeqCst) & m.bit() == 0 {
                     self.hint.fetch_or(m.bit(), Ordering::SeqCst);
                 }
                 // SeqCst (store, then load): see the module documentation

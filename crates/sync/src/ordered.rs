@@ -1008,12 +1008,16 @@ pub struct BrReadGuard<'a> {
     me: Option<&'static crate::brlock::ReaderSlots>,
     t: crate::brlock::ReadTicket,
     _t: Token,
+    /// Not `Send`: the release clears the taking thread's own slot.
+    _not_send: std::marker::PhantomData<*const ()>,
 }
 
 /// Exclusive guard of a [`BrLock`].
 pub struct BrWriteGuard<'a> {
     l: &'a BrLock,
     _t: Token,
+    /// Not `Send`, as std's guards (the lock-order record is per thread).
+    _not_send: std::marker::PhantomData<*const ()>,
 }
 
 impl BrLock {
@@ -1057,6 +1061,7 @@ impl BrLock {
             me,
             t,
             _t: tok,
+            _not_send: std::marker::PhantomData,
         }
     }
     /// Exclusive lock (checked).
@@ -1069,7 +1074,11 @@ impl BrLock {
     pub fn write_as(&self, class: Class, key: u64) -> BrWriteGuard<'_> {
         let tok = Token::new(class, key, self.addr(), true);
         self.raw.write(self.readers());
-        BrWriteGuard { l: self, _t: tok }
+        BrWriteGuard {
+            l: self,
+            _t: tok,
+            _not_send: std::marker::PhantomData,
+        }
     }
     /// Exclusive lock if no writer holds it and no reader is inside,
     /// without waiting (not checked).
@@ -1085,7 +1094,11 @@ impl BrLock {
             return None;
         }
         let tok = Token::new(class, 0, self.addr(), false);
-        Some(BrWriteGuard { l: self, _t: tok })
+        Some(BrWriteGuard {
+            l: self,
+            _t: tok,
+            _not_send: std::marker::PhantomData,
+        })
     }
 }
 

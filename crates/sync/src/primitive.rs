@@ -22,7 +22,9 @@
 //!   fail spuriously. An RMW reads the latest value in modification order,
 //!   which is what a `SeqCst` load reads in those patterns. Loads with any
 //!   other ordering, and every other operation, are loom's own. (`AtomicPtr`
-//!   is loom's unchanged; nothing loads a pointer with `SeqCst`.)
+//!   is loom's unchanged: a `SeqCst` pointer load, `brlock.rs`'s read of its
+//!   reader list, is a plain one under loom, where the models cover that
+//!   list's registration race through the writer's claim instead.)
 //! - `spin_loop()` is a yield, so every busy-wait loop is a scheduling point.
 //! - [`Backoff::snooze`] is a plain yield (no exponential spinning).
 //! - loom atomics are not `const`-constructible, so constructors that are
