@@ -448,6 +448,23 @@ impl FileData {
 
     /// The page at index `idx`, if any (lock-free).
     fn get<'g>(&self, idx: u64, g: &'g Guard) -> Option<Page<'g>> {
+        let slot = self.leaf_of(idx, g)?;
+        trace_slot(slot, false);
+        // Acquire: pairs with the Release publication of the page.
+        let x = slot.load(Ordering::Acquire, g);
+        (!x.is_null()).then_some(Page(x))
+    }
+
+    /// The leaf slot of page `idx` if the nodes down to it exist, for a
+    /// caller that compares and exchanges it (creates nothing; lock-free).
+    fn slot_present<'g>(&self, idx: u64, g: &'g Guard) -> Option<&'g Atomic<Frame>> {
+        let slot = self.leaf_of(idx, g)?;
+        trace_slot(slot, true);
+        Some(slot)
+    }
+
+    /// The leaf slot of page `idx`, if the nodes down to it exist.
+    fn leaf_of<'g>(&self, idx: u64, g: &'g Guard) -> Option<&'g Atomic<Frame>> {
         let mut n = self.root(g)?;
         if !n.covers(idx) {
             return None;
@@ -458,33 +475,7 @@ impl FileData {
                 // Acquire: pairs with the Release publication of the child.
                 // SAFETY: as in `root`.
                 Slots::Inner(k) => n = unsafe { k[i].load(Ordering::Acquire, g).as_ref() }?,
-                Slots::Leaf(p) => {
-                    trace_slot(&p[leaf_slot(i)], false);
-                    // Acquire: pairs with the Release publication of the page.
-                    let x = p[leaf_slot(i)].load(Ordering::Acquire, g);
-                    return (!x.is_null()).then_some(Page(x));
-                }
-            }
-        }
-    }
-
-    /// The leaf slot of page `idx` if the nodes down to it exist (creates
-    /// nothing; lock-free).
-    fn slot_present<'g>(&self, idx: u64, g: &'g Guard) -> Option<&'g Atomic<Frame>> {
-        let mut n = self.root(g)?;
-        if !n.covers(idx) {
-            return None;
-        }
-        loop {
-            let i = n.slot_index(idx);
-            match &n.slots {
-                // Acquire + SAFETY: as in `get`.
-                Slots::Inner(k) => n = unsafe { k[i].load(Ordering::Acquire, g).as_ref() }?,
-                Slots::Leaf(p) => {
-                    // Compared and exchanged by the caller: a write.
-                    trace_slot(&p[leaf_slot(i)], true);
-                    return Some(&p[leaf_slot(i)]);
-                }
+                Slots::Leaf(p) => return Some(&p[leaf_slot(i)]),
             }
         }
     }
