@@ -442,9 +442,9 @@ impl RawBrLock {
     }
 }
 
-/// The readers of this process's [`crate::ordered::BrLock`]s, and the
-/// calling thread's block in it (taken at its first shared acquisition,
-/// given back when it ends).
+/// The readers of this process's big-reader locks (`ordered::BrLock`, the
+/// wrapper one layer up), and the calling thread's block in it (taken at
+/// its first shared acquisition, given back when it ends).
 #[cfg(not(loom))]
 pub(crate) mod global {
     use super::{ReaderSlots, Readers};
