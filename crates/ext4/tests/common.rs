@@ -556,6 +556,31 @@ pub fn rw_journaled() -> scalevfs_ext4::Ext4Options {
     }
 }
 
+/// `img` opened read-write with its journal (`rw_journaled`) as the root
+/// filesystem of a new VFS.
+pub fn mount(img: &Path) -> (std::sync::Arc<Ext4>, scalevfs::Vfs) {
+    let e = Ext4::open(img, rw_journaled()).unwrap();
+    let vfs = scalevfs::Vfs::with_root_fs(Default::default(), e.clone());
+    (e, vfs)
+}
+
+/// A fresh mkfs.ext4 image with 1 KiB blocks (`fresh`) of `size`, mounted
+/// (`mount`); `None`, with the reason printed, where mkfs.ext4 or e2fsck
+/// is missing. The scratch directory goes when the first field is dropped.
+pub fn mount_fresh(
+    tag: &str,
+    size: &str,
+) -> Option<(Scratch, PathBuf, std::sync::Arc<Ext4>, scalevfs::Vfs)> {
+    if !have_tools() {
+        eprintln!("skipped: mkfs.ext4/e2fsck not found");
+        return None;
+    }
+    let s = Scratch::new(tag);
+    let img = fresh(&s.0, 1024, size);
+    let (e, vfs) = mount(&img);
+    Some((s, img, e, vfs))
+}
+
 /// A file's extended attributes by name.
 pub type Xattrs = BTreeMap<String, Vec<u8>>;
 

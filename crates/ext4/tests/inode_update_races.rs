@@ -16,21 +16,15 @@ mod common;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use common::{fresh, fsck_clean, have_tools, rw_journaled, Scratch};
-use scalevfs::{Vfs, O_CREAT, O_WRONLY};
-
-use scalevfs_ext4::Ext4;
+use common::{fsck_clean, mount, mount_fresh};
+use scalevfs::{O_CREAT, O_WRONLY};
 
 #[test]
 fn chmod_of_a_directory_beside_creates_and_mkdirs_in_it() {
-    if !have_tools() {
-        eprintln!("skipped: mkfs.ext4/e2fsck not found");
+    let Some((_s, img, e, vfs)) = mount_fresh("racechmoddir", "64M") else {
         return;
-    }
-    let s = Scratch::new("racechmoddir");
-    let img = fresh(&s.0, 1024, "64M");
-    let e = Ext4::open(&img, rw_journaled()).unwrap();
-    let vfs = Arc::new(Vfs::with_root_fs(Default::default(), e.clone()));
+    };
+    let vfs = Arc::new(vfs);
     vfs.root_task().mkdir("/d", 0o755).unwrap();
     let stop = AtomicBool::new(false);
     let (files, dirs) = (1500, 60);
@@ -81,14 +75,10 @@ fn chmod_of_a_directory_beside_creates_and_mkdirs_in_it() {
 
 #[test]
 fn a_write_beside_the_unlink_of_the_files_last_name() {
-    if !have_tools() {
-        eprintln!("skipped: mkfs.ext4/e2fsck not found");
+    let Some((_s, img, e, vfs)) = mount_fresh("racewriteunlink", "64M") else {
         return;
-    }
-    let s = Scratch::new("racewriteunlink");
-    let img = fresh(&s.0, 1024, "64M");
-    let e = Ext4::open(&img, rw_journaled()).unwrap();
-    let vfs = Arc::new(Vfs::with_root_fs(Default::default(), e.clone()));
+    };
+    let vfs = Arc::new(vfs);
     vfs.root_task().mkdir("/w", 0o755).unwrap();
     let block = vec![0x5Au8; 1024];
     for round in 0..200 {
@@ -126,14 +116,10 @@ fn a_write_beside_the_unlink_of_the_files_last_name() {
 /// an unattached or wrongly counted inode).
 #[test]
 fn chmod_of_a_directory_being_removed() {
-    if !have_tools() {
-        eprintln!("skipped: mkfs.ext4/e2fsck not found");
+    let Some((_s, img, e, vfs)) = mount_fresh("racechmodrmdir", "64M") else {
         return;
-    }
-    let s = Scratch::new("racechmodrmdir");
-    let img = fresh(&s.0, 1024, "64M");
-    let e = Ext4::open(&img, rw_journaled()).unwrap();
-    let vfs = Arc::new(Vfs::with_root_fs(Default::default(), e.clone()));
+    };
+    let vfs = Arc::new(vfs);
     let t = vfs.root_task();
     t.mkdir("/p", 0o755).unwrap();
     for round in 0..300 {
@@ -181,15 +167,10 @@ fn chmod_of_a_directory_being_removed() {
 /// the larger one. The stamp reaches the disk.
 #[test]
 fn a_create_stamps_the_current_time_over_a_future_one() {
-    if !have_tools() {
-        eprintln!("skipped: mkfs.ext4/e2fsck not found");
-        return;
-    }
     use scalevfs::types::Timespec;
-    let s = Scratch::new("futuremtime");
-    let img = fresh(&s.0, 1024, "32M");
-    let e = Ext4::open(&img, rw_journaled()).unwrap();
-    let vfs = Vfs::with_root_fs(Default::default(), e.clone());
+    let Some((_s, img, e, vfs)) = mount_fresh("futuremtime", "32M") else {
+        return;
+    };
     let t = vfs.root_task();
     t.mkdir("/d", 0o755).unwrap();
     let future = Timespec {
@@ -219,8 +200,7 @@ fn a_create_stamps_the_current_time_over_a_future_one() {
     e.unmount().unwrap();
     drop(e);
     fsck_clean(&img);
-    let e = Ext4::open(&img, rw_journaled()).unwrap();
-    let vfs = Vfs::with_root_fs(Default::default(), e.clone());
+    let (e, vfs) = mount(&img);
     assert_eq!(vfs.root_task().stat("/d").unwrap().mtime, mtime, "on disk");
     drop(vfs);
     e.unmount().unwrap();

@@ -20,9 +20,8 @@ use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use common::{fresh, fsck_clean, have_tools, rw_journaled, Scratch};
-use scalevfs::{Vfs, O_CREAT, O_WRONLY};
-use scalevfs_ext4::Ext4;
+use common::{fsck_clean, mount, mount_fresh};
+use scalevfs::{O_CREAT, O_WRONLY};
 
 /// Counts, on threads that asked for it, allocations of at least
 /// `BIG` bytes.
@@ -78,17 +77,12 @@ fn creat_clo(t: &scalevfs::Task, name: &str) {
 
 #[test]
 fn create_close_unlink_takes_no_block_sized_allocation_per_operation() {
-    if !have_tools() {
-        eprintln!("skipped: mkfs.ext4/e2fsck not found");
-        return;
-    }
-    let s = Scratch::new("shareddiralloc");
     // 1 KiB blocks (what mkfs picks for a small image, and what the
     // benchmark's 256 MiB image has): the size where glibc's calloc took
     // the arena lock although a malloc of it would not.
-    let img = fresh(&s.0, 1024, "32M");
-    let e = Ext4::open(&img, rw_journaled()).unwrap();
-    let vfs = Vfs::with_root_fs(Default::default(), e.clone());
+    let Some((_s, img, e, vfs)) = mount_fresh("shareddiralloc", "32M") else {
+        return;
+    };
     let t = vfs.root_task();
     t.mkdir("/shared", 0o755).unwrap();
     // Warm up: the thread's buffer pool, the caches, the first blocks.
@@ -123,14 +117,10 @@ fn create_close_unlink_takes_no_block_sized_allocation_per_operation() {
 
 #[test]
 fn threads_creating_and_unlinking_in_one_directory_keep_exactly_their_names() {
-    if !have_tools() {
-        eprintln!("skipped: mkfs.ext4/e2fsck not found");
+    let Some((_s, img, e, vfs)) = mount_fresh("shareddir", "64M") else {
         return;
-    }
-    let s = Scratch::new("shareddir");
-    let img = fresh(&s.0, 1024, "64M");
-    let e = Ext4::open(&img, rw_journaled()).unwrap();
-    let vfs = Arc::new(Vfs::with_root_fs(Default::default(), e.clone()));
+    };
+    let vfs = Arc::new(vfs);
     vfs.root_task().mkdir("/shared", 0o755).unwrap();
     let (threads, per) = (4, 300);
     std::thread::scope(|sc| {
@@ -202,14 +192,10 @@ fn threads_creating_and_unlinking_in_one_directory_keep_exactly_their_names() {
 /// too); e2fsck -fn is clean (htree index, checksums, counts).
 #[test]
 fn parallel_creates_in_one_directory_keep_every_name_and_the_index() {
-    if !have_tools() {
-        eprintln!("skipped: mkfs.ext4/e2fsck not found");
+    let Some((_s, img, e, vfs)) = mount_fresh("shareddirfast", "64M") else {
         return;
-    }
-    let s = Scratch::new("shareddirfast");
-    let img = fresh(&s.0, 1024, "64M");
-    let e = Ext4::open(&img, rw_journaled()).unwrap();
-    let vfs = Arc::new(Vfs::with_root_fs(Default::default(), e.clone()));
+    };
+    let vfs = Arc::new(vfs);
     vfs.root_task().mkdir("/shared", 0o755).unwrap();
     let (threads, per) = (4, 700);
     let name = |k: usize, i: usize| format!("a-rather-long-file-name-to-fill-blocks-{k}-{i}");
@@ -305,8 +291,7 @@ fn parallel_creates_in_one_directory_keep_every_name_and_the_index() {
     e.unmount().unwrap();
     drop(e);
     fsck_clean(&img);
-    let e = Ext4::open(&img, rw_journaled()).unwrap();
-    let vfs = Vfs::with_root_fs(Default::default(), e.clone());
+    let (e, vfs) = mount(&img);
     let t = vfs.root_task();
     let st = check(&t, "after a remount");
     assert_eq!((st.mtime.sec, st.mtime.nsec), mtime, "mtime on disk");
