@@ -413,10 +413,6 @@ impl Ext4 {
             .ok_or_else(|| corrupt(what(), format!("hash version {version}")))?;
         let count_off = htree::ROOT_INFO_OFF + usize::from(info.info_length);
         let root = htree::parse_entries(b0, count_off, self.csum_seed(draw), &what)?;
-        if info.indirect_levels > 1 {
-            // Two index levels below the root (large_dir): not written yet.
-            return Err(errno(libc::EOPNOTSUPP));
-        }
         Ok((hash, count_off, root, version, info.indirect_levels))
     }
 
@@ -474,9 +470,14 @@ impl Ext4 {
     }
 
     /// Insert into an htree directory: the leaf chosen by the hash (through
-    /// the root and, with one index level, an index node), split by hash
-    /// when full; a full index level splits too (the root's entries move
-    /// to a new index node, or a full index node splits in two).
+    /// the root and the index levels below it), split by hash when full.
+    /// A full index node splits in two, its parent taking the new half; a
+    /// full root moves its entries into a new index node, one level more
+    /// (up to 2 index levels below the root with large_dir, else 1; past
+    /// that the index is full: ENOSPC, as the kernel's ext4_dx_add_entry).
+    /// Every block the change needs is added to the directory before any
+    /// index or leaf block is rewritten, so an allocation failure leaves
+    /// the index as it was.
     fn htree_insert(
         &self,
         draw: &mut RawInode,
@@ -493,6 +494,11 @@ impl Ext4 {
         let mut b0 = BlockBuf::zeroed(bs);
         self.dir_block(draw, 0, &mut b0)?;
         let (hash, count_off, root, version, levels) = self.dx_root(draw, &b0, name)?;
+        let max_levels = if self.sb.has_incompat(INCOMPAT_LARGEDIR) {
+            htree::MAX_LEVELS_LARGEDIR
+        } else {
+            htree::MAX_LEVELS
+        };
         let pick = |e: &[(u32, u32)]| e.partition_point(|x| x.0 <= hash).max(1) - 1;
         // The index path, root first: (logical block, count offset, limit,
         // entries, chosen entry).
@@ -501,8 +507,12 @@ impl Ext4 {
         let at = pick(&root.entries);
         path.push((0, count_off, root.limit, root.entries.clone(), at));
         let mut buf = BlockBuf::zeroed(bs);
-        if levels == 1 {
-            let child = root.entries[at].1;
+        // `levels` < max_levels (checked by dx_root): at most 2 nodes.
+        while path.len() <= usize::from(levels) {
+            let child = {
+                let f = &path[path.len() - 1];
+                f.3[f.4].1
+            };
             let node = self.dx_node(draw, child, &mut buf)?;
             let at = pick(&node.entries);
             path.push((child, htree::NODE_COUNT_OFF, node.limit, node.entries, at));
@@ -548,60 +558,76 @@ impl Ext4 {
             .find(|&i| i > 0 && ents[i].0 != ents[i - 1].0)
             .ok_or_else(|| errno(libc::EOPNOTSUPP))?;
         let split_hash = ents[split].0;
+        // The new leaf's index entry goes into the lowest index block with
+        // room; every full one below it splits (top down, each split
+        // giving its parent one entry). With none, the root moves down.
+        let full = |f: &Frame| f.3.len() >= usize::from(f.2);
+        let mut k = path.len() - 1;
+        while k > 0 && full(&path[k]) {
+            k -= 1;
+        }
+        let add_level = full(&path[k]);
+        if add_level && levels + 1 >= max_levels {
+            // The kernel's "Directory index full": no block was added yet.
+            return Err(errno(libc::ENOSPC));
+        }
+        // Frames (indices after a new level is inserted at 1) to split.
+        let first_split = if add_level { 2 } else { k + 1 };
+        let splits = path.len() + usize::from(add_level) - first_split;
         let node_limit = htree::limit_for(bs, htree::NODE_COUNT_OFF, seed.is_some());
-        let fresh_node = |p: u64| {
+        // Add every block first: (logical, physical). Each starts as an
+        // empty leaf until it is written below.
+        let mut added: Vec<(u32, u64)> = Vec::with_capacity(splits + 2);
+        for _ in 0..1 + splits + usize::from(add_level) {
+            let p = self.dir_append_block(draw, self.dir_last_pblk(draw)?)?;
+            let l = self.dir_blocks(draw)? - 1;
+            rw.bufs.modify(io.dev, p, false, |b| {
+                dir::init_block(b, seed.is_some());
+                if let Some(s) = seed {
+                    dir::set_tail_csum(b, s);
+                }
+            })?;
+            added.push((l, p));
+        }
+        let mut added = added.into_iter();
+        let mut next_block = || added.next().ok_or_else(|| corrupt(what(), "block plan"));
+        let encode_node = |p: u64, coff: usize, lim: u16, e: &[(u32, u32)]| {
             rw.bufs.modify(io.dev, p, false, |b| {
                 // The fake entry spanning the block that hides the index.
                 b.fill(0);
                 b[4..6].copy_from_slice(&(bs as u16).to_le_bytes());
+                htree::encode_entries(b, coff, lim, e, seed)
             })
         };
-        let mut grew = false;
-        let low = path.len() - 1;
-        if path[low].3.len() >= usize::from(path[low].2) {
-            if low == 0 {
-                if levels + 1 >= htree::MAX_LEVELS {
-                    return Err(errno(libc::EOPNOTSUPP));
-                }
-                // The root is full: its entries move to a new index node.
-                let np = self.dir_append_block(draw, self.dir_last_pblk(draw)?)?;
-                let nl = self.dir_blocks(draw)? - 1;
-                fresh_node(np)?;
-                let (_, _, _, old, at) = path.pop().expect("root frame");
-                path.push((0, count_off, root.limit, vec![(0, nl)], 0));
-                path.push((nl, htree::NODE_COUNT_OFF, node_limit, old, at));
-                grew = true;
+        let new_levels = levels + u8::from(add_level);
+        if add_level {
+            // The root is full: its entries move to a new index node.
+            let (nl, np) = next_block()?;
+            encode_node(np, htree::NODE_COUNT_OFF, node_limit, &[])?;
+            let old = std::mem::replace(&mut path[0].3, vec![(0, nl)]);
+            let at = std::mem::replace(&mut path[0].4, 0);
+            path.insert(1, (nl, htree::NODE_COUNT_OFF, node_limit, old, at));
+        }
+        for j in first_split..path.len() {
+            // A full index node splits; its parent (with room now) gets
+            // the upper half. The half off the path is written here, the
+            // one on it with the rest of the path below.
+            let (nl, np) = next_block()?;
+            let (ol, coff, lim, entries, at) = std::mem::take(&mut path[j]);
+            let half = entries.len() / 2;
+            let (lower, upper) = (entries[..half].to_vec(), entries[half..].to_vec());
+            let pa = path[j - 1].4;
+            path[j - 1].3.insert(pa + 1, (upper[0].0, nl));
+            if at >= half {
+                path[j - 1].4 = pa + 1;
+                encode_node(self.dir_pblk(draw, ol)?, coff, lim, &lower)?;
+                path[j] = (nl, coff, lim, upper, at - half);
             } else {
-                // A full index node splits; the root gets the upper half.
-                if path[0].3.len() >= usize::from(path[0].2) {
-                    return Err(errno(libc::EOPNOTSUPP));
-                }
-                let np = self.dir_append_block(draw, self.dir_last_pblk(draw)?)?;
-                let nl = self.dir_blocks(draw)? - 1;
-                fresh_node(np)?;
-                let (ol, coff, lim, full, at) = path.pop().expect("node frame");
-                let half = full.len() / 2;
-                let (lower, upper) = (full[..half].to_vec(), full[half..].to_vec());
-                let ra = path[0].4;
-                path[0].3.insert(ra + 1, (upper[0].0, nl));
-                // Both halves are written now; the one the leaf is under is
-                // written again below with the new leaf's entry.
-                for (l, e) in [(ol, &lower), (nl, &upper)] {
-                    let p = self.dir_pblk(draw, l)?;
-                    rw.bufs.modify(io.dev, p, true, |b| {
-                        htree::encode_entries(b, coff, lim, e, seed)
-                    })?;
-                }
-                if at >= half {
-                    path[0].4 = ra + 1;
-                    path.push((nl, coff, lim, upper, at - half));
-                } else {
-                    path.push((ol, coff, lim, lower, at));
-                }
+                encode_node(np, coff, lim, &upper)?;
+                path[j] = (ol, coff, lim, lower, at);
             }
         }
-        let newp = self.dir_append_block(draw, self.dir_last_pblk(draw)?)?;
-        let newl = self.dir_blocks(draw)? - 1;
+        let (newl, newp) = next_block()?;
         let fill = |b: &mut [u8], part: &[(u32, u32, Vec<u8>, u8)]| {
             dir::init_block(b, seed.is_some());
             for (_, i, n, t) in part {
@@ -634,12 +660,14 @@ impl Ext4 {
         path[f].3.insert(at + 1, (split_hash, newl));
         for (l, coff, lim, e, _) in &path {
             let p = self.dir_pblk(draw, *l)?;
-            rw.bufs.modify(io.dev, p, true, |b| {
-                if *l == 0 && grew {
-                    b[htree::ROOT_INFO_OFF + 6] = 1;
-                }
-                htree::encode_entries(b, *coff, *lim, e, seed)
-            })?;
+            if *l == 0 {
+                rw.bufs.modify(io.dev, p, true, |b| {
+                    b[htree::ROOT_INFO_OFF + 6] = new_levels;
+                    htree::encode_entries(b, *coff, *lim, e, seed)
+                })?;
+            } else {
+                encode_node(p, *coff, *lim, e)?;
+            }
         }
         if !fitted {
             return Err(corrupt(what(), "no room after a leaf split"));
@@ -825,6 +853,17 @@ impl Ext4 {
                 if let Some(b) = data_block {
                     let _ = self.free_block(b);
                 }
+                // The inode may be written already (links 1): it goes back
+                // as a deleted one (no links, dtime set, nothing mapped),
+                // or e2fsck finds an unattached inode the bitmap calls free.
+                raw.links_count = 0;
+                raw.dtime = now().0 as u32;
+                raw.size = 0;
+                raw.blocks = 0;
+                if raw.flags & FL_EXTENTS != 0 {
+                    raw.block = empty_extent_root();
+                }
+                let _ = self.write_inode(&raw, false);
                 let _ = self.free_inode(ino, is_dir);
             }
             return Err(e);

@@ -1,0 +1,198 @@
+//! Directory indexes past one index level. With 1 KiB blocks and names of
+//! 250 bytes a leaf holds 3 entries and an index block about 125, so some
+//! tens of thousands of creates fill a root and a level of index nodes.
+//! - With large_dir the root moves down a second time (indirect levels 2,
+//!   three index blocks from root to leaf): debugfs reads the depth,
+//!   e2fsck -fn passes (pass 2 checks every index block and hash range),
+//!   our lookup finds every name, and the kernel lists them all and adds
+//!   names of its own to our tree.
+//! - Without large_dir the index is full at one level below the root: the
+//!   create that would need a second gets ENOSPC (the kernel's "Directory
+//!   index full"), and the image is still clean and complete.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::sync::Arc;
+
+use common::*;
+use scalevfs::{Errno, Filesystem, Vfs, VfsConfig};
+use scalevfs_ext4::{Ext4, Ext4Options};
+
+fn rw() -> Ext4Options {
+    Ext4Options {
+        ro: false,
+        ..Ext4Options::default()
+    }
+}
+
+/// A 250-byte name for entry `i`.
+fn long_name(i: usize) -> String {
+    format!("{i:07}-{}", "n".repeat(242))
+}
+
+fn image(dir: &Path, features: &str) -> std::path::PathBuf {
+    let img = dir.join("img");
+    let out = std::process::Command::new(mkfs().unwrap())
+        .args(["-q", "-F", "-b", "1024", "-N", "60000", "-O", features])
+        .arg(&img)
+        .arg("128M")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "mkfs: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    img
+}
+
+/// The htree depth debugfs reports for `/d`.
+fn levels(img: &Path) -> u32 {
+    let out = debugfs_ro(img, "htree_dump /d");
+    out.lines()
+        .find_map(|l| l.trim().strip_prefix("Indirect levels:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| {
+            panic!(
+                "no depth in debugfs htree_dump: {}",
+                &out[..out.len().min(500)]
+            )
+        })
+}
+
+#[test]
+fn large_dir_grows_a_second_index_level() {
+    if !have_tools() {
+        return;
+    }
+    let s = Scratch::new("htree3");
+    let img = image(&s.0, "large_dir,orphan_file");
+    let e = Ext4::open(&img, rw()).unwrap();
+    let fsd: Arc<dyn Filesystem> = e.clone();
+    let vfs = Vfs::with_root_fs(VfsConfig::default(), fsd);
+    let t = vfs.root_task();
+    t.mkdir("/d", 0o755).unwrap();
+    const N: usize = 36_000;
+    for i in 0..N {
+        let p = format!("/d/{}", long_name(i));
+        t.mknodat(-100, &p, libc::S_IFREG | 0o644, 0)
+            .unwrap_or_else(|x| panic!("entry {i}: {x:?}"));
+    }
+    e.unmount().unwrap();
+    drop(t);
+    drop(vfs);
+    drop(e);
+    assert_eq!(levels(&img), 2, "the index did not grow a second level");
+    fsck_clean(&img);
+    // Our lookup (a fresh mount, so through the on-disk index) finds each.
+    let e = Ext4::open(&img, rw()).unwrap();
+    let fsd: Arc<dyn Filesystem> = e.clone();
+    let vfs = Vfs::with_root_fs(VfsConfig::default(), fsd);
+    let t = vfs.root_task();
+    for i in 0..N {
+        t.lstat(&format!("/d/{}", long_name(i)))
+            .unwrap_or_else(|x| panic!("entry {i} not found: {x:?}"));
+    }
+    assert_eq!(
+        t.lstat(&format!("/d/{}", long_name(N))).err(),
+        Some(Errno::ENOENT)
+    );
+    // Remove every third name, then add some back under new names.
+    for i in (0..N).step_by(3) {
+        t.unlink(&format!("/d/{}", long_name(i))).unwrap();
+    }
+    for i in N..N + 2_000 {
+        t.mknodat(
+            -100,
+            &format!("/d/{}", long_name(i)),
+            libc::S_IFREG | 0o644,
+            0,
+        )
+        .unwrap();
+    }
+    e.unmount().unwrap();
+    drop(t);
+    drop(vfs);
+    drop(e);
+    fsck_clean(&img);
+    let want: BTreeSet<String> = (0..N + 2_000)
+        .filter(|i| *i >= N || i % 3 != 0)
+        .map(long_name)
+        .collect();
+    let Some(km) = KMount::rw(&img, &s.0.join("mnt")) else {
+        return;
+    };
+    let got: BTreeSet<String> = std::fs::read_dir(km.0.join("d"))
+        .unwrap()
+        .map(|d| d.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(got.len(), want.len());
+    assert!(got == want, "the kernel lists other names");
+    // The kernel inserts into our three-level index and finds our names.
+    for i in N + 2_000..N + 3_000 {
+        std::fs::File::create(km.0.join("d").join(long_name(i))).unwrap();
+    }
+    for i in (1..N).step_by(97) {
+        let p = km.0.join("d").join(long_name(i));
+        assert_eq!(p.exists(), i % 3 != 0, "kernel lookup of entry {i}");
+    }
+    drop(km);
+    fsck_clean(&img);
+    // And we read what the kernel added.
+    let e = Ext4::open(&img, Ext4Options::default()).unwrap();
+    let fsd: Arc<dyn Filesystem> = e.clone();
+    let vfs = Vfs::with_root_fs(VfsConfig::default(), fsd);
+    let t = vfs.root_task();
+    for i in N + 2_000..N + 3_000 {
+        t.lstat(&format!("/d/{}", long_name(i)))
+            .unwrap_or_else(|x| panic!("kernel's entry {i} not found: {x:?}"));
+    }
+}
+
+#[test]
+fn index_full_without_large_dir_is_enospc() {
+    if !have_tools() {
+        return;
+    }
+    let s = Scratch::new("htreefull");
+    let img = image(&s.0, "^large_dir,orphan_file");
+    let e = Ext4::open(&img, rw()).unwrap();
+    let fsd: Arc<dyn Filesystem> = e.clone();
+    let vfs = Vfs::with_root_fs(VfsConfig::default(), fsd);
+    let t = vfs.root_task();
+    t.mkdir("/d", 0o755).unwrap();
+    let mut made = 0;
+    let err = loop {
+        // Bounded: a one-level index of 1 KiB blocks holds far fewer.
+        assert!(made < 50_000, "the index never filled");
+        match t.mknodat(
+            -100,
+            &format!("/d/{}", long_name(made)),
+            libc::S_IFREG | 0o644,
+            0,
+        ) {
+            Ok(()) => made += 1,
+            Err(x) => break x,
+        }
+    };
+    assert_eq!(err, Errno::ENOSPC, "after {made} entries");
+    eprintln!("index full after {made} entries");
+    // The failed create left nothing behind.
+    assert_eq!(
+        t.lstat(&format!("/d/{}", long_name(made))).err(),
+        Some(Errno::ENOENT)
+    );
+    e.unmount().unwrap();
+    drop(t);
+    drop(vfs);
+    drop(e);
+    assert_eq!(levels(&img), 1);
+    fsck_clean(&img);
+    let Some(km) = KMount::new(&img, &s.0.join("mnt")) else {
+        return;
+    };
+    let n = std::fs::read_dir(km.0.join("d")).unwrap().count();
+    assert_eq!(n, made, "the kernel lists another count");
+}
