@@ -270,13 +270,19 @@ impl Ext4 {
         Ok(())
     }
 
-    /// The value held by value inode `ino` (`size` bytes, at most 64 KiB),
-    /// read through the metadata cache (where a read-write mount writes
-    /// it). The inode must carry EXT4_EA_INODE_FL and the size.
+    /// The value held by value inode `ino` (`size` bytes, at most 64 KiB)
+    /// for attribute owner `owner`, read through the metadata cache (where
+    /// a read-write mount writes it). The inode must carry
+    /// EXT4_EA_INODE_FL and the size, and the value must hash to the hash
+    /// in its `i_atime`, as the kernel's `ext4_xattr_inode_verify_hashes`
+    /// checks (EUCLEAN otherwise). The kernel's one exception is kept:
+    /// Lustre's early value inodes carry no hash but name their owner in
+    /// `i_mtime` with the owner's generation.
     pub(crate) fn read_ea_value(
         &self,
         ino: u32,
         size: u32,
+        owner: &RawInode,
         what: &dyn Fn() -> String,
     ) -> Result<Vec<u8>> {
         let ea = self.read_inode(ino)?;
@@ -300,6 +306,16 @@ impl Ext4 {
                 // A hole or an unwritten extent reads as zeros.
                 _ => chunk.fill(0),
             }
+        }
+        // The seconds fields hold 32-bit words (the hash, the owner).
+        let stored = ea.atime.0 as u32;
+        let hash = self.ea_value_hash(&v);
+        let lustre = ea.mtime.0 as u32 == owner.ino && ea.generation == owner.generation;
+        if hash != stored && !lustre {
+            return Err(corrupt(
+                what(),
+                format!("value inode {ino}: hash {stored:#010x}, the value hashes to {hash:#010x}"),
+            ));
         }
         Ok(v)
     }

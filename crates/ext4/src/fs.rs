@@ -2600,7 +2600,7 @@ impl Ext4 {
         };
         let v = match &e.value {
             xattr::Value::Here(v) => v.clone(),
-            &xattr::Value::Inode { ino, size } => self.read_ea_value(ino, size, &what)?,
+            &xattr::Value::Inode { ino, size } => self.read_ea_value(ino, size, raw, &what)?,
         };
         if matches!(e.index, 2 | 3) {
             return xattr::acl_to_xattr(&v, &what);

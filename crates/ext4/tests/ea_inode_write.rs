@@ -511,3 +511,72 @@ fn value_inode_changes_survive_crashes() {
     });
     eprintln!("{n} crash states recovered and checked");
 }
+
+/// A value inode whose data no longer matches the hash in its `i_atime`
+/// (one byte of the value changed on disk): our getxattr is EUCLEAN, as
+/// the kernel's (`ext4_xattr_inode_verify_hashes`); the other attribute
+/// of the file still reads. (e2fsck checks the entry's hash against the
+/// one in the value inode, not the value's bytes.)
+#[test]
+fn value_inode_with_a_bad_hash_is_euclean() {
+    if !have_tools() {
+        return;
+    }
+    let s = Scratch::new("eawhash");
+    let img = image(&s.0, 4096, 256);
+    let big = pattern(5, 20000);
+    let e = Ext4::open(&img, rw_journaled()).unwrap();
+    {
+        let vfs = vfs_of(&e);
+        let t = vfs.root_task();
+        Fs::new(vfs.root_task()).write("/f", b"owner").unwrap();
+        t.setxattr("/f", "user.big", &big, 0).unwrap();
+        t.setxattr("/f", "user.small", b"kept", 0).unwrap();
+    }
+    e.unmount().unwrap();
+    drop(e);
+    fsck_clean(&img);
+    // Find the value inode (the one inode with EXT4_EA_INODE_FL) and its
+    // first data block, then change one byte of the value there.
+    let e = Ext4::open(&img, Ext4Options::default()).unwrap();
+    let n = sb_field(&img, "Inode count").parse::<u32>().unwrap();
+    let ea = (12..=n)
+        .find(|&i| e.read_inode(i).is_ok_and(|r| r.flags & 0x20_0000 != 0))
+        .expect("a value inode");
+    let raw = e.read_inode(ea).unwrap();
+    let scalevfs_ext4::Mapping::Data { pblk, .. } = e.map_block(&raw, 0).unwrap() else {
+        panic!("value block unmapped")
+    };
+    drop(e);
+    let mut image = std::fs::read(&img).unwrap();
+    image[pblk as usize * 4096 + 100] ^= 0xff;
+    std::fs::write(&img, &image).unwrap();
+    let e = Ext4::open(&img, Ext4Options::default()).unwrap();
+    {
+        let vfs = vfs_of(&e);
+        let t = vfs.root_task();
+        assert_eq!(t.xattr_value("/f", "user.big", 0), Err(Errno::EUCLEAN));
+        assert_eq!(t.xattr_value("/f", "user.small", 0).unwrap(), b"kept");
+    }
+    drop(e);
+    if !root() {
+        return;
+    }
+    if let Some(km) = KMount::new(&img, &s.0.join("mnt")) {
+        let p = CString::new(km.0.join("f").as_os_str().as_bytes()).unwrap();
+        let name = CString::new("user.big").unwrap();
+        let mut buf = vec![0u8; 65536];
+        // SAFETY: valid C strings and a buffer of the given length.
+        let r = unsafe {
+            libc::getxattr(
+                p.as_ptr(),
+                name.as_ptr(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+            )
+        };
+        let err = std::io::Error::last_os_error().raw_os_error();
+        assert!(r < 0, "the kernel read the damaged value");
+        assert_eq!(err, Some(libc::EUCLEAN), "the kernel's errno");
+    }
+}
