@@ -504,6 +504,13 @@ impl Ext4 {
         // entries, chosen entry).
         type Frame = (u32, usize, u16, Vec<(u32, u32)>, usize);
         let mut path: Vec<Frame> = Vec::new();
+        // The limits are what this block size gives (the kernel's dx_probe
+        // checks them too): a split halves a full block, so a smaller
+        // limit, on a damaged image, could leave an empty one.
+        let node_limit = htree::limit_for(bs, htree::NODE_COUNT_OFF, seed.is_some());
+        if root.limit != htree::limit_for(bs, count_off, seed.is_some()) {
+            return Err(corrupt(what(), format!("root limit {}", root.limit)));
+        }
         let at = pick(&root.entries);
         path.push((0, count_off, root.limit, root.entries.clone(), at));
         let mut buf = BlockBuf::zeroed(bs);
@@ -514,6 +521,15 @@ impl Ext4 {
                 f.3[f.4].1
             };
             let node = self.dx_node(draw, child, &mut buf)?;
+            if node.limit != node_limit {
+                return Err(corrupt(
+                    what(),
+                    format!("node {child} limit {}", node.limit),
+                ));
+            }
+            if path.iter().any(|f| f.0 == child) {
+                return Err(corrupt(what(), format!("node {child} in its own path")));
+            }
             let at = pick(&node.entries);
             path.push((child, htree::NODE_COUNT_OFF, node.limit, node.entries, at));
         }
@@ -574,7 +590,6 @@ impl Ext4 {
         // Frames (indices after a new level is inserted at 1) to split.
         let first_split = if add_level { 2 } else { k + 1 };
         let splits = path.len() + usize::from(add_level) - first_split;
-        let node_limit = htree::limit_for(bs, htree::NODE_COUNT_OFF, seed.is_some());
         // Add every block first: (logical, physical). Each starts as an
         // empty leaf until it is written below.
         let mut added: Vec<(u32, u64)> = Vec::with_capacity(splits + 2);
