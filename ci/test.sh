@@ -15,7 +15,7 @@ cargo test --workspace --quiet
 
 echo "== counting build (trace-lines): line recorder and conflict matrix"
 cargo test --quiet -p scalevfs-sync --features trace-lines --lib trace
-cargo test --quiet -p scalevfs-bench --features trace-lines --test commute
+cargo test --quiet -p scalevfs-bench --features trace-lines --test commute --test traced
 
 echo "== loom models"
 ci/loom.sh

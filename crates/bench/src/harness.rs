@@ -125,6 +125,18 @@ impl Gate {
     }
 }
 
+/// Set by `bench --traced` (`traced.rs`) around a segment: each worker's
+/// [`WorkerCtx::run`] records the lines it uses (trace-lines build) and
+/// leaves them, with its iteration count, in [`TRACED`]. Relaxed: set
+/// before the segment's threads start and cleared after they are joined
+/// (the spawn and join order it).
+pub(crate) static TRACING: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// See [`TRACING`].
+pub(crate) static TRACED: std::sync::Mutex<Vec<(scalevfs_sync::trace::Lines, u64)>> =
+    std::sync::Mutex::new(Vec::new());
+
 /// What a worker gets: its index, the thread count, and [`WorkerCtx::run`].
 pub struct WorkerCtx<'a> {
     idx: usize,
@@ -180,14 +192,31 @@ impl WorkerCtx<'_> {
     ) -> Result<(), String> {
         self.arrive_once();
         self.gate.wait_go();
+        // `bench --traced` (trace-lines build): record this worker's lines
+        // over its iterations, not its setup.
+        let traced = scalevfs_sync::trace::ENABLED && TRACING.load(Relaxed);
+        if traced {
+            scalevfs_sync::trace::start();
+        }
+        let mut n = 0u64;
+        let mut r = Ok(());
         while !self.gate.stopped() {
             if let Err(e) = op() {
                 self.gate.fail();
-                return Err(e.to_string());
+                r = Err(e.to_string());
+                break;
             }
             self.slot.bump();
+            n += 1;
         }
-        Ok(())
+        if traced {
+            let lines = scalevfs_sync::trace::stop();
+            TRACED
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push((lines, n));
+        }
+        r
     }
 }
 

@@ -17,6 +17,7 @@ pub mod fuseops;
 pub mod harness;
 pub mod plot;
 pub mod report;
+pub mod traced;
 pub mod tree;
 pub mod workloads;
 

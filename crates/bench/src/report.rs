@@ -542,7 +542,7 @@ impl Report {
         s.push_str(&summary_table(&self.rows));
         let _ = writeln!(
             s,
-            "\nshw/op = shared-line writes per op (atomic RMWs/stores to shared sync words, from lockstat); lr-fallback = share of LockRef ops that took the lock; seq/op = sequence retries per op; walk h/p/a = walks handled lock-free / handed over / aborted (% of walks)."
+            "\nshw/op = writes per op to sync words that threads may share (LockRef, spin lock and sequence-count RMWs/stores, from lockstat: an upper bound; `bench --traced` in the trace-lines build counts only the writes that take a line from another thread); lr-fallback = share of LockRef ops that took the lock; seq/op = sequence retries per op; walk h/p/a = walks handled lock-free / handed over / aborted (% of walks)."
         );
         if !self.skipped.is_empty() {
             let _ = writeln!(s, "\n### Not run\n");

@@ -186,6 +186,12 @@ struct BenchArgs {
     /// No progress bar and no per-sample lines (CI).
     #[arg(long, short)]
     quiet: bool,
+    /// Count shared-line writes per op instead of timing (the counting
+    /// build, `--features trace-lines`): each write whose cache line another
+    /// worker used last, with the lines behind them. Threads default to 2;
+    /// writes <report-dir>/traced.md.
+    #[arg(long)]
+    traced: bool,
 }
 
 #[derive(Args, Debug)]
@@ -271,6 +277,15 @@ fn bench(a: BenchArgs) -> Result<(), String> {
         quiet: a.quiet,
         ..Options::default()
     };
+    if a.traced {
+        let rows = scalevfs_bench::traced::run(&opts)?;
+        let text = scalevfs_bench::traced::render(&rows, &command_line());
+        print!("{text}");
+        std::fs::create_dir_all(&a.report_dir)
+            .and_then(|()| std::fs::write(a.report_dir.join("traced.md"), &text))
+            .map_err(|e| format!("{}: {e}", a.report_dir.display()))?;
+        return Ok(());
+    }
     let out = scalevfs_bench::run(&opts)?;
     let report = scalevfs_bench::make_report(&opts, out, command_line());
     print!("{}", report.render());

@@ -85,6 +85,14 @@ pub struct Lines {
     pub writes: HashMap<usize, Label>,
     /// Lines read or written.
     pub touches: HashMap<usize, Label>,
+    /// With [`track_transfers`] on: the writes that found their line last
+    /// used (read or written) by another recording thread, by line. Each
+    /// is a write that moves the line from another core's cache (or
+    /// invalidates its copy): a shared-line write as BENCHMARKS.md counts
+    /// them, and the ones a commuting operation should not make.
+    pub transfers: HashMap<usize, (Label, u64)>,
+    /// With [`track_transfers`] on: all writes recorded.
+    pub all_writes: u64,
 }
 
 fn put(m: &mut HashMap<usize, Label>, line: usize, label: Label) {
@@ -121,6 +129,90 @@ impl Lines {
             put(&mut self.writes, line, label);
         }
         put(&mut self.touches, line, label);
+        // Relaxed: the flag is set before the recording threads start and
+        // cleared after they are joined.
+        if TRACK.load(std::sync::atomic::Ordering::Relaxed) {
+            let moved = ownership(line, thread_tag(), write);
+            if write {
+                self.all_writes += 1;
+                if moved {
+                    let e = self.transfers.entry(line).or_insert((label, 0));
+                    if label.rank() > e.0.rank() {
+                        e.0 = label;
+                    }
+                    e.1 += 1;
+                }
+            }
+        }
+    }
+}
+
+/// Whether recording threads also track line ownership ([`Lines::transfers`]).
+static TRACK: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Shards of the map line -> (the recording thread that wrote it last,
+/// whether another recording thread has read it since). A `std` mutex per
+/// shard, held only inside one `ownership` call with nothing else taken:
+/// the recorder's own state (trace-lines build, `--traced` runs), outside
+/// the lock-order table of the product's locks (docs/design.md, section 2).
+const SHARDS: usize = 64;
+type Owners = Vec<std::sync::Mutex<HashMap<usize, (u64, bool)>>>;
+static LAST_USER: std::sync::LazyLock<Owners> =
+    std::sync::LazyLock::new(|| (0..SHARDS).map(|_| Default::default()).collect());
+
+/// This thread's tag (unique per thread for the process's life).
+fn thread_tag() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    thread_local! {
+        // Relaxed: only uniqueness is needed (one RMW per thread).
+        static TAG: u64 = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    TAG.try_with(|t| *t).unwrap_or(0)
+}
+
+/// Note an access to `line` by thread `me`; true for a write that must take
+/// the line from another thread's cache: the last writer was another
+/// thread, or another thread read it since (its copy is invalidated). A
+/// line seen for the first time is no one's (fresh memory, or the
+/// set-up's): a first write there moves nothing.
+fn ownership(line: usize, me: u64, write: bool) -> bool {
+    let shard = &LAST_USER[(line / LINE) % SHARDS];
+    let mut m = shard.lock().unwrap_or_else(|p| p.into_inner());
+    match m.get_mut(&line) {
+        None => {
+            m.insert(line, (me, false));
+            false
+        }
+        Some(st) if write => {
+            let moved = st.0 != me || st.1;
+            *st = (me, false);
+            moved
+        }
+        Some(st) => {
+            if st.0 != me {
+                st.1 = true;
+            }
+            false
+        }
+    }
+}
+
+/// Track, from now until [`stop_tracking_transfers`], which recording
+/// thread used each line last, so that [`Lines::transfers`] counts the
+/// writes that take a line from another thread. Costs a mutex per recorded
+/// access: for counting runs (`scalevfs bench --traced`), not timing.
+pub fn track_transfers() {
+    for s in LAST_USER.iter() {
+        s.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+    TRACK.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// End [`track_transfers`] and forget the ownership map.
+pub fn stop_tracking_transfers() {
+    TRACK.store(false, std::sync::atomic::Ordering::SeqCst);
+    for s in LAST_USER.iter() {
+        s.lock().unwrap_or_else(|p| p.into_inner()).clear();
     }
 }
 
@@ -456,6 +548,75 @@ mod tests {
         // Read-read sharing is no conflict; symmetric.
         assert_eq!(b.conflicts(&a).len(), 1);
         assert!(a.conflicts(&Lines::default()).is_empty());
+    }
+
+    /// Ownership tracking: a write counts when another thread wrote the
+    /// line last or read it since; a thread's own lines and read-only
+    /// sharing count nothing. (Uses the process-wide map with addresses
+    /// no other test records.)
+    #[test]
+    fn transfers_are_writes_that_take_a_line_from_another_thread() {
+        const S: usize = 0x5ca1_0000_0000;
+        const P: usize = 0x5ca1_0000_1000;
+        const R: usize = 0x5ca1_0000_2000;
+        track_transfers();
+        let on = |f: fn() -> Lines| std::thread::spawn(f).join().unwrap();
+        let h = Label::Hint("t");
+        let a = on(|| {
+            let mut l = Lines::default();
+            let h = Label::Hint("t");
+            l.record(S, h, true);
+            l.record(P, h, true);
+            l.record(P + 8, h, true);
+            l.record(R, h, true);
+            l
+        });
+        assert_eq!((a.all_writes, a.transfers.len()), (4, 0), "{a:?}");
+        let b = on(|| {
+            let mut l = Lines::default();
+            let h = Label::Hint("t");
+            l.record(S, h, false);
+            l.record(S, h, true); // moves: A wrote it last
+            l.record(S, h, true); // B's own now
+            l.record(R, h, false); // read-only sharing of R
+            l
+        });
+        assert_eq!(b.transfers.get(&S), Some(&(h, 1)), "{b:?}");
+        assert_eq!(b.transfers.len(), 1);
+        let a2 = on(|| {
+            let mut l = Lines::default();
+            let h = Label::Hint("t");
+            l.record(P, h, true); // a new thread: P's writer was the first
+            l.record(S, h, true); // moves: B wrote it last
+            l
+        });
+        assert_eq!(a2.transfers.get(&S), Some(&(h, 1)), "{a2:?}");
+        assert_eq!(a2.transfers.get(&P), Some(&(h, 1)));
+        // A writer whose line another thread read since writes again:
+        // that write invalidates the reader's copy.
+        let (w1, w2) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
+        let writer = std::thread::scope(|sc| {
+            let x = sc.spawn(|| {
+                let mut l = Lines::default();
+                let h = Label::Hint("t");
+                l.record(R + 64, h, true);
+                l.record(R + 64, h, true); // still its own
+                w1.wait();
+                w2.wait();
+                l.record(R + 64, h, true); // read by the other since
+                l
+            });
+            sc.spawn(|| {
+                let mut l = Lines::default();
+                w1.wait();
+                l.record(R + 64, Label::Hint("t"), false);
+                w2.wait();
+            });
+            x.join().unwrap()
+        });
+        assert_eq!(writer.transfers.get(&(R + 64)), Some(&(h, 1)), "{writer:?}");
+        assert_eq!(writer.all_writes, 3);
+        stop_tracking_transfers();
     }
 
     #[test]
