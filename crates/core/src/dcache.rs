@@ -704,21 +704,29 @@ fn free_dentry(d: *mut Dentry) {
         let _ = p;
         return;
     }
-    let guard = epoch::pin();
     // SAFETY: d came from Box::into_raw in `alloc`, is unreachable, and is
-    // freed exactly once (only the thread that marked it dead gets here).
-    unsafe {
-        guard.defer_unchecked(move || {
-            let p = p;
-            let b = Box::from_raw(p.0 as *mut Dentry);
-            // Acquire: take ownership of the long name.
-            let long = b.hot.name_long.swap(ptr::null_mut(), Ordering::Acquire);
-            if !long.is_null() {
-                drop(Box::from_raw(long));
-            }
-            drop(b);
-        })
-    };
+    // freed exactly once (only the thread that marked it dead gets here);
+    // `retire` waits for pinned readers. Freed by this thread at its next
+    // system call when it can (limbo.rs: a free by the other core costs
+    // line transfers).
+    unsafe { crate::limbo::retire(drop_dentry, p.0 as *mut ()) };
+}
+
+/// The deferred half of `free_dentry`.
+///
+/// # Safety
+/// `p` is a dead dentry from `alloc`'s `Box::into_raw`, unreachable, after
+/// a grace period; called once.
+unsafe fn drop_dentry(p: *mut ()) {
+    // SAFETY: the contract above.
+    let b = unsafe { Box::from_raw(p as *mut Dentry) };
+    // Acquire: take ownership of the long name.
+    let long = b.hot.name_long.swap(ptr::null_mut(), Ordering::Acquire);
+    if !long.is_null() {
+        // SAFETY: the long name is owned by the dentry alone now.
+        drop(unsafe { Box::from_raw(long) });
+    }
+    drop(b);
 }
 
 /// A per-dir variant directory's child map, write-locked.

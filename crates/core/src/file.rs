@@ -787,9 +787,28 @@ fn release_slot(old: Shared<'_, Arc<File>>, g: &Guard) {
         if f.slots.fetch_sub(1, Ordering::AcqRel) == 1 {
             f.release_access();
         }
-        // SAFETY: unreachable from the table now; pinned readers are waited for.
-        unsafe { g.defer_destroy(old) };
+        if cfg!(loom) {
+            // Loom's threads share std's thread-locals: the global queue.
+            // SAFETY: unreachable from the table now; pinned readers are
+            // waited for.
+            unsafe { g.defer_destroy(old) };
+            return;
+        }
+        // SAFETY: unreachable from the table now; `retire` waits for pinned
+        // readers, then `drop_slot_file` frees the box once. Freed by this
+        // thread at its next system call when it can (limbo.rs).
+        unsafe { crate::limbo::retire(drop_slot_file, old.as_raw() as *mut ()) };
     }
+}
+
+/// The deferred half of `release_slot`.
+///
+/// # Safety
+/// `p` is a slot's `Arc<File>` box (crossbeam's `Owned`), out of every
+/// table, after a grace period; called once.
+unsafe fn drop_slot_file(p: *mut ()) {
+    // SAFETY: the contract above.
+    drop(unsafe { Owned::from_raw(p as *mut Arc<File>) });
 }
 
 impl Default for FdTable {

@@ -19,6 +19,7 @@ pub mod handle;
 mod handle_ops;
 pub mod inode;
 pub mod io;
+pub(crate) mod limbo;
 pub mod memfs;
 pub mod mount;
 mod namei;

@@ -37,11 +37,12 @@
 //! filesystem (lookups on miss, negative dentries, eviction), which tests use
 //! to exercise the cache machinery.
 
+use std::ptr;
 use std::sync::{Arc, Weak};
 
 use crossbeam_epoch::{self as epoch, Atomic, Owned};
 use crossbeam_skiplist::SkipMap;
-use scalevfs_sync::primitive::{AtomicI64, AtomicU64, Ordering};
+use scalevfs_sync::primitive::{AtomicI64, AtomicPtr, AtomicU64, Ordering};
 
 use crate::percpu::{InoAllocator, LimitedCounter};
 use crate::xattr::{XattrBudget, XattrStore};
@@ -138,13 +139,16 @@ impl MemFsOptions {
 }
 
 /// Run the frees that are due: push this thread's deferred frees (epoch
-/// garbage: closed files, dropped dentries and inodes, file pages) to the
-/// global queue and collect, a few rounds since a freed object may defer
-/// more. Garbage otherwise waits in the thread's own bag until the thread
-/// defers more or pins often enough, which an idle server thread never
-/// does: the space and memory of a deleted file would stay taken. Cheap
-/// when there is nothing to free. The FUSE adapter calls it after a
-/// release or forget; a library user may call it after deleting files.
+/// garbage: file pages, index nodes; and the thread's own batch of closed
+/// files, dropped dentries and directory entries' inode counts, which it
+/// frees itself, `limbo.rs`) to the global queue and collect, a few rounds
+/// since a freed object may defer more. Garbage otherwise waits in the
+/// thread's own bag or batch until the thread defers more or makes its next
+/// system calls, which an idle server thread never does: the space and
+/// memory of a deleted file would stay taken. Cheap when there is nothing
+/// to free. The FUSE adapter calls it after a release or forget; a library
+/// user may call it after deleting files (the epoch's own `flush` does not
+/// reach the thread's batch).
 ///
 /// One flush collects only a few sealed bags (crossbeam's COLLECT_STEPS, 8
 /// bags of up to 64 frees), and an overwrite of existing pages retires a
@@ -163,7 +167,13 @@ pub fn flush_deferred_frees() {
     let patience = if last == 0 { 4 } else { 8 };
     let mut idle = 0;
     for _ in 0..bound {
+        // This thread's own deferred frees (dentries, open files, entry
+        // counts: limbo.rs) go with the epoch's: sealed each round (a free
+        // run here may retire more: a file's last count drops its dentry),
+        // freed once due.
+        crate::limbo::seal_open();
         crossbeam_epoch::pin().flush();
+        crate::limbo::poll();
         let now = crate::pages::retired_pending();
         if now < last {
             idle = 0;
@@ -241,7 +251,82 @@ impl Drop for MemNode {
 
 struct DirSlot {
     cookie: u64,
-    inode: Arc<Inode>,
+    inode: InodeCell,
+}
+
+/// A directory entry's inode: one strong count of an `Arc<Inode>`, held as
+/// a raw pointer so that the thread removing the entry takes it out and
+/// drops it itself, after a grace period (`limbo.rs`). Left in the
+/// skip-list node, the count went with the node to whichever thread
+/// collected the epoch's garbage, and with it, often, the inode's last
+/// count: a file's inode freed by the other core (issue 16, cross-thread
+/// frees).
+struct InodeCell(AtomicPtr<Inode>);
+
+impl InodeCell {
+    fn new(i: Arc<Inode>) -> InodeCell {
+        InodeCell(AtomicPtr::new(Arc::into_raw(i) as *mut Inode))
+    }
+
+    /// `f` on the inode, unless the entry was removed meanwhile. Takes no
+    /// count (writes nothing).
+    fn with<R>(&self, f: impl FnOnce(&Arc<Inode>) -> R) -> Option<R> {
+        let _g = epoch::pin();
+        // Acquire: the inode behind the pointer.
+        let p = self.0.load(Ordering::Acquire);
+        if p.is_null() {
+            return None;
+        }
+        // SAFETY: non-null: one strong count is held by this cell or, once
+        // `detach` took it, by a retired drop that waits for our guard; so
+        // the Arc is alive while we are pinned. ManuallyDrop: we borrow it.
+        let a = std::mem::ManuallyDrop::new(unsafe { Arc::from_raw(p) });
+        Some(f(&a))
+    }
+
+    /// A counted reference, unless the entry was removed meanwhile.
+    fn get(&self) -> Option<Arc<Inode>> {
+        self.with(Arc::clone)
+    }
+
+    /// Take the count out (the entry is out of the index) and drop it
+    /// after a grace period, on this thread when it can.
+    fn detach(&self) {
+        if cfg!(loom) {
+            // Loom's threads share std's thread-locals (limbo.rs): the
+            // count stays with the node.
+            return;
+        }
+        // AcqRel: the count leaves once (Acquire: the inode's state for the
+        // drop).
+        let p = self.0.swap(ptr::null_mut(), Ordering::AcqRel);
+        if !p.is_null() {
+            // SAFETY: `p` is this cell's count, now ours alone; `retire`
+            // waits for readers pinned in `with`.
+            unsafe { crate::limbo::retire(drop_inode_count, p as *mut ()) };
+        }
+    }
+}
+
+impl Drop for InodeCell {
+    fn drop(&mut self) {
+        // Relaxed: the node is being destroyed, no one else reaches it.
+        let p = self.0.load(Ordering::Relaxed);
+        if !p.is_null() {
+            // SAFETY: the cell's own count (`new`), not detached.
+            drop(unsafe { Arc::from_raw(p) });
+        }
+    }
+}
+
+/// The deferred half of `InodeCell::detach`.
+///
+/// # Safety
+/// `p` is one strong count of an `Arc<Inode>` (`Arc::into_raw`), after a
+/// grace period; called once.
+unsafe fn drop_inode_count(p: *mut ()) {
+    // SAFETY: the contract above.
+    drop(unsafe { Arc::from_raw(p as *const Inode) });
 }
 
 /// A name in a directory's index: up to 24 bytes inside the skip-list node
@@ -492,8 +577,13 @@ impl MemFs {
         let min = d.listed_batch.load(Ordering::Relaxed);
         let cookie = self.next_cookie.next_from_batch(min);
         d.by_cookie.insert(cookie, NameBuf::from_slice(name));
-        d.by_name
-            .insert(NameBuf::from_slice(name), DirSlot { cookie, inode });
+        d.by_name.insert(
+            NameBuf::from_slice(name),
+            DirSlot {
+                cookie,
+                inode: InodeCell::new(inode),
+            },
+        );
     }
 
     /// Rename `old` to `new` in one directory keeping its readdir cookie
@@ -506,8 +596,13 @@ impl MemFs {
         let Some(cookie) = d.by_name.get(old).map(|e| e.value().cookie) else {
             return false;
         };
-        d.by_name
-            .insert(NameBuf::from_slice(new), DirSlot { cookie, inode });
+        d.by_name.insert(
+            NameBuf::from_slice(new),
+            DirSlot {
+                cookie,
+                inode: InodeCell::new(inode),
+            },
+        );
         d.by_cookie.insert(cookie, NameBuf::from_slice(new));
         d.by_name.remove(old);
         true
@@ -520,18 +615,25 @@ impl MemFs {
         let Some(cookie) = d.by_name.get(name).map(|e| e.value().cookie) else {
             return false;
         };
-        d.by_name
-            .insert(NameBuf::from_slice(name), DirSlot { cookie, inode });
+        d.by_name.insert(
+            NameBuf::from_slice(name),
+            DirSlot {
+                cookie,
+                inode: InodeCell::new(inode),
+            },
+        );
         true
     }
 
-    /// Remove the entry `name` (see `insert_entry`).
-    fn remove_entry(&self, d: &MemDir, name: &[u8]) -> Option<Arc<Inode>> {
+    /// Remove the entry `name` (see `insert_entry`); None if absent. Its
+    /// count on the inode leaves with this thread (`InodeCell::detach`).
+    fn remove_entry(&self, d: &MemDir, name: &[u8]) -> Option<()> {
         d.trace(true);
         let e = d.by_name.remove(name)?;
         let slot = e.value();
         d.by_cookie.remove(&slot.cookie);
-        Some(slot.inode.clone())
+        slot.inode.detach();
+        Some(())
     }
 }
 
@@ -583,7 +685,7 @@ impl Filesystem for MemFs {
     fn lookup(&self, d: &Arc<Inode>, name: &[u8]) -> VfsResult<Option<Arc<Inode>>> {
         let md = dir(d)?;
         md.trace(false);
-        Ok(md.by_name.get(name).map(|e| e.value().inode.clone()))
+        Ok(md.by_name.get(name).and_then(|e| e.value().inode.get()))
     }
 
     fn create(
@@ -825,11 +927,15 @@ impl Filesystem for MemFs {
             if slot.value().cookie != c {
                 continue;
             }
-            let ino = &slot.value().inode;
+            // Removed meanwhile: as if listed after.
+            let Some((ino, file_type)) = slot.value().inode.with(|i| (i.ino(), i.file_type()))
+            else {
+                continue;
+            };
             let ent = DirEntry {
-                ino: ino.ino(),
+                ino,
                 next_cookie: c + 1,
-                file_type: ino.file_type(),
+                file_type,
                 name: e.value().to_vec(),
             };
             if !emit(ent) {

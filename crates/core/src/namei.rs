@@ -577,6 +577,8 @@ impl Task {
         path: &P,
         flags: u32,
     ) -> VfsResult<()> {
+        // This thread's deferred frees that are due (limbo.rs).
+        crate::limbo::poll();
         if flags & !AT_REMOVEDIR != 0 {
             return Err(Errno::EINVAL);
         }

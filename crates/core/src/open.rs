@@ -40,6 +40,8 @@ impl Task {
         flags: u32,
         mode: u32,
     ) -> VfsResult<i32> {
+        // This thread's deferred frees that are due (limbo.rs).
+        crate::limbo::poll();
         // The fd first, as Linux's do_sys_openat2: a full table must fail
         // the open before O_CREAT makes a name.
         let fd = if flags & O_ANYFD != 0 {
@@ -388,6 +390,8 @@ impl Task {
 
     /// `close(2)`.
     pub fn close(&self, fd: i32) -> VfsResult<()> {
+        // This thread's deferred frees that are due (limbo.rs).
+        crate::limbo::poll();
         self.files.close(fd)
     }
 

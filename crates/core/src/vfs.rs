@@ -428,8 +428,12 @@ impl Vfs {
 
     /// Stop-the-world style quiescence for tests: run deferred frees.
     pub fn flush_deferred(&self) {
+        // This thread's own deferred frees (limbo.rs) join the epoch's,
+        // sealed each round (a free may retire more).
         for _ in 0..8 {
+            crate::limbo::seal_open();
             epoch::pin().flush();
+            crate::limbo::poll();
         }
     }
 
@@ -548,15 +552,21 @@ impl Drop for VfsInner {
         // thread that stays pinned holds them off, and then what they hold
         // stays until later), so that mounts nothing else refers to are
         // freed and their dentries released before the shrink below.
+        // This thread's own deferred frees go first too (limbo.rs: a file it
+        // closed last holds its dentry, which must be unused before the
+        // shrink).
         for _ in 0..1000 {
             // Acquire: pairs with the fold's Release.
             if folds
                 .iter()
                 .all(|f| f.load(std::sync::atomic::Ordering::Acquire))
+                && crate::limbo::drained()
             {
                 break;
             }
+            crate::limbo::seal_open();
             epoch::pin().flush();
+            crate::limbo::poll();
         }
         // Unused cached dentries hold their parents and superblocks; free
         // them so the filesystems can go. Ones still referenced by a leaked

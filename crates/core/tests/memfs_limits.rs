@@ -21,7 +21,9 @@ fn settle(mut cond: impl FnMut() -> bool) -> bool {
         if cond() {
             return true;
         }
-        crossbeam_epoch::pin().flush();
+        // The library's own flush: the epoch's garbage and this thread's
+        // deferred frees (a deleted file's last counts).
+        scalevfs::flush_deferred_frees();
         std::thread::yield_now();
     }
     cond()

@@ -15,14 +15,16 @@ fn rss() -> u64 {
     pages * unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64
 }
 
-/// Pin and flush until `cond` holds or a bound is reached: crossbeam-epoch
-/// runs deferred frees only once the global epoch has advanced past them.
+/// Flush until `cond` holds or a bound is reached: deferred frees run only
+/// once the global epoch has advanced past them, and this thread's own
+/// (a deleted file's last counts, `limbo.rs`) when it flushes them:
+/// `flush_deferred_frees`, as a library user would call it.
 fn settle(mut cond: impl FnMut() -> bool) -> bool {
     for _ in 0..10_000 {
         if cond() {
             return true;
         }
-        crossbeam_epoch::pin().flush();
+        flush_deferred_frees();
     }
     cond()
 }

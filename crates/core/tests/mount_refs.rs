@@ -34,7 +34,8 @@ fn settle(vfs: &Vfs, done: impl Fn() -> bool) -> bool {
         if done() {
             return true;
         }
-        crossbeam_epoch::pin().flush();
+        // The epoch's garbage and this thread's deferred frees (limbo.rs).
+        vfs.flush_deferred();
         vfs.dcache().shrink_all();
         std::thread::yield_now();
     }

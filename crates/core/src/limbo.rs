@@ -1,0 +1,374 @@
+//! Per-thread deferred frees: an object a thread retires is freed by that
+//! same thread after a grace period, as Linux queues RCU callbacks per CPU.
+//!
+//! crossbeam-epoch keeps a thread's garbage in a bag that, once full, goes
+//! to one global queue, and whichever thread collects next runs it. On two
+//! threads about half of each thread's dentries were then freed by the
+//! other: each such free is a cross-thread free in the allocator (a push to
+//! the owning page's remote list, collected later by the owner) plus first
+//! touches of lines last held by the other core, several line transfers
+//! per object where a transfer costs ~200 ns (issue 16, "cross-thread
+//! frees").
+//!
+//! Here a thread gathers its retired objects in its own batch. A full
+//! batch is sealed and one crossbeam deferral is registered for it; that
+//! deferral only marks the batch READY (the grace period has passed). The
+//! owner frees READY batches itself at the entry of its next system call
+//! that retires objects (`poll`: no lock of the core is held there).
+//! The deferral also registers a second one (one grace period later) that
+//! steals the batch if the owner has not taken it by then, so an idle
+//! owner keeps its garbage no longer than crossbeam would keep any; a
+//! thread that exits hands its batches over the same way (ORPHANED).
+//!
+//! States of a sealed batch (`Batch::state`); whoever moves it to TAKEN
+//! runs its frees, so they run exactly once:
+//! PENDING -> READY (grace period over) -> TAKEN (owner or thief);
+//! PENDING -> ORPHANED (owner exited) -> TAKEN (at the grace period).
+//! Loom: `crates/core/src/loom_models.rs` (`limbo_*`).
+
+use std::cell::RefCell;
+#[cfg(not(loom))]
+use std::cell::UnsafeCell;
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+#[cfg(loom)]
+use loom::cell::UnsafeCell;
+use scalevfs_sync::primitive::{AtomicU32, Ordering};
+
+/// Frees per sealed batch: one deferral and one `Arc` per this many.
+const BATCH: usize = 32;
+
+const PENDING: u32 = 0;
+const READY: u32 = 1;
+const TAKEN: u32 = 2;
+const ORPHANED: u32 = 3;
+
+/// One retired object: its free function and its address.
+#[derive(Clone, Copy)]
+pub(crate) struct Item {
+    pub(crate) free: unsafe fn(*mut ()),
+    pub(crate) ptr: *mut (),
+}
+
+// SAFETY: an item is an address and the function that frees it; `retire`'s
+// contract makes the object free-able by any thread once the grace period
+// has passed.
+unsafe impl Send for Item {}
+
+pub(crate) struct Batch {
+    state: AtomicU32,
+    /// Written by the owner before the batch is shared; then read and
+    /// emptied only by the one thread that moved `state` to TAKEN.
+    items: UnsafeCell<Vec<Item>>,
+}
+
+// SAFETY: `items` is reached by one thread at a time (module comment: the
+// TAKEN transition is the only way in after sealing).
+unsafe impl Sync for Batch {}
+// SAFETY: as above; the items are Send.
+unsafe impl Send for Batch {}
+
+impl Batch {
+    pub(crate) fn new(items: Vec<Item>) -> Batch {
+        Batch {
+            state: AtomicU32::new(PENDING),
+            items: UnsafeCell::new(items),
+        }
+    }
+
+    /// Move `from` -> TAKEN; on success the caller runs the frees.
+    /// AcqRel: the winner's reads of `items` follow the owner's writes
+    /// (Acquire, through the earlier transitions), and exactly one thread
+    /// wins (the compare-and-exchange).
+    fn take_from(&self, from: u32) -> bool {
+        self.state
+            .compare_exchange(from, TAKEN, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// Run the frees. Only after a successful `take_from`.
+    fn run(&self) {
+        // SAFETY: this thread moved the state to TAKEN (exclusive access).
+        // (Under loom the cell is loom's, which checks that claim.)
+        #[cfg(not(loom))]
+        let items = std::mem::take(unsafe { &mut *self.items.get() });
+        #[cfg(loom)]
+        let items = self.items.with_mut(|p| std::mem::take(unsafe { &mut *p }));
+        for it in items {
+            // SAFETY: `retire`'s contract: the grace period has passed.
+            unsafe { (it.free)(it.ptr) };
+        }
+    }
+
+    /// The grace period has passed. Returns true when the caller should
+    /// arrange a steal later (the owner is alive and may take it).
+    pub(crate) fn on_grace(&self) -> bool {
+        // AcqRel: pairs with the owner's ORPHANED store (Release) so the
+        // failure path below sees the state it must act on.
+        match self
+            .state
+            .compare_exchange(PENDING, READY, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => true,
+            Err(ORPHANED) => {
+                if self.take_from(ORPHANED) {
+                    self.run();
+                }
+                false
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// A grace period after READY: free it if the owner has not.
+    pub(crate) fn steal(&self) {
+        if self.take_from(READY) {
+            self.run();
+        }
+    }
+
+    /// The owner's attempt: `Some(true)` when it took the batch (it runs
+    /// the frees, `run_taken`), `Some(false)` when a thief did, `None`
+    /// while the grace period lasts.
+    pub(crate) fn owner_claim(&self) -> Option<bool> {
+        // Acquire: see a thief's TAKEN (then nothing to do).
+        match self.state.load(Ordering::Acquire) {
+            READY => Some(self.take_from(READY)),
+            TAKEN => Some(false),
+            _ => None,
+        }
+    }
+
+    /// Whether `owner_claim` would find the grace period over (a look, no
+    /// claim).
+    pub(crate) fn owner_claim_ready(&self) -> bool {
+        // Acquire: as `owner_claim`.
+        self.state.load(Ordering::Acquire) != PENDING
+    }
+
+    /// Run the frees of a batch this thread took (`owner_claim`).
+    pub(crate) fn run_taken(&self) {
+        self.run();
+    }
+
+    /// The owner is exiting: a PENDING batch is left to its grace-period
+    /// deferral, a READY one is freed now.
+    pub(crate) fn orphan(&self) {
+        // AcqRel: pairs with `on_grace`'s compare-and-exchange.
+        if self
+            .state
+            .compare_exchange(PENDING, ORPHANED, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+            && self.take_from(READY)
+        {
+            self.run();
+        }
+    }
+}
+
+#[derive(Default)]
+struct Limbo {
+    open: Vec<Item>,
+    sealed: VecDeque<Arc<Batch>>,
+}
+
+impl Drop for Limbo {
+    fn drop(&mut self) {
+        // The thread exits: seal what is open, hand over every batch.
+        if !self.open.is_empty() {
+            self.seal();
+        }
+        for b in self.sealed.drain(..) {
+            b.orphan();
+        }
+    }
+}
+
+impl Limbo {
+    fn seal(&mut self) {
+        let b = Arc::new(Batch::new(std::mem::replace(
+            &mut self.open,
+            Vec::with_capacity(BATCH),
+        )));
+        let g = crossbeam_epoch::pin();
+        let b2 = b.clone();
+        // The deferral runs after every thread pinned now has unpinned;
+        // each item was unreachable before this thread pinned here.
+        // The steal waits two more grace periods: the owner, polling at
+        // each of its system calls, takes nearly every batch first.
+        g.defer(move || {
+            if b2.on_grace() {
+                let g = crossbeam_epoch::pin();
+                g.defer(move || {
+                    let g = crossbeam_epoch::pin();
+                    g.defer(move || b2.steal());
+                });
+            }
+        });
+        self.sealed.push_back(b);
+    }
+}
+
+thread_local! {
+    static LIMBO: RefCell<Limbo> = RefCell::new(Limbo::default());
+}
+
+/// Free `ptr` with `free` after a grace period, on this thread when it is
+/// still running then.
+///
+/// # Safety
+/// `ptr` is unreachable for new readers (unlinked from every structure)
+/// before this call, pinned readers may still hold it, and `free(ptr)` is
+/// sound on any thread once every epoch guard alive at this call is gone.
+pub(crate) unsafe fn retire(free: unsafe fn(*mut ()), ptr: *mut ()) {
+    let item = Item { free, ptr };
+    let queued = LIMBO.try_with(|l| {
+        let Ok(mut l) = l.try_borrow_mut() else {
+            return false;
+        };
+        l.open.push(item);
+        if l.open.len() >= BATCH {
+            l.seal();
+        }
+        true
+    });
+    if queued != Ok(true) {
+        // The thread is exiting or inside a free run by `poll`: the
+        // global queue.
+        let g = crossbeam_epoch::pin();
+        // SAFETY: as this function's contract.
+        unsafe { g.defer_unchecked(move || (item.free)(item.ptr)) };
+    }
+}
+
+/// Seal this thread's open batch now (whatever its size), so that its
+/// frees follow the next grace period (`memfs::flush_deferred_frees`).
+pub(crate) fn seal_open() {
+    let _ = LIMBO.try_with(|l| {
+        if let Ok(mut l) = l.try_borrow_mut() {
+            if !l.open.is_empty() {
+                l.seal();
+            }
+        }
+    });
+}
+
+/// Whether this thread has no deferred frees waiting (none gathered, none
+/// sealed): what a teardown waits for (`Vfs`'s drop).
+pub(crate) fn drained() -> bool {
+    LIMBO
+        .try_with(|l| {
+            l.try_borrow()
+                .is_ok_and(|l| l.open.is_empty() && l.sealed.is_empty())
+        })
+        .unwrap_or(true)
+}
+
+/// Free this thread's batches whose grace period is over (oldest first).
+///
+/// Called at the entry of the system calls that retire objects (open,
+/// close, the name operations), where the thread holds no lock of the
+/// core: the frees drop dentries, open files and inodes, whose drops take
+/// locks. Not while the thread is pinned (a caller inside an epoch guard
+/// may be anywhere). Cheap when nothing is due: one thread-local look at
+/// the oldest sealed batch. The frees run with no borrow held: one may retire
+/// more.
+pub(crate) fn poll() {
+    // Claim the due batches at the front (batches come due in about the
+    // order they were sealed: one look at the oldest when none is due)
+    // under the borrow, run them after it.
+    let due = LIMBO.try_with(|l| {
+        let Ok(mut l) = l.try_borrow_mut() else {
+            return Vec::new();
+        };
+        let mut due = Vec::new();
+        let mut unpinned = false;
+        while let Some(b) = l.sealed.front() {
+            if !b.owner_claim_ready() {
+                break;
+            }
+            // Only now ask whether the thread is pinned: most calls find
+            // nothing due.
+            if !unpinned {
+                if crossbeam_epoch::is_pinned() {
+                    break;
+                }
+                unpinned = true;
+            }
+            match b.owner_claim() {
+                Some(true) => due.push(l.sealed.pop_front().expect("front")),
+                Some(false) => {
+                    l.sealed.pop_front();
+                }
+                None => break,
+            }
+        }
+        due
+    });
+    for b in due.unwrap_or_default() {
+        b.run_taken();
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering as O};
+    use std::sync::Mutex;
+
+    /// Frees done, and the threads that did them.
+    static FREED: AtomicUsize = AtomicUsize::new(0);
+    static BY: Mutex<Vec<std::thread::ThreadId>> = Mutex::new(Vec::new());
+
+    unsafe fn free_box(p: *mut ()) {
+        // SAFETY: `p` came from `Box::into_raw` below, freed once.
+        drop(unsafe { Box::from_raw(p as *mut u64) });
+        FREED.fetch_add(1, O::SeqCst);
+        BY.lock().unwrap().push(std::thread::current().id());
+    }
+
+    fn retire_boxes(n: usize) {
+        for i in 0..n {
+            let p = Box::into_raw(Box::new(i as u64)) as *mut ();
+            // SAFETY: the box is reachable from nowhere else.
+            unsafe { retire(free_box, p) };
+        }
+    }
+
+    /// Until `FREED` reaches `n`: flush the epoch, seal and poll.
+    fn settle(n: usize) {
+        for _ in 0..10_000 {
+            if FREED.load(O::SeqCst) >= n {
+                return;
+            }
+            seal_open();
+            crossbeam_epoch::pin().flush();
+            poll();
+        }
+    }
+
+    /// One test (the counters are shared): a thread's retired objects
+    /// (more than a batch) are freed after grace periods by that thread,
+    /// at its polls; a thread that exits hands its batches over and they
+    /// are freed anyway; nothing is freed twice.
+    #[test]
+    fn retired_objects_are_freed_once_by_their_thread_or_after_it() {
+        let me = std::thread::current().id();
+        retire_boxes(BATCH + 5);
+        assert!(FREED.load(O::SeqCst) <= BATCH + 5);
+        settle(BATCH + 5);
+        assert_eq!(FREED.load(O::SeqCst), BATCH + 5);
+        assert!(
+            BY.lock().unwrap().iter().all(|t| *t == me),
+            "freed elsewhere"
+        );
+        assert!(drained());
+        // A thread that retires and exits: its batches go on without it.
+        std::thread::spawn(|| retire_boxes(BATCH * 2 + 3))
+            .join()
+            .unwrap();
+        settle(BATCH * 3 + 8);
+        assert_eq!(FREED.load(O::SeqCst), BATCH * 3 + 8);
+    }
+}
