@@ -671,6 +671,11 @@ impl Ext4 {
             if let Some(g) = j.commit.try_lock() {
                 break g;
             }
+            // The committer may offer its log writes: do them instead of
+            // idling (`HelpSlot`).
+            if j.help.help() {
+                continue;
+            }
             spins += 1;
             if spins < 64 {
                 std::hint::spin_loop();
@@ -834,7 +839,13 @@ impl Ext4 {
             // Recorded before the commit consumes the blocks; a failed
             // commit fails the filesystem, so the set no longer matters.
             st.logged.extend(blocks.iter().map(|(b, _)| *b));
-            let r = log.commit(blocks, &revokes, now().0.max(0) as u64);
+            // Another thread waits for a commit: offer it the log writes.
+            // Relaxed: hints (see `commit_until`); a wrong guess costs one
+            // write call more, or leaves the work to this thread.
+            let others =
+                j.waiters[0].load(Ordering::Relaxed) + j.waiters[1].load(Ordering::Relaxed) > 1;
+            let help = others.then_some(&j.help);
+            let r = log.commit(blocks, &revokes, now().0.max(0) as u64, help);
             if let Err(e) = r {
                 // Relaxed: see `rw`.
                 rw.failed.store(true, Ordering::Relaxed);
@@ -860,7 +871,7 @@ impl Ext4 {
         st: &mut Committer,
         last: bool,
         n: u64,
-    ) -> Result<(Vec<(u64, Vec<u8>)>, Vec<u64>)> {
+    ) -> Result<(Vec<(u64, crate::bufcache::Block)>, Vec<u64>)> {
         let Some(rw) = &self.rw else {
             return Ok((Vec::new(), Vec::new()));
         };

@@ -13,6 +13,15 @@
 //!   are then a consistent state. It frees what must be freed, copies the
 //!   dirty blocks out, opens the gate again and writes the copies to the log
 //!   while new handles run (they dirty blocks for the next transaction).
+//! - Shared commit work: the threads that wait for a commit would idle
+//!   while the committer alone computes the tag checksums and writes the
+//!   log, and a commit of two threads' changes costs about twice a commit
+//!   of one (their blocks differ). When another thread waits, the
+//!   committer offers it the log writes of the data blocks (`HelpSlot`,
+//!   `SharedWrite`) and computes the checksums and writes the descriptors
+//!   meanwhile; it then waits for those writes (or does them itself if no
+//!   one took them) before its flush, so the log on disk is the same as
+//!   when one thread writes it all.
 //! - Ordered data: file data goes to its home blocks before its handle
 //!   ends, so it is on the device before the commit's first flush, which
 //!   comes before the commit block.
@@ -37,20 +46,32 @@
 
 use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use crossbeam_utils::CachePadded;
 use scalevfs_orphan::OrphanFile;
 use scalevfs_sync::ordered::{Class, Mutex, MutexGuard};
-use scalevfs_sync::{Gate, Pass};
+use scalevfs_sync::{Gate, Offer, Pass};
 
+use crate::bufcache::Block;
+use crate::device::BlockDevice;
 use crate::error::Result;
 
 /// Where commits go: a jbd2 log (`journal::writer::LogWriter`).
 pub trait LogSink: Send {
     /// Append one transaction and make it durable (flushes included);
-    /// `blocks` (home block, contents) are kept for the checkpoint.
-    fn commit(&mut self, blocks: Vec<(u64, Vec<u8>)>, revokes: &[u64], time: u64) -> Result<u32>;
+    /// `blocks` (home block, contents) are kept for the checkpoint. With
+    /// `help`, the log writes of the blocks are offered there to the
+    /// threads waiting for this commit ([`HelpSlot`]).
+    fn commit(
+        &mut self,
+        blocks: Vec<(u64, Block)>,
+        revokes: &[u64],
+        time: u64,
+        help: Option<&HelpSlot>,
+    ) -> Result<u32>;
     /// Write every committed transaction home and empty the log.
     fn checkpoint(&mut self) -> Result<()>;
     /// Freed blocks: never write their logged copies home again.
@@ -114,6 +135,9 @@ pub(crate) struct Journal {
     /// commit sleeps on it instead of polling with a timer.
     pub(crate) released: AtomicU32,
     pub(crate) last_batch: AtomicU64,
+    /// Where the committer offers its log writes to the threads waiting
+    /// for its commit.
+    pub(crate) help: HelpSlot,
 }
 
 impl Journal {
@@ -146,6 +170,7 @@ impl Journal {
             waiters: [AtomicU64::new(0), AtomicU64::new(0)],
             released: AtomicU32::new(0),
             last_batch: AtomicU64::new(1),
+            help: HelpSlot::new(),
         }
     }
 
@@ -444,5 +469,137 @@ impl OrphanList {
     /// Inodes on the list (tests, statistics).
     pub(crate) fn len(&self) -> usize {
         self.state.lock().next.len()
+    }
+}
+
+/// Writes to the device that any one of several threads may do: the
+/// committer offers the log writes of a commit's blocks ([`HelpSlot`]); a
+/// thread waiting for that commit takes them (`try_run`) and writes while
+/// the committer computes the blocks' checksums and writes the
+/// descriptors; the committer then runs them itself if no one took them,
+/// or waits for the thread that did (`finish`), before its flush.
+///
+/// The hand-off is a `scalevfs_sync::Offer` (exactly one writer; its
+/// writes happen-before the committer sees the outcome; loom-modelled in
+/// `crates/sync/tests/loom_offer.rs`). The outcome is 0, or the OS error
+/// of the failed write (-1: one without a code).
+pub struct SharedWrite {
+    dev: Arc<dyn BlockDevice>,
+    /// Byte offset, then the blocks written there one after another.
+    runs: Vec<(u64, Vec<Block>)>,
+    offer: Offer,
+}
+
+impl std::fmt::Debug for SharedWrite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedWrite")
+            .field("runs", &self.runs.len())
+            .finish()
+    }
+}
+
+impl SharedWrite {
+    pub fn new(dev: Arc<dyn BlockDevice>, runs: Vec<(u64, Vec<Block>)>) -> SharedWrite {
+        SharedWrite {
+            dev,
+            runs,
+            offer: Offer::new(),
+        }
+    }
+
+    /// Do the writes unless another thread took them; true if this
+    /// thread did.
+    pub fn try_run(&self) -> bool {
+        if !self.offer.take() {
+            return false;
+        }
+        let mut bufs: Vec<&[u8]> = Vec::new();
+        let mut r = Ok(());
+        for (off, blocks) in &self.runs {
+            bufs.clear();
+            bufs.extend(blocks.iter().map(|b| &b[..]));
+            r = self.dev.write_vectored_at(*off, &bufs);
+            if r.is_err() {
+                break;
+            }
+        }
+        // The writes returned: the committer's flush after `finish` covers
+        // them.
+        self.offer
+            .complete(r.map_or_else(|e| i64::from(e.raw_os_error().unwrap_or(-1)), |()| 0));
+        true
+    }
+
+    /// The writes done (by this thread if no other took them): their
+    /// outcome. The committer calls this before the flush that must cover
+    /// them.
+    pub fn finish(&self) -> io::Result<()> {
+        self.try_run();
+        let mut spins = 0u32;
+        let outcome = loop {
+            if let Some(o) = self.offer.outcome() {
+                break o;
+            }
+            // Another thread is writing (a few microseconds).
+            spins += 1;
+            if spins < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        };
+        match outcome {
+            0 => Ok(()),
+            e => Err(i32::try_from(e).ok().filter(|&e| e > 0).map_or_else(
+                || io::Error::other("log write failed"),
+                io::Error::from_raw_os_error,
+            )),
+        }
+    }
+}
+
+/// The offer of a commit's log writes to the threads that wait for it
+/// (`Ext4::commit_until`): the committer `post`s a [`SharedWrite`] and
+/// `withdraw`s it after `SharedWrite::finish`; a waiter that finds one
+/// (`help`) runs it unless someone already did.
+pub(crate) struct HelpSlot {
+    /// A write is on offer (a hint read without the lock: a waiter takes
+    /// the lock only when set).
+    posted: AtomicBool,
+    slot: Mutex<Option<Arc<SharedWrite>>>,
+}
+
+impl HelpSlot {
+    pub(crate) fn new() -> HelpSlot {
+        HelpSlot {
+            posted: AtomicBool::new(false),
+            slot: Mutex::new(Class::Ext4Help, None),
+        }
+    }
+
+    /// Offer `w` (the committer, under the commit lock).
+    pub(crate) fn post(&self, w: &Arc<SharedWrite>) {
+        *self.slot.lock() = Some(Arc::clone(w));
+        // Relaxed: a hint; the offer itself is read under the lock.
+        self.posted.store(true, Ordering::Relaxed);
+    }
+
+    /// Take the offer back (after `SharedWrite::finish`).
+    pub(crate) fn withdraw(&self) {
+        // Relaxed: a hint (see `post`).
+        self.posted.store(false, Ordering::Relaxed);
+        self.slot.lock().take();
+    }
+
+    /// A waiter: run the write on offer, if any and not yet taken; true
+    /// if this thread wrote.
+    pub(crate) fn help(&self) -> bool {
+        // Relaxed: a hint (see `post`); a stale false only skips a chance
+        // to help, a stale true costs one lock.
+        if !self.posted.load(Ordering::Relaxed) {
+            return false;
+        }
+        let w = self.slot.lock().clone();
+        w.is_some_and(|w| w.try_run())
     }
 }

@@ -5,6 +5,8 @@
 //!   ([`LockRefVariant`]).
 //! - [`SeqCount`] / [`SeqLock`]: sequence counters for lock-free readers.
 //! - [`SpinLock`]: a test-and-test-and-set spinlock with backoff.
+//! - [`Offer`]: work that exactly one of several threads does, its owner
+//!   waiting for the outcome (the ext4 journal's shared commit writes).
 //! - [`brlock`]: a big-reader lock (shared acquisitions write only the
 //!   acquiring thread's own line), wrapped as [`ordered::BrLock`].
 //! - [`lockstat`]: per-thread sharded event counters and per-lock-class
@@ -42,6 +44,7 @@ pub mod brlock;
 pub mod gate;
 pub mod lockref;
 pub mod lockstat;
+pub mod offer;
 pub mod ordered;
 pub mod primitive;
 pub mod seqcount;
@@ -51,5 +54,6 @@ pub mod trace;
 pub use gate::{thread_number, Gate, Pass};
 pub use lockref::{LockRef, LockRefVariant, LOCKREF_DEAD};
 pub use lockstat::{LockClass, Snapshot, Stat};
+pub use offer::Offer;
 pub use seqcount::{SeqCount, SeqLock};
 pub use spin::{SpinGuard, SpinLock};

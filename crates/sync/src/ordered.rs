@@ -172,14 +172,19 @@ classes! {
     /// held only around its map and recent list; inodes it lets go are
     /// dropped after it is released, so nothing is taken under it.
     Ext4Icache = 31, "ext4 Ext4::cache", No;
+    /// `ext4 Journal::help`: where a committer offers the log writes of its
+    /// commit to the threads waiting for it (`HelpSlot`); a leaf, held only
+    /// to put, take back or clone the offer (by the committer under the
+    /// ext4 commit lock, by a waiting thread with nothing held).
+    Ext4Help = 32, "ext4 Journal::help", No;
     /// `OrphanFile::overflow`: a leaf (nothing is taken under it), taken
     /// when the orphan file is full, under any of the locks above it
     /// (an ext4 directory's lock, the ext4 commit).
-    OrphanOverflow = 32, "OrphanFile::overflow", No;
+    OrphanOverflow = 33, "OrphanFile::overflow", No;
     /// A shard of the FUSE adapter's node table (`crates/fuse/src/
     /// nodes.rs`): held only around its hash map, never across a core call
     /// (a node's handle is dropped after the shard is released).
-    FuseNodes = 33, "fuse NodeTable shard", No;
+    FuseNodes = 34, "fuse NodeTable shard", No;
 }
 
 impl fmt::Display for Class {

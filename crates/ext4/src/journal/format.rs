@@ -684,6 +684,25 @@ pub fn build_transaction(
         .collect()
 }
 
+/// Log blocks of a transaction of `blocks` data blocks and `revokes`
+/// revoke records, as [`layout_transaction`] lays it out: the revoke
+/// blocks, a descriptor per run of data blocks, the data blocks, the
+/// commit block.
+pub fn transaction_len(js: &JournalSuperblock, blocks: usize, revokes: usize) -> usize {
+    let per_revoke = revokes_per_block(js).max(1);
+    let per_desc = tags_per_descriptor(js).max(1);
+    revokes.div_ceil(per_revoke) + blocks + blocks.div_ceil(per_desc) + 1
+}
+
+/// Where data block `i` of such a transaction lies, counted from its first
+/// log block: after the revoke blocks, its run's descriptor and the data
+/// blocks before it.
+pub fn data_block_index(js: &JournalSuperblock, revokes: usize, i: usize) -> usize {
+    let per_revoke = revokes_per_block(js).max(1);
+    let per_desc = tags_per_descriptor(js).max(1);
+    revokes.div_ceil(per_revoke) + i / per_desc + 1 + i
+}
+
 /// [`build_transaction`] without copying the data blocks: a data block
 /// is borrowed unless it starts with the journal magic and must be
 /// escaped (rare: a copy with the first word zeroed).
@@ -757,6 +776,43 @@ mod tests {
         let c = sb_checksum(&b);
         put32(&mut b, SB_CSUM_OFF, c);
         JournalSuperblock::parse(&b, bs as usize, 1024).unwrap()
+    }
+
+    #[test]
+    fn data_block_index_and_transaction_len_follow_the_layout() {
+        for incompat in [INCOMPAT_CSUM_V3 | INCOMPAT_64BIT, INCOMPAT_64BIT, 0] {
+            for bs in [1024u32, 4096] {
+                let js = sb(incompat | INCOMPAT_REVOKE, bs);
+                let per_desc = tags_per_descriptor(&js);
+                let per_revoke = revokes_per_block(&js);
+                for nblocks in [
+                    0,
+                    1,
+                    2,
+                    per_desc - 1,
+                    per_desc,
+                    per_desc + 1,
+                    2 * per_desc + 3,
+                ] {
+                    for nrevokes in [0, 1, per_revoke, per_revoke + 1] {
+                        let data: Vec<Vec<u8>> = (0..nblocks)
+                            .map(|i| vec![(i % 251) as u8 + 1; bs as usize])
+                            .collect();
+                        let blocks: Vec<(u64, &[u8])> = data
+                            .iter()
+                            .enumerate()
+                            .map(|(i, d)| (100 + i as u64, &d[..]))
+                            .collect();
+                        let revokes: Vec<u64> = (0..nrevokes as u64).map(|r| 5000 + r).collect();
+                        let log = layout_transaction(&js, 7, &blocks, &revokes, 0);
+                        assert_eq!(log.len(), transaction_len(&js, nblocks, nrevokes));
+                        for (i, d) in data.iter().enumerate() {
+                            assert_eq!(log[data_block_index(&js, nrevokes, i)].bytes(), &d[..]);
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -16,14 +16,18 @@ use std::sync::Arc;
 
 use super::format::{self, JournalSuperblock};
 use super::{load, set_needs_recovery};
+use crate::bufcache::Block;
 use crate::device::BlockDevice;
 use crate::error::{corrupt, Error, Result};
+use crate::txn::{HelpSlot, SharedWrite};
 
 /// A committed transaction not yet written home.
 struct Live {
     /// Log blocks it occupies.
     len: u32,
-    blocks: Vec<(u64, Vec<u8>)>,
+    /// Shared with a thread that writes them to the log for the
+    /// committer (`txn::SharedWrite`) while it does.
+    blocks: Vec<(u64, Block)>,
 }
 
 /// Appends transactions to an image's journal.
@@ -113,6 +117,77 @@ impl LogWriter {
         (self.head + n - self.tail) % n
     }
 
+    /// Log block `rel` blocks after `start`, wrapping at the end.
+    fn log_index(&self, start: u32, rel: usize) -> u32 {
+        let n = u64::from(self.js.log_len());
+        let first = u64::from(self.js.first);
+        ((u64::from(start) - first + rel as u64) % n + first) as u32
+    }
+
+    /// Runs of log blocks (given in log order by index) that are
+    /// consecutive both in the log and on the device: (device block, how
+    /// many of the items).
+    fn runs(&self, idx: impl Iterator<Item = u32>) -> Vec<(u64, usize)> {
+        let mut out: Vec<(u64, usize)> = Vec::new();
+        let mut prev: Option<u32> = None;
+        for i in idx {
+            let p = self.map[i as usize];
+            match (prev, out.last_mut()) {
+                (Some(q), Some(run)) if i == q + 1 && p == self.map[q as usize] + 1 => run.1 += 1,
+                _ => out.push((p, 1)),
+            }
+            prev = Some(i);
+        }
+        out
+    }
+
+    /// The log writes of the data blocks of a transaction starting at log
+    /// block `start` (escaped where [`format::layout_transaction`] escapes
+    /// them), as a [`SharedWrite`].
+    fn data_writes(&self, start: u32, blocks: &[(u64, Block)], revokes: usize) -> SharedWrite {
+        let idx = (0..blocks.len())
+            .map(|i| self.log_index(start, format::data_block_index(&self.js, revokes, i)));
+        let mut it = blocks.iter().map(|(_, d)| {
+            if d.len() >= 4 && format::be32(d, 0) == format::MAGIC {
+                Block::from(format::escape(d).0)
+            } else {
+                Block::clone(d)
+            }
+        });
+        let runs = self
+            .runs(idx)
+            .into_iter()
+            .map(|(p, k)| (p * self.bs, it.by_ref().take(k).collect()))
+            .collect();
+        SharedWrite::new(self.dev.clone(), runs)
+    }
+
+    /// Write the blocks of `log` (a transaction from log block `start`
+    /// on, its commit block left out) other than the data blocks: the
+    /// revoke and descriptor blocks.
+    fn write_meta(
+        &self,
+        start: u32,
+        log: &[format::LogBlock<'_>],
+        revokes: usize,
+        data: usize,
+    ) -> Result<()> {
+        let mut is_data = vec![false; log.len()];
+        for i in 0..data {
+            is_data[format::data_block_index(&self.js, revokes, i)] = true;
+        }
+        let meta: Vec<usize> = (0..log.len()).filter(|&r| !is_data[r]).collect();
+        let runs = self.runs(meta.iter().map(|&r| self.log_index(start, r)));
+        let mut at = meta.iter();
+        let mut bufs: Vec<&[u8]> = Vec::new();
+        for (p, k) in runs {
+            bufs.clear();
+            bufs.extend(at.by_ref().take(k).map(|&r| log[r].bytes()));
+            self.dev.write_vectored_at(p * self.bs, &bufs)?;
+        }
+        Ok(())
+    }
+
     fn write_log(&self, idx: u32, b: &[u8]) -> Result<()> {
         self.dev.write_at(self.map[idx as usize] * self.bs, b)?;
         Ok(())
@@ -164,18 +239,23 @@ impl LogWriter {
     /// transactions must not be replayed). Durable when this returns.
     /// Checkpoints older transactions first if the log lacks room.
     pub fn commit(&mut self, blocks: &[(u64, &[u8])], revokes: &[u64], time: u64) -> Result<u32> {
-        let owned = blocks.iter().map(|&(h, d)| (h, d.to_vec())).collect();
-        self.commit_owned(owned, revokes, time)
+        let owned = blocks.iter().map(|&(h, d)| (h, Block::from(d))).collect();
+        self.commit_owned(owned, revokes, time, None)
     }
 
     /// [`LogWriter::commit`] taking the blocks by value: they are written
     /// to the log from where they lie and kept for the checkpoint without
-    /// another copy.
-    pub fn commit_owned(
+    /// another copy. With `help`, the log writes of
+    /// the data blocks are offered there to the threads waiting for this
+    /// commit while this one computes their checksums and writes the
+    /// descriptors: a commit of several threads' changes is then not all
+    /// done by one of them while the others wait.
+    pub(crate) fn commit_owned(
         &mut self,
-        blocks: Vec<(u64, Vec<u8>)>,
+        blocks: Vec<(u64, Block)>,
         revokes: &[u64],
         time: u64,
+        help: Option<&HelpSlot>,
     ) -> Result<u32> {
         let bs = self.bs as usize;
         for (home, data) in &blocks {
@@ -196,9 +276,7 @@ impl LogWriter {
         }
         let seq = self.next_seq;
         let n = {
-            let refs: Vec<(u64, &[u8])> = blocks.iter().map(|(h, d)| (*h, &d[..])).collect();
-            let log = format::layout_transaction(&self.js, seq, &refs, revokes, time);
-            let n = log.len() as u32;
+            let n = format::transaction_len(&self.js, blocks.len(), revokes.len()) as u32;
             // One block stays free so that head == tail means empty.
             if n >= self.js.log_len() {
                 return Err(Error::Incompatible(format!(
@@ -210,7 +288,30 @@ impl LogWriter {
                 self.checkpoint()?;
             }
             let start = self.head;
-            let at = self.write_run(start, &log[..log.len() - 1])?;
+            // Offered before the checksums are computed: a waiter writes
+            // the data blocks meanwhile.
+            let shared = help.filter(|_| !blocks.is_empty()).map(|h| {
+                let w = Arc::new(self.data_writes(start, &blocks, revokes.len()));
+                h.post(&w);
+                (h, w)
+            });
+            let refs: Vec<(u64, &[u8])> = blocks.iter().map(|(h, d)| (*h, &d[..])).collect();
+            let log = format::layout_transaction(&self.js, seq, &refs, revokes, time);
+            debug_assert_eq!(log.len() as u32, n);
+            let body = &log[..log.len() - 1];
+            let at = match shared {
+                None => self.write_run(start, body)?,
+                Some((h, w)) => {
+                    let r = self.write_meta(start, body, revokes.len(), blocks.len());
+                    // Always waited for, even after an error: no write of
+                    // this commit may land after it returns.
+                    let d = w.finish();
+                    h.withdraw();
+                    r?;
+                    d?;
+                    self.log_index(start, body.len())
+                }
+            };
             if self.sb_empty {
                 // Recovery must find the log: point the superblock at it.
                 self.write_jsb(start, seq)?;
@@ -279,8 +380,14 @@ impl LogWriter {
 }
 
 impl crate::txn::LogSink for LogWriter {
-    fn commit(&mut self, blocks: Vec<(u64, Vec<u8>)>, revokes: &[u64], time: u64) -> Result<u32> {
-        LogWriter::commit_owned(self, blocks, revokes, time)
+    fn commit(
+        &mut self,
+        blocks: Vec<(u64, Block)>,
+        revokes: &[u64],
+        time: u64,
+        help: Option<&HelpSlot>,
+    ) -> Result<u32> {
+        LogWriter::commit_owned(self, blocks, revokes, time, help)
     }
     fn checkpoint(&mut self) -> Result<()> {
         LogWriter::checkpoint(self)
@@ -299,5 +406,117 @@ impl crate::txn::LogSink for LogWriter {
     }
     fn close(self: Box<Self>) -> Result<()> {
         LogWriter::close(*self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::MemDevice;
+    use crate::mkfs::{self, MkfsOptions};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+    fn image(bs: u32) -> Vec<u8> {
+        let path = std::env::temp_dir().join(format!(
+            "scalevfs-writer-shared-{}-{bs}.img",
+            std::process::id()
+        ));
+        let o = MkfsOptions {
+            size: 8 << 20,
+            block_size: Some(bs),
+            uuid: Some([7; 16]),
+            hash_seed: Some([9; 16]),
+            now: Some(1_700_000_000),
+            ..Default::default()
+        };
+        mkfs::make(&path, &o).unwrap();
+        let b = std::fs::read(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        b
+    }
+
+    /// The log writes a waiting thread does for the committer
+    /// (`HelpSlot`) leave the same bytes on the device as the committer
+    /// writing alone: descriptors and data blocks in their places across
+    /// descriptor runs, revoke blocks, an escaped block and the wrap at
+    /// the end of the log (with checkpoints).
+    #[test]
+    fn shared_log_writes_leave_the_same_log() {
+        for bs in [1024u32, 4096] {
+            let base = image(bs);
+            let alone: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(base.clone()));
+            let shared: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(base));
+            let mut wa = LogWriter::open(alone.clone(), true).unwrap();
+            let mut wb = LogWriter::open(shared.clone(), true).unwrap();
+            let per_desc = format::tags_per_descriptor(wa.journal());
+            let log_len = wa.journal().log_len() as usize;
+            // Home blocks outside the journal.
+            let homes: Vec<u64> = (100..wa.fs_blocks)
+                .filter(|b| wa.sorted.binary_search(b).is_err())
+                .take(400)
+                .collect();
+            let slot = HelpSlot::new();
+            let stop = AtomicBool::new(false);
+            let helped = AtomicUsize::new(0);
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    // Relaxed: a stop flag; the scope's join orders the rest.
+                    while !stop.load(Ordering::Relaxed) {
+                        if slot.help() {
+                            helped.fetch_add(1, Ordering::Relaxed);
+                        }
+                        std::hint::spin_loop();
+                    }
+                });
+                // Stops the helper however this thread leaves (a failed
+                // assertion included).
+                struct Stop<'a>(&'a AtomicBool);
+                impl Drop for Stop<'_> {
+                    fn drop(&mut self) {
+                        // Relaxed: see the helper.
+                        self.0.store(true, Ordering::Relaxed);
+                    }
+                }
+                let _stop = Stop(&stop);
+                let mut logged = 0usize;
+                let mut t = 0u64;
+                // Around the log about three times.
+                while logged < 3 * log_len {
+                    let n = [1, per_desc, per_desc + 3, 2 * per_desc + 1][t as usize % 4]
+                        .min(log_len / 5);
+                    let blocks: Vec<(u64, Block)> = (0..n)
+                        .map(|i| {
+                            let mut d = vec![(t as u8).wrapping_add(i as u8) | 1; bs as usize];
+                            if i == 1 {
+                                // Starts with the journal magic: escaped.
+                                d[..4].copy_from_slice(&format::MAGIC.to_be_bytes());
+                            }
+                            (homes[(t as usize * 7 + i) % 300], Block::from(d))
+                        })
+                        .collect();
+                    let revokes: Vec<u64> = if t % 3 == 2 {
+                        vec![homes[300], homes[301 + t as usize % 99]]
+                    } else {
+                        vec![]
+                    };
+                    let time = 1_700_000_000 + t;
+                    wa.commit_owned(blocks.clone(), &revokes, time, None)
+                        .unwrap();
+                    wb.commit_owned(blocks, &revokes, time, Some(&slot))
+                        .unwrap();
+                    logged += format::transaction_len(wa.journal(), n, revokes.len());
+                    t += 1;
+                }
+            });
+            let mut a = vec![0u8; alone.size() as usize];
+            let mut b = vec![0u8; shared.size() as usize];
+            alone.read_at(0, &mut a).unwrap();
+            shared.read_at(0, &mut b).unwrap();
+            assert!(
+                a == b,
+                "bs {bs}: the devices differ (helper wrote {} times)",
+                helped.load(Ordering::Relaxed)
+            );
+        }
     }
 }
