@@ -511,20 +511,24 @@ fn limbo_batch(counter: &Arc<scalevfs_sync::primitive::AtomicUsize>) -> Arc<crat
     Arc::new(Batch::new(vec![Item { free: bump, ptr: p }]))
 }
 
+/// The epoch's side of a batch: its grace-period deferral, and the steal
+/// that deferral registers.
+fn limbo_grace(b: &Arc<crate::limbo::Batch>) -> thread::JoinHandle<()> {
+    let b = b.clone();
+    thread::spawn(move || {
+        if b.on_grace() {
+            b.steal();
+        }
+    })
+}
+
 #[test]
 fn limbo_grace_and_steal_vs_owner_claim() {
     use scalevfs_sync::primitive::{AtomicUsize, Ordering};
     model(3, || {
         let counter = Arc::new(AtomicUsize::new(0));
         let b = limbo_batch(&counter);
-        let grace = {
-            let b = b.clone();
-            thread::spawn(move || {
-                if b.on_grace() {
-                    b.steal();
-                }
-            })
-        };
+        let grace = limbo_grace(&b);
         // The owner's poll: claim, then run what it took.
         if b.owner_claim() == Some(true) {
             b.run_taken();
@@ -541,14 +545,7 @@ fn limbo_grace_vs_owner_exit() {
     model(3, || {
         let counter = Arc::new(AtomicUsize::new(0));
         let b = limbo_batch(&counter);
-        let grace = {
-            let b = b.clone();
-            thread::spawn(move || {
-                if b.on_grace() {
-                    b.steal();
-                }
-            })
-        };
+        let grace = limbo_grace(&b);
         b.orphan();
         grace.join().unwrap();
         let n = counter.load(Ordering::SeqCst);

@@ -387,9 +387,16 @@ pub fn fresh_list(dir: &Path, bs: usize, size: &str) -> PathBuf {
 /// A fresh mkfs.ext4 image with `-O features`.
 pub fn fresh_with(dir: &Path, bs: usize, size: &str, features: &str) -> PathBuf {
     let img = dir.join(format!("img{bs}"));
+    mkfs_args(&img, &["-b", &bs.to_string(), "-O", features], size);
+    img
+}
+
+/// `mkfs.ext4 -q -F ARGS img size`, which must succeed.
+pub fn mkfs_args(img: &Path, args: &[&str], size: &str) {
     let out = Command::new(mkfs().unwrap())
-        .args(["-q", "-F", "-b", &bs.to_string(), "-O", features])
-        .arg(&img)
+        .args(["-q", "-F"])
+        .args(args)
+        .arg(img)
         .arg(size)
         .output()
         .unwrap();
@@ -398,7 +405,6 @@ pub fn fresh_with(dir: &Path, bs: usize, size: &str, features: &str) -> PathBuf 
         "mkfs: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    img
 }
 
 /// e2fsck -fn must exit 0 and say nothing about counts, bitmaps or

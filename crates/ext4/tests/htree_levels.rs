@@ -34,18 +34,19 @@ fn long_name(i: usize) -> String {
 
 fn image(dir: &Path, features: &str) -> std::path::PathBuf {
     let img = dir.join("img");
-    let out = std::process::Command::new(mkfs().unwrap())
-        .args(["-q", "-F", "-b", "1024", "-N", "60000", "-O", features])
-        .arg(&img)
-        .arg("128M")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "mkfs: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    mkfs_args(&img, &["-b", "1024", "-N", "60000", "-O", features], "128M");
     img
+}
+
+/// A read-write mount of `img` (on any device) and a VFS over it with an
+/// empty directory `/d` made when `mkdir`.
+fn mounted(e: Arc<Ext4>, mkdir: bool) -> (Arc<Ext4>, Vfs) {
+    let fsd: Arc<dyn Filesystem> = e.clone();
+    let vfs = Vfs::with_root_fs(VfsConfig::default(), fsd);
+    if mkdir {
+        vfs.root_task().mkdir("/d", 0o755).unwrap();
+    }
+    (e, vfs)
 }
 
 /// The htree depth debugfs reports for `/d`.
@@ -69,11 +70,8 @@ fn large_dir_grows_a_second_index_level() {
     }
     let s = Scratch::new("htree3");
     let img = image(&s.0, "large_dir,orphan_file");
-    let e = Ext4::open(&img, rw()).unwrap();
-    let fsd: Arc<dyn Filesystem> = e.clone();
-    let vfs = Vfs::with_root_fs(VfsConfig::default(), fsd);
+    let (e, vfs) = mounted(Ext4::open(&img, rw()).unwrap(), true);
     let t = vfs.root_task();
-    t.mkdir("/d", 0o755).unwrap();
     const N: usize = 36_000;
     for i in 0..N {
         let p = format!("/d/{}", long_name(i));
@@ -87,9 +85,7 @@ fn large_dir_grows_a_second_index_level() {
     assert_eq!(levels(&img), 2, "the index did not grow a second level");
     fsck_clean(&img);
     // Our lookup (a fresh mount, so through the on-disk index) finds each.
-    let e = Ext4::open(&img, rw()).unwrap();
-    let fsd: Arc<dyn Filesystem> = e.clone();
-    let vfs = Vfs::with_root_fs(VfsConfig::default(), fsd);
+    let (e, vfs) = mounted(Ext4::open(&img, rw()).unwrap(), false);
     let t = vfs.root_task();
     for i in 0..N {
         t.lstat(&format!("/d/{}", long_name(i)))
@@ -141,9 +137,7 @@ fn large_dir_grows_a_second_index_level() {
     drop(km);
     fsck_clean(&img);
     // And we read what the kernel added.
-    let e = Ext4::open(&img, Ext4Options::default()).unwrap();
-    let fsd: Arc<dyn Filesystem> = e.clone();
-    let vfs = Vfs::with_root_fs(VfsConfig::default(), fsd);
+    let (_e, vfs) = mounted(Ext4::open(&img, Ext4Options::default()).unwrap(), false);
     let t = vfs.root_task();
     for i in N + 2_000..N + 3_000 {
         t.lstat(&format!("/d/{}", long_name(i)))
@@ -158,11 +152,8 @@ fn index_full_without_large_dir_is_enospc() {
     }
     let s = Scratch::new("htreefull");
     let img = image(&s.0, "^large_dir,orphan_file");
-    let e = Ext4::open(&img, rw()).unwrap();
-    let fsd: Arc<dyn Filesystem> = e.clone();
-    let vfs = Vfs::with_root_fs(VfsConfig::default(), fsd);
+    let (e, vfs) = mounted(Ext4::open(&img, rw()).unwrap(), true);
     let t = vfs.root_task();
-    t.mkdir("/d", 0o755).unwrap();
     let mut made = 0;
     let err = loop {
         // Bounded: a one-level index of 1 KiB blocks holds far fewer.
@@ -210,24 +201,11 @@ fn inserts_into_a_damaged_index_never_panic() {
     }
     let s = Scratch::new("htreefuzz");
     let img = s.0.join("img");
-    let out = std::process::Command::new(mkfs().unwrap())
-        .args(["-q", "-F", "-b", "1024", "-N", "2048", "-O"])
-        .args(["large_dir,^metadata_csum"])
-        .arg(&img)
-        .arg("8M")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "mkfs: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let args = ["-b", "1024", "-N", "2048", "-O", "large_dir,^metadata_csum"];
+    mkfs_args(&img, &args, "8M");
     {
-        let e = Ext4::open(&img, rw()).unwrap();
-        let fsd: Arc<dyn Filesystem> = e.clone();
-        let vfs = Vfs::with_root_fs(VfsConfig::default(), fsd);
+        let (e, vfs) = mounted(Ext4::open(&img, rw()).unwrap(), true);
         let t = vfs.root_task();
-        t.mkdir("/d", 0o755).unwrap();
         for i in 0..700 {
             t.mknodat(
                 -100,
@@ -280,8 +258,7 @@ fn inserts_into_a_damaged_index_never_panic() {
                 let Ok(e) = Ext4::open_device(Box::new(dev), rw()) else {
                     return;
                 };
-                let fsd: Arc<dyn Filesystem> = e.clone();
-                let vfs = Vfs::with_root_fs(VfsConfig::default(), fsd);
+                let (e, vfs) = mounted(e, false);
                 let t = vfs.root_task();
                 for i in 700..1000 {
                     let _ = t.mknodat(
