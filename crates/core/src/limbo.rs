@@ -87,8 +87,9 @@ impl Batch {
             .is_ok()
     }
 
-    /// Run the frees. Only after a successful `take_from`.
-    fn run(&self) {
+    /// Run the frees. Only by the thread that moved the batch to TAKEN
+    /// (`take_from`, or `owner_claim` returning `Some(true)`).
+    pub(crate) fn run(&self) {
         // SAFETY: this thread moved the state to TAKEN (exclusive access).
         // (Under loom the cell is loom's, which checks that claim.)
         #[cfg(not(loom))]
@@ -129,7 +130,7 @@ impl Batch {
     }
 
     /// The owner's attempt: `Some(true)` when it took the batch (it runs
-    /// the frees, `run_taken`), `Some(false)` when a thief did, `None`
+    /// the frees, `run`), `Some(false)` when a thief did, `None`
     /// while the grace period lasts.
     pub(crate) fn owner_claim(&self) -> Option<bool> {
         // Acquire: see a thief's TAKEN (then nothing to do).
@@ -145,11 +146,6 @@ impl Batch {
     pub(crate) fn owner_claim_ready(&self) -> bool {
         // Acquire: as `owner_claim`.
         self.state.load(Ordering::Acquire) != PENDING
-    }
-
-    /// Run the frees of a batch this thread took (`owner_claim`).
-    pub(crate) fn run_taken(&self) {
-        self.run();
     }
 
     /// The owner is exiting: a PENDING batch is left to its grace-period
@@ -307,7 +303,7 @@ pub(crate) fn poll() {
         due
     });
     for b in due.unwrap_or_default() {
-        b.run_taken();
+        b.run();
     }
 }
 

@@ -531,7 +531,7 @@ fn limbo_grace_and_steal_vs_owner_claim() {
         let grace = limbo_grace(&b);
         // The owner's poll: claim, then run what it took.
         if b.owner_claim() == Some(true) {
-            b.run_taken();
+            b.run();
         }
         grace.join().unwrap();
         let n = counter.load(Ordering::SeqCst);

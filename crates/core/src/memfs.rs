@@ -917,6 +917,9 @@ impl Filesystem for MemFs {
     ) -> VfsResult<()> {
         let md = dir(d)?;
         md.trace(false);
+        // One pin for the listing: each entry's `InodeCell::with` then pins
+        // nested (a count, not a fence of its own per entry).
+        let _g = epoch::pin();
         for e in md.by_cookie.range(cookie.max(FIRST_COOKIE)..) {
             let c = *e.key();
             let Some(slot) = md.by_name.get(&e.value()[..]) else {
