@@ -789,6 +789,8 @@ fn release_slot(old: Shared<'_, Arc<File>>, g: &Guard) {
         }
         if cfg!(loom) {
             // Loom's threads share std's thread-locals: the global queue.
+            // (`g` is a real guard here: loom's models drop no table
+            // inside a collection, the one place `limbo::pin` nests.)
             // SAFETY: unreachable from the table now; pinned readers are
             // waited for.
             unsafe { g.defer_destroy(old) };
@@ -819,28 +821,30 @@ impl Default for FdTable {
 
 impl Drop for FdTable {
     fn drop(&mut self) {
-        let g = epoch::pin();
+        // A table may go inside a collection (limbo.rs, "Pins in frees").
+        let pin = crate::limbo::pin();
+        let g = pin.loads();
         // AcqRel: take ownership of the directory.
-        let dir = self.dir.swap(Shared::null(), Ordering::AcqRel, &g);
+        let dir = self.dir.swap(Shared::null(), Ordering::AcqRel, g);
         // SAFETY: we own the table; pinned readers are waited for by the
         // deferred destruction.
         if let Some(d) = unsafe { dir.as_ref() } {
             for c in d.chunks.iter() {
                 // AcqRel: take ownership of the chunk.
-                let p = c.swap(Shared::null(), Ordering::AcqRel, &g);
+                let p = c.swap(Shared::null(), Ordering::AcqRel, g);
                 // SAFETY: as for the directory.
                 if let Some(chunk) = unsafe { p.as_ref() } {
                     for s in chunk.slots.iter() {
-                        let f = s.file.swap(Shared::null(), Ordering::AcqRel, &g);
+                        let f = s.file.swap(Shared::null(), Ordering::AcqRel, g);
                         // A reservation (tag, no pointer) owns nothing.
-                        release_slot(f, &g);
+                        release_slot(f, g);
                     }
                     // SAFETY: unreachable now.
-                    unsafe { g.defer_destroy(p) };
+                    unsafe { pin.defer_destroy(p) };
                 }
             }
             // SAFETY: unreachable now.
-            unsafe { g.defer_destroy(dir) };
+            unsafe { pin.defer_destroy(dir) };
         }
     }
 }

@@ -25,10 +25,25 @@
 //! PENDING -> READY (grace period over) -> TAKEN (owner or thief);
 //! PENDING -> ORPHANED (owner exited) -> TAKEN (at the grace period).
 //! Loom: `crates/core/src/loom_models.rs` (`limbo_*`).
+//!
+//! ## Pins in frees (`pin`)
+//!
+//! Frees run inside crossbeam's collection, which runs inside a pin. While
+//! a thread exits, crossbeam's per-thread handle may already be gone; each
+//! pin then registers a fresh participant, and a fresh participant's first
+//! pin collects. A free that pinned there (a closed file puts its mount
+//! reference under a pin) started one more collection inside the first,
+//! one stack level per queued bag, until the stack overflowed. The pins of
+//! code that frees go through `pin` instead: inside a collection started by
+//! `pin` on this thread it pins nothing (the pin in progress protects the
+//! thread already) and queues deferrals on the thread (`Pin::Nested`,
+//! `LATER`); that outer `pin` hands them to its guard once the collection
+//! is over. Nesting is one level at most. Test:
+//! `crates/core/tests/thread_exit_frees.rs`.
 
-use std::cell::RefCell;
 #[cfg(not(loom))]
 use std::cell::UnsafeCell;
+use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -187,7 +202,7 @@ impl Limbo {
             &mut self.open,
             Vec::with_capacity(BATCH),
         )));
-        let g = crossbeam_epoch::pin();
+        let g = pin();
         let b2 = b.clone();
         // The deferral runs after every thread pinned now has unpinned;
         // each item was unreachable before this thread pinned here.
@@ -195,9 +210,9 @@ impl Limbo {
         // each of its system calls, takes nearly every batch first.
         g.defer(move || {
             if b2.on_grace() {
-                let g = crossbeam_epoch::pin();
+                let g = pin();
                 g.defer(move || {
-                    let g = crossbeam_epoch::pin();
+                    let g = pin();
                     g.defer(move || b2.steal());
                 });
             }
@@ -208,6 +223,105 @@ impl Limbo {
 
 thread_local! {
     static LIMBO: RefCell<Limbo> = RefCell::new(Limbo::default());
+    /// Whether this thread is inside `pin`'s call of crossbeam's pin (in
+    /// the collection it may run). Const, no destructor: usable while the
+    /// thread exits.
+    static PINNING: Cell<bool> = const { Cell::new(false) };
+    /// Deferrals asked for under `Pin::Nested`, newest first.
+    static LATER: Cell<*mut Later> = const { Cell::new(std::ptr::null_mut()) };
+}
+
+/// A deferral waiting for the outer `pin` of this thread.
+struct Later {
+    f: Box<dyn FnOnce()>,
+    next: *mut Later,
+}
+
+/// An epoch pin for code that frees or runs inside a free (module comment,
+/// "Pins in frees").
+pub(crate) enum Pin {
+    Guard(crossbeam_epoch::Guard),
+    /// This thread is inside a collection of `pin`'s own pin in progress,
+    /// which protects it: nothing pinned here.
+    Nested,
+}
+
+/// Pin the epoch, unless this thread is inside a collection that `pin`
+/// started (then `Pin::Nested`).
+pub(crate) fn pin() -> Pin {
+    if PINNING.with(Cell::get) {
+        return Pin::Nested;
+    }
+    PINNING.with(|p| p.set(true));
+    let g = crossbeam_epoch::pin();
+    PINNING.with(|p| p.set(false));
+    // Deferrals asked for during the collection: to this guard.
+    let mut l = LATER.with(|l| l.replace(std::ptr::null_mut()));
+    while !l.is_null() {
+        // SAFETY: `Pin::defer_unchecked` made it with Box::into_raw and
+        // linked it on this thread only; taken off the list once, here.
+        let later = unsafe { Box::from_raw(l) };
+        l = later.next;
+        let f = later.f;
+        // SAFETY: the deferral's contract was checked when it was queued
+        // (`Pin::defer_unchecked`); deferring later only delays it.
+        unsafe { g.defer_unchecked(f) };
+    }
+    Pin::Guard(g)
+}
+
+impl Pin {
+    /// A guard for loads and swaps of epoch pointers. Under `Nested` the
+    /// unprotected guard: the thread is pinned by the outer pin, and the
+    /// deferrals must go through `Pin::defer_unchecked`, never this guard.
+    pub(crate) fn loads(&self) -> &crossbeam_epoch::Guard {
+        match self {
+            Pin::Guard(g) => g,
+            // SAFETY: only its type is used for loads and swaps; the
+            // thread is inside a pinned section (the variant's meaning).
+            Pin::Nested => unsafe { crossbeam_epoch::unprotected() },
+        }
+    }
+
+    /// Run `f` after a grace period (crossbeam's `defer_unchecked`; under
+    /// `Nested`, queued for the outer pin's guard).
+    ///
+    /// # Safety
+    /// As crossbeam's `Guard::defer_unchecked`.
+    pub(crate) unsafe fn defer_unchecked<F: FnOnce() + 'static>(&self, f: F) {
+        match self {
+            // SAFETY: the caller's contract.
+            Pin::Guard(g) => unsafe { g.defer_unchecked(f) },
+            Pin::Nested => {
+                let l = Box::into_raw(Box::new(Later {
+                    f: Box::new(f),
+                    next: LATER.with(Cell::get),
+                }));
+                LATER.with(|h| h.set(l));
+            }
+        }
+    }
+
+    /// Run `f` after a grace period (crossbeam's `defer`).
+    pub(crate) fn defer<F: FnOnce() + Send + 'static>(&self, f: F) {
+        // SAFETY: `f` owns what it uses ('static) and may run on any
+        // thread (Send): crossbeam's safe `defer` asks no more.
+        unsafe { self.defer_unchecked(f) }
+    }
+
+    /// Free `p` after a grace period (crossbeam's `defer_destroy`).
+    ///
+    /// # Safety
+    /// As crossbeam's `Guard::defer_destroy`.
+    pub(crate) unsafe fn defer_destroy<T: 'static>(&self, p: crossbeam_epoch::Shared<'_, T>) {
+        let raw = p.as_raw() as usize;
+        // SAFETY: the caller's contract: `p` is unreachable and freed once.
+        unsafe {
+            self.defer_unchecked(move || {
+                drop(crossbeam_epoch::Owned::from_raw(raw as *mut T));
+            })
+        };
+    }
 }
 
 /// Free `ptr` with `free` after a grace period, on this thread when it is
@@ -232,7 +346,7 @@ pub(crate) unsafe fn retire(free: unsafe fn(*mut ()), ptr: *mut ()) {
     if queued != Ok(true) {
         // The thread is exiting or inside a free run by `poll`: the
         // global queue.
-        let g = crossbeam_epoch::pin();
+        let g = pin();
         // SAFETY: as this function's contract.
         unsafe { g.defer_unchecked(move || (item.free)(item.ptr)) };
     }

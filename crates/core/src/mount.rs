@@ -312,7 +312,9 @@ impl Drop for MntRef {
     #[inline]
     fn drop(&mut self) {
         let last = {
-            let _g = epoch::pin();
+            // A file's drop may run inside a collection (limbo.rs, "Pins
+            // in frees").
+            let _g = crate::limbo::pin();
             self.refs.put()
         };
         if last {

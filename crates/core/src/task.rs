@@ -100,13 +100,16 @@ impl FsContext {
 
 impl Drop for FsContext {
     fn drop(&mut self) {
-        let g = epoch::pin();
-        let old = self.snap.swap(epoch::Shared::null(), Ordering::AcqRel, &g);
+        // May run inside a collection (limbo.rs, "Pins in frees").
+        let pin = crate::limbo::pin();
+        let old = self
+            .snap
+            .swap(epoch::Shared::null(), Ordering::AcqRel, pin.loads());
         // SAFETY: a non-null snapshot is live until the deferred free below.
         if let Some(s) = unsafe { old.as_ref() } {
             s.release();
             // SAFETY: unreachable now; pinned readers are waited for.
-            unsafe { g.defer_destroy(old) };
+            unsafe { pin.defer_destroy(old) };
         }
     }
 }

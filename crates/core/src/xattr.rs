@@ -392,12 +392,15 @@ impl Drop for Value {
         // The skip list drops a value when its entry is reclaimed, after a
         // grace period of its own; a reader that loaded the bytes under its
         // guard may still use them, so they go after one more.
-        let g = epoch::pin();
+        // Runs inside a collection (limbo.rs, "Pins in frees").
+        let pin = crate::limbo::pin();
         // Relaxed: `&mut self`, nobody else reaches this cell any more.
-        let p = self.0.swap(epoch::Shared::null(), Ordering::Relaxed, &g);
+        let p = self
+            .0
+            .swap(epoch::Shared::null(), Ordering::Relaxed, pin.loads());
         if !p.is_null() {
             // SAFETY: unreachable from the map; freed once, after readers.
-            unsafe { g.defer_destroy(p) };
+            unsafe { pin.defer_destroy(p) };
         }
     }
 }
@@ -409,6 +412,11 @@ impl Drop for Value {
 #[derive(Default)]
 pub(crate) struct XattrStore {
     map: Atomic<XattrMap>,
+    /// The space charged for the attributes (`space`), kept by the
+    /// serialised writers so that the inode's drop needs no walk of the
+    /// map (a walk pins, and a drop may run inside the epoch's collection:
+    /// limbo.rs, "Pins in frees").
+    charged: AtomicU64,
 }
 
 impl std::fmt::Debug for XattrStore {
@@ -468,12 +476,8 @@ impl XattrStore {
 
     /// The space all the attributes are charged.
     pub(crate) fn space(&mut self) -> u64 {
-        let g = epoch::pin();
-        self.map(&g).map_or(0, |m| {
-            m.iter()
-                .map(|e| xattr_space(e.key(), e.value().get(&g)))
-                .sum()
-        })
+        // Relaxed: `&mut self`, the writers are done.
+        self.charged.load(Ordering::Relaxed)
     }
 
     /// Set or (`value: None`) remove `name`. The caller serialises writers.
@@ -504,6 +508,9 @@ impl XattrStore {
             (None, Some(old)) => {
                 m.remove(name);
                 budget.release(old);
+                // Relaxed: writers are serialised (this function's
+                // contract); the drop has `&mut`.
+                self.charged.fetch_sub(old, Ordering::Relaxed);
                 Ok(())
             }
             (Some(_), Some(_)) if flags & XATTR_CREATE != 0 => Err(Errno::EEXIST),
@@ -513,8 +520,12 @@ impl XattrStore {
                 let new = xattr_space(name, v);
                 if new > old {
                     budget.charge(new - old)?;
+                    // Relaxed: as for the removal.
+                    self.charged.fetch_add(new - old, Ordering::Relaxed);
                 } else {
                     budget.release(old - new);
+                    // Relaxed: as for the removal.
+                    self.charged.fetch_sub(old - new, Ordering::Relaxed);
                 }
                 match &entry {
                     Some(e) => e.value().replace(v, &g),
