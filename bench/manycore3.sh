@@ -77,7 +77,6 @@ step fsync 60 "$BIN" bench-fsync --threads "$THREADS" --seconds 0.4 \
     --targets lib-ext4,lib-ext4-none,kernel --image-mib 256 --report-dir "$OUT/fsync"
 step tree 60 "$BIN" bench-tree --files 20000 --dirs 200 --threads "$THREADS" \
     --targets lib-memfs,lib-ext4,kernel --report-dir "$OUT/tree"
-cp "$OUT/rep-traced/traced.md" "$OUT/traced-table.md" 2>/dev/null
 tar czf "$OUT/reports.tgz" -C "$OUT" $(cd "$OUT" && ls -d rep-* fsync tree 2>/dev/null)
 rm -rf "$OUT"/rep-* "$OUT/fsync" "$OUT/tree"
 ls -la "$OUT"

@@ -89,12 +89,13 @@ pub struct Inode {
     /// Tells this inode from an earlier one with the same number (file
     /// handles): set once by the filesystem at creation.
     generation: u32,
-    /// Where the size comes from when the filesystem keeps it itself
-    /// (`with_size_fn`): `attr()` reports `size_fn(self)` in place of the
-    /// stored size. memfs directories: from their entry count, which every
-    /// create and unlink writes anyway, so a name operation need not write
-    /// the attribute record for the size (issue 16). Set once at creation.
-    size_fn: Option<fn(&Inode) -> u64>,
+    /// Attributes the filesystem keeps itself (`with_attr_fn`): `attr()`
+    /// lets `attr_fn(self, &mut copy)` fill them in over the stored ones.
+    /// memfs directories: the size from their entry count, which every
+    /// create and unlink writes anyway, and the link count from their
+    /// subdirectory count, so a name operation need not write the
+    /// attribute record for either (issue 16). Set once at creation.
+    attr_fn: Option<fn(&Inode, &mut Attr)>,
     /// The access ACL (Linux's `i_acl`), the stored one parsed, when the
     /// inode has one (`I_ACL`); the filesystem keeps the stored copy. Read
     /// under an epoch guard with no lock and no write (a permission check
@@ -193,7 +194,7 @@ impl Inode {
             attr: SeqLock::new(attr),
             dir_lock: BrLock::new(Class::DirParent),
             generation: 0,
-            size_fn: None,
+            attr_fn: None,
             acl: Atomic::null(),
             orphan: Default::default(),
             write_count: AtomicI64::new(0),
@@ -207,13 +208,14 @@ impl Inode {
         self
     }
 
-    /// This inode with its size reported by `f` (see the field `size_fn`):
-    /// `attr()` and `stat()` call it, the stored size is not read, and
-    /// `update_attr` closures see (and may change, to no effect) the stored
-    /// one. `f` must not take a lock (it runs inside lock-free walks, under
-    /// any lock of the VFS) and must not call `attr()` of this inode.
-    pub fn with_size_fn(mut self, f: fn(&Inode) -> u64) -> Inode {
-        self.size_fn = Some(f);
+    /// This inode with some attributes filled in by `f` (see the field
+    /// `attr_fn`): `attr()` and `stat()` call it on the stored copy, and
+    /// `update_attr` closures see (and may change) the stored values that
+    /// `f` then overrides. `f` must not take a lock (it runs inside
+    /// lock-free walks, under any lock of the VFS) and must not call
+    /// `attr()` of this inode.
+    pub fn with_attr_fn(mut self, f: fn(&Inode, &mut Attr)) -> Inode {
+        self.attr_fn = Some(f);
         self
     }
 
@@ -287,8 +289,8 @@ impl Inode {
     #[inline]
     pub fn attr(&self) -> Attr {
         let mut a = self.attr.read();
-        if let Some(f) = self.size_fn {
-            a.size = f(self);
+        if let Some(f) = self.attr_fn {
+            f(self, &mut a);
         }
         a
     }

@@ -13,12 +13,12 @@
 //!   positioned overwrites inside one existing page (`write_shared`), which
 //!   hold it shared and publish their copies by compare-and-exchange.
 //! - Attributes live in the VFS inode (its seqlock); memfs has no copy,
-//!   except a directory's size, which it reports from the entry count
-//!   (`dir_size`, `Inode::with_size_fn`): a create or unlink of a file
-//!   writes the directory's attribute record only for its mtime/ctime, and
-//!   only when they are not the current clock tick already
-//!   (`Inode::touch_mc_unless_current`); mkdir and rmdir write it for the
-//!   link count.
+//!   except a directory's size and link count, which it reports from the
+//!   entry count and its own subdirectory count (`dir_attrs`,
+//!   `Inode::with_attr_fn`): a create, unlink, mkdir or rmdir writes the
+//!   directory's attribute record only for its mtime/ctime, and only when
+//!   they are not the current clock tick already
+//!   (`Inode::touch_mc_unless_current`).
 //! - Limits (tmpfs's `size=` and `nr_inodes=`): one counter each in
 //!   `MemStats`, taken with a bounded read-modify-write (never past the
 //!   limit) and given back when pages or inodes are freed. The inode count
@@ -42,7 +42,8 @@ use std::sync::{Arc, Weak};
 
 use crossbeam_epoch::{self as epoch, Atomic, Owned};
 use crossbeam_skiplist::SkipMap;
-use scalevfs_sync::primitive::{AtomicI64, AtomicPtr, AtomicU64, Ordering};
+use crossbeam_utils::CachePadded;
+use scalevfs_sync::primitive::{AtomicI64, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 use crate::percpu::{InoAllocator, LimitedCounter};
 use crate::xattr::{XattrBudget, XattrStore};
@@ -350,6 +351,11 @@ struct MemDir {
     listed_batch: AtomicU64,
     /// The parent directory (`..`); null for the root, its own parent.
     parent: Atomic<Weak<Inode>>,
+    /// Subdirectories: the link count is 2 more (`dir_attrs`). Changed by
+    /// mkdir, rmdir and renames of directories (under the directory's
+    /// lock, shared) instead of the attribute record; on a line of its own,
+    /// away from `listed_batch`, which every insert reads.
+    subdirs: CachePadded<AtomicU32>,
 }
 
 impl Drop for MemDir {
@@ -503,7 +509,7 @@ impl MemFs {
                 }),
             )
             .with_generation(generation)
-            .with_size_fn(dir_size),
+            .with_attr_fn(dir_attrs),
         );
         MemFs {
             dev,
@@ -557,14 +563,14 @@ impl MemFs {
         )
         .with_generation(self.generation);
         Ok(Arc::new(if is_dir {
-            inode.with_size_fn(dir_size)
+            inode.with_attr_fn(dir_attrs)
         } else {
             inode
         }))
     }
 
     /// Add the entry `name` (the directory's size follows from its entry
-    /// count: `dir_size`).
+    /// count: `dir_attrs`).
     fn insert_entry(&self, d: &MemDir, name: &[u8], inode: Arc<Inode>) {
         d.trace(true);
         // Unique (filesystem-wide, so in this directory too) and never
@@ -637,20 +643,47 @@ impl MemFs {
     }
 }
 
-/// A directory's size, as tmpfs counts it (`BOGO_DIRENT_SIZE` for each
-/// entry, `.` and `..` included), from its entry count: the skip list's
-/// length, which every insert and remove writes anyway (its hot line), so
-/// the create path does not also write the size into the directory's
-/// attribute record (`Inode::with_size_fn`, issue 16). Exact when no name
-/// operation runs in the directory; during a rename within it the old and
-/// the new name are both counted for a moment.
-fn dir_size(i: &Inode) -> u64 {
+/// A directory's size and link count (`Inode::with_attr_fn`, issue 16).
+///
+/// The size, as tmpfs counts it (`BOGO_DIRENT_SIZE` for each entry, `.` and
+/// `..` included), from its entry count: the skip list's length, which
+/// every insert and remove writes anyway (its hot line), so the create path
+/// does not also write the size into the directory's attribute record.
+/// Exact when no name operation runs in the directory; during a rename
+/// within it the old and the new name are both counted for a moment.
+///
+/// The link count, 2 plus the subdirectories (`MemDir::subdirs`), unless
+/// the stored one is 0 (the directory was removed): mkdir and rmdir change
+/// one counter instead of writing the record (lock, sequence count and
+/// every word of it, each a line that the walks through the directory
+/// read). A stat racing a mkdir may pair the new link count with the old
+/// times, as it may pair the new size with them.
+fn dir_attrs(i: &Inode, a: &mut Attr) {
     match i.private::<MemNode>().map(|n| &n.kind) {
         Some(MemKind::Dir(d)) => {
             d.trace(false);
-            BOGO_DIRENT_SIZE * (2 + d.by_name.len() as u64)
+            a.size = BOGO_DIRENT_SIZE * (2 + d.by_name.len() as u64);
+            if a.nlink != 0 {
+                // Relaxed: a count, like the skip list's length.
+                a.nlink = 2u32.saturating_add(d.subdirs.load(Ordering::Relaxed));
+            }
         }
-        _ => 0,
+        _ => a.size = 0,
+    }
+}
+
+impl MemDir {
+    /// One subdirectory more (mkdir, a directory renamed into this one).
+    fn subdir_added(&self) {
+        // Relaxed: a count; the entry itself is published by the skip list.
+        self.subdirs.fetch_add(1, Ordering::Relaxed);
+    }
+    /// One subdirectory fewer; never below 0.
+    fn subdir_removed(&self) {
+        // Relaxed: as `subdir_added`.
+        let _ = self
+            .subdirs
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
     }
 }
 
@@ -721,16 +754,13 @@ impl Filesystem for MemFs {
         };
         self.insert_entry(md, name, inode.clone());
         let now = Timespec::now();
-        // The parent's size follows from its entries (`dir_size`); its
-        // times are written once per clock tick, its link count by mkdir.
+        // The parent's size and link count follow from its entries and
+        // subdirectories (`dir_attrs`); its times are written once per
+        // clock tick.
         if is_dir {
-            d.update_attr(|a| {
-                a.nlink += 1;
-                a.touch_mc(now);
-            });
-        } else {
-            d.touch_mc_unless_current(now);
+            md.subdir_added();
         }
+        d.touch_mc_unless_current(now);
         Ok(inode)
     }
 
@@ -779,10 +809,8 @@ impl Filesystem for MemFs {
             a.nlink = 0;
             a.set_ctime(now);
         });
-        d.update_attr(|a| {
-            a.nlink = a.nlink.saturating_sub(1);
-            a.touch_mc(now);
-        });
+        md.subdir_removed();
+        d.touch_mc_unless_current(now);
         Ok(())
     }
 
@@ -816,13 +844,9 @@ impl Filesystem for MemFs {
                 }
             }
             if cross && moved.is_dir() != other.is_dir() {
-                let (gain, lose) = if moved.is_dir() {
-                    (new_dir, old_dir)
-                } else {
-                    (old_dir, new_dir)
-                };
-                gain.update_attr(|a| a.nlink += 1);
-                lose.update_attr(|a| a.nlink = a.nlink.saturating_sub(1));
+                let (gain, lose) = if moved.is_dir() { (nd, od) } else { (od, nd) };
+                gain.subdir_added();
+                lose.subdir_removed();
             }
             other.update_attr(|a| a.set_ctime(now));
         } else {
@@ -840,7 +864,7 @@ impl Filesystem for MemFs {
                     a.set_ctime(now);
                 });
                 if r.is_dir() {
-                    new_dir.update_attr(|a| a.nlink = a.nlink.saturating_sub(1));
+                    nd.subdir_removed();
                 }
             }
             if cross {
@@ -853,8 +877,8 @@ impl Filesystem for MemFs {
                 if let Ok(md) = dir(moved) {
                     md.set_parent(new_dir);
                 }
-                old_dir.update_attr(|a| a.nlink = a.nlink.saturating_sub(1));
-                new_dir.update_attr(|a| a.nlink += 1);
+                od.subdir_removed();
+                nd.subdir_added();
             }
         }
         moved.update_attr(|a| a.set_ctime(now));

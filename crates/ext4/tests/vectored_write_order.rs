@@ -45,6 +45,8 @@ fn file_device_writes_buffers_in_order() {
     std::fs::write(&path, vec![0xEEu8; size]).unwrap();
     let dev = FileDevice::open(&path, true).unwrap();
     check(&dev, || std::fs::read(&path).unwrap(), size);
+    drop(dev);
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
