@@ -1748,6 +1748,24 @@ impl Dcache {
                         } else {
                             None
                         };
+                        // A directory's dentry may be in use without a
+                        // count: a name operation's parent (walk.rs,
+                        // `ParentWalk`), safe from here once it holds the
+                        // directory's lock shared. Killed only with that
+                        // lock held exclusively, tried (a busy directory is
+                        // skipped this turn).
+                        let dir_lock = match d.inode() {
+                            Some(i) if i.is_dir() => {
+                                match i.dir_lock.try_write_as(Class::DirVictim) {
+                                    Some(g) => Some(g),
+                                    None => {
+                                        p = next;
+                                        continue;
+                                    }
+                                }
+                            }
+                            _ => None,
+                        };
                         let lr = d.lockref();
                         lr.lock();
                         if lr.count() == 0 {
@@ -1761,6 +1779,7 @@ impl Dcache {
                         } else {
                             lr.unlock();
                         }
+                        drop(dir_lock);
                     }
                 }
                 p = next;

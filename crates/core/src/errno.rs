@@ -41,6 +41,14 @@ macro_rules! errnos {
     };
 }
 
+impl Errno {
+    /// Internal, never returned to a caller (Linux's kernel-internal
+    /// ERESTARTNOINTR, 513): a name operation found the parent it walked to
+    /// without a count gone before it locked it, and is redone with a
+    /// counted walk (`walk::ParentWalk`).
+    pub(crate) const RESTART_WALK: Errno = Errno(nz(513));
+}
+
 const fn nz(v: i32) -> NonZeroI32 {
     match NonZeroI32::new(v) {
         Some(n) => n,

@@ -56,14 +56,16 @@ impl Task {
     // Name operations.
     // ---------------------------------------------------------------
 
-    /// Walk to the parent and require a normal last component.
+    /// Walk to the parent and require a normal last component (`counted`:
+    /// see `Task::parent_of`).
     pub(crate) fn name_op<'a>(
         &self,
         dirfd: impl Into<At<'a>> + Copy,
         path: &[u8],
         special: Errno,
+        counted: bool,
     ) -> VfsResult<NameOp> {
-        let pw = self.parent_of(dirfd, path)?;
+        let pw = self.parent_of(dirfd, path, counted)?;
         let name = match &pw.last {
             Last::Normal(n) => n.clone(),
             _ => return Err(special),
@@ -105,12 +107,27 @@ impl Task {
     /// The first step of every create, link and unlink: the parent's
     /// directory lock (shared) and the name's stripe, in the global order,
     /// and the name's positive dentry under them.
+    ///
+    /// An uncounted parent (`ParentWalk`) is checked under the directory
+    /// lock: still hashed, not dead, its inode not removed; from then on
+    /// nothing unhashes or kills it until the lock goes. Otherwise
+    /// `Errno::RESTART_WALK`: the caller redoes the operation with a
+    /// counted walk (`redo_counted`).
     pub(crate) fn lock_name<'a>(
         &'a self,
-        parent: &'a PathRef,
+        pw: &'a ParentWalk,
         name: &[u8],
     ) -> VfsResult<LockedName<'a>> {
+        let parent = &*pw.parent;
         let dl = self.dir_shared(parent.inode());
+        if !pw.counted
+            && (parent.dentry.lockref().is_dead()
+                || !parent.dentry.is_hashed()
+                || parent.inode().is_dead())
+        {
+            scalevfs_sync::lockstat::inc(scalevfs_sync::lockstat::Stat::WalkAborted);
+            return Err(Errno::RESTART_WALK);
+        }
         let nl = self.name_lock(&parent.dentry, name);
         let existing = self.lookup_child(parent, name)?;
         Ok(LockedName {
@@ -277,7 +294,7 @@ impl Task {
         // Borrowed, not cloned: no RMW of the parent inode's shared Arc count
         // per create (issue 16); the same in the other name operations.
         let dir = parent.inode();
-        let slot = self.lock_name(parent, &op.name)?;
+        let slot = self.lock_name(&op.pw, &op.name)?;
         if slot.existing.is_some() {
             return Err(Errno::EEXIST);
         }
@@ -357,17 +374,19 @@ impl Task {
         path: &P,
         mode: u32,
     ) -> VfsResult<()> {
-        let op = self.name_op(dirfd, as_bytes(path), Errno::EEXIST)?;
-        self.create_node(
-            &op,
-            true,
-            Some(mode & 0o1777),
-            |fs, dir, owner, sgid, mode| {
-                let m = if sgid { mode | S_ISGID } else { mode };
-                fs.create(dir, &op.name, NewNode::Dir { mode: m }, owner)
-            },
-        )?;
-        Ok(())
+        redo_counted(|counted| {
+            let op = self.name_op(dirfd, as_bytes(path), Errno::EEXIST, counted)?;
+            self.create_node(
+                &op,
+                true,
+                Some(mode & 0o1777),
+                |fs, dir, owner, sgid, mode| {
+                    let m = if sgid { mode | S_ISGID } else { mode };
+                    fs.create(dir, &op.name, NewNode::Dir { mode: m }, owner)
+                },
+            )?;
+            Ok(())
+        })
     }
 
     pub fn mkdir<P: AsRef<[u8]> + ?Sized>(&self, path: &P, mode: u32) -> VfsResult<()> {
@@ -393,35 +412,37 @@ impl Task {
             Some(FileType::Directory) => return Err(Errno::EPERM),
             _ => return Err(Errno::EINVAL),
         }
-        let op = self.name_op(dirfd, as_bytes(path), Errno::EEXIST)?;
         let rdev = if matches!(ty, S_IFCHR | S_IFBLK) {
             dev
         } else {
             0
         };
-        self.create_node(
-            &op,
-            false,
-            Some(mode & 0o7777),
-            |fs, dir, owner, sgid, perm| {
-                // Linux's vfs_mknod checks CAP_MKNOD after may_create (EEXIST
-                // and EACCES come first).
-                if matches!(ty, S_IFCHR | S_IFBLK) && !self.cred.is_root() {
-                    return Err(Errno::EPERM);
-                }
-                let perm = self.strip_sgid(perm, owner.1, sgid);
-                fs.create(
-                    dir,
-                    &op.name,
-                    NewNode::Node {
-                        mode: ty | perm,
-                        rdev,
-                    },
-                    owner,
-                )
-            },
-        )?;
-        Ok(())
+        redo_counted(|counted| {
+            let op = self.name_op(dirfd, as_bytes(path), Errno::EEXIST, counted)?;
+            self.create_node(
+                &op,
+                false,
+                Some(mode & 0o7777),
+                |fs, dir, owner, sgid, perm| {
+                    // Linux's vfs_mknod checks CAP_MKNOD after may_create (EEXIST
+                    // and EACCES come first).
+                    if matches!(ty, S_IFCHR | S_IFBLK) && !self.cred.is_root() {
+                        return Err(Errno::EPERM);
+                    }
+                    let perm = self.strip_sgid(perm, owner.1, sgid);
+                    fs.create(
+                        dir,
+                        &op.name,
+                        NewNode::Node {
+                            mode: ty | perm,
+                            rdev,
+                        },
+                        owner,
+                    )
+                },
+            )?;
+            Ok(())
+        })
     }
 
     /// `symlinkat(2)`.
@@ -436,11 +457,13 @@ impl Task {
         if target.is_empty() {
             return Err(Errno::ENOENT);
         }
-        let op = self.name_op(dirfd, as_bytes(path), Errno::EEXIST)?;
-        self.create_node(&op, false, None, |fs, dir, owner, _, _| {
-            fs.create(dir, &op.name, NewNode::Symlink { target }, owner)
-        })?;
-        Ok(())
+        redo_counted(|counted| {
+            let op = self.name_op(dirfd, as_bytes(path), Errno::EEXIST, counted)?;
+            self.create_node(&op, false, None, |fs, dir, owner, _, _| {
+                fs.create(dir, &op.name, NewNode::Symlink { target }, owner)
+            })?;
+            Ok(())
+        })
     }
 
     pub fn symlink<T: AsRef<[u8]> + ?Sized, P: AsRef<[u8]> + ?Sized>(
@@ -498,14 +521,14 @@ impl Task {
         new: &[u8],
     ) -> VfsResult<()> {
         let mut ch = self.changes();
-        let op = self.name_op(newdirfd, new, Errno::EEXIST)?;
+        let op = self.name_op(newdirfd, new, Errno::EEXIST, true)?;
         if !MntRef::ptr_eq(&src.mnt, &op.pw.parent.mnt) {
             return Err(Errno::EXDEV);
         }
         let inode = src.inode().clone();
         let parent = &op.pw.parent;
         let dir = parent.inode();
-        let slot = self.lock_name(parent, &op.name)?;
+        let slot = self.lock_name(&op.pw, &op.name)?;
         if slot.existing.is_some() {
             return Err(Errno::EEXIST);
         }
@@ -584,7 +607,19 @@ impl Task {
         }
         let path = as_bytes(path);
         let rmdir = flags & AT_REMOVEDIR != 0;
-        let pw = self.parent_of(dirfd, path)?;
+        redo_counted(|counted| self.unlink_walked(dirfd, path, rmdir, counted))
+    }
+
+    /// `unlinkat` after its flag checks, with the parent walked counted or
+    /// not (`Task::parent_of`).
+    fn unlink_walked<'a>(
+        &self,
+        dirfd: impl Into<At<'a>> + Copy,
+        path: &[u8],
+        rmdir: bool,
+        counted: bool,
+    ) -> VfsResult<()> {
+        let pw = self.parent_of(dirfd, path, counted)?;
         let name = match &pw.last {
             Last::Normal(n) => n.clone(),
             Last::Dot if rmdir => return Err(Errno::EINVAL),
@@ -603,7 +638,7 @@ impl Task {
         // Retried only when the victim directory's lock was busy (see
         // `try_victim_excl`); each retry first waits for that lock.
         loop {
-            let mut slot = self.lock_name(parent, &name)?;
+            let mut slot = self.lock_name(&pw, &name)?;
             let victim = slot.existing.take().ok_or(Errno::ENOENT)?;
             let vi = victim.inode().ok_or(Errno::ENOENT)?.clone();
             if !rmdir && pw.trailing {
@@ -673,8 +708,9 @@ impl Task {
         // as tmpfs makes it. No CAP_MKNOD needed (Linux 5.8 and later).
         let whiteout = flags & RENAME_WHITEOUT != 0;
         let exchange = flags & RENAME_EXCHANGE != 0;
-        let opw = self.parent_of(olddirfd, as_bytes(old))?;
-        let npw = self.parent_of(newdirfd, as_bytes(new))?;
+        // Counted: rename takes its locks in an order of its own.
+        let opw = self.parent_of(olddirfd, as_bytes(old), true)?;
+        let npw = self.parent_of(newdirfd, as_bytes(new), true)?;
         if !MntRef::ptr_eq(&opw.parent.mnt, &npw.parent.mnt) {
             return Err(Errno::EXDEV);
         }
@@ -885,5 +921,15 @@ fn is_ancestor(a: &Dentry, d: &Dentry) -> bool {
             return false;
         }
         cur = c.parent_ptr();
+    }
+}
+
+/// Run a name operation with an uncounted parent walk, and once more with a
+/// counted one if that parent went away before it was locked
+/// (`Task::lock_name`, `Errno::RESTART_WALK`).
+pub(crate) fn redo_counted<R>(f: impl Fn(bool) -> VfsResult<R>) -> VfsResult<R> {
+    match f(false) {
+        Err(e) if e == Errno::RESTART_WALK => f(true),
+        r => r,
     }
 }

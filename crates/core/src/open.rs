@@ -269,10 +269,26 @@ impl Task {
         mode: u32,
         depth: u32,
     ) -> VfsResult<(PathRef, bool)> {
+        crate::namei::redo_counted(|counted| {
+            self.open_create_walked(dirfd, path, flags, mode, depth, counted)
+        })
+    }
+
+    /// `open_create` with the parent walked counted or not
+    /// (`Task::parent_of`).
+    fn open_create_walked<'a>(
+        &self,
+        dirfd: impl Into<At<'a>> + Copy,
+        path: &[u8],
+        flags: u32,
+        mode: u32,
+        depth: u32,
+        counted: bool,
+    ) -> VfsResult<(PathRef, bool)> {
         if depth > MAX_SYMLINKS {
             return Err(Errno::ELOOP);
         }
-        let pw = self.parent_of(dirfd, path)?;
+        let pw = self.parent_of(dirfd, path, counted)?;
         let name = match &pw.last {
             Last::Normal(n) => n.clone(),
             // ".", ".." or "/": an existing directory. Linux's do_open
@@ -290,7 +306,7 @@ impl Task {
         let parent = &pw.parent;
         let dir = parent.inode();
         let existing = {
-            let mut slot = self.lock_name(parent, &name)?;
+            let mut slot = self.lock_name(&pw, &name)?;
             match slot.existing.take() {
                 Some(d) => d,
                 None => {

@@ -471,10 +471,15 @@ impl Task {
         self.ctx(&g).walk(&g, start, path, follow)
     }
 
+    /// Walk to the parent of `path`'s last component: counted, or (with
+    /// `counted` false, where the caller redoes the operation counted on
+    /// `Errno::RESTART_WALK` from `lock_name`) held by an epoch guard that
+    /// the result keeps (`ParentWalk`).
     pub(crate) fn parent_of<'a>(
         &self,
         dirfd: impl Into<At<'a>> + Copy,
         path: &[u8],
+        counted: bool,
     ) -> VfsResult<ParentWalk> {
         check_path(path)?;
         if path.is_empty() {
@@ -482,7 +487,9 @@ impl Task {
         }
         let g = epoch::pin();
         let start = self.start(dirfd, path, &g)?;
-        self.ctx(&g).walk_parent(&g, start, path)
+        let mut pw = self.ctx(&g).walk_parent(&g, start, path, counted)?;
+        pw.keep_guard(g);
+        Ok(pw)
     }
 
     /// `chdir(2)`.

@@ -125,6 +125,8 @@
 //!
 //! The whole walk runs under one epoch guard, pinned before any lock.
 
+use std::mem::ManuallyDrop;
+
 use crossbeam_epoch::Guard;
 use scalevfs_sync::lockstat::{self, Stat};
 
@@ -185,12 +187,66 @@ pub(crate) enum Last {
 }
 
 /// The result of a parent-mode walk.
-#[derive(Debug)]
+///
+/// The parent is counted (a reference on its dentry), or, from a lock-free
+/// walk asked for no count (`walk_parent`'s `counted` false), held by the
+/// epoch guard kept here: create, unlink, mkdir and rmdir of different
+/// names in one directory then write nothing to the parent dentry's
+/// LockRef (each `dget`/`dput` of it was a shared-line write per call,
+/// issue 16). An uncounted parent may be evicted or killed until its
+/// directory lock is held; `Task::lock_name` takes the lock, then checks
+/// that the dentry is still hashed and alive and its inode not removed.
+/// Under that shared lock nothing can unhash or kill it: eviction
+/// try-locks a directory's lock exclusively before it kills the
+/// directory's dentry (`Dcache::sweep_bucket`), and rmdir and rename over
+/// a directory mark the inode removed under that lock before they unhash.
+/// When the check fails the operation is redone with a counted walk
+/// (`Errno::RESTART_WALK`).
 pub(crate) struct ParentWalk {
-    pub parent: PathRef,
+    /// Dropped by `Drop` below: the dentry's reference only when counted.
+    pub parent: ManuallyDrop<PathRef>,
     pub last: Last,
     /// The path ended in a slash.
     pub trailing: bool,
+    /// Whether `parent.dentry` owns a count.
+    pub counted: bool,
+    /// Keeps an uncounted parent's memory: dropped after `parent`.
+    guard: Option<Guard>,
+}
+
+impl ParentWalk {
+    /// Keep `g` for an uncounted parent (`Task::parent_of`).
+    pub(crate) fn keep_guard(&mut self, g: Guard) {
+        if !self.counted {
+            self.guard = Some(g);
+        }
+    }
+}
+
+impl Drop for ParentWalk {
+    fn drop(&mut self) {
+        if self.counted {
+            // SAFETY: dropped once, here; never used after.
+            unsafe { ManuallyDrop::drop(&mut self.parent) };
+        } else {
+            // The mount's count only: the dentry's reference owns no count
+            // and is forgotten (the guard, dropped after this, kept it).
+            // SAFETY: dropped once, here; the rest of `parent` is a plain
+            // pointer with no drop of its own once left alone.
+            unsafe { std::ptr::drop_in_place(&mut self.parent.mnt) };
+        }
+    }
+}
+
+impl std::fmt::Debug for ParentWalk {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ParentWalk")
+            .field("parent", &*self.parent)
+            .field("last", &self.last)
+            .field("trailing", &self.trailing)
+            .field("counted", &self.counted)
+            .finish()
+    }
 }
 
 /// Component iterator over the path and a stack of symlink bodies pushed as
@@ -496,12 +552,15 @@ impl<'a> WalkCtx<'a> {
         self.walk_ref_from_start(guard, start, path, opts, comps)
     }
 
-    /// Walk all but the last component; the parent comes back counted.
+    /// Walk all but the last component; the parent comes back counted,
+    /// or (`counted` false, the lock-free walk done in one go) held only
+    /// by `guard` (see `ParentWalk`; the caller keeps the guard in it).
     pub(crate) fn walk_parent(
         &self,
         guard: &Guard,
         start: Start<'_>,
         path: &[u8],
+        counted: bool,
     ) -> VfsResult<ParentWalk> {
         if path.is_empty() {
             return Err(Errno::ENOENT);
@@ -511,7 +570,14 @@ impl<'a> WalkCtx<'a> {
             parent: true,
         };
         let mut comps = Comps::new(path);
-        let parent = self.walk_counted(guard, start, path, opts, &mut comps)?;
+        let (parent, counted) = if counted {
+            (
+                self.walk_counted(guard, start, path, opts, &mut comps)?,
+                true,
+            )
+        } else {
+            self.walk_parent_uncounted(guard, start, path, opts, &mut comps)?
+        };
         let (last, trailing) = match comps.next() {
             None => (Last::Root, false),
             Some(c) => {
@@ -524,14 +590,76 @@ impl<'a> WalkCtx<'a> {
                 (l, c.trailing)
             }
         };
-        if !parent.inode().is_dir() {
-            return Err(Errno::ENOTDIR);
-        }
-        Ok(ParentWalk {
-            parent,
+        let pw = ParentWalk {
+            parent: ManuallyDrop::new(parent),
             last,
             trailing,
-        })
+            counted,
+            guard: None,
+        };
+        if !pw.parent.inode().is_dir() {
+            return Err(Errno::ENOTDIR);
+        }
+        Ok(pw)
+    }
+
+    /// `walk_counted` for a parent, without a count on the dentry when the
+    /// lock-free walk gets there in one go: `(parent, counted)`.
+    fn walk_parent_uncounted<'p>(
+        &self,
+        guard: &Guard,
+        start: Start<'_>,
+        path: &'p [u8],
+        opts: WalkOpts,
+        comps: &mut Comps<'p>,
+    ) -> VfsResult<(PathRef, bool)> {
+        if self.vfs.config().walk == WalkMode::LockFree {
+            let seq0 = self.vfs.mount_read_begin();
+            let mut pos = self.start_pos(start, path, guard);
+            match self.walk_lazy(guard, comps, &mut pos, opts, seq0) {
+                Lazy::Done(Err(e)) => {
+                    if !self.vfs.mount_retry(seq0) {
+                        lockstat::inc(Stat::WalkHandled);
+                        return Err(e);
+                    }
+                }
+                Lazy::Done(Ok(())) => {
+                    // As `legitimize`, less the count: alive and hashed now
+                    // (`Task::lock_name` checks again under the lock).
+                    if !pos.d.lockref().is_dead()
+                        && pos.d.is_hashed()
+                        && !self.vfs.mount_retry(seq0)
+                    {
+                        lockstat::inc(Stat::WalkHandled);
+                        // SAFETY: no count is taken, and none is dropped:
+                        // `ParentWalk` never drops this dentry reference
+                        // (`counted` false) and keeps the guard that keeps
+                        // the dentry's memory; the pointer is the walk's,
+                        // with the allocation's provenance.
+                        let d = unsafe { DentryRef::from_counted(pos.d.as_ptr()) };
+                        let p = PathRef {
+                            mnt: mount_arc(pos.mnt),
+                            dentry: d,
+                        };
+                        return Ok((p, false));
+                    }
+                }
+                Lazy::Unlazy => {
+                    if let Some(held) = self.legitimize(&pos, seq0) {
+                        lockstat::inc(Stat::WalkPartial);
+                        pos.held = Some(held);
+                        return Ok((self.walk_ref(guard, comps, pos, opts)?, true));
+                    }
+                }
+                Lazy::Abort => {}
+            }
+            lockstat::inc(Stat::WalkAborted);
+            *comps = Comps::new(path);
+        }
+        Ok((
+            self.walk_ref_from_start(guard, start, path, opts, comps)?,
+            true,
+        ))
     }
 
     /// The reference walk over the whole of `path` (`comps` fresh).
