@@ -39,10 +39,12 @@ fn summary_divides_by_all_iterations() {
 
 /// On real workloads (one test: the recorder's ownership map is
 /// process-wide): stats of different files move no line; mkdir+rmdir of
-/// own names in one directory move the parent directory's attribute line
-/// (its link count and times: the known gap of issue 16). How often it
-/// moves depends on how the two workers interleave, which a loaded
-/// machine coarsens, so only its presence is checked.
+/// own names in one directory move the parent dentry's count (each new
+/// dentry holds one, Linux's `d_alloc`: a known gap of issue 16), but no
+/// longer the parent's attribute record for every call (the link count is
+/// a counter of its own, the times are written once per clock tick). How
+/// often a line moves depends on how the two workers interleave, which a
+/// loaded machine coarsens, so only presence and a loose bound are checked.
 #[cfg(feature = "trace-lines")]
 #[test]
 fn stat_moves_nothing_and_mkdir_moves_the_parent() {
@@ -67,7 +69,13 @@ fn stat_moves_nothing_and_mkdir_moves_the_parent() {
     assert!(
         mk.top
             .iter()
-            .any(|(l, n)| l.contains("core/inode.rs") && *n > 0.0),
+            .any(|(l, n)| l.contains("core/dcache.rs") && *n > 0.0),
+        "{mk:?}"
+    );
+    assert!(
+        !mk.top
+            .iter()
+            .any(|(l, n)| l.contains("core/inode.rs") && *n > 0.5),
         "{mk:?}"
     );
 }

@@ -285,6 +285,17 @@ impl Inode {
         self.hot.mode.load(Ordering::Acquire)
     }
 
+    /// The stored attributes, without what the filesystem fills in
+    /// (`with_attr_fn`: a memfs directory's size and link count). For
+    /// permission checks, which read mode, owner and group only: a memfs
+    /// directory's size is the length of its index's skip lists, whose
+    /// lines every create and unlink in it writes, so a create's check on
+    /// its parent would read what the other creates write (issue 16).
+    #[inline]
+    pub(crate) fn attr_stored(&self) -> Attr {
+        self.attr.read()
+    }
+
     /// A consistent copy of the attributes, read lock-free.
     #[inline]
     pub fn attr(&self) -> Attr {

@@ -1,12 +1,14 @@
 //! memfs: the in-memory filesystem type (tmpfs-like), the embedded default.
 //!
 //! LOCKING RULES
-//! - Directory contents are two concurrent skip lists (by name, by cookie):
-//!   creates and unlinks of different names in one directory run in parallel
-//!   and take no directory-wide lock. Operations on one name are serialised
-//!   by the VFS name locks, so the two lists are updated without a lock of
-//!   their own: insert into `by_cookie` then `by_name`; remove from
-//!   `by_name` then `by_cookie`.
+//! - Directory contents are two concurrent indexes (by name, by cookie),
+//!   each split into up to `SHARDS` skip lists (`Shards`: by a hash of the
+//!   name, by the cookie's batch): creates and unlinks of different names
+//!   in one directory run in parallel, take no directory-wide lock, and
+//!   from different threads mostly write different lists. Operations on
+//!   one name are serialised by the VFS name locks, so the two indexes are
+//!   updated without a lock of their own: insert into `by_cookie` then
+//!   `by_name`; remove from `by_name` then `by_cookie`.
 //! - File data: `MemFile` is a page store read without locks (see
 //!   `pages.rs`); the VFS holds the inode's data lock exclusively around
 //!   writes, truncates and fallocate, which serialises the writers, except
@@ -38,7 +40,7 @@
 //! to exercise the cache machinery.
 
 use std::ptr;
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 
 use crossbeam_epoch::{self as epoch, Atomic, Owned};
 use crossbeam_skiplist::SkipMap;
@@ -339,10 +341,80 @@ unsafe fn drop_inode_count(p: *mut ()) {
 /// transfers in the allocator).
 type NameBuf = smallvec::SmallVec<[u8; 24]>;
 
+/// Skip lists per directory index (a power of two).
+const SHARDS: usize = 8;
+
+/// One directory index split into `SHARDS` skip lists, each made on first
+/// use (a list costs about 500 bytes even when empty).
+///
+/// crossbeam-skiplist keeps a list's length and the seed of its random
+/// tower heights on one line, and every insert and remove writes both: with
+/// one list per index, every create and unlink in a directory wrote two
+/// such lines that every other thread creating there also wrote (issue 16:
+/// 2 shared-line writes per list per op at 2 to 16 threads). Names are
+/// spread by a hash, cookies by their batch (`percpu::INO_BATCH`: a
+/// thread's creates take consecutive cookies from its own batch), so
+/// threads creating different names mostly write different lists. A
+/// listing merges the cookie lists in cookie order (`MemFs::readdir`).
+struct Shards<K, V>([OnceLock<Box<SkipMap<K, V>>>; SHARDS]);
+
+impl<K, V> Default for Shards<K, V> {
+    fn default() -> Self {
+        Shards(std::array::from_fn(|_| OnceLock::new()))
+    }
+}
+
+impl<K: Ord + Send + 'static, V: Send + 'static> Shards<K, V> {
+    /// List `i`, if it was made.
+    fn get(&self, i: usize) -> Option<&SkipMap<K, V>> {
+        self.0[i].get().map(|b| &**b)
+    }
+    /// List `i`, made now if it was not.
+    fn make(&self, i: usize) -> &SkipMap<K, V> {
+        self.0[i].get_or_init(|| Box::new(SkipMap::new()))
+    }
+    /// The lists made so far.
+    fn made(&self) -> impl Iterator<Item = &SkipMap<K, V>> {
+        self.0.iter().filter_map(|l| l.get().map(|b| &**b))
+    }
+    fn len(&self) -> usize {
+        self.made().map(SkipMap::len).sum()
+    }
+    fn is_empty(&self) -> bool {
+        self.made().all(SkipMap::is_empty)
+    }
+}
+
+/// The `by_name` list of `name`: FNV-1a of its bytes.
+fn name_shard(name: &[u8]) -> usize {
+    let mut h: u32 = 0x811c_9dc5;
+    for &b in name {
+        h = (h ^ u32::from(b)).wrapping_mul(0x0100_0193);
+    }
+    (h ^ (h >> 16)) as usize & (SHARDS - 1)
+}
+
+/// The `by_cookie` list of `cookie`: its batch's.
+fn cookie_shard(cookie: u64) -> usize {
+    (cookie / crate::percpu::INO_BATCH) as usize & (SHARDS - 1)
+}
+
+/// Counting build: record a use of skip list `l` (`MemDir::trace`).
+#[inline(always)]
+fn note_list<T>(write: bool, l: Option<&T>, what: &'static str) {
+    if let Some(l) = l {
+        if write {
+            scalevfs_sync::trace::note_write(l, what);
+        } else {
+            scalevfs_sync::trace::note_read(l, what);
+        }
+    }
+}
+
 #[derive(Default)]
 struct MemDir {
-    by_name: SkipMap<NameBuf, DirSlot>,
-    by_cookie: SkipMap<u64, NameBuf>,
+    by_name: Shards<NameBuf, DirSlot>,
+    by_cookie: Shards<u64, NameBuf>,
     /// The cookie batch (`MemFs::next_cookie`) the last listing of this
     /// directory to start ended at (`readdir_end`): entries added after it
     /// take their cookies from that batch or a later one, so at or past
@@ -413,20 +485,40 @@ impl MemDir {
 
     /// Counting build (`trace-lines`, `scalevfs bench commute`) only: the
     /// skip lists' atomics live in crossbeam and bypass the shim, so record
-    /// the lists as one object: an insert or remove writes each list's
-    /// length and seed (and often its head links), a lookup reads its head.
+    /// each list as one object: an insert or remove writes its list's
+    /// length and seed (and often its head links), a lookup reads the head
+    /// of its name's list. `name`: the entry's name and cookie; None for a
+    /// look at every list (the size, a listing).
     #[inline(always)]
-    fn trace(&self, write: bool) {
+    fn trace(&self, write: bool, name: Option<(&[u8], u64)>) {
         if scalevfs_sync::trace::ENABLED {
-            use scalevfs_sync::trace::{note_read, note_write};
-            if write {
-                note_write(&self.by_name, "memfs dir by_name skiplist");
-                note_write(&self.by_cookie, "memfs dir by_cookie skiplist");
-            } else {
-                note_read(&self.by_name, "memfs dir by_name skiplist");
-                note_read(&self.by_cookie, "memfs dir by_cookie skiplist");
+            match name {
+                Some((n, c)) => {
+                    note_list(
+                        write,
+                        self.by_name.get(name_shard(n)),
+                        "memfs dir by_name skiplist",
+                    );
+                    if write {
+                        let l = self.by_cookie.get(cookie_shard(c));
+                        note_list(write, l, "memfs dir by_cookie skiplist");
+                    }
+                }
+                None => {
+                    for l in self.by_name.made() {
+                        note_list(write, Some(l), "memfs dir by_name skiplist");
+                    }
+                    for l in self.by_cookie.made() {
+                        note_list(write, Some(l), "memfs dir by_cookie skiplist");
+                    }
+                }
             }
         }
+    }
+
+    /// The entry `name`.
+    fn entry(&self, name: &[u8]) -> Option<crossbeam_skiplist::map::Entry<'_, NameBuf, DirSlot>> {
+        self.by_name.get(name_shard(name))?.get(name)
     }
 }
 
@@ -572,7 +664,6 @@ impl MemFs {
     /// Add the entry `name` (the directory's size follows from its entry
     /// count: `dir_attrs`).
     fn insert_entry(&self, d: &MemDir, name: &[u8], inode: Arc<Inode>) {
-        d.trace(true);
         // Unique (filesystem-wide, so in this directory too) and never
         // below FIRST_COOKIE; not increasing in the order of creation
         // across threads, which a listing does not need, but at or past the
@@ -582,8 +673,13 @@ impl MemFs {
         // as an entry created during a listing may or may not be listed.
         let min = d.listed_batch.load(Ordering::Relaxed);
         let cookie = self.next_cookie.next_from_batch(min);
-        d.by_cookie.insert(cookie, NameBuf::from_slice(name));
-        d.by_name.insert(
+        let (ln, lc) = (
+            d.by_name.make(name_shard(name)),
+            d.by_cookie.make(cookie_shard(cookie)),
+        );
+        d.trace(true, Some((name, cookie)));
+        lc.insert(cookie, NameBuf::from_slice(name));
+        ln.insert(
             NameBuf::from_slice(name),
             DirSlot {
                 cookie,
@@ -598,30 +694,33 @@ impl MemFs {
     /// before the cookie points at it, and the old one goes last, so a
     /// concurrent readdir at that cookie finds one of the two names.
     fn rename_in_place(&self, d: &MemDir, old: &[u8], new: &[u8], inode: Arc<Inode>) -> bool {
-        d.trace(true);
-        let Some(cookie) = d.by_name.get(old).map(|e| e.value().cookie) else {
+        let Some(cookie) = d.entry(old).map(|e| e.value().cookie) else {
             return false;
         };
-        d.by_name.insert(
+        d.trace(true, Some((old, cookie)));
+        d.trace(true, Some((new, cookie)));
+        d.by_name.make(name_shard(new)).insert(
             NameBuf::from_slice(new),
             DirSlot {
                 cookie,
                 inode: InodeCell::new(inode),
             },
         );
-        d.by_cookie.insert(cookie, NameBuf::from_slice(new));
-        d.by_name.remove(old);
+        d.by_cookie
+            .make(cookie_shard(cookie))
+            .insert(cookie, NameBuf::from_slice(new));
+        d.by_name.make(name_shard(old)).remove(old);
         true
     }
 
     /// Point the existing entry `name` at `inode`, keeping its cookie
     /// (RENAME_EXCHANGE: the names stay, the inodes swap).
     fn set_inode(&self, d: &MemDir, name: &[u8], inode: Arc<Inode>) -> bool {
-        d.trace(true);
-        let Some(cookie) = d.by_name.get(name).map(|e| e.value().cookie) else {
+        let Some(cookie) = d.entry(name).map(|e| e.value().cookie) else {
             return false;
         };
-        d.by_name.insert(
+        d.trace(true, Some((name, cookie)));
+        d.by_name.make(name_shard(name)).insert(
             NameBuf::from_slice(name),
             DirSlot {
                 cookie,
@@ -634,10 +733,12 @@ impl MemFs {
     /// Remove the entry `name` (see `insert_entry`); None if absent. Its
     /// count on the inode leaves with this thread (`InodeCell::detach`).
     fn remove_entry(&self, d: &MemDir, name: &[u8]) -> Option<()> {
-        d.trace(true);
-        let e = d.by_name.remove(name)?;
+        let e = d.by_name.get(name_shard(name))?.remove(name)?;
         let slot = e.value();
-        d.by_cookie.remove(&slot.cookie);
+        d.trace(true, Some((name, slot.cookie)));
+        if let Some(l) = d.by_cookie.get(cookie_shard(slot.cookie)) {
+            l.remove(&slot.cookie);
+        }
         slot.inode.detach();
         Some(())
     }
@@ -661,7 +762,7 @@ impl MemFs {
 fn dir_attrs(i: &Inode, a: &mut Attr) {
     match i.private::<MemNode>().map(|n| &n.kind) {
         Some(MemKind::Dir(d)) => {
-            d.trace(false);
+            d.trace(false, None);
             a.size = BOGO_DIRENT_SIZE * (2 + d.by_name.len() as u64);
             if a.nlink != 0 {
                 // Relaxed: a count, like the skip list's length.
@@ -717,8 +818,8 @@ impl Filesystem for MemFs {
 
     fn lookup(&self, d: &Arc<Inode>, name: &[u8]) -> VfsResult<Option<Arc<Inode>>> {
         let md = dir(d)?;
-        md.trace(false);
-        Ok(md.by_name.get(name).and_then(|e| e.value().inode.get()))
+        md.trace(false, Some((name, 0)));
+        Ok(md.entry(name).and_then(|e| e.value().inode.get()))
     }
 
     fn create(
@@ -940,13 +1041,32 @@ impl Filesystem for MemFs {
         emit: &mut dyn FnMut(DirEntry) -> bool,
     ) -> VfsResult<()> {
         let md = dir(d)?;
-        md.trace(false);
+        md.trace(false, None);
         // One pin for the listing: each entry's `InodeCell::with` then pins
         // nested (a count, not a fence of its own per entry).
         let _g = epoch::pin();
-        for e in md.by_cookie.range(cookie.max(FIRST_COOKIE)..) {
+        // The cookie lists merged in cookie order: each one's next entry,
+        // the smallest taken first.
+        let from = cookie.max(FIRST_COOKIE);
+        let mut lists: Vec<_> = md
+            .by_cookie
+            .made()
+            .map(|l| l.range(from..).peekable())
+            .collect();
+        let next = |lists: &mut Vec<_>| {
+            let i = (0..lists.len())
+                .filter_map(|i| {
+                    let l: &mut std::iter::Peekable<_> = &mut lists[i];
+                    l.peek()
+                        .map(|e: &crossbeam_skiplist::map::Entry<'_, u64, NameBuf>| (*e.key(), i))
+                })
+                .min()?
+                .1;
+            lists[i].next()
+        };
+        while let Some(e) = next(&mut lists) {
             let c = *e.key();
-            let Some(slot) = md.by_name.get(&e.value()[..]) else {
+            let Some(slot) = md.entry(&e.value()[..]) else {
                 continue;
             };
             // The name may have been removed and re-created with a new cookie

@@ -188,7 +188,7 @@ impl Task {
         if i.is_immutable() {
             return Err(Errno::EPERM);
         }
-        if !i.permission_ok(&i.attr(), &self.cred, W_OK | X_OK) {
+        if !i.permission_ok(&i.attr_stored(), &self.cred, W_OK | X_OK) {
             return Err(Errno::EACCES);
         }
         Ok(())
@@ -197,7 +197,7 @@ impl Task {
     /// Linux's may_delete: `victim` in `dir`, `isdir` says what the
     /// operation expects.
     pub(crate) fn may_delete(&self, dir: &PathRef, victim: &Inode, isdir: bool) -> VfsResult<()> {
-        let da = dir.inode().attr();
+        let da = dir.inode().attr_stored();
         // inode_permission(MAY_WRITE): an immutable directory is EPERM.
         if dir.inode().is_immutable() {
             return Err(Errno::EPERM);
@@ -211,7 +211,7 @@ impl Task {
             return Err(Errno::EPERM);
         }
         if da.mode & S_ISVTX != 0 && !self.cred.is_root() {
-            let va = victim.attr();
+            let va = victim.attr_stored();
             if self.cred.uid != da.uid && self.cred.uid != va.uid {
                 return Err(Errno::EPERM);
             }
@@ -246,7 +246,7 @@ impl Task {
     }
 
     pub(crate) fn owner_for(&self, dir: &Inode) -> ((u32, u32), bool) {
-        let a = dir.attr();
+        let a = dir.attr_stored();
         if a.mode & S_ISGID != 0 {
             ((self.cred.uid, a.gid), true)
         } else {
@@ -818,12 +818,12 @@ impl Task {
                 }
                 None => self.may_create(np)?,
             }
-            if cross && si.is_dir() && !si.permission_ok(&si.attr(), &self.cred, W_OK) {
+            if cross && si.is_dir() && !si.permission_ok(&si.attr_stored(), &self.cred, W_OK) {
                 return Err(Errno::EACCES);
             }
             if exchange && cross {
                 if let Some(d) = &di {
-                    if d.is_dir() && !d.permission_ok(&d.attr(), &self.cred, W_OK) {
+                    if d.is_dir() && !d.permission_ok(&d.attr_stored(), &self.cred, W_OK) {
                         return Err(Errno::EACCES);
                     }
                 }

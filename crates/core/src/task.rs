@@ -502,7 +502,10 @@ impl Task {
         if !p.inode().is_dir() {
             return Err(Errno::ENOTDIR);
         }
-        if !p.inode().permission_ok(&p.inode().attr(), &self.cred, X_OK) {
+        if !p
+            .inode()
+            .permission_ok(&p.inode().attr_stored(), &self.cred, X_OK)
+        {
             return Err(Errno::EACCES);
         }
         self.fs.replace(|s| FsSnap {
@@ -527,7 +530,10 @@ impl Task {
         if !p.inode().is_dir() {
             return Err(Errno::ENOTDIR);
         }
-        if !p.inode().permission_ok(&p.inode().attr(), &self.cred, X_OK) {
+        if !p
+            .inode()
+            .permission_ok(&p.inode().attr_stored(), &self.cred, X_OK)
+        {
             return Err(Errno::EACCES);
         }
         if !self.cred.is_root() {

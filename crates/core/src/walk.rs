@@ -773,7 +773,9 @@ impl<'a> WalkCtx<'a> {
             if inode.file_type() != FileType::Directory {
                 return Lazy::Done(Err(Errno::ENOTDIR));
             }
-            if !inode.search_for_all() && !inode.permission_ok(&inode.attr(), self.cred, X_OK) {
+            if !inode.search_for_all()
+                && !inode.permission_ok(&inode.attr_stored(), self.cred, X_OK)
+            {
                 return Lazy::Done(Err(Errno::EACCES));
             }
             if name == b"." {
@@ -904,7 +906,7 @@ impl<'a> WalkCtx<'a> {
             if inode.file_type() != FileType::Directory {
                 return Err(Errno::ENOTDIR);
             }
-            if !inode.permission_ok(&inode.attr(), self.cred, X_OK) {
+            if !inode.permission_ok(&inode.attr_stored(), self.cred, X_OK) {
                 return Err(Errno::EACCES);
             }
             if name == b"." {

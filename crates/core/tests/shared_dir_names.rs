@@ -173,6 +173,11 @@ fn cookies_unique_with_concurrent_creates() {
                 let offs: HashSet<_> = v.iter().map(|e| e.next_cookie).collect();
                 assert_eq!(names.len(), v.len(), "a name listed twice");
                 assert_eq!(offs.len(), v.len(), "a position given twice");
+                // In position order (memfs merges its cookie lists).
+                assert!(
+                    v.windows(2).all(|w| w[0].next_cookie < w[1].next_cookie),
+                    "a listing out of position order"
+                );
                 for i in 0..100 {
                     assert!(names.contains(format!("old{i}").as_bytes()));
                 }
