@@ -9,21 +9,22 @@ fn labels(r: &commute::CaseResult) -> Vec<String> {
 }
 
 /// Two creates in one directory still conflict, on the parent dentry's
-/// count (each new child counts its parent) and the directory's skip lists
-/// (through the memfs hook), but no longer on the parent's directory lock:
-/// a big-reader lock, whose shared side writes only the taking thread's
-/// own slot line.
+/// count (each new child counts its parent, Linux's `d_alloc`), but no
+/// longer on the parent's directory lock (a big-reader lock, whose shared
+/// side writes only the taking thread's own slot line) nor on the parent's
+/// attribute record. (The directory's index is split into lists by name
+/// hash and cookie batch: whether the two creates meet in one depends on
+/// which batch slots their threads get, so it is not asserted.)
 #[test]
-fn creat_creat_in_one_dir_conflicts_on_the_index_not_the_lock() {
+fn creat_creat_in_one_dir_conflicts_on_the_parent_count_only() {
     let r = record_case(Op::Creat, Op::Creat, Case::SharedDir);
     assert_eq!(r.error, None);
     assert!(r.conflicted());
     let l = labels(&r);
-    assert!(l.iter().any(|l| l.contains("skiplist")), "{l:?}");
     assert!(l.iter().any(|l| l.contains("dcache")), "{l:?}");
     assert!(
         !l.iter()
-            .any(|l| l.contains("dir_lock") || l.contains("brlock")),
+            .any(|l| l.contains("dir_lock") || l.contains("brlock") || l.contains("core/inode.rs")),
         "{l:?}"
     );
 }
