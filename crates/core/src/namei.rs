@@ -520,8 +520,20 @@ impl Task {
         newdirfd: impl Into<At<'a>> + Copy,
         new: &[u8],
     ) -> VfsResult<()> {
+        redo_counted(|counted| self.link_walked(&src, newdirfd, new, counted))
+    }
+
+    /// `link_path` with the new name's parent walked counted or not
+    /// (`Task::parent_of`).
+    fn link_walked<'a>(
+        &self,
+        src: &PathRef,
+        newdirfd: impl Into<At<'a>> + Copy,
+        new: &[u8],
+        counted: bool,
+    ) -> VfsResult<()> {
         let mut ch = self.changes();
-        let op = self.name_op(newdirfd, new, Errno::EEXIST, true)?;
+        let op = self.name_op(newdirfd, new, Errno::EEXIST, counted)?;
         if !MntRef::ptr_eq(&src.mnt, &op.pw.parent.mnt) {
             return Err(Errno::EXDEV);
         }
