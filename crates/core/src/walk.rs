@@ -521,97 +521,20 @@ impl<'a> WalkCtx<'a> {
         opts: WalkOpts,
         comps: &mut Comps<'p>,
     ) -> VfsResult<PathRef> {
-        if self.vfs.config().walk == WalkMode::LockFree {
-            let seq0 = self.vfs.mount_read_begin();
-            let mut pos = self.start_pos(start, path, guard);
-            match self.walk_lazy(guard, comps, &mut pos, opts, seq0) {
-                Lazy::Done(Err(e)) => {
-                    if !self.vfs.mount_retry(seq0) {
-                        lockstat::inc(Stat::WalkHandled);
-                        return Err(e);
-                    }
-                }
-                Lazy::Done(Ok(())) => {
-                    if let Some(held) = self.legitimize(&pos, seq0) {
-                        lockstat::inc(Stat::WalkHandled);
-                        return Ok(held);
-                    }
-                }
-                Lazy::Unlazy => {
-                    if let Some(held) = self.legitimize(&pos, seq0) {
-                        lockstat::inc(Stat::WalkPartial);
-                        pos.held = Some(held);
-                        return self.walk_ref(guard, comps, pos, opts);
-                    }
-                }
-                Lazy::Abort => {}
-            }
-            lockstat::inc(Stat::WalkAborted);
-            *comps = Comps::new(path);
-        }
-        self.walk_ref_from_start(guard, start, path, opts, comps)
+        Ok(self.walk_held(guard, start, path, opts, comps, true)?.0)
     }
 
-    /// Walk all but the last component; the parent comes back counted,
-    /// or (`counted` false, the lock-free walk done in one go) held only
-    /// by `guard` (see `ParentWalk`; the caller keeps the guard in it).
-    pub(crate) fn walk_parent(
-        &self,
-        guard: &Guard,
-        start: Start<'_>,
-        path: &[u8],
-        counted: bool,
-    ) -> VfsResult<ParentWalk> {
-        if path.is_empty() {
-            return Err(Errno::ENOENT);
-        }
-        let opts = WalkOpts {
-            follow: false,
-            parent: true,
-        };
-        let mut comps = Comps::new(path);
-        let (parent, counted) = if counted {
-            (
-                self.walk_counted(guard, start, path, opts, &mut comps)?,
-                true,
-            )
-        } else {
-            self.walk_parent_uncounted(guard, start, path, opts, &mut comps)?
-        };
-        let (last, trailing) = match comps.next() {
-            None => (Last::Root, false),
-            Some(c) => {
-                let b = comps.bytes(c);
-                let l = match b {
-                    b"." => Last::Dot,
-                    b".." => Last::DotDot,
-                    _ => Last::Normal(b.to_vec()),
-                };
-                (l, c.trailing)
-            }
-        };
-        let pw = ParentWalk {
-            parent: ManuallyDrop::new(parent),
-            last,
-            trailing,
-            counted,
-            guard: None,
-        };
-        if !pw.parent.inode().is_dir() {
-            return Err(Errno::ENOTDIR);
-        }
-        Ok(pw)
-    }
-
-    /// `walk_counted` for a parent, without a count on the dentry when the
-    /// lock-free walk gets there in one go: `(parent, counted)`.
-    fn walk_parent_uncounted<'p>(
+    /// `walk_counted`, or with `counted` false and the lock-free walk done
+    /// in one go, the result without a count on its dentry (held by
+    /// `guard` only: `ParentWalk`): `(path, counted)`.
+    fn walk_held<'p>(
         &self,
         guard: &Guard,
         start: Start<'_>,
         path: &'p [u8],
         opts: WalkOpts,
         comps: &mut Comps<'p>,
+        counted: bool,
     ) -> VfsResult<(PathRef, bool)> {
         if self.vfs.config().walk == WalkMode::LockFree {
             let seq0 = self.vfs.mount_read_begin();
@@ -621,6 +544,12 @@ impl<'a> WalkCtx<'a> {
                     if !self.vfs.mount_retry(seq0) {
                         lockstat::inc(Stat::WalkHandled);
                         return Err(e);
+                    }
+                }
+                Lazy::Done(Ok(())) if counted => {
+                    if let Some(held) = self.legitimize(&pos, seq0) {
+                        lockstat::inc(Stat::WalkHandled);
+                        return Ok((held, true));
                     }
                 }
                 Lazy::Done(Ok(())) => {
@@ -660,6 +589,50 @@ impl<'a> WalkCtx<'a> {
             self.walk_ref_from_start(guard, start, path, opts, comps)?,
             true,
         ))
+    }
+
+    /// Walk all but the last component; the parent comes back counted,
+    /// or (`counted` false, the lock-free walk done in one go) held only
+    /// by `guard` (see `ParentWalk`; the caller keeps the guard in it).
+    pub(crate) fn walk_parent(
+        &self,
+        guard: &Guard,
+        start: Start<'_>,
+        path: &[u8],
+        counted: bool,
+    ) -> VfsResult<ParentWalk> {
+        if path.is_empty() {
+            return Err(Errno::ENOENT);
+        }
+        let opts = WalkOpts {
+            follow: false,
+            parent: true,
+        };
+        let mut comps = Comps::new(path);
+        let (parent, counted) = self.walk_held(guard, start, path, opts, &mut comps, counted)?;
+        let (last, trailing) = match comps.next() {
+            None => (Last::Root, false),
+            Some(c) => {
+                let b = comps.bytes(c);
+                let l = match b {
+                    b"." => Last::Dot,
+                    b".." => Last::DotDot,
+                    _ => Last::Normal(b.to_vec()),
+                };
+                (l, c.trailing)
+            }
+        };
+        let pw = ParentWalk {
+            parent: ManuallyDrop::new(parent),
+            last,
+            trailing,
+            counted,
+            guard: None,
+        };
+        if !pw.parent.inode().is_dir() {
+            return Err(Errno::ENOTDIR);
+        }
+        Ok(pw)
     }
 
     /// The reference walk over the whole of `path` (`comps` fresh).
