@@ -505,28 +505,19 @@ impl<'a> WalkCtx<'a> {
             follow,
             parent: false,
         };
-        self.walk_counted(guard, start, path, opts, &mut Comps::new(path))
+        Ok(self
+            .walk_held(guard, start, path, opts, &mut Comps::new(path), true)?
+            .0)
     }
 
     /// The walk for callers that keep the result: lock-free as far as
     /// possible, then either one reference where it ended (handled), the
     /// reference walk from where it stopped (partial), or the reference walk
     /// from the start (aborted). `comps` is left after the last component
-    /// walked (in parent mode: before the last component).
-    fn walk_counted<'p>(
-        &self,
-        guard: &Guard,
-        start: Start<'_>,
-        path: &'p [u8],
-        opts: WalkOpts,
-        comps: &mut Comps<'p>,
-    ) -> VfsResult<PathRef> {
-        Ok(self.walk_held(guard, start, path, opts, comps, true)?.0)
-    }
-
-    /// `walk_counted`, or with `counted` false and the lock-free walk done
-    /// in one go, the result without a count on its dentry (held by
-    /// `guard` only: `ParentWalk`): `(path, counted)`.
+    /// walked (in parent mode: before the last component). With `counted`
+    /// false and the lock-free walk done in one go, the result has no count
+    /// on its dentry (held by `guard` only: `ParentWalk`). Returns
+    /// `(path, counted)`.
     fn walk_held<'p>(
         &self,
         guard: &Guard,
