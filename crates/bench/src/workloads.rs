@@ -1082,6 +1082,10 @@ pub fn all() -> Vec<Workload> {
             vec![
                 Variant::new("locked", &[("orphan", "locked")]).before(),
                 Variant::new("lockless", &[("orphan", "lockless")]).default_(),
+                Variant::new(
+                    "lockless-counted-parent",
+                    &[("orphan", "lockless"), ("parent-refs", "counted")],
+                ),
             ],
             setup_creat_clo,
         ),
@@ -1089,7 +1093,10 @@ pub fn all() -> Vec<Workload> {
             "mkdir-rmdir",
             "issue 16 (commuting creates)",
             "mkdir+rmdir own name in one shared directory",
-            vec![Variant::plain()],
+            vec![
+                Variant::new("counted-parent", &[("parent-refs", "counted")]).before(),
+                Variant::plain(),
+            ],
             setup_mkdir_rmdir,
         ),
         wl(

@@ -39,15 +39,19 @@ fn summary_divides_by_all_iterations() {
 
 /// On real workloads (one test: the recorder's ownership map is
 /// process-wide): stats of different files move no line; mkdir+rmdir of
-/// own names in one directory move the parent dentry's count (each new
-/// dentry holds one, Linux's `d_alloc`: a known gap of issue 16), but no
-/// longer the parent's attribute record for every call (the link count is
-/// a counter of its own, the times are written once per clock tick). How
-/// often a line moves depends on how the two workers interleave, which a
-/// loaded machine coarsens, so only presence and a loose bound are checked.
+/// own names in one directory no longer move the parent dentry's count
+/// (each new dentry's reference on its parent comes from its thread's
+/// spares, `core/src/spares.rs`: one shared write per batch of 32 at most;
+/// the `counted-parent` variant, which takes it on the parent's count, is
+/// checked to show that line)
+/// nor the parent's attribute record (the link count is counted beside the
+/// index lists, the times are written once per clock tick), and stay under
+/// issue 16's goal of 2 shared writes per op. How often a line moves
+/// depends on how the two workers interleave, which a loaded machine
+/// coarsens, so only loose bounds are checked.
 #[cfg(feature = "trace-lines")]
 #[test]
-fn stat_moves_nothing_and_mkdir_moves_the_parent() {
+fn stat_and_mkdir_rmdir_move_no_parent_line() {
     let opts = scalevfs_bench::Options {
         workloads: vec!["stat1".into(), "mkdir-rmdir".into()],
         threads: vec![2],
@@ -64,18 +68,29 @@ fn stat_moves_nothing_and_mkdir_moves_the_parent() {
         "the recorder saw no write: {stat:?}"
     );
     assert!(stat.shared_per_op < 0.01, "{stat:?}");
-    let mk = rows.iter().find(|r| r.workload == "mkdir-rmdir").unwrap();
-    assert!(mk.shared_per_op > 0.0, "{mk:?}");
+    let row = |v: &str| {
+        rows.iter()
+            .find(|r| r.workload == "mkdir-rmdir" && r.variant == v)
+            .unwrap()
+    };
+    // The "before" variant takes each reference on the parent's count: the
+    // recorder sees that line move.
+    let counted = row("counted-parent");
     assert!(
-        mk.top
+        counted
+            .top
             .iter()
-            .any(|(l, n)| l.contains("core/dcache.rs") && *n > 0.0),
-        "{mk:?}"
+            .any(|(l, n)| l.contains("core/dcache.rs") && *n > 0.5),
+        "{counted:?}"
     );
+    let mk = row("default");
+    assert!(mk.ops > 100, "{mk:?}");
+    assert!(mk.shared_per_op < 2.0, "{mk:?}");
     assert!(
-        !mk.top
-            .iter()
-            .any(|(l, n)| l.contains("core/inode.rs") && *n > 0.5),
+        !mk.top.iter().any(|(l, n)| (l.contains("core/dcache.rs")
+            || l.contains("lockref")
+            || l.contains("core/inode.rs"))
+            && *n > 0.2),
         "{mk:?}"
     );
 }

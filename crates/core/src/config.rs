@@ -78,7 +78,8 @@ impl VfsConfig {
     /// Set a variant by name (`lockref=spin`, `layout=packed`,
     /// `index=per-dir`, `walk=ref`, `stat=ref`, `readdir=locking`,
     /// `llseek=locked|lockless`, `orphan=locked|lockless|none`,
-    /// `orphan-blocks=N`, `protected-hardlinks=0|1`, `nr-open=N`, the root
+    /// `orphan-blocks=N`, `parent-refs=spares|counted`,
+    /// `protected-hardlinks=0|1`, `nr-open=N`, the root
     /// memfs's `size=` and `nr_inodes=` as tmpfs spells them).
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
         match key {
@@ -116,6 +117,13 @@ impl VfsConfig {
             "orphan" => self.orphan = value.parse()?,
             "orphan-blocks" => self.orphan_blocks = value.parse().map_err(|e| format!("{e}"))?,
             "max-entries" => self.dcache.max_entries = value.parse().map_err(|e| format!("{e}"))?,
+            "parent-refs" => {
+                self.dcache.parent_spares = match value {
+                    "spares" => true,
+                    "counted" => false,
+                    _ => return Err(format!("unknown parent-refs {value} (spares, counted)")),
+                }
+            }
             "max-bytes" => self.dcache.max_bytes = value.parse().map_err(|e| format!("{e}"))?,
             "nr-open" => {
                 let n: usize = value.parse().map_err(|e| format!("{e}"))?;

@@ -45,6 +45,35 @@
 //!   authoritative are pinned) and whose referenced bit is clear, clearing the
 //!   bit of the ones it skips. Eviction locks the bucket then the lockref,
 //!   checks count 0, marks dead, unhashes, then drops the parent reference.
+//!
+//! PARENT REFERENCES (issue 16; `spares.rs`)
+//! - A child's reference on its parent is a real count, but a thread takes
+//!   them in batches (`spares::BATCH`) and keeps the unused ones in its
+//!   shard of the spare table; a dead child gives its reference back there.
+//!   So creating and unlinking names in one directory does not write the
+//!   directory's LockRef line, except once per batch. The rules above that
+//!   read the count are unchanged: spares are counts, a directory with
+//!   spares out is in use, not evictable.
+//! - Spares are kept only for a hashed dentry, and an unhashed one must get
+//!   them back, or it would never reach its last `dput`. The protocol: the
+//!   keeper runs `may_keep_spares` under its shard's lock (hashed? then
+//!   set `D_SPARES`, by an RMW of the flag word when not yet set); the
+//!   unhasher, holding a counted reference, clears `D_HASHED` (an RMW of
+//!   the same word), then if `D_SPARES` is set takes every shard's entry
+//!   out, each under that shard's lock (`recall_spares`), and drops them
+//!   (the count stays positive: its own reference). A keeper whose check ran
+//!   before the unhasher locked its shard left an entry that the recall
+//!   takes; one that locked the shard after saw `D_HASHED` clear (the
+//!   shard lock orders them; and when the keeper sets `D_SPARES` itself,
+//!   the two RMWs of one word are ordered, so one sees the other).
+//! - Nothing is dropped under a shard lock; an entry evicted from a full
+//!   shard is dropped after it is released (`put_back`). Its dentry is
+//!   hashed, or its unhasher still holds a reference, so that `dput` only
+//!   makes it unused and never cascades.
+//! - The table is the cache's own (`DentryCounts::spares`, reached from a
+//!   dentry through its superblock). `shrink_all` (teardown) drains it
+//!   first, and `shrink` does when a sweep comes up short of its target
+//!   (directories kept in use only by spares are then evictable).
 
 use std::collections::BTreeMap;
 use std::hash::BuildHasher;
@@ -60,6 +89,7 @@ use scalevfs_sync::{LockRef, LockRefVariant, SeqCount};
 
 use crate::inode::Inode;
 use crate::sb::{DentryCounts, Super};
+use crate::spares;
 use crate::types::FileType;
 
 /// Where a dentry's LockRef lives (seed 001).
@@ -98,6 +128,11 @@ pub struct DcacheConfig {
     pub max_bytes: usize,
     /// At most this percentage of the entry limit may be negative dentries.
     pub negative_percent: u32,
+    /// A new dentry takes its reference on its parent from per-thread
+    /// spares (`spares.rs`, PARENT REFERENCES) instead of the parent's
+    /// LockRef (`false`: the parent's count is written by every create and
+    /// every last put of a child, as before issue 16).
+    pub parent_spares: bool,
 }
 
 impl Default for DcacheConfig {
@@ -112,6 +147,7 @@ impl Default for DcacheConfig {
             max_entries: 1 << 20,
             max_bytes: usize::MAX,
             negative_percent: 25,
+            parent_spares: true,
         }
     }
 }
@@ -137,6 +173,10 @@ pub const D_DIR: u32 = 1 << 6;
 pub const D_SYMLINK: u32 = 1 << 7;
 /// Negative: no inode (set at allocation, as `D_DIR`).
 pub const D_NEGATIVE: u32 = 1 << 10;
+/// Threads may keep spare references on this dentry for its children
+/// (`spares.rs`, PARENT REFERENCES): set by the first thread that keeps
+/// some, before it keeps them; never cleared.
+pub const D_SPARES: u32 = 1 << 11;
 const D_VARIANT_SHIFT: u32 = 8;
 
 /// Names up to this length are stored inline in the dentry.
@@ -399,6 +439,20 @@ impl Dentry {
     fn clear_flag(&self, f: u32) {
         // AcqRel: as set_flag.
         self.hot.flags.fetch_and(!f, Ordering::AcqRel);
+    }
+    /// Whether a thread may keep spare references on this dentry; run
+    /// under the spare table's shard lock (PARENT REFERENCES).
+    fn may_keep_spares(&self) -> bool {
+        let f = self.flags();
+        if f & D_HASHED == 0 {
+            return false;
+        }
+        if f & D_SPARES != 0 {
+            return true;
+        }
+        // AcqRel: the flag and the unhasher's clear of D_HASHED are RMWs of
+        // one word, so one of them sees the other (PARENT REFERENCES).
+        self.hot.flags.fetch_or(D_SPARES, Ordering::AcqRel) & D_HASHED != 0
     }
     #[inline]
     pub fn is_hashed(&self) -> bool {
@@ -676,10 +730,75 @@ fn dput(mut d: *mut Dentry) {
         let parent = dent.parent_ptr() as *mut Dentry;
         let is_root = ptr::eq(parent, d);
         free_dentry(d);
-        if is_root {
+        if is_root || give_parent_ref(parent) {
             return;
         }
         d = parent;
+    }
+}
+
+/// Drop a dead child's reference on `parent` (PARENT REFERENCES).
+fn put_parent(parent: *mut Dentry) {
+    if !give_parent_ref(parent) {
+        dput(parent);
+    }
+}
+
+/// Give a dead child's reference on `parent` to this thread's spares if
+/// the parent keeps spares and is hashed. `false`: the caller drops it.
+fn give_parent_ref(parent: *mut Dentry) -> bool {
+    // SAFETY: the caller owns a count on parent.
+    let p = unsafe { &*parent };
+    if p.flags() & (D_SPARES | D_HASHED) != D_SPARES | D_HASHED {
+        return false;
+    }
+    let table = &p.cold.sb.dentries.spares;
+    match table.give(parent as spares::Key, || p.may_keep_spares()) {
+        Some(back) => {
+            put_back(p, back);
+            true
+        }
+        None => false,
+    }
+}
+
+/// Drop what the spare table handed back (`spares::PutBack`). `own`
+/// still holds at least one reference besides the ones handed back.
+fn put_back(own: &Dentry, back: spares::PutBack) {
+    match back {
+        spares::PutBack::None => {}
+        spares::PutBack::Own(n) => own.lockref().put_many(n as i32, own.variant()),
+        spares::PutBack::Other(key, n) => {
+            let d = key as *mut Dentry;
+            if n > 1 {
+                // SAFETY: the evicted entry's spares are counts on it, now
+                // ours: it is alive.
+                let dd = unsafe { &*d };
+                dd.lockref().put_many(n as i32 - 1, dd.variant());
+            }
+            // Hashed (the table keeps spares of hashed dentries only, and an
+            // unhasher holds its own reference until it recalled them), so
+            // this last one at most makes it unused.
+            dput(d);
+        }
+    }
+}
+
+/// Take every thread's spares on `d` back after `d` was unhashed; the
+/// caller holds a counted reference, so the count stays positive here and
+/// `d` dies at the caller's last `dput` as before.
+fn recall_spares(d: &Dentry) {
+    if d.flags() & D_SPARES == 0 {
+        return;
+    }
+    let n = d
+        .cold
+        .sb
+        .dentries
+        .spares
+        .recall(d as *const Dentry as spares::Key);
+    if n > 0 {
+        d.lockref().put_many(n as i32, d.variant());
     }
 }
 
@@ -1153,9 +1272,10 @@ impl Dcache {
             d.store_name(q, None);
         }
         if !parent.is_null() {
-            // SAFETY: the caller holds a counted reference on parent.
+            // SAFETY: the caller holds a counted reference on parent, or
+            // its directory's lock with the dentry validated (`ParentWalk`).
             let p = unsafe { &*parent };
-            p.lockref().get(p.variant());
+            self.take_parent_ref(p);
         }
         // Per-thread counters (percpu.rs): no shared line per alloc.
         self.counts.nr_dentry.add(1);
@@ -1163,6 +1283,24 @@ impl Dcache {
             self.counts.nr_negative.add(1);
         }
         Box::into_raw(d)
+    }
+
+    /// A new child's reference on `p` (PARENT REFERENCES): a spare of this
+    /// thread's if it has one, else a batch taken at once.
+    fn take_parent_ref(&self, p: &Dentry) {
+        let v = p.variant();
+        if !self.config.parent_spares {
+            p.lockref().get(v);
+            return;
+        }
+        let key = p as *const Dentry as spares::Key;
+        let table = &self.counts.spares;
+        if table.take(key) {
+            return;
+        }
+        p.lockref().get_many(1 + spares::BATCH as i32, v);
+        let back = table.stash(key, spares::BATCH, || p.may_keep_spares());
+        put_back(p, back);
     }
 
     /// A dentry for an unnamed inode (O_TMPFILE) under `parent`, never
@@ -1456,14 +1594,17 @@ impl Dcache {
         let pd = unsafe { &*parent };
         let mut map = self.lock_children(pd);
         let b = self.bucket(d.hot.hash.load(Ordering::Relaxed));
-        let _l = b.lock.lock();
-        if !d.is_hashed() {
-            return;
+        {
+            let _l = b.lock.lock();
+            if d.is_hashed() {
+                if let Some(m) = map.as_mut() {
+                    m.remove(&d.name_vec()[..]);
+                }
+                self.unhash_locked(b, d, None);
+            }
         }
-        if let Some(m) = map.as_mut() {
-            m.remove(&d.name_vec()[..]);
-        }
-        self.unhash_locked(b, d, None);
+        drop(map);
+        recall_spares(d);
     }
 
     /// Move `d` to (`new_parent`, `new_name`) in place: the rename of a name
@@ -1479,7 +1620,7 @@ impl Dcache {
         let guard = epoch::pin();
         let new_q = self.qname(new_parent.as_ptr(), new_name);
         // The child's reference on its new parent.
-        new_parent.lockref().get(new_parent.variant());
+        self.take_parent_ref(new_parent);
         // Only a directory's move changes the ancestry of other dentries
         // (and so what `getcwd` builds): only it takes the global rename
         // lock and writes the global sequence. A file's move writes only
@@ -1534,9 +1675,12 @@ impl Dcache {
                 self.rename.seq.write_end();
             }
         }
-        // Drop the child's reference on its old parent, outside every lock.
-        // SAFETY: that count was owned by d's parent link, now transferred to us.
-        drop(unsafe { DentryRef::from_counted(old_parent) });
+        if let Some(t) = target {
+            recall_spares(t);
+        }
+        // Drop the child's reference on its old parent, outside every lock
+        // (that count was owned by d's parent link, now transferred to us).
+        put_parent(old_parent as *mut Dentry);
     }
 
     /// Swap two dentries' (parent, name) in place (RENAME_EXCHANGE).
@@ -1694,6 +1838,17 @@ impl Dcache {
     /// Evict up to `n` unused dentries by a CLOCK sweep; with
     /// `negative_only`, only negative ones. Returns how many were evicted.
     pub fn shrink(&self, n: usize, negative_only: bool) -> usize {
+        let mut evicted = self.sweep(n, negative_only);
+        // Short of the target: directories may be kept in use only by
+        // spare references on them; take those back and sweep again.
+        if evicted < n && !negative_only && self.recall_own_spares() > 0 {
+            evicted += self.sweep(n - evicted, false);
+        }
+        lockstat::add(Stat::DcacheReclaim, evicted as u64);
+        evicted
+    }
+
+    fn sweep(&self, n: usize, negative_only: bool) -> usize {
         let mut evicted = 0;
         let nb = self.buckets.len();
         // Two full turns at most: the first clears referenced bits.
@@ -1704,8 +1859,20 @@ impl Dcache {
             steps += 1;
             evicted += self.sweep_bucket(i, n - evicted, negative_only, false);
         }
-        lockstat::add(Stat::DcacheReclaim, evicted as u64);
         evicted
+    }
+
+    /// Take back every thread's spare references on this cache's dentries
+    /// (PARENT REFERENCES); returns how many dentries had some.
+    fn recall_own_spares(&self) -> usize {
+        let back = self.counts.spares.drain();
+        let n = back.len();
+        for (key, spares) in back {
+            // SAFETY: `spares` counts on a live dentry, now ours.
+            let d = unsafe { &*(key as *const Dentry) };
+            put_back(d, spares::PutBack::Other(key, spares));
+        }
+        n
     }
 
     fn sweep_bucket(&self, i: usize, max: usize, negative_only: bool, force: bool) -> usize {
@@ -1792,7 +1959,7 @@ impl Dcache {
             let parent = unsafe { (*v).parent_ptr() } as *mut Dentry;
             free_dentry(v);
             // The evicted child's reference on its parent.
-            dput(parent);
+            put_parent(parent);
         }
         n
     }
@@ -1808,6 +1975,10 @@ impl Dcache {
     /// Evict every unused dentry, pinned ones included (teardown).
     pub fn shrink_all(&self) {
         loop {
+            // Spare references keep directories in use: take back the ones
+            // on this cache's dentries (each pass: evicted children give
+            // their references back to the spares of this thread).
+            self.recall_own_spares();
             let before = self.len();
             let mut evicted = 0;
             for i in 0..self.buckets.len() {
@@ -1817,6 +1988,7 @@ impl Dcache {
                 break;
             }
         }
+        self.recall_own_spares();
     }
 }
 

@@ -28,6 +28,7 @@ pub mod orphan;
 pub(crate) mod pages;
 pub mod percpu;
 pub mod sb;
+pub(crate) mod spares;
 pub mod task;
 pub mod types;
 pub mod vfs;

@@ -40,6 +40,13 @@
 //!   deferral and its steal, the owner's claim, the owner's exit): each
 //!   batch's frees run exactly once. (Checked: see `limbo_batch`.)
 //!
+//! - **spare parent references vs unhash** (`Dcache::add` taking a child's
+//!   parent reference from the thread's spares and its last `dput` giving
+//!   it back, against `Dcache::unhash` of the parent, which recalls every
+//!   shard's spares): the parent dies at its last reference, so no spare
+//!   is left behind on an unhashed dentry. (Checked: with
+//!   `Dentry::may_keep_spares` not looking at `D_HASHED`, it fails.)
+//!
 //! - **fd hint vs close** (`FdTable`'s lowest-fd hint against a lock-free
 //!   close, on the protocol's own atomics): no free fd is left below the
 //!   hint. (Checked: without the search's re-check it fails.)
@@ -550,5 +557,39 @@ fn limbo_grace_vs_owner_exit() {
         grace.join().unwrap();
         let n = counter.load(Ordering::SeqCst);
         assert_eq!(n, 1, "frees ran {n} times");
+    });
+}
+
+/// PARENT REFERENCES (dcache.rs, spares.rs): one thread makes a child of
+/// `d` and drops it (its reference on `d` comes from, and goes back to,
+/// that thread's spares: a batch taken from `d`'s count, kept only while
+/// `d` is hashed); the other unhashes `d`, which recalls the spares of
+/// every shard, then drops its reference. `d` must die: a spare kept after
+/// the recall would keep it alive for ever.
+#[test]
+fn spares_vs_unhash() {
+    model(2, || {
+        let vfs = tiny_vfs();
+        let root = vfs.root_path().dentry;
+        let dc = vfs.dcache();
+        let qd = dc.qname(root.as_ptr(), b"d");
+        let d = dc.add(&root, &qd, None);
+        let dp = d.as_ptr();
+        let (v2, d2) = (vfs.clone(), d.clone());
+        let child = thread::spawn(move || {
+            let dc = v2.dcache();
+            let qc = dc.qname(d2.as_ptr(), b"c");
+            let c = dc.add(&d2, &qc, None);
+            dc.unhash(&c);
+            drop(c);
+            drop(d2);
+        });
+        dc.unhash(&d);
+        drop(d);
+        child.join().unwrap();
+        // SAFETY: under loom `free_dentry` leaks the dentry (module doc),
+        // so its memory is still there to look at.
+        let dead = unsafe { &*dp }.lockref().is_dead();
+        assert!(dead, "the unhashed parent is kept alive by a spare");
     });
 }

@@ -44,7 +44,6 @@ use std::sync::{Arc, OnceLock, Weak};
 
 use crossbeam_epoch::{self as epoch, Atomic, Owned};
 use crossbeam_skiplist::SkipMap;
-use crossbeam_utils::CachePadded;
 use scalevfs_sync::primitive::{AtomicI64, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 use crate::percpu::{InoAllocator, LimitedCounter};
@@ -356,7 +355,15 @@ const SHARDS: usize = 8;
 /// thread's creates take consecutive cookies from its own batch), so
 /// threads creating different names mostly write different lists. A
 /// listing merges the cookie lists in cookie order (`MemFs::readdir`).
-struct Shards<K, V>([OnceLock<Box<SkipMap<K, V>>>; SHARDS]);
+struct Shards<K, V>([OnceLock<Box<Shard<K, V>>>; SHARDS]);
+
+/// One list of a `Shards`, with a count beside it that its writers keep:
+/// in `by_cookie`, the subdirectories among the entries whose cookies are
+/// in this list (`MemDir::subdirs`).
+struct Shard<K, V> {
+    list: SkipMap<K, V>,
+    count: AtomicU32,
+}
 
 impl<K, V> Default for Shards<K, V> {
     fn default() -> Self {
@@ -367,15 +374,34 @@ impl<K, V> Default for Shards<K, V> {
 impl<K: Ord + Send + 'static, V: Send + 'static> Shards<K, V> {
     /// List `i`, if it was made.
     fn get(&self, i: usize) -> Option<&SkipMap<K, V>> {
-        self.0[i].get().map(|b| &**b)
+        self.0[i].get().map(|b| &b.list)
+    }
+    /// Shard `i`, made now if it was not.
+    fn make_shard(&self, i: usize) -> &Shard<K, V> {
+        self.0[i].get_or_init(|| {
+            Box::new(Shard {
+                list: SkipMap::new(),
+                count: AtomicU32::new(0),
+            })
+        })
     }
     /// List `i`, made now if it was not.
     fn make(&self, i: usize) -> &SkipMap<K, V> {
-        self.0[i].get_or_init(|| Box::new(SkipMap::new()))
+        &self.make_shard(i).list
     }
     /// The lists made so far.
     fn made(&self) -> impl Iterator<Item = &SkipMap<K, V>> {
-        self.0.iter().filter_map(|l| l.get().map(|b| &**b))
+        self.0.iter().filter_map(|l| l.get().map(|b| &b.list))
+    }
+    /// The sum of the made shards' counts.
+    fn count_sum(&self) -> u32 {
+        self.0
+            .iter()
+            .filter_map(|l| l.get())
+            // Relaxed: counts, like the lists' lengths.
+            .fold(0u32, |n, b| {
+                n.saturating_add(b.count.load(Ordering::Relaxed))
+            })
     }
     fn len(&self) -> usize {
         self.made().map(SkipMap::len).sum()
@@ -423,11 +449,14 @@ struct MemDir {
     listed_batch: AtomicU64,
     /// The parent directory (`..`); null for the root, its own parent.
     parent: Atomic<Weak<Inode>>,
-    /// Subdirectories: the link count is 2 more (`dir_attrs`). Changed by
-    /// mkdir, rmdir and renames of directories (under the directory's
-    /// lock, shared) instead of the attribute record; on a line of its own,
-    /// away from `listed_batch`, which every insert reads.
-    subdirs: CachePadded<AtomicU32>,
+    // Subdirectories: the link count is 2 more (`dir_attrs`). Counted in
+    // the `by_cookie` shards (`Shard::count`), each subdirectory in the
+    // shard of its entry's cookie: changed by mkdir, rmdir and renames of
+    // directories (under the directory's lock, shared) instead of the
+    // attribute record, and beside the cookie list that the same create or
+    // removal writes anyway, so two threads making directories in one
+    // parent (whose cookies come from their own batches) mostly write
+    // different counters (issue 16). `MemDir::subdirs` is the sum.
 }
 
 impl Drop for MemDir {
@@ -663,7 +692,7 @@ impl MemFs {
 
     /// Add the entry `name` (the directory's size follows from its entry
     /// count: `dir_attrs`).
-    fn insert_entry(&self, d: &MemDir, name: &[u8], inode: Arc<Inode>) {
+    fn insert_entry(&self, d: &MemDir, name: &[u8], inode: Arc<Inode>) -> u64 {
         // Unique (filesystem-wide, so in this directory too) and never
         // below FIRST_COOKIE; not increasing in the order of creation
         // across threads, which a listing does not need, but at or past the
@@ -686,6 +715,7 @@ impl MemFs {
                 inode: InodeCell::new(inode),
             },
         );
+        cookie
     }
 
     /// Rename `old` to `new` in one directory keeping its readdir cookie
@@ -715,10 +745,8 @@ impl MemFs {
 
     /// Point the existing entry `name` at `inode`, keeping its cookie
     /// (RENAME_EXCHANGE: the names stay, the inodes swap).
-    fn set_inode(&self, d: &MemDir, name: &[u8], inode: Arc<Inode>) -> bool {
-        let Some(cookie) = d.entry(name).map(|e| e.value().cookie) else {
-            return false;
-        };
+    fn set_inode(&self, d: &MemDir, name: &[u8], inode: Arc<Inode>) -> Option<u64> {
+        let cookie = d.entry(name).map(|e| e.value().cookie)?;
         d.trace(true, Some((name, cookie)));
         d.by_name.make(name_shard(name)).insert(
             NameBuf::from_slice(name),
@@ -727,12 +755,13 @@ impl MemFs {
                 inode: InodeCell::new(inode),
             },
         );
-        true
+        Some(cookie)
     }
 
-    /// Remove the entry `name` (see `insert_entry`); None if absent. Its
-    /// count on the inode leaves with this thread (`InodeCell::detach`).
-    fn remove_entry(&self, d: &MemDir, name: &[u8]) -> Option<()> {
+    /// Remove the entry `name` (see `insert_entry`) and return its cookie;
+    /// None if absent. Its count on the inode leaves with this thread
+    /// (`InodeCell::detach`).
+    fn remove_entry(&self, d: &MemDir, name: &[u8]) -> Option<u64> {
         let e = d.by_name.get(name_shard(name))?.remove(name)?;
         let slot = e.value();
         d.trace(true, Some((name, slot.cookie)));
@@ -740,7 +769,7 @@ impl MemFs {
             l.remove(&slot.cookie);
         }
         slot.inode.detach();
-        Some(())
+        Some(slot.cookie)
     }
 }
 
@@ -766,7 +795,7 @@ fn dir_attrs(i: &Inode, a: &mut Attr) {
             a.size = BOGO_DIRENT_SIZE * (2 + d.by_name.len() as u64);
             if a.nlink != 0 {
                 // Relaxed: a count, like the skip list's length.
-                a.nlink = 2u32.saturating_add(d.subdirs.load(Ordering::Relaxed));
+                a.nlink = 2u32.saturating_add(d.subdirs());
             }
         }
         _ => a.size = 0,
@@ -774,17 +803,22 @@ fn dir_attrs(i: &Inode, a: &mut Attr) {
 }
 
 impl MemDir {
-    /// One subdirectory more (mkdir, a directory renamed into this one).
-    fn subdir_added(&self) {
-        // Relaxed: a count; the entry itself is published by the skip list.
-        self.subdirs.fetch_add(1, Ordering::Relaxed);
+    /// The subdirectories (the sum of the cookie shards' counts).
+    fn subdirs(&self) -> u32 {
+        self.by_cookie.count_sum()
     }
-    /// One subdirectory fewer; never below 0.
-    fn subdir_removed(&self) {
+    /// One subdirectory more, at the entry with `cookie` (mkdir, a
+    /// directory renamed or exchanged into this one).
+    fn subdir_added(&self, cookie: u64) {
+        let c = &self.by_cookie.make_shard(cookie_shard(cookie)).count;
+        // Relaxed: a count; the entry itself is published by the skip list.
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+    /// One subdirectory fewer, at the entry with `cookie`; never below 0.
+    fn subdir_removed(&self, cookie: u64) {
+        let c = &self.by_cookie.make_shard(cookie_shard(cookie)).count;
         // Relaxed: as `subdir_added`.
-        let _ = self
-            .subdirs
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        let _ = c.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
     }
 }
 
@@ -853,13 +887,13 @@ impl Filesystem for MemFs {
                 self.new_inode(new_attr(mode, owner, 1, rdev), kind)?
             }
         };
-        self.insert_entry(md, name, inode.clone());
+        let cookie = self.insert_entry(md, name, inode.clone());
         let now = Timespec::now();
         // The parent's size and link count follow from its entries and
         // subdirectories (`dir_attrs`); its times are written once per
         // clock tick.
         if is_dir {
-            md.subdir_added();
+            md.subdir_added(cookie);
         }
         d.touch_mc_unless_current(now);
         Ok(inode)
@@ -904,13 +938,13 @@ impl Filesystem for MemFs {
         if !dir(inode)?.by_name.is_empty() {
             return Err(Errno::ENOTEMPTY);
         }
-        self.remove_entry(md, name).ok_or(Errno::ENOENT)?;
+        let cookie = self.remove_entry(md, name).ok_or(Errno::ENOENT)?;
         let now = Timespec::now();
         inode.update_attr(|a| {
             a.nlink = 0;
             a.set_ctime(now);
         });
-        md.subdir_removed();
+        md.subdir_removed(cookie);
         d.touch_mc_unless_current(now);
         Ok(())
     }
@@ -932,11 +966,12 @@ impl Filesystem for MemFs {
         if exchange {
             let other = replaced.ok_or(Errno::EINVAL)?;
             // Both names stay where they are in their listings.
-            if !self.set_inode(nd, new_name, moved.clone())
-                || !self.set_inode(od, old_name, other.clone())
-            {
+            let (Some(cn), Some(co)) = (
+                self.set_inode(nd, new_name, moved.clone()),
+                self.set_inode(od, old_name, other.clone()),
+            ) else {
                 return Err(Errno::ENOENT);
-            }
+            };
             if cross {
                 for (i, to) in [(moved, new_dir), (other, old_dir)] {
                     if let MemKind::Dir(md) = &node(i).kind {
@@ -944,10 +979,17 @@ impl Filesystem for MemFs {
                     }
                 }
             }
-            if cross && moved.is_dir() != other.is_dir() {
-                let (gain, lose) = if moved.is_dir() { (nd, od) } else { (od, nd) };
-                gain.subdir_added();
-                lose.subdir_removed();
+            if moved.is_dir() != other.is_dir() {
+                // The entry that now holds the directory gains it; the
+                // other one held it before (in one directory too: the two
+                // entries' cookies may be in different shards).
+                let (gain, lose) = if moved.is_dir() {
+                    ((nd, cn), (od, co))
+                } else {
+                    ((od, co), (nd, cn))
+                };
+                gain.0.subdir_added(gain.1);
+                lose.0.subdir_removed(lose.1);
             }
             other.update_attr(|a| a.set_ctime(now));
         } else {
@@ -955,7 +997,7 @@ impl Filesystem for MemFs {
                 if r.is_dir() && !dir(r)?.by_name.is_empty() {
                     return Err(Errno::ENOTEMPTY);
                 }
-                self.remove_entry(nd, new_name);
+                let gone = self.remove_entry(nd, new_name);
                 r.update_attr(|a| {
                     a.nlink = if r.is_dir() {
                         0
@@ -964,22 +1006,24 @@ impl Filesystem for MemFs {
                     };
                     a.set_ctime(now);
                 });
-                if r.is_dir() {
-                    nd.subdir_removed();
+                if let (true, Some(c)) = (r.is_dir(), gone) {
+                    nd.subdir_removed(c);
                 }
             }
             if cross {
-                self.remove_entry(od, old_name);
-                self.insert_entry(nd, new_name, moved.clone());
+                let old = self.remove_entry(od, old_name);
+                let new = self.insert_entry(nd, new_name, moved.clone());
+                if moved.is_dir() {
+                    if let Ok(md) = dir(moved) {
+                        md.set_parent(new_dir);
+                    }
+                    if let Some(c) = old {
+                        od.subdir_removed(c);
+                    }
+                    nd.subdir_added(new);
+                }
             } else if !self.rename_in_place(od, old_name, new_name, moved.clone()) {
                 return Err(Errno::ENOENT);
-            }
-            if cross && moved.is_dir() {
-                if let Ok(md) = dir(moved) {
-                    md.set_parent(new_dir);
-                }
-                od.subdir_removed();
-                nd.subdir_added();
             }
         }
         moved.update_attr(|a| a.set_ctime(now));

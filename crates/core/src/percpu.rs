@@ -41,7 +41,7 @@ pub(crate) const BATCH: i64 = 64;
 pub(crate) const INO_BATCH: u64 = 1024;
 
 /// Shard count: a power of two, at least twice the parallelism, at most 256.
-fn shard_count() -> usize {
+pub(crate) fn shard_count() -> usize {
     static N: AtomicUsize = AtomicUsize::new(0);
     // Relaxed: a cached pure function of the machine; racing stores agree.
     let n = N.load(StdOrdering::Relaxed);
@@ -80,6 +80,12 @@ fn thread_index() -> usize {
     }
     // During thread-local teardown: shard 0 (still exact, only shared).
     IDX.try_with(|i| *i).unwrap_or(0)
+}
+
+/// This thread's shard among `shard_count()` (a power of two).
+#[inline]
+pub(crate) fn shard_index() -> usize {
+    thread_index() & (shard_count() - 1)
 }
 
 fn slots<T: Default>() -> Box<[CachePadded<T>]> {

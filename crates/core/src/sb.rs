@@ -11,13 +11,17 @@ use scalevfs_sync::ordered::Mutex;
 use crate::fstype::Filesystem;
 use crate::percpu::ShardedCounter;
 
-/// The dentry cache's entry counts (per-thread counters), shared by the
-/// `Dcache` and every `Super` so that a dentry freed after a grace period
-/// can be counted out without naming the dcache.
+/// The dentry cache's entry counts (per-thread counters) and spare parent
+/// references, shared by the `Dcache` and every `Super` so that a dentry
+/// freed after a grace period can be counted out, and a dead child can give
+/// its parent reference back, without naming the dcache.
 #[derive(Debug, Default)]
 pub struct DentryCounts {
     pub(crate) nr_dentry: ShardedCounter,
     pub(crate) nr_negative: ShardedCounter,
+    /// The threads' spare references on this cache's dentries, for their
+    /// children (dcache.rs, PARENT REFERENCES).
+    pub(crate) spares: crate::spares::Table,
 }
 
 /// One mounted filesystem instance.

@@ -253,6 +253,41 @@ impl LockRef {
         self.locked_op(|_| (1, true));
     }
 
+    /// Take `n` more references at once; the caller already holds one. (The
+    /// dcache takes a batch of spare parent references per thread this way;
+    /// see `core/src/spares.rs`.)
+    #[inline]
+    #[cfg_attr(all(feature = "trace-lines", not(loom)), track_caller)]
+    pub fn get_many(&self, n: i32, v: LockRefVariant) {
+        debug_assert!(n > 0);
+        if let Fast::Updated(_) = self.fast(v, 1, |c| Step::Update(c.wrapping_add(n))) {
+            return;
+        }
+        self.locked_op(|_| (n, true));
+    }
+
+    /// Drop `n` references at once, keeping at least one: the caller holds
+    /// more than `n`, so the count stays positive and no zero transition
+    /// happens here (the last reference goes through [`put_or_lock`]).
+    ///
+    /// [`put_or_lock`]: Self::put_or_lock
+    #[inline]
+    #[cfg_attr(all(feature = "trace-lines", not(loom)), track_caller)]
+    pub fn put_many(&self, n: i32, v: LockRefVariant) {
+        debug_assert!(n > 0);
+        let step = |c: i32| {
+            if c <= n {
+                Step::NeedLock
+            } else {
+                Step::Update(c - n)
+            }
+        };
+        if let Fast::Updated(_) = self.fast(v, n.saturating_add(1), step) {
+            return;
+        }
+        self.locked_op(|_| (-n, true));
+    }
+
     /// Take a reference if the count is positive. Returns whether it did.
     #[inline]
     #[cfg_attr(all(feature = "trace-lines", not(loom)), track_caller)]

@@ -185,6 +185,11 @@ classes! {
     /// nodes.rs`): held only around its hash map, never across a core call
     /// (a node's handle is dropped after the shard is released).
     FuseNodes = 34, "fuse NodeTable shard", No;
+    /// A shard of the per-thread spare parent references
+    /// (`core/src/spares.rs`): a leaf, held only around its table, so it
+    /// may be taken under any lock above (a dentry's last put runs
+    /// wherever a reference is dropped).
+    Spares = 35, "spares::Shard", No;
 }
 
 impl fmt::Display for Class {

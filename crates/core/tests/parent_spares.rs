@@ -1,0 +1,153 @@
+//! Spare parent references (`core/src/spares.rs`, dcache.rs "PARENT
+//! REFERENCES"): a thread keeps a batch of references on a directory it
+//! creates in, so they must come back when the directory goes. Each test
+//! leaves the spares with a thread that is still alive (parked), so that
+//! nothing but the recall can return them.
+
+use std::sync::mpsc;
+use std::sync::Arc;
+
+use scalevfs::*;
+
+/// Create and unlink a few names in `dir` on a new thread, run its own
+/// deferred frees (limbo.rs: a thread frees what it retired, so a parked
+/// thread's would stay), then keep that thread parked (holding its spares)
+/// until the returned sender is dropped.
+fn park_with_spares(t: &Task, dir: &str) -> (mpsc::Sender<()>, std::thread::JoinHandle<()>) {
+    let t = t.clone_thread();
+    let dir = dir.to_string();
+    let (done_tx, done_rx) = mpsc::channel();
+    let (stop_tx, stop_rx) = mpsc::channel::<()>();
+    let h = std::thread::spawn(move || {
+        for i in 0..5 {
+            let p = format!("{dir}/f{i}");
+            let fd = t.open(&p, O_CREAT | O_WRONLY, 0o644).unwrap();
+            t.close(fd).unwrap();
+        }
+        for i in 0..5 {
+            t.unlink(&format!("{dir}/f{i}")).unwrap();
+        }
+        drop(t);
+        for _ in 0..1000 {
+            flush_deferred_frees();
+        }
+        done_tx.send(()).unwrap();
+        let _ = stop_rx.recv();
+    });
+    done_rx.recv().unwrap();
+    (stop_tx, h)
+}
+
+fn settle(vfs: &Vfs, until: impl Fn() -> bool) {
+    for _ in 0..10_000 {
+        if until() {
+            return;
+        }
+        vfs.flush_deferred();
+    }
+}
+
+/// rmdir of a directory on whose dentry another live thread keeps spares:
+/// the directory's dentry and inode are freed (the unhash recalls the
+/// spares), and the parent keeps the right link count.
+#[test]
+fn rmdir_frees_a_directory_another_thread_keeps_spares_on() {
+    let fs = Arc::new(MemFs::new(1, MemFsOptions::default()));
+    let vfs = Vfs::with_root_fs(VfsConfig::default(), fs.clone());
+    let t = vfs.root_task();
+    let base = fs.live_inodes();
+    t.mkdir("/d", 0o755).unwrap();
+    let (stop, h) = park_with_spares(&t, "/d");
+    assert_eq!(fs.live_inodes(), base + 1);
+    let entries = vfs.dcache().len();
+    t.rmdir("/d").unwrap();
+    settle(&vfs, || fs.live_inodes() == base);
+    assert_eq!(
+        fs.live_inodes(),
+        base,
+        "the removed directory's inode is kept"
+    );
+    assert!(vfs.dcache().len() < entries, "its dentry is kept");
+    assert_eq!(t.stat("/").unwrap().nlink, 2);
+    // The name works again, and so do creates in the new directory.
+    t.mkdir("/d", 0o755).unwrap();
+    let fd = t.open("/d/g", O_CREAT | O_WRONLY, 0o644).unwrap();
+    t.close(fd).unwrap();
+    drop(stop);
+    h.join().unwrap();
+}
+
+/// The same for a directory replaced by a rename (`d_move`'s target).
+#[test]
+fn rename_over_frees_a_directory_another_thread_keeps_spares_on() {
+    let fs = Arc::new(MemFs::new(1, MemFsOptions::default()));
+    let vfs = Vfs::with_root_fs(VfsConfig::default(), fs.clone());
+    let t = vfs.root_task();
+    let base = fs.live_inodes();
+    t.mkdir("/d", 0o755).unwrap();
+    t.mkdir("/e", 0o755).unwrap();
+    let (stop, h) = park_with_spares(&t, "/d");
+    t.rename("/e", "/d").unwrap();
+    settle(&vfs, || fs.live_inodes() == base + 1);
+    assert_eq!(
+        fs.live_inodes(),
+        base + 1,
+        "the replaced directory's inode is kept"
+    );
+    assert_eq!(t.stat("/").unwrap().nlink, 3);
+    drop(stop);
+    h.join().unwrap();
+}
+
+/// Dropping the `Vfs` while a live thread keeps spares on one of its
+/// directories frees the filesystem (teardown recalls them).
+#[test]
+fn dropping_the_vfs_takes_spares_back_from_live_threads() {
+    let fs: Arc<dyn Filesystem> = Arc::new(MemFs::new(1, MemFsOptions::default()));
+    let weak = Arc::downgrade(&fs);
+    let vfs = Vfs::with_root_fs(VfsConfig::default(), fs);
+    let t = vfs.root_task();
+    t.mkdir("/d", 0o755).unwrap();
+    t.mkdir("/d/e", 0o755).unwrap();
+    let (stop, h) = park_with_spares(&t, "/d/e");
+    drop(t);
+    drop(vfs);
+    for _ in 0..10_000 {
+        if weak.strong_count() == 0 {
+            break;
+        }
+        flush_deferred_frees();
+    }
+    assert_eq!(weak.strong_count(), 0, "the filesystem is kept");
+    drop(stop);
+    h.join().unwrap();
+}
+
+/// A cache whose filesystem is not authoritative evicts a directory that
+/// only spares keep in use when asked to shrink everything.
+#[test]
+fn shrink_evicts_directories_kept_only_by_spares() {
+    let opts = MemFsOptions {
+        authoritative: false,
+        ..MemFsOptions::default()
+    };
+    let cfg = VfsConfig {
+        memfs: opts.clone(),
+        ..VfsConfig::default()
+    };
+    let fs = Arc::new(MemFs::new(1, opts));
+    let vfs = Vfs::with_root_fs(cfg, fs);
+    let t = vfs.root_task();
+    t.mkdir("/d", 0o755).unwrap();
+    t.mkdir("/d/e", 0o755).unwrap();
+    let (stop, h) = park_with_spares(&t, "/d/e");
+    let dc = vfs.dcache();
+    settle(&vfs, || {
+        while dc.shrink(usize::MAX, false) > 0 {}
+        dc.len() == 1
+    });
+    assert_eq!(dc.len(), 1, "only the root is left");
+    assert!(t.stat("/d/e").unwrap().is_dir());
+    drop(stop);
+    h.join().unwrap();
+}
