@@ -32,6 +32,23 @@ fn creat_creat_in_one_dir_shares_no_dcache_line() {
     );
 }
 
+/// A rename walks to its parents without a count too (they are checked
+/// under their directory locks, as a create's): renames and other name
+/// operations of different names in one directory share no dcache line.
+#[test]
+fn renames_in_one_dir_share_no_dcache_line() {
+    for b in [Op::Rename, Op::Creat, Op::Unlink, Op::Mkdir, Op::Rmdir] {
+        let r = record_case(Op::Rename, b, Case::SharedDir);
+        assert_eq!(r.error, None);
+        let l = labels(&r);
+        assert!(
+            !l.iter()
+                .any(|l| l.contains("dcache") || l.contains("lockref")),
+            "rename x {b:?}: {l:?}"
+        );
+    }
+}
+
 /// The removal of a directory takes its lock exclusive; it reads the slot
 /// lines only of the threads that have used that lock, so a create in
 /// another directory shares nothing with it.

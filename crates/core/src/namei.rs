@@ -120,12 +120,7 @@ impl Task {
     ) -> VfsResult<LockedName<'a>> {
         let parent = &*pw.parent;
         let dl = self.dir_shared(parent.inode());
-        if !pw.counted
-            && (parent.dentry.lockref().is_dead()
-                || !parent.dentry.is_hashed()
-                || parent.inode().is_dead())
-        {
-            scalevfs_sync::lockstat::inc(scalevfs_sync::lockstat::Stat::WalkAborted);
+        if parent_gone(pw) {
             return Err(Errno::RESTART_WALK);
         }
         let nl = self.name_lock(&parent.dentry, name);
@@ -718,11 +713,26 @@ impl Task {
         // RENAME_WHITEOUT (overlayfs's): the old name becomes a whiteout, a
         // character device 0:0 with no permission bits owned by the caller,
         // as tmpfs makes it. No CAP_MKNOD needed (Linux 5.8 and later).
+        let (old, new) = (as_bytes(old), as_bytes(new));
+        redo_counted(|counted| self.rename_walked(olddirfd, old, newdirfd, new, flags, counted))
+    }
+
+    /// `renameat2` after its flag checks, with the parents walked counted
+    /// or not (`Task::parent_of`; uncounted ones are checked once both
+    /// directory locks are held, as `lock_name` does).
+    fn rename_walked<'a>(
+        &self,
+        olddirfd: impl Into<At<'a>> + Copy,
+        old: &[u8],
+        newdirfd: impl Into<At<'a>> + Copy,
+        new: &[u8],
+        flags: u32,
+        counted: bool,
+    ) -> VfsResult<()> {
         let whiteout = flags & RENAME_WHITEOUT != 0;
         let exchange = flags & RENAME_EXCHANGE != 0;
-        // Counted: rename takes its locks in an order of its own.
-        let opw = self.parent_of(olddirfd, as_bytes(old), true)?;
-        let npw = self.parent_of(newdirfd, as_bytes(new), true)?;
+        let opw = self.parent_of(olddirfd, old, counted)?;
+        let npw = self.parent_of(newdirfd, new, counted)?;
         if !MntRef::ptr_eq(&opw.parent.mnt, &npw.parent.mnt) {
             return Err(Errno::EXDEV);
         }
@@ -771,6 +781,9 @@ impl Task {
                 let b = self.dir_shared(&ndir);
                 (self.dir_shared(&odir), Some(b))
             };
+            if parent_gone(&opw) || parent_gone(&npw) {
+                return Err(Errno::RESTART_WALK);
+            }
             let _nl = self.name_lock2((&op.dentry, &oname), (&np.dentry, &nname));
             let src = self.lookup_child(op, &oname)?.ok_or(Errno::ENOENT)?;
             let si = src.inode().ok_or(Errno::ENOENT)?.clone();
@@ -934,6 +947,20 @@ fn is_ancestor(a: &Dentry, d: &Dentry) -> bool {
         }
         cur = c.parent_ptr();
     }
+}
+
+/// Whether an uncounted parent (`ParentWalk`) went away before its
+/// directory's lock was taken (the caller holds it now, shared): unhashed,
+/// dead, or its inode removed. Nothing can do that to it while the lock is
+/// held (`Task::lock_name`).
+fn parent_gone(pw: &ParentWalk) -> bool {
+    let p = &*pw.parent;
+    let gone = !pw.counted
+        && (p.dentry.lockref().is_dead() || !p.dentry.is_hashed() || p.inode().is_dead());
+    if gone {
+        scalevfs_sync::lockstat::inc(scalevfs_sync::lockstat::Stat::WalkAborted);
+    }
+    gone
 }
 
 /// Run a name operation with an uncounted parent walk, and once more with a

@@ -190,12 +190,14 @@ pub(crate) enum Last {
 ///
 /// The parent is counted (a reference on its dentry), or, from a lock-free
 /// walk asked for no count (`walk_parent`'s `counted` false), held by the
-/// epoch guard kept here: create, unlink, mkdir and rmdir of different
-/// names in one directory then write nothing to the parent dentry's
-/// LockRef (each `dget`/`dput` of it was a shared-line write per call,
-/// issue 16). An uncounted parent may be evicted or killed until its
-/// directory lock is held; `Task::lock_name` takes the lock, then checks
-/// that the dentry is still hashed and alive and its inode not removed.
+/// epoch guard kept here: create, unlink, mkdir, rmdir, link and rename of
+/// different names in one directory then write nothing to the parent
+/// dentry's LockRef (each `dget`/`dput` of it was a shared-line write per
+/// call, issue 16). A filesystem's root, never hashed, is always counted.
+/// An uncounted parent may be evicted or killed until its directory lock
+/// is held; `Task::lock_name` (and rename, once it holds both parents'
+/// locks) takes the lock, then checks that the dentry is still hashed and
+/// alive and its inode not removed.
 /// Under that shared lock nothing can unhash or kill it: eviction
 /// try-locks a directory's lock exclusively before it kills the
 /// directory's dentry (`Dcache::sweep_bucket`), and rmdir and rename over
@@ -537,7 +539,10 @@ impl<'a> WalkCtx<'a> {
                         return Err(e);
                     }
                 }
-                Lazy::Done(Ok(())) if counted => {
+                // A filesystem's root is never hashed, so the uncounted
+                // check below would always fail for it and the walk be
+                // done twice: count it at once.
+                Lazy::Done(Ok(())) if counted || pos.d.is_root() => {
                     if let Some(held) = self.legitimize(&pos, seq0) {
                         lockstat::inc(Stat::WalkHandled);
                         return Ok((held, true));

@@ -2,7 +2,7 @@
 //! stay correct while the cache evicts that dentry and other threads
 //! remove and recreate the directory.
 //!
-//! A create, unlink, mkdir or rmdir walks to its parent lock-free and takes
+//! A create, unlink, mkdir, rmdir or rename walks to its parent lock-free and takes
 //! no reference on it; the parent is checked under its directory lock, and
 //! eviction kills a directory's dentry only with that lock held
 //! exclusively. Here a cache of 150 entries over a non-authoritative memfs
@@ -81,7 +81,10 @@ fn evicted_parents_never_change_an_answer() {
                                 match r {
                                     Ok(fd) => {
                                         tw.close(fd).unwrap();
-                                        tw.unlink(f.as_str()).unwrap();
+                                        // d3 stays while it holds a name.
+                                        let g = format!("/w/d3/g{w}-{k}");
+                                        tw.rename(f.as_str(), g.as_str()).unwrap();
+                                        tw.unlink(g.as_str()).unwrap();
                                     }
                                     Err(Errno::ENOENT) => {}
                                     Err(e) => panic!("create in d3: {e:?}"),
@@ -91,6 +94,19 @@ fn evicted_parents_never_change_an_answer() {
                             let fd = r.unwrap_or_else(|e| panic!("create {f}: {e:?}"));
                             tw.close(fd).unwrap();
                             assert!(tw.stat(f.as_str()).is_ok(), "{f} just made");
+                            // Renames (their parents are walked uncounted
+                            // too): within the directory, and into d3 and
+                            // back when d3 is there.
+                            let g = format!("/w/d{d}/g{w}-{k}");
+                            tw.rename(f.as_str(), g.as_str())
+                                .unwrap_or_else(|e| panic!("rename {f}: {e:?}"));
+                            assert_eq!(tw.stat(f.as_str()), Err(Errno::ENOENT));
+                            let x = format!("/w/d3/x{w}-{k}");
+                            match tw.rename(g.as_str(), x.as_str()) {
+                                Ok(()) => tw.rename(x.as_str(), f.as_str()).unwrap(),
+                                Err(Errno::ENOENT) => tw.rename(g.as_str(), f.as_str()).unwrap(),
+                                Err(e) => panic!("rename {g} to d3: {e:?}"),
+                            }
                             tw.mkdir(sub.as_str(), 0o755)
                                 .unwrap_or_else(|e| panic!("mkdir {sub}: {e:?}"));
                             tw.unlink(f.as_str())
