@@ -28,6 +28,7 @@
 //! fd borrow the `File` under an epoch guard and take no count. The last
 //! drop of a `File` is the "last close" of DESIGN 2.4 (see `orphan.rs`).
 
+use crossbeam_utils::CachePadded;
 use scalevfs_sync::ordered::{Class, Mutex, SpinGuard, SpinLock};
 use scalevfs_sync::LockClass;
 use std::sync::Arc;
@@ -231,7 +232,22 @@ fn is_free(p: Shared<'_, Arc<File>>) -> bool {
 }
 
 struct Chunk {
+    /// Fd `ci * CHUNK + k` is `slots[slot_index(k)]`.
     slots: Box<[Slot]>,
+}
+
+/// Neighbouring fds that land on different cache lines (see `slot_index`).
+const SPREAD: usize = 8;
+const _: () = assert!(CHUNK % SPREAD == 0 && std::mem::size_of::<Slot>() == 16);
+
+/// Where fd `k` of a chunk lives in it: consecutive fds `CHUNK / SPREAD`
+/// slots (512 bytes) apart, so threads of one table that hold
+/// neighbouring low fds (3 and 4, open and closed over and over) write
+/// different lines (issue 16: the slot line was 0.9 shared writes per
+/// open+close at 2 threads); the lowest-fd search still goes in fd order.
+#[inline(always)]
+fn slot_index(k: usize) -> usize {
+    (k % SPREAD) * (CHUNK / SPREAD) + k / SPREAD
 }
 
 fn new_chunk() -> Chunk {
@@ -281,14 +297,25 @@ fn new_dir(n: usize) -> Dir {
 /// either the close sees the raised hint and lowers it, or the search sees
 /// the freed slot and lowers the hint itself (loom model
 /// `loom_models::fd_hint_vs_close`).
+///
+/// Layout: the directory pointer and the limit, which every fd lookup
+/// reads, are on a line of their own; the lock and the hint, which every
+/// open and close of a low fd writes, on another (`FdAlloc`), so that
+/// threads sharing a table do not miss on each lookup after another
+/// thread's open.
 #[repr(align(64))]
 pub struct FdTable {
     dir: Atomic<Dir>,
-    lock: SpinLock<()>,
     max: AtomicUsize,
     /// The most `set_max` allows (fs.nr_open).
     nr_open: usize,
-    /// Lowest fd that might be free (see above).
+    alloc: CachePadded<FdAlloc>,
+}
+
+/// The written half of an `FdTable` (see its doc).
+struct FdAlloc {
+    lock: SpinLock<()>,
+    /// Lowest fd that might be free (see `FdTable`).
     next_hint: AtomicU64,
 }
 
@@ -310,10 +337,12 @@ impl FdTable {
         dir.chunks[0].store(Owned::new(new_chunk()), Ordering::Relaxed);
         FdTable {
             dir: Atomic::new(dir),
-            lock: SpinLock::new(Class::FdTable, LockClass::FdTable, ()),
             max: AtomicUsize::new(DEFAULT_MAX_FDS),
             nr_open: nr_open.clamp(NR_OPEN_MIN, NR_OPEN_MAX),
-            next_hint: AtomicU64::new(0),
+            alloc: CachePadded::new(FdAlloc {
+                lock: SpinLock::new(Class::FdTable, LockClass::FdTable, ()),
+                next_hint: AtomicU64::new(0),
+            }),
         }
     }
 
@@ -352,7 +381,7 @@ impl FdTable {
         // SAFETY: a chunk is freed only with the table (`Drop`), which
         // `&self` outlives; never moved.
         let chunk = unsafe { p.as_raw().as_ref() }?;
-        Some(&chunk.slots[fd % CHUNK])
+        Some(&chunk.slots[slot_index(fd % CHUNK)])
     }
 
     /// The slot of `fd`, making its chunk (and growing the directory) if
@@ -420,10 +449,10 @@ impl FdTable {
 
     fn reserve_from(&self, min: usize) -> VfsResult<i32> {
         let g = epoch::pin();
-        let l = self.lock.lock();
+        let l = self.alloc.lock.lock();
         let max = self.max();
         // SeqCst: the hint's Dekker pair with `close` (see the type's doc).
-        let hint = self.next_hint.load(Ordering::SeqCst) as usize;
+        let hint = self.alloc.next_hint.load(Ordering::SeqCst) as usize;
         let start = hint.max(min);
         let mut fd = start;
         loop {
@@ -452,6 +481,7 @@ impl FdTable {
             // SeqCst: as above. Raise the hint past the slots we passed
             // (all in use when we looked), unless a close lowered it.
             if self
+                .alloc
                 .next_hint
                 .compare_exchange(
                     hint as u64,
@@ -466,11 +496,11 @@ impl FdTable {
                 for i in hint..fd {
                     let s = self.slot_locked(i, &g, &l);
                     if is_free(s.file.load(Ordering::SeqCst, &g)) {
-                        let _ =
-                            self.next_hint
-                                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| {
-                                    ((i as u64) < v).then_some(i as u64)
-                                });
+                        let _ = self.alloc.next_hint.fetch_update(
+                            Ordering::SeqCst,
+                            Ordering::SeqCst,
+                            |v| ((i as u64) < v).then_some(i as u64),
+                        );
                         break;
                     }
                 }
@@ -531,9 +561,10 @@ impl FdTable {
         // SeqCst: the Dekker pair with `reserve_from` (see the type's doc):
         // the load comes after the slot was freed. Above the hint nothing
         // is written (an `install_any` fd, usually).
-        if (fd as u64) < self.next_hint.load(Ordering::SeqCst) {
+        if (fd as u64) < self.alloc.next_hint.load(Ordering::SeqCst) {
             // Err: already at or below fd.
             let _ = self
+                .alloc
                 .next_hint
                 .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| {
                     ((fd as u64) < v).then_some(fd as u64)
@@ -569,7 +600,7 @@ impl FdTable {
             let base = r * ANY_RANGE;
             if self.slot(base, &g).is_none() {
                 // Make the chunk (rare: once per chunk of the table).
-                let l = self.lock.lock();
+                let l = self.alloc.lock.lock();
                 self.slot_locked(base, &g, &l);
             }
             for fd in base..base + ANY_RANGE {
@@ -599,7 +630,7 @@ impl FdTable {
     /// Install `file` at exactly `fd`, closing what was there (dup2).
     pub fn install_at(&self, fd: i32, file: Arc<File>, cloexec: bool) -> VfsResult<()> {
         let g = epoch::pin();
-        let l = self.lock.lock();
+        let l = self.alloc.lock.lock();
         let i = usize::try_from(fd).map_err(|_| Errno::EBADF)?;
         if i >= self.max() {
             return Err(Errno::EBADF);
@@ -660,7 +691,7 @@ impl FdTable {
 
     pub fn set_cloexec(&self, fd: i32, on: bool) -> VfsResult<()> {
         let g = epoch::pin();
-        let _l = self.lock.lock();
+        let _l = self.alloc.lock.lock();
         let i = usize::try_from(fd).map_err(|_| Errno::EBADF)?;
         let slot = self.slot(i, &g).ok_or(Errno::EBADF)?;
         if slot.file.load(Ordering::Acquire, &g).is_null() {
@@ -678,8 +709,8 @@ impl FdTable {
             let p = c.load(Ordering::Acquire, g);
             // SAFETY: as in `slot`.
             if let Some(chunk) = unsafe { p.as_raw().as_ref() } {
-                for (k, s) in chunk.slots.iter().enumerate() {
-                    f(ci * CHUNK + k, s);
+                for k in 0..CHUNK {
+                    f(ci * CHUNK + k, &chunk.slots[slot_index(k)]);
                 }
             }
         }
@@ -695,7 +726,7 @@ impl FdTable {
         {
             // A snapshot with no search or dup2 in progress (Linux's dup_fd
             // holds file_lock too); the new table is filled after.
-            let _l = self.lock.lock();
+            let _l = self.alloc.lock.lock();
             self.for_each_slot(&g, |i, s| {
                 let p = s.file.load(Ordering::Acquire, &g);
                 // SAFETY: live while in the slot (pinned).
@@ -845,6 +876,28 @@ impl Drop for FdTable {
             }
             // SAFETY: unreachable now.
             unsafe { pin.defer_destroy(dir) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every fd of a chunk has a slot of its own, and fds next to each
+    /// other are on different cache lines (128 bytes: two with the
+    /// adjacent-line prefetch).
+    #[test]
+    fn slot_index_is_a_permutation_that_spreads_neighbours() {
+        let mut seen = vec![false; CHUNK];
+        for k in 0..CHUNK {
+            let i = slot_index(k);
+            assert!(i < CHUNK && !seen[i], "fd {k} -> slot {i}");
+            seen[i] = true;
+        }
+        let line = |k: usize| slot_index(k) * std::mem::size_of::<Slot>() / 128;
+        for k in 0..SPREAD - 1 {
+            assert_ne!(line(k), line(k + 1), "fds {k} and {}", k + 1);
         }
     }
 }
