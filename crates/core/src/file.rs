@@ -238,7 +238,7 @@ struct Chunk {
 
 /// Neighbouring fds that land on different cache lines (see `slot_index`).
 const SPREAD: usize = 8;
-const _: () = assert!(CHUNK % SPREAD == 0 && std::mem::size_of::<Slot>() == 16);
+const _: () = assert!(CHUNK / SPREAD * SPREAD == CHUNK && std::mem::size_of::<Slot>() == 16);
 
 /// Where fd `k` of a chunk lives in it: consecutive fds `CHUNK / SPREAD`
 /// slots (512 bytes) apart, so threads of one table that hold
