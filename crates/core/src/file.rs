@@ -636,19 +636,37 @@ impl FdTable {
             return Err(Errno::EBADF);
         }
         let slot = self.slot_locked(i, &g, &l);
-        // A reservation appears only under the lock (or by `install_any`,
-        // which claims only free slots), so a slot not reserved now is not
-        // reserved when we swap.
-        // SeqCst: ordered with the other slot transitions.
-        if slot.file.load(Ordering::SeqCst, &g).tag() != 0 {
-            // Linux's do_dup2: an fd allocated by an open in progress.
-            return Err(Errno::EBUSY);
-        }
-        slot.cloexec.store(cloexec, Ordering::Relaxed);
         account(&file);
-        // SeqCst: as above; publishes the File (a release too).
-        let old = slot.file.swap(Owned::new(file), Ordering::SeqCst, &g);
-        release_slot(old, &g);
+        let new = Owned::new(file).into_shared(&g);
+        // A reservation can appear without the lock (`install_any` claims a
+        // free slot by compare-exchange), so the slot is replaced only from
+        // a value seen not reserved: a plain swap could take a reservation
+        // away from its open.
+        // SeqCst: ordered with the other slot transitions.
+        let mut cur = slot.file.load(Ordering::SeqCst, &g);
+        loop {
+            if cur.tag() != 0 {
+                // Linux's do_dup2: an fd allocated by an open in progress.
+                // Never published: give the accounting back, drop the file.
+                release_slot(new, &g);
+                return Err(Errno::EBUSY);
+            }
+            // SeqCst: as above; publishes the File (a release too).
+            match slot
+                .file
+                .compare_exchange(cur, new, Ordering::SeqCst, Ordering::SeqCst, &g)
+            {
+                Ok(_) => break,
+                Err(e) => cur = e.current,
+            }
+        }
+        // After the slot is ours: a reserving open stores its flag before
+        // its own install, so a store before our compare-exchange could
+        // land on its fd. A lock-free reader of the flag racing with this
+        // dup2 may pair the new file with the old flag for that moment;
+        // fork copies under the lock we hold, so never does.
+        slot.cloexec.store(cloexec, Ordering::Relaxed);
+        release_slot(cur, &g);
         Ok(())
     }
 

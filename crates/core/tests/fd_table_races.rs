@@ -156,3 +156,65 @@ fn anyfd_opens_stay_within_the_limit_and_fall_back() {
     t.close(src).unwrap();
     assert_eq!(t.files().count(), 0);
 }
+
+/// dup2 onto the fds an `O_ANYFD` open keeps getting (a reservation made
+/// without the table lock) never takes the reservation away from the open
+/// (it is EBUSY then, as Linux's do_dup2): each open installs its own file
+/// (in test builds the table asserts that), and the accounting comes out
+/// even.
+#[test]
+fn dup2_never_steals_an_anyfd_reservation() {
+    use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+    let (_vfs, t) = setup();
+    let target = Arc::new(AtomicI32::new(-1));
+    let stop = Arc::new(AtomicBool::new(false));
+    let src = t.open("/f7", O_RDONLY, 0).unwrap();
+    let dupper = {
+        let (t, target, stop) = (t.clone_thread(), target.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let (mut ok, mut busy) = (0u64, 0u64);
+            while !stop.load(Ordering::Relaxed) {
+                let fd = target.load(Ordering::Relaxed);
+                if fd < 0 {
+                    continue;
+                }
+                match t.dup2(src, fd) {
+                    Ok(_) => ok += 1,
+                    Err(Errno::EBUSY) => busy += 1,
+                    Err(e) => panic!("dup2 onto {fd}: {e:?}"),
+                }
+            }
+            (ok, busy)
+        })
+    };
+    let mut prev: Vec<i32> = Vec::new();
+    for round in 0..20_000 {
+        let fd = t.open("/f1", O_RDONLY | O_ANYFD, 0).unwrap();
+        target.store(fd, Ordering::Relaxed);
+        // Ours, or the dup2's file if it replaced ours after the open.
+        let w = whose(&t, fd);
+        assert!(
+            w == "file 1" || w == "file 7",
+            "round {round}: fd {fd} holds {w}"
+        );
+        // A dup2 that read an earlier target may refill a closed fd: the
+        // last few are closed again each round, so the table never fills.
+        prev.push(fd);
+        if prev.len() > 4 {
+            prev.remove(0);
+        }
+        for &p in &prev {
+            let _ = t.close(p);
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let (ok, busy) = dupper.join().unwrap();
+    eprintln!("dup2: {ok} installed, {busy} EBUSY");
+    for fd in 0..1024 {
+        if fd != src {
+            let _ = t.close(fd);
+        }
+    }
+    t.close(src).unwrap();
+    assert_eq!(t.files().count(), 0, "fds left open");
+}
