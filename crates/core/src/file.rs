@@ -214,6 +214,10 @@ struct Slot {
     cloexec: AtomicBool,
 }
 
+/// Slots from the hint that an open tries without the table lock
+/// (`FdTable::reserve_at_hint`).
+const FAST_SCAN: usize = 4;
+
 /// Fds per chunk. Chunks never move once made, so a slot can be claimed
 /// with a compare-exchange and no lock (`install_any`, `close`).
 const CHUNK: usize = 256;
@@ -281,15 +285,19 @@ fn new_dir(n: usize) -> Dir {
 /// LOCKING RULES. Slots live in chunks of `CHUNK` that never move (the
 /// directory of chunks is copied to grow, the chunks are not), so a slot
 /// changes by compare-exchange:
-/// - free -> reserved: the lowest-fd search (`reserve`, `install`), under
-///   the table lock; `install_any` in its home range, without it;
+/// - free -> reserved: the lowest-fd search (`reserve`, `install`): at the
+///   hint without the lock when that slot is free (`reserve_at_hint`),
+///   else under the table lock; `install_any` in its home range, without
+///   it;
 /// - reserved -> file or free: the reserving open (`install_reserved`,
 ///   `unreserve`), without the lock;
-/// - file -> free: `close`, without the lock; file -> file: dup2
-///   (`install_at`), under the lock (it also refuses a reserved slot).
+/// - file -> free: `close`, without the lock; free or file -> file: dup2
+///   (`install_at`), under the lock, by compare-exchange from a value it
+///   saw unreserved (a reservation may appear without the lock).
 ///
 /// The table lock (a spinlock, as Linux's `file_lock`) serialises the
-/// lowest-fd searches, dup2, growing the directory and making chunks.
+/// lowest-fd searches that go past the hint, dup2, growing the directory
+/// and making chunks.
 /// `next_hint`: every fd below it is in use (not free), so the lowest-fd
 /// search starts there. A close below it lowers it (`fetch_min`); a
 /// search that raises it re-checks the slots it passed afterwards, and a
@@ -449,6 +457,9 @@ impl FdTable {
 
     fn reserve_from(&self, min: usize) -> VfsResult<i32> {
         let g = epoch::pin();
+        if let Some(fd) = self.reserve_at_hint(min, &g) {
+            return Ok(fd);
+        }
         let l = self.alloc.lock.lock();
         let max = self.max();
         // SeqCst: the hint's Dekker pair with `close` (see the type's doc).
@@ -492,21 +503,88 @@ impl FdTable {
                 .is_ok()
             {
                 // Re-check what we passed: a close that freed one of them
-                // before reading the raised hint is caught here.
-                for i in hint..fd {
-                    let s = self.slot_locked(i, &g, &l);
-                    if is_free(s.file.load(Ordering::SeqCst, &g)) {
-                        let _ = self.alloc.next_hint.fetch_update(
-                            Ordering::SeqCst,
-                            Ordering::SeqCst,
-                            |v| ((i as u64) < v).then_some(i as u64),
-                        );
-                        break;
-                    }
-                }
+                // before reading the raised hint is caught here (the chunks
+                // up to `fd` exist: made above).
+                self.recheck_passed(hint, fd, &g);
             }
         }
         Ok(fd as i32)
+    }
+
+    /// The common case without the lock: one of the `FAST_SCAN` slots from
+    /// the hint is free (a close just lowered the hint to it, or the fds
+    /// below are packed), so the first free one is the lowest free fd. The
+    /// same steps as the locked search: claim it by compare-exchange, raise
+    /// the hint past it only from the value read, then re-check the slots
+    /// passed. Searches may run concurrently (only the ones that go further
+    /// take the lock): a raise from a value another search or a close has
+    /// moved fails, and every raise is followed by its own re-check, so the
+    /// Dekker pair of the type's doc holds for each (loom model
+    /// `loom_models::fd_hint_fast_path`). `None`: fall back to the locked
+    /// search.
+    fn reserve_at_hint(&self, min: usize, g: &Guard) -> Option<i32> {
+        // SeqCst: the hint's Dekker pair with `close`.
+        let h = self.alloc.next_hint.load(Ordering::SeqCst) as usize;
+        let end = h.saturating_add(FAST_SCAN).min(self.max());
+        if h < min || h >= end {
+            return None;
+        }
+        let mut fd = h;
+        loop {
+            let slot = self.slot(fd, g)?;
+            // SeqCst: as the locked search's claim.
+            if slot
+                .file
+                .compare_exchange(
+                    Shared::null(),
+                    reserved(),
+                    Ordering::SeqCst,
+                    Ordering::SeqCst,
+                    g,
+                )
+                .is_ok()
+            {
+                break;
+            }
+            fd += 1;
+            if fd == end {
+                return None;
+            }
+        }
+        // The hint is a lower bound, so leaving it is always correct. It is
+        // raised only past two or more slots in use: threads that keep
+        // taking the first two free fds (3 and 4 of a shared table) then
+        // only read its line, and closes above it do not write it either.
+        // SeqCst: as above. Err: a close lowered it or a search raised it.
+        if fd >= h + 2
+            && self
+                .alloc
+                .next_hint
+                .compare_exchange(h as u64, fd as u64 + 1, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+        {
+            self.recheck_passed(h, fd, g);
+        }
+        Some(fd as i32)
+    }
+
+    /// After raising the hint from `from` past `to`: lower it to the first
+    /// slot in `from..to` freed meanwhile (the search's half of the Dekker
+    /// pair).
+    fn recheck_passed(&self, from: usize, to: usize, g: &Guard) {
+        for i in from..to {
+            let Some(s) = self.slot(i, g) else { return };
+            // SeqCst: the Dekker pair.
+            if is_free(s.file.load(Ordering::SeqCst, g)) {
+                let _ =
+                    self.alloc
+                        .next_hint
+                        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| {
+                            ((i as u64) < v).then_some(i as u64)
+                        });
+                return;
+            }
+        }
     }
 
     /// Put `file` in the fd `reserve` returned.

@@ -49,7 +49,10 @@
 //!
 //! - **fd hint vs close** (`FdTable`'s lowest-fd hint against a lock-free
 //!   close, on the protocol's own atomics): no free fd is left below the
-//!   hint. (Checked: without the search's re-check it fails.)
+//!   hint. (Checked: without the search's re-check it fails.) And
+//!   **fd hint fast path** (`reserve_at_hint`, the claim at the hint without
+//!   the lock) against the locked search and a close: the same, and no fd
+//!   handed out twice.
 //!
 //! Two concessions to loom in the production code, both `cfg(loom)` only:
 //! the dcache may have a single hash bucket (which bucket a name falls in
@@ -453,6 +456,102 @@ fn fd_hint_vs_close() {
             }
         }
         closer.join().unwrap();
+        let hint = hint.load(Ordering::SeqCst) as usize;
+        for (i, s) in slots.iter().enumerate().take(hint) {
+            assert!(
+                s.load(Ordering::SeqCst),
+                "fd {i} free below the hint {hint}"
+            );
+        }
+    });
+}
+
+/// The lowest-fd search's fast path (`FdTable::reserve_at_hint`: claim a
+/// free slot among the first few from the hint without the table lock,
+/// raise the hint past it only from the value it read, re-check what it
+/// passed) against the locked search (the same steps over any distance)
+/// and a close below the hint, on the protocol's own atomics as
+/// `fd_hint_vs_close`. When all are done, the two searches hold different
+/// fds and every fd below the hint is in use. (Checked: with the fast
+/// path raising the hint by a store instead of from the value it read, or
+/// without its re-check, it reports a free fd below the hint.)
+#[test]
+fn fd_hint_fast_path() {
+    use scalevfs_sync::primitive::{AtomicBool, AtomicU64, Ordering};
+    model(3, || {
+        // fds 0 and 1 open (1 closed by the racing thread, in the range the
+        // searches pass), 2 and 3 free, hint 0.
+        let slots = Arc::new([
+            AtomicBool::new(true),
+            AtomicBool::new(true),
+            AtomicBool::new(false),
+            AtomicBool::new(false),
+        ]);
+        let hint = Arc::new(AtomicU64::new(0));
+        let lower = |hint: &AtomicU64, i: u64| {
+            let _ = hint.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| (i < v).then_some(i));
+        };
+        let closer = {
+            let (slots, hint) = (slots.clone(), hint.clone());
+            thread::spawn(move || {
+                slots[1].store(false, Ordering::SeqCst);
+                if 1 < hint.load(Ordering::SeqCst) {
+                    lower(&hint, 1);
+                }
+            })
+        };
+        let fast = {
+            let (slots, hint) = (slots.clone(), hint.clone());
+            thread::spawn(move || {
+                // Three slots from the hint (`FAST_SCAN` in the real code).
+                let h = hint.load(Ordering::SeqCst) as usize;
+                let fd = (h..(h + 3).min(slots.len())).find(|&i| {
+                    slots[i]
+                        .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
+                        .is_ok()
+                })?;
+                // Raised only past two or more slots in use, as the real one.
+                if fd >= h + 2
+                    && hint
+                        .compare_exchange(
+                            h as u64,
+                            fd as u64 + 1,
+                            Ordering::SeqCst,
+                            Ordering::SeqCst,
+                        )
+                        .is_ok()
+                {
+                    if let Some(i) = (h..fd).find(|&i| !slots[i].load(Ordering::SeqCst)) {
+                        lower(&hint, i as u64);
+                    }
+                }
+                Some(fd)
+            })
+        };
+        // The locked search (alone under the lock; the fast path is not).
+        let h = hint.load(Ordering::SeqCst) as usize;
+        let mut fd = h;
+        while slots[fd]
+            .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
+            .is_err()
+        {
+            fd += 1;
+        }
+        if hint
+            .compare_exchange(h as u64, fd as u64 + 1, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+        {
+            for (i, s) in slots.iter().enumerate().take(fd).skip(h) {
+                if !s.load(Ordering::SeqCst) {
+                    lower(&hint, i as u64);
+                    break;
+                }
+            }
+        }
+        closer.join().unwrap();
+        if let Some(f) = fast.join().unwrap() {
+            assert_ne!(f, fd, "fd {fd} handed out twice");
+        }
         let hint = hint.load(Ordering::SeqCst) as usize;
         for (i, s) in slots.iter().enumerate().take(hint) {
             assert!(
