@@ -8,6 +8,23 @@ fn labels(r: &commute::CaseResult) -> Vec<String> {
     r.conflicts.iter().map(|(l, _)| l.clone()).collect()
 }
 
+/// `record_case`, up to 3 times until a recording shows no conflict. Some
+/// lines are shared by chance in one recording: two names hashing to one
+/// of the 1,024 name-lock stripes (the hash is seeded and includes the
+/// parent dentry's address), or the allocator placing two threads' new
+/// objects on one line. A conflict that the code makes shows up every
+/// time; one of chance does not repeat.
+fn record_free(a: Op, b: Op, c: Case) -> commute::CaseResult {
+    let mut r = record_case(a, b, c);
+    for _ in 0..2 {
+        if !r.conflicted() {
+            break;
+        }
+        r = record_case(a, b, c);
+    }
+    r
+}
+
 /// Two creates in one directory share no line of the dcache: each new
 /// child's reference on its parent comes from its thread's spares
 /// (`core/src/spares.rs`; before, every create wrote the parent dentry's
@@ -55,7 +72,7 @@ fn renames_in_one_dir_share_no_dcache_line() {
 #[test]
 fn rmdir_vs_creat_in_other_directories_is_free() {
     for b in [Op::Creat, Op::Unlink, Op::Mkdir, Op::Rmdir] {
-        let r = record_case(Op::Rmdir, b, Case::OwnDirs);
+        let r = record_free(Op::Rmdir, b, Case::OwnDirs);
         assert_eq!(r.error, None);
         assert!(!r.conflicted(), "rmdir x {b:?}: {:?}", labels(&r));
     }
@@ -71,7 +88,7 @@ fn writes_of_different_pages_of_one_file_are_free() {
         (Op::Pwrite, Op::Pwrite),
         (Op::Write, Op::Pwrite),
     ] {
-        let r = record_case(a, b, Case::SameFile);
+        let r = record_free(a, b, Case::SameFile);
         assert_eq!(r.error, None);
         assert!(!r.conflicted(), "{a:?} x {b:?}: {:?}", labels(&r));
     }
@@ -81,7 +98,7 @@ fn writes_of_different_pages_of_one_file_are_free() {
 #[test]
 fn stat_stat_of_different_files_is_free() {
     for case in [Case::SharedDir, Case::OwnDirs, Case::SameFile] {
-        let r = record_case(Op::Stat, Op::Stat, case);
+        let r = record_free(Op::Stat, Op::Stat, case);
         assert_eq!(r.error, None);
         assert!(!r.conflicted(), "{case:?}: {:?}", labels(&r));
         // It did record: a stat walks, so it touches lines (the recorder is on).
@@ -106,7 +123,7 @@ fn rename_vs_walks_of_other_names_is_free() {
             if !cases(Op::Rename, b).contains(&case) {
                 continue;
             }
-            let r = record_case(Op::Rename, b, case);
+            let r = record_free(Op::Rename, b, case);
             assert_eq!(r.error, None);
             if b == Op::Creat && case == Case::SharedDir {
                 // One directory's lock and attributes: a known conflict.
@@ -115,7 +132,7 @@ fn rename_vs_walks_of_other_names_is_free() {
             assert!(!shared(&r), "rename {b:?} {case:?}: {:?}", labels(&r));
         }
     }
-    let r = record_case(Op::Rename, Op::Rename, Case::OwnDirs);
+    let r = record_free(Op::Rename, Op::Rename, Case::OwnDirs);
     assert!(!shared(&r), "rename rename: {:?}", labels(&r));
 }
 
@@ -138,7 +155,7 @@ fn same_file_reads_and_writes_are_free_within_a_tick() {
         (Op::Open, Op::Write),
         (Op::Stat, Op::Read),
     ] {
-        let r = record_case(a, b, Case::SameFile);
+        let r = record_free(a, b, Case::SameFile);
         assert_eq!(r.error, None);
         assert!(!r.conflicted(), "{a:?} {b:?}: {:?}", labels(&r));
     }
@@ -157,7 +174,7 @@ fn fixed_pairs_stay_free() {
         // memfs lists without the directory's lock (issue 16).
         (Op::Getdents, Op::Getdents, Case::SharedDir),
     ] {
-        let r = record_case(a, b, c);
+        let r = record_free(a, b, c);
         assert_eq!(r.error, None);
         assert!(!r.conflicted(), "{a:?} {b:?} {c:?}: {:?}", labels(&r));
     }
@@ -165,15 +182,22 @@ fn fixed_pairs_stay_free() {
 
 /// A lowest-fd pair runs as two processes (free in own directories) and is
 /// also recorded as two threads of one process, where the fd table is
-/// shared: that must show up (and is not counted).
+/// shared (reported, not counted). Two opens there no longer take the
+/// table's lock: the first slots from the hint are claimed without it
+/// (`FdTable::reserve_at_hint`), and neighbouring fds are on different
+/// slot lines, so the pair may even share nothing; whether the hint's line
+/// moves depends on the interleaving, so only the lock is asserted.
 #[test]
-fn lowest_fd_pairs_show_the_fd_table_in_one_process() {
+fn lowest_fd_pairs_in_one_process_take_no_table_lock() {
     let r = record_case(Op::Open, Op::Open, Case::OwnDirs);
     assert_eq!(r.error, None);
     assert!(r.two_procs);
     assert!(!r.conflicted(), "{:?}", labels(&r));
     let one = r.one_process.expect("recorded in one process too");
-    assert!(!one.is_empty(), "one fd table, no shared line?");
+    assert!(
+        !one.iter().any(|(l, _)| l.contains("FdTable::lock")),
+        "{one:?}"
+    );
 }
 
 /// Every case of the matrix runs without an operation failing, and the
