@@ -470,43 +470,14 @@ impl FdTable {
             if fd >= max {
                 return Err(Errno::EMFILE);
             }
-            let slot = self.slot_locked(fd, &g, &l);
-            // SeqCst: `install_any` claims without the lock; and the
-            // freeing side of the hint's Dekker pair.
-            if slot
-                .file
-                .compare_exchange(
-                    Shared::null(),
-                    reserved(),
-                    Ordering::SeqCst,
-                    Ordering::SeqCst,
-                    &g,
-                )
-                .is_ok()
-            {
+            if claim(self.slot_locked(fd, &g, &l), &g) {
                 break;
             }
             fd += 1;
         }
         if start == hint {
-            // SeqCst: as above. Raise the hint past the slots we passed
-            // (all in use when we looked), unless a close lowered it.
-            if self
-                .alloc
-                .next_hint
-                .compare_exchange(
-                    hint as u64,
-                    fd as u64 + 1,
-                    Ordering::SeqCst,
-                    Ordering::SeqCst,
-                )
-                .is_ok()
-            {
-                // Re-check what we passed: a close that freed one of them
-                // before reading the raised hint is caught here (the chunks
-                // up to `fd` exist: made above).
-                self.recheck_passed(hint, fd, &g);
-            }
+            // The chunks up to `fd` exist (made above) for the re-check.
+            self.raise_hint(hint, fd, &g);
         }
         Ok(fd as i32)
     }
@@ -530,22 +501,7 @@ impl FdTable {
             return None;
         }
         let mut fd = h;
-        loop {
-            let slot = self.slot(fd, g)?;
-            // SeqCst: as the locked search's claim.
-            if slot
-                .file
-                .compare_exchange(
-                    Shared::null(),
-                    reserved(),
-                    Ordering::SeqCst,
-                    Ordering::SeqCst,
-                    g,
-                )
-                .is_ok()
-            {
-                break;
-            }
+        while !claim(self.slot(fd, g)?, g) {
             fd += 1;
             if fd == end {
                 return None;
@@ -555,33 +511,38 @@ impl FdTable {
         // raised only past two or more slots in use: threads that keep
         // taking the first two free fds (3 and 4 of a shared table) then
         // only read its line, and closes above it do not write it either.
-        // SeqCst: as above. Err: a close lowered it or a search raised it.
-        if fd >= h + 2
-            && self
-                .alloc
-                .next_hint
-                .compare_exchange(h as u64, fd as u64 + 1, Ordering::SeqCst, Ordering::SeqCst)
-                .is_ok()
-        {
-            self.recheck_passed(h, fd, g);
+        if fd >= h + 2 {
+            self.raise_hint(h, fd, g);
         }
         Some(fd as i32)
     }
 
-    /// After raising the hint from `from` past `to`: lower it to the first
-    /// slot in `from..to` freed meanwhile (the search's half of the Dekker
-    /// pair).
-    fn recheck_passed(&self, from: usize, to: usize, g: &Guard) {
-        for i in from..to {
+    /// Raise the hint from `from` (the value the search read) past `fd`,
+    /// unless a close lowered it or another search raised it meanwhile;
+    /// then re-check the slots passed (`from..fd`, all in use when the
+    /// search looked): a close that freed one of them before it could read
+    /// the raised hint is caught here and the hint lowered to it (the
+    /// search's half of the Dekker pair).
+    fn raise_hint(&self, from: usize, fd: usize, g: &Guard) {
+        // SeqCst: the Dekker pair with `close` (see the type's doc).
+        if self
+            .alloc
+            .next_hint
+            .compare_exchange(
+                from as u64,
+                fd as u64 + 1,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            )
+            .is_err()
+        {
+            return;
+        }
+        for i in from..fd {
             let Some(s) = self.slot(i, g) else { return };
             // SeqCst: the Dekker pair.
             if is_free(s.file.load(Ordering::SeqCst, g)) {
-                let _ =
-                    self.alloc
-                        .next_hint
-                        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| {
-                            ((i as u64) < v).then_some(i as u64)
-                        });
+                self.lower_hint(i);
                 return;
             }
         }
@@ -685,19 +646,8 @@ impl FdTable {
                 let Some(slot) = self.slot(fd, &g) else {
                     break;
                 };
-                // SeqCst: as in `reserve_from` (the lowest-fd search may
-                // claim the same slot).
-                if slot
-                    .file
-                    .compare_exchange(
-                        Shared::null(),
-                        reserved(),
-                        Ordering::SeqCst,
-                        Ordering::SeqCst,
-                        &g,
-                    )
-                    .is_ok()
-                {
+                // The lowest-fd search may claim the same slot.
+                if claim(slot, &g) {
                     return Ok(fd as i32);
                 }
             }
@@ -904,6 +854,22 @@ fn account(file: &Arc<File>) {
 /// A slot's file pointer taken out of the table (null: nothing): its
 /// mount stops being busy for this slot now, the `Arc` is dropped after a
 /// grace period.
+/// Reserve a free slot for an open in progress (free -> reserved).
+#[inline]
+fn claim(slot: &Slot, g: &Guard) -> bool {
+    // SeqCst: searches and `install_any` claim concurrently; and the
+    // freeing side of the hint's Dekker pair.
+    slot.file
+        .compare_exchange(
+            Shared::null(),
+            reserved(),
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+            g,
+        )
+        .is_ok()
+}
+
 fn release_slot(old: Shared<'_, Arc<File>>, g: &Guard) {
     // SAFETY: a non-null slot pointer is a live Arc<File> box; it is freed
     // only by the deferred destruction below.

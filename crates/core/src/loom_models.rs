@@ -80,6 +80,9 @@ use crossbeam_epoch as epoch;
 use loom::model::Builder;
 use loom::thread;
 
+use scalevfs_sync::primitive::AtomicU64;
+use scalevfs_sync::primitive::Ordering::SeqCst;
+
 use crate::dcache::{DcacheConfig, DentryRef, RcuLookup};
 use crate::inode::Inode;
 use crate::types::{Attr, S_IFREG};
@@ -418,51 +421,18 @@ fn mount_count_refs_vs_detach() {
 /// slot store, the model reports a free fd below the hint.)
 #[test]
 fn fd_hint_vs_close() {
-    use scalevfs_sync::primitive::{AtomicBool, AtomicU64, Ordering};
     model(3, || {
         // fd 0 open (closed by the racing thread), fd 1 free, hint 0.
-        let slots = Arc::new([AtomicBool::new(true), AtomicBool::new(false)]);
+        let slots = fd_slots(&[true, false]);
         let hint = Arc::new(AtomicU64::new(0));
         let closer = {
             let (slots, hint) = (slots.clone(), hint.clone());
-            thread::spawn(move || {
-                slots[0].store(false, Ordering::SeqCst);
-                if 0 < hint.load(Ordering::SeqCst) {
-                    let _ = hint
-                        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| (0 < v).then_some(0));
-                }
-            })
+            thread::spawn(move || fd_close(&slots, &hint, 0))
         };
         // The search (under the table lock in the real code; alone here).
-        let h = hint.load(Ordering::SeqCst) as usize;
-        let mut fd = h;
-        while slots[fd]
-            .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
-            .is_err()
-        {
-            fd += 1;
-        }
-        if hint
-            .compare_exchange(h as u64, fd as u64 + 1, Ordering::SeqCst, Ordering::SeqCst)
-            .is_ok()
-        {
-            for (i, s) in slots.iter().enumerate().take(fd).skip(h) {
-                if !s.load(Ordering::SeqCst) {
-                    let _ = hint.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| {
-                        ((i as u64) < v).then_some(i as u64)
-                    });
-                    break;
-                }
-            }
-        }
+        fd_search(&slots, &hint, usize::MAX, 0);
         closer.join().unwrap();
-        let hint = hint.load(Ordering::SeqCst) as usize;
-        for (i, s) in slots.iter().enumerate().take(hint) {
-            assert!(
-                s.load(Ordering::SeqCst),
-                "fd {i} free below the hint {hint}"
-            );
-        }
+        fd_check(&slots, &hint);
     });
 }
 
@@ -477,89 +447,88 @@ fn fd_hint_vs_close() {
 /// without its re-check, it reports a free fd below the hint.)
 #[test]
 fn fd_hint_fast_path() {
-    use scalevfs_sync::primitive::{AtomicBool, AtomicU64, Ordering};
     model(3, || {
         // fds 0 and 1 open (1 closed by the racing thread, in the range the
         // searches pass), 2 and 3 free, hint 0.
-        let slots = Arc::new([
-            AtomicBool::new(true),
-            AtomicBool::new(true),
-            AtomicBool::new(false),
-            AtomicBool::new(false),
-        ]);
+        let slots = fd_slots(&[true, true, false, false]);
         let hint = Arc::new(AtomicU64::new(0));
-        let lower = |hint: &AtomicU64, i: u64| {
-            let _ = hint.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| (i < v).then_some(i));
-        };
         let closer = {
             let (slots, hint) = (slots.clone(), hint.clone());
-            thread::spawn(move || {
-                slots[1].store(false, Ordering::SeqCst);
-                if 1 < hint.load(Ordering::SeqCst) {
-                    lower(&hint, 1);
-                }
-            })
+            thread::spawn(move || fd_close(&slots, &hint, 1))
         };
+        // Three slots from the hint (`FAST_SCAN` in the real code), raised
+        // only past two or more in use, as the real one.
         let fast = {
             let (slots, hint) = (slots.clone(), hint.clone());
-            thread::spawn(move || {
-                // Three slots from the hint (`FAST_SCAN` in the real code).
-                let h = hint.load(Ordering::SeqCst) as usize;
-                let fd = (h..(h + 3).min(slots.len())).find(|&i| {
-                    slots[i]
-                        .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
-                        .is_ok()
-                })?;
-                // Raised only past two or more slots in use, as the real one.
-                if fd >= h + 2
-                    && hint
-                        .compare_exchange(
-                            h as u64,
-                            fd as u64 + 1,
-                            Ordering::SeqCst,
-                            Ordering::SeqCst,
-                        )
-                        .is_ok()
-                {
-                    if let Some(i) = (h..fd).find(|&i| !slots[i].load(Ordering::SeqCst)) {
-                        lower(&hint, i as u64);
-                    }
-                }
-                Some(fd)
-            })
+            thread::spawn(move || fd_search(&slots, &hint, 3, 2))
         };
         // The locked search (alone under the lock; the fast path is not).
-        let h = hint.load(Ordering::SeqCst) as usize;
-        let mut fd = h;
-        while slots[fd]
-            .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
-            .is_err()
-        {
-            fd += 1;
-        }
-        if hint
-            .compare_exchange(h as u64, fd as u64 + 1, Ordering::SeqCst, Ordering::SeqCst)
-            .is_ok()
-        {
-            for (i, s) in slots.iter().enumerate().take(fd).skip(h) {
-                if !s.load(Ordering::SeqCst) {
-                    lower(&hint, i as u64);
-                    break;
-                }
-            }
-        }
+        let fd = fd_search(&slots, &hint, usize::MAX, 0).expect("a free slot");
         closer.join().unwrap();
         if let Some(f) = fast.join().unwrap() {
             assert_ne!(f, fd, "fd {fd} handed out twice");
         }
-        let hint = hint.load(Ordering::SeqCst) as usize;
-        for (i, s) in slots.iter().enumerate().take(hint) {
-            assert!(
-                s.load(Ordering::SeqCst),
-                "fd {i} free below the hint {hint}"
-            );
-        }
+        fd_check(&slots, &hint);
     });
+}
+
+/// The fd models' slots (`true`: in use), on loom's atomics.
+fn fd_slots(init: &[bool]) -> Arc<Vec<scalevfs_sync::primitive::AtomicBool>> {
+    Arc::new(
+        init.iter()
+            .map(|&b| scalevfs_sync::primitive::AtomicBool::new(b))
+            .collect(),
+    )
+}
+
+/// `FdTable::lower_hint`: lower the hint to `i` if it is above.
+fn fd_lower(hint: &AtomicU64, i: usize) {
+    let _ = hint.fetch_update(SeqCst, SeqCst, |v| ((i as u64) < v).then_some(i as u64));
+}
+
+/// `FdTable::close`: free the slot, then read the hint (the Dekker pair).
+fn fd_close(slots: &[scalevfs_sync::primitive::AtomicBool], hint: &AtomicU64, i: usize) {
+    slots[i].store(false, SeqCst);
+    if (i as u64) < hint.load(SeqCst) {
+        fd_lower(hint, i);
+    }
+}
+
+/// `FdTable::reserve_from` / `reserve_at_hint`: claim the first free slot
+/// among `scan` from the hint (`None` past them), and raise the hint past
+/// it from the value read when it passed at least `raise_min` slots, then
+/// re-check the slots passed (`FdTable::raise_hint`).
+fn fd_search(
+    slots: &[scalevfs_sync::primitive::AtomicBool],
+    hint: &AtomicU64,
+    scan: usize,
+    raise_min: usize,
+) -> Option<usize> {
+    let h = hint.load(SeqCst) as usize;
+    let end = h.saturating_add(scan).min(slots.len());
+    let fd = (h..end).find(|&i| {
+        slots[i]
+            .compare_exchange(false, true, SeqCst, SeqCst)
+            .is_ok()
+    })?;
+    if fd >= h + raise_min
+        && hint
+            .compare_exchange(h as u64, fd as u64 + 1, SeqCst, SeqCst)
+            .is_ok()
+    {
+        if let Some(i) = (h..fd).find(|&i| !slots[i].load(SeqCst)) {
+            fd_lower(hint, i);
+        }
+    }
+    Some(fd)
+}
+
+/// When every thread is done, every fd below the hint is in use.
+fn fd_check(slots: &[scalevfs_sync::primitive::AtomicBool], hint: &AtomicU64) {
+    let hint = hint.load(SeqCst) as usize;
+    for (i, s) in slots.iter().enumerate().take(hint) {
+        assert!(s.load(SeqCst), "fd {i} free below the hint {hint}");
+    }
 }
 
 /// memfs's directory cookies (`percpu::InoAllocator`, per-thread batches;

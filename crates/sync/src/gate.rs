@@ -65,6 +65,7 @@ pub fn thread_number() -> usize {
     SLOT.with(|s| *s)
 }
 
+/// This thread's number (under loom: 0 for every thread; see below).
 #[cfg(loom)]
 pub fn thread_number() -> usize {
     // loom threads get distinct ids from loom itself; any stable number is
