@@ -10,10 +10,15 @@ use std::sync::Arc;
 use scalevfs::*;
 
 /// Create and unlink a few names in `dir` on a new thread, run its own
-/// deferred frees (limbo.rs: a thread frees what it retired, so a parked
-/// thread's would stay), then keep that thread parked (holding its spares)
-/// until the returned sender is dropped.
-fn park_with_spares(t: &Task, dir: &str) -> (mpsc::Sender<()>, std::thread::JoinHandle<()>) {
+/// deferred frees until `freed()` (limbo.rs: a thread frees what it
+/// retired, so a parked thread's would stay; up to about 5 s), then keep
+/// that thread parked (holding its spares) until the returned sender is
+/// dropped.
+fn park_with_spares(
+    t: &Task,
+    dir: &str,
+    freed: impl Fn() -> bool + Send + 'static,
+) -> (mpsc::Sender<()>, std::thread::JoinHandle<()>) {
     let t = t.clone_thread();
     let dir = dir.to_string();
     let (done_tx, done_rx) = mpsc::channel();
@@ -28,8 +33,14 @@ fn park_with_spares(t: &Task, dir: &str) -> (mpsc::Sender<()>, std::thread::Join
             t.unlink(&format!("{dir}/f{i}")).unwrap();
         }
         drop(t);
-        for _ in 0..1000 {
+        for i in 0..5_000 {
             flush_deferred_frees();
+            if freed() {
+                break;
+            }
+            if i >= 100 {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
         }
         done_tx.send(()).unwrap();
         let _ = stop_rx.recv();
@@ -63,7 +74,8 @@ fn rmdir_frees_a_directory_another_thread_keeps_spares_on() {
     let t = vfs.root_task();
     let base = fs.live_inodes();
     t.mkdir("/d", 0o755).unwrap();
-    let (stop, h) = park_with_spares(&t, "/d");
+    let f2 = fs.clone();
+    let (stop, h) = park_with_spares(&t, "/d", move || f2.live_inodes() == base + 1);
     assert_eq!(fs.live_inodes(), base + 1);
     let entries = vfs.dcache().len();
     t.rmdir("/d").unwrap();
@@ -92,7 +104,8 @@ fn rename_over_frees_a_directory_another_thread_keeps_spares_on() {
     let base = fs.live_inodes();
     t.mkdir("/d", 0o755).unwrap();
     t.mkdir("/e", 0o755).unwrap();
-    let (stop, h) = park_with_spares(&t, "/d");
+    let f2 = fs.clone();
+    let (stop, h) = park_with_spares(&t, "/d", move || f2.live_inodes() == base + 2);
     t.rename("/e", "/d").unwrap();
     settle(&vfs, || fs.live_inodes() == base + 1);
     assert_eq!(
@@ -109,13 +122,19 @@ fn rename_over_frees_a_directory_another_thread_keeps_spares_on() {
 /// directories frees the filesystem (teardown recalls them).
 #[test]
 fn dropping_the_vfs_takes_spares_back_from_live_threads() {
-    let fs: Arc<dyn Filesystem> = Arc::new(MemFs::new(1, MemFsOptions::default()));
+    let mem = Arc::new(MemFs::new(1, MemFsOptions::default()));
+    let base = mem.live_inodes();
+    let watch = Arc::downgrade(&mem);
+    let fs: Arc<dyn Filesystem> = mem;
     let weak = Arc::downgrade(&fs);
     let vfs = Vfs::with_root_fs(VfsConfig::default(), fs);
     let t = vfs.root_task();
     t.mkdir("/d", 0o755).unwrap();
     t.mkdir("/d/e", 0o755).unwrap();
-    let (stop, h) = park_with_spares(&t, "/d/e");
+    let (stop, h) = park_with_spares(&t, "/d/e", move || match watch.upgrade() {
+        None => true,
+        Some(f) => f.live_inodes() == base + 2,
+    });
     drop(t);
     drop(vfs);
     for i in 0..5_000 {
@@ -145,11 +164,13 @@ fn shrink_evicts_directories_kept_only_by_spares() {
         ..VfsConfig::default()
     };
     let fs = Arc::new(MemFs::new(1, opts));
-    let vfs = Vfs::with_root_fs(cfg, fs);
+    let base = fs.live_inodes();
+    let vfs = Vfs::with_root_fs(cfg, fs.clone());
     let t = vfs.root_task();
     t.mkdir("/d", 0o755).unwrap();
     t.mkdir("/d/e", 0o755).unwrap();
-    let (stop, h) = park_with_spares(&t, "/d/e");
+    let f2 = fs.clone();
+    let (stop, h) = park_with_spares(&t, "/d/e", move || f2.live_inodes() == base + 2);
     let dc = vfs.dcache();
     settle(&vfs, || {
         while dc.shrink(usize::MAX, false) > 0 {}
@@ -159,4 +180,37 @@ fn shrink_evicts_directories_kept_only_by_spares() {
     assert!(t.stat("/d/e").unwrap().is_dir());
     drop(stop);
     h.join().unwrap();
+}
+
+/// One thread making names in more directories than its shard has ways
+/// (8): entries are evicted with their spares and given back to their
+/// directories, which all go when removed (no spare lost or kept), and
+/// link counts stay right.
+#[test]
+fn many_directories_evict_spares_and_lose_none() {
+    let fs = Arc::new(MemFs::new(1, MemFsOptions::default()));
+    let vfs = Vfs::with_root_fs(VfsConfig::default(), fs.clone());
+    let t = vfs.root_task();
+    let base = fs.live_inodes();
+    let dirs = 40;
+    for d in 0..dirs {
+        t.mkdir(&format!("/d{d}"), 0o755).unwrap();
+    }
+    for round in 0..5 {
+        for d in 0..dirs {
+            let p = format!("/d{d}/f{round}");
+            let fd = t.open(&p, O_CREAT | O_WRONLY, 0o644).unwrap();
+            t.close(fd).unwrap();
+        }
+        for d in (0..dirs).rev() {
+            t.unlink(&format!("/d{d}/f{round}")).unwrap();
+        }
+    }
+    assert_eq!(t.stat("/").unwrap().nlink, 2 + dirs as u32);
+    for d in 0..dirs {
+        t.rmdir(&format!("/d{d}")).unwrap();
+    }
+    settle(&vfs, || fs.live_inodes() == base);
+    assert_eq!(fs.live_inodes(), base, "a removed directory is kept");
+    assert_eq!(t.stat("/").unwrap().nlink, 2);
 }
