@@ -49,6 +49,20 @@ fn park_with_spares(
     (stop_tx, h)
 }
 
+/// A `Vfs` over a memfs with `opts`, its root task, and the memfs's live
+/// inode count before anything is made.
+fn memfs_vfs(opts: MemFsOptions) -> (Arc<MemFs>, Vfs, Task, i64) {
+    let cfg = VfsConfig {
+        memfs: opts.clone(),
+        ..VfsConfig::default()
+    };
+    let fs = Arc::new(MemFs::new(1, opts));
+    let base = fs.live_inodes();
+    let vfs = Vfs::with_root_fs(cfg, fs.clone());
+    let t = vfs.root_task();
+    (fs, vfs, t, base)
+}
+
 /// Run deferred frees until `until` holds, for up to about 5 s: frees wait
 /// for a grace period, which other tests of this binary, pinned and
 /// descheduled on a busy machine, can hold up.
@@ -69,10 +83,7 @@ fn settle(vfs: &Vfs, until: impl Fn() -> bool) {
 /// spares), and the parent keeps the right link count.
 #[test]
 fn rmdir_frees_a_directory_another_thread_keeps_spares_on() {
-    let fs = Arc::new(MemFs::new(1, MemFsOptions::default()));
-    let vfs = Vfs::with_root_fs(VfsConfig::default(), fs.clone());
-    let t = vfs.root_task();
-    let base = fs.live_inodes();
+    let (fs, vfs, t, base) = memfs_vfs(MemFsOptions::default());
     t.mkdir("/d", 0o755).unwrap();
     let f2 = fs.clone();
     let (stop, h) = park_with_spares(&t, "/d", move || f2.live_inodes() == base + 1);
@@ -98,10 +109,7 @@ fn rmdir_frees_a_directory_another_thread_keeps_spares_on() {
 /// The same for a directory replaced by a rename (`d_move`'s target).
 #[test]
 fn rename_over_frees_a_directory_another_thread_keeps_spares_on() {
-    let fs = Arc::new(MemFs::new(1, MemFsOptions::default()));
-    let vfs = Vfs::with_root_fs(VfsConfig::default(), fs.clone());
-    let t = vfs.root_task();
-    let base = fs.live_inodes();
+    let (fs, vfs, t, base) = memfs_vfs(MemFsOptions::default());
     t.mkdir("/d", 0o755).unwrap();
     t.mkdir("/e", 0o755).unwrap();
     let f2 = fs.clone();
@@ -155,18 +163,10 @@ fn dropping_the_vfs_takes_spares_back_from_live_threads() {
 /// only spares keep in use when asked to shrink everything.
 #[test]
 fn shrink_evicts_directories_kept_only_by_spares() {
-    let opts = MemFsOptions {
+    let (fs, vfs, t, base) = memfs_vfs(MemFsOptions {
         authoritative: false,
         ..MemFsOptions::default()
-    };
-    let cfg = VfsConfig {
-        memfs: opts.clone(),
-        ..VfsConfig::default()
-    };
-    let fs = Arc::new(MemFs::new(1, opts));
-    let base = fs.live_inodes();
-    let vfs = Vfs::with_root_fs(cfg, fs.clone());
-    let t = vfs.root_task();
+    });
     t.mkdir("/d", 0o755).unwrap();
     t.mkdir("/d/e", 0o755).unwrap();
     let f2 = fs.clone();
@@ -188,10 +188,7 @@ fn shrink_evicts_directories_kept_only_by_spares() {
 /// link counts stay right.
 #[test]
 fn many_directories_evict_spares_and_lose_none() {
-    let fs = Arc::new(MemFs::new(1, MemFsOptions::default()));
-    let vfs = Vfs::with_root_fs(VfsConfig::default(), fs.clone());
-    let t = vfs.root_task();
-    let base = fs.live_inodes();
+    let (fs, vfs, t, base) = memfs_vfs(MemFsOptions::default());
     let dirs = 40;
     for d in 0..dirs {
         t.mkdir(&format!("/d{d}"), 0o755).unwrap();
