@@ -768,20 +768,23 @@ fn put_back(own: &Dentry, back: spares::PutBack) {
     match back {
         spares::PutBack::None => {}
         spares::PutBack::Own(n) => own.lockref().put_many(n as i32, own.variant()),
-        spares::PutBack::Other(key, n) => {
-            let d = key as *mut Dentry;
-            if n > 1 {
-                // SAFETY: the evicted entry's spares are counts on it, now
-                // ours: it is alive.
-                let dd = unsafe { &*d };
-                dd.lockref().put_many(n as i32 - 1, dd.variant());
-            }
-            // Hashed (the table keeps spares of hashed dentries only, and an
-            // unhasher holds its own reference until it recalled them), so
-            // this last one at most makes it unused.
-            dput(d);
-        }
+        spares::PutBack::Other(key, n) => put_spares(key, n),
     }
+}
+
+/// Drop `n` (at least 1) references on the dentry at `key`, taken out of
+/// the spare table (an evicted entry, or a drain). It is hashed (the table
+/// keeps spares of hashed dentries only, and an unhasher holds its own
+/// reference until it recalled them), so the last one at most makes it
+/// unused and never cascades.
+fn put_spares(key: spares::Key, n: u32) {
+    let d = key as *mut Dentry;
+    if n > 1 {
+        // SAFETY: the spares are counts on it, now ours: it is alive.
+        let dd = unsafe { &*d };
+        dd.lockref().put_many(n as i32 - 1, dd.variant());
+    }
+    dput(d);
 }
 
 /// Take every thread's spares on `d` back after `d` was unhashed; the
@@ -1868,9 +1871,7 @@ impl Dcache {
         let back = self.counts.spares.drain();
         let n = back.len();
         for (key, spares) in back {
-            // SAFETY: `spares` counts on a live dentry, now ours.
-            let d = unsafe { &*(key as *const Dentry) };
-            put_back(d, spares::PutBack::Other(key, spares));
+            put_spares(key, spares);
         }
         n
     }
