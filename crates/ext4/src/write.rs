@@ -4,9 +4,8 @@
 //! insert/remove and the htree (conversion of a full one-block directory,
 //! insert by hash with leaf and index splits); setattr.
 //!
-//! Not yet (EOPNOTSUPP, never a damaged image): a second index level below
-//! the root (large_dir), a leaf whose entries all share one hash, ext2/3
-//! block-mapped directories. See `docs/ext4.md`.
+//! Not yet (EOPNOTSUPP, never a damaged image): ext2/3 block-mapped
+//! directories. See `docs/ext4.md`.
 
 use std::sync::Arc;
 
@@ -560,20 +559,25 @@ impl Ext4 {
         if !grow {
             return Ok(false);
         }
-        // Split the leaf: the upper half by hash moves to a new block.
-        let mut ents: Vec<(u32, u32, Vec<u8>, u8)> = Vec::new();
+        // Split the leaf by hash, the new name among its entries: the upper
+        // part moves to a new block (see `htree::split_point`; a run of one
+        // hash may be cut, the new leaf's index entry then carries the
+        // continuation bit).
+        let mut ents: Vec<(u32, u32, Vec<u8>, u8)> = Vec::with_capacity(v.len() + 1);
+        ents.push((hash, ino, name.to_vec(), ft));
         for e in v.iter().filter(|e| e.inode != 0) {
             let h = htree::dirhash(e.name, version, &self.sb.hash_seed)
                 .ok_or_else(|| corrupt(what(), "hash"))?;
             ents.push((h, e.inode, e.name.to_vec(), e.file_type));
         }
+        // Stable: the new name stays first among those of its hash.
         ents.sort_by_key(|e| e.0);
-        let mid = ents.len() / 2;
-        let split = (mid..ents.len())
-            .chain((1..mid).rev())
-            .find(|&i| i > 0 && ents[i].0 != ents[i - 1].0)
-            .ok_or_else(|| errno(libc::EOPNOTSUPP))?;
-        let split_hash = ents[split].0;
+        let sized: Vec<(u32, usize)> = ents
+            .iter()
+            .map(|e| (e.0, dir::rec_len_needed(e.2.len())))
+            .collect();
+        let (split, split_hash) = htree::split_point(&sized, end)
+            .ok_or_else(|| corrupt(what(), format!("leaf {leaf} has no split that fits")))?;
         // The new leaf's index entry goes into the lowest index block with
         // room; every full one below it splits (top down, each split
         // giving its parent one entry). With none, the root moves down.
@@ -643,33 +647,21 @@ impl Ext4 {
             }
         }
         let (newl, newp) = next_block()?;
-        let fill = |b: &mut [u8], part: &[(u32, u32, Vec<u8>, u8)]| {
+        // Every entry fits (split_point checked the sizes); `fitted` stays
+        // true unless that arithmetic and dir::insert disagree.
+        let mut fitted = true;
+        let mut fill = |b: &mut [u8], part: &[(u32, u32, Vec<u8>, u8)]| {
             dir::init_block(b, seed.is_some());
             for (_, i, n, t) in part {
-                dir::insert(b, end, *i, n, *t);
+                fitted &= dir::insert(b, end, *i, n, *t);
+            }
+            if let Some(s) = seed {
+                dir::set_tail_csum(b, s);
             }
         };
         let (lo, hi) = ents.split_at(split);
-        let target_new = hash >= split_hash;
-        let mut fitted = false;
-        rw.bufs.modify(io.dev, pblk, true, |b| {
-            fill(b, lo);
-            if !target_new {
-                fitted = dir::insert(b, end, ino, name, ft);
-            }
-            if let Some(s) = seed {
-                dir::set_tail_csum(b, s);
-            }
-        })?;
-        rw.bufs.modify(io.dev, newp, false, |b| {
-            fill(b, hi);
-            if target_new {
-                fitted = dir::insert(b, end, ino, name, ft);
-            }
-            if let Some(s) = seed {
-                dir::set_tail_csum(b, s);
-            }
-        })?;
+        rw.bufs.modify(io.dev, pblk, true, |b| fill(b, lo))?;
+        rw.bufs.modify(io.dev, newp, false, |b| fill(b, hi))?;
         let f = path.len() - 1;
         let at = path[f].4;
         path[f].3.insert(at + 1, (split_hash, newl));

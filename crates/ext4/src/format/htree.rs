@@ -315,3 +315,72 @@ fn tea_transform(buf: &mut [u32; 4], inp: &[u32; 4]) {
     buf[0] = buf[0].wrapping_add(b0);
     buf[1] = buf[1].wrapping_add(b1);
 }
+
+/// Where a full htree leaf splits. `ents` are the leaf's entries and the
+/// one being added, as (hash, rec_len needed), sorted by hash with the new
+/// one first among those of its hash; `cap` is the bytes a leaf holds. The
+/// answer `(cut, hash)`: `ents[..cut]` stay, `ents[cut..]` move to the new
+/// leaf, whose index entry gets `hash`: the first moved entry's, plus the
+/// continuation bit when the cut falls inside a run of one hash (the
+/// kernel's do_split). Lookups and inserts choose the last index entry at
+/// or below a name's hash, so a name of the run's hash goes to the lower
+/// leaf; placing the new entry first in its run keeps it on the side its
+/// hash leads to. Both halves fit `cap`; among such cuts the one nearest
+/// an even split by bytes wins, with a cut inside a run counted half a
+/// block worse (a run across leaves costs later lookups a block each).
+/// `None` only when no cut fits, which cannot happen for entries that
+/// fitted one block plus one more entry of at most a quarter block.
+pub fn split_point(ents: &[(u32, usize)], cap: usize) -> Option<(usize, u32)> {
+    let total: usize = ents.iter().map(|e| e.1).sum();
+    let mut lo = 0usize;
+    let mut best: Option<(usize, usize, u32)> = None;
+    for cut in 1..ents.len() {
+        lo += ents[cut - 1].1;
+        let hi = total - lo;
+        if lo > cap || hi > cap {
+            continue;
+        }
+        let continued = ents[cut].0 == ents[cut - 1].0;
+        let score = lo.abs_diff(hi) + if continued { cap / 2 } else { 0 };
+        if best.filter(|b| b.0 <= score).is_none() {
+            best = Some((score, cut, ents[cut].0 | u32::from(continued)));
+        }
+    }
+    best.map(|b| (b.1, b.2))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_point;
+
+    #[test]
+    fn split_prefers_a_boundary_near_the_middle_by_bytes() {
+        // Eight short entries below four long ones: a cut by count (at 6)
+        // would move 2 short and all 4 long ones, more than a block.
+        let mut e: Vec<(u32, usize)> = (0..8).map(|i| (i * 2, 12)).collect();
+        e.extend([(100, 264), (102, 264), (104, 264), (106, 264)]);
+        let (cut, h) = split_point(&e, 1012).unwrap();
+        let lo: usize = e[..cut].iter().map(|x| x.1).sum();
+        let hi: usize = e[cut..].iter().map(|x| x.1).sum();
+        assert!(lo <= 1012 && hi <= 1012, "{lo} {hi}");
+        assert_eq!((cut, h), (10, 104));
+    }
+
+    #[test]
+    fn one_hash_splits_with_the_continuation_bit() {
+        let e = [(40u32, 264usize); 4];
+        assert_eq!(split_point(&e, 1012), Some((2, 41)));
+        // A boundary wins over a more even cut inside a run unless it is
+        // off by more than half a block.
+        let e = [(38, 200), (40, 264), (40, 264), (42, 264)];
+        assert_eq!(split_point(&e, 1012), Some((3, 42)));
+        let e = [(38, 12), (40, 264), (40, 264), (40, 264)];
+        assert_eq!(split_point(&e, 1012), Some((2, 41)));
+    }
+
+    #[test]
+    fn no_cut_when_nothing_fits() {
+        assert_eq!(split_point(&[(2, 600), (4, 600)], 500), None);
+        assert_eq!(split_point(&[(2, 600)], 1012), None);
+    }
+}

@@ -1,0 +1,193 @@
+//! How a full htree leaf splits (1 KiB blocks, where a leaf holds three
+//! 255-byte names or about eighty short ones):
+//! - by bytes, not by entry count: a leaf of short names below long ones
+//!   by hash once split by count into halves the new long name did not
+//!   fit (an EUCLEAN error with the leaf already rewritten);
+//! - inside a run of names that share one hash, with the continuation bit
+//!   on the new leaf's index entry, as the kernel's do_split: the names
+//!   (a 7-way collision of half_md4 under a fixed hash seed, found by a
+//!   brute-force search) then span leaves, and our lookup, e2fsck and the
+//!   kernel follow the run.
+//!
+//! Each case: every name found through a fresh mount (the on-disk index),
+//! `e2fsck -fn` clean, the kernel (loop mount, where the machine allows)
+//! lists and finds the same names and adds its own into our index.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use common::*;
+use scalevfs::{Filesystem, Vfs, VfsConfig};
+use scalevfs_ext4::format::htree::{dirhash, HASH_HALF_MD4};
+use scalevfs_ext4::{Ext4, Ext4Options};
+
+/// The hash seed the images get (mke2fs -E hash_seed); the colliding
+/// names below were searched for under it.
+const SEED_UUID: &str = "12345678-9abc-def0-1234-56789abcdef0";
+
+fn image(dir: &Path) -> PathBuf {
+    let img = dir.join("img");
+    mkfs_args(
+        &img,
+        &[
+            "-b",
+            "1024",
+            "-O",
+            "orphan_file",
+            "-E",
+            &format!("hash_seed={SEED_UUID}"),
+        ],
+        "16M",
+    );
+    img
+}
+
+/// `s_hash_seed` as the superblock stores it.
+fn seed_of(img: &Path) -> [u32; 4] {
+    let b = std::fs::read(img).unwrap();
+    let mut s = [0u32; 4];
+    for (k, w) in s.iter_mut().enumerate() {
+        let o = 1024 + 0xEC + 4 * k;
+        *w = u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
+    }
+    s
+}
+
+fn hash(name: &str, seed: &[u32; 4]) -> u32 {
+    // mke2fs sets signed_directory_hash on x86: version as stored.
+    dirhash(name.as_bytes(), HASH_HALF_MD4, seed).unwrap()
+}
+
+fn open_rw(img: &Path) -> (Arc<Ext4>, Vfs) {
+    let e = Ext4::open(
+        img,
+        Ext4Options {
+            ro: false,
+            ..Ext4Options::default()
+        },
+    )
+    .unwrap();
+    let fsd: Arc<dyn Filesystem> = e.clone();
+    (e, Vfs::with_root_fs(VfsConfig::default(), fsd))
+}
+
+fn create_all(vfs: &Vfs, names: &[String]) {
+    let t = vfs.root_task();
+    for n in names {
+        t.mknodat(-100, &format!("/d/{n}"), libc::S_IFREG | 0o644, 0)
+            .unwrap_or_else(|x| panic!("create {}...: {x:?}", &n[..n.len().min(12)]));
+    }
+}
+
+/// Unmount, e2fsck, then a fresh mount finds exactly `want` in /d, by
+/// lookup and by listing; then the kernel does the same and creates
+/// `kernel_adds`, which we find afterwards.
+fn judge(
+    s: &Scratch,
+    img: &Path,
+    e: Arc<Ext4>,
+    vfs: Vfs,
+    want: &BTreeSet<String>,
+    kernel_adds: &[String],
+) {
+    e.unmount().unwrap();
+    drop(vfs);
+    drop(e);
+    fsck_clean(img);
+    let (_e, vfs) = open_rw(img);
+    let t = vfs.root_task();
+    for n in want {
+        t.lstat(&format!("/d/{n}"))
+            .unwrap_or_else(|x| panic!("lookup of {}...: {x:?}", &n[..n.len().min(12)]));
+    }
+    let listed: BTreeSet<String> = t
+        .read_dir("/d")
+        .unwrap()
+        .into_iter()
+        .map(|d| String::from_utf8(d.name).unwrap())
+        .filter(|n| n != "." && n != "..")
+        .collect();
+    assert!(&listed == want, "our listing differs");
+    drop(t);
+    drop(vfs);
+    drop(_e);
+    let Some(km) = KMount::rw(img, &s.0.join("mnt")) else {
+        return;
+    };
+    let d = km.0.join("d");
+    let got: BTreeSet<String> = std::fs::read_dir(&d)
+        .unwrap()
+        .map(|x| x.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert!(&got == want, "the kernel lists other names");
+    for n in want {
+        assert!(d.join(n).exists(), "the kernel does not find a name");
+    }
+    for n in kernel_adds {
+        std::fs::File::create(d.join(n)).unwrap();
+    }
+    drop(km);
+    fsck_clean(img);
+    let (_e, vfs) = open_rw(img);
+    let t = vfs.root_task();
+    for n in want.iter().chain(kernel_adds) {
+        t.lstat(&format!("/d/{n}"))
+            .unwrap_or_else(|x| panic!("after the kernel: {}...: {x:?}", &n[..n.len().min(12)]));
+    }
+}
+
+#[test]
+fn a_leaf_splits_by_bytes_not_by_count() {
+    if !have_tools() {
+        return;
+    }
+    let s = Scratch::new("htree-bytes");
+    let img = image(&s.0);
+    let seed = seed_of(&img);
+    // Four long names with the highest hashes of 3,000, and 18 short
+    // names (12 bytes each) below all of them: 18 * 12 + 3 * 264 = 1008
+    // of the leaf's 1012 bytes, then the fourth long name. A cut by count
+    // (at 11 of 22) would leave 7 short and all 4 long names, 1140 bytes,
+    // for one block.
+    let mut long: Vec<(u32, String)> = (0..3_000)
+        .map(|i| {
+            let n = format!("{i:05}{}", "L".repeat(250));
+            (hash(&n, &seed), n)
+        })
+        .collect();
+    long.sort();
+    let long: Vec<String> = long
+        .split_off(long.len() - 4)
+        .into_iter()
+        .map(|x| x.1)
+        .collect();
+    let floor = hash(&long[0], &seed);
+    let short: Vec<String> = (0..)
+        .map(|i| format!("s{i}"))
+        .filter(|n| hash(n, &seed) < floor)
+        .take(18)
+        .collect();
+    let (e, vfs) = open_rw(&img);
+    vfs.root_task().mkdir("/d", 0o755).unwrap();
+    create_all(&vfs, &short);
+    create_all(&vfs, &long);
+    // More of both kinds: further splits of the same shape.
+    let more: Vec<String> = (0..400)
+        .map(|i| {
+            if i % 3 == 0 {
+                format!("{i:05}{}", "m".repeat(200 + i % 50))
+            } else {
+                format!("t{i}")
+            }
+        })
+        .collect();
+    create_all(&vfs, &more);
+    let want: BTreeSet<String> = short.iter().chain(&long).chain(&more).cloned().collect();
+    let adds: Vec<String> = (0..50)
+        .map(|i| format!("k{i}{}", "K".repeat(i * 4)))
+        .collect();
+    judge(&s, &img, e, vfs, &want, &adds);
+}
