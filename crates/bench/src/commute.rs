@@ -201,6 +201,10 @@ pub enum Case {
     OwnDirs,
     /// One file, own fds.
     SameFile,
+    /// Own names in the filesystem's root (a mount's root: never hashed).
+    /// Not in the matrix (`cases` never gives it): for the tests, with the
+    /// name operations (creat, unlink, mkdir, rmdir, rename) only.
+    RootDir,
 }
 
 impl Case {
@@ -210,6 +214,7 @@ impl Case {
             Case::SharedDir => "shared-dir",
             Case::OwnDirs => "own-dirs",
             Case::SameFile => "same-file",
+            Case::RootDir => "root-dir",
         }
     }
 }
@@ -533,20 +538,28 @@ impl<S: Sys> Slot<S> {
         let dir = match case {
             Case::SharedDir | Case::SameFile => "d".to_string(),
             Case::OwnDirs => format!("d{t}"),
+            Case::RootDir => String::new(),
+        };
+        let under = |n: String| {
+            if dir.is_empty() {
+                n
+            } else {
+                format!("{dir}/{n}")
+            }
         };
         let file = match case {
             Case::SameFile => "d/f".to_string(),
-            _ => format!("{dir}/f{t}"),
+            _ => under(format!("f{t}")),
         };
         Slot {
             op,
             page: t as i64 * PAGE,
             dir: sys.path(&dir),
             file: sys.path(&file),
-            new: sys.path(&format!("{dir}/n{t}")),
-            unl: sys.path(&format!("{dir}/u{t}")),
-            ren: sys.path(&format!("{dir}/m{t}")),
-            rmd: sys.path(&format!("{dir}/r{t}")),
+            new: sys.path(&under(format!("n{t}"))),
+            unl: sys.path(&under(format!("u{t}"))),
+            ren: sys.path(&under(format!("m{t}"))),
+            rmd: sys.path(&under(format!("r{t}"))),
         }
     }
 

@@ -49,6 +49,28 @@ fn creat_creat_in_one_dir_shares_no_dcache_line() {
     );
 }
 
+/// The same in the filesystem's root, which is never hashed: its spares
+/// and its use as an uncounted parent last while its mount lives
+/// (dcache.rs `D_LIVE_ROOT`). Before, every create there wrote the root
+/// dentry's count (the walk counted it, and so did the child).
+#[test]
+fn creat_creat_and_mkdir_rmdir_in_the_root_share_no_dcache_line() {
+    for (a, b) in [
+        (Op::Creat, Op::Creat),
+        (Op::Mkdir, Op::Rmdir),
+        (Op::Unlink, Op::Creat),
+    ] {
+        let r = record_free(a, b, Case::RootDir);
+        assert_eq!(r.error, None, "{a:?} {b:?}");
+        let l = labels(&r);
+        assert!(
+            !l.iter()
+                .any(|l| l.contains("dcache") || l.contains("lockref")),
+            "{a:?} {b:?}: {l:?}"
+        );
+    }
+}
+
 /// A rename walks to its parents without a count too (they are checked
 /// under their directory locks, as a create's): renames and other name
 /// operations of different names in one directory share no dcache line.

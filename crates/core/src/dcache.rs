@@ -54,8 +54,10 @@
 //!   directory's LockRef line, except once per batch. The rules above that
 //!   read the count are unchanged: spares are counts, a directory with
 //!   spares out is in use, not evictable.
-//! - Spares are kept only for a hashed dentry, and an unhashed one must get
-//!   them back, or it would never reach its last `dput`. The protocol: the
+//! - Spares are kept only for a hashed dentry or a mount's root (never
+//!   hashed; `D_LIVE_ROOT` until its `Mount` is dropped, `retire_root`),
+//!   and an unhashed (retired) one must get them back, or it would never
+//!   reach its last `dput`. The protocol: the
 //!   keeper runs `may_keep_spares` under its shard's lock (hashed? then
 //!   set `D_SPARES`, by an RMW of the flag word when not yet set); the
 //!   unhasher, holding a counted reference, clears `D_HASHED` (an RMW of
@@ -177,6 +179,10 @@ pub const D_NEGATIVE: u32 = 1 << 10;
 /// (`spares.rs`, PARENT REFERENCES): set by the first thread that keeps
 /// some, before it keeps them; never cleared.
 pub const D_SPARES: u32 = 1 << 11;
+/// A mount's root directory, never hashed, until its mount retires it
+/// (`retire_root`): threads may keep spares on it (PARENT REFERENCES) and
+/// name operations may use it as an uncounted parent (`is_attached`).
+pub const D_LIVE_ROOT: u32 = 1 << 12;
 const D_VARIANT_SHIFT: u32 = 8;
 
 /// Names up to this length are stored inline in the dentry.
@@ -443,20 +449,32 @@ impl Dentry {
     /// Whether a thread may keep spare references on this dentry; run
     /// under the spare table's shard lock (PARENT REFERENCES).
     fn may_keep_spares(&self) -> bool {
+        // Hashed, or a mount's root not yet retired: either clear means
+        // the dentry is on its way out and recalls its spares.
+        const LIVE: u32 = D_HASHED | D_LIVE_ROOT;
         let f = self.flags();
-        if f & D_HASHED == 0 {
+        if f & LIVE == 0 {
             return false;
         }
         if f & D_SPARES != 0 {
             return true;
         }
-        // AcqRel: the flag and the unhasher's clear of D_HASHED are RMWs of
-        // one word, so one of them sees the other (PARENT REFERENCES).
-        self.hot.flags.fetch_or(D_SPARES, Ordering::AcqRel) & D_HASHED != 0
+        // AcqRel: the flag and the unhasher's clear of D_HASHED (or the
+        // retirer's of D_LIVE_ROOT) are RMWs of one word, so one of them
+        // sees the other (PARENT REFERENCES).
+        self.hot.flags.fetch_or(D_SPARES, Ordering::AcqRel) & LIVE != 0
     }
     #[inline]
     pub fn is_hashed(&self) -> bool {
         self.flags() & D_HASHED != 0
+    }
+    /// Hashed, or the root of a mount not yet dropped (`D_LIVE_ROOT`):
+    /// what a name operation's uncounted parent must be (`Task::lock_name`).
+    /// A mount's root stays so while anyone holds its mount, as the
+    /// uncounted walk does.
+    #[inline]
+    pub fn is_attached(&self) -> bool {
+        self.flags() & (D_HASHED | D_LIVE_ROOT) != 0
     }
     #[inline]
     pub fn is_mounted(&self) -> bool {
@@ -749,7 +767,7 @@ fn put_parent(parent: *mut Dentry) {
 fn give_parent_ref(parent: *mut Dentry) -> bool {
     // SAFETY: the caller owns a count on parent.
     let p = unsafe { &*parent };
-    if p.flags() & (D_SPARES | D_HASHED) != D_SPARES | D_HASHED {
+    if p.flags() & D_SPARES == 0 || !p.is_attached() {
         return false;
     }
     let table = &p.cold.sb.dentries.spares;
@@ -773,10 +791,10 @@ fn put_back(own: &Dentry, back: spares::PutBack) {
 }
 
 /// Drop `n` (at least 1) references on the dentry at `key`, taken out of
-/// the spare table (an evicted entry, or a drain). It is hashed (the table
-/// keeps spares of hashed dentries only, and an unhasher holds its own
-/// reference until it recalled them), so the last one at most makes it
-/// unused and never cascades.
+/// the spare table (an evicted entry, or a drain). It is hashed or a live
+/// mount's root (the table keeps spares of those only, and an unhasher or
+/// retirer holds its own reference until it recalled them), so the last
+/// one at most makes it unused and never cascades.
 fn put_spares(key: spares::Key, n: u32) {
     let d = key as *mut Dentry;
     if n > 1 {
@@ -785,6 +803,16 @@ fn put_spares(key: spares::Key, n: u32) {
         dd.lockref().put_many(n as i32 - 1, dd.variant());
     }
     dput(d);
+}
+
+/// A mount's root is going (its `Mount` is dropped): no thread may keep
+/// spares on it from now on, and those kept come back, so that it dies at
+/// its last put (the unhash protocol of PARENT REFERENCES, with
+/// `D_LIVE_ROOT` in the place of `D_HASHED`). The caller holds a counted
+/// reference.
+pub(crate) fn retire_root(d: &DentryRef) {
+    d.clear_flag(D_LIVE_ROOT);
+    recall_spares(d);
 }
 
 /// Take every thread's spares on `d` back after `d` was unhashed; the
@@ -1218,13 +1246,20 @@ impl Dcache {
         self.rename.seq.retry(seq)
     }
 
-    /// Allocate a root dentry (its own parent, not hashed).
+    /// Allocate a root dentry (its own parent, not hashed). A directory's
+    /// takes spares for its children (`D_LIVE_ROOT`): its owner must
+    /// `retire_root` it before its last put.
     pub(crate) fn alloc_root(&self, sb: Arc<Super>, inode: Arc<Inode>) -> DentryRef {
+        let dir = inode.is_dir();
         let d = self.alloc(sb, ptr::null(), None, Some(inode));
         // SAFETY: d is not yet published; we own it.
         let dent = unsafe { &*d };
         // Relaxed: not yet published.
         dent.hot.parent.store(d, Ordering::Relaxed);
+        if dir {
+            // Relaxed: not yet published.
+            dent.hot.flags.fetch_or(D_LIVE_ROOT, Ordering::Relaxed);
+        }
         // SAFETY: alloc returned it with count 1, owned by us.
         unsafe { DentryRef::from_counted(d) }
     }

@@ -661,3 +661,34 @@ fn spares_vs_unhash() {
         assert!(dead, "the unhashed parent is kept alive by a spare");
     });
 }
+
+/// The same with a mount's root, which is never hashed: one thread makes
+/// and drops a child of the root (taking spares, kept while the root is
+/// not retired); the other retires the root, as a `Mount`'s drop does, and
+/// drops its reference. The root must die.
+#[test]
+fn spares_vs_retire_root() {
+    model(2, || {
+        let vfs = tiny_vfs();
+        let top = vfs.root_path().dentry;
+        let dc = vfs.dcache();
+        let inode = top.inode().unwrap().clone();
+        let r = dc.alloc_root(top.sb().clone(), inode);
+        let rp = r.as_ptr();
+        let (v2, r2) = (vfs.clone(), r.clone());
+        let child = thread::spawn(move || {
+            let dc = v2.dcache();
+            let qc = dc.qname(r2.as_ptr(), b"c");
+            let c = dc.add(&r2, &qc, None);
+            dc.unhash(&c);
+            drop(c);
+            drop(r2);
+        });
+        crate::dcache::retire_root(&r);
+        drop(r);
+        child.join().unwrap();
+        // SAFETY: as in spares_vs_unhash.
+        let dead = unsafe { &*rp }.lockref().is_dead();
+        assert!(dead, "the retired root is kept alive by a spare");
+    });
+}

@@ -37,6 +37,14 @@ pub struct Mount {
     refs: MntCount,
 }
 
+impl Drop for Mount {
+    fn drop(&mut self) {
+        // Threads' spare references on the root come back before the root's
+        // last put below (dcache.rs, PARENT REFERENCES).
+        crate::dcache::retire_root(&self.root);
+    }
+}
+
 impl std::fmt::Debug for Mount {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Mount")

@@ -950,13 +950,13 @@ fn is_ancestor(a: &Dentry, d: &Dentry) -> bool {
 }
 
 /// Whether an uncounted parent (`ParentWalk`) went away before its
-/// directory's lock was taken (the caller holds it now, shared): unhashed,
-/// dead, or its inode removed. Nothing can do that to it while the lock is
+/// directory's lock was taken (the caller holds it now, shared): unhashed
+/// (a mount's root: retired), dead, or its inode removed. Nothing can do that to it while the lock is
 /// held (`Task::lock_name`).
 fn parent_gone(pw: &ParentWalk) -> bool {
     let p = &*pw.parent;
     let gone = !pw.counted
-        && (p.dentry.lockref().is_dead() || !p.dentry.is_hashed() || p.inode().is_dead());
+        && (p.dentry.lockref().is_dead() || !p.dentry.is_attached() || p.inode().is_dead());
     if gone {
         scalevfs_sync::lockstat::inc(scalevfs_sync::lockstat::Stat::WalkAborted);
     }

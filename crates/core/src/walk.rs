@@ -193,7 +193,8 @@ pub(crate) enum Last {
 /// epoch guard kept here: create, unlink, mkdir, rmdir, link and rename of
 /// different names in one directory then write nothing to the parent
 /// dentry's LockRef (each `dget`/`dput` of it was a shared-line write per
-/// call, issue 16). A filesystem's root, never hashed, is always counted.
+/// call, issue 16). A mount's root is never hashed; it qualifies while its
+/// mount lives (`Dentry::is_attached`), which the walk's `PathRef` ensures.
 /// An uncounted parent may be evicted or killed until its directory lock
 /// is held; `Task::lock_name` (and rename, once it holds both parents'
 /// locks) takes the lock, then checks that the dentry is still hashed and
@@ -539,20 +540,22 @@ impl<'a> WalkCtx<'a> {
                         return Err(e);
                     }
                 }
-                // A filesystem's root is never hashed, so the uncounted
-                // check below would always fail for it and the walk be
+                // A root that is not a live mount's (`is_attached`) would
+                // always fail the uncounted check below, and the walk be
                 // done twice: count it at once.
-                Lazy::Done(Ok(())) if counted || pos.d.is_root() => {
+                Lazy::Done(Ok(())) if counted || (pos.d.is_root() && !pos.d.is_attached()) => {
                     if let Some(held) = self.legitimize(&pos, seq0) {
                         lockstat::inc(Stat::WalkHandled);
                         return Ok((held, true));
                     }
                 }
                 Lazy::Done(Ok(())) => {
-                    // As `legitimize`, less the count: alive and hashed now
-                    // (`Task::lock_name` checks again under the lock).
+                    // As `legitimize`, less the count: alive and hashed (or
+                    // a live mount's root, whose mount the PathRef below
+                    // holds) now (`Task::lock_name` checks again under the
+                    // lock).
                     if !pos.d.lockref().is_dead()
-                        && pos.d.is_hashed()
+                        && pos.d.is_attached()
                         && !self.vfs.mount_retry(seq0)
                     {
                         lockstat::inc(Stat::WalkHandled);

@@ -211,3 +211,34 @@ fn many_directories_evict_spares_and_lose_none() {
     assert_eq!(fs.live_inodes(), base, "a removed directory is kept");
     assert_eq!(t.stat("/").unwrap().nlink, 2);
 }
+
+/// A mount's root is never hashed, yet threads keep spares on it (creates
+/// in a mount's root): unmounting while a live thread keeps some frees the
+/// mounted filesystem (the `Mount`'s drop recalls them), and the root of
+/// the `Vfs` itself keeps them too.
+#[test]
+fn umount_takes_spares_on_the_mount_root_back_from_live_threads() {
+    let (_fs, vfs, t, _) = memfs_vfs(MemFsOptions::default());
+    t.mkdir("/m", 0o755).unwrap();
+    let mem = Arc::new(MemFs::new(2, MemFsOptions::default()));
+    let base = mem.live_inodes();
+    let watch = Arc::downgrade(&mem);
+    let sub: Arc<dyn Filesystem> = mem;
+    let weak = Arc::downgrade(&sub);
+    t.mount("/m", sub, false).unwrap();
+    let (stop, h) = park_with_spares(&t, "/m", move || match watch.upgrade() {
+        None => true,
+        Some(f) => f.live_inodes() == base,
+    });
+    // The parked thread holds spares on /m's root: the root's count is
+    // above what the mount and this lookup account for.
+    t.umount("/m").unwrap();
+    settle(&vfs, || weak.strong_count() == 0);
+    assert_eq!(weak.strong_count(), 0, "the unmounted filesystem is kept");
+    // Creates in the Vfs's own root work as before.
+    let fd = t.open("/g", O_CREAT | O_WRONLY, 0o644).unwrap();
+    t.close(fd).unwrap();
+    t.unlink("/g").unwrap();
+    drop(stop);
+    h.join().unwrap();
+}
