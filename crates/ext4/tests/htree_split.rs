@@ -5,9 +5,9 @@
 //!   fit (an EUCLEAN error with the leaf already rewritten);
 //! - inside a run of names that share one hash, with the continuation bit
 //!   on the new leaf's index entry, as the kernel's do_split: the names
-//!   (a 7-way collision of half_md4 under a fixed hash seed, found by a
-//!   brute-force search) then span leaves, and our lookup, e2fsck and the
-//!   kernel follow the run.
+//!   (7-way collisions of half_md4 under a fixed hash seed, found by a
+//!   brute-force search of 400 million names) then span leaves, and our
+//!   lookup, e2fsck and the kernel follow the run.
 //!
 //! Each case: every name found through a fresh mount (the on-disk index),
 //! `e2fsck -fn` clean, the kernel (loop mount, where the machine allows)
@@ -190,4 +190,82 @@ fn a_leaf_splits_by_bytes_not_by_count() {
         .map(|i| format!("k{i}{}", "K".repeat(i * 4)))
         .collect();
     judge(&s, &img, e, vfs, &want, &adds);
+}
+
+/// A 255-byte name of the collision search: 245 'q's and a 10-digit
+/// number.
+fn qname(n: u64) -> String {
+    format!("{}{n:010}", "q".repeat(245))
+}
+
+/// Seven names each of two half_md4 hashes under `SEED_UUID` (signed
+/// characters), found by hashing 400 million `qname`s.
+const RUN_A: (u32, [u64; 7]) = (
+    0xaf24_b392,
+    [
+        85624808, 125029730, 160175341, 168913235, 197109169, 201819578, 234501717,
+    ],
+);
+const RUN_B: (u32, [u64; 7]) = (
+    0x6918_bfbc,
+    [
+        39990963, 140591209, 153096775, 260114970, 336133137, 350665760, 366075562,
+    ],
+);
+
+/// The index entries (hash, block) of `/d` as debugfs's htree_dump shows
+/// them.
+fn index_hashes(img: &Path) -> Vec<u32> {
+    let out = debugfs_ro(img, "htree_dump /d");
+    out.lines()
+        .filter_map(|l| l.trim().strip_prefix("Entry #"))
+        .filter_map(|l| l.split("Hash 0x").nth(1))
+        .filter_map(|h| {
+            u32::from_str_radix(h.split(|c: char| !c.is_ascii_hexdigit()).next()?, 16).ok()
+        })
+        .collect()
+}
+
+#[test]
+fn a_run_of_one_hash_spans_leaves_with_the_continuation_bit() {
+    if !have_tools() {
+        return;
+    }
+    let s = Scratch::new("htree-run");
+    let img = image(&s.0);
+    let seed = seed_of(&img);
+    let a: Vec<String> = RUN_A.1.iter().map(|&n| qname(n)).collect();
+    let b: Vec<String> = RUN_B.1.iter().map(|&n| qname(n)).collect();
+    for (run, names) in [(RUN_A.0, &a), (RUN_B.0, &b)] {
+        for n in names {
+            assert_eq!(hash(n, &seed), run, "the fixture's hash");
+        }
+    }
+    let (e, vfs) = open_rw(&img);
+    let t = vfs.root_task();
+    t.mkdir("/d", 0o755).unwrap();
+    // Three names fill the first block (the directory then becomes
+    // indexed); from the fourth on a leaf holds only names of one hash and
+    // splits inside the run: twice for seven names.
+    create_all(&vfs, &a);
+    // Remove two and add them back: the removal finds them through the
+    // run, the insert goes to the run's first leaf.
+    for n in [&a[0], &a[6]] {
+        t.unlink(&format!("/d/{n}")).unwrap();
+        assert_eq!(
+            t.lstat(&format!("/d/{n}")).err(),
+            Some(scalevfs::Errno::ENOENT)
+        );
+    }
+    create_all(&vfs, &[a[6].clone(), a[0].clone()]);
+    drop(t);
+    e.unmount().unwrap();
+    let conts = index_hashes(&img)
+        .iter()
+        .filter(|&&h| h == RUN_A.0 | 1)
+        .count();
+    assert!(conts >= 2, "index entries continuing the run: {conts}");
+    let want: BTreeSet<String> = a.iter().cloned().collect();
+    // The kernel finds ours and adds a run of its own, which we read.
+    judge(&s, &img, e, vfs, &want, &b);
 }
