@@ -1276,12 +1276,58 @@ impl Ext4 {
         Ok(true)
     }
 
+    /// Every block a block-mapped (ext2/3) inode holds: its data blocks and
+    /// the indirect blocks that map them (12 direct pointers, then single,
+    /// double and triple indirect). A pointer outside the image, or a block
+    /// met twice, is corruption: each block is read at most once, so the
+    /// walk ends within the image's size.
+    fn collect_block_map(&self, raw: &RawInode) -> Result<Vec<u64>> {
+        let what = || format!("inode {} block map", raw.ino);
+        let per = self.bs / 4;
+        let first = u64::from(self.sb.first_data_block);
+        let mut out = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        let mut buf = BlockBuf::zeroed(self.bs);
+        // (pointer, levels of indirect blocks at and below it)
+        let mut todo: Vec<(u32, u32)> = (0..12).map(|i| (raw.block_word(i), 0)).collect();
+        todo.extend([
+            (raw.block_word(12), 1),
+            (raw.block_word(13), 2),
+            (raw.block_word(14), 3),
+        ]);
+        while let Some((p, level)) = todo.pop() {
+            if p == 0 {
+                continue;
+            }
+            let b = u64::from(p);
+            if b < first || b >= self.sb.blocks_count {
+                return Err(corrupt(what(), format!("block pointer {p}")));
+            }
+            if !seen.insert(b) {
+                return Err(corrupt(what(), format!("block {p} mapped twice")));
+            }
+            out.push(b);
+            if level > 0 {
+                self.read_block(b, &mut buf)?;
+                todo.extend((0..per).map(|i| (crate::format::le32(&buf, i * 4), level - 1)));
+            }
+        }
+        Ok(out)
+    }
+
     /// Free everything an inode with no links holds: data, tree blocks, its
     /// share of an xattr block and of the value inodes its attributes name
     /// (`ea_inode.rs`) and the inode itself (dtime set).
     pub(crate) fn release_inode(&self, mut raw: RawInode) -> Result<()> {
         let is_dir = raw.file_type_bits() == libc::S_IFDIR;
-        if raw.flags & FL_EXTENTS != 0 {
+        if raw.flags & FL_EXTENTS == 0 && crate::fs::block_mapped(&raw, self.bs) {
+            // An ext2/3-style file (an image that got the extent feature
+            // later keeps its old files so): its data and map blocks.
+            for b in self.collect_block_map(&raw)? {
+                self.free_block(b)?;
+            }
+            raw.block = [0u8; I_BLOCK_LEN];
+        } else if raw.flags & FL_EXTENTS != 0 {
             let (ex, tree) = self.collect_extents(&raw)?;
             for e in ex {
                 for b in e.start..e.start + u64::from(e.len) {

@@ -2178,6 +2178,17 @@ fn ft_from_dirent(ft: u8) -> Option<FileType> {
     })
 }
 
+/// Whether `raw` (without the extents flag) maps blocks through `i_block`
+/// (ext2/3 style): a regular file, directory or slow symlink, not inline.
+/// Devices keep their number there, fast symlinks their target.
+pub(crate) fn block_mapped(raw: &RawInode, bs: usize) -> bool {
+    matches!(
+        raw.file_type_bits(),
+        libc::S_IFREG | libc::S_IFDIR | libc::S_IFLNK
+    ) && raw.flags & (inode::FL_EXTENTS | inode::FL_INLINE_DATA) == 0
+        && fast_link(raw, bs).is_none()
+}
+
 /// The target of a fast symlink (stored in `i_block`), as the kernel's
 /// ext4_inode_is_fast_symlink decides: no data blocks besides an xattr block.
 fn fast_link(raw: &RawInode, bs: usize) -> Option<&[u8]> {
@@ -2659,6 +2670,16 @@ fn check_rw(sb: &Superblock, journal: bool) -> Result<()> {
              the journal, run e2fsck, or mount read-only",
             sb.last_orphan
         )));
+    }
+    // New files, directories and slow symlinks are extent-mapped, and
+    // block-mapped files are read-only here: without the feature, nothing
+    // could be written that the image's readers accept.
+    if sb.feature_incompat & INCOMPAT_EXTENTS == 0 {
+        return Err(Error::Incompatible(
+            "an image without the extent feature (ext2/3) is read-only here: new files \
+             would be extent-mapped; `tune2fs -O extent IMAGE` first, or mount read-only"
+                .into(),
+        ));
     }
     // MMP needs its block kept alive. (EA_INODE is written: `ea_inode.rs`.)
     if sb.feature_incompat & INCOMPAT_MMP != 0 {
