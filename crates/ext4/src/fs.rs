@@ -278,6 +278,8 @@ pub(crate) struct RwState {
     /// The fallback orphan list of a mount that records orphans in the
     /// orphan file: inodes that found every slot taken (`orphan.rs`).
     pub(crate) orphan_fallback: OnceLock<OrphanList>,
+    /// Our xattr blocks by header hash, to share (`xattr_write.rs`).
+    pub(crate) xattr_blocks: crate::xattr_cache::XattrBlockCache,
     /// The mount will write through the journal (open.rs installs it):
     /// the state stays valid from the first write on.
     pub(crate) journaled: bool,
@@ -408,6 +410,7 @@ impl Ext4 {
                 orphan_list: OnceLock::new(),
                 orphan_fallback: OnceLock::new(),
                 dead: Arc::new(Sharded::new(Class::Ext4Dead)),
+                xattr_blocks: crate::xattr_cache::XattrBlockCache::new(),
                 journaled: opts.journal
                     && fs.sb.feature_compat & COMPAT_HAS_JOURNAL != 0
                     && fs.sb.journal_inum != 0,

@@ -29,6 +29,7 @@ mod orphan_list;
 mod txn;
 mod util;
 mod write;
+mod xattr_cache;
 mod xattr_write;
 
 pub use device::{BlockDevice, FileDevice, MemDevice, MmapDevice};

@@ -16,8 +16,8 @@
 //! point of seed 002 is that every unlink of a last name and every free of
 //! such an inode takes it (on `orphan=list` mounts). The chain is mirrored in memory (`next`/`prev` maps), so a removal
 //! finds its predecessor without reading the chain. Under the mutex: the
-//! superblock's raw bytes (`sb_raw`, level 26) and buffer-cache shards
-//! (level 25) are taken to change the head and an inode's `i_dtime`.
+//! superblock's raw bytes (`sb_raw`, level 27) and buffer-cache shards
+//! (level 26) are taken to change the head and an inode's `i_dtime`.
 //!
 //! THE LINK LIVES IN THE ENCODING, NOT IN THE INODE COPY. Other threads
 //! write a listed inode (an unlinked file still open is still written)

@@ -23,6 +23,20 @@
 //!   one. A block whose count would reach 0 is freed (through the
 //!   journal's pending list, as every freed block) and `i_file_acl`
 //!   cleared; `i_blocks` counts the block while the inode refers to it.
+//! - Sharing (the kernel's mbcache): every block we write whose entries
+//!   name no value inode and whose header hash is not 0 goes into
+//!   `XattrBlockCache` (`xattr_cache.rs`) under that hash. A block about to be written (new,
+//!   or this inode's own changed in place) whose twin is there (the same
+//!   bytes but for count and checksum, count 1..1023) is not written: the
+//!   twin's count goes up by one and this inode uses it (its own old block
+//!   loses a user). So files given one attribute set, a default ACL for
+//!   instance, share one block as the kernel's would. Blocks the kernel,
+//!   mke2fs or e2fsck wrote are shared only once we have written them.
+//!   The twin is checked and counted with its cache shard locked; the last
+//!   user of a block sets its count to 0 under the buffer's lock, then
+//!   drops its cache entry (waiting for a sharer looking at it), then frees
+//!   it: a sharer never counts a block that is being freed, nor reads one
+//!   already freed.
 //! - Everything (block writes, allocation, freeing, the inode) runs in
 //!   the caller's journal handle and goes through the buffer cache, so a
 //!   commit carries all of a change or none of it. Failures that can
@@ -46,6 +60,21 @@ use crate::util::{errno, BlockBuf};
 
 const XATTR_CREATE: u32 = 1;
 const XATTR_REPLACE: u32 = 2;
+
+/// The kernel's EXT4_XATTR_REFCOUNT_MAX: a block is shared by at most
+/// this many inodes.
+const REFCOUNT_MAX: u32 = 1024;
+
+/// A block's header hash (`h_hash`).
+fn header_hash(b: &[u8]) -> u32 {
+    u32::from_le_bytes([b[12], b[13], b[14], b[15]])
+}
+
+/// Whether two xattr blocks hold the same attributes: every byte but the
+/// count (4..8) and the checksum (16..20).
+fn same_block(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a[..4] == b[..4] && a[8..16] == b[8..16] && a[20..] == b[20..]
+}
 
 /// Where an inode's slot is: (inode table block, offset in it).
 pub(crate) struct Slot {
@@ -356,6 +385,20 @@ impl Ext4 {
             return Ok(());
         }
         let mut b = xattr::encode_block(entries, 1, self.bs).ok_or_else(|| errno(libc::ENOSPC))?;
+        let shareable = header_hash(&b) != 0 && ea_inode::inums(entries).is_empty();
+        if shareable {
+            if let Some(twin) = self.share_twin(&b, old)? {
+                if old != 0 {
+                    // Its values (if it named value inodes) lose it when
+                    // it goes.
+                    self.drop_xattr_block(old)?;
+                } else {
+                    raw.blocks += sectors;
+                }
+                raw.file_acl = twin;
+                return Ok(());
+            }
+        }
         let blk = if old != 0 && refcount == 1 {
             old
         } else {
@@ -371,6 +414,9 @@ impl Ext4 {
         // The whole block is written: nothing to read first.
         rw.bufs
             .modify(io.dev, blk, false, |d| d.copy_from_slice(&b))?;
+        if shareable {
+            rw.xattr_blocks.insert(header_hash(&b), blk);
+        }
         if blk != old {
             // A new block: the value inodes it names (but the fresh one)
             // gain it as a user; the old one keeps its own.
@@ -395,6 +441,46 @@ impl Ext4 {
         Ok(())
     }
 
+    /// A block with the attributes of `b` (an encoded block) other than
+    /// `not`, found in the cache and given one user more (count below
+    /// `REFCOUNT_MAX`), or `None`. Looked at and counted with the cache
+    /// shard held, so that it cannot be freed meanwhile (module doc).
+    fn share_twin(&self, b: &[u8], not: u64) -> Result<Option<u64>> {
+        let (rw, io) = self.rw()?;
+        let seed = self.xattr_csum_seed();
+        let hash = header_hash(b);
+        let m = rw.xattr_blocks.shard(hash).lock();
+        let Some(cands) = m.get(&hash) else {
+            return Ok(None);
+        };
+        let mut cur = BlockBuf::zeroed(self.bs);
+        for &c in cands.iter().rev() {
+            if c == not {
+                continue;
+            }
+            // A look first, so that only the twin is dirtied (and logged).
+            rw.bufs.read(io.dev, c, &mut cur)?;
+            if !same_block(&cur, b) {
+                continue;
+            }
+            let counted = rw.bufs.modify(io.dev, c, true, |d| {
+                let r = u32::from_le_bytes([d[4], d[5], d[6], d[7]]);
+                if !same_block(d, b) || r == 0 || r >= REFCOUNT_MAX {
+                    return false;
+                }
+                xattr::set_refcount(d, r + 1);
+                if let Some(seed) = seed {
+                    xattr::set_block_csum(d, c, seed);
+                }
+                true
+            })?;
+            if counted {
+                return Ok(Some(c));
+            }
+        }
+        Ok(None)
+    }
+
     /// One user less for xattr block `blk`: its count (and checksum)
     /// rewritten, or the block freed at the last, and with it a user of
     /// each value inode it names. The count is read and changed under the
@@ -405,12 +491,14 @@ impl Ext4 {
         let seed = self.xattr_csum_seed();
         let last = rw
             .bufs
-            .modify(io.dev, blk, true, |d| -> Result<Option<Vec<u32>>> {
+            .modify(io.dev, blk, true, |d| -> Result<Option<(u32, Vec<u32>)>> {
                 let r = u32::from_le_bytes([d[4], d[5], d[6], d[7]]);
                 if r <= 1 {
                     // Checked when it was read; the count only matters here.
                     let (_, entries) = xattr::parse_block_raw(d, blk, None)?;
-                    return Ok(Some(ea_inode::inums(&entries)));
+                    // Count 0: no sharer takes it from here on (module doc).
+                    xattr::set_refcount(d, 0);
+                    return Ok(Some((header_hash(d), ea_inode::inums(&entries))));
                 }
                 xattr::set_refcount(d, r - 1);
                 if let Some(seed) = seed {
@@ -418,7 +506,9 @@ impl Ext4 {
                 }
                 Ok(None)
             })?;
-        if let Some(values) = self.check(last)? {
+        if let Some((hash, values)) = self.check(last)? {
+            // Waits for a sharer looking at it; none finds it afterwards.
+            rw.xattr_blocks.remove(hash, blk);
             self.free_block(blk)?;
             for ino in values {
                 self.ea_inode_put(ino)?;

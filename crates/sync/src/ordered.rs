@@ -149,47 +149,53 @@ classes! {
     /// inode joins or leaves the chain and while an inode on it is encoded
     /// (its dtime is the chain's next pointer).
     Ext4OrphanList = 23, "ext4 OrphanList::state", No;
+    /// `ext4 RwState::xattr_blocks[i]`: one shard of the cache of xattr
+    /// blocks by header hash (the kernel's mbcache): held while a new
+    /// block's twin is looked for and its count raised (the candidate's
+    /// buffer taken under it), and to add or drop an entry; a freed
+    /// block's entry goes before the block is freed.
+    Ext4XattrCache = 24, "ext4 RwState::xattr_blocks", No;
     /// `ext4 Alloc::groups[g]`: one block group's allocation state
     /// (bitmaps, free counts, flags); one group at a time.
-    Ext4Group = 24, "ext4 Alloc::groups", No;
+    Ext4Group = 25, "ext4 Alloc::groups", No;
     /// `ext4 BufCache::shards[i]`: one shard of the metadata buffer cache.
-    Ext4Buf = 25, "ext4 BufCache::shards", No;
+    Ext4Buf = 26, "ext4 BufCache::shards", No;
     /// `ext4 Ext4::sb_raw`: the raw superblock at writeback.
-    Ext4Super = 26, "ext4 Ext4::sb_raw", No;
+    Ext4Super = 27, "ext4 Ext4::sb_raw", No;
     /// `ext4 Ext4Inode::raw`: an inode's on-disk copy, held only to copy
     /// or replace it.
-    Ext4Raw = 27, "ext4 Ext4Inode::raw", No;
+    Ext4Raw = 28, "ext4 Ext4Inode::raw", No;
     /// `ext4 RwState::unlinked`: inodes whose last name is gone.
-    Ext4Unlinked = 28, "ext4 RwState::unlinked", No;
+    Ext4Unlinked = 29, "ext4 RwState::unlinked", No;
     /// `ext4 Journal::pending`: blocks freed in the running transaction,
     /// reusable after its commit; held only to push or take the list.
-    Ext4Pending = 29, "ext4 Journal::pending", No;
+    Ext4Pending = 30, "ext4 Journal::pending", No;
     /// `ext4 RwState::dead`: numbers of unlinked inodes whose last VFS
     /// reference just went (pushed from the inode's drop, wherever that
     /// runs; nothing is taken under it).
-    Ext4Dead = 30, "ext4 RwState::dead", No;
+    Ext4Dead = 31, "ext4 RwState::dead", No;
     /// `ext4 Ext4::cache[i]`: one shard of the inode cache (number -> inode),
     /// held only around its map and recent list; inodes it lets go are
     /// dropped after it is released, so nothing is taken under it.
-    Ext4Icache = 31, "ext4 Ext4::cache", No;
+    Ext4Icache = 32, "ext4 Ext4::cache", No;
     /// `ext4 Journal::help`: where a committer offers the log writes of its
     /// commit to the threads waiting for it (`HelpSlot`); a leaf, held only
     /// to put, take back or clone the offer (by the committer under the
     /// ext4 commit lock, by a waiting thread with nothing held).
-    Ext4Help = 32, "ext4 Journal::help", No;
+    Ext4Help = 33, "ext4 Journal::help", No;
     /// `OrphanFile::overflow`: a leaf (nothing is taken under it), taken
     /// when the orphan file is full, under any of the locks above it
     /// (an ext4 directory's lock, the ext4 commit).
-    OrphanOverflow = 33, "OrphanFile::overflow", No;
+    OrphanOverflow = 34, "OrphanFile::overflow", No;
     /// A shard of the FUSE adapter's node table (`crates/fuse/src/
     /// nodes.rs`): held only around its hash map, never across a core call
     /// (a node's handle is dropped after the shard is released).
-    FuseNodes = 34, "fuse NodeTable shard", No;
+    FuseNodes = 35, "fuse NodeTable shard", No;
     /// A shard of the per-thread spare parent references
     /// (`core/src/spares.rs`): a leaf, held only around its table, so it
     /// may be taken under any lock above (a dentry's last put runs
     /// wherever a reference is dropped).
-    Spares = 35, "spares::Shard", No;
+    Spares = 36, "spares::Shard", No;
 }
 
 impl fmt::Display for Class {
