@@ -12,7 +12,6 @@
 mod common;
 
 use std::os::unix::fs::FileExt;
-use std::process::Command;
 use std::sync::Arc;
 
 use common::*;
@@ -70,16 +69,7 @@ fn block_mapped_files_are_freed_whole() {
         std::fs::read(&img).unwrap() == before,
         "a refused open wrote"
     );
-    let out = Command::new(tool("tune2fs"))
-        .args(["-O", "extent"])
-        .arg(&img)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    tool_ok("tune2fs", &["-O", "extent"], &img);
     fsck_clean(&img);
     let blocks = |what: &str| {
         let e = Ext4::open(&img, Ext4Options::default()).unwrap();

@@ -426,6 +426,20 @@ pub fn fsck_clean(img: &Path) {
     }
 }
 
+/// Run e2fsprogs tool `name` with `args` on `img`; it must succeed.
+pub fn tool_ok(name: &str, args: &[&str], img: &Path) {
+    let out = Command::new(tool(name))
+        .args(args)
+        .arg(img)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{name} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// `e2fsck` with `flag` on `img`: (exit code, stdout + stderr).
 pub fn e2fsck(img: &Path, flag: &str) -> (i32, String) {
     let out = Command::new(tool("e2fsck"))
