@@ -26,10 +26,16 @@
 //!   for entries (`xattr_write.rs`).
 //!
 //! POLICY
-//! - Every new value gets a fresh value inode with one user: values are
-//!   not shared by hash as the kernel's mbcache does (an image the kernel
-//!   wrote with shared value inodes is handled: their counts go down one
-//!   at a time and they are freed only at 0).
+//! - A new value shares a value inode we made for the same value (the
+//!   kernel's ea_inode mbcache): `RwState::ea_values` keeps our value
+//!   inodes by value hash; a candidate whose value is byte-for-byte the
+//!   new one and whose count is 1..u32::MAX gains a user, read and counted
+//!   with its cache shard held. Otherwise the value gets a fresh inode with
+//!   one user, which joins the cache. The user that takes a count to 0
+//!   drops the cache entry (waiting for a sharer looking at it) before it
+//!   frees the inode, so a sharer never counts an inode being freed.
+//!   Value inodes the kernel wrote (possibly shared already) are counted
+//!   down one user at a time and freed only at 0; they join no cache.
 //! - The value is written through the metadata cache, as the kernel
 //!   journals these blocks: it is part of the handle's transaction and a
 //!   freed value block gets its revoke record like any metadata block.
@@ -206,6 +212,53 @@ impl Ext4 {
         Ok((ino, hash))
     }
 
+    /// A value inode for `value` (non-empty) with one user more for the
+    /// caller: one of ours holding the same value (shared), else a new
+    /// one. Returns its number and value hash (see POLICY).
+    pub(crate) fn value_inode_for(&self, owner: u32, value: &[u8]) -> Result<(u32, u32)> {
+        let (rw, _) = self.rw()?;
+        let hash = self.ea_value_hash(value);
+        {
+            let m = rw.ea_values.shard(hash).lock();
+            for &ino in m.get(&hash).into_iter().flatten().rev() {
+                let ino = ino as u32;
+                if self.ea_twin(ino, value)? {
+                    return Ok((ino, hash));
+                }
+            }
+        }
+        let (ino, hash) = self.create_ea_inode(owner, value)?;
+        rw.ea_values.insert(hash, u64::from(ino));
+        Ok((ino, hash))
+    }
+
+    /// Whether value inode `ino` (from the cache, its shard held) holds
+    /// `value` and, if so, one user more for it (count 1..u32::MAX).
+    fn ea_twin(&self, ino: u32, value: &[u8]) -> Result<bool> {
+        let ea = self.read_inode(ino)?;
+        if ea.flags & FL_EA_INODE == 0 || ea.links_count == 0 || ea.size != value.len() as u64 {
+            return Ok(false);
+        }
+        let what = || format!("value inode {ino}");
+        let held = match self.read_ea_value(ino, value.len() as u32, &ea, &what) {
+            Ok(v) => v,
+            Err(e) if e.is_corrupt() => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        if held != value {
+            return Ok(false);
+        }
+        let mut counted = false;
+        self.ea_ref_update(ino, |c| {
+            if c == 0 || c >= u64::from(u32::MAX) {
+                return Ok(c);
+            }
+            counted = true;
+            Ok(c + 1)
+        })?;
+        Ok(counted)
+    }
+
     /// Change the count of value inode `ino` to `f(count)`, under the
     /// buffer lock of its inode table block; returns the new count.
     fn ea_ref_update(&self, ino: u32, f: impl FnOnce(u64) -> Result<u64>) -> Result<u64> {
@@ -250,6 +303,11 @@ impl Ext4 {
         })?;
         if left == 0 {
             let raw = self.read_inode(ino)?;
+            // Out of the cache first (POLICY): a sharer holding the shard
+            // finishes, and none finds it afterwards.
+            if let Some(rw) = &self.rw {
+                rw.ea_values.remove(raw.atime.0 as u32, u64::from(ino));
+            }
             self.check(self.release_inode(raw))?;
         }
         Ok(())

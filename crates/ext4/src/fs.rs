@@ -280,6 +280,8 @@ pub(crate) struct RwState {
     pub(crate) orphan_fallback: OnceLock<OrphanList>,
     /// Our xattr blocks by header hash, to share (`xattr_write.rs`).
     pub(crate) xattr_blocks: crate::xattr_cache::XattrBlockCache,
+    /// Our value inodes by value hash, to share (`ea_inode.rs`).
+    pub(crate) ea_values: crate::xattr_cache::XattrBlockCache,
     /// The mount will write through the journal (open.rs installs it):
     /// the state stays valid from the first write on.
     pub(crate) journaled: bool,
@@ -411,6 +413,7 @@ impl Ext4 {
                 orphan_fallback: OnceLock::new(),
                 dead: Arc::new(Sharded::new(Class::Ext4Dead)),
                 xattr_blocks: crate::xattr_cache::XattrBlockCache::new(),
+                ea_values: crate::xattr_cache::XattrBlockCache::new(),
                 journaled: opts.journal
                     && fs.sb.feature_compat & COMPAT_HAS_JOURNAL != 0
                     && fs.sb.journal_inum != 0,

@@ -1,26 +1,28 @@
-//! The cache of our xattr blocks by header hash (the kernel's mbcache for
-//! ext4's xattr blocks): where a block about to be written may find an
-//! identical one to share. Only the map; the sharing protocol (what goes
-//! in, when an entry must go, what is done under a shard) is in
-//! `xattr_write.rs`, "Sharing". Lock: `Class::Ext4XattrCache`, one per
-//! shard.
+//! The caches of shareable xattr storage by hash (the kernel's two
+//! mbcaches): our xattr blocks by header hash, and our value inodes
+//! (`ea_inode`) by value hash, where a block about to be written or a
+//! value about to get an inode may find an identical one to share. Only
+//! the map; the sharing protocols (what goes in, when an entry must go,
+//! what is done under a shard) are in `xattr_write.rs`, "Sharing", and
+//! `ea_inode.rs`, POLICY. Lock: `Class::Ext4XattrCache`, one per shard;
+//! never one cache's shard under the other's.
 
 use std::collections::HashMap;
 
 use crossbeam_utils::CachePadded;
 use scalevfs_sync::ordered::{Class, Mutex as OMutex};
 
-/// Header hash -> blocks (newest last).
+/// Hash -> block or inode numbers (newest last).
 pub(crate) type ByHash = HashMap<u32, Vec<u64>>;
 
 const CACHE_SHARDS: usize = 16;
-/// Blocks remembered per header hash (the newest), and hashes per shard
+/// Numbers remembered per hash (the newest), and hashes per shard
 /// (past it the shard starts over: a cache, losing only chances to share).
 const PER_HASH: usize = 4;
 const PER_SHARD: usize = 4096;
 
-/// Our xattr blocks by header hash: where a block about to be written may
-/// find an identical one to share (`xattr_write.rs`, "Sharing").
+/// Block or inode numbers by hash: where an identical copy may be found
+/// to share (`xattr_write.rs`, "Sharing"; `ea_inode.rs`, POLICY).
 pub(crate) struct XattrBlockCache {
     shards: Vec<CachePadded<OMutex<ByHash>>>,
 }

@@ -293,7 +293,7 @@ impl Ext4 {
             body = b2;
             block = k2;
             if in_inode {
-                let (ino, vhash) = self.create_ea_inode(raw.ino, v)?;
+                let (ino, vhash) = self.value_inode_for(raw.ino, v)?;
                 fresh = Some(ino);
                 let hash = xattr::entry_hash(suffix, &vhash.to_le_bytes(), false);
                 for e in body.iter_mut().chain(block.iter_mut()) {

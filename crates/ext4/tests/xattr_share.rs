@@ -10,6 +10,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use common::Xattrs;
 use common::*;
 use scalevfs::Task;
 
@@ -307,4 +308,68 @@ fn file_data_that_looks_like_a_freed_block_is_not_shared() {
         x,
         "file data taken for an xattr block"
     );
+}
+
+/// `ea_inode` images: a large value set on several files lives in one
+/// value inode, counted once per entry (e2fsck checks each value inode's
+/// count against the entries naming it); a changed value gets an inode of
+/// its own, the last entry frees the shared one, and the kernel reads
+/// them all.
+#[test]
+fn same_large_values_share_one_value_inode() {
+    if !have_tools() {
+        return;
+    }
+    let s = Scratch::new("xshare-ea");
+    let img = fresh_with(&s.0, 1024, "16M", "ea_inode");
+    let (e, vfs) = mount(&img);
+    let t = vfs.root_task();
+    for i in 0..5 {
+        let fd = t
+            .open(
+                &format!("/f{i}"),
+                scalevfs::O_CREAT | scalevfs::O_WRONLY,
+                0o644,
+            )
+            .unwrap();
+        t.close(fd).unwrap();
+    }
+    e.sync().unwrap();
+    let inodes = |t: &Task| t.statfs("/").unwrap().ffree;
+    let free0 = inodes(&t);
+    // 3,000 bytes: past a 1 KiB block's limit, so a value inode each.
+    let big = |c: u8| vec![c; 3000];
+    for i in 0..5 {
+        t.setxattr(&format!("/f{i}"), "user.v", &big(b'a'), 0)
+            .unwrap();
+    }
+    e.sync().unwrap();
+    assert_eq!(free0 - inodes(&t), 1, "inodes used by five equal values");
+    t.setxattr("/f1", "user.v", &big(b'b'), 0).unwrap();
+    t.removexattr("/f2", "user.v").unwrap();
+    t.unlink("/f3").unwrap();
+    drop(t);
+    e.unmount().unwrap();
+    drop(vfs);
+    drop(e);
+    fsck_clean(&img);
+    if let Some(km) = KMount::new(&img, &s.0.join("mnt")) {
+        let v = |c: u8| -> Xattrs { [("user.v".to_string(), big(c))].into_iter().collect() };
+        assert_eq!(host_xattrs(&km.0.join("f0")), v(b'a'));
+        assert_eq!(host_xattrs(&km.0.join("f4")), v(b'a'));
+        assert_eq!(host_xattrs(&km.0.join("f1")), v(b'b'));
+        assert!(host_xattrs(&km.0.join("f2")).is_empty());
+    }
+    let (e, vfs) = mount(&img);
+    let t = vfs.root_task();
+    for p in ["/f0", "/f1", "/f4"] {
+        t.removexattr(p, "user.v").unwrap();
+    }
+    e.sync().unwrap();
+    // f3's inode is gone too: one more free than at the start.
+    assert_eq!(inodes(&t), free0 + 1, "a value inode was not freed");
+    drop(t);
+    e.unmount().unwrap();
+    drop(vfs);
+    fsck_clean(&img);
 }

@@ -149,11 +149,13 @@ classes! {
     /// inode joins or leaves the chain and while an inode on it is encoded
     /// (its dtime is the chain's next pointer).
     Ext4OrphanList = 23, "ext4 OrphanList::state", No;
-    /// `ext4 RwState::xattr_blocks[i]`: one shard of the cache of xattr
-    /// blocks by header hash (the kernel's mbcache): held while a new
-    /// block's twin is looked for and its count raised (the candidate's
-    /// buffer taken under it), and to add or drop an entry; a freed
-    /// block's entry goes before the block is freed.
+    /// `ext4 RwState::xattr_blocks[i]` and `ea_values[i]`: one shard of
+    /// the cache of our xattr blocks by header hash or of our value inodes
+    /// by value hash (the kernel's mbcaches): held while a twin is looked
+    /// for and its count raised (the candidate's buffer, inode and value
+    /// read under it), and to add or drop an entry; a freed block's or
+    /// inode's entry goes before it is freed. Never one cache's shard
+    /// under the other's.
     Ext4XattrCache = 24, "ext4 RwState::xattr_blocks", No;
     /// `ext4 Alloc::groups[g]`: one block group's allocation state
     /// (bitmaps, free counts, flags); one group at a time.
