@@ -692,3 +692,46 @@ fn spares_vs_retire_root() {
         assert!(dead, "the retired root is kept alive by a spare");
     });
 }
+
+/// memfs's switch of a directory's new names from one list to lists by
+/// hash (`memfs::NameSpread`): two threads insert (the second switches), a
+/// third, ordered after the second's insert by a lock (as the VFS's name
+/// lock orders a create's check after an earlier insert of that name),
+/// must see the switch, or it would look for the name in list 0 only and
+/// miss it. And once two threads inserted, the switch has happened.
+#[test]
+fn memfs_names_switch_is_seen_after_the_insert() {
+    use crate::memfs::NameSpread;
+    use loom::sync::Mutex;
+    model(3, || {
+        let n = Arc::new(NameSpread::default());
+        // (list used, done) of the second inserter, behind the "name lock".
+        let lock = Arc::new(Mutex::new(None::<usize>));
+        let first = {
+            let n = n.clone();
+            thread::spawn(move || n.insert_list(5))
+        };
+        let second = {
+            let (n, lock) = (n.clone(), lock.clone());
+            thread::spawn(move || {
+                let mut g = lock.lock().unwrap();
+                *g = Some(n.insert_list(5));
+            })
+        };
+        let checker = {
+            let (n, lock) = (n.clone(), lock.clone());
+            thread::spawn(move || {
+                let g = lock.lock().unwrap();
+                if *g == Some(5) {
+                    assert!(n.spread(), "a name was put in its hash's list unseen");
+                }
+            })
+        };
+        let a = first.join().unwrap();
+        second.join().unwrap();
+        checker.join().unwrap();
+        let b = lock.lock().unwrap().unwrap();
+        assert!(n.spread(), "two inserters, no switch");
+        assert!(a == 0 || b == 0, "neither insert went to list 0 first");
+    });
+}

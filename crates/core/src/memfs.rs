@@ -5,7 +5,10 @@
 //!   each split into up to `SHARDS` skip lists (`Shards`: by a hash of the
 //!   name, by the cookie's batch): creates and unlinks of different names
 //!   in one directory run in parallel, take no directory-wide lock, and
-//!   from different threads mostly write different lists. Operations on
+//!   from different threads mostly write different lists. The names of a
+//!   directory that one thread alone has filled stay in one list (most
+//!   directories: a list costs about 500 bytes), and spread by hash from
+//!   the first insert by a second thread on (`MemDir::names`). Operations on
 //!   one name are serialised by the VFS name locks, so the two indexes are
 //!   updated without a lock of their own: insert into `by_cookie` then
 //!   `by_name`; remove from `by_name` then `by_cookie`.
@@ -44,7 +47,7 @@ use std::sync::{Arc, OnceLock, Weak};
 
 use crossbeam_epoch::{self as epoch, Atomic, Owned};
 use crossbeam_skiplist::SkipMap;
-use scalevfs_sync::primitive::{AtomicI64, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use scalevfs_sync::primitive::{AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use crate::percpu::{InoAllocator, LimitedCounter};
 use crate::xattr::{XattrBudget, XattrStore};
@@ -437,9 +440,72 @@ fn note_list<T>(write: bool, l: Option<&T>, what: &'static str) {
     }
 }
 
+/// `MemDir::names` once a second thread inserted: names spread by hash.
+const NAMES_SPREAD: usize = usize::MAX;
+
+/// Where a directory's new names go (`MemDir::names`): list 0 while one
+/// thread alone inserted, then the list of each name's hash.
+#[derive(Default)]
+pub(crate) struct NameSpread(AtomicUsize);
+
+impl NameSpread {
+    /// Whether new names spread by hash.
+    pub(crate) fn spread(&self) -> bool {
+        // Acquire: a name inserted in its hash's list after the store is
+        // looked for there (see `MemDir::names`).
+        self.0.load(Ordering::Acquire) == NAMES_SPREAD
+    }
+
+    /// The list a new name whose hash's list is `hashed` goes to, noting
+    /// this thread as an inserter.
+    pub(crate) fn insert_list(&self, hashed: usize) -> usize {
+        let me = crate::percpu::thread_index()
+            .wrapping_add(1)
+            .min(NAMES_SPREAD - 1);
+        // Relaxed load and failure: only the switch to NAMES_SPREAD
+        // publishes anything (Release, read by `spread`'s Acquire); the
+        // thread number is a hint, and the compare-exchange (AcqRel) only
+        // decides which thread was first.
+        let cur = self.0.load(Ordering::Relaxed);
+        if cur == NAMES_SPREAD {
+            return hashed;
+        }
+        if cur == me {
+            return 0;
+        }
+        if cur == 0 {
+            match self
+                .0
+                .compare_exchange(0, me, Ordering::AcqRel, Ordering::Relaxed)
+            {
+                Ok(_) => return 0,
+                Err(v) if v == me => return 0,
+                Err(v) if v == NAMES_SPREAD => return hashed,
+                Err(_) => {}
+            }
+        }
+        self.0.store(NAMES_SPREAD, Ordering::Release);
+        hashed
+    }
+}
+
 #[derive(Default)]
 struct MemDir {
     by_name: Shards<NameBuf, DirSlot>,
+    /// Where new names go: 0 before the first insert, then the inserting
+    /// thread's number + 1 while only that thread inserted (every name in
+    /// `by_name` list 0), then `NAMES_SPREAD` (each new name in the list
+    /// of its hash; names inserted before stay in list 0, so a lookup
+    /// tries its hash's list, then list 0). Written twice at most, so a
+    /// directory filled by one thread costs one name list instead of up to
+    /// `SHARDS`, and threads creating in one directory still write
+    /// different lists from the second thread's first insert on (issue 16).
+    /// A lookup that reads a value before `NAMES_SPREAD` and so misses a
+    /// name inserted in its hash's list ran before the insert: the insert
+    /// came after the store of `NAMES_SPREAD`. Checks before a create
+    /// see the store (the name lock orders them after any earlier insert
+    /// of that name, which read it).
+    names: NameSpread,
     by_cookie: Shards<u64, NameBuf>,
     /// The cookie batch (`MemFs::next_cookie`) the last listing of this
     /// directory to start ended at (`readdir_end`): entries added after it
@@ -523,11 +589,8 @@ impl MemDir {
         if scalevfs_sync::trace::ENABLED {
             match name {
                 Some((n, c)) => {
-                    note_list(
-                        write,
-                        self.by_name.get(name_shard(n)),
-                        "memfs dir by_name skiplist",
-                    );
+                    let i = if self.spread() { name_shard(n) } else { 0 };
+                    note_list(write, self.by_name.get(i), "memfs dir by_name skiplist");
                     if write {
                         let l = self.by_cookie.get(cookie_shard(c));
                         note_list(write, l, "memfs dir by_cookie skiplist");
@@ -545,9 +608,41 @@ impl MemDir {
         }
     }
 
+    /// Whether new names spread by hash (`names`).
+    fn spread(&self) -> bool {
+        self.names.spread()
+    }
+
+    /// The `by_name` list a new name goes to, noting this thread as an
+    /// inserter (see `names`).
+    fn insert_list(&self, name: &[u8]) -> usize {
+        self.names.insert_list(name_shard(name))
+    }
+
+    /// The `by_name` list that holds `name`, if one does.
+    fn locate(&self, name: &[u8]) -> Option<usize> {
+        let has = |i: usize| self.by_name.get(i).is_some_and(|l| l.contains_key(name));
+        if self.spread() {
+            let h = name_shard(name);
+            if has(h) {
+                return Some(h);
+            }
+        }
+        has(0).then_some(0)
+    }
+
     /// The entry `name`.
     fn entry(&self, name: &[u8]) -> Option<crossbeam_skiplist::map::Entry<'_, NameBuf, DirSlot>> {
-        self.by_name.get(name_shard(name))?.get(name)
+        if self.spread() {
+            let h = name_shard(name);
+            if let Some(e) = self.by_name.get(h).and_then(|l| l.get(name)) {
+                return Some(e);
+            }
+            if h == 0 {
+                return None;
+            }
+        }
+        self.by_name.get(0)?.get(name)
     }
 }
 
@@ -703,7 +798,7 @@ impl MemFs {
         let min = d.listed_batch.load(Ordering::Relaxed);
         let cookie = self.next_cookie.next_from_batch(min);
         let (ln, lc) = (
-            d.by_name.make(name_shard(name)),
+            d.by_name.make(d.insert_list(name)),
             d.by_cookie.make(cookie_shard(cookie)),
         );
         d.trace(true, Some((name, cookie)));
@@ -727,9 +822,12 @@ impl MemFs {
         let Some(cookie) = d.entry(old).map(|e| e.value().cookie) else {
             return false;
         };
+        let Some(at) = d.locate(old) else {
+            return false;
+        };
         d.trace(true, Some((old, cookie)));
         d.trace(true, Some((new, cookie)));
-        d.by_name.make(name_shard(new)).insert(
+        d.by_name.make(d.insert_list(new)).insert(
             NameBuf::from_slice(new),
             DirSlot {
                 cookie,
@@ -739,7 +837,7 @@ impl MemFs {
         d.by_cookie
             .make(cookie_shard(cookie))
             .insert(cookie, NameBuf::from_slice(new));
-        d.by_name.make(name_shard(old)).remove(old);
+        d.by_name.make(at).remove(old);
         true
     }
 
@@ -747,8 +845,11 @@ impl MemFs {
     /// (RENAME_EXCHANGE: the names stay, the inodes swap).
     fn set_inode(&self, d: &MemDir, name: &[u8], inode: Arc<Inode>) -> Option<u64> {
         let cookie = d.entry(name).map(|e| e.value().cookie)?;
+        // In the list that holds it: a second copy elsewhere would outlive
+        // the name's removal.
+        let at = d.locate(name)?;
         d.trace(true, Some((name, cookie)));
-        d.by_name.make(name_shard(name)).insert(
+        d.by_name.make(at).insert(
             NameBuf::from_slice(name),
             DirSlot {
                 cookie,
@@ -762,7 +863,7 @@ impl MemFs {
     /// None if absent. Its count on the inode leaves with this thread
     /// (`InodeCell::detach`).
     fn remove_entry(&self, d: &MemDir, name: &[u8]) -> Option<u64> {
-        let e = d.by_name.get(name_shard(name))?.remove(name)?;
+        let e = d.by_name.get(d.locate(name)?)?.remove(name)?;
         let slot = e.value();
         d.trace(true, Some((name, slot.cookie)));
         if let Some(l) = d.by_cookie.get(cookie_shard(slot.cookie)) {

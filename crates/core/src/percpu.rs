@@ -59,7 +59,7 @@ pub(crate) fn shard_count() -> usize {
 /// threads run on one OS thread, so the number comes from loom's own
 /// thread-locals: each model thread gets its own slot, as real threads do.
 #[cfg(loom)]
-fn thread_index() -> usize {
+pub(crate) fn thread_index() -> usize {
     loom::lazy_static! {
         static ref NEXT: loom::sync::atomic::AtomicUsize = loom::sync::atomic::AtomicUsize::new(0);
     }
@@ -72,7 +72,7 @@ fn thread_index() -> usize {
 
 /// This thread's number (assigned at its first call).
 #[cfg(not(loom))]
-fn thread_index() -> usize {
+pub(crate) fn thread_index() -> usize {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     thread_local! {
         // Relaxed: only uniqueness (spreading) of the numbers matters.

@@ -216,3 +216,102 @@ fn cookies_unique_with_concurrent_creates() {
     assert_eq!(rest + 1, THREADS * N + 102);
     t.close(fd).unwrap();
 }
+
+/// memfs keeps the names of a directory that one thread filled in one
+/// list and spreads them by hash from a second thread's first insert on
+/// (`MemDir::names`). Names from before and after the switch are found,
+/// renamed in place (either direction), exchanged, listed and removed
+/// alike, and the size follows.
+#[test]
+fn names_from_before_and_after_a_second_thread_work_alike() {
+    // Authoritative (the dcache answers lookups) and not (memfs does,
+    // after the cache is emptied).
+    for authoritative in [true, false] {
+        names_across_the_switch(authoritative);
+    }
+}
+
+fn names_across_the_switch(authoritative: bool) {
+    use std::collections::BTreeSet;
+    let vfs = Vfs::with_config(VfsConfig {
+        memfs: MemFsOptions {
+            authoritative,
+            ..MemFsOptions::default()
+        },
+        ..VfsConfig::default()
+    });
+    let shrink = |vfs: &Vfs| while vfs.dcache().shrink(usize::MAX, false) > 0 {};
+    let t = vfs.root_task();
+    t.mkdir("/d", 0o755).unwrap();
+    for i in 0..60 {
+        create(&t, &format!("/d/one{i}"));
+    }
+    // A second thread: from now on new names spread.
+    let t2 = t.clone_thread();
+    thread::spawn(move || {
+        for i in 0..60 {
+            create(&t2, &format!("/d/two{i}"));
+        }
+    })
+    .join()
+    .unwrap();
+    for i in 60..80 {
+        create(&t, &format!("/d/one{i}"));
+    }
+    let listed = |t: &Task| -> BTreeSet<String> {
+        t.read_dir("/d")
+            .unwrap()
+            .into_iter()
+            .map(|e| String::from_utf8(e.name).unwrap())
+            .filter(|n| n != "." && n != "..")
+            .collect()
+    };
+    let mut want: BTreeSet<String> = (0..80)
+        .map(|i| format!("one{i}"))
+        .chain((0..60).map(|i| format!("two{i}")))
+        .collect();
+    assert_eq!(listed(&t), want);
+    assert_eq!(t.stat("/d").unwrap().size, tmpfs_size(140));
+    shrink(&vfs);
+    for n in &want {
+        assert!(t.stat(&format!("/d/{n}")).is_ok(), "{n}");
+        // An existing name, wherever it lives, is found by an exclusive create.
+        assert_eq!(
+            t.open(&format!("/d/{n}"), O_CREAT | O_WRONLY | O_EXCL, 0o644),
+            Err(Errno::EEXIST),
+            "{n}"
+        );
+    }
+    // Renames in place, old names of both kinds to new names, and back.
+    for i in (0..60).step_by(3) {
+        for (from, to) in [
+            (format!("one{i}"), format!("uno{i}")),
+            (format!("two{i}"), format!("dos{i}")),
+        ] {
+            t.rename(&format!("/d/{from}"), &format!("/d/{to}"))
+                .unwrap();
+            want.remove(&from);
+            want.insert(to);
+        }
+    }
+    // Exchanges across the two kinds.
+    for i in (1..60).step_by(3) {
+        let (a, b) = (format!("/d/one{i}"), format!("/d/two{i}"));
+        let ia = t.stat(&a).unwrap().ino;
+        let ib = t.stat(&b).unwrap().ino;
+        t.renameat2(AT_FDCWD, &a, AT_FDCWD, &b, RENAME_EXCHANGE)
+            .unwrap();
+        assert_eq!(t.stat(&a).unwrap().ino, ib);
+        assert_eq!(t.stat(&b).unwrap().ino, ia);
+    }
+    assert_eq!(listed(&t), want);
+    assert_eq!(t.stat("/d").unwrap().size, tmpfs_size(140));
+    shrink(&vfs);
+    for n in &want {
+        t.unlink(&format!("/d/{n}")).unwrap();
+        assert_eq!(t.stat(&format!("/d/{n}")).err(), Some(Errno::ENOENT), "{n}");
+    }
+    assert!(listed(&t).is_empty());
+    assert_eq!(t.stat("/d").unwrap().size, tmpfs_size(0));
+    t.rmdir("/d").unwrap();
+}
