@@ -884,12 +884,30 @@ impl Ext4 {
         // Inodes whose last name went are freed here if nothing holds them;
         // the others (still open, or referenced by a dentry the VFS frees
         // after a grace period) stay in the orphan file until a later
-        // commit frees them.
+        // commit frees them. Each signals its last drop (`on_drop`, to the
+        // dropping thread's `dead` queue), so a commit takes every thread's
+        // queue instead of looking at every unlinked inode still held: with
+        // the gate closed, that scan (a few hundred inodes kept by the
+        // VFS's deferred frees, at every commit) was time no handle could
+        // run in.
         // Relaxed: see `rw`.
         if !rw.failed.load(Ordering::Relaxed) {
             // An inode too large for this transaction loses a step of its
-            // blocks and stays queued for the next (`reap_some`).
-            self.reap(last)?;
+            // blocks and stays queued for the next (`reap_some`): back on
+            // this thread's queue, for its next handle or the next commit.
+            let partial = if last {
+                self.reap(true)?
+            } else {
+                let dead = rw.dead.drain_all();
+                if dead.is_empty() {
+                    Vec::new()
+                } else {
+                    self.reap_some(false, Some(&dead))?
+                }
+            };
+            if !partial.is_empty() {
+                rw.dead.mine().lock().extend(partial);
+            }
         }
         let (_, io) = self.rw()?;
         let frees = j.pending.drain_all();
