@@ -36,7 +36,9 @@
 //!   user of a block sets its count to 0 under the buffer's lock, then
 //!   drops its cache entry (waiting for a sharer looking at it), then frees
 //!   it: a sharer never counts a block that is being freed, nor reads one
-//!   already freed.
+//!   already freed. A block changed in place loses its entry under its old
+//!   contents at once (only the entry under its last contents would go
+//!   when it is freed).
 //! - Everything (block writes, allocation, freeing, the inode) runs in
 //!   the caller's journal handle and goes through the buffer cache, so a
 //!   commit carries all of a change or none of it. Failures that can
@@ -411,9 +413,19 @@ impl Ext4 {
         if let Some(seed) = self.xattr_csum_seed() {
             xattr::set_block_csum(&mut b, blk, seed);
         }
-        // The whole block is written: nothing to read first.
-        rw.bufs
-            .modify(io.dev, blk, false, |d| d.copy_from_slice(&b))?;
+        // The whole block is written: nothing to read first (but changed
+        // in place, its old contents' cache entry must go: the block may
+        // later be freed and hold anything, and only the entry under its
+        // last contents is dropped then).
+        let in_place = blk == old;
+        let before = rw.bufs.modify(io.dev, blk, in_place, |d| {
+            let h = header_hash(d);
+            d.copy_from_slice(&b);
+            h
+        })?;
+        if in_place {
+            rw.xattr_blocks.remove(before, blk);
+        }
         if shareable {
             rw.xattr_blocks.insert(header_hash(&b), blk);
         }
