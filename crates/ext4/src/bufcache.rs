@@ -1,8 +1,11 @@
 //! The metadata buffer cache of a read-write mount: bitmaps, inode table
 //! blocks, descriptor blocks, extent and directory blocks. Bounded in
 //! memory, write-back: a modified block stays dirty in the cache until
-//! [`BufCache::flush`] (fsync, sync, unmount) or until the shard grows past
-//! its bound, when the oldest blocks are written back and dropped.
+//! [`BufCache::write_back`] (fsync, sync, unmount) or until the shard grows past
+//! its bound, when the oldest blocks are written back and dropped. On a
+//! journaled mount only blocks whose home copy is current are dropped (a
+//! dirty block reaches home through the log and the checkpoint), so a
+//! shard may stay past its bound until the next commit and checkpoint.
 //!
 //! DESIGN
 //! - `SHARDS` shards by a hash of the block number (`shard_of`), each its

@@ -1,6 +1,10 @@
 //! `Ext4`: an ext4 filesystem over a [`BlockDevice`], as a `scalevfs`
-//! [`Filesystem`]: the read side here, the write side in `write.rs`,
-//! `extent_write.rs`, `alloc.rs` and `bufcache.rs`.
+//! [`Filesystem`]: the read side here (and the commit, `Ext4::commit`);
+//! the write side in `write.rs` (names), `extent_write.rs` (data),
+//! `xattr_write.rs`, `xattr_cache.rs` and `ea_inode.rs` (attributes),
+//! `alloc.rs`, `bufcache.rs`, `txn.rs` (handles), `orphan.rs` and
+//! `orphan_list.rs` (orphans); `open.rs` opens an image (replaying its
+//! journal first).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, OnceLock, Weak};

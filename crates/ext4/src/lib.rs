@@ -1,7 +1,9 @@
 //! ext4 for scalevfs: reads real ext4 images (made by mke2fs or the
-//! kernel) through the [`scalevfs::Filesystem`] trait, and writes clean
-//! ones mounted read-write (`Ext4Options { ro: false, .. }`); see
-//! `docs/ext4.md` for what is supported.
+//! kernel) through the [`scalevfs::Filesystem`] trait, and writes them
+//! mounted read-write (`Ext4Options { ro: false, .. }`): clean ones, or
+//! ones whose journal the open replays first (`Ext4Options::replay`),
+//! through the jbd2 journal where the image has one; see `docs/ext4.md`
+//! for what is supported.
 //!
 //! ```no_run
 //! use std::sync::Arc;

@@ -4,8 +4,9 @@
 //! "Journal (jbd2)" section of the ext4 on-disk format documentation.
 //!
 //! Parsers take a whole journal block and check every count against the
-//! block size before they loop; builders (used by tests and, later, the
-//! writer) produce blocks that these parsers and e2fsck accept.
+//! block size before they loop; builders (used by the log writer,
+//! `writer.rs`, and by tests) produce blocks that these parsers and e2fsck
+//! accept.
 
 use crate::error::{corrupt, Error, Result};
 use crate::format::checksum::crc32c;
