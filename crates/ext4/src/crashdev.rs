@@ -61,6 +61,15 @@ impl<D: BlockDevice> RecordingDevice<D> {
             .collect()
     }
 
+    /// The writes recorded so far (flushes not counted): where a crash
+    /// test notes each fsync point.
+    pub fn writes(&self) -> usize {
+        self.ops()
+            .iter()
+            .filter(|o| !matches!(o, Op::Flush))
+            .count()
+    }
+
     /// The wrapped device.
     pub fn inner(&self) -> &D {
         &self.inner

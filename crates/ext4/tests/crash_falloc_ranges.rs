@@ -34,13 +34,6 @@ fn file_of(vfs: &Vfs) -> Option<Vec<u8>> {
     Some(b)
 }
 
-fn writes(rec: &RecordingDevice<MemDevice>) -> usize {
-    rec.ops()
-        .iter()
-        .filter(|o| !matches!(o, scalevfs_ext4::crashdev::Op::Flush))
-        .count()
-}
-
 /// The workload; returns (writes recorded when each fsync returned, the
 /// file then).
 fn workload(rec: &Arc<RecordingDevice<MemDevice>>, bs: usize) -> Vec<(usize, Option<Vec<u8>>)> {
@@ -48,7 +41,7 @@ fn workload(rec: &Arc<RecordingDevice<MemDevice>>, bs: usize) -> Vec<(usize, Opt
     let vfs = Vfs::with_root_fs(Default::default(), e.clone());
     let t = vfs.root_task();
     let b = bs as i64;
-    let mut points = vec![(writes(rec), file_of(&vfs))];
+    let mut points = vec![(rec.writes(), file_of(&vfs))];
     let fd = t.open("/f", O_CREAT | O_RDWR, 0o644).unwrap();
     // 400 one-block extents: several leaves under an index.
     for i in 0..400i64 {
@@ -57,7 +50,7 @@ fn workload(rec: &Arc<RecordingDevice<MemDevice>>, bs: usize) -> Vec<(usize, Opt
     }
     let mut sync = |t: &scalevfs::Task| {
         t.fsync(fd).unwrap();
-        points.push((writes(rec), file_of(&vfs)));
+        points.push((rec.writes(), file_of(&vfs)));
     };
     sync(&t);
     t.fallocate(fd, FALLOC_FL_COLLAPSE_RANGE, 11 * b, 3 * b)
@@ -85,7 +78,7 @@ fn workload(rec: &Arc<RecordingDevice<MemDevice>>, bs: usize) -> Vec<(usize, Opt
     drop(vfs);
     e.unmount().unwrap();
     let last = points.last().unwrap().1.clone();
-    points.push((writes(rec), last));
+    points.push((rec.writes(), last));
     points
 }
 

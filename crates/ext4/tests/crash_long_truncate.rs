@@ -77,20 +77,13 @@ fn state(vfs: &Vfs) -> State {
     (file(vfs, "/f"), file(vfs, "/g"))
 }
 
-fn writes(rec: &RecordingDevice<MemDevice>) -> usize {
-    rec.ops()
-        .iter()
-        .filter(|o| !matches!(o, scalevfs_ext4::crashdev::Op::Flush))
-        .count()
-}
-
 /// The workload; returns (writes recorded when each fsync returned, the
 /// state then).
 fn workload(rec: &Arc<RecordingDevice<MemDevice>>) -> Vec<(usize, State)> {
     let e = Ext4::open_device(Box::new(rec.clone()), rw_journaled()).unwrap();
     let vfs = Vfs::with_root_fs(Default::default(), e.clone());
     let t = vfs.root_task();
-    let mut points = vec![(writes(rec), state(&vfs))];
+    let mut points = vec![(rec.writes(), state(&vfs))];
     let (f, g) = (content(0, F_BLOCKS), content(0x55, G_BLOCKS));
     let fd = t.open("/f", O_CREAT | O_RDWR, 0o644).unwrap();
     let gd = t.open("/g", O_CREAT | O_RDWR, 0o644).unwrap();
@@ -101,14 +94,14 @@ fn workload(rec: &Arc<RecordingDevice<MemDevice>>) -> Vec<(usize, State)> {
     t.pwrite(gd, &g, 0).unwrap();
     t.fsync(fd).unwrap();
     t.fsync(gd).unwrap();
-    points.push((writes(rec), state(&vfs)));
+    points.push((rec.writes(), state(&vfs)));
     // From here a transaction holds about 12 blocks: a step frees blocks
     // in at most ~4 groups.
     e.set_txn_limit(12);
     let commits = e.commit_stats().0;
     t.ftruncate(fd, NEW_SIZE as i64).unwrap();
     t.fsync(fd).unwrap();
-    points.push((writes(rec), state(&vfs)));
+    points.push((rec.writes(), state(&vfs)));
     assert!(
         e.commit_stats().0 >= commits + 5,
         "the truncate ran as {} transactions",
@@ -118,14 +111,14 @@ fn workload(rec: &Arc<RecordingDevice<MemDevice>>) -> Vec<(usize, State)> {
     t.unlink("/g").unwrap();
     // A commit (an fsync of /f would not wait for the unlink's).
     e.commit().unwrap();
-    points.push((writes(rec), state(&vfs)));
+    points.push((rec.writes(), state(&vfs)));
     let c = e.commit_stats().0;
     let mode = scalevfs::io::FALLOC_FL_PUNCH_HOLE | scalevfs::io::FALLOC_FL_KEEP_SIZE;
     let (a, b) = PUNCH;
     t.fallocate(fd, mode, (a * BS) as i64, ((b - a) * BS) as i64)
         .unwrap();
     t.fsync(fd).unwrap();
-    points.push((writes(rec), state(&vfs)));
+    points.push((rec.writes(), state(&vfs)));
     assert!(
         e.commit_stats().0 >= c + 2,
         "the punch ran as one transaction"
@@ -135,7 +128,7 @@ fn workload(rec: &Arc<RecordingDevice<MemDevice>>) -> Vec<(usize, State)> {
     drop(vfs);
     e.unmount().unwrap();
     let last = points.last().unwrap().1.clone();
-    points.push((writes(rec), last));
+    points.push((rec.writes(), last));
     points
 }
 

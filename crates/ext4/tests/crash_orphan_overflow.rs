@@ -33,7 +33,7 @@ use std::sync::Arc;
 use common::{have_tools, mkfs, rw_journaled, tool, Scratch};
 use scalevfs::fs::Fs;
 use scalevfs::{Vfs, O_CREAT, O_RDONLY, O_RDWR, O_WRONLY};
-use scalevfs_ext4::crashdev::{CrashLog, Op, RecordingDevice};
+use scalevfs_ext4::crashdev::{CrashLog, RecordingDevice};
 use scalevfs_ext4::journal::Replay;
 use scalevfs_ext4::{BlockDevice, Ext4, Ext4Options, MemDevice};
 
@@ -75,21 +75,17 @@ fn state(vfs: &Vfs) -> State {
     (keep, names)
 }
 
-fn writes(rec: &RecordingDevice<MemDevice>) -> usize {
-    rec.ops().iter().filter(|o| !matches!(o, Op::Flush)).count()
-}
-
 /// The workload; returns (writes recorded at each commit point, the
 /// state then).
 fn workload(rec: &Arc<RecordingDevice<MemDevice>>) -> Vec<(usize, State)> {
     let e = Ext4::open_device(Box::new(rec.clone()), rw_journaled()).unwrap();
     let vfs = Vfs::with_root_fs(Default::default(), e.clone());
     let t = vfs.root_task();
-    let mut points = vec![(writes(rec), state(&vfs))];
+    let mut points = vec![(rec.writes(), state(&vfs))];
     let mut point = |e: &Ext4, vfs: &Vfs| {
         scalevfs::flush_deferred_frees();
         e.commit().unwrap();
-        points.push((writes(rec), state(vfs)));
+        points.push((rec.writes(), state(vfs)));
     };
     t.mkdir("/d", 0o755).unwrap();
     let kfd = t.open("/keep", O_CREAT | O_RDWR, 0o644).unwrap();

@@ -56,24 +56,16 @@ fn pattern(i: usize, len: usize) -> Vec<u8> {
     (0..len).map(|k| (k * 7 + i * 13) as u8).collect()
 }
 
-/// Writes recorded so far (flushes not counted).
-fn writes(rec: &RecordingDevice<MemDevice>) -> usize {
-    rec.ops()
-        .iter()
-        .filter(|o| !matches!(o, scalevfs_ext4::crashdev::Op::Flush))
-        .count()
-}
-
 /// The workload; returns (writes recorded when each fsync returned, the
 /// tree then).
 fn workload(rec: &Arc<RecordingDevice<MemDevice>>, bs: usize) -> Vec<(usize, Tree)> {
     let e = Ext4::open_device(Box::new(rec.clone()), rw_journaled()).unwrap();
     let vfs = Vfs::with_root_fs(Default::default(), e.clone());
     let t = vfs.root_task();
-    let mut points = vec![(writes(rec), tree_of(&vfs))];
+    let mut points = vec![(rec.writes(), tree_of(&vfs))];
     let mut sync = |fd: i32, vfs: &Vfs| {
         t.fsync(fd).unwrap();
-        points.push((writes(rec), tree_of(vfs)));
+        points.push((rec.writes(), tree_of(vfs)));
     };
     t.mkdir("/d", 0o755).unwrap();
     for i in 0..5 {
@@ -127,7 +119,7 @@ fn workload(rec: &Arc<RecordingDevice<MemDevice>>, bs: usize) -> Vec<(usize, Tre
     drop(vfs);
     e.unmount().unwrap();
     let last = points.last().unwrap().1.clone();
-    points.push((writes(rec), last));
+    points.push((rec.writes(), last));
     points
 }
 

@@ -34,18 +34,11 @@ fn state_of(t: &Task) -> State {
     out
 }
 
-fn writes(rec: &RecordingDevice<MemDevice>) -> usize {
-    rec.ops()
-        .iter()
-        .filter(|o| !matches!(o, scalevfs_ext4::crashdev::Op::Flush))
-        .count()
-}
-
 fn workload(rec: &Arc<RecordingDevice<MemDevice>>) -> Vec<(usize, State)> {
     let e = Ext4::open_device(Box::new(rec.clone()), rw_journaled()).unwrap();
     let vfs = Vfs::with_root_fs(Default::default(), e.clone());
     let t = vfs.root_task();
-    let mut points = vec![(writes(rec), State::new())];
+    let mut points = vec![(rec.writes(), State::new())];
     t.mkdir("/x", 0o755).unwrap();
     let big = |c: u8| vec![c; 300];
     // fsync of each file (a directory's fsync covers only the directory).
@@ -55,7 +48,7 @@ fn workload(rec: &Arc<RecordingDevice<MemDevice>>) -> Vec<(usize, State)> {
             t.fsync(fd).unwrap();
             t.close(fd).unwrap();
         }
-        points.push((writes(rec), state_of(t)));
+        points.push((rec.writes(), state_of(t)));
     };
     for i in 0..6 {
         let p = format!("/x/a{i}");
@@ -81,7 +74,7 @@ fn workload(rec: &Arc<RecordingDevice<MemDevice>>) -> Vec<(usize, State)> {
     drop(vfs);
     e.unmount().unwrap();
     let last = points.last().unwrap().1.clone();
-    points.push((writes(rec), last));
+    points.push((rec.writes(), last));
     points
 }
 
