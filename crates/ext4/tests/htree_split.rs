@@ -20,9 +20,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use common::*;
-use scalevfs::{Filesystem, Vfs, VfsConfig};
+use scalevfs::Vfs;
 use scalevfs_ext4::format::htree::{dirhash, HASH_HALF_MD4};
-use scalevfs_ext4::{Ext4, Ext4Options};
+use scalevfs_ext4::Ext4;
 
 /// The hash seed the images get (mke2fs -E hash_seed); the colliding
 /// names below were searched for under it.
@@ -61,19 +61,6 @@ fn hash(name: &str, seed: &[u32; 4]) -> u32 {
     dirhash(name.as_bytes(), HASH_HALF_MD4, seed).unwrap()
 }
 
-fn open_rw(img: &Path) -> (Arc<Ext4>, Vfs) {
-    let e = Ext4::open(
-        img,
-        Ext4Options {
-            ro: false,
-            ..Ext4Options::default()
-        },
-    )
-    .unwrap();
-    let fsd: Arc<dyn Filesystem> = e.clone();
-    (e, Vfs::with_root_fs(VfsConfig::default(), fsd))
-}
-
 fn create_all(vfs: &Vfs, names: &[String]) {
     let t = vfs.root_task();
     for n in names {
@@ -97,7 +84,7 @@ fn judge(
     drop(vfs);
     drop(e);
     fsck_clean(img);
-    let (_e, vfs) = open_rw(img);
+    let (_e, vfs) = mount(img);
     let t = vfs.root_task();
     for n in want {
         t.lstat(&format!("/d/{n}"))
@@ -131,7 +118,7 @@ fn judge(
     }
     drop(km);
     fsck_clean(img);
-    let (_e, vfs) = open_rw(img);
+    let (_e, vfs) = mount(img);
     let t = vfs.root_task();
     for n in want.iter().chain(kernel_adds) {
         t.lstat(&format!("/d/{n}"))
@@ -170,7 +157,7 @@ fn a_leaf_splits_by_bytes_not_by_count() {
         .filter(|n| hash(n, &seed) < floor)
         .take(18)
         .collect();
-    let (e, vfs) = open_rw(&img);
+    let (e, vfs) = mount(&img);
     vfs.root_task().mkdir("/d", 0o755).unwrap();
     create_all(&vfs, &short);
     create_all(&vfs, &long);
@@ -241,7 +228,7 @@ fn a_run_of_one_hash_spans_leaves_with_the_continuation_bit() {
             assert_eq!(hash(n, &seed), run, "the fixture's hash");
         }
     }
-    let (e, vfs) = open_rw(&img);
+    let (e, vfs) = mount(&img);
     let t = vfs.root_task();
     t.mkdir("/d", 0o755).unwrap();
     // Three names fill the first block (the directory then becomes
