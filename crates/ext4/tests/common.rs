@@ -576,6 +576,28 @@ pub fn rw_journaled() -> scalevfs_ext4::Ext4Options {
     }
 }
 
+/// Recover a crash state as a mount does: our journal replay, then a
+/// read-write mount (which frees the orphans); `read` what the test
+/// checks, unmount cleanly. Returns the image afterwards and what was read.
+pub fn recover<S>(image: Vec<u8>, read: impl FnOnce(&scalevfs::Vfs) -> S) -> (Vec<u8>, S) {
+    use scalevfs_ext4::BlockDevice;
+    let dev = std::sync::Arc::new(scalevfs_ext4::MemDevice::new(image));
+    let e = Ext4::open_device(Box::new(dev.clone()), rw_journaled()).unwrap();
+    let vfs = scalevfs::Vfs::with_root_fs(Default::default(), e.clone());
+    let got = read(&vfs);
+    drop(vfs);
+    e.unmount().unwrap();
+    let mut img = vec![0u8; dev.size() as usize];
+    dev.read_at(0, &mut img).unwrap();
+    (img, got)
+}
+
+/// The last of a crash test's fsync points (writes recorded, state) at or
+/// before `flushed` writes (0 when none is).
+pub fn point_at<S>(points: &[(usize, S)], flushed: usize) -> usize {
+    points.iter().rposition(|(w, _)| *w <= flushed).unwrap_or(0)
+}
+
 /// `img` opened read-write with its journal (`rw_journaled`) as the root
 /// filesystem of a new VFS.
 pub fn mount(img: &Path) -> (std::sync::Arc<Ext4>, scalevfs::Vfs) {

@@ -20,7 +20,7 @@ use common::{fresh, have_tools, rw_journaled, Scratch};
 use scalevfs::io::*;
 use scalevfs::{Vfs, O_CREAT, O_RDONLY, O_RDWR};
 use scalevfs_ext4::crashdev::{CrashLog, RecordingDevice};
-use scalevfs_ext4::{BlockDevice, Ext4, MemDevice};
+use scalevfs_ext4::{Ext4, MemDevice};
 
 /// (size, content) of /f, or None if it is not there.
 fn file_of(vfs: &Vfs) -> Option<Vec<u8>> {
@@ -82,19 +82,6 @@ fn workload(rec: &Arc<RecordingDevice<MemDevice>>, bs: usize) -> Vec<(usize, Opt
     points
 }
 
-/// Recover as a mount does (replay), read the file, unmount cleanly.
-fn recovered(image: Vec<u8>) -> (Vec<u8>, Option<Vec<u8>>) {
-    let dev = Arc::new(MemDevice::new(image));
-    let e = Ext4::open_device(Box::new(dev.clone()), rw_journaled()).unwrap();
-    let vfs = Vfs::with_root_fs(Default::default(), e.clone());
-    let f = file_of(&vfs);
-    drop(vfs);
-    e.unmount().unwrap();
-    let mut img = vec![0u8; dev.size() as usize];
-    dev.read_at(0, &mut img).unwrap();
-    (img, f)
-}
-
 #[test]
 fn every_crash_state_of_shifts_and_zeroing_recovers_to_an_fsynced_file() {
     if !have_tools() {
@@ -115,11 +102,8 @@ fn every_crash_state_of_shifts_and_zeroing_recovers_to_an_fsynced_file() {
         let mut n = 0;
         log.states(3, bs as u64 + 11, &mut |st| {
             n += 1;
-            let i = points
-                .iter()
-                .rposition(|(w, _)| *w <= st.flushed_writes)
-                .unwrap_or(0);
-            let (img_after, f) = recovered(st.image.clone());
+            let i = common::point_at(&points, st.flushed_writes);
+            let (img_after, f) = common::recover(st.image.clone(), file_of);
             let ok = points[i..(i + 2).min(points.len())]
                 .iter()
                 .any(|(_, p)| *p == f);

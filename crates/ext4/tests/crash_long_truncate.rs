@@ -31,7 +31,7 @@ use std::sync::Arc;
 use common::{have_tools, mkfs, rw_journaled, tool, Scratch};
 use scalevfs::{Vfs, O_CREAT, O_RDONLY, O_RDWR};
 use scalevfs_ext4::crashdev::{CrashLog, RecordingDevice};
-use scalevfs_ext4::{BlockDevice, Ext4, Ext4Options, MemDevice};
+use scalevfs_ext4::{Ext4, Ext4Options, MemDevice};
 
 const BS: usize = 1024;
 /// Blocks of /f and /g: ~40 and ~10 of the 64 groups of 256 blocks.
@@ -143,19 +143,6 @@ fn partly_punched(f: &[u8], before: &[u8]) -> bool {
     f[a..c] == before[a..c]
 }
 
-/// Recover as a mount does (replay, orphans), read the files, unmount.
-fn recovered(image: Vec<u8>) -> (Vec<u8>, State) {
-    let dev = Arc::new(MemDevice::new(image));
-    let e = Ext4::open_device(Box::new(dev.clone()), rw_journaled()).unwrap();
-    let vfs = Vfs::with_root_fs(Default::default(), e.clone());
-    let s = state(&vfs);
-    drop(vfs);
-    e.unmount().unwrap();
-    let mut img = vec![0u8; dev.size() as usize];
-    dev.read_at(0, &mut img).unwrap();
-    (img, s)
-}
-
 /// The files of an image e2fsck recovered, read by a read-only mount.
 fn read_only(img: &Path) -> State {
     let e = Ext4::open(img, Ext4Options::default()).unwrap();
@@ -205,11 +192,8 @@ fn run(features: &str) {
             "{features}: crash state {n} (flushed {})",
             st.flushed_writes
         );
-        let i = points
-            .iter()
-            .rposition(|(w, _)| *w <= st.flushed_writes)
-            .unwrap_or(0);
-        let (img_after, mut got) = recovered(st.image.clone());
+        let i = common::point_at(&points, st.flushed_writes);
+        let (img_after, mut got) = common::recover(st.image.clone(), state);
         let ours = got.clone();
         // The partial last block's tail is zeroed in place before the
         // transaction that shrinks the size commits (ordered data, as the

@@ -35,7 +35,7 @@ use scalevfs::fs::Fs;
 use scalevfs::{Vfs, O_CREAT, O_RDONLY, O_RDWR, O_WRONLY};
 use scalevfs_ext4::crashdev::{CrashLog, RecordingDevice};
 use scalevfs_ext4::journal::Replay;
-use scalevfs_ext4::{BlockDevice, Ext4, Ext4Options, MemDevice};
+use scalevfs_ext4::{Ext4, Ext4Options, MemDevice};
 
 const BS: usize = 1024;
 /// Slots of the two-block orphan file.
@@ -157,18 +157,6 @@ fn used_inodes(fsck_text: &str) -> usize {
         .unwrap_or_else(|| panic!("no summary in:\n{fsck_text}"))
 }
 
-fn recovered(image: Vec<u8>) -> (Vec<u8>, State) {
-    let dev = Arc::new(MemDevice::new(image));
-    let e = Ext4::open_device(Box::new(dev.clone()), rw_journaled()).unwrap();
-    let vfs = Vfs::with_root_fs(Default::default(), e.clone());
-    let s = state(&vfs);
-    drop(vfs);
-    e.unmount().unwrap();
-    let mut img = vec![0u8; dev.size() as usize];
-    dev.read_at(0, &mut img).unwrap();
-    (img, s)
-}
-
 /// `s_last_orphan` is set once the log is replayed (read-only, in
 /// memory).
 fn listed_after_replay(image: &[u8]) -> bool {
@@ -221,14 +209,11 @@ fn every_crash_state_with_orphans_on_the_fallback_list_recovers() {
     log.states(2, 11, &mut |st| {
         n += 1;
         let what = format!("crash state {n} (flushed {})", st.flushed_writes);
-        let i = points
-            .iter()
-            .rposition(|(w, _)| *w <= st.flushed_writes)
-            .unwrap_or(0);
+        let i = common::point_at(&points, st.flushed_writes);
         if listed_after_replay(&st.image) {
             listed += 1;
         }
-        let (after, (keep, names)) = recovered(st.image.clone());
+        let (after, (keep, names)) = common::recover(st.image.clone(), state);
         std::fs::write(&state_img, &after).unwrap();
         // Every orphan freed: in use are the fresh image's inodes, /d,
         // /keep and the names left in /d.

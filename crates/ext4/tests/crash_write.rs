@@ -27,7 +27,7 @@ use common::{e2fsck, fresh, fresh_list, have_tools, rw_journaled, Scratch};
 use scalevfs::fs::Fs;
 use scalevfs::{Vfs, O_CREAT, O_RDWR, O_TRUNC, O_WRONLY};
 use scalevfs_ext4::crashdev::{CrashLog, RecordingDevice};
-use scalevfs_ext4::{BlockDevice, Ext4, MemDevice};
+use scalevfs_ext4::{Ext4, MemDevice};
 
 type Tree = BTreeMap<String, Option<Vec<u8>>>;
 
@@ -123,20 +123,6 @@ fn workload(rec: &Arc<RecordingDevice<MemDevice>>, bs: usize) -> Vec<(usize, Tre
     points
 }
 
-/// Recover as a mount does: replay the journal, mount read-write (which
-/// frees the orphans), read the tree, unmount cleanly.
-fn recovered_tree(image: Vec<u8>) -> (Vec<u8>, Tree) {
-    let dev = Arc::new(MemDevice::new(image));
-    let e = Ext4::open_device(Box::new(dev.clone()), rw_journaled()).unwrap();
-    let vfs = Vfs::with_root_fs(Default::default(), e.clone());
-    let tree = tree_of(&vfs);
-    drop(vfs);
-    e.unmount().unwrap();
-    let mut img = vec![0u8; dev.size() as usize];
-    dev.read_at(0, &mut img).unwrap();
-    (img, tree)
-}
-
 #[test]
 fn every_crash_state_recovers_to_an_fsynced_tree() {
     if !have_tools() {
@@ -183,11 +169,8 @@ fn crash_states(list: bool) -> usize {
         log.states(4, bs as u64 + 7, &mut |st| {
             n += 1;
             // The last fsync point at or before this state, and the next.
-            let i = points
-                .iter()
-                .rposition(|(w, _)| *w <= st.flushed_writes)
-                .unwrap_or(0);
-            let (img_after, tree) = recovered_tree(st.image.clone());
+            let i = common::point_at(&points, st.flushed_writes);
+            let (img_after, tree) = common::recover(st.image.clone(), tree_of);
             let ok_trees: Vec<&Tree> = points[i..(i + 2).min(points.len())]
                 .iter()
                 .map(|(_, t)| t)
@@ -227,7 +210,7 @@ fn crash_states(list: bool) -> usize {
                     assert!(!text.contains(bad), "e2fsck -fy: {bad}:\n{text}");
                 }
                 let theirs = std::fs::read(&state_img).unwrap();
-                let (_, their_tree) = recovered_tree(theirs);
+                let (_, their_tree) = common::recover(theirs, tree_of);
                 assert_eq!(their_tree, tree, "e2fsck's replay differs from ours");
                 sampled += 1;
             }

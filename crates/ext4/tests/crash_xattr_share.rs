@@ -17,7 +17,7 @@ use std::sync::Arc;
 use common::{fresh, have_tools, our_xattrs, rw_journaled, Scratch, Xattrs};
 use scalevfs::{Task, Vfs, O_CREAT, O_RDWR, O_WRONLY};
 use scalevfs_ext4::crashdev::{CrashLog, RecordingDevice};
-use scalevfs_ext4::{BlockDevice, Ext4, MemDevice};
+use scalevfs_ext4::{Ext4, MemDevice};
 
 /// Each file under /x with its attributes.
 type State = BTreeMap<String, Xattrs>;
@@ -78,18 +78,6 @@ fn workload(rec: &Arc<RecordingDevice<MemDevice>>) -> Vec<(usize, State)> {
     points
 }
 
-fn recovered(image: Vec<u8>) -> (Vec<u8>, State) {
-    let dev = Arc::new(MemDevice::new(image));
-    let e = Ext4::open_device(Box::new(dev.clone()), rw_journaled()).unwrap();
-    let vfs = Vfs::with_root_fs(Default::default(), e.clone());
-    let st = state_of(&vfs.root_task());
-    drop(vfs);
-    e.unmount().unwrap();
-    let mut img = vec![0u8; dev.size() as usize];
-    dev.read_at(0, &mut img).unwrap();
-    (img, st)
-}
-
 #[test]
 fn every_crash_state_keeps_shared_xattr_counts_exact() {
     if !have_tools() {
@@ -108,11 +96,8 @@ fn every_crash_state_keeps_shared_xattr_counts_exact() {
     let mut n = 0;
     log.states(4, 0x5eed_5a7e, &mut |st| {
         n += 1;
-        let i = points
-            .iter()
-            .rposition(|(w, _)| *w <= st.flushed_writes)
-            .unwrap_or(0);
-        let (img_after, got) = recovered(st.image.clone());
+        let i = common::point_at(&points, st.flushed_writes);
+        let (img_after, got) = common::recover(st.image.clone(), |v| state_of(&v.root_task()));
         let ok = points[i..(i + 2).min(points.len())]
             .iter()
             .any(|(_, want)| *want == got);

@@ -38,6 +38,14 @@ fn free_blocks(t: &Task) -> u64 {
     t.statfs("/").unwrap().bfree
 }
 
+/// An empty regular file at `p`.
+fn touch(t: &Task, p: &str) {
+    let fd = t
+        .open(p, scalevfs::O_CREAT | scalevfs::O_WRONLY, 0o644)
+        .unwrap();
+    t.close(fd).unwrap();
+}
+
 fn set_pair(t: &Task, p: &str, tag: &[u8]) {
     t.setxattr(p, "user.big", &[b'v'; 300], 0).unwrap();
     t.setxattr(p, "user.tag", tag, 0).unwrap();
@@ -50,14 +58,7 @@ fn same_attributes_share_one_block() {
     };
     let t = vfs.root_task();
     for i in 0..10 {
-        let fd = t
-            .open(
-                &format!("/f{i}"),
-                scalevfs::O_CREAT | scalevfs::O_WRONLY,
-                0o644,
-            )
-            .unwrap();
-        t.close(fd).unwrap();
+        touch(&t, &format!("/f{i}"));
     }
     e.sync().unwrap();
     let before = free_blocks(&t);
@@ -126,10 +127,7 @@ fn same_attributes_share_one_block() {
     // every attribute goes and every block comes back.
     let (e, vfs) = mount(&img);
     let t = vfs.root_task();
-    let fd = t
-        .open("/g", scalevfs::O_CREAT | scalevfs::O_WRONLY, 0o644)
-        .unwrap();
-    t.close(fd).unwrap();
+    touch(&t, "/g");
     set_pair(&t, "/g", b"same");
     assert_eq!(our_xattrs(&t, "/f2"), want(b'v'));
     assert_eq!(our_xattrs(&t, "/f3"), want(b'w'));
@@ -173,10 +171,7 @@ fn concurrent_sharers_keep_exact_counts() {
                 for i in 0..40 {
                     let p = format!("/w{w}-{}", i % 8);
                     if i < 8 {
-                        let fd = t
-                            .open(&p, scalevfs::O_CREAT | scalevfs::O_WRONLY, 0o644)
-                            .unwrap();
-                        t.close(fd).unwrap();
+                        touch(&t, &p);
                     }
                     match (i + w) % 3 {
                         0 => set_pair(&t, &p, b"one"),
@@ -229,10 +224,7 @@ fn a_freed_block_is_not_shared_again() {
     };
     let t = vfs.root_task();
     for p in ["/a", "/b"] {
-        let fd = t
-            .open(p, scalevfs::O_CREAT | scalevfs::O_WRONLY, 0o644)
-            .unwrap();
-        t.close(fd).unwrap();
+        touch(&t, p);
     }
     set_pair(&t, "/a", b"same");
     // The block reaches its home location with count 1.
@@ -287,10 +279,7 @@ fn freed_block_lookalike(changed_in_place: bool) {
     let vfs = scalevfs::Vfs::with_root_fs(Default::default(), e.clone());
     let t = vfs.root_task();
     for p in ["/a", "/b"] {
-        let fd = t
-            .open(p, scalevfs::O_CREAT | scalevfs::O_WRONLY, 0o644)
-            .unwrap();
-        t.close(fd).unwrap();
+        touch(&t, p);
     }
     set_pair(&t, "/a", b"same");
     e.sync().unwrap();
@@ -343,14 +332,7 @@ fn same_large_values_share_one_value_inode() {
     let (e, vfs) = mount(&img);
     let t = vfs.root_task();
     for i in 0..5 {
-        let fd = t
-            .open(
-                &format!("/f{i}"),
-                scalevfs::O_CREAT | scalevfs::O_WRONLY,
-                0o644,
-            )
-            .unwrap();
-        t.close(fd).unwrap();
+        touch(&t, &format!("/f{i}"));
     }
     e.sync().unwrap();
     let inodes = |t: &Task| t.statfs("/").unwrap().ffree;
