@@ -631,6 +631,24 @@ impl MemDir {
         has(0).then_some(0)
     }
 
+    /// Take the entry `name` out of the list that holds it (one search
+    /// where it is: its hash's list once spread, else list 0).
+    fn remove_name(
+        &self,
+        name: &[u8],
+    ) -> Option<crossbeam_skiplist::map::Entry<'_, NameBuf, DirSlot>> {
+        if self.spread() {
+            let h = name_shard(name);
+            if let Some(e) = self.by_name.get(h).and_then(|l| l.remove(name)) {
+                return Some(e);
+            }
+            if h == 0 {
+                return None;
+            }
+        }
+        self.by_name.get(0)?.remove(name)
+    }
+
     /// The entry `name`.
     fn entry(&self, name: &[u8]) -> Option<crossbeam_skiplist::map::Entry<'_, NameBuf, DirSlot>> {
         if self.spread() {
@@ -863,7 +881,7 @@ impl MemFs {
     /// None if absent. Its count on the inode leaves with this thread
     /// (`InodeCell::detach`).
     fn remove_entry(&self, d: &MemDir, name: &[u8]) -> Option<u64> {
-        let e = d.by_name.get(d.locate(name)?)?.remove(name)?;
+        let e = d.remove_name(name)?;
         let slot = e.value();
         d.trace(true, Some((name, slot.cookie)));
         if let Some(l) = d.by_cookie.get(cookie_shard(slot.cookie)) {
