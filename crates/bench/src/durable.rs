@@ -11,12 +11,16 @@
 //!   tracking ("none"), beside the kernel.
 //!
 //! Targets, each on a fresh `mkfs.ext4 -O orphan_file` image in the work
-//! directory (/dev/shm by default): `lib-ext4` (journal and orphan file),
+//! directory (/dev/shm by default): `lib-ext4` (journal and orphan file,
+//! opened with `Ext4::open`: on tmpfs the image mapped into memory and
+//! allocated on first write), `lib-ext4-pwrite` (as `lib-ext4` through
+//! `pread`/`pwrite`, `FileDevice`),
 //! `lib-ext4-list` (journal and orphan list, `orphan=list`),
 //! `lib-ext4-none` (journal, no orphan tracking), `lib-ext4-1ms` (as
 //! `lib-ext4` on a device whose flush takes 1 ms, as a disk's cache flush
-//! does: where group commit shows), `lib-ext4-mmap` (as `lib-ext4` on the
-//! image mapped into memory, `MmapDevice`: no host inode lock per write),
+//! does: where group commit shows, through `pwrite`), `lib-ext4-mmap` (as
+//! `lib-ext4` on the image mapped with every block allocated at the open,
+//! `MmapDevice::open`),
 //! `fuse-ext4` (`scalevfs
 //! mount --image`), `fuse2fs`, `kernel` (loop mount, root). A target that
 //! cannot run here is skipped with the reason.
@@ -35,6 +39,7 @@ use crate::tree::{fuse_available, have, make_image, Mounted};
 /// Every target, in report order.
 pub const TARGETS: &[&str] = &[
     "lib-ext4",
+    "lib-ext4-pwrite",
     "lib-ext4-list",
     "lib-ext4-none",
     "lib-ext4-1ms",
@@ -291,7 +296,8 @@ fn run_one(
     let err = |e: io::Error| format!("{target}: {e}");
     let mut stats = None;
     let (ops, secs) = match target {
-        "lib-ext4" | "lib-ext4-list" | "lib-ext4-none" | "lib-ext4-1ms" | "lib-ext4-mmap" => {
+        "lib-ext4" | "lib-ext4-pwrite" | "lib-ext4-list" | "lib-ext4-none" | "lib-ext4-1ms"
+        | "lib-ext4-mmap" => {
             let o = scalevfs_ext4::Ext4Options {
                 ro: false,
                 orphans: match target {
@@ -302,21 +308,26 @@ fn run_one(
                 ..Default::default()
             };
             let open_err = |e: io::Error| format!("open {}: {e}", image.display());
-            let dev: Box<dyn scalevfs_ext4::BlockDevice> = if target == "lib-ext4-mmap" {
-                Box::new(scalevfs_ext4::MmapDevice::open(&image, true).map_err(open_err)?)
-            } else {
-                let dev = scalevfs_ext4::FileDevice::open(&image, true).map_err(open_err)?;
-                if target == "lib-ext4-1ms" {
-                    Box::new(SlowFlush {
-                        inner: dev,
-                        delay: Duration::from_millis(1),
-                    })
-                } else {
-                    Box::new(dev)
+            let fs = match target {
+                "lib-ext4-mmap" => scalevfs_ext4::Ext4::open_device(
+                    Box::new(scalevfs_ext4::MmapDevice::open(&image, true).map_err(open_err)?),
+                    o,
+                ),
+                "lib-ext4-pwrite" | "lib-ext4-1ms" => {
+                    let dev = scalevfs_ext4::FileDevice::open(&image, true).map_err(open_err)?;
+                    let dev: Box<dyn scalevfs_ext4::BlockDevice> = if target == "lib-ext4-1ms" {
+                        Box::new(SlowFlush {
+                            inner: dev,
+                            delay: Duration::from_millis(1),
+                        })
+                    } else {
+                        Box::new(dev)
+                    };
+                    scalevfs_ext4::Ext4::open_device(dev, o)
                 }
-            };
-            let fs = scalevfs_ext4::Ext4::open_device(dev, o)
-                .map_err(|e| format!("open {}: {e}", image.display()))?;
+                _ => scalevfs_ext4::Ext4::open(&image, o),
+            }
+            .map_err(|e| format!("open {}: {e}", image.display()))?;
             let lib = Lib {
                 vfs: scalevfs::Vfs::with_root_fs(Default::default(), fs.clone()),
                 id: next_id(),

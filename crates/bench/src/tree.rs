@@ -12,12 +12,15 @@
 //! Targets (each on a fresh filesystem):
 //! - `lib-memfs`, `lib-ext4`: the scalevfs library, called in-process through
 //!   its `std::fs`-shaped API (`scalevfs::fs`); ext4 on an image made by
-//!   `mkfs.ext4` in the work directory, written with `pwrite`;
-//! - `lib-ext4-mmap`: the same through `MmapDevice` (the image mapped, every
-//!   block allocated at the open, which the "open image ms" column shows):
-//!   no host lock per write (every `pwrite` to one image file takes that
-//!   file's inode lock in the host kernel, and on tmpfs also allocates the
-//!   page it first writes, under that lock);
+//!   `mkfs.ext4` in the work directory, opened with `Ext4::open` (on tmpfs,
+//!   ext4 or XFS: mapped into memory, allocated 1 MiB at a time on first
+//!   write, `MmapDevice::open_lazy`);
+//! - `lib-ext4-pwrite`: the same through `pread`/`pwrite` (`FileDevice`):
+//!   every `pwrite` to one image file takes that file's inode lock in the
+//!   host kernel, and on tmpfs also allocates the page it first writes,
+//!   under that lock;
+//! - `lib-ext4-mmap`: the same through `MmapDevice::open` (every block
+//!   allocated at the open, which the "open image ms" column shows);
 //! - `fuse-memfs`, `fuse-ext4`: the same through `scalevfs mount` (this
 //!   binary), used with `std::fs` as any program would;
 //! - `fuse2fs`: e2fsprogs' FUSE ext4 on the same kind of image (the peer);
@@ -40,6 +43,7 @@ use serde::Serialize;
 pub const TARGETS: &[&str] = &[
     "lib-memfs",
     "lib-ext4",
+    "lib-ext4-pwrite",
     "lib-ext4-mmap",
     "fuse-memfs",
     "fuse-ext4",
@@ -568,22 +572,25 @@ fn run_one(
             };
             phases(&lib, set, threads).map_err(err)?
         }
-        "lib-ext4" | "lib-ext4-mmap" => {
+        "lib-ext4" | "lib-ext4-pwrite" | "lib-ext4-mmap" => {
             make_image(&image, opts.image_size)?;
             let t0 = Instant::now();
             let open_err = |e: io::Error| format!("open {}: {e}", image.display());
-            let dev: Box<dyn scalevfs_ext4::BlockDevice> = if target == "lib-ext4-mmap" {
-                Box::new(scalevfs_ext4::MmapDevice::open(&image, true).map_err(open_err)?)
-            } else {
-                Box::new(scalevfs_ext4::FileDevice::open(&image, true).map_err(open_err)?)
+            let o = scalevfs_ext4::Ext4Options {
+                ro: false,
+                ..Default::default()
             };
-            let fs = scalevfs_ext4::Ext4::open_device(
-                dev,
-                scalevfs_ext4::Ext4Options {
-                    ro: false,
-                    ..Default::default()
-                },
-            )
+            let fs = match target {
+                "lib-ext4-mmap" => scalevfs_ext4::Ext4::open_device(
+                    Box::new(scalevfs_ext4::MmapDevice::open(&image, true).map_err(open_err)?),
+                    o,
+                ),
+                "lib-ext4-pwrite" => scalevfs_ext4::Ext4::open_device(
+                    Box::new(scalevfs_ext4::FileDevice::open(&image, true).map_err(open_err)?),
+                    o,
+                ),
+                _ => scalevfs_ext4::Ext4::open(&image, o),
+            }
             .map_err(|e| format!("open {}: {e}", image.display()))?;
             mount_ms = Some(t0.elapsed().as_secs_f64() * 1e3);
             let lib = Library {

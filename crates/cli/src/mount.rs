@@ -32,8 +32,11 @@ pub struct MountArgs {
     /// spells them (attr_timeout=S, entry_timeout=S, negative_timeout=S;
     /// default 60 s each), nodirect_wronly (write-only opens through the
     /// page cache, as before issue 14), ext4's orphan=auto|file|list|none,
-    /// commit=SECONDS and mmap (the image mapped into memory, every block
-    /// allocated first; with --image), and memfs's limits as tmpfs spells
+    /// commit=SECONDS, mmap (the image mapped into memory, every block
+    /// allocated first) and pwrite (the image written with pwrite, not
+    /// through the default mapping allocated 1 MiB at a time on first
+    /// write, which is used for image files on tmpfs, ext4 and XFS), with
+    /// --image; and memfs's limits as tmpfs spells
     /// them: size=BYTES[k|m|g|t] or size=N% of RAM (default 50%),
     /// nr_inodes=N[k|m|g].
     ///
@@ -302,11 +305,18 @@ pub fn run(args: MountArgs) -> ExitCode {
     let mut fuse_opts = Vec::new();
     let mut mmap = false;
     for o in &args.options {
-        if o.trim() == "mmap" {
+        if o.trim() == "mmap" || o.trim() == "pwrite" {
             if args.image.is_none() {
-                return fail("-o mmap applies to ext4 images (--image) only");
+                return fail(format!(
+                    "-o {} applies to ext4 images (--image) only",
+                    o.trim()
+                ));
             }
-            mmap = true;
+            if o.trim() == "mmap" {
+                mmap = true;
+            } else {
+                ext4_opts.io = scalevfs_ext4::IoMode::Pwrite;
+            }
             continue;
         }
         let r = match o.trim().split_once('=') {
@@ -349,6 +359,7 @@ pub fn run(args: MountArgs) -> ExitCode {
                 ro,
                 orphans: ext4_opts.orphans,
                 commit_interval: ext4_opts.commit_interval,
+                io: ext4_opts.io,
                 replay: if ro {
                     scalevfs_ext4::journal::Replay::InMemory
                 } else {

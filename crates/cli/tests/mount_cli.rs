@@ -72,7 +72,7 @@ fn ext4_options_are_checked() {
     let (ok, err) = mount(&[d, "-f", img[0], img[1], "-o", "commit=soon"]);
     assert!(!ok);
     assert!(err.contains("commit=soon: expected seconds"), "{err}");
-    for o in ["orphan=list", "mmap"] {
+    for o in ["orphan=list", "mmap", "pwrite"] {
         let (ok, err) = mount(&[d, "-f", "-o", o]);
         assert!(!ok);
         assert!(
@@ -81,8 +81,10 @@ fn ext4_options_are_checked() {
         );
     }
     // A good one gets as far as opening the (missing) image.
-    let (ok, err) = mount(&[d, "-f", img[0], img[1], "-o", "orphan=list,commit=1,mmap"]);
-    assert!(!ok);
-    assert!(err.contains("/nonexistent/image.ext4"), "{err}");
+    for good in ["orphan=list,commit=1,mmap", "pwrite"] {
+        let (ok, err) = mount(&[d, "-f", img[0], img[1], "-o", good]);
+        assert!(!ok);
+        assert!(err.contains("/nonexistent/image.ext4"), "{good}: {err}");
+    }
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -83,6 +83,27 @@ pub struct Ext4Options {
     /// How a journaled mount records inodes whose last name went, so that
     /// a crash before they are freed does not leak them (seed 002).
     pub orphans: OrphanMode,
+    /// How `Ext4::open` writes a read-write image file (not used by
+    /// `Ext4::open_device`, which is given its device).
+    pub io: IoMode,
+}
+
+/// How [`Ext4::open`](crate::Ext4::open) reaches an image file opened
+/// read-write.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum IoMode {
+    /// Mapped into memory, allocated 1 MiB at a time on first write
+    /// ([`MmapDevice::open_lazy`](crate::MmapDevice::open_lazy)), when it
+    /// is a regular file on tmpfs, ext4 or XFS, where `fallocate` reserves
+    /// the space a later write through the mapping needs; `pread`/`pwrite`
+    /// otherwise (block devices, other host filesystems, read-only).
+    #[default]
+    Auto,
+    /// `pread`/`pwrite` always ([`FileDevice`](crate::FileDevice)): every
+    /// write takes the image file's inode lock in the host kernel, which
+    /// serialises writers, but a host that truncates the file under us
+    /// gives errors rather than SIGBUS.
+    Pwrite,
 }
 
 /// Where a journaled mount records inodes whose last name went (until
@@ -129,6 +150,7 @@ impl Default for Ext4Options {
             journal: true,
             commit_interval: 5,
             orphans: OrphanMode::Auto,
+            io: IoMode::Auto,
         }
     }
 }
@@ -961,6 +983,13 @@ impl Ext4 {
     /// The device (shared with the journal's log writer).
     pub(crate) fn device(&self) -> Arc<dyn BlockDevice> {
         self.dev.clone()
+    }
+
+    /// How the image is reached ([`BlockDevice::kind`]): `Ext4::open`
+    /// picks the lazily allocated mapping or `pread`/`pwrite`
+    /// ([`IoMode`]).
+    pub fn device_kind(&self) -> &'static str {
+        self.dev.kind()
     }
 
     /// Turn on the journaled write path with `log` (open.rs, right after

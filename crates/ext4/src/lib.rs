@@ -36,4 +36,4 @@ mod xattr_write;
 
 pub use device::{BlockDevice, FileDevice, MemDevice, MmapDevice};
 pub use error::{Error, Result};
-pub use fs::{Ext4, Ext4Inode, Ext4Options, Mapping, OrphanMode, EXT4_SUPER_MAGIC};
+pub use fs::{Ext4, Ext4Inode, Ext4Options, IoMode, Mapping, OrphanMode, EXT4_SUPER_MAGIC};

@@ -8,17 +8,20 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::device::{BlockDevice, FileDevice};
+use crate::device::{BlockDevice, FileDevice, MmapDevice};
 use crate::error::Result;
-use crate::fs::{Ext4, Ext4Options};
+use crate::fs::{Ext4, Ext4Options, IoMode};
 use crate::journal::writer::LogWriter;
 
 impl Ext4 {
     /// Open the image (or block device) at `path`, read-only unless
     /// `opts.ro` is false.
     pub fn open(path: &Path, opts: Ext4Options) -> Result<Arc<Ext4>> {
-        let dev = FileDevice::open(path, !opts.ro)?;
-        Ext4::open_device(Box::new(dev), opts)
+        let dev: Box<dyn BlockDevice> = match mapped(path, &opts) {
+            Some(dev) => Box::new(dev),
+            None => Box::new(FileDevice::open(path, !opts.ro)?),
+        };
+        Ext4::open_device(dev, opts)
     }
 
     /// Open a filesystem on `dev` (read-only unless `opts.ro` is false).
@@ -41,4 +44,35 @@ impl Ext4 {
         }
         Ok(fs)
     }
+}
+
+/// The lazily mapped device for `path` where `opts` and the host allow it
+/// (`IoMode::Auto`): a read-write open of a regular file on a host
+/// filesystem whose `fallocate` reserves space for later writes through a
+/// mapping (tmpfs, ext4, XFS). `None` for everything else, and where the
+/// mapping cannot be made, so that the caller opens it with `pread`/`pwrite`.
+fn mapped(path: &Path, opts: &Ext4Options) -> Option<MmapDevice> {
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    const EXT4_SUPER_MAGIC: i64 = 0xEF53;
+    const XFS_SUPER_MAGIC: i64 = 0x5846_5342;
+    if opts.ro || opts.io != IoMode::Auto {
+        return None;
+    }
+    if !std::fs::metadata(path).ok()?.is_file() {
+        return None;
+    }
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).ok()?;
+    // SAFETY: `st` is plain old data, zeroed, and statfs only writes it;
+    // `c` is a NUL-terminated path that outlives the call.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    #[allow(clippy::unnecessary_cast)] // f_type's width differs between targets
+    let kind = st.f_type as i64;
+    if ![TMPFS_MAGIC, EXT4_SUPER_MAGIC, XFS_SUPER_MAGIC].contains(&kind) {
+        return None;
+    }
+    MmapDevice::open_lazy(path).ok()
 }

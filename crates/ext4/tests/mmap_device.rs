@@ -3,9 +3,18 @@
 //! filesystem later), threads create, write, fsync and unlink through it,
 //! and the image is then clean for e2fsck and reads back the same through
 //! the file-backed device. A read-only mapping refuses writes with EBADF.
+//!
+//! The lazily allocated mapping (`MmapDevice::open_lazy`, what
+//! `Ext4::open` uses for a read-write image on tmpfs, ext4 or XFS):
+//! allocates 1 MiB chunks on first write only, reads holes without
+//! allocating them, gives ENOSPC (not SIGBUS) when the host filesystem is
+//! full, and carries a threaded workload that e2fsck then passes.
 
 mod common;
 
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::sync::Arc;
 
 use common::{fresh, fsck_clean, have_tools, rw_journaled, Scratch};
@@ -29,6 +38,27 @@ fn an_image_mapped_into_memory_is_written_and_checked() {
     let full = std::fs::metadata(&img).unwrap();
     assert!(full.blocks() * 512 >= full.len(), "every block allocated");
     let e = Ext4::open_device(Box::new(dev), rw_journaled()).unwrap();
+    exercise(e, &img);
+    let ro = MmapDevice::open(&img, false).unwrap();
+    let before = std::fs::read(&img).unwrap();
+    assert_eq!(
+        ro.write_at(0, &[1]).unwrap_err().raw_os_error(),
+        Some(libc::EBADF)
+    );
+    let mut b = vec![0u8; 1024];
+    ro.read_at(1024, &mut b).unwrap();
+    assert_eq!(&b[..], &before[1024..2048]);
+    assert!(
+        ro.read_at(ro.size() - 10, &mut b).is_err(),
+        "a read past the end"
+    );
+    assert!(std::fs::read(&img).unwrap() == before);
+}
+
+/// Two threads create, write, fsync and unlink through `e`, which is then
+/// unmounted: e2fsck passes and every kept file reads back through the
+/// file-backed device.
+fn exercise(e: Arc<Ext4>, img: &Path) {
     let vfs = Arc::new(Vfs::with_root_fs(Default::default(), e.clone()));
     std::thread::scope(|sc| {
         for k in 0..2u8 {
@@ -54,8 +84,8 @@ fn an_image_mapped_into_memory_is_written_and_checked() {
     drop(vfs);
     e.unmount().unwrap();
     drop(e);
-    fsck_clean(&img);
-    let e = Ext4::open(&img, Default::default()).unwrap();
+    fsck_clean(img);
+    let e = Ext4::open(img, Default::default()).unwrap();
     let vfs = Vfs::with_root_fs(Default::default(), e);
     let fs = scalevfs::fs::Fs::new(vfs.root_task());
     for k in 0..2u8 {
@@ -68,18 +98,172 @@ fn an_image_mapped_into_memory_is_written_and_checked() {
             }
         }
     }
-    let ro = MmapDevice::open(&img, false).unwrap();
-    let before = std::fs::read(&img).unwrap();
-    assert_eq!(
-        ro.write_at(0, &[1]).unwrap_err().raw_os_error(),
-        Some(libc::EBADF)
-    );
-    let mut b = vec![0u8; 1024];
-    ro.read_at(1024, &mut b).unwrap();
-    assert_eq!(&b[..], &before[1024..2048]);
-    assert!(
-        ro.read_at(ro.size() - 10, &mut b).is_err(),
-        "a read past the end"
-    );
-    assert!(std::fs::read(&img).unwrap() == before);
+}
+
+/// A directory on tmpfs for a test, or None (printed) where /dev/shm is not
+/// tmpfs.
+fn shm_dir(tag: &str) -> Option<PathBuf> {
+    let d = Path::new("/dev/shm");
+    if !is_tmpfs(d) {
+        eprintln!("SKIP: /dev/shm is not tmpfs here");
+        return None;
+    }
+    let p = d.join(format!("scalevfs-mmap-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&p);
+    std::fs::create_dir_all(&p).unwrap();
+    Some(p)
+}
+
+fn is_tmpfs(p: &Path) -> bool {
+    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: `st` is plain data that statfs fills; `c` outlives the call.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    (unsafe { libc::statfs(c.as_ptr(), &mut st) }) == 0 && st.f_type as i64 == 0x0102_1994
+}
+
+/// Bytes the host has allocated for `p`.
+fn allocated(p: &Path) -> u64 {
+    std::fs::metadata(p).unwrap().blocks() * 512
+}
+
+const MIB: u64 = 1 << 20;
+
+#[test]
+fn a_lazy_mapping_allocates_a_chunk_on_its_first_write_only() {
+    let Some(dir) = shm_dir("lazy") else {
+        return;
+    };
+    let img = dir.join("sparse.img");
+    std::fs::File::create(&img)
+        .unwrap()
+        .set_len(64 * MIB)
+        .unwrap();
+    assert_eq!(allocated(&img), 0);
+    let dev = MmapDevice::open_lazy(&img).unwrap();
+    // The open allocates the first chunk (the superblock's) and no more.
+    assert_eq!(allocated(&img), MIB);
+    // A write in chunk 10 allocates that chunk.
+    let data: Vec<u8> = (0..4096u32).map(|i| (i * 7 + 3) as u8).collect();
+    dev.write_at(10 * MIB + 100, &data).unwrap();
+    assert_eq!(allocated(&img), 2 * MIB);
+    let mut back = vec![0u8; 4096];
+    dev.read_at(10 * MIB + 100, &mut back).unwrap();
+    assert_eq!(back, data);
+    // Another write there allocates nothing more.
+    dev.write_at(10 * MIB + 9000, &data).unwrap();
+    assert_eq!(allocated(&img), 2 * MIB);
+    // A write across a chunk boundary allocates both chunks.
+    dev.write_at(21 * MIB - 2048, &data).unwrap();
+    assert_eq!(allocated(&img), 4 * MIB);
+    // Reading a hole gives zeros and allocates nothing (through the
+    // mapping, tmpfs would allocate a page for the fault).
+    let mut hole = vec![1u8; 8192];
+    dev.read_at(40 * MIB, &mut hole).unwrap();
+    assert!(hole.iter().all(|&b| b == 0));
+    assert_eq!(allocated(&img), 4 * MIB);
+    // Past the end: an error, nothing written.
+    assert!(dev.write_at(64 * MIB - 10, &data).is_err());
+    assert!(dev.read_at(64 * MIB - 10, &mut back).is_err());
+    dev.flush().unwrap();
+    drop(dev);
+    // What went through the mapping is in the file.
+    let file = std::fs::read(&img).unwrap();
+    assert_eq!(&file[(10 * MIB + 100) as usize..][..4096], &data[..]);
+    assert_eq!(&file[(21 * MIB - 2048) as usize..][..4096], &data[..]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A tmpfs of `size` mounted at a fresh directory, unmounted on drop.
+struct SmallTmpfs(PathBuf);
+
+impl SmallTmpfs {
+    fn new(size: &str) -> Option<SmallTmpfs> {
+        let p = std::env::temp_dir().join(format!("scalevfs-smalltmpfs-{}", std::process::id()));
+        std::fs::create_dir_all(&p).unwrap();
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&p)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            eprintln!("SKIP: cannot mount a tmpfs here (not root?)");
+            let _ = std::fs::remove_dir(&p);
+            return None;
+        }
+        Some(SmallTmpfs(p))
+    }
+}
+
+impl Drop for SmallTmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+#[test]
+fn a_full_host_filesystem_gives_enospc_not_sigbus() {
+    let Some(t) = SmallTmpfs::new("4m") else {
+        return;
+    };
+    let img = t.0.join("big.img");
+    std::fs::File::create(&img)
+        .unwrap()
+        .set_len(64 * MIB)
+        .unwrap();
+    let dev = MmapDevice::open_lazy(&img).unwrap();
+    let block = vec![0xa5u8; 4096];
+    // Chunks 0..4 fill the 4 MiB host; the fifth chunk does not fit.
+    for c in 1..4 {
+        dev.write_at(c * MIB, &block).unwrap();
+    }
+    let err = dev.write_at(30 * MIB, &block).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "{err}");
+    // What was written stays.
+    let mut back = vec![0u8; 4096];
+    for c in 1..4 {
+        dev.read_at(c * MIB, &mut back).unwrap();
+        assert_eq!(back, block);
+    }
+}
+
+#[test]
+fn ext4_open_maps_an_image_on_tmpfs_and_e2fsck_passes() {
+    if !have_tools() {
+        return;
+    }
+    let Some(dir) = shm_dir("ext4") else {
+        return;
+    };
+    let img = fresh(&dir, 4096, "64M");
+    let e = Ext4::open(&img, rw_journaled()).unwrap();
+    assert_eq!(e.device_kind(), "mmap, allocated on first write");
+    exercise(e, &img);
+    // The image stayed sparse: 64 MiB, far less of it allocated.
+    assert!(allocated(&img) < 40 * MIB, "{}", allocated(&img));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn ext4_open_uses_pwrite_when_asked_or_read_only() {
+    if !have_tools() {
+        return;
+    }
+    let Some(dir) = shm_dir("pwrite") else {
+        return;
+    };
+    let img = fresh(&dir, 4096, "16M");
+    let o = scalevfs_ext4::Ext4Options {
+        io: scalevfs_ext4::IoMode::Pwrite,
+        ..rw_journaled()
+    };
+    let e = Ext4::open(&img, o).unwrap();
+    assert_eq!(e.device_kind(), "pread/pwrite");
+    e.unmount().unwrap();
+    drop(e);
+    let e = Ext4::open(&img, Default::default()).unwrap();
+    assert_eq!(e.device_kind(), "pread/pwrite", "read-only");
+    drop(e);
+    std::fs::remove_dir_all(&dir).unwrap();
 }
