@@ -700,8 +700,12 @@ impl Ext4 {
             if j.done.load(Ordering::SeqCst) >= target {
                 return Ok(());
             }
-            if let Some(g) = j.commit.try_lock() {
-                break g;
+            // Relaxed: a hint; a stale value costs one failed try or one
+            // more turn (the sleeping path below tries regardless).
+            if !j.committing.load(Ordering::Relaxed) {
+                if let Some(g) = j.commit.try_lock() {
+                    break g;
+                }
             }
             // The committer may offer its log writes: do them instead of
             // idling (`HelpSlot`).
@@ -738,6 +742,9 @@ impl Ext4 {
             }
             atomic_wait::wait(&j.released, seen);
         };
+        // Relaxed: a hint (see `Journal::committing`), cleared by
+        // `Released` after the lock goes.
+        j.committing.store(true, Ordering::Relaxed);
         let st_guard = Released(j);
         // SeqCst: as above.
         if j.done.load(Ordering::SeqCst) >= target {
@@ -2786,6 +2793,8 @@ struct Released<'a>(&'a Journal);
 
 impl Drop for Released<'_> {
     fn drop(&mut self) {
+        // Relaxed: a hint (see `Journal::committing`).
+        self.0.committing.store(false, Ordering::Relaxed);
         // SeqCst: after the holder's store of `done` (see `commit_until`).
         self.0.released.fetch_add(1, Ordering::SeqCst);
         atomic_wait::wake_all(&self.0.released);

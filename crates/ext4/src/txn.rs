@@ -134,6 +134,12 @@ pub(crate) struct Journal {
     /// is released by a commit request: a thread waiting for another's
     /// commit sleeps on it instead of polling with a timer.
     pub(crate) released: AtomicU32,
+    /// Set while a commit request holds `commit` (a hint, on a line of its
+    /// own): the threads waiting in `commit_until` read it and try the
+    /// lock only when it is clear. A failed `try_lock` is a locked
+    /// compare-and-exchange, which takes the lock's line from the
+    /// committer, whose `Committer` state shares that line.
+    pub(crate) committing: CachePadded<AtomicBool>,
     pub(crate) last_batch: AtomicU64,
     /// Where the committer offers its log writes to the threads waiting
     /// for its commit.
@@ -169,6 +175,7 @@ impl Journal {
             avg_commit_ns: AtomicU64::new(0),
             waiters: [AtomicU64::new(0), AtomicU64::new(0)],
             released: AtomicU32::new(0),
+            committing: CachePadded::new(AtomicBool::new(false)),
             last_batch: AtomicU64::new(1),
             help: HelpSlot::new(),
         }

@@ -143,34 +143,84 @@ fn a_lazy_mapping_allocates_a_chunk_on_its_first_write_only() {
     let dev = MmapDevice::open_lazy(&img).unwrap();
     // The open allocates the first chunk (the superblock's) and no more.
     assert_eq!(allocated(&img), MIB);
-    // A write in chunk 10 allocates that chunk.
+    // A write through the mapping into chunk 10 allocates that chunk.
     let data: Vec<u8> = (0..4096u32).map(|i| (i * 7 + 3) as u8).collect();
-    dev.write_at(10 * MIB + 100, &data).unwrap();
+    dev.write_mapped_at(10 * MIB + 100, &data).unwrap();
     assert_eq!(allocated(&img), 2 * MIB);
     let mut back = vec![0u8; 4096];
     dev.read_at(10 * MIB + 100, &mut back).unwrap();
     assert_eq!(back, data);
-    // Another write there allocates nothing more.
-    dev.write_at(10 * MIB + 9000, &data).unwrap();
+    // Another write there allocates nothing more, whichever the path.
+    dev.write_mapped_at(10 * MIB + 9000, &data).unwrap();
+    dev.write_at(10 * MIB + 20000, &data).unwrap();
     assert_eq!(allocated(&img), 2 * MIB);
     // A write across a chunk boundary allocates both chunks.
-    dev.write_at(21 * MIB - 2048, &data).unwrap();
+    dev.write_mapped_at(21 * MIB - 2048, &data).unwrap();
     assert_eq!(allocated(&img), 4 * MIB);
+    // A lone writer into unallocated bytes uses pwrite: only the two
+    // pages it touches are allocated, not the chunk.
+    dev.write_at(30 * MIB + 2048, &data).unwrap();
+    assert_eq!(allocated(&img), 4 * MIB + 8192);
+    dev.read_at(30 * MIB + 2048, &mut back).unwrap();
+    assert_eq!(back, data);
     // Reading a hole gives zeros and allocates nothing (through the
     // mapping, tmpfs would allocate a page for the fault).
     let mut hole = vec![1u8; 8192];
     dev.read_at(40 * MIB, &mut hole).unwrap();
     assert!(hole.iter().all(|&b| b == 0));
-    assert_eq!(allocated(&img), 4 * MIB);
-    // Past the end: an error, nothing written.
+    assert_eq!(allocated(&img), 4 * MIB + 8192);
+    // Past the end: an error, nothing written, the file not grown.
     assert!(dev.write_at(64 * MIB - 10, &data).is_err());
+    assert!(dev.write_mapped_at(64 * MIB - 10, &data).is_err());
     assert!(dev.read_at(64 * MIB - 10, &mut back).is_err());
+    assert_eq!(std::fs::metadata(&img).unwrap().len(), 64 * MIB);
     dev.flush().unwrap();
     drop(dev);
     // What went through the mapping is in the file.
     let file = std::fs::read(&img).unwrap();
     assert_eq!(&file[(10 * MIB + 100) as usize..][..4096], &data[..]);
     assert_eq!(&file[(21 * MIB - 2048) as usize..][..4096], &data[..]);
+    assert_eq!(&file[(30 * MIB + 2048) as usize..][..4096], &data[..]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Threads writing into fresh chunks at once: every byte lands, and no
+/// chunk is allocated twice over (allocation stays chunk-sized).
+#[test]
+fn concurrent_writers_into_fresh_chunks_all_land() {
+    let Some(dir) = shm_dir("conc") else {
+        return;
+    };
+    let img = dir.join("sparse.img");
+    std::fs::File::create(&img)
+        .unwrap()
+        .set_len(64 * MIB)
+        .unwrap();
+    let dev = MmapDevice::open_lazy(&img).unwrap();
+    // 8 threads, each writing its own 4 KiB blocks interleaved over
+    // chunks 8..16.
+    std::thread::scope(|sc| {
+        for t in 0..8u64 {
+            let dev = &dev;
+            sc.spawn(move || {
+                for b in 0..256u64 {
+                    let off = 8 * MIB + (b * 8 + t) * 4096;
+                    dev.write_at(off, &[(t * 31 + b) as u8; 4096]).unwrap();
+                }
+            });
+        }
+    });
+    let mut back = vec![0u8; 4096];
+    for t in 0..8u64 {
+        for b in 0..256u64 {
+            let off = 8 * MIB + (b * 8 + t) * 4096;
+            dev.read_at(off, &mut back).unwrap();
+            assert!(back.iter().all(|&x| x == (t * 31 + b) as u8), "{t} {b}");
+        }
+    }
+    // Chunk 0 plus at most the 8 chunks written.
+    assert!(allocated(&img) <= 9 * MIB, "{}", allocated(&img));
+    drop(dev);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -216,9 +266,12 @@ fn a_full_host_filesystem_gives_enospc_not_sigbus() {
     let block = vec![0xa5u8; 4096];
     // Chunks 0..4 fill the 4 MiB host; the fifth chunk does not fit.
     for c in 1..4 {
-        dev.write_at(c * MIB, &block).unwrap();
+        dev.write_mapped_at(c * MIB, &block).unwrap();
     }
-    let err = dev.write_at(30 * MIB, &block).unwrap_err();
+    let err = dev.write_mapped_at(30 * MIB, &block).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "{err}");
+    // The lone writer's pwrite path says the same.
+    let err = dev.write_at(31 * MIB, &block).unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "{err}");
     // What was written stays.
     let mut back = vec![0u8; 4096];

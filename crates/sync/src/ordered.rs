@@ -198,6 +198,11 @@ classes! {
     /// may be taken under any lock above (a dentry's last put runs
     /// wherever a reference is dropped).
     Spares = 36, "spares::Shard", No;
+    /// `ext4 MmapDevice::allocating`: one of 64 stripes serialising the
+    /// first allocation of a lazily mapped image's chunks
+    /// (`MmapDevice::open_lazy`); a leaf, held only across one
+    /// `fallocate`, taken under whatever a device write is done under.
+    Ext4DeviceChunk = 37, "ext4 MmapDevice::allocating", No;
 }
 
 impl fmt::Display for Class {
