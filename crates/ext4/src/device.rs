@@ -5,7 +5,7 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use crossbeam_utils::CachePadded;
 use std::sync::RwLock;
@@ -179,8 +179,9 @@ impl BlockDevice for FileDevice {
 ///   and about 150 ms per GiB.
 /// - [`MmapDevice::open_lazy`], what [`crate::Ext4::open`] uses for a
 ///   read-write image on tmpfs, ext4 or XFS, allocates 1 MiB at a time,
-///   on the first write there (one `fallocate`, so ENOSPC comes back as an
-///   error), and reads what it has not allocated through `pread`, which
+///   on the first write there (on tmpfs by populating the chunk's pages,
+///   `MADV_POPULATE_WRITE`, elsewhere with one `fallocate`; either way
+///   ENOSPC comes back as an error), and reads what it has not allocated through `pread`, which
 ///   allocates nothing. Opening costs a mapping, not the image's size. A
 ///   write that is the only one in progress and lands where nothing is
 ///   allocated yet goes through `pwrite` instead: with no other writer
@@ -212,13 +213,13 @@ pub struct MmapDevice {
 struct Lazy {
     file: File,
     /// Taken (stripe = chunk mod `STRIPES`) to allocate a chunk, so that
-    /// the threads writing into one fresh chunk at once run one
-    /// `fallocate`, not one each, queued on the host inode lock.
+    /// the threads writing into one fresh chunk at once allocate it once,
+    /// not once each (queued on the host inode lock, for `fallocate`).
     allocating: Box<[Mutex<()>]>,
-    /// One bit per chunk, set once `fallocate` covered the chunk. A bit
-    /// only ever goes from 0 to 1, and the fact it records lives in the
-    /// host kernel (which orders `fallocate` before any later fault on
-    /// those pages), so the bits need no ordering with other memory:
+    /// One bit per chunk, set once the chunk is allocated. A bit only ever
+    /// goes from 0 to 1, and the fact it records lives in the host kernel
+    /// (which orders the allocation before any later fault on those
+    /// pages), so the bits need no ordering with other memory:
     /// a thread that misses a fresh bit merely allocates again (harmless)
     /// or reads through `pread`. Relaxed throughout.
     done: Box<[AtomicU64]>,
@@ -229,10 +230,22 @@ struct Lazy {
     /// and with no other writer the host inode lock it takes is free.
     /// Relaxed: a hint that picks between two correct paths.
     writers: CachePadded<AtomicUsize>,
+    /// On tmpfs a chunk is allocated by populating its pages through the
+    /// mapping (`MADV_POPULATE_WRITE`, Linux 5.14), not by `fallocate`:
+    /// the fault path takes no inode lock, so threads allocating different
+    /// chunks zero their pages in parallel (`fallocate` zeroes them under
+    /// the host inode lock, one chunk at a time), and a failure comes back
+    /// as an error (EFAULT where a fault would raise SIGBUS: reported as
+    /// ENOSPC), not a signal. On ext4 or XFS populating would dirty, and
+    /// write back, every page of the chunk: `fallocate` there. Cleared
+    /// (for good) by a kernel that does not know the advice. Relaxed: a
+    /// choice between two correct ways to allocate.
+    populate: AtomicBool,
 }
 
-/// 1 MiB chunks: one `fallocate` (taking the host inode lock once) per
-/// 256 blocks of 4 KiB written for the first time.
+/// 1 MiB chunks: one allocation (on ext4 or XFS a `fallocate`, taking
+/// the host inode lock once) per 256 blocks of 4 KiB written for the
+/// first time.
 const CHUNK_SHIFT: u32 = 20;
 /// Stripes of `Lazy::allocating`.
 const STRIPES: usize = 64;
@@ -259,6 +272,21 @@ fn allocate(file: &File, off: u64, len: u64) -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// Whether `file` lives on tmpfs (or on shmem-backed ramfs-like storage
+/// that reports tmpfs's magic).
+fn on_tmpfs(file: &File) -> bool {
+    use std::os::unix::io::AsRawFd;
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    // SAFETY: `st` is plain data that fstatfs only writes; the descriptor
+    // is open for the call.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let r = unsafe { libc::fstatfs(file.as_raw_fd(), &mut st) };
+    #[allow(clippy::unnecessary_cast)] // f_type's width differs between targets
+    let kind = st.f_type as i64;
+    r == 0 && kind == TMPFS_MAGIC
 }
 
 /// Open `path` as a non-empty regular file; its size.
@@ -300,13 +328,14 @@ impl MmapDevice {
 
     /// Map the image at `path` read-write, allocating it 1 MiB at a time
     /// on first write (see the type's documentation). Fails where the
-    /// host filesystem cannot `fallocate` (tried on the first chunk,
-    /// which holds the superblock and is written at every mount).
+    /// host filesystem cannot allocate (tried on the first chunk, which
+    /// holds the superblock and is written at every mount).
     pub fn open_lazy(path: &Path) -> io::Result<MmapDevice> {
         let (file, size) = open_regular(path, true)?;
         // Map first: a size no mapping can hold fails here, before the
         // bitmap below (one bit per MiB) is sized from it.
         let map = memmap2::MmapOptions::new().map_raw(&file)?;
+        let populate = AtomicBool::new(on_tmpfs(&file));
         let chunks = size.div_ceil(1 << CHUNK_SHIFT);
         let words = usize::try_from(chunks.div_ceil(64))
             .map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
@@ -322,10 +351,45 @@ impl MmapDevice {
                     .collect(),
                 done,
                 writers: CachePadded::new(AtomicUsize::new(0)),
+                populate,
             }),
         };
         dev.allocate_range(0, 1)?;
         Ok(dev)
+    }
+
+    /// Allocate `start..end` (in bounds, `start` a multiple of the chunk
+    /// size) by populating its pages writable through the mapping: true
+    /// when done, false when the kernel does not know the advice (the
+    /// caller falls back to `fallocate`; so will every later call).
+    fn populate(&self, start: u64, end: u64) -> io::Result<bool> {
+        const MADV_POPULATE_WRITE: libc::c_int = 23;
+        // SAFETY: `start..end` lies inside the mapping (end <= size) and
+        // `start` is page-aligned (a multiple of 1 MiB from the mapping's
+        // page-aligned base); populating maps pages and changes no byte.
+        let r = unsafe {
+            libc::madvise(
+                self.map.as_mut_ptr().add(start as usize).cast(),
+                (end - start) as usize,
+                MADV_POPULATE_WRITE,
+            )
+        };
+        if r == 0 {
+            return Ok(true);
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EINVAL) => {
+                if let Some(lazy) = &self.lazy {
+                    // Relaxed: see `Lazy::populate`.
+                    lazy.populate.store(false, Ordering::Relaxed);
+                }
+                Ok(false)
+            }
+            // A fault that would have raised SIGBUS: on tmpfs, no space.
+            Some(libc::EFAULT) => Err(io::Error::from_raw_os_error(libc::ENOSPC)),
+            _ => Err(e),
+        }
     }
 
     /// `off..off + len` inside the mapping, as a start index.
@@ -378,7 +442,10 @@ impl MmapDevice {
             }
             let start = c << CHUNK_SHIFT;
             let end = (start + (1 << CHUNK_SHIFT)).min(self.size);
-            allocate(&lazy.file, start, end - start)?;
+            // Relaxed: see `Lazy::populate`.
+            if !lazy.populate.load(Ordering::Relaxed) || !self.populate(start, end)? {
+                allocate(&lazy.file, start, end - start)?;
+            }
             word.fetch_or(bit, Ordering::Relaxed);
         }
         Ok(())

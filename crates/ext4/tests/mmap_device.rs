@@ -224,39 +224,56 @@ fn concurrent_writers_into_fresh_chunks_all_land() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// A tmpfs of `size` mounted at a fresh directory, unmounted on drop.
-struct SmallTmpfs(PathBuf);
+/// A small host filesystem mounted at a fresh directory, unmounted on
+/// drop: a tmpfs of `size`, or (`ext4`) an ext4 of that size on a loop
+/// device, where chunks are allocated with `fallocate` rather than
+/// populated.
+struct SmallHost(PathBuf);
 
-impl SmallTmpfs {
-    fn new(size: &str) -> Option<SmallTmpfs> {
-        let p = std::env::temp_dir().join(format!("scalevfs-smalltmpfs-{}", std::process::id()));
+impl SmallHost {
+    fn new(kind: &str, size: &str) -> Option<SmallHost> {
+        let p =
+            std::env::temp_dir().join(format!("scalevfs-smallhost-{kind}-{}", std::process::id()));
         std::fs::create_dir_all(&p).unwrap();
-        let ok = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(&p)
-            .status()
-            .is_ok_and(|s| s.success());
+        let ok = if kind == "tmpfs" {
+            Command::new("mount")
+                .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+                .arg(&p)
+                .status()
+                .is_ok_and(|s| s.success())
+        } else {
+            let backing = p.with_extension("ext4");
+            let _ = std::fs::remove_file(&backing);
+            common::mkfs_args(&backing, &["-O", "^has_journal"], size);
+            Command::new("mount")
+                .args(["-o", "loop"])
+                .arg(&backing)
+                .arg(&p)
+                .status()
+                .is_ok_and(|s| s.success())
+        };
         if !ok {
-            eprintln!("SKIP: cannot mount a tmpfs here (not root?)");
+            eprintln!("SKIP: cannot mount a {kind} here (not root, or no loop devices)");
             let _ = std::fs::remove_dir(&p);
             return None;
         }
-        Some(SmallTmpfs(p))
+        Some(SmallHost(p))
     }
 }
 
-impl Drop for SmallTmpfs {
+impl Drop for SmallHost {
     fn drop(&mut self) {
         let _ = Command::new("umount").arg(&self.0).status();
         let _ = std::fs::remove_dir(&self.0);
+        let _ = std::fs::remove_file(self.0.with_extension("ext4"));
     }
 }
 
-#[test]
-fn a_full_host_filesystem_gives_enospc_not_sigbus() {
-    let Some(t) = SmallTmpfs::new("4m") else {
-        return;
-    };
+/// On a host filesystem of 4 MiB (or 8 MiB of ext4, some of it metadata)
+/// the first chunks fit, a later one does not: ENOSPC from the mapped
+/// path (populate on tmpfs, fallocate on ext4) and from the lone
+/// writer's pwrite, and what was written stays.
+fn full_host_gives_enospc(t: &SmallHost) {
     let img = t.0.join("big.img");
     std::fs::File::create(&img)
         .unwrap()
@@ -264,20 +281,51 @@ fn a_full_host_filesystem_gives_enospc_not_sigbus() {
         .unwrap();
     let dev = MmapDevice::open_lazy(&img).unwrap();
     let block = vec![0xa5u8; 4096];
-    // Chunks 0..4 fill the 4 MiB host; the fifth chunk does not fit.
-    for c in 1..4 {
+    for c in 1..3 {
         dev.write_mapped_at(c * MIB, &block).unwrap();
     }
-    let err = dev.write_mapped_at(30 * MIB, &block).unwrap_err();
+    let mut err = None;
+    for c in 3..40 {
+        if let Err(e) = dev.write_mapped_at(c * MIB, &block) {
+            err = Some(e);
+            break;
+        }
+    }
+    let err = err.expect("the host filled up");
     assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "{err}");
-    // The lone writer's pwrite path says the same.
-    let err = dev.write_at(31 * MIB, &block).unwrap_err();
+    // The lone writer's pwrite path says the same (its pages do not fit
+    // either: the mapped path's chunks took the space).
+    let mut err = None;
+    for c in 40..60 {
+        if let Err(e) = dev.write_at(c * MIB, &[0x5a; 65536]) {
+            err = Some(e);
+            break;
+        }
+    }
+    let err = err.expect("pwrite filled the host too");
     assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "{err}");
     // What was written stays.
     let mut back = vec![0u8; 4096];
-    for c in 1..4 {
+    for c in 1..3 {
         dev.read_at(c * MIB, &mut back).unwrap();
         assert_eq!(back, block);
+    }
+}
+
+#[test]
+fn a_full_tmpfs_gives_enospc_not_sigbus() {
+    if let Some(t) = SmallHost::new("tmpfs", "4m") {
+        full_host_gives_enospc(&t);
+    }
+}
+
+#[test]
+fn a_full_ext4_host_gives_enospc_not_sigbus() {
+    if !have_tools() {
+        return;
+    }
+    if let Some(t) = SmallHost::new("ext4", "8M") {
+        full_host_gives_enospc(&t);
     }
 }
 

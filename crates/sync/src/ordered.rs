@@ -201,7 +201,8 @@ classes! {
     /// `ext4 MmapDevice::allocating`: one of 64 stripes serialising the
     /// first allocation of a lazily mapped image's chunks
     /// (`MmapDevice::open_lazy`); a leaf, held only across one
-    /// `fallocate`, taken under whatever a device write is done under.
+    /// allocation (`fallocate`, or populating the chunk's pages on
+    /// tmpfs), taken under whatever a device write is done under.
     Ext4DeviceChunk = 37, "ext4 MmapDevice::allocating", No;
 }
 
