@@ -2,7 +2,7 @@
 //!
 //! LOCKING RULES
 //! - Directory contents are two concurrent indexes (by name, by cookie),
-//!   each split into up to `SHARDS` skip lists (`Shards`: by a hash of the
+//!   each split into up to `NAME_SHARDS` / `COOKIE_SHARDS` skip lists (`Shards`: by a hash of the
 //!   name, by the cookie's batch): creates and unlinks of different names
 //!   in one directory run in parallel, take no directory-wide lock, and
 //!   from different threads mostly write different lists. The names of a
@@ -343,11 +343,23 @@ unsafe fn drop_inode_count(p: *mut ()) {
 /// transfers in the allocator).
 type NameBuf = smallvec::SmallVec<[u8; 24]>;
 
-/// Skip lists per directory index (a power of two).
-const SHARDS: usize = 8;
+/// Skip lists of a directory's name index (a power of two). Names spread
+/// over them by hash once two threads inserted, so every list a busy
+/// directory makes costs about 500 bytes: 16 lists instead of 8 took
+/// 5-10% more memory in directories two threads filled (1.4 KB more per
+/// 10-name directory) for 0.3 fewer shared writes per create at 16
+/// threads, so names keep 8.
+const NAME_SHARDS: usize = 8;
+/// Skip lists of a directory's cookie index (a power of two). Cookies go
+/// by their batch, which is a thread's own, so a list is made per thread
+/// that inserted, whatever the count: 16 instead of 8 halved the chance
+/// that two of 16 threads share one (1.4 fewer shared writes per create
+/// and 1.5 per mkdir at 16 threads, `bench/results/2026-11-27-stop31-
+/// 16core.md`) and costs 64 bytes of empty slots per directory.
+const COOKIE_SHARDS: usize = 16;
 
-/// One directory index split into `SHARDS` skip lists, each made on first
-/// use (a list costs about 500 bytes even when empty).
+/// One directory index split into `N` skip lists, each made on first use
+/// (a list costs about 500 bytes even when empty).
 ///
 /// crossbeam-skiplist keeps a list's length and the seed of its random
 /// tower heights on one line, and every insert and remove writes both: with
@@ -358,7 +370,7 @@ const SHARDS: usize = 8;
 /// thread's creates take consecutive cookies from its own batch), so
 /// threads creating different names mostly write different lists. A
 /// listing merges the cookie lists in cookie order (`MemFs::readdir`).
-struct Shards<K, V>([OnceLock<Box<Shard<K, V>>>; SHARDS]);
+struct Shards<K, V, const N: usize>([OnceLock<Box<Shard<K, V>>>; N]);
 
 /// One list of a `Shards`, with a count beside it that its writers keep:
 /// in `by_cookie`, the subdirectories among the entries whose cookies are
@@ -368,13 +380,13 @@ struct Shard<K, V> {
     count: AtomicU32,
 }
 
-impl<K, V> Default for Shards<K, V> {
+impl<K, V, const N: usize> Default for Shards<K, V, N> {
     fn default() -> Self {
         Shards(std::array::from_fn(|_| OnceLock::new()))
     }
 }
 
-impl<K: Ord + Send + 'static, V: Send + 'static> Shards<K, V> {
+impl<K: Ord + Send + 'static, V: Send + 'static, const N: usize> Shards<K, V, N> {
     /// List `i`, if it was made.
     fn get(&self, i: usize) -> Option<&SkipMap<K, V>> {
         self.0[i].get().map(|b| &b.list)
@@ -420,12 +432,12 @@ fn name_shard(name: &[u8]) -> usize {
     for &b in name {
         h = (h ^ u32::from(b)).wrapping_mul(0x0100_0193);
     }
-    (h ^ (h >> 16)) as usize & (SHARDS - 1)
+    (h ^ (h >> 16)) as usize & (NAME_SHARDS - 1)
 }
 
 /// The `by_cookie` list of `cookie`: its batch's.
 fn cookie_shard(cookie: u64) -> usize {
-    (cookie / crate::percpu::INO_BATCH) as usize & (SHARDS - 1)
+    (cookie / crate::percpu::INO_BATCH) as usize & (COOKIE_SHARDS - 1)
 }
 
 /// Counting build: record a use of skip list `l` (`MemDir::trace`).
@@ -491,14 +503,14 @@ impl NameSpread {
 
 #[derive(Default)]
 struct MemDir {
-    by_name: Shards<NameBuf, DirSlot>,
+    by_name: Shards<NameBuf, DirSlot, NAME_SHARDS>,
     /// Where new names go: 0 before the first insert, then the inserting
     /// thread's number + 1 while only that thread inserted (every name in
     /// `by_name` list 0), then `NAMES_SPREAD` (each new name in the list
     /// of its hash; names inserted before stay in list 0, so a lookup
     /// tries its hash's list, then list 0). Written twice at most, so a
     /// directory filled by one thread costs one name list instead of up to
-    /// `SHARDS`, and threads creating in one directory still write
+    /// `NAME_SHARDS`, and threads creating in one directory still write
     /// different lists from the second thread's first insert on (issue 16).
     /// A lookup that reads a value before `NAMES_SPREAD` and so misses a
     /// name inserted in its hash's list ran before the insert: the insert
@@ -506,7 +518,7 @@ struct MemDir {
     /// see the store (the name lock orders them after any earlier insert
     /// of that name, which read it).
     names: NameSpread,
-    by_cookie: Shards<u64, NameBuf>,
+    by_cookie: Shards<u64, NameBuf, COOKIE_SHARDS>,
     /// The cookie batch (`MemFs::next_cookie`) the last listing of this
     /// directory to start ended at (`readdir_end`): entries added after it
     /// take their cookies from that batch or a later one, so at or past
