@@ -98,6 +98,12 @@ impl<D: BlockDevice> BlockDevice for RecordingDevice<D> {
     fn size(&self) -> u64 {
         self.inner.size()
     }
+    fn kind(&self) -> &'static str {
+        self.inner.kind()
+    }
+    fn release_claim(&self) {
+        self.inner.release_claim()
+    }
 }
 
 /// A recorded run: the image before it and the operations.

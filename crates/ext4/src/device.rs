@@ -40,6 +40,11 @@ pub trait BlockDevice: Send + Sync + 'static {
     fn kind(&self) -> &'static str {
         "other"
     }
+    /// Let go of the exclusive claim on the image (its `flock`), where
+    /// the device holds one: the filesystem is unmounted and writes
+    /// nothing more, though the device may live on a while (inodes freed
+    /// after a grace period still hold the filesystem).
+    fn release_claim(&self) {}
 }
 
 /// A shared device: a test or a tool keeps one `Arc` (to read what was
@@ -63,6 +68,9 @@ impl<D: BlockDevice + ?Sized> BlockDevice for std::sync::Arc<D> {
     fn kind(&self) -> &'static str {
         (**self).kind()
     }
+    fn release_claim(&self) {
+        (**self).release_claim()
+    }
 }
 
 /// A regular file (an image) or a block device node, through `pread`/`pwrite`.
@@ -79,6 +87,15 @@ impl FileDevice {
             .read(true)
             .write(write)
             .open(path)?;
+        if write {
+            lock_exclusive(&file)?;
+        }
+        FileDevice::from_file(file)
+    }
+
+    /// A device on `file`, already open (and locked, where it is to be
+    /// written: `scalevfs mkfs` locks before it truncates).
+    pub(crate) fn from_file(file: File) -> io::Result<FileDevice> {
         // Block devices report size 0 in metadata: seek to the end instead.
         let mut size = file.metadata()?.len();
         if size == 0 {
@@ -161,6 +178,9 @@ impl BlockDevice for FileDevice {
     fn kind(&self) -> &'static str {
         "pread/pwrite"
     }
+    fn release_claim(&self) {
+        unlock(&self.file);
+    }
 }
 
 /// An image file mapped into memory (`MAP_SHARED`): a write is a copy into
@@ -202,6 +222,9 @@ impl BlockDevice for FileDevice {
 /// the cache holds it, and the log is written by the one committer.
 pub struct MmapDevice {
     map: memmap2::MmapRaw,
+    /// The image (its exclusive `flock` where writable; `pread`/`pwrite`
+    /// and allocation where lazy).
+    file: File,
     size: u64,
     /// Mapped read-write (`open(.., true)`, `open_lazy`).
     writable: bool,
@@ -211,7 +234,6 @@ pub struct MmapDevice {
 
 /// Allocation on first write, per chunk of `1 << CHUNK_SHIFT` bytes.
 struct Lazy {
-    file: File,
     /// Taken (stripe = chunk mod `STRIPES`) to allocate a chunk, so that
     /// the threads writing into one fresh chunk at once allocate it once,
     /// not once each (queued on the host inode lock, for `fallocate`).
@@ -289,12 +311,54 @@ fn on_tmpfs(file: &File) -> bool {
     r == 0 && kind == TMPFS_MAGIC
 }
 
+/// Take an exclusive `flock` on an image opened read-write, without
+/// waiting: a second scalevfs writing the same image (another mount, a
+/// `scalevfs mkfs` over it, a second `Ext4::open` in this process) would
+/// corrupt it, so it is refused (`WouldBlock`, with a message naming the
+/// cause). Advisory: tools that take no lock (e2fsck, debugfs, the
+/// kernel's loop device) are not kept out. The lock goes at
+/// `Ext4::unmount` (`BlockDevice::release_claim`) or with the file's last
+/// descriptor; a filesystem dropped without `unmount` may live on (and
+/// keep the claim) until its inodes' grace period ends, so unmount before
+/// opening the image read-write again in the same process.
+pub(crate) fn lock_exclusive(file: &File) -> io::Result<()> {
+    use std::os::unix::io::AsRawFd;
+    // SAFETY: a plain syscall on a descriptor we own.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        return Err(io::Error::new(
+            io::ErrorKind::WouldBlock,
+            "the image is open read-write elsewhere (another scalevfs holds its flock)",
+        ));
+    }
+    // A filesystem without flock support (some network filesystems):
+    // open without the lock, as before.
+    if e.raw_os_error() == Some(libc::ENOLCK) || e.raw_os_error() == Some(libc::EOPNOTSUPP) {
+        return Ok(());
+    }
+    Err(e)
+}
+
+/// Drop this process's `flock` on `file` (`lock_exclusive`'s).
+fn unlock(file: &File) {
+    use std::os::unix::io::AsRawFd;
+    // SAFETY: a plain syscall on a descriptor we own; unlocking a file
+    // not locked is a no-op.
+    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_UN) };
+}
+
 /// Open `path` as a non-empty regular file; its size.
 fn open_regular(path: &Path, write: bool) -> io::Result<(File, u64)> {
     let file = std::fs::OpenOptions::new()
         .read(true)
         .write(write)
         .open(path)?;
+    if write {
+        lock_exclusive(&file)?;
+    }
     let meta = file.metadata()?;
     if !meta.is_file() || meta.len() == 0 {
         return Err(io::Error::new(
@@ -322,6 +386,7 @@ impl MmapDevice {
             map,
             size,
             writable: write,
+            file,
             lazy: None,
         })
     }
@@ -344,8 +409,8 @@ impl MmapDevice {
             map,
             size,
             writable: true,
+            file,
             lazy: Some(Lazy {
-                file,
                 allocating: (0..STRIPES)
                     .map(|_| Mutex::new(Class::Ext4DeviceChunk, ()))
                     .collect(),
@@ -444,7 +509,7 @@ impl MmapDevice {
             let end = (start + (1 << CHUNK_SHIFT)).min(self.size);
             // Relaxed: see `Lazy::populate`.
             if !lazy.populate.load(Ordering::Relaxed) || !self.populate(start, end)? {
-                allocate(&lazy.file, start, end - start)?;
+                allocate(&self.file, start, end - start)?;
             }
             word.fetch_or(bit, Ordering::Relaxed);
         }
@@ -458,9 +523,8 @@ impl BlockDevice for MmapDevice {
         if !self.allocated(off, buf.len()) {
             // Not allocated by us (it may be a hole): a read through the
             // mapping would allocate a page there, `pread` does not.
-            if let Some(lazy) = &self.lazy {
-                return lazy.file.read_exact_at(buf, off);
-            }
+            // (Only a lazy device has bytes it did not allocate.)
+            return self.file.read_exact_at(buf, off);
         }
         // SAFETY: `at..at + buf.len()` lies inside the mapping (checked),
         // which lives as long as `self`; `buf` is a distinct allocation;
@@ -488,7 +552,7 @@ impl BlockDevice for MmapDevice {
             }
             let _leave = Leave(&lazy.writers);
             if alone && !self.allocated(off, buf.len()) {
-                return lazy.file.write_all_at(buf, off);
+                return self.file.write_all_at(buf, off);
             }
         }
         self.write_mapped_at(off, buf)
@@ -505,6 +569,9 @@ impl BlockDevice for MmapDevice {
         } else {
             "mmap"
         }
+    }
+    fn release_claim(&self) {
+        unlock(&self.file);
     }
 }
 

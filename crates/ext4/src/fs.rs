@@ -1328,6 +1328,10 @@ impl Ext4 {
         let r = self.writeback(true);
         // Relaxed: see `rw`.
         rw.unmounted.store(true, Ordering::Relaxed);
+        // Nothing is written from here on: the image may be opened
+        // read-write again, even while inodes freed after a grace period
+        // still hold this filesystem (and so its device) a while.
+        self.dev.release_claim();
         r
     }
 

@@ -103,6 +103,9 @@ fn judge(
     assert!(&listed == want, "our listing differs");
     drop(t);
     drop(vfs);
+    // Unmounted (not only dropped): the image's claim goes now, not when
+    // the last inode's grace period ends.
+    _e.unmount().unwrap();
     drop(_e);
     let Some(km) = KMount::rw(img, &s.0.join("mnt")) else {
         return;

@@ -1211,6 +1211,7 @@ fn writer_log_replays_like_e2fsck() {
                 w.commit(&blocks, &rv, 1_700_000_000 + t as u64).unwrap();
             }
             drop(w); // a crash: no checkpoint of the last transactions
+            drop(dev); // and the image's claim (its flock) with it
             let r = referee(&img);
             assert!(r.journal.start != 0 && !r.plan.writes.is_empty());
             assert!(r.plan.revokes > 0 || revoked.is_empty());

@@ -743,21 +743,24 @@ pub fn make(path: &Path, o: &MkfsOptions) -> Result<Report> {
             )));
         }
     }
+    // Not truncated at open: an image another scalevfs has open
+    // read-write (and maybe mapped, where a truncation is SIGBUS) is
+    // refused by its lock first.
+    #[allow(clippy::suspicious_open_options)] // truncated below, once locked
     let file = OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
-        .truncate(true)
         .open(path)
         .map_err(Error::Io)?;
     let size = layout.blocks * layout.bs();
+    // Refused before anything is changed (nor cleaned up below).
+    crate::device::lock_exclusive(&file).map_err(Error::Io)?;
     let result = file
-        .set_len(size)
+        .set_len(0)
+        .and_then(|()| file.set_len(size))
+        .and_then(|()| FileDevice::from_file(file))
         .map_err(Error::Io)
-        .and_then(|()| {
-            drop(file);
-            FileDevice::open(path, true).map_err(Error::Io)
-        })
         .and_then(|dev| write(&dev, &layout, true));
     if result.is_err() {
         // Leave nothing that looks like a filesystem.
