@@ -367,13 +367,34 @@ pub fn run(args: MountArgs) -> ExitCode {
                 },
                 ..Default::default()
             };
-            let opened = if mmap {
-                scalevfs_ext4::MmapDevice::open(img, !ro)
-                    .map_err(scalevfs_ext4::Error::Io)
-                    .and_then(|d| scalevfs_ext4::Ext4::open_device(Box::new(d), o))
-            } else {
-                scalevfs_ext4::Ext4::open(img, o)
+            let open = || {
+                if mmap {
+                    scalevfs_ext4::MmapDevice::open(img, !ro)
+                        .map_err(scalevfs_ext4::Error::Io)
+                        .and_then(|d| scalevfs_ext4::Ext4::open_device(Box::new(d), o.clone()))
+                } else {
+                    scalevfs_ext4::Ext4::open(img, o.clone())
+                }
             };
+            // `umount` returns before the previous mount's daemon has
+            // written the image back and let go of its claim (flock): wait
+            // for that a while rather than fail at once.
+            let busy = |r: &Result<_, scalevfs_ext4::Error>| {
+                matches!(r, Err(scalevfs_ext4::Error::Io(e))
+                    if e.kind() == std::io::ErrorKind::WouldBlock)
+            };
+            let mut opened = open();
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            if busy(&opened) {
+                eprintln!(
+                    "scalevfs: {} is open read-write elsewhere; waiting up to 10 s for it to be let go",
+                    img.display()
+                );
+                while busy(&opened) && std::time::Instant::now() < deadline {
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                    opened = open();
+                }
+            }
             match opened {
                 Ok(fs) => Some(fs),
                 Err(e) => return fail(format!("{}: {e}", img.display())),

@@ -88,3 +88,92 @@ fn ext4_options_are_checked() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// An image another process holds open read-write (its `flock`, as a
+/// running mount's daemon does until it has written the image back): the
+/// mount says it waits, and fails after 10 s with the reason; let go
+/// within that time, and the mount goes ahead.
+#[test]
+fn a_mount_of_an_image_held_elsewhere_waits_for_it() {
+    let dir = scratch("held");
+    let img = dir.join("img");
+    let out = Command::new(env!("CARGO_BIN_EXE_scalevfs"))
+        .args(["mkfs", img.to_str().unwrap(), "--size", "8M"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mnt = dir.join("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    let hold = || {
+        use std::os::unix::io::AsRawFd;
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&img)
+            .unwrap();
+        // SAFETY: a plain syscall on a descriptor we own.
+        let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        assert_eq!(r, 0);
+        f
+    };
+    let held = hold();
+    let t0 = std::time::Instant::now();
+    let (ok, err) = mount(&[
+        mnt.to_str().unwrap(),
+        "-f",
+        "--image",
+        img.to_str().unwrap(),
+    ]);
+    assert!(!ok);
+    assert!(err.contains("waiting up to 10 s"), "{err}");
+    assert!(err.contains("open read-write elsewhere"), "{err}");
+    assert!(t0.elapsed() >= std::time::Duration::from_secs(9));
+    drop(held);
+    let fuse = std::path::Path::new("/dev/fuse").exists()
+        && Command::new("sh")
+            .args(["-c", "command -v fusermount3"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+    if !fuse {
+        eprintln!("SKIP: the mount after the wait needs /dev/fuse and fusermount3");
+        std::fs::remove_dir_all(&dir).unwrap();
+        return;
+    }
+    // Held, then let go after a second: the mount waits and goes ahead.
+    let held = hold();
+    let letgo = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        drop(held);
+    });
+    let (ok, err) = mount(&[mnt.to_str().unwrap(), "--image", img.to_str().unwrap()]);
+    letgo.join().unwrap();
+    assert!(ok, "{err}");
+    assert!(err.contains("waiting up to 10 s"), "{err}");
+    std::fs::write(mnt.join("f"), b"mounted").unwrap();
+    let st = Command::new("fusermount3")
+        .arg("-u")
+        .arg(&mnt)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    // The daemon writes the image back and exits: its claim goes with it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        use std::os::unix::io::AsRawFd;
+        let f = std::fs::File::open(&img).unwrap();
+        // SAFETY: as above.
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the daemon kept the image"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
