@@ -129,16 +129,22 @@ fn allocated(p: &Path) -> u64 {
 
 const MIB: u64 = 1 << 20;
 
+/// A new sparse file of 64 MiB, `name` in `dir`.
+fn sparse(dir: &Path, name: &str) -> PathBuf {
+    let img = dir.join(name);
+    std::fs::File::create(&img)
+        .unwrap()
+        .set_len(64 * MIB)
+        .unwrap();
+    img
+}
+
 #[test]
 fn a_lazy_mapping_allocates_a_chunk_on_its_first_write_only() {
     let Some(dir) = shm_dir("lazy") else {
         return;
     };
-    let img = dir.join("sparse.img");
-    std::fs::File::create(&img)
-        .unwrap()
-        .set_len(64 * MIB)
-        .unwrap();
+    let img = sparse(&dir, "sparse.img");
     assert_eq!(allocated(&img), 0);
     let dev = MmapDevice::open_lazy(&img).unwrap();
     // The open allocates the first chunk (the superblock's) and no more.
@@ -191,11 +197,7 @@ fn concurrent_writers_into_fresh_chunks_all_land() {
     let Some(dir) = shm_dir("conc") else {
         return;
     };
-    let img = dir.join("sparse.img");
-    std::fs::File::create(&img)
-        .unwrap()
-        .set_len(64 * MIB)
-        .unwrap();
+    let img = sparse(&dir, "sparse.img");
     let dev = MmapDevice::open_lazy(&img).unwrap();
     // 8 threads, each writing its own 4 KiB blocks interleaved over
     // chunks 8..16.
@@ -274,11 +276,7 @@ impl Drop for SmallHost {
 /// path (populate on tmpfs, fallocate on ext4) and from the lone
 /// writer's pwrite, and what was written stays.
 fn full_host_gives_enospc(t: &SmallHost) {
-    let img = t.0.join("big.img");
-    std::fs::File::create(&img)
-        .unwrap()
-        .set_len(64 * MIB)
-        .unwrap();
+    let img = sparse(&t.0, "big.img");
     let dev = MmapDevice::open_lazy(&img).unwrap();
     let block = vec![0xa5u8; 4096];
     for c in 1..3 {
