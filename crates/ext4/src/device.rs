@@ -203,9 +203,9 @@ impl BlockDevice for FileDevice {
 ///   `MADV_POPULATE_WRITE`, elsewhere with one `fallocate`; either way
 ///   ENOSPC comes back as an error), and reads what it has not allocated through `pread`, which
 ///   allocates nothing. Opening costs a mapping, not the image's size. A
-///   write that is the only one in progress and lands where nothing is
-///   allocated yet goes through `pwrite` instead: with no other writer
-///   the host lock is free, and `pwrite` fills fresh pages without
+///   write where nothing is allocated yet, while no other such write is in
+///   progress, goes through `pwrite` instead: with no other writer that
+///   might take it the host lock is free, and `pwrite` fills fresh pages without
 ///   zeroing them first, which `fallocate` and faults do (one thread's
 ///   untar-like create was 1.6x slower through the mapping on the 2-core
 ///   VM for that reason).
@@ -245,12 +245,14 @@ struct Lazy {
     /// a thread that misses a fresh bit merely allocates again (harmless)
     /// or reads through `pread`. Relaxed throughout.
     done: Box<[AtomicU64]>,
-    /// Writes in progress. A write that finds itself alone and its bytes
-    /// not yet allocated goes through `pwrite`: that allocates only the
-    /// pages written and copies into them without zeroing them first
-    /// (an allocation through `fallocate` or a fault zeroes every page),
-    /// and with no other writer the host inode lock it takes is free.
-    /// Relaxed: a hint that picks between two correct paths.
+    /// Writes in progress into bytes not yet allocated (writes into
+    /// allocated chunks, which take no host lock, do not count and touch
+    /// no shared line). A write into unallocated bytes that finds itself
+    /// alone goes through `pwrite`: that allocates only the pages written
+    /// and copies into them without zeroing them first (an allocation
+    /// through `fallocate` or a fault zeroes every page), and with no
+    /// other such writer the host inode lock it takes is free. Relaxed: a
+    /// hint that picks between two correct paths.
     writers: CachePadded<AtomicUsize>,
     /// On tmpfs a chunk is allocated by populating its pages through the
     /// mapping (`MADV_POPULATE_WRITE`, Linux 5.14), not by `fallocate`:
@@ -541,21 +543,26 @@ impl BlockDevice for MmapDevice {
         }
         // In bounds first: a `pwrite` past the end would grow the file.
         self.range(off, buf.len())?;
-        if let Some(lazy) = &self.lazy {
-            // Relaxed: see `Lazy::writers`.
-            let alone = lazy.writers.fetch_add(1, Ordering::Relaxed) == 0;
-            struct Leave<'a>(&'a AtomicUsize);
-            impl Drop for Leave<'_> {
-                fn drop(&mut self) {
-                    self.0.fetch_sub(1, Ordering::Relaxed);
+        match &self.lazy {
+            // Bytes not yet allocated: counted among such writes (no shared
+            // atomic for the rest, nearly every write once chunks exist).
+            Some(lazy) if !self.allocated(off, buf.len()) => {
+                // Relaxed: see `Lazy::writers`.
+                let alone = lazy.writers.fetch_add(1, Ordering::Relaxed) == 0;
+                struct Leave<'a>(&'a AtomicUsize);
+                impl Drop for Leave<'_> {
+                    fn drop(&mut self) {
+                        self.0.fetch_sub(1, Ordering::Relaxed);
+                    }
                 }
+                let _leave = Leave(&lazy.writers);
+                if alone {
+                    return self.file.write_all_at(buf, off);
+                }
+                self.write_mapped_at(off, buf)
             }
-            let _leave = Leave(&lazy.writers);
-            if alone && !self.allocated(off, buf.len()) {
-                return self.file.write_all_at(buf, off);
-            }
+            _ => self.write_mapped_at(off, buf),
         }
-        self.write_mapped_at(off, buf)
     }
     fn flush(&self) -> io::Result<()> {
         self.map.flush()
