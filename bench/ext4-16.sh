@@ -13,20 +13,9 @@ PERF=$3
 OUT=$4
 THREADS=${5:-1,2,4,8,16}
 mkdir -p "$OUT"
-{
-    echo "date: $(date -u +%FT%TZ)"
-    echo "nproc: $(nproc)"
-    lscpu | grep -E 'Model name|Socket|Core|Thread|NUMA' || true
-    uname -a
-    ls -la /dev/fuse 2>&1
-} > "$OUT/machine.txt" 2>&1
-step() { # name limit command...: output appended to NAME.md
-    local name=$1 limit=$2
-    shift 2
-    local t0=$SECONDS
-    timeout "$limit" "$@" >> "$OUT/$name.md" 2>&1
-    echo "$name rc=$? $((SECONDS - t0))s" >> "$OUT/machine.txt"
-}
+. "$(dirname "$0")/common.sh"
+machine_info
+ls -la /dev/fuse >> "$OUT/machine.txt" 2>&1
 for r in 1 2; do
     step fsync-after 40 "$BIN" bench-fsync --workloads fsync --threads "$THREADS" \
         --seconds 0.4 --targets lib-ext4,lib-ext4-pwrite --image-mib 256 \

@@ -17,20 +17,8 @@ TRACED=$3
 OUT=$4
 THREADS=${5:-1,2,4,8,16}
 mkdir -p "$OUT"
-{
-    echo "date: $(date -u +%FT%TZ)"
-    echo "nproc: $(nproc)"
-    lscpu | grep -E 'Model name|Socket|Core|Thread|NUMA|L2|L3' || true
-    grep MemTotal /proc/meminfo
-    uname -a
-} > "$OUT/machine.txt" 2>&1
-step() { # name limit command...
-    local name=$1 limit=$2
-    shift 2
-    local t0=$SECONDS
-    timeout "$limit" "$@" > "$OUT/$name.md" 2>&1
-    echo "$name rc=$? $((SECONDS - t0))s" >> "$OUT/machine.txt"
-}
+. "$(dirname "$0")/common.sh"
+machine_info
 # One process per workload (BIN NAME WORKLOADS...): tables appended to NAME.md.
 each() {
     local bin=$1 name=$2

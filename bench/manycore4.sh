@@ -19,20 +19,8 @@ PERF=$4
 OUT=$5
 THREADS=${6:-1,2,4,8,16}
 mkdir -p "$OUT"
-{
-    echo "date: $(date -u +%FT%TZ)"
-    echo "nproc: $(nproc)"
-    lscpu | grep -E 'Model name|Socket|Core|Thread|NUMA|L2|L3' || true
-    grep MemTotal /proc/meminfo
-    uname -a
-} > "$OUT/machine.txt" 2>&1
-step() { # name limit command...
-    local name=$1 limit=$2
-    shift 2
-    local t0=$SECONDS
-    timeout "$limit" "$@" > "$OUT/$name.md" 2>&1
-    echo "$name rc=$? $((SECONDS - t0))s" >> "$OUT/machine.txt"
-}
+. "$(dirname "$0")/common.sh"
+machine_info
 # One process per workload, tables appended to bench.md.
 for w in control control-pingpong creat-clo mkdir-rmdir wis-fs/unlink1p wis-fs/unlink2p \
     wis-fs/open1p; do

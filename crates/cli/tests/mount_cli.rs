@@ -89,6 +89,14 @@ fn ext4_options_are_checked() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Take the exclusive `flock` a read-write scalevfs takes on an image,
+/// without waiting; whether it was free.
+fn try_claim(f: &std::fs::File) -> bool {
+    use std::os::unix::io::AsRawFd;
+    // SAFETY: a plain syscall on a descriptor the caller owns.
+    unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
+}
+
 /// An image another process holds open read-write (its `flock`, as a
 /// running mount's daemon does until it has written the image back): the
 /// mount says it waits, and fails after 10 s with the reason; let go
@@ -109,15 +117,12 @@ fn a_mount_of_an_image_held_elsewhere_waits_for_it() {
     let mnt = dir.join("mnt");
     std::fs::create_dir_all(&mnt).unwrap();
     let hold = || {
-        use std::os::unix::io::AsRawFd;
         let f = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .open(&img)
             .unwrap();
-        // SAFETY: a plain syscall on a descriptor we own.
-        let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-        assert_eq!(r, 0);
+        assert!(try_claim(&f), "the image was free");
         f
     };
     let held = hold();
@@ -163,10 +168,7 @@ fn a_mount_of_an_image_held_elsewhere_waits_for_it() {
     // The daemon writes the image back and exits: its claim goes with it.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
-        use std::os::unix::io::AsRawFd;
-        let f = std::fs::File::open(&img).unwrap();
-        // SAFETY: as above.
-        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        if try_claim(&std::fs::File::open(&img).unwrap()) {
             break;
         }
         assert!(

@@ -83,14 +83,7 @@ pub struct FileDevice {
 impl FileDevice {
     /// Open `path`, read-only unless `write`.
     pub fn open(path: &Path, write: bool) -> io::Result<FileDevice> {
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(write)
-            .open(path)?;
-        if write {
-            lock_exclusive(&file)?;
-        }
-        FileDevice::from_file(file)
+        FileDevice::from_file(open_claimed(path, write)?)
     }
 
     /// A device on `file`, already open (and locked, where it is to be
@@ -298,19 +291,25 @@ fn allocate(file: &File, off: u64, len: u64) -> io::Result<()> {
     Ok(())
 }
 
-/// Whether `file` lives on tmpfs (or on shmem-backed ramfs-like storage
-/// that reports tmpfs's magic).
-fn on_tmpfs(file: &File) -> bool {
+/// `statfs` magic of tmpfs.
+pub(crate) const TMPFS_MAGIC: i64 = 0x0102_1994;
+/// `statfs` magic of ext2/3/4.
+pub(crate) const EXT4_HOST_MAGIC: i64 = 0xEF53;
+/// `statfs` magic of XFS.
+pub(crate) const XFS_MAGIC: i64 = 0x5846_5342;
+
+/// The `statfs` magic (`f_type`) of the filesystem `file` lives on.
+pub(crate) fn host_fs_magic(file: &File) -> Option<i64> {
     use std::os::unix::io::AsRawFd;
-    const TMPFS_MAGIC: i64 = 0x0102_1994;
     // SAFETY: `st` is plain data that fstatfs only writes; the descriptor
     // is open for the call.
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
     // SAFETY: as above.
-    let r = unsafe { libc::fstatfs(file.as_raw_fd(), &mut st) };
+    if unsafe { libc::fstatfs(file.as_raw_fd(), &mut st) } != 0 {
+        return None;
+    }
     #[allow(clippy::unnecessary_cast)] // f_type's width differs between targets
-    let kind = st.f_type as i64;
-    r == 0 && kind == TMPFS_MAGIC
+    Some(st.f_type as i64)
 }
 
 /// Take an exclusive `flock` on an image opened read-write, without
@@ -352,8 +351,9 @@ fn unlock(file: &File) {
     unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_UN) };
 }
 
-/// Open `path` as a non-empty regular file; its size.
-fn open_regular(path: &Path, write: bool) -> io::Result<(File, u64)> {
+/// Open `path`, read-only unless `write`, which also claims it
+/// (`lock_exclusive`).
+fn open_claimed(path: &Path, write: bool) -> io::Result<File> {
     let file = std::fs::OpenOptions::new()
         .read(true)
         .write(write)
@@ -361,6 +361,12 @@ fn open_regular(path: &Path, write: bool) -> io::Result<(File, u64)> {
     if write {
         lock_exclusive(&file)?;
     }
+    Ok(file)
+}
+
+/// Open `path` as a non-empty regular file; its size.
+fn open_regular(path: &Path, write: bool) -> io::Result<(File, u64)> {
+    let file = open_claimed(path, write)?;
     let meta = file.metadata()?;
     if !meta.is_file() || meta.len() == 0 {
         return Err(io::Error::new(
@@ -402,7 +408,7 @@ impl MmapDevice {
         // Map first: a size no mapping can hold fails here, before the
         // bitmap below (one bit per MiB) is sized from it.
         let map = memmap2::MmapOptions::new().map_raw(&file)?;
-        let populate = AtomicBool::new(on_tmpfs(&file));
+        let populate = AtomicBool::new(host_fs_magic(&file) == Some(TMPFS_MAGIC));
         let chunks = size.div_ceil(1 << CHUNK_SHIFT);
         let words = usize::try_from(chunks.div_ceil(64))
             .map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;

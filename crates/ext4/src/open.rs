@@ -52,27 +52,18 @@ impl Ext4 {
 /// mapping (tmpfs, ext4, XFS). `None` for everything else, and where the
 /// mapping cannot be made, so that the caller opens it with `pread`/`pwrite`.
 fn mapped(path: &Path, opts: &Ext4Options) -> Option<MmapDevice> {
-    const TMPFS_MAGIC: i64 = 0x0102_1994;
-    const EXT4_SUPER_MAGIC: i64 = 0xEF53;
-    const XFS_SUPER_MAGIC: i64 = 0x5846_5342;
+    use crate::device::{host_fs_magic, EXT4_HOST_MAGIC, TMPFS_MAGIC, XFS_MAGIC};
     if opts.ro || opts.io != IoMode::Auto {
         return None;
     }
-    if !std::fs::metadata(path).ok()?.is_file() {
+    let probe = std::fs::File::open(path).ok()?;
+    if !probe.metadata().ok()?.is_file() {
         return None;
     }
-    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).ok()?;
-    // SAFETY: `st` is plain old data, zeroed, and statfs only writes it;
-    // `c` is a NUL-terminated path that outlives the call.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+    let kind = host_fs_magic(&probe)?;
+    if ![TMPFS_MAGIC, EXT4_HOST_MAGIC, XFS_MAGIC].contains(&kind) {
         return None;
     }
-    #[allow(clippy::unnecessary_cast)] // f_type's width differs between targets
-    let kind = st.f_type as i64;
-    if ![TMPFS_MAGIC, EXT4_SUPER_MAGIC, XFS_SUPER_MAGIC].contains(&kind) {
-        return None;
-    }
+    drop(probe);
     MmapDevice::open_lazy(path).ok()
 }
