@@ -5,7 +5,7 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 use crossbeam_utils::CachePadded;
 use std::sync::RwLock;
@@ -258,7 +258,30 @@ struct Lazy {
     /// (for good) by a kernel that does not know the advice. Relaxed: a
     /// choice between two correct ways to allocate.
     populate: AtomicBool,
+    /// The host filesystem says truly which bytes are backed (tmpfs: pages
+    /// present; ext4: written or reserved blocks, and it shares no extent
+    /// between files, so a backed page never needs a new block to be
+    /// written): `SEEK_HOLE` may then mark a chunk allocated without
+    /// allocating it. Not on XFS, where a reflinked extent reads as data
+    /// yet needs a fresh block on its first write.
+    seek_backed: bool,
+    /// Per chunk, writes that went through `pwrite` (the lone-writer
+    /// path), wrapping: every `LONE_CHECK` of them the chunk is asked
+    /// whether it is still holed (`SEEK_HOLE`), so that a region a lone
+    /// thread keeps writing (the journal on a freshly made image, which
+    /// mkfs leaves as a hole) moves to the mapping once it is all backed,
+    /// instead of costing a `pwrite` per write for good. Relaxed: a hint.
+    lone: Box<[AtomicU8]>,
 }
+
+/// How many lone `pwrite`s into a chunk between two `SEEK_HOLE` checks of
+/// it (a 4 KiB block written at a time fills a chunk in 256).
+const LONE_CHECK: u8 = 64;
+/// At most this many `SEEK_DATA`/`SEEK_HOLE` calls when a lazy device
+/// opens and learns which chunks are already backed (two per data run at
+/// most): a few milliseconds; a more fragmented image leaves the rest to
+/// be found as it is written.
+const OPEN_SEEKS: u32 = 1 << 14;
 
 /// 1 MiB chunks: one allocation (on ext4 or XFS a `fallocate`, taking
 /// the host inode lock once) per 256 blocks of 4 KiB written for the
@@ -408,11 +431,13 @@ impl MmapDevice {
         // Map first: a size no mapping can hold fails here, before the
         // bitmap below (one bit per MiB) is sized from it.
         let map = memmap2::MmapOptions::new().map_raw(&file)?;
-        let populate = AtomicBool::new(host_fs_magic(&file) == Some(TMPFS_MAGIC));
         let chunks = size.div_ceil(1 << CHUNK_SHIFT);
         let words = usize::try_from(chunks.div_ceil(64))
             .map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
         let done: Box<[AtomicU64]> = (0..words).map(|_| AtomicU64::new(0)).collect();
+        let magic = host_fs_magic(&file);
+        let seek_backed = magic == Some(TMPFS_MAGIC) || magic == Some(EXT4_HOST_MAGIC);
+        let lone_len = if seek_backed { chunks as usize } else { 0 };
         let dev = MmapDevice {
             map,
             size,
@@ -424,11 +449,102 @@ impl MmapDevice {
                     .collect(),
                 done,
                 writers: CachePadded::new(AtomicUsize::new(0)),
-                populate,
+                populate: AtomicBool::new(magic == Some(TMPFS_MAGIC)),
+                seek_backed,
+                lone: (0..lone_len).map(|_| AtomicU8::new(0)).collect(),
             }),
         };
+        dev.mark_backed_chunks();
         dev.allocate_range(0, 1)?;
         Ok(dev)
+    }
+
+    /// The chunks (1 MiB each) known to be allocated, so written and read
+    /// through the mapping; every chunk where the device is not lazy.
+    /// For tests.
+    #[doc(hidden)]
+    pub fn allocated_chunks(&self) -> Vec<u64> {
+        let chunks = self.size.div_ceil(1 << CHUNK_SHIFT);
+        (0..chunks)
+            .filter(|&c| self.allocated(c << CHUNK_SHIFT, 1))
+            .collect()
+    }
+
+    /// `lseek(fd, off, whence)`; `None` past the last data (ENXIO) or on
+    /// any error (the caller then just learns nothing).
+    fn seek(&self, off: u64, whence: libc::c_int) -> Option<u64> {
+        use std::os::unix::io::AsRawFd;
+        let off = libc::off_t::try_from(off).ok()?;
+        // SAFETY: a plain syscall on a descriptor we own; SEEK_DATA and
+        // SEEK_HOLE only move the file offset, which this type never uses
+        // (it reads and writes at explicit offsets).
+        let r = unsafe { libc::lseek(self.file.as_raw_fd(), off, whence) };
+        u64::try_from(r).ok()
+    }
+
+    /// Mark allocated every chunk the host file already backs whole (an
+    /// image written before, by us or by the kernel; the parts mkfs
+    /// wrote), so that writes there go through the mapping from the
+    /// start and reads do not go through `pread`. At most `OPEN_SEEKS`
+    /// calls.
+    fn mark_backed_chunks(&self) {
+        let Some(lazy) = &self.lazy else { return };
+        if !lazy.seek_backed {
+            return;
+        }
+        let chunks = self.size.div_ceil(1 << CHUNK_SHIFT);
+        let (mut c, mut calls) = (0u64, 0u32);
+        while c < chunks && calls < OPEN_SEEKS {
+            calls += 2;
+            let Some(d) = self.seek(c << CHUNK_SHIFT, libc::SEEK_DATA) else {
+                break;
+            };
+            let Some(h) = self.seek(d, libc::SEEK_HOLE) else {
+                break;
+            };
+            if h <= d {
+                break;
+            }
+            // Chunk k lies whole in d..h when it starts at or after d and
+            // ends (the last one at the file's end) at or before h.
+            let first = d.div_ceil(1 << CHUNK_SHIFT);
+            let end = if h >= self.size {
+                chunks
+            } else {
+                h >> CHUNK_SHIFT
+            };
+            for k in first..end {
+                // Relaxed: see `Lazy::done`.
+                lazy.done[(k / 64) as usize].fetch_or(1 << (k % 64), Ordering::Relaxed);
+            }
+            // The chunk holding `h` has a hole at `h`.
+            c = (h >> CHUNK_SHIFT) + 1;
+        }
+    }
+
+    /// After a lone `pwrite` of `off..off + len` (in bounds, `len > 0`):
+    /// count it against its chunks, and every `LONE_CHECK` writes ask
+    /// whether the chunk is backed whole now; if so, mark it allocated.
+    fn count_lone_write(&self, off: u64, len: usize) {
+        let Some(lazy) = &self.lazy else { return };
+        if !lazy.seek_backed {
+            return;
+        }
+        for c in Self::chunks(off, len) {
+            let Some(n) = lazy.lone.get(c as usize) else {
+                return;
+            };
+            // Relaxed: see `Lazy::lone`.
+            if n.fetch_add(1, Ordering::Relaxed) % LONE_CHECK != LONE_CHECK - 1 {
+                continue;
+            }
+            let start = c << CHUNK_SHIFT;
+            let end = (start + (1 << CHUNK_SHIFT)).min(self.size);
+            if self.seek(start, libc::SEEK_HOLE).is_some_and(|h| h >= end) {
+                // Relaxed: see `Lazy::done`.
+                lazy.done[(c / 64) as usize].fetch_or(1 << (c % 64), Ordering::Relaxed);
+            }
+        }
     }
 
     /// Allocate `start..end` (in bounds, `start` a multiple of the chunk
@@ -563,7 +679,11 @@ impl BlockDevice for MmapDevice {
                 }
                 let _leave = Leave(&lazy.writers);
                 if alone {
-                    return self.file.write_all_at(buf, off);
+                    self.file.write_all_at(buf, off)?;
+                    if !buf.is_empty() {
+                        self.count_lone_write(off, buf.len());
+                    }
+                    return Ok(());
                 }
                 self.write_mapped_at(off, buf)
             }

@@ -190,6 +190,74 @@ fn a_lazy_mapping_allocates_a_chunk_on_its_first_write_only() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Chunks the image file already backs whole (written before the open)
+/// are known allocated from the open: written and read through the
+/// mapping, not through `pwrite`/`pread` for good. A chunk backed only in
+/// part is not.
+#[test]
+fn chunks_already_backed_are_mapped_from_the_open() {
+    let Some(dir) = shm_dir("backed") else {
+        return;
+    };
+    let img = sparse(&dir, "sparse.img");
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new().write(true).open(&img).unwrap();
+        f.write_all_at(&vec![7u8; 3 * MIB as usize], 2 * MIB)
+            .unwrap();
+        f.write_all_at(&vec![8u8; (MIB / 2) as usize], 6 * MIB)
+            .unwrap();
+        // The last chunk, whole.
+        f.write_all_at(&vec![9u8; MIB as usize], 63 * MIB).unwrap();
+    }
+    let dev = MmapDevice::open_lazy(&img).unwrap();
+    assert_eq!(dev.allocated_chunks(), vec![0, 2, 3, 4, 63]);
+    assert_eq!(allocated(&img), 5 * MIB + MIB / 2);
+    let mut b = vec![0u8; 4096];
+    dev.read_at(4 * MIB - 10, &mut b).unwrap();
+    assert!(b.iter().all(|&x| x == 7));
+    drop(dev);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A chunk that a lone writer fills through `pwrite` (the journal of a
+/// fresh image, which mkfs leaves as a hole, written by one committer) is
+/// marked allocated once it is backed whole, so later writes there go
+/// through the mapping; a chunk filled in part stays unmarked, and the
+/// check allocates nothing.
+#[test]
+fn a_chunk_a_lone_writer_fills_moves_to_the_mapping() {
+    let Some(dir) = shm_dir("lone") else {
+        return;
+    };
+    let img = sparse(&dir, "sparse.img");
+    let dev = MmapDevice::open_lazy(&img).unwrap();
+    assert_eq!(dev.allocated_chunks(), vec![0]);
+    let block: Vec<u8> = (0..4096u32).map(|i| (i * 13 + 1) as u8).collect();
+    for k in 0..256u64 {
+        dev.write_at(8 * MIB + k * 4096, &block).unwrap();
+    }
+    for k in 0..200u64 {
+        dev.write_at(9 * MIB + k * 4096, &block).unwrap();
+    }
+    assert_eq!(dev.allocated_chunks(), vec![0, 8]);
+    assert_eq!(allocated(&img), 2 * MIB + 200 * 4096);
+    // Written again, by the mapping now for chunk 8: the bytes are there.
+    let other = vec![0xA5u8; 4096];
+    dev.write_at(8 * MIB + 4096, &other).unwrap();
+    let mut b = vec![0u8; 4096];
+    dev.read_at(8 * MIB + 4096, &mut b).unwrap();
+    assert_eq!(b, other);
+    dev.read_at(9 * MIB + 4096, &mut b).unwrap();
+    assert_eq!(b, block);
+    dev.flush().unwrap();
+    drop(dev);
+    let file = std::fs::read(&img).unwrap();
+    assert_eq!(&file[(8 * MIB + 4096) as usize..][..4096], &other[..]);
+    assert_eq!(&file[(8 * MIB) as usize..][..4096], &block[..]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// Threads writing into fresh chunks at once: every byte lands, and no
 /// chunk is allocated twice over (allocation stays chunk-sized).
 #[test]
