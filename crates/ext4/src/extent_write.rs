@@ -52,6 +52,9 @@ use scalevfs_orphan::OrphanSlot;
 use scalevfs_sync::ordered::RwLockWriteGuard;
 use scalevfs_sync::primitive::Ordering;
 
+/// A block map's data blocks: (logical, physical), in logical order.
+type BlockMapData = Vec<(u64, u64)>;
+
 /// Whether `b` continues `a` (logically and physically, same state) and
 /// the two fit one extent: unwritten extents hold at most
 /// INIT_MAX_LEN - 1 blocks.
@@ -448,15 +451,30 @@ impl Ext4 {
 
     /// The file's private part, its tree lock held exclusively, and its
     /// inode copy.
-    fn file_raw(inode: &Inode) -> Result<(&Ext4Inode, RwLockWriteGuard<'_, ()>, RawInode)> {
+    /// A block-mapped (ext2/3-style) file becomes an extent file first
+    /// (`migrate_to_extents`), in the caller's handle, where `migrate`
+    /// (write, truncate, punch hole, which the kernel's ext4 does on such
+    /// files); else (fallocate's other modes, extent-only in the kernel's
+    /// ext4 too) it is EOPNOTSUPP.
+    fn file_raw<'a>(
+        &self,
+        inode: &'a Inode,
+        migrate: bool,
+    ) -> Result<(&'a Ext4Inode, RwLockWriteGuard<'a, ()>, RawInode)> {
         let ei = inode
             .private::<Ext4Inode>()
             .ok_or_else(|| errno(libc::EIO))?;
         let g = ei.data.write();
-        let raw = ei.raw();
+        let mut raw = ei.raw();
         if raw.flags & FL_EXTENTS == 0 {
-            // Block-mapped (ext2/3-style) files are read-only here.
-            return Err(errno(libc::EOPNOTSUPP));
+            if !migrate
+                || raw.file_type_bits() != libc::S_IFREG
+                || !crate::fs::block_mapped(&raw, self.bs)
+            {
+                return Err(errno(libc::EOPNOTSUPP));
+            }
+            self.check(self.migrate_to_extents(&mut raw))?;
+            ei.set_raw(raw.clone());
         }
         Ok((ei, g, raw))
     }
@@ -489,7 +507,7 @@ impl Ext4 {
         if buf.is_empty() {
             return Ok(0);
         }
-        let (ei, g, mut raw) = Self::file_raw(inode)?;
+        let (ei, g, mut raw) = self.file_raw(inode, true)?;
         let bs = self.bs as u64;
         let end = off
             .checked_add(buf.len() as u64)
@@ -817,7 +835,7 @@ impl Ext4 {
         size: u64,
     ) -> Result<Option<OrphanSlot>> {
         self.rw()?;
-        let (ei, g, mut raw) = Self::file_raw(inode)?;
+        let (ei, g, mut raw) = self.file_raw(inode, true)?;
         let bs = self.bs as u64;
         if size / bs >= u64::from(u32::MAX) {
             return Err(errno(libc::EFBIG));
@@ -859,7 +877,7 @@ impl Ext4 {
         let bs = self.bs as u64;
         loop {
             let done = self.journaled(|| {
-                let (ei, g, mut raw) = Self::file_raw(inode)?;
+                let (ei, g, mut raw) = self.file_raw(inode, true)?;
                 let keep = raw.size.div_ceil(bs);
                 let cut = self.drop_range_step(&mut raw, keep, 1 << 32, &[], self.step_groups())?;
                 let done = cut <= keep;
@@ -887,7 +905,7 @@ impl Ext4 {
         len: u64,
     ) -> Result<Option<(u64, u64)>> {
         self.rw()?;
-        let (ei, g, mut raw) = Self::file_raw(inode)?;
+        let (ei, g, mut raw) = self.file_raw(inode, true)?;
         let bs = self.bs as u64;
         if off >= raw.size {
             return Ok(None);
@@ -925,7 +943,7 @@ impl Ext4 {
     pub(crate) fn punch_rest(&self, inode: &Arc<Inode>, from: u64, mut to: u64) -> Result<()> {
         while to > from {
             to = self.journaled(|| {
-                let (ei, g, mut raw) = Self::file_raw(inode)?;
+                let (ei, g, mut raw) = self.file_raw(inode, true)?;
                 let cut = self.drop_range_step(&mut raw, from, to, &[], self.step_groups())?;
                 raw.ctime = now();
                 raw.mtime = raw.ctime;
@@ -951,7 +969,7 @@ impl Ext4 {
         len: u64,
     ) -> Result<Option<u64>> {
         self.rw()?;
-        let (ei, g, mut raw) = Self::file_raw(inode)?;
+        let (ei, g, mut raw) = self.file_raw(inode, false)?;
         let bs = self.bs as u64;
         let end = off.checked_add(len).ok_or_else(|| errno(libc::EFBIG))?;
         if len == 0 {
@@ -1055,7 +1073,7 @@ impl Ext4 {
         len: u64,
     ) -> Result<Option<u64>> {
         self.rw()?;
-        let (ei, g, mut raw) = Self::file_raw(inode)?;
+        let (ei, g, mut raw) = self.file_raw(inode, false)?;
         let bs = self.bs as u64;
         if len == 0 {
             return Err(errno(libc::EINVAL));
@@ -1116,7 +1134,7 @@ impl Ext4 {
         off: u64,
         len: u64,
     ) -> Result<Option<(u64, u64)>> {
-        let (_ei, _g, raw) = Self::file_raw(inode)?;
+        let (_ei, _g, raw) = self.file_raw(inode, false)?;
         let bs = self.bs as u64;
         let valid = off.is_multiple_of(bs)
             && len.is_multiple_of(bs)
@@ -1140,7 +1158,7 @@ impl Ext4 {
     /// restarts its handle while removing the range.
     pub(crate) fn file_collapse(&self, inode: &Arc<Inode>, off: u64, len: u64) -> Result<()> {
         self.rw()?;
-        let (ei, g, mut raw) = Self::file_raw(inode)?;
+        let (ei, g, mut raw) = self.file_raw(inode, false)?;
         let bs = self.bs as u64;
         if !off.is_multiple_of(bs) || !len.is_multiple_of(bs) || len == 0 {
             return Err(errno(libc::EINVAL));
@@ -1182,7 +1200,7 @@ impl Ext4 {
     /// leaving a hole; the size grows by `len`. One handle.
     pub(crate) fn file_insert(&self, inode: &Arc<Inode>, off: u64, len: u64) -> Result<()> {
         self.rw()?;
-        let (ei, g, mut raw) = Self::file_raw(inode)?;
+        let (ei, g, mut raw) = self.file_raw(inode, false)?;
         let bs = self.bs as u64;
         if !off.is_multiple_of(bs) || !len.is_multiple_of(bs) || len == 0 {
             return Err(errno(libc::EINVAL));
@@ -1282,20 +1300,29 @@ impl Ext4 {
     /// met twice, is corruption: each block is read at most once, so the
     /// walk ends within the image's size.
     fn collect_block_map(&self, raw: &RawInode) -> Result<Vec<u64>> {
+        let (data, map) = self.walk_block_map(raw)?;
+        Ok(data.into_iter().map(|(_, b)| b).chain(map).collect())
+    }
+
+    /// The block map of `raw` (see `collect_block_map`): its data blocks
+    /// as (logical, physical), in logical order, and its indirect blocks.
+    fn walk_block_map(&self, raw: &RawInode) -> Result<(BlockMapData, Vec<u64>)> {
         let what = || format!("inode {} block map", raw.ino);
-        let per = self.bs / 4;
+        let per = (self.bs / 4) as u64;
         let first = u64::from(self.sb.first_data_block);
-        let mut out = Vec::new();
+        let (mut data, mut map) = (Vec::new(), Vec::new());
         let mut seen = std::collections::HashSet::new();
         let mut buf = BlockBuf::zeroed(self.bs);
-        // (pointer, levels of indirect blocks at and below it)
-        let mut todo: Vec<(u32, u32)> = (0..12).map(|i| (raw.block_word(i), 0)).collect();
+        // (pointer, levels of indirect blocks at and below it, the first
+        // logical block it maps)
+        let mut todo: Vec<(u32, u32, u64)> =
+            (0..12).map(|i| (raw.block_word(i), 0, i as u64)).collect();
         todo.extend([
-            (raw.block_word(12), 1),
-            (raw.block_word(13), 2),
-            (raw.block_word(14), 3),
+            (raw.block_word(12), 1, 12),
+            (raw.block_word(13), 2, 12 + per),
+            (raw.block_word(14), 3, 12 + per + per * per),
         ]);
-        while let Some((p, level)) = todo.pop() {
+        while let Some((p, level, lblk)) = todo.pop() {
             if p == 0 {
                 continue;
             }
@@ -1306,13 +1333,84 @@ impl Ext4 {
             if !seen.insert(b) {
                 return Err(corrupt(what(), format!("block {p} mapped twice")));
             }
-            out.push(b);
-            if level > 0 {
-                self.read_block(b, &mut buf)?;
-                todo.extend((0..per).map(|i| (crate::format::le32(&buf, i * 4), level - 1)));
+            if level == 0 {
+                data.push((lblk, b));
+                continue;
+            }
+            map.push(b);
+            self.read_block(b, &mut buf)?;
+            let span = per.pow(level - 1);
+            todo.extend((0..per as usize).map(|i| {
+                (
+                    crate::format::le32(&buf, i * 4),
+                    level - 1,
+                    lblk + i as u64 * span,
+                )
+            }));
+        }
+        data.sort_unstable();
+        Ok((data, map))
+    }
+
+    /// Turn block-mapped (ext2/3-style) `raw` into an extent inode, as the
+    /// kernel's `EXT4_IOC_MIGRATE` (`chattr +e`) does: the same data
+    /// blocks at the same logical places, mapped by an extent tree (in the
+    /// inode up to four extents, else leaves written here); the indirect
+    /// blocks are freed and `i_blocks` follows. Stored at once (inode
+    /// block and memory copy are the caller's: `raw` is changed in place
+    /// and written). The image has the extent feature (a read-write mount
+    /// requires it). Runs in the caller's handle, so the change commits
+    /// whole or not at all; a map whose new tree cannot fit one
+    /// transaction is ENOSPC with nothing changed (`check_tree_rewrite`).
+    /// Writes, truncates and directory growth call it on their first
+    /// change of such an inode: an image upgraded from ext3 keeps its old
+    /// files block-mapped until then.
+    pub(crate) fn migrate_to_extents(&self, raw: &mut RawInode) -> Result<()> {
+        if raw.flags & FL_EXTENTS != 0 || !crate::fs::block_mapped(raw, self.bs) {
+            return Ok(());
+        }
+        let (data, map) = self.walk_block_map(raw)?;
+        let mut ex: Vec<Extent> = Vec::new();
+        for (lblk, pblk) in data {
+            let block = u32::try_from(lblk)
+                .map_err(|_| corrupt(format!("inode {}", raw.ino), "block map past 2^32"))?;
+            match ex.last_mut() {
+                Some(e)
+                    if u64::from(e.block) + u64::from(e.len) == lblk
+                        && e.start + u64::from(e.len) == pblk
+                        && e.len < INIT_MAX_LEN =>
+                {
+                    e.len += 1
+                }
+                _ => ex.push(Extent {
+                    block,
+                    len: 1,
+                    start: pblk,
+                    uninit: false,
+                }),
             }
         }
-        Ok(out)
+        // The indirect blocks go back with the frees this handle makes
+        // (a bitmap and a descriptor block per group they lie in).
+        let groups: std::collections::HashSet<u64> =
+            map.iter().map(|&b| self.group_of(b)).collect();
+        if let Some(j) = self.journal() {
+            if self.tree_rewrite_blocks(ex.len(), 0) + 2 * groups.len() > j.handle_room() {
+                return Err(errno(libc::ENOSPC));
+            }
+        }
+        let mut new = raw.clone();
+        new.block = [0u8; I_BLOCK_LEN];
+        new.flags |= FL_EXTENTS;
+        self.rebuild_tree(&mut new, &ex, &[])?;
+        for &b in &map {
+            self.free_block(b)?;
+        }
+        let unit = self.bs as u64 / 512;
+        new.blocks = new.blocks.saturating_sub(map.len() as u64 * unit);
+        self.write_inode(&new, false)?;
+        *raw = new;
+        Ok(())
     }
 
     /// Free everything an inode with no links holds: data, tree blocks, its

@@ -360,7 +360,12 @@ impl Ext4 {
     /// physical block, the allocation goal); returns it. The caller fills it.
     fn dir_append_block(&self, draw: &mut RawInode, last: u64) -> Result<u64> {
         if draw.flags & FL_EXTENTS == 0 {
-            return Err(errno(libc::EOPNOTSUPP));
+            // An ext3-style directory: mapped by extents from now on
+            // (stored at once, so a failure below leaves the image whole).
+            self.check(self.migrate_to_extents(draw))?;
+            if draw.flags & FL_EXTENTS == 0 {
+                return Err(errno(libc::EOPNOTSUPP));
+            }
         }
         let nblk = self.dir_blocks(draw)?;
         let pblk = self.alloc_block(last + 1, false)?;
