@@ -5,7 +5,7 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use crossbeam_utils::CachePadded;
 use std::sync::RwLock;
@@ -201,7 +201,9 @@ impl BlockDevice for FileDevice {
 ///   might take it the host lock is free, and `pwrite` fills fresh pages without
 ///   zeroing them first, which `fallocate` and faults do (one thread's
 ///   untar-like create was 1.6x slower through the mapping on the 2-core
-///   VM for that reason).
+///   VM for that reason); the pages it allocated are read and
+///   written through the mapping from then on (`Lazy::pages`), and so
+///   are chunks the file already backed at open.
 ///
 /// The file must not be truncated by anyone while it is mapped (SIGBUS).
 /// Regular files only.
@@ -265,18 +267,31 @@ struct Lazy {
     /// allocating it. Not on XFS, where a reflinked extent reads as data
     /// yet needs a fresh block on its first write.
     seek_backed: bool,
-    /// Per chunk, writes that went through `pwrite` (the lone-writer
-    /// path), wrapping: every `LONE_CHECK` of them the chunk is asked
-    /// whether it is still holed (`SEEK_HOLE`), so that a region a lone
-    /// thread keeps writing (the journal on a freshly made image, which
-    /// mkfs leaves as a hole) moves to the mapping once it is all backed,
-    /// instead of costing a `pwrite` per write for good. Relaxed: a hint.
-    lone: Box<[AtomicU8]>,
+    /// On tmpfs, one bit per 4 KiB page written through `pwrite` (the
+    /// lone-writer path), which allocated that page whole: the page is
+    /// read and written through the mapping from then on (no `pread` or
+    /// `pwrite` each time for good, and no fault can fail there), even
+    /// while the rest of its chunk is a hole — file data leaves holes
+    /// where the allocator skipped blocks, and the journal of a freshly
+    /// made image is a hole until written. A chunk whose 256 pages are all
+    /// set is marked allocated (`done`). Empty elsewhere (a host block may
+    /// be smaller than a page) and for images over `PAGE_BITS_MAX`.
+    /// Relaxed: a bit only goes from 0 to 1 after the host allocated the
+    /// page (the kernel orders that before any later fault on it); a
+    /// stale 0 only takes the slower path.
+    pages: Box<[AtomicU64]>,
+    /// Reads through `pread` and writes through `pwrite` so far (each a
+    /// system call anyway; for tests and profiles). Relaxed: statistics.
+    preads: AtomicU64,
+    pwrites: AtomicU64,
 }
 
-/// How many lone `pwrite`s into a chunk between two `SEEK_HOLE` checks of
-/// it (a 4 KiB block written at a time fills a chunk in 256).
-const LONE_CHECK: u8 = 64;
+/// Images up to this size keep `Lazy::pages` (32 bytes per MiB: 32 MiB
+/// of bits for 1 TiB).
+const PAGE_BITS_MAX: u64 = 1 << 40;
+/// Host pages (4 KiB) per chunk, and 64-bit words of `Lazy::pages`.
+const CHUNK_PAGES: u64 = 1 << (CHUNK_SHIFT - 12);
+const CHUNK_WORDS: u64 = CHUNK_PAGES / 64;
 /// At most this many `SEEK_DATA`/`SEEK_HOLE` calls when a lazy device
 /// opens and learns which chunks are already backed (two per data run at
 /// most): a few milliseconds; a more fragmented image leaves the rest to
@@ -437,7 +452,11 @@ impl MmapDevice {
         let done: Box<[AtomicU64]> = (0..words).map(|_| AtomicU64::new(0)).collect();
         let magic = host_fs_magic(&file);
         let seek_backed = magic == Some(TMPFS_MAGIC) || magic == Some(EXT4_HOST_MAGIC);
-        let lone_len = if seek_backed { chunks as usize } else { 0 };
+        let page_words = if magic == Some(TMPFS_MAGIC) && size <= PAGE_BITS_MAX {
+            (chunks * CHUNK_WORDS) as usize
+        } else {
+            0
+        };
         let dev = MmapDevice {
             map,
             size,
@@ -451,7 +470,9 @@ impl MmapDevice {
                 writers: CachePadded::new(AtomicUsize::new(0)),
                 populate: AtomicBool::new(magic == Some(TMPFS_MAGIC)),
                 seek_backed,
-                lone: (0..lone_len).map(|_| AtomicU8::new(0)).collect(),
+                pages: (0..page_words).map(|_| AtomicU64::new(0)).collect(),
+                preads: AtomicU64::new(0),
+                pwrites: AtomicU64::new(0),
             }),
         };
         dev.mark_backed_chunks();
@@ -523,28 +544,68 @@ impl MmapDevice {
     }
 
     /// After a lone `pwrite` of `off..off + len` (in bounds, `len > 0`):
-    /// count it against its chunks, and every `LONE_CHECK` writes ask
-    /// whether the chunk is backed whole now; if so, mark it allocated.
-    fn count_lone_write(&self, off: u64, len: usize) {
+    /// its pages are allocated (`Lazy::pages`); a chunk all of whose
+    /// pages are is marked allocated.
+    fn mark_pages(&self, off: u64, len: usize) {
         let Some(lazy) = &self.lazy else { return };
-        if !lazy.seek_backed {
+        if lazy.pages.is_empty() {
             return;
         }
-        for c in Self::chunks(off, len) {
-            let Some(n) = lazy.lone.get(c as usize) else {
+        let (first, last) = (off >> 12, (off + len as u64 - 1) >> 12);
+        for p in first..=last {
+            let Some(w) = lazy.pages.get((p / 64) as usize) else {
                 return;
             };
-            // Relaxed: see `Lazy::lone`.
-            if n.fetch_add(1, Ordering::Relaxed) % LONE_CHECK != LONE_CHECK - 1 {
-                continue;
-            }
-            let start = c << CHUNK_SHIFT;
-            let end = (start + (1 << CHUNK_SHIFT)).min(self.size);
-            if self.seek(start, libc::SEEK_HOLE).is_some_and(|h| h >= end) {
+            // Relaxed: see `Lazy::pages`.
+            w.fetch_or(1 << (p % 64), Ordering::Relaxed);
+        }
+        for c in Self::chunks(off, len) {
+            let words = &lazy.pages[(c * CHUNK_WORDS) as usize..][..CHUNK_WORDS as usize];
+            // Relaxed: as above.
+            if words.iter().all(|w| w.load(Ordering::Relaxed) == u64::MAX) {
                 // Relaxed: see `Lazy::done`.
                 lazy.done[(c / 64) as usize].fetch_or(1 << (c % 64), Ordering::Relaxed);
             }
         }
+    }
+
+    /// Whether every page of `off..off + len` (in bounds, `len > 0`) was
+    /// written through `pwrite` (`Lazy::pages`).
+    fn pages_backed(&self, off: u64, len: usize) -> bool {
+        let Some(lazy) = &self.lazy else {
+            return true;
+        };
+        if lazy.pages.is_empty() {
+            return false;
+        }
+        let (first, last) = (off >> 12, (off + len as u64 - 1) >> 12);
+        (first..=last).all(|p| {
+            lazy.pages.get((p / 64) as usize).is_some_and(|w| {
+                // Relaxed: see `Lazy::pages`.
+                w.load(Ordering::Relaxed) & (1 << (p % 64)) != 0
+            })
+        })
+    }
+
+    /// Reads that went through `pread` and writes through `pwrite` so
+    /// far ((0, 0) where the device is not lazy). For tests.
+    #[doc(hidden)]
+    pub fn syscalls(&self) -> (u64, u64) {
+        self.lazy.as_ref().map_or((0, 0), |l| {
+            // Relaxed: statistics.
+            (
+                l.preads.load(Ordering::Relaxed),
+                l.pwrites.load(Ordering::Relaxed),
+            )
+        })
+    }
+
+    /// Whether `off..off + len` (in bounds) is read and written through
+    /// the mapping: its chunks are allocated, or its pages were written.
+    /// For tests.
+    #[doc(hidden)]
+    pub fn mapped(&self, off: u64, len: usize) -> bool {
+        len == 0 || self.allocated(off, len) || self.pages_backed(off, len)
     }
 
     /// Allocate `start..end` (in bounds, `start` a multiple of the chunk
@@ -644,10 +705,14 @@ impl MmapDevice {
 impl BlockDevice for MmapDevice {
     fn read_at(&self, off: u64, buf: &mut [u8]) -> io::Result<()> {
         let at = self.range(off, buf.len())?;
-        if !self.allocated(off, buf.len()) {
+        if !self.mapped(off, buf.len()) {
             // Not allocated by us (it may be a hole): a read through the
             // mapping would allocate a page there, `pread` does not.
             // (Only a lazy device has bytes it did not allocate.)
+            if let Some(lazy) = &self.lazy {
+                // Relaxed: a statistic.
+                lazy.preads.fetch_add(1, Ordering::Relaxed);
+            }
             return self.file.read_exact_at(buf, off);
         }
         // SAFETY: `at..at + buf.len()` lies inside the mapping (checked),
@@ -669,6 +734,12 @@ impl BlockDevice for MmapDevice {
             // Bytes not yet allocated: counted among such writes (no shared
             // atomic for the rest, nearly every write once chunks exist).
             Some(lazy) if !self.allocated(off, buf.len()) => {
+                if self.pages_backed(off, buf.len()) {
+                    // Pages a lone `pwrite` allocated: no allocation, no
+                    // count.
+                    self.copy_in(off, buf);
+                    return Ok(());
+                }
                 // Relaxed: see `Lazy::writers`.
                 let alone = lazy.writers.fetch_add(1, Ordering::Relaxed) == 0;
                 struct Leave<'a>(&'a AtomicUsize);
@@ -679,9 +750,11 @@ impl BlockDevice for MmapDevice {
                 }
                 let _leave = Leave(&lazy.writers);
                 if alone {
+                    // Relaxed: a statistic.
+                    lazy.pwrites.fetch_add(1, Ordering::Relaxed);
                     self.file.write_all_at(buf, off)?;
                     if !buf.is_empty() {
-                        self.count_lone_write(off, buf.len());
+                        self.mark_pages(off, buf.len());
                     }
                     return Ok(());
                 }
@@ -722,14 +795,29 @@ impl MmapDevice {
         // Never fault a hole in through the mapping (SIGBUS on a full
         // host filesystem): allocate first, where ENOSPC is an error.
         self.allocate_range(off, buf.len())?;
-        // SAFETY: as in `read_at`; the mapping is writable (checked just
-        // above: `open` and `open_lazy` map read-write exactly when
-        // `writable`); the range is allocated in the file (`open`
-        // allocated all of it, `open_lazy` these chunks, just above).
-        unsafe {
-            std::ptr::copy_nonoverlapping(buf.as_ptr(), self.map.as_mut_ptr().add(at), buf.len());
-        }
+        debug_assert_eq!(at as u64, off);
+        self.copy_in(off, buf);
         Ok(())
+    }
+
+    /// Copy `buf` into the mapping at `off`: the device is writable, the
+    /// range in bounds and allocated in the file (every caller checked).
+    fn copy_in(&self, off: u64, buf: &[u8]) {
+        debug_assert!(self.writable && off + buf.len() as u64 <= self.size);
+        // SAFETY: as in `read_at` (`off..off + buf.len()` lies inside the
+        // mapping: both callers bounds-checked it with `range`); the
+        // mapping is writable (both callers checked `writable`: `open`
+        // and `open_lazy` map read-write exactly then); the range is
+        // allocated in the file (`open` allocated all of it; `open_lazy`
+        // these chunks in `write_mapped_at`, or a `pwrite` these pages:
+        // `pages_backed`), so no fault here can fail.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                buf.as_ptr(),
+                self.map.as_mut_ptr().add(off as usize),
+                buf.len(),
+            );
+        }
     }
 }
 

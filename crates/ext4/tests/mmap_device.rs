@@ -220,13 +220,14 @@ fn chunks_already_backed_are_mapped_from_the_open() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// A chunk that a lone writer fills through `pwrite` (the journal of a
-/// fresh image, which mkfs leaves as a hole, written by one committer) is
-/// marked allocated once it is backed whole, so later writes there go
-/// through the mapping; a chunk filled in part stays unmarked, and the
-/// check allocates nothing.
+/// Pages a lone writer allocated through `pwrite` are read and written
+/// through the mapping from then on, even inside a chunk that is still
+/// partly a hole (file data around blocks the allocator skipped; the
+/// journal of a fresh image, which mkfs leaves as a hole, written by one
+/// committer); a chunk all of whose pages were written is marked
+/// allocated whole, without allocating anything more.
 #[test]
-fn a_chunk_a_lone_writer_fills_moves_to_the_mapping() {
+fn pages_a_lone_writer_allocated_move_to_the_mapping() {
     let Some(dir) = shm_dir("lone") else {
         return;
     };
@@ -237,23 +238,57 @@ fn a_chunk_a_lone_writer_fills_moves_to_the_mapping() {
     for k in 0..256u64 {
         dev.write_at(8 * MIB + k * 4096, &block).unwrap();
     }
-    for k in 0..200u64 {
-        dev.write_at(9 * MIB + k * 4096, &block).unwrap();
+    // Every other page of chunk 9.
+    for k in 0..100u64 {
+        dev.write_at(9 * MIB + 2 * k * 4096, &block).unwrap();
     }
-    assert_eq!(dev.allocated_chunks(), vec![0, 8]);
-    assert_eq!(allocated(&img), 2 * MIB + 200 * 4096);
-    // Written again, by the mapping now for chunk 8: the bytes are there.
+    // Fewer, larger writes: 32 of 32 KiB fill chunk 12, the first from
+    // the end of chunk 11, the last into chunk 13.
+    let big: Vec<u8> = (0..32768u32).map(|i| (i % 241) as u8).collect();
+    dev.write_at(12 * MIB - 16384, &big).unwrap();
+    for k in 0..32u64 {
+        dev.write_at(12 * MIB + 16384 + k * 32768, &big).unwrap();
+    }
+    assert_eq!(dev.allocated_chunks(), vec![0, 8, 12]);
+    // Nothing allocated beyond the pages written.
+    assert_eq!(allocated(&img), 3 * MIB + 100 * 4096 + 2 * 16384);
+    // The written pages of chunk 9 are mapped, its holes are not.
+    assert!(dev.mapped(9 * MIB + 2 * 4096, 4096));
+    assert!(dev.mapped(9 * MIB + 2 * 4096 + 100, 3000));
+    assert!(!dev.mapped(9 * MIB + 4096, 4096));
+    assert!(
+        !dev.mapped(9 * MIB + 2 * 4096, 8192),
+        "a range reaching a hole"
+    );
+    assert!(!dev.mapped(9 * MIB + 200 * 4096, 4096));
+    // Written again, through the mapping now: the bytes are there, and
+    // reading a hole next to them still allocates nothing.
+    let (preads, pwrites) = dev.syscalls();
+    assert_eq!(pwrites, 256 + 100 + 33, "every write so far through pwrite");
     let other = vec![0xA5u8; 4096];
     dev.write_at(8 * MIB + 4096, &other).unwrap();
+    dev.write_at(9 * MIB + 4 * 4096, &other).unwrap();
     let mut b = vec![0u8; 4096];
     dev.read_at(8 * MIB + 4096, &mut b).unwrap();
     assert_eq!(b, other);
-    dev.read_at(9 * MIB + 4096, &mut b).unwrap();
+    dev.read_at(9 * MIB + 4 * 4096, &mut b).unwrap();
+    assert_eq!(b, other);
+    dev.read_at(9 * MIB + 6 * 4096, &mut b).unwrap();
     assert_eq!(b, block);
+    assert_eq!(dev.syscalls(), (preads, pwrites), "no system call since");
+    dev.read_at(9 * MIB + 5 * 4096, &mut b).unwrap();
+    assert!(b.iter().all(|&x| x == 0));
+    assert_eq!(
+        dev.syscalls(),
+        (preads + 1, pwrites),
+        "a hole through pread"
+    );
+    assert_eq!(allocated(&img), 3 * MIB + 100 * 4096 + 2 * 16384);
     dev.flush().unwrap();
     drop(dev);
     let file = std::fs::read(&img).unwrap();
     assert_eq!(&file[(8 * MIB + 4096) as usize..][..4096], &other[..]);
+    assert_eq!(&file[(9 * MIB + 4 * 4096) as usize..][..4096], &other[..]);
     assert_eq!(&file[(8 * MIB) as usize..][..4096], &block[..]);
     std::fs::remove_dir_all(&dir).unwrap();
 }
