@@ -50,6 +50,14 @@ impl std::ops::Deref for Block {
     }
 }
 
+impl Block {
+    /// The bytes to change: a copy of its own first where the block is
+    /// shared (the log holds it until its checkpoint).
+    fn make_mut(&mut self) -> &mut [u8] {
+        Arc::make_mut(&mut self.0).as_mut()
+    }
+}
+
 impl From<Vec<u8>> for Block {
     fn from(v: Vec<u8>) -> Block {
         Block(Arc::new(v.into_boxed_slice()))
@@ -71,7 +79,11 @@ fn shard_of(blk: u64) -> usize {
 }
 
 struct Buf {
-    data: Box<[u8]>,
+    /// Shared with the log (`take_dirty` hands out a count, not a copy):
+    /// the first change after a commit copies it (`Block::make_mut`), in
+    /// the handle that makes the change rather than in the commit, which
+    /// runs with the gate closed.
+    data: Block,
     dirty: bool,
     /// Journaled mode: the commit (count) whose checkpoint writes this
     /// block home; until then the device holds an older copy and the block
@@ -193,7 +205,7 @@ impl BufCache {
                     dev.read_at(blk * self.bs as u64, &mut data)?;
                 }
                 v.insert(Buf {
-                    data,
+                    data: Block(Arc::new(data)),
                     dirty: false,
                     stale: 0,
                     stamp: now,
@@ -207,7 +219,7 @@ impl BufCache {
             // Relaxed: under the shard lock; read as an estimate.
             self.dirty_of(blk).fetch_add(1, Ordering::Relaxed);
         }
-        let r = f(&mut b.data);
+        let r = f(b.data.make_mut());
         if newly {
             s.dirty_list.push(blk);
         }
@@ -268,8 +280,9 @@ impl BufCache {
         }
     }
 
-    /// Journaled mode, at a commit (no writer inside): copy out every dirty
-    /// block, mark it clean and stale until checkpoint `commit`.
+    /// Journaled mode, at a commit (no writer inside): hand out every
+    /// dirty block (shared, not copied: see `Buf::data`), mark it clean
+    /// and stale until checkpoint `commit`.
     pub fn take_dirty(&self, commit: u64) -> Vec<(u64, Block)> {
         let mut out = Vec::new();
         for (i, sh) in self.shards.iter().enumerate() {
@@ -278,7 +291,7 @@ impl BufCache {
             for blk in list {
                 if let Some(b) = s.map.get_mut(&blk) {
                     if b.dirty {
-                        out.push((blk, Block::from(&b.data[..])));
+                        out.push((blk, b.data.clone()));
                         b.dirty = false;
                         b.stale = commit;
                     }
@@ -297,7 +310,7 @@ impl BufCache {
         let mut s = self.shard(blk).lock();
         if let Some(b) = s.map.get_mut(&blk) {
             if b.dirty {
-                f(&mut b.data);
+                f(b.data.make_mut());
             }
         }
     }
