@@ -34,11 +34,17 @@ use scalevfs::fstype::{
 use scalevfs::{Errno, VfsResult};
 
 use crate::error::Result;
-use crate::format::inode::{RawInode, FL_EXTENTS};
+use crate::format::inode::{RawInode, FL_EXTENTS, FL_INLINE_DATA};
 use crate::fs::{Ext4, Mapping};
 
 /// EXT4_MAX_LOGICAL_BLOCK: the last logical block a request maps.
 const MAX_LOGICAL_BLOCK: u64 = 0xFFFF_FFFE;
+
+/// FIEMAP flags of an inline extent (linux/fiemap.h).
+const FIEMAP_EXTENT_NOT_ALIGNED: u32 = 0x100;
+const FIEMAP_EXTENT_DATA_INLINE: u32 = 0x200;
+/// Where `i_block` lies in an inode.
+const I_BLOCK_OFFSET: u64 = 0x28;
 
 impl Ext4 {
     /// The checks of ext4_fiemap_check_ranges and fiemap_prep, in their
@@ -82,7 +88,19 @@ impl Ext4 {
                 flags: fl,
             })
         };
-        if raw.flags & FL_EXTENTS != 0 {
+        if raw.flags & FL_INLINE_DATA != 0 {
+            // One extent: the data in the inode, addressed at its
+            // `i_block` (the kernel's `ext4_inline_data_iomap`).
+            if start < raw.size {
+                let (blk, inb, _) = self.inode_slot(raw.ino)?;
+                out.push(FiemapExtent {
+                    logical: 0,
+                    physical: blk * bs + inb as u64 + I_BLOCK_OFFSET,
+                    length: raw.size,
+                    flags: FIEMAP_EXTENT_DATA_INLINE | FIEMAP_EXTENT_NOT_ALIGNED,
+                });
+            }
+        } else if raw.flags & FL_EXTENTS != 0 {
             let (ex, _) = self.collect_extents(raw)?;
             let i = ex.partition_point(|e| u64::from(e.block) + u64::from(e.len) <= first);
             for e in &ex[i..] {

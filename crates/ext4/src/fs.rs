@@ -1461,9 +1461,8 @@ impl Ext4 {
                 format!("mode {:#o}", raw.mode),
             ));
         };
-        if raw.flags & inode::FL_INLINE_DATA != 0 {
-            // Images with inline_data are refused at open: the flag
-            // without the feature is corruption (EUCLEAN).
+        if raw.flags & inode::FL_INLINE_DATA != 0 && !self.sb.has_incompat(INCOMPAT_INLINE_DATA) {
+            // The flag without the feature is corruption (EUCLEAN).
             return Err(corrupt(
                 format!("inode {ino}"),
                 "inline data flag without the feature",
@@ -1683,6 +1682,11 @@ impl Ext4 {
             return Ok(0);
         }
         let want = (buf.len() as u64).min(raw.size - off) as usize;
+        if raw.flags & inode::FL_INLINE_DATA != 0 {
+            let d = self.inline_file(raw)?;
+            buf[..want].copy_from_slice(&d[off as usize..off as usize + want]);
+            return Ok(want);
+        }
         let bs = self.bs as u64;
         let mut done = 0usize;
         while done < want {
@@ -1727,7 +1731,8 @@ impl Ext4 {
             return Ok(None);
         }
         if raw.flags & inode::FL_EXTENTS == 0 {
-            // Block maps: the whole file is data (as the VFS default).
+            // Block maps and inline data: the whole file is data (as the
+            // VFS default).
             return Ok(Some(if data { off } else { raw.size }));
         }
         let bs = self.bs as u64;
@@ -1986,6 +1991,9 @@ impl Ext4 {
         if raw.file_type_bits() != libc::S_IFDIR {
             return Err(Error::Io(std::io::Error::from_raw_os_error(libc::ENOTDIR)));
         }
+        if raw.flags & inode::FL_INLINE_DATA != 0 {
+            return Ok(self.inline_dir(raw)?.0);
+        }
         let mut b = BlockBuf::zeroed(self.bs);
         self.dir_block(raw, 0, &mut b)?;
         let no = || corrupt(format!("directory {}", raw.ino), "no \"..\" entry");
@@ -2070,6 +2078,10 @@ impl Ext4 {
     }
 
     pub(crate) fn lookup_ino(&self, raw: &RawInode, name: &[u8]) -> Result<Option<u32>> {
+        if raw.flags & inode::FL_INLINE_DATA != 0 {
+            let (_, v) = self.inline_dir(raw)?;
+            return Ok(v.into_iter().find(|e| e.name == name).map(|e| e.inode));
+        }
         if self.is_htree(raw) {
             self.lookup_htree(raw, name)
         } else {
@@ -2085,6 +2097,27 @@ impl Ext4 {
     ) -> Result<()> {
         let bs = self.bs as u64;
         let start = cookie.saturating_sub(COOKIE_BASE);
+        if raw.flags & inode::FL_INLINE_DATA != 0 {
+            // Cookies are positions in the inline space (as the kernel's
+            // `ext4_read_inline_dir`, whose `.` and `..` the VFS adds).
+            let (_, v) = self.inline_dir(raw)?;
+            for e in v.into_iter().filter(|e| e.pos >= start) {
+                let file_type = match ft_from_dirent(e.file_type) {
+                    Some(t) => t,
+                    None => self.iget(e.inode)?.file_type(),
+                };
+                let ent = DirEntry {
+                    ino: u64::from(e.inode),
+                    next_cookie: e.next + COOKIE_BASE,
+                    file_type,
+                    name: e.name,
+                };
+                if !emit(ent) {
+                    return Ok(());
+                }
+            }
+            return Ok(());
+        }
         let n = self.dir_blocks(raw)?;
         let mut b = BlockBuf::zeroed(self.bs);
         let first = start / bs;
@@ -2128,6 +2161,85 @@ impl Ext4 {
         Ok(())
     }
 
+    /// The inline data of `raw` (an inode with `FL_INLINE_DATA`, on an
+    /// inline_data image): the 60 bytes of `i_block`, then the value of
+    /// its `system.data` attribute in the inode body, as the kernel's
+    /// `ext4_read_inline_data` joins them. Bounded by the inode's size.
+    fn inline_bytes(&self, raw: &RawInode) -> Result<Vec<u8>> {
+        let mut v = raw.block.to_vec();
+        let area = match self.ibody_area(raw)? {
+            Some((_, area)) => xattr::parse_ibody(&area, raw.ino)?,
+            None => Vec::new(),
+        };
+        match area
+            .into_iter()
+            .find(|e| e.index == INLINE_XATTR_INDEX && e.name == INLINE_XATTR_NAME)
+        {
+            Some(xattr::Entry {
+                value: xattr::Value::Here(d),
+                ..
+            }) => v.extend_from_slice(&d),
+            Some(_) => {
+                return Err(corrupt(
+                    format!("inode {}", raw.ino),
+                    "inline data in a value inode",
+                ))
+            }
+            None => {}
+        }
+        Ok(v)
+    }
+
+    /// An inline file's or symlink's bytes, exactly its size long.
+    fn inline_file(&self, raw: &RawInode) -> Result<Vec<u8>> {
+        let mut v = self.inline_bytes(raw)?;
+        if raw.size > v.len() as u64 {
+            return Err(corrupt(
+                format!("inode {}", raw.ino),
+                format!("size {} past its inline data ({} bytes)", raw.size, v.len()),
+            ));
+        }
+        v.truncate(raw.size as usize);
+        Ok(v)
+    }
+
+    /// An inline directory: its parent (the first 4 bytes of `i_block`)
+    /// and its live entries, from the rest of `i_block` and then from the
+    /// `system.data` value, each region a run of directory entries filling
+    /// it (no `.`, no checksum tail), as the kernel's ext4 lays them out.
+    fn inline_dir(&self, raw: &RawInode) -> Result<(u32, Vec<InlineEntry>)> {
+        let what = || format!("inline directory {}", raw.ino);
+        let d = self.inline_bytes(raw)?;
+        let parent = crate::format::le32(&d, 0);
+        if parent == 0 || parent > self.sb.inodes_count {
+            return Err(corrupt(what(), format!("parent inode {parent}")));
+        }
+        let filetype = self.sb.has_incompat(INCOMPAT_FILETYPE);
+        let mut out = Vec::new();
+        let i_block = raw.block.len();
+        for (base, region) in [(4, &d[4..i_block]), (i_block, &d[i_block..])] {
+            if region.is_empty() {
+                continue;
+            }
+            for e in dir::entries(region, false, filetype, &what)? {
+                if e.inode == 0 {
+                    continue;
+                }
+                if e.inode > self.sb.inodes_count {
+                    return Err(corrupt(what(), format!("entry names inode {}", e.inode)));
+                }
+                out.push(InlineEntry {
+                    pos: (base + e.offset) as u64,
+                    next: (base + e.offset + e.rec_len) as u64,
+                    inode: e.inode,
+                    file_type: e.file_type,
+                    name: e.name.to_vec(),
+                });
+            }
+        }
+        Ok((parent, out))
+    }
+
     fn read_link(&self, raw: &RawInode) -> Result<Vec<u8>> {
         let what = || format!("symlink {}", raw.ino);
         let len = raw.size as usize;
@@ -2136,6 +2248,9 @@ impl Ext4 {
         }
         if let Some(t) = fast_link(raw, self.bs) {
             return Ok(t.to_vec());
+        }
+        if raw.flags & inode::FL_INLINE_DATA != 0 {
+            return self.inline_file(raw);
         }
         // Read through the buffer cache: a read-write mount writes slow
         // symlink targets there (journaled metadata), and the home copy
@@ -2611,7 +2726,7 @@ impl Filesystem for Ext4 {
         let raw = Ext4::node(i)?;
         let e = vfs(self.xattrs(&raw))?
             .into_iter()
-            .find(|e| e.name == name)
+            .find(|e| e.name == name && e.index != INLINE_XATTR_INDEX)
             .ok_or(Errno::ENODATA)?;
         vfs(self.xattr_value(&raw, &e))
     }
@@ -2619,8 +2734,11 @@ impl Filesystem for Ext4 {
     fn listxattr(&self, i: &Arc<Inode>) -> VfsResult<Vec<Vec<u8>>> {
         let _g = self.inode_read_lock(i);
         let raw = Ext4::node(i)?;
+        // `system.data` (inline data) has no handler in the kernel's
+        // ext4 either: not listed.
         Ok(vfs(self.xattrs(&raw))?
             .into_iter()
+            .filter(|e| e.index != INLINE_XATTR_INDEX)
             .map(|e| e.name)
             .collect())
     }
@@ -2740,12 +2858,20 @@ fn check_rw(sb: &Superblock, journal: bool) -> Result<()> {
         )));
     }
     // New files, directories and slow symlinks are extent-mapped, and
-    // block-mapped files are read-only here: without the feature, nothing
-    // could be written that the image's readers accept.
+    // block-mapped files become extent-mapped when changed: without the
+    // feature, nothing could be written that the image's readers accept.
     if sb.feature_incompat & INCOMPAT_EXTENTS == 0 {
         return Err(Error::Incompatible(
             "an image without the extent feature (ext2/3) is read-only here: new files \
              would be extent-mapped; `tune2fs -O extent IMAGE` first, or mount read-only"
+                .into(),
+        ));
+    }
+    // Inline files and directories are read (`inline_data`), not written.
+    if sb.feature_incompat & INCOMPAT_INLINE_DATA != 0 {
+        return Err(Error::Incompatible(
+            "an image with inline_data is read-only here (inline files and directories are \
+             read, not written): mount read-only"
                 .into(),
         ));
     }
@@ -2829,4 +2955,19 @@ fn commit_thread(fs: std::sync::Weak<Ext4>, interval: u64) {
             }
         }
     }
+}
+
+/// The attribute that holds inline data past `i_block`: `system.data`
+/// (name index 7, the kernel's EXT4_XATTR_INDEX_SYSTEM_DATA).
+const INLINE_XATTR_INDEX: u8 = 7;
+const INLINE_XATTR_NAME: &[u8] = b"system.data";
+
+/// One live entry of an inline directory: its position in the inline
+/// space (the readdir cookie) and the next one's.
+struct InlineEntry {
+    pos: u64,
+    next: u64,
+    inode: u32,
+    file_type: u8,
+    name: Vec<u8>,
 }

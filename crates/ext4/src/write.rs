@@ -123,7 +123,7 @@ impl Ext4 {
 
     /// Where inode `ino` lies: its inode table block, the slot's offset
     /// in it, the slot's size.
-    fn inode_slot(&self, ino: u32) -> Result<(u64, usize, usize)> {
+    pub(crate) fn inode_slot(&self, ino: u32) -> Result<(u64, usize, usize)> {
         let ipg = self.sb.inodes_per_group;
         let g = (ino.wrapping_sub(1) / ipg) as usize;
         let idx = (ino.wrapping_sub(1) % ipg) as usize;

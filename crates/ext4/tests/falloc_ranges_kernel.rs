@@ -22,7 +22,6 @@ mod common;
 
 use std::ffi::CString;
 use std::os::unix::fs::FileExt;
-use std::path::Path;
 use std::sync::Arc;
 
 use common::*;
@@ -368,43 +367,6 @@ fn script(s: &dyn Sys, b: i64, max: i64, log: &mut Vec<String>) {
     for fd in fds {
         r("rnd close", s.close(fd));
     }
-}
-
-/// FS_IOC_FIEMAP = _IOWR('f', 11, struct fiemap).
-const FS_IOC_FIEMAP: libc::c_ulong = 0xC020_660B;
-
-/// The kernel's FIEMAP of `path` over `[start, start + len)`.
-fn kernel_fiemap(path: &Path, start: u64, len: u64) -> Result<Vec<FiemapExtent>, i32> {
-    let f = std::fs::File::open(path).unwrap();
-    use std::os::fd::AsRawFd;
-    fiemap_fd(f.as_raw_fd(), start, len)
-}
-
-/// The kernel's FIEMAP of the open file `fd`.
-fn fiemap_fd(fd: i32, start: u64, len: u64) -> Result<Vec<FiemapExtent>, i32> {
-    let n = 8192usize;
-    // struct fiemap (32 bytes) then n struct fiemap_extent (56 bytes).
-    let mut buf = vec![0u64; (32 + 56 * n) / 8];
-    buf[0] = start;
-    buf[1] = len;
-    buf[2] = u64::from(FIEMAP_FLAG_SYNC);
-    buf[3] = n as u64;
-    // SAFETY: the buffer is a struct fiemap with room for n extents.
-    let r = unsafe { libc::ioctl(fd, FS_IOC_FIEMAP, buf.as_mut_ptr()) };
-    cr(r.into())?;
-    let mapped = (buf[2] >> 32) as usize;
-    assert!(mapped < n);
-    Ok((0..mapped)
-        .map(|i| {
-            let x = &buf[4 + i * 7..4 + i * 7 + 7];
-            FiemapExtent {
-                logical: x[0],
-                physical: x[1],
-                length: x[2],
-                flags: x[5] as u32,
-            }
-        })
-        .collect())
 }
 
 /// Per logical block: unwritten or not, for the blocks allocated.

@@ -200,11 +200,12 @@ fn refusals_name_the_feature_or_object() {
     let src = s.0.join("src");
     std::fs::create_dir_all(src.join("d")).unwrap();
     std::fs::write(src.join("d/f"), b"data").unwrap();
-    let img = s.0.join("inline");
-    make_image(&src, &img, 4096, "8M", "inline_data");
+    // (inline_data is read, and refused read-write: tests/inline_data.rs.)
+    let img = s.0.join("encrypt");
+    make_image(&src, &img, 4096, "8M", "encrypt");
     let e = open_err(&img);
     assert!(matches!(e, scalevfs_ext4::Error::Incompatible(_)), "{e}");
-    assert!(e.to_string().contains("inline_data"), "{e}");
+    assert!(e.to_string().contains("encrypt"), "{e}");
 
     let img = s.0.join("recover");
     make_image(&src, &img, 4096, "8M", "");

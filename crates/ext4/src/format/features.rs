@@ -47,9 +47,10 @@ pub const INCOMPAT_INLINE_DATA: u32 = 0x8000;
 pub const INCOMPAT_ENCRYPT: u32 = 0x10000;
 pub const INCOMPAT_CASEFOLD: u32 = 0x20000;
 
-/// INCOMPAT features the reader handles. (EA_INODE only concerns extended
-/// attributes, which are not read; MMP matters to writers.)
-pub const INCOMPAT_SUPPORTED: u32 = INCOMPAT_FILETYPE
+/// INCOMPAT features the reader handles. (MMP matters to writers; a
+/// read-write open refuses it, and inline_data, in `fs.rs`.)
+pub const INCOMPAT_SUPPORTED: u32 = INCOMPAT_INLINE_DATA
+    | INCOMPAT_FILETYPE
     | INCOMPAT_META_BG
     | INCOMPAT_EXTENTS
     | INCOMPAT_64BIT
