@@ -531,6 +531,12 @@ impl Task {
         }
         // Relaxed: a value, written under pos_lock.
         f.pos.store(pos, Ordering::Relaxed);
+        // Linux's iterate_dir ends with file_accessed: a listing sets the
+        // directory's atime (relatime: the first listing after a change).
+        // After the directory lock goes: the filesystem may take it to
+        // store the time (ext4's setattr).
+        drop(_dl);
+        crate::fileops::touch_atime(&f);
         Ok(out)
     }
 

@@ -442,3 +442,68 @@ fn noatime_mount_leaves_atime_alone() {
     assert!(read_atime(&t) > 2000);
     t.close(fd).unwrap();
 }
+
+/// Listing a directory sets its atime as Linux's `iterate_dir` does
+/// (relatime: an atime not newer than the mtime is brought up to date,
+/// once), checked against the host's tmpfs where /dev/shm is one; a
+/// directory opened with O_NOATIME keeps its time.
+#[test]
+fn listing_a_directory_sets_its_atime_as_on_tmpfs() {
+    let vfs = Vfs::new();
+    let t = vfs.root_task();
+    t.mkdir("/d", 0o755).unwrap();
+    create(&t, "/d/x", 0o644);
+    let old = Timespec { sec: 1000, nsec: 0 };
+    let list = |flags: u32| {
+        t.utimensat(
+            AT_FDCWD,
+            "/d",
+            Some([old, Timespec { sec: 2000, nsec: 0 }]),
+            0,
+        )
+        .unwrap();
+        let fd = t.open("/d", O_RDONLY | O_DIRECTORY | flags, 0).unwrap();
+        let n = t.getdents(fd, 64).unwrap().len();
+        assert_eq!(n, 3);
+        let first = t.fstat(fd).unwrap().atime;
+        t.getdents(fd, 64).unwrap();
+        let second = t.fstat(fd).unwrap().atime;
+        t.close(fd).unwrap();
+        (first, second)
+    };
+    let (first, second) = list(0);
+    assert!(first.sec > 2000, "the listing set atime: {first:?}");
+    assert_eq!(second, first, "relatime: the next listing writes nothing");
+    assert_eq!(list(O_NOATIME).0, old, "O_NOATIME keeps it");
+    // The host's tmpfs does the same.
+    let shm = std::path::Path::new("/dev/shm");
+    if !shm.is_dir() {
+        eprintln!("SKIP host half: no /dev/shm");
+        return;
+    }
+    let d = shm.join(format!("scalevfs-diratime-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::write(d.join("x"), b"").unwrap();
+    let c = std::ffi::CString::new(d.as_os_str().as_encoded_bytes()).unwrap();
+    let times = [
+        libc::timespec {
+            tv_sec: 1000,
+            tv_nsec: 0,
+        },
+        libc::timespec {
+            tv_sec: 2000,
+            tv_nsec: 0,
+        },
+    ];
+    // SAFETY: plain syscall; `c` and `times` outlive it.
+    assert_eq!(
+        unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), times.as_ptr(), 0) },
+        0
+    );
+    let n = std::fs::read_dir(&d).unwrap().count();
+    assert_eq!(n, 1);
+    use std::os::unix::fs::MetadataExt;
+    let host = std::fs::metadata(&d).unwrap().atime();
+    std::fs::remove_dir_all(&d).unwrap();
+    assert!(host > 2000, "tmpfs set atime on a listing too: {host}");
+}
