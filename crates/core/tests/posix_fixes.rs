@@ -496,10 +496,8 @@ fn listing_a_directory_sets_its_atime_as_on_tmpfs() {
         },
     ];
     // SAFETY: plain syscall; `c` and `times` outlive it.
-    assert_eq!(
-        unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), times.as_ptr(), 0) },
-        0
-    );
+    let r = unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), times.as_ptr(), 0) };
+    assert_eq!(r, 0);
     let n = std::fs::read_dir(&d).unwrap().count();
     assert_eq!(n, 1);
     use std::os::unix::fs::MetadataExt;
