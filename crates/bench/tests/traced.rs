@@ -74,15 +74,17 @@ fn stat_and_mkdir_rmdir_move_no_parent_line() {
             .unwrap()
     };
     // The "before" variant takes each reference on the parent's count: the
-    // recorder sees that line move.
+    // recorder sees the parent dentry's lines move (summed: under load the
+    // moves split between its count and its lock word, 0.28 + 0.21 in one
+    // CI run beside a benchmark, against about 2 on an idle machine).
     let counted = row("counted-parent");
-    assert!(
-        counted
-            .top
-            .iter()
-            .any(|(l, n)| l.contains("core/dcache.rs") && *n > 0.5),
-        "{counted:?}"
-    );
+    let parent: f64 = counted
+        .top
+        .iter()
+        .filter(|(l, _)| l.contains("core/dcache.rs"))
+        .map(|(_, n)| n)
+        .sum();
+    assert!(parent > 0.3, "{counted:?}");
     let mk = row("default");
     assert!(mk.ops > 100, "{mk:?}");
     assert!(mk.shared_per_op < 2.0, "{mk:?}");

@@ -487,8 +487,9 @@ mod tests {
                     let blocks: Vec<(u64, Block)> = (0..n)
                         .map(|i| {
                             let mut d = vec![(t as u8).wrapping_add(i as u8) | 1; bs as usize];
-                            if i == 1 {
-                                // Starts with the journal magic: escaped.
+                            if i == 1 || i + 1 == n {
+                                // Starts with the journal magic: escaped
+                                // (inside and at the end of a commit).
                                 d[..4].copy_from_slice(&format::MAGIC.to_be_bytes());
                             }
                             (homes[(t as usize * 7 + i) % 300], Block::from(d))
