@@ -220,6 +220,21 @@ impl<'g> Page<'g> {
                 RETIRED.add(-1);
             })
         };
+        // crossbeam-epoch runs deferred frees a few bags at a time, on
+        // every 128th pin: a thread that overwrites 256 pages per call (a
+        // 1 MiB write) made garbage far faster than that, and a loop of
+        // overwrites of one 32 MiB file grew by 32 MiB a pass until the
+        // daemon ran out of memory (xfstests generic/208). So every
+        // `FLUSH_EVERY` retirements (one crossbeam bag) this thread hands
+        // its bag over and collects what is due (`Guard::flush`).
+        let n = RETIRED_HERE.with(|c| {
+            let n = c.get().wrapping_add(1);
+            c.set(n);
+            n
+        });
+        if n % FLUSH_EVERY == 0 {
+            g.flush();
+        }
     }
 }
 
@@ -231,6 +246,15 @@ impl<'g> Page<'g> {
 /// line for it; only `retired_pending` sums the slots.
 static RETIRED: std::sync::LazyLock<crate::percpu::ShardedCounter> =
     std::sync::LazyLock::new(crate::percpu::ShardedCounter::default);
+
+std::thread_local! {
+    /// Pages this thread retired (wrapping; see `Page::retire`).
+    static RETIRED_HERE: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Retirements between two `Guard::flush`es of a thread (crossbeam's bag
+/// holds 64 deferred functions).
+const FLUSH_EVERY: u32 = 64;
 
 /// See `RETIRED`.
 pub(crate) fn retired_pending() -> usize {
