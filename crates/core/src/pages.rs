@@ -232,7 +232,7 @@ impl<'g> Page<'g> {
             c.set(n);
             n
         });
-        if n % FLUSH_EVERY == 0 {
+        if n.is_multiple_of(FLUSH_EVERY) {
             g.flush();
         }
     }
