@@ -36,6 +36,23 @@ fn host_xattr_names(p: &Path) -> Vec<String> {
     v
 }
 
+/// The same names, and for each its mode, size, content and target.
+fn same_tree(ours: &BTreeMap<String, Node>, theirs: &BTreeMap<String, Node>, who: &str) {
+    assert_eq!(
+        ours.keys().collect::<Vec<_>>(),
+        theirs.keys().collect::<Vec<_>>(),
+        "names against {who}"
+    );
+    for (k, v) in theirs {
+        let o = &ours[k];
+        assert_eq!(
+            (o.mode, o.size, &o.content, &o.target),
+            (v.mode, v.size, &v.content, &v.target),
+            "{k} against {who}"
+        );
+    }
+}
+
 #[test]
 fn inline_files_and_directories_read_back_as_the_kernel_reads_them() {
     if !have_tools() {
@@ -131,18 +148,7 @@ fn inline_files_and_directories_read_back_as_the_kernel_reads_them() {
     let fs = scalevfs::fs::Fs::new(vfs.root_task());
     let ours = vfs_tree(&fs);
     let theirs: BTreeMap<_, _> = host_tree(&src);
-    assert_eq!(
-        ours.keys().collect::<Vec<_>>(),
-        theirs.keys().collect::<Vec<_>>()
-    );
-    for (k, v) in &theirs {
-        let o = &ours[k];
-        assert_eq!(
-            (o.mode, o.size, &o.content, &o.target),
-            (v.mode, v.size, &v.content, &v.target),
-            "{k}"
-        );
-    }
+    same_tree(&ours, &theirs, "the source");
     // Lookups by name in an inline directory, `..` from one, a miss.
     assert_eq!(fs.read("/few/deeper/two").unwrap(), pat(90));
     assert!(fs.metadata("/few/deeper/..").unwrap().is_dir());
@@ -190,18 +196,7 @@ fn inline_files_and_directories_read_back_as_the_kernel_reads_them() {
         .into_iter()
         .filter(|(k, _)| !k.starts_with("/lost+found"))
         .collect();
-    assert_eq!(
-        kernel.keys().collect::<Vec<_>>(),
-        ours.keys().collect::<Vec<_>>()
-    );
-    for (k, v) in &kernel {
-        let o = &ours[k];
-        assert_eq!(
-            (o.mode, o.size, &o.content, &o.target),
-            (v.mode, v.size, &v.content, &v.target),
-            "kernel {k}"
-        );
-    }
+    same_tree(&ours, &kernel, "the kernel");
     assert_eq!(host_xattr_names(&km.0.join("f10")), ["user.note"]);
     assert_eq!(
         kernel_fiemap(&km.0.join("f100"), 0, u64::MAX).unwrap(),
