@@ -9,6 +9,7 @@ mod common;
 use scalevfs::types::FileType;
 use scalevfs::Filesystem;
 use scalevfs_ext4::format::extent::{self, Node};
+use scalevfs_ext4::format::inode::RawInode;
 use scalevfs_ext4::{BlockDevice, Ext4, Ext4Options, Mapping, MemDevice};
 use std::panic::AssertUnwindSafe;
 
@@ -219,10 +220,28 @@ fn fuzz(features: &str, seed: u64) {
     run_fuzz(features, seed, 1, "", exercise);
 }
 
-/// A small image of a generated tree (`features`), then `cases` (default
-/// 150, `EXT4_FUZZ_CASES`; divided by `share`) corruptions of each target
-/// structure (1..8 random bytes set to 0, 0xff or anything), each given
-/// to `f` under `catch_unwind`: a panic fails the test, naming the case.
+/// The seed of a run: `seed`, mixed with `EXT4_FUZZ_SEED` when it is set,
+/// so that a long campaign (`EXT4_FUZZ_CASES=5000 EXT4_FUZZ_SEED=7`) tries
+/// corruptions CI never did; the panic message names the seed to replay.
+fn seed_of(seed: u64) -> u64 {
+    let extra: u64 = std::env::var("EXT4_FUZZ_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    seed ^ extra.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+/// Cases per target structure: `EXT4_FUZZ_CASES` (default 150) / `share`.
+fn cases(share: u64) -> u64 {
+    let cases: u64 = std::env::var("EXT4_FUZZ_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(150);
+    (cases / share).max(1)
+}
+
+/// A small image of a generated tree (`features`), then `cases(share)`
+/// corruptions of each target structure (`targets`), given to `f`.
 fn run_fuzz(features: &str, seed: u64, share: u64, mode: &str, f: fn(Vec<u8>)) {
     if !have_tools() {
         return;
@@ -233,16 +252,28 @@ fn run_fuzz(features: &str, seed: u64, share: u64, mode: &str, f: fn(Vec<u8>)) {
     let img = s.0.join("img");
     make_image(&src, &img, 1024, "12M", features);
     let pristine = std::fs::read(&img).unwrap();
-    f(pristine.clone());
-    let cases: u64 = std::env::var("EXT4_FUZZ_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(150);
-    let cases = (cases / share).max(1);
+    let t = targets(&pristine);
+    corrupt_each(&pristine, &t, seed, cases(share), mode, f);
+}
+
+/// `cases` corruptions of each target range of `pristine` (1..8 random
+/// bytes set to 0, 0xff or anything), each given to `f` under
+/// `catch_unwind`: a panic fails the test, naming the case. The pristine
+/// image goes first and must not panic either.
+fn corrupt_each(
+    pristine: &[u8],
+    targets: &[(&'static str, usize, usize)],
+    seed: u64,
+    cases: u64,
+    mode: &str,
+    f: fn(Vec<u8>),
+) {
+    f(pristine.to_vec());
+    let seed = seed_of(seed);
     let mut rng = Rng(seed);
-    for (what, start, len) in targets(&pristine) {
+    for &(what, start, len) in targets {
         for case in 0..cases {
-            let mut img = pristine.clone();
+            let mut img = pristine.to_vec();
             let flips = 1 + rng.below(8);
             for _ in 0..flips {
                 let at = start + rng.below(len as u64) as usize;
@@ -259,6 +290,156 @@ fn run_fuzz(features: &str, seed: u64, share: u64, mode: &str, f: fn(Vec<u8>)) {
             );
         }
     }
+}
+
+/// The block holding inode `ino`'s record in the inode table of `img`
+/// (group descriptors of 32 bytes or more; `inode_table_lo` only, which
+/// small images need).
+fn inode_block(fs: &Ext4, img: &[u8], ino: u32) -> (usize, usize) {
+    let bs = fs.block_size();
+    let sb = fs.superblock();
+    let per_group = sb.inodes_per_group as usize;
+    let group = (ino as usize - 1) / per_group;
+    let index = (ino as usize - 1) % per_group;
+    let gd_off = (sb.first_data_block as usize + 1) * bs + group * usize::from(sb.desc_size());
+    let table = u32::from_le_bytes(img[gd_off + 8..gd_off + 12].try_into().unwrap()) as usize;
+    (table * bs + index * sb.inode_size() / bs * bs, bs)
+}
+
+/// ext2/3-style files on an image that got the extent feature later
+/// (`tune2fs -O extent`): corrupt the inode table, a single indirect
+/// block, a double indirect block and a directory block, then mount
+/// read-write and change things, which turns the inodes reached into
+/// extent inodes first (`migrate_to_extents`). Errors are fine; a panic,
+/// a hang or a write to an image refused at mount fails.
+#[test]
+fn corrupt_block_mapped_images_written_never_panic() {
+    if !have_tools() {
+        return;
+    }
+    let s = Scratch::new("fuzz-blockmap");
+    let src = s.0.join("src");
+    build_tree(&src, 150, 60, 1024);
+    std::fs::write(src.join("double"), vec![0x5a; 300 * 1024]).unwrap();
+    let img = s.0.join("img");
+    make_image(&src, &img, 1024, "12M", "^extent,^64bit,^flex_bg");
+    tool_ok("tune2fs", &["-O", "extent"], &img);
+    let pristine = std::fs::read(&img).unwrap();
+    let fs = Ext4::open_device(
+        Box::new(MemDevice::new(pristine.clone())),
+        Ext4Options::default(),
+    )
+    .expect("pristine image opens");
+    let bs = fs.block_size();
+    let root = fs.read_inode(2).unwrap();
+    let ino = |name: &[u8]| fs.lookup_name(&root, name).unwrap().unwrap();
+    // i_block[12] is the single indirect block, i_block[13] the double.
+    let slot = |i: &RawInode, k: usize| {
+        u32::from_le_bytes(i.block[k * 4..k * 4 + 4].try_into().unwrap()) as usize
+    };
+    let frag = fs.read_inode(ino(b"frag")).unwrap();
+    assert!(frag.flags & 0x80000 == 0, "frag is extent-mapped");
+    let double = fs.read_inode(ino(b"double")).unwrap();
+    let (double_ind, single_ind) = (slot(&double, 13), slot(&frag, 12));
+    assert!(double_ind != 0 && single_ind != 0, "no indirect blocks");
+    let big = fs.read_inode(ino(b"big")).unwrap();
+    let Mapping::Data { pblk, .. } = fs.map_block(&big, 1).unwrap() else {
+        panic!("big has no second block")
+    };
+    let t = vec![
+        ("inode table (root)", inode_block(&fs, &pristine, 2).0, bs),
+        (
+            "inode table (frag)",
+            inode_block(&fs, &pristine, ino(b"frag")).0,
+            bs,
+        ),
+        ("single indirect block", single_ind * bs, bs),
+        ("double indirect block", double_ind * bs, bs),
+        ("directory block", pblk as usize * bs, bs),
+    ];
+    let frag_ino = ino(b"frag");
+    drop(fs);
+    // The pristine image takes the path the corrupt ones are meant to
+    // reach: exercise_rw's write into frag turns it into an extent inode.
+    {
+        let dev = std::sync::Arc::new(MemDevice::new(pristine.clone()));
+        let opts = Ext4Options {
+            ro: false,
+            ..Ext4Options::default()
+        };
+        let fs = Ext4::open_device(Box::new(dev.clone()), opts).expect("read-write mount");
+        let vfs = scalevfs::Vfs::with_root_fs(Default::default(), fs.clone());
+        let t = vfs.root_task();
+        let fd = t.open("/frag", scalevfs::O_RDWR, 0).unwrap();
+        t.pwrite(fd, &[9u8; 3000], 100).unwrap();
+        t.close(fd).unwrap();
+        drop(t);
+        drop(vfs);
+        fs.unmount().unwrap();
+        let mut now = vec![0u8; pristine.len()];
+        dev.read_at(0, &mut now).unwrap();
+        let again =
+            Ext4::open_device(Box::new(MemDevice::new(now)), Ext4Options::default()).unwrap();
+        let f = again.read_inode(frag_ino).unwrap();
+        assert!(f.flags & 0x80000 != 0, "frag was not migrated to extents");
+    }
+    corrupt_each(
+        &pristine,
+        &t,
+        0xBB67_AE85_84CA_A73B,
+        cases(4),
+        " (block-mapped, read-write)",
+        exercise_rw,
+    );
+}
+
+/// inline_data images (read-only): corrupt the inode table blocks of the
+/// root and of small inline files and directories (their bytes in
+/// `i_block` and the `system.data` attribute after the inode), then walk
+/// and read everything.
+#[test]
+fn corrupt_inline_data_images_never_panic() {
+    if !have_tools() {
+        return;
+    }
+    let s = Scratch::new("fuzz-inline");
+    let src = s.0.join("src");
+    build_tree(&src, 150, 60, 1024);
+    std::fs::create_dir_all(src.join("tiny")).unwrap();
+    for i in 0..3 {
+        std::fs::write(src.join(format!("tiny/f{i}")), vec![b'i'; 40 + 30 * i]).unwrap();
+    }
+    std::os::unix::fs::symlink("x".repeat(70), src.join("tiny/link")).unwrap();
+    let img = s.0.join("img");
+    make_image(&src, &img, 1024, "12M", "inline_data");
+    let pristine = std::fs::read(&img).unwrap();
+    let fs = Ext4::open_device(
+        Box::new(MemDevice::new(pristine.clone())),
+        Ext4Options::default(),
+    )
+    .expect("pristine image opens");
+    let bs = fs.block_size();
+    let root = fs.read_inode(2).unwrap();
+    let tiny = fs.lookup_name(&root, b"tiny").unwrap().unwrap();
+    let tiny_i = fs.read_inode(tiny).unwrap();
+    let f1 = fs.lookup_name(&tiny_i, b"f1").unwrap().unwrap();
+    assert!(tiny_i.flags & 0x1000_0000 != 0, "tiny is not inline");
+    let mut t = vec![("inode table (root)", inode_block(&fs, &pristine, 2).0, bs)];
+    for (what, n) in [("inode table (tiny)", tiny), ("inode table (tiny/f1)", f1)] {
+        let (at, len) = inode_block(&fs, &pristine, n);
+        if !t.iter().any(|&(_, a, _)| a == at) {
+            t.push((what, at, len));
+        }
+    }
+    drop(fs);
+    corrupt_each(
+        &pristine,
+        &t,
+        0x3C6E_F372_FE94_F82B,
+        cases(1),
+        " (inline_data)",
+        exercise,
+    );
 }
 
 /// The write side on corrupt images: a quarter of the cases, mounted
