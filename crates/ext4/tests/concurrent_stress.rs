@@ -17,7 +17,8 @@
 //! what a remount shows and what the kernel's ext4 reads from the image
 //! (names, modes, sizes, link counts, nanosecond mtimes, contents, symlink
 //! targets, extended attributes), and `e2fsck -fn` must pass. Run at 1 KiB
-//! blocks (deeper extent trees, more htree splits) and at 4 KiB.
+//! blocks (deeper extent trees, more htree splits) and at 4 KiB, and with
+//! the orphan list instead of the orphan file.
 
 mod common;
 
@@ -263,13 +264,14 @@ fn xattr_tree(t: &Task, tree: &BTreeMap<String, Node>) -> BTreeMap<String, Xattr
         .collect()
 }
 
-/// `EXT4_STRESS_SEED` mixes into the seed and `EXT4_STRESS_OPS` sets the
-/// operations per thread, for longer campaigns than CI's.
+/// `EXT4_STRESS_SEED` mixes into the seed, `EXT4_STRESS_OPS` sets the
+/// operations per thread and `EXT4_STRESS_THREADS` the threads, for longer
+/// campaigns than CI's.
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
 
-fn stress(tag: &str, bs: usize, seed: u64) {
+fn stress(tag: &str, bs: usize, list: bool, seed: u64) {
     if !have_tools() {
         return;
     }
@@ -278,9 +280,14 @@ fn stress(tag: &str, bs: usize, seed: u64) {
             .unwrap_or(0)
             .wrapping_mul(0x9E37_79B9_7F4A_7C15);
     let ops = env_u64("EXT4_STRESS_OPS").map_or(OPS, |n| n as usize);
-    eprintln!("{tag}: seed {seed:#x}, {ops} operations per thread");
+    let threads = env_u64("EXT4_STRESS_THREADS").map_or(THREADS, |n| n.clamp(1, 64) as usize);
+    eprintln!("{tag}: seed {seed:#x}, {threads} threads, {ops} operations each");
     let s = Scratch::new(tag);
-    let img = fresh(&s.0, bs, "96M");
+    let img = if list {
+        fresh_list(&s.0, bs, "96M")
+    } else {
+        fresh(&s.0, bs, "96M")
+    };
     let (e, vfs) = mount(&img);
     let vfs = Arc::new(vfs);
     {
@@ -291,7 +298,7 @@ fn stress(tag: &str, bs: usize, seed: u64) {
         }
     }
     let models = std::thread::scope(|sc| {
-        (0..THREADS)
+        (0..threads)
             .map(|k| {
                 let vfs = vfs.clone();
                 sc.spawn(move || {
@@ -381,10 +388,18 @@ fn stress(tag: &str, bs: usize, seed: u64) {
 
 #[test]
 fn threads_changing_one_tree_at_1k_blocks() {
-    stress("stress1k", 1024, 0x5151_7A7A_0001);
+    stress("stress1k", 1024, false, 0x5151_7A7A_0001);
 }
 
 #[test]
 fn threads_changing_one_tree_at_4k_blocks() {
-    stress("stress4k", 4096, 0x5151_7A7A_0004);
+    stress("stress4k", 4096, false, 0x5151_7A7A_0004);
+}
+
+/// The same with the orphan list (`s_last_orphan`, one mutex) instead of
+/// the orphan file: files unlinked while open are chained through their
+/// inodes while other threads create and remove names.
+#[test]
+fn threads_changing_one_tree_with_the_orphan_list() {
+    stress("stresslist", 4096, true, 0x5151_7A7A_0005);
 }
