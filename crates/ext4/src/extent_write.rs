@@ -45,7 +45,7 @@ use scalevfs::inode::Inode;
 
 use crate::error::{corrupt, Result};
 use crate::format::extent::{self, Extent, Index, Node as ExtNode, INIT_MAX_LEN};
-use crate::format::inode::{RawInode, FL_EXTENTS, I_BLOCK_LEN};
+use crate::format::inode::{RawInode, FL_EXTENTS, FL_INLINE_DATA, I_BLOCK_LEN};
 use crate::fs::{Ext4, Ext4Inode};
 use crate::util::{errno, now, BlockBuf};
 use scalevfs_orphan::OrphanSlot;
@@ -455,7 +455,8 @@ impl Ext4 {
     /// (`migrate_to_extents`), in the caller's handle, where `migrate`
     /// (write, truncate, punch hole, which the kernel's ext4 does on such
     /// files); else (fallocate's other modes, extent-only in the kernel's
-    /// ext4 too) it is EOPNOTSUPP.
+    /// ext4 too) it is EOPNOTSUPP. An inline file moves out to a block
+    /// first (`uninline`), for every change.
     fn file_raw<'a>(
         &self,
         inode: &'a Inode,
@@ -466,6 +467,12 @@ impl Ext4 {
             .ok_or_else(|| errno(libc::EIO))?;
         let g = ei.data.write();
         let mut raw = ei.raw();
+        if raw.flags & FL_INLINE_DATA != 0 {
+            // Inline data moves out to a block first, whatever the change
+            // (the kernel's ext4 converts for fallocate too).
+            self.check(self.uninline(&mut raw))?;
+            ei.set_raw(raw.clone());
+        }
         if raw.flags & FL_EXTENTS == 0 {
             if !migrate
                 || raw.file_type_bits() != libc::S_IFREG

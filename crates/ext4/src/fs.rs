@@ -2191,7 +2191,7 @@ impl Ext4 {
     }
 
     /// An inline file's or symlink's bytes, exactly its size long.
-    fn inline_file(&self, raw: &RawInode) -> Result<Vec<u8>> {
+    pub(crate) fn inline_file(&self, raw: &RawInode) -> Result<Vec<u8>> {
         let mut v = self.inline_bytes(raw)?;
         if raw.size > v.len() as u64 {
             return Err(corrupt(
@@ -2207,7 +2207,7 @@ impl Ext4 {
     /// and its live entries, from the rest of `i_block` and then from the
     /// `system.data` value, each region a run of directory entries filling
     /// it (no `.`, no checksum tail), as the kernel's ext4 lays them out.
-    fn inline_dir(&self, raw: &RawInode) -> Result<(u32, Vec<InlineEntry>)> {
+    pub(crate) fn inline_dir(&self, raw: &RawInode) -> Result<(u32, Vec<InlineEntry>)> {
         let what = || format!("inline directory {}", raw.ino);
         let d = self.inline_bytes(raw)?;
         let parent = crate::format::le32(&d, 0);
@@ -2442,6 +2442,7 @@ impl Filesystem for Ext4 {
         node: NewNode<'_>,
         owner: (u32, u32),
     ) -> VfsResult<Arc<Inode>> {
+        vfs(self.uninline_dirs(&[dir]))?;
         vfs(self.journaled(|| self.create_node(dir, name, node.clone(), owner)))
     }
 
@@ -2455,14 +2456,17 @@ impl Filesystem for Ext4 {
     }
 
     fn link(&self, dir: &Arc<Inode>, name: &[u8], inode: &Arc<Inode>) -> VfsResult<()> {
+        vfs(self.uninline_dirs(&[dir]))?;
         vfs(self.journaled(|| self.add_link(dir, name, inode)))
     }
 
     fn unlink(&self, dir: &Arc<Inode>, name: &[u8], inode: &Arc<Inode>) -> VfsResult<()> {
+        vfs(self.uninline_dirs(&[dir]))?;
         vfs(self.journaled(|| self.remove_name(dir, name, inode, false)))
     }
 
     fn rmdir(&self, dir: &Arc<Inode>, name: &[u8], inode: &Arc<Inode>) -> VfsResult<()> {
+        vfs(self.uninline_dirs(&[dir]))?;
         vfs(self.journaled(|| self.remove_name(dir, name, inode, true)))
     }
 
@@ -2479,6 +2483,17 @@ impl Filesystem for Ext4 {
         if self.rw.is_none() {
             return Err(Errno::EROFS);
         }
+        // Inline directories whose entries change, and a directory moved
+        // to another parent (its `..`), move out to a block first.
+        let across = !Arc::ptr_eq(old_dir, new_dir);
+        let mut conv = vec![old_dir, new_dir];
+        if across {
+            conv.push(moved);
+            if exchange {
+                conv.extend(replaced);
+            }
+        }
+        vfs(self.uninline_dirs(&conv))?;
         if exchange {
             let other = replaced.ok_or(Errno::ENOENT)?;
             return vfs(self.journaled(|| {
@@ -2867,14 +2882,8 @@ fn check_rw(sb: &Superblock, journal: bool) -> Result<()> {
                 .into(),
         ));
     }
-    // Inline files and directories are read (`inline_data`), not written.
-    if sb.feature_incompat & INCOMPAT_INLINE_DATA != 0 {
-        return Err(Error::Incompatible(
-            "an image with inline_data is read-only here (inline files and directories are \
-             read, not written): mount read-only"
-                .into(),
-        ));
-    }
+    // inline_data: inline files and directories move out to a block when
+    // they change (`inline_write.rs`); new ones are never inline.
     // MMP needs its block kept alive. (EA_INODE is written: `ea_inode.rs`.)
     if sb.feature_incompat & INCOMPAT_MMP != 0 {
         return Err(Error::Incompatible(format!(
@@ -2964,10 +2973,10 @@ const INLINE_XATTR_NAME: &[u8] = b"system.data";
 
 /// One live entry of an inline directory: its position in the inline
 /// space (the readdir cookie) and the next one's.
-struct InlineEntry {
+pub(crate) struct InlineEntry {
     pos: u64,
     next: u64,
-    inode: u32,
-    file_type: u8,
-    name: Vec<u8>,
+    pub(crate) inode: u32,
+    pub(crate) file_type: u8,
+    pub(crate) name: Vec<u8>,
 }

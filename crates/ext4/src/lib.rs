@@ -23,6 +23,7 @@ mod extent_write;
 mod fiemap;
 pub mod format;
 mod fs;
+mod inline_write;
 pub mod journal;
 pub mod mkfs;
 mod open;

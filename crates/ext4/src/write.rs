@@ -31,7 +31,7 @@ use scalevfs_sync::ordered::Class;
 const LINK_MAX: u16 = 65000;
 
 /// An empty depth-0 extent root for `i_block`.
-fn empty_extent_root() -> [u8; I_BLOCK_LEN] {
+pub(crate) fn empty_extent_root() -> [u8; I_BLOCK_LEN] {
     let mut b = [0u8; I_BLOCK_LEN];
     b[0..2].copy_from_slice(&extent::EXTENT_MAGIC.to_le_bytes());
     b[4..6].copy_from_slice(&4u16.to_le_bytes());
@@ -249,7 +249,7 @@ impl Ext4 {
 
     /// Append block `pblk` as logical block `lblk` of `raw` (an extent
     /// inode whose tree is the inode's own root, depth 0).
-    fn extent_append(&self, raw: &mut RawInode, lblk: u32, pblk: u64) -> Result<()> {
+    pub(crate) fn extent_append(&self, raw: &mut RawInode, lblk: u32, pblk: u64) -> Result<()> {
         if raw.flags & FL_EXTENTS == 0 {
             return Err(errno(libc::EOPNOTSUPP));
         }

@@ -85,12 +85,12 @@ pub(crate) struct Slot {
 }
 
 /// An inode's attributes as stored.
-struct Stored {
+pub(crate) struct Stored {
     /// The in-inode area (offset in the slot, length); `None` without one.
-    area: Option<(usize, usize)>,
-    body: Vec<RawEntry>,
+    pub(crate) area: Option<(usize, usize)>,
+    pub(crate) body: Vec<RawEntry>,
     /// The xattr block's refcount and entries (none: `i_file_acl` is 0).
-    block: Option<(u32, Vec<RawEntry>)>,
+    pub(crate) block: Option<(u32, Vec<RawEntry>)>,
 }
 
 fn same(e: &RawEntry, index: u8, name: &[u8]) -> bool {
@@ -138,7 +138,7 @@ impl Ext4 {
         self.sb.has_metadata_csum().then(|| self.sb.csum_seed())
     }
 
-    fn stored_xattrs(&self, raw: &RawInode) -> Result<Stored> {
+    pub(crate) fn stored_xattrs(&self, raw: &RawInode) -> Result<Stored> {
         let (area, body) = match self.ibody_area(raw)? {
             Some((start, bytes)) => (
                 Some((start, bytes.len())),
@@ -328,7 +328,7 @@ impl Ext4 {
     /// then the inode with its body, `i_file_acl` and `i_blocks` (which
     /// carries the value inodes' sizes). `fresh`: a value inode just made
     /// for this change (it has its user already).
-    fn store_xattrs(
+    pub(crate) fn store_xattrs(
         &self,
         raw: &mut RawInode,
         st: &Stored,

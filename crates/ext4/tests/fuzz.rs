@@ -393,10 +393,10 @@ fn corrupt_block_mapped_images_written_never_panic() {
     );
 }
 
-/// inline_data images (read-only): corrupt the inode table blocks of the
-/// root and of small inline files and directories (their bytes in
-/// `i_block` and the `system.data` attribute after the inode), then walk
-/// and read everything.
+/// inline_data images: corrupt the inode table blocks of the root and of
+/// small inline files and directories (their bytes in `i_block` and the
+/// `system.data` attribute after the inode), then walk and read
+/// everything; and mounted read-write, change things (`exercise_rw`).
 #[test]
 fn corrupt_inline_data_images_never_panic() {
     if !have_tools() {
@@ -439,6 +439,16 @@ fn corrupt_inline_data_images_never_panic() {
         cases(1),
         " (inline_data)",
         exercise,
+    );
+    // Read-write: files and directories reached are written, which moves
+    // inline ones out to blocks (`inline_write.rs`).
+    corrupt_each(
+        &pristine,
+        &t,
+        0x510E_527F_ADE6_82D1,
+        cases(4),
+        " (inline_data, read-write)",
+        exercise_rw,
     );
 }
 

@@ -200,7 +200,7 @@ fn refusals_name_the_feature_or_object() {
     let src = s.0.join("src");
     std::fs::create_dir_all(src.join("d")).unwrap();
     std::fs::write(src.join("d/f"), b"data").unwrap();
-    // (inline_data is read, and refused read-write: tests/inline_data.rs.)
+    // (inline_data is read and written: tests/inline_data.rs.)
     let img = s.0.join("encrypt");
     make_image(&src, &img, 4096, "8M", "encrypt");
     let e = open_err(&img);
