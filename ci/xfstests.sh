@@ -318,7 +318,24 @@ export TEST_FS_MOUNT_OPTS="-oallow_other,default_permissions"
 export RESULT_BASE=$work/results
 EOF
 
+# CPUs offline before the run: generic/650 (CPU hotplug) takes CPUs
+# offline and back; a run stopped in the middle of it would leave them
+# offline, so cleanup brings back every CPU that was online at the start.
+offline_at_start=""
+for f in /sys/devices/system/cpu/cpu[0-9]*/online; do
+  [ -r "$f" ] && [ "$(cat "$f")" = 0 ] && offline_at_start="$offline_at_start $f"
+done
+
 cleanup() {
+  local f
+  for f in /sys/devices/system/cpu/cpu[0-9]*/online; do
+    if [ -w "$f" ] && [ "$(cat "$f")" = 0 ]; then
+      case " $offline_at_start " in
+        *" $f "*) ;;
+        *) echo 1 > "$f" 2> /dev/null && echo "xfstests: brought ${f%/online} back online" ;;
+      esac
+    fi
+  done
   for d in "$mnt/test" "$mnt/scratch"; do
     mountpoint -q "$d" && { umount "$d" 2> /dev/null || umount -l "$d"; }
   done
