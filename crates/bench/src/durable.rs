@@ -4,6 +4,9 @@
 //!   directory, writes 4 KiB, fsyncs and closes it (and removes the file
 //!   it made 1,000 files earlier, to stay inside the image). Ops/s, and for the
 //!   scalevfs library the journal's fsyncs per commit (group commit).
+//! - **nofsync**: the same without the fsync (commits come from the
+//!   commit thread or a full transaction): what durability costs, and how
+//!   the work besides the commit scales.
 //! - **creat-clo** (seed 002 on disk): each thread creates, closes and
 //!   unlinks its own name in one shared directory; every unlink makes an
 //!   orphan that the commit frees. The library with the orphan file, with
@@ -49,7 +52,7 @@ pub const TARGETS: &[&str] = &[
     "kernel",
 ];
 /// The workloads.
-pub const WORKLOADS: &[&str] = &["fsync", "creat-clo"];
+pub const WORKLOADS: &[&str] = &["fsync", "nofsync", "creat-clo"];
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -223,7 +226,7 @@ fn measure(t: &dyn Target, workload: &str, threads: usize, secs: f64) -> io::Res
                 let (stop, total, go, data) = (&stop, &total, &go, &data);
                 s.spawn(move || -> io::Result<()> {
                     let dir = format!("t{k}");
-                    if workload == "fsync" {
+                    if workload != "creat-clo" {
                         match t.mkdir(&dir) {
                             Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
                                 go.wait();
@@ -237,8 +240,9 @@ fn measure(t: &dyn Target, workload: &str, threads: usize, secs: f64) -> io::Res
                     let r = (|| {
                         // Relaxed: a stop flag; the join orders the rest.
                         while !stop.load(Ordering::Relaxed) {
-                            if workload == "fsync" {
-                                t.create(&format!("{dir}/f{n}"), data, true)?;
+                            if workload != "creat-clo" {
+                                let sync = workload == "fsync";
+                                t.create(&format!("{dir}/f{n}"), data, sync)?;
                                 // At most 1,000 files per thread, so that a
                                 // long run on a fast target stays inside the
                                 // image's inodes and blocks.

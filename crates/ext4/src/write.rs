@@ -30,6 +30,48 @@ use scalevfs_sync::ordered::Class;
 /// (dir_nlink).
 const LINK_MAX: u16 = 65000;
 
+/// Grow the `i_extra_isize` of an existing inode's slot to 32 (the room
+/// the slot has, as for new inodes), as the kernel's
+/// `ext4_try_to_expand_extra_isize` does when it dirties an inode of an
+/// image whose inodes were made smaller (an older mke2fs or kernel): the
+/// fields it gains (nanosecond times, crtime, i_checksum_hi) start zeroed
+/// and are filled by the encoder, and the in-inode attributes move up to
+/// the area's new start, re-encoded. Left as it is where they would not
+/// fit the smaller area (the kernel would move some to the xattr block),
+/// where the body does not parse, or where `i_extra_isize` is no multiple
+/// of 4.
+fn grow_extra_isize(slot: &mut [u8], ino: u32) {
+    use crate::format::xattr;
+    const BASE: usize = 128;
+    let isz = slot.len();
+    if isz <= BASE {
+        return;
+    }
+    let want = 32usize.min(isz - BASE);
+    let old = usize::from(u16::from_le_bytes([slot[0x80], slot[0x81]]));
+    if old >= want || old % 4 != 0 || BASE + old > isz {
+        return;
+    }
+    // Without i_extra_isize no body is read or written (the kernel's
+    // rule): the bytes past 128 are unused.
+    let entries = if old == 0 {
+        Vec::new()
+    } else {
+        match xattr::parse_ibody_raw(&slot[BASE + old..], ino) {
+            Ok(v) => v,
+            Err(_) => return,
+        }
+    };
+    let Some(body) = xattr::encode_ibody(&entries, isz - BASE - want) else {
+        return;
+    };
+    // The fields i_extra_isize now covers, then the body behind them.
+    let from = if old == 0 { 0x80 } else { BASE + old };
+    slot[from..].fill(0);
+    slot[0x80..0x82].copy_from_slice(&(want as u16).to_le_bytes());
+    slot[BASE + want..].copy_from_slice(&body);
+}
+
 /// An empty depth-0 extent root for `i_block`.
 pub(crate) fn empty_extent_root() -> [u8; I_BLOCK_LEN] {
     let mut b = [0u8; I_BLOCK_LEN];
@@ -156,6 +198,9 @@ impl Ext4 {
                     }
                     raw.ctime
                 });
+                if !new {
+                    grow_extra_isize(slot, raw.ino);
+                }
                 raw.encode(sb, slot, crtime);
             })?;
             Ok(())
@@ -190,6 +235,10 @@ impl Ext4 {
         let r = rw.bufs.modify(io.dev, blk, true, |b| {
             let slot = &mut b[inb..inb + isz];
             let mut r = RawInode::parse(sb, ino, slot)?;
+            // Atomic with the stamp: the layout moves inside this change
+            // (after the parse, which checks the old checksum; the encode
+            // below stores the new one).
+            grow_extra_isize(slot, ino);
             if mtime {
                 r.mtime = t;
             }

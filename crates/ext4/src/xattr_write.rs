@@ -134,6 +134,20 @@ impl Ext4 {
         Ok(Some((start, slot[start..].to_vec())))
     }
 
+    /// Whether `raw`'s slot has an `i_extra_isize` below the 32 bytes
+    /// (or the room the slot has) that `write_inode` grows it to.
+    fn extra_isize_short(&self, raw: &RawInode) -> Result<bool> {
+        let isz = self.sb.inode_size();
+        if isz <= GOOD_OLD_INODE_SIZE {
+            return Ok(false);
+        }
+        let s = self.slot_of(raw.ino)?;
+        let mut b = BlockBuf::zeroed(self.bs);
+        self.read_block(s.blk, &mut b)?;
+        let extra = usize::from(u16::from_le_bytes([b[s.off + 0x80], b[s.off + 0x81]]));
+        Ok(extra < 32.min(isz - GOOD_OLD_INODE_SIZE))
+    }
+
     fn xattr_csum_seed(&self) -> Option<u32> {
         self.sb.has_metadata_csum().then(|| self.sb.csum_seed())
     }
@@ -194,6 +208,12 @@ impl Ext4 {
             .ok_or_else(|| errno(libc::EIO))?;
         let g = self.inode_change_lock(inode, ei);
         let mut raw = ei.raw();
+        if self.extra_isize_short(&raw)? {
+            // An inode of an older layout gets its full i_extra_isize
+            // first (`write_inode` grows it), so that the area read below
+            // is the one written back.
+            self.write_inode(&raw, false)?;
+        }
         let st = self.check(self.stored_xattrs(&raw))?;
         let in_body = st.body.iter().position(|e| same(e, index, suffix));
         let in_block = st
