@@ -91,6 +91,13 @@ struct Buf {
     stale: u64,
     /// Last use, for eviction (the shard's own clock).
     stamp: u64,
+    /// The content's generation: the shard clock at its last change (or
+    /// load). Unique within the shard, so a generation names one content.
+    gen: u64,
+    /// The generation whose checksum a reader verified (`mark_verified`;
+    /// 0: none), as the kernel's `buffer_verified`: a block read again
+    /// unchanged is not checked again.
+    verified: u64,
 }
 
 #[derive(Default)]
@@ -184,6 +191,42 @@ impl BufCache {
         Ok(())
     }
 
+    /// `read`, and for a cached copy its generation and whether a reader
+    /// verified that generation's checksum (`mark_verified`). `None`: not
+    /// cached (read from the device; nothing to remember it by).
+    pub fn read_gen(
+        &self,
+        dev: &dyn BlockDevice,
+        blk: u64,
+        out: &mut [u8],
+    ) -> io::Result<Option<(u64, bool)>> {
+        {
+            let s = self.shard(blk).lock();
+            if let Some(b) = s.map.get(&blk) {
+                out.copy_from_slice(&b.data);
+                return Ok(Some((b.gen, b.verified == b.gen)));
+            }
+        }
+        dev.read_at(blk * self.bs as u64, out)?;
+        let s = self.shard(blk).lock();
+        if let Some(b) = s.map.get(&blk) {
+            out.copy_from_slice(&b.data);
+            return Ok(Some((b.gen, b.verified == b.gen)));
+        }
+        Ok(None)
+    }
+
+    /// Remember that generation `gen` of cached block `blk` passed its
+    /// checksum (nothing if the block changed or left the cache since).
+    pub fn mark_verified(&self, blk: u64, gen: u64) {
+        let mut s = self.shard(blk).lock();
+        if let Some(b) = s.map.get_mut(&blk) {
+            if b.gen == gen {
+                b.verified = gen;
+            }
+        }
+    }
+
     /// Run `f` on block `blk` in the cache and mark it dirty. With `load`
     /// the block is read from the device if absent; without, an absent
     /// block starts zeroed (a block the caller is about to fill whole).
@@ -209,10 +252,14 @@ impl BufCache {
                     dirty: false,
                     stale: 0,
                     stamp: now,
+                    gen: now,
+                    verified: 0,
                 })
             }
         };
         b.stamp = now;
+        // A change makes a new content: verified again on its next read.
+        b.gen = now;
         let newly = !b.dirty;
         if newly {
             b.dirty = true;
@@ -375,5 +422,34 @@ mod tests {
         }
         let row: std::collections::HashSet<usize> = (1000..1064).map(shard_of).collect();
         assert_eq!(row.len(), SHARDS);
+    }
+
+    /// A verified mark holds for the generation it names only: a change
+    /// (even one that writes the same bytes) makes the next read check
+    /// again, a mark for an older generation is ignored, and a block not
+    /// in the cache has no generation at all.
+    #[test]
+    fn verified_marks_follow_the_content() {
+        let dev = crate::MemDevice::new(vec![7u8; 16 * 1024]);
+        let c = BufCache::new(1024, 64);
+        let mut b = vec![0u8; 1024];
+        assert_eq!(c.read_gen(&dev, 3, &mut b).unwrap(), None, "not cached");
+        c.modify(&dev, 3, true, |x| x[0] = 1).unwrap();
+        let (g1, ok) = c.read_gen(&dev, 3, &mut b).unwrap().unwrap();
+        assert!(!ok, "a fresh change is not verified");
+        assert_eq!((b[0], b[1]), (1, 7));
+        c.mark_verified(3, g1);
+        assert_eq!(c.read_gen(&dev, 3, &mut b).unwrap(), Some((g1, true)));
+        c.modify(&dev, 3, true, |x| x[0] = 1).unwrap();
+        let (g2, ok) = c.read_gen(&dev, 3, &mut b).unwrap().unwrap();
+        assert!(g2 != g1 && !ok, "a change drops the mark");
+        c.mark_verified(3, g1);
+        assert_eq!(
+            c.read_gen(&dev, 3, &mut b).unwrap(),
+            Some((g2, false)),
+            "a stale mark is ignored"
+        );
+        c.forget(3);
+        assert_eq!(c.read_gen(&dev, 3, &mut b).unwrap(), None);
     }
 }

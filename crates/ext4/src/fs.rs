@@ -233,9 +233,21 @@ pub enum Mapping {
     Hole { count: u64 },
 }
 
-/// A visit of a directory leaf block (logical number, bytes) that may
-/// return what it looked for (`Ext4::htree_search`).
-pub(crate) type LeafVisit<'a, T> = dyn FnMut(u32, &[u8]) -> Result<Option<T>> + 'a;
+/// A visit of a directory leaf block (logical number, bytes, how it was
+/// read) that may return what it looked for (`Ext4::htree_search`).
+pub(crate) type LeafVisit<'a, T> = dyn FnMut(u32, &[u8], &MetaRead) -> Result<Option<T>> + 'a;
+
+/// How a metadata block was read (`Ext4::read_meta`): where it lies and,
+/// for a copy from the buffer cache, its generation and whether a reader
+/// verified that generation's checksum already (the kernel's
+/// `buffer_verified`): a directory block read again unchanged is not
+/// checked again.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct MetaRead {
+    pub(crate) pblk: u64,
+    gen: Option<u64>,
+    verified: bool,
+}
 
 /// Shards of the inode cache.
 const ICACHE_SHARDS: usize = 16;
@@ -513,6 +525,41 @@ impl Ext4 {
             None => self.dev.read_at(blk * self.bs as u64, buf)?,
         }
         Ok(())
+    }
+
+    /// `read_block` of a metadata block whose checksum the caller checks:
+    /// with it, whether the cached copy's checksum was checked already
+    /// (`MetaRead`; `verified_meta` records a check).
+    pub(crate) fn read_meta(&self, blk: u64, buf: &mut [u8]) -> Result<MetaRead> {
+        if blk >= self.sb.blocks_count {
+            return Err(corrupt(
+                format!("block {blk}"),
+                "block number beyond the filesystem",
+            ));
+        }
+        let (gen, verified) = match &self.rw {
+            Some(rw) => match rw.bufs.read_gen(&*self.dev, blk, buf)? {
+                Some((g, ok)) => (Some(g), ok),
+                None => (None, false),
+            },
+            None => {
+                self.dev.read_at(blk * self.bs as u64, buf)?;
+                (None, false)
+            }
+        };
+        Ok(MetaRead {
+            pblk: blk,
+            gen,
+            verified,
+        })
+    }
+
+    /// The block `r` names passed its checksum check: a later read of the
+    /// same cached generation skips it.
+    pub(crate) fn verified_meta(&self, r: &MetaRead) {
+        if let (Some(rw), Some(g)) = (&self.rw, r.gen) {
+            rw.bufs.mark_verified(r.pblk, g);
+        }
     }
 
     /// True for a read-write mount.
@@ -1602,9 +1649,14 @@ impl Ext4 {
                         limit = limit.min(u64::from(n.block));
                     }
                     let child = ix[pos - 1].leaf;
-                    self.read_block(child, &mut buf)?;
+                    let r = self.read_meta(child, &mut buf)?;
                     let what = || format!("inode {} extent block {child}", raw.ino);
-                    node = extent::parse_node(&buf, &what, Some(h.depth - 1), seed, fs_blocks)?;
+                    // A cached generation checked once is not checked again.
+                    let check = seed.filter(|_| !r.verified);
+                    node = extent::parse_node(&buf, &what, Some(h.depth - 1), check, fs_blocks)?;
+                    if check.is_some() {
+                        self.verified_meta(&r);
+                    }
                 }
                 ExtNode::Leaf(_, ex) => {
                     let pos = ex.partition_point(|e| e.block <= lblk);
@@ -1761,7 +1813,7 @@ impl Ext4 {
     }
 
     /// Block `lblk` of directory `raw` into `buf`; a hole is corruption.
-    pub(crate) fn dir_block(&self, raw: &RawInode, lblk: u32, buf: &mut [u8]) -> Result<()> {
+    pub(crate) fn dir_block(&self, raw: &RawInode, lblk: u32, buf: &mut [u8]) -> Result<MetaRead> {
         match self.map_block(raw, lblk)? {
             Mapping::Data { pblk, uninit, .. } => {
                 if uninit {
@@ -1770,7 +1822,7 @@ impl Ext4 {
                         format!("block {lblk} is unwritten"),
                     ));
                 }
-                self.read_block(pblk, buf)
+                self.read_meta(pblk, buf)
             }
             Mapping::Hole { .. } => Err(corrupt(
                 format!("directory {}", raw.ino),
@@ -1813,6 +1865,18 @@ impl Ext4 {
         lblk: u32,
         b: &'a [u8],
     ) -> Result<Option<Vec<Entry<'a>>>> {
+        self.leaf_entries_at(raw, lblk, b, None)
+    }
+
+    /// `leaf_entries` of a block read by `read_meta` (`read`): its tail
+    /// checksum is checked once per cached generation.
+    pub(crate) fn leaf_entries_at<'a>(
+        &self,
+        raw: &RawInode,
+        lblk: u32,
+        b: &'a [u8],
+        read: Option<&MetaRead>,
+    ) -> Result<Option<Vec<Entry<'a>>>> {
         let what = || format!("directory {} block {lblk}", raw.ino);
         let htree = self.is_htree(raw);
         if htree && (lblk == 0 || self.is_dx_node(b)) {
@@ -1820,7 +1884,12 @@ impl Ext4 {
         }
         let seed = self.csum_seed(raw);
         if let Some(s) = seed {
-            dir::verify_tail(b, s, &what)?;
+            if !read.is_some_and(|r| r.verified) {
+                dir::verify_tail(b, s, &what)?;
+                if let Some(r) = read {
+                    self.verified_meta(r);
+                }
+            }
         }
         let filetype = self.sb.has_incompat(INCOMPAT_FILETYPE);
         let v = dir::entries(b, seed.is_some(), filetype, &what)?;
@@ -1832,9 +1901,10 @@ impl Ext4 {
         raw: &RawInode,
         lblk: u32,
         b: &[u8],
+        read: &MetaRead,
         name: &[u8],
     ) -> Result<Option<u32>> {
-        let Some(v) = self.leaf_entries(raw, lblk, b)? else {
+        let Some(v) = self.leaf_entries_at(raw, lblk, b, Some(read))? else {
             return Ok(None);
         };
         Ok(v.iter()
@@ -1847,8 +1917,8 @@ impl Ext4 {
         let n = self.dir_blocks(raw)?;
         let mut b = BlockBuf::zeroed(self.bs);
         for lblk in 0..n {
-            self.dir_block(raw, lblk, &mut b)?;
-            if let Some(i) = self.find_in_block(raw, lblk, &b, name)? {
+            let r = self.dir_block(raw, lblk, &mut b)?;
+            if let Some(i) = self.find_in_block(raw, lblk, &b, &r, name)? {
                 return Ok(Some(i));
             }
         }
@@ -1877,8 +1947,8 @@ impl Ext4 {
     /// Look `name` up through the htree index (the kernel's dx_probe and
     /// ext4_htree_next_block for hash collisions across blocks).
     pub fn lookup_htree(&self, raw: &RawInode, name: &[u8]) -> Result<Option<u32>> {
-        self.htree_search(raw, name, &mut |lblk, b| {
-            self.find_in_block(raw, lblk, b, name)
+        self.htree_search(raw, name, &mut |lblk, b, r| {
+            self.find_in_block(raw, lblk, b, r, name)
         })
     }
 
@@ -1931,11 +2001,11 @@ impl Ext4 {
             if leaf == 0 || leaf >= nblocks {
                 return Err(corrupt(what(), format!("leaf block {leaf}")));
             }
-            self.dir_block(raw, leaf, &mut b)?;
+            let r = self.dir_block(raw, leaf, &mut b)?;
             if self.is_dx_node(&b) {
                 return Err(corrupt(what(), format!("leaf {leaf} is an index block")));
             }
-            if let Some(i) = f(leaf, &b)? {
+            if let Some(i) = f(leaf, &b, &r)? {
                 return Ok(Some(i));
             }
             // Continue only while the next leaf starts with our hash (a
@@ -2125,8 +2195,8 @@ impl Ext4 {
             return Ok(());
         }
         for lblk in first as u32..n {
-            self.dir_block(raw, lblk, &mut b)?;
-            let Some(v) = self.leaf_entries(raw, lblk, &b)? else {
+            let r = self.dir_block(raw, lblk, &mut b)?;
+            let Some(v) = self.leaf_entries_at(raw, lblk, &b, Some(&r))? else {
                 continue;
             };
             let base = u64::from(lblk) * bs;

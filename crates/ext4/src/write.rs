@@ -372,8 +372,8 @@ impl Ext4 {
             let pblk = self.dir_pblk(draw, lblk)?;
             last = pblk;
             // Check the block (checksum, every entry) before changing it.
-            self.read_block(pblk, &mut buf)?;
-            self.leaf_entries(draw, lblk, &buf)?;
+            let r = self.read_meta(pblk, &mut buf)?;
+            self.leaf_entries_at(draw, lblk, &buf, Some(&r))?;
             let done = rw.bufs.modify(io.dev, pblk, true, |b| {
                 let ok = dir::insert(b, end, ino, name, ft);
                 if let (true, Some(s)) = (ok, seed) {
@@ -595,9 +595,9 @@ impl Ext4 {
             return Err(corrupt(what(), format!("leaf block {leaf}")));
         }
         let pblk = self.dir_pblk(draw, leaf)?;
-        self.read_block(pblk, &mut buf)?;
+        let r = self.read_meta(pblk, &mut buf)?;
         let v = self
-            .leaf_entries(draw, leaf, &buf)?
+            .leaf_entries_at(draw, leaf, &buf, Some(&r))?
             .ok_or_else(|| corrupt(what(), format!("leaf {leaf} is an index block")))?;
         let end = bs - if seed.is_some() { dir::TAIL_SIZE } else { 0 };
         let done = rw.bufs.modify(io.dev, pblk, true, |b| {
@@ -1037,16 +1037,15 @@ impl Ext4 {
     ) -> Result<Option<(u64, usize, Option<usize>)>> {
         // An indexed directory: only the leaves the name's hash selects.
         if self.is_htree(draw) {
-            return self.htree_search(draw, name, &mut |lblk, b| {
-                let Some(v) = self.leaf_entries(draw, lblk, b)? else {
+            return self.htree_search(draw, name, &mut |lblk, b, r| {
+                let Some(v) = self.leaf_entries_at(draw, lblk, b, Some(r))? else {
                     return Ok(None);
                 };
                 let Some(k) = v.iter().position(|e| e.inode != 0 && e.name == name) else {
                     return Ok(None);
                 };
-                let pblk = self.dir_pblk(draw, lblk)?;
                 Ok(Some((
-                    pblk,
+                    r.pblk,
                     v[k].offset,
                     k.checked_sub(1).map(|p| v[p].offset),
                 )))
@@ -1055,8 +1054,8 @@ impl Ext4 {
         let mut buf = BlockBuf::zeroed(self.bs);
         for lblk in 0..self.dir_blocks(draw)? {
             let pblk = self.dir_pblk(draw, lblk)?;
-            self.read_block(pblk, &mut buf)?;
-            let Some(v) = self.leaf_entries(draw, lblk, &buf)? else {
+            let r = self.read_meta(pblk, &mut buf)?;
+            let Some(v) = self.leaf_entries_at(draw, lblk, &buf, Some(&r))? else {
                 continue;
             };
             for (k, e) in v.iter().enumerate() {
