@@ -237,6 +237,20 @@ impl BufCache {
         load: bool,
         f: impl FnOnce(&mut [u8]) -> R,
     ) -> io::Result<R> {
+        self.modify_sealed(dev, blk, load, |b| (f(b), false))
+    }
+
+    /// `modify`, where `f` also says whether it left the block's checksum
+    /// computed over its new content (a directory leaf whose tail it
+    /// rewrote): that generation then counts as verified
+    /// (`mark_verified`), so the next read does not check it again.
+    pub fn modify_sealed<R>(
+        &self,
+        dev: &dyn BlockDevice,
+        blk: u64,
+        load: bool,
+        f: impl FnOnce(&mut [u8]) -> (R, bool),
+    ) -> io::Result<R> {
         let mut s = self.shard(blk).lock();
         s.clock += 1;
         let now = s.clock;
@@ -266,7 +280,10 @@ impl BufCache {
             // Relaxed: under the shard lock; read as an estimate.
             self.dirty_of(blk).fetch_add(1, Ordering::Relaxed);
         }
-        let r = f(b.data.make_mut());
+        let (r, sealed) = f(b.data.make_mut());
+        if sealed {
+            b.verified = now;
+        }
         if newly {
             s.dirty_list.push(blk);
         }
@@ -426,8 +443,8 @@ mod tests {
 
     /// A verified mark holds for the generation it names only: a change
     /// (even one that writes the same bytes) makes the next read check
-    /// again, a mark for an older generation is ignored, and a block not
-    /// in the cache has no generation at all.
+    /// again unless it reseals the block, a mark for an older generation
+    /// is ignored, and a block not in the cache has no generation at all.
     #[test]
     fn verified_marks_follow_the_content() {
         let dev = crate::MemDevice::new(vec![7u8; 16 * 1024]);
@@ -449,6 +466,15 @@ mod tests {
             Some((g2, false)),
             "a stale mark is ignored"
         );
+        // A change that reseals the block (its checksum recomputed over the
+        // new content) leaves it verified; one that does not, not.
+        c.modify_sealed(&dev, 3, true, |x| (x[0] = 2, true))
+            .unwrap();
+        let (g3, ok) = c.read_gen(&dev, 3, &mut b).unwrap().unwrap();
+        assert!(g3 != g2 && ok && b[0] == 2, "sealed");
+        c.modify_sealed(&dev, 3, true, |x| (x[0] = 3, false))
+            .unwrap();
+        assert!(!c.read_gen(&dev, 3, &mut b).unwrap().unwrap().1, "unsealed");
         c.forget(3);
         assert_eq!(c.read_gen(&dev, 3, &mut b).unwrap(), None);
     }

@@ -374,12 +374,12 @@ impl Ext4 {
             // Check the block (checksum, every entry) before changing it.
             let r = self.read_meta(pblk, &mut buf)?;
             self.leaf_entries_at(draw, lblk, &buf, Some(&r))?;
-            let done = rw.bufs.modify(io.dev, pblk, true, |b| {
+            let done = rw.bufs.modify_sealed(io.dev, pblk, true, |b| {
                 let ok = dir::insert(b, end, ino, name, ft);
                 if let (true, Some(s)) = (ok, seed) {
                     dir::set_tail_csum(b, s);
                 }
-                ok
+                (ok, ok && seed.is_some())
             })?;
             if done {
                 return Ok(true);
@@ -600,12 +600,12 @@ impl Ext4 {
             .leaf_entries_at(draw, leaf, &buf, Some(&r))?
             .ok_or_else(|| corrupt(what(), format!("leaf {leaf} is an index block")))?;
         let end = bs - if seed.is_some() { dir::TAIL_SIZE } else { 0 };
-        let done = rw.bufs.modify(io.dev, pblk, true, |b| {
+        let done = rw.bufs.modify_sealed(io.dev, pblk, true, |b| {
             let ok = dir::insert(b, end, ino, name, ft);
             if let (true, Some(s)) = (ok, seed) {
                 dir::set_tail_csum(b, s);
             }
-            ok
+            (ok, ok && seed.is_some())
         })?;
         if done {
             return Ok(true);
@@ -1116,12 +1116,12 @@ impl Ext4 {
                 };
                 let seed = self.csum_seed(&draw);
                 let end = self.bs - if seed.is_some() { dir::TAIL_SIZE } else { 0 };
-                let done = rw.bufs.modify(io.dev, pblk, true, |b| {
+                let done = rw.bufs.modify_sealed(io.dev, pblk, true, |b| {
                     let ok = dir::remove_named(b, end, name);
                     if let (true, Some(s)) = (ok, seed) {
                         dir::set_tail_csum(b, s);
                     }
-                    ok
+                    (ok, ok && seed.is_some())
                 })?;
                 if done {
                     let t = now();
@@ -1163,11 +1163,12 @@ impl Ext4 {
             return Err(errno(libc::ENOENT));
         };
         let seed = self.csum_seed(&draw);
-        rw.bufs.modify(io.dev, pblk, true, |b| {
+        rw.bufs.modify_sealed(io.dev, pblk, true, |b| {
             dir::remove(b, off, prev);
             if let Some(s) = seed {
                 dir::set_tail_csum(b, s);
             }
+            ((), seed.is_some())
         })?;
         let t = now();
         iraw.links_count = if is_dir {
