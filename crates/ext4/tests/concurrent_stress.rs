@@ -17,8 +17,9 @@
 //! what a remount shows and what the kernel's ext4 reads from the image
 //! (names, modes, sizes, link counts, nanosecond mtimes, contents, symlink
 //! targets, extended attributes), and `e2fsck -fn` must pass. Run at 1 KiB
-//! blocks (deeper extent trees, more htree splits) and at 4 KiB, and with
-//! the orphan list instead of the orphan file.
+//! blocks (deeper extent trees, more htree splits) and at 4 KiB, with the
+//! orphan list instead of the orphan file, and on an inline_data image
+//! whose files and directories start inline.
 
 mod common;
 
@@ -271,7 +272,20 @@ fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
 
-fn stress(tag: &str, bs: usize, list: bool, seed: u64) {
+/// The image a stress run starts from.
+#[derive(Clone, Copy, PartialEq)]
+enum Start {
+    /// `mkfs.ext4 -O orphan_file`, empty.
+    Fresh,
+    /// Without an orphan file: the orphan list.
+    List,
+    /// `-O inline_data`, made by `mke2fs -d` from a tree of the
+    /// workload's own names: small inline files and inline directories
+    /// that the threads' changes move out to blocks, racing each other.
+    Inline,
+}
+
+fn stress(tag: &str, bs: usize, start: Start, seed: u64) {
     if !have_tools() {
         return;
     }
@@ -283,14 +297,29 @@ fn stress(tag: &str, bs: usize, list: bool, seed: u64) {
     let threads = env_u64("EXT4_STRESS_THREADS").map_or(THREADS, |n| n.clamp(1, 64) as usize);
     eprintln!("{tag}: seed {seed:#x}, {threads} threads, {ops} operations each");
     let s = Scratch::new(tag);
-    let img = if list {
-        fresh_list(&s.0, bs, "96M")
-    } else {
-        fresh(&s.0, bs, "96M")
+    let img = match start {
+        Start::List => fresh_list(&s.0, bs, "96M"),
+        Start::Fresh => fresh(&s.0, bs, "96M"),
+        Start::Inline => {
+            let src = s.0.join("src");
+            for d in 0..DIRS {
+                for sub in 0..2 {
+                    std::fs::create_dir_all(src.join(format!("d{d}/s{sub}"))).unwrap();
+                }
+                for j in 0..6 {
+                    std::fs::write(src.join(format!("d{d}/n{j}")), vec![b'i'; 10 + 15 * j])
+                        .unwrap();
+                }
+                std::fs::write(src.join(format!("d{d}/s0/n1")), b"inline").unwrap();
+            }
+            let img = s.0.join("img");
+            make_image(&src, &img, bs, "96M", "inline_data,orphan_file");
+            img
+        }
     };
     let (e, vfs) = mount(&img);
     let vfs = Arc::new(vfs);
-    {
+    if start != Start::Inline {
         let t = vfs.root_task();
         for d in 0..DIRS {
             t.mkdir(&format!("/d{d}"), 0o755).unwrap();
@@ -388,12 +417,12 @@ fn stress(tag: &str, bs: usize, list: bool, seed: u64) {
 
 #[test]
 fn threads_changing_one_tree_at_1k_blocks() {
-    stress("stress1k", 1024, false, 0x5151_7A7A_0001);
+    stress("stress1k", 1024, Start::Fresh, 0x5151_7A7A_0001);
 }
 
 #[test]
 fn threads_changing_one_tree_at_4k_blocks() {
-    stress("stress4k", 4096, false, 0x5151_7A7A_0004);
+    stress("stress4k", 4096, Start::Fresh, 0x5151_7A7A_0004);
 }
 
 /// The same with the orphan list (`s_last_orphan`, one mutex) instead of
@@ -401,5 +430,13 @@ fn threads_changing_one_tree_at_4k_blocks() {
 /// inodes while other threads create and remove names.
 #[test]
 fn threads_changing_one_tree_with_the_orphan_list() {
-    stress("stresslist", 4096, true, 0x5151_7A7A_0005);
+    stress("stresslist", 4096, Start::List, 0x5151_7A7A_0005);
+}
+
+/// The same on an inline_data image whose files and directories start
+/// inline: threads change them at once, so conversions race each other and
+/// the changes that follow them.
+#[test]
+fn threads_changing_an_inline_data_tree() {
+    stress("stressinline", 1024, Start::Inline, 0x5151_7A7A_0006);
 }
