@@ -35,20 +35,6 @@ const OPS: usize = 4000;
 const DIRS: usize = 4;
 const NAMES: usize = 20;
 
-/// Deterministic xorshift64*, one per thread.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
-
 /// A random name: `/dK/nJ`, or `/dK/sJ/nI` inside a subdirectory.
 fn name(r: &mut Rng) -> String {
     let d = r.below(DIRS as u64);
@@ -65,7 +51,7 @@ fn subdir(r: &mut Rng) -> String {
 
 /// Bytes that say who wrote them, so that a misplaced block shows.
 fn data(r: &mut Rng, len: usize) -> Vec<u8> {
-    let tag = r.next();
+    let tag = r.next_u64();
     (0..len)
         .map(|i| (tag.rotate_left((i % 64) as u32) as u8) ^ (i / 4096) as u8)
         .collect()
@@ -152,7 +138,7 @@ fn one_op(t: &Task, r: &mut Rng) {
             let target = if r.below(2) == 0 {
                 "short".to_string()
             } else {
-                format!("{:0>100}", r.next())
+                format!("{:0>100}", r.next_u64())
             };
             ok("symlink", t.symlink(target.as_bytes(), &name(r)));
         }

@@ -15,20 +15,6 @@ use std::panic::AssertUnwindSafe;
 
 use common::*;
 
-/// Deterministic xorshift64* so a failing case can be replayed.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
-
 const MAX_ENTRIES: usize = 5000;
 const MAX_READ: u64 = 4 << 20;
 
@@ -280,7 +266,7 @@ fn corrupt_each(
                 img[at] = match rng.below(4) {
                     0 => 0,
                     1 => 0xff,
-                    _ => rng.next() as u8,
+                    _ => rng.next_u64() as u8,
                 };
             }
             let r = std::panic::catch_unwind(AssertUnwindSafe(|| f(img)));

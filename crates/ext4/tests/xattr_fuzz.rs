@@ -16,19 +16,6 @@ use scalevfs_ext4::{Ext4, Ext4Options, MemDevice};
 
 use common::*;
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
-
 const NAMES: [&[u8]; 4] = [b"a", b"b", b"c", b"d"];
 
 fn exercise(img: Vec<u8>) {
@@ -113,7 +100,7 @@ fn fuzz(features: &str, seed: u64) {
                 img[at] = match rng.below(4) {
                     0 => 0,
                     1 => 0xff,
-                    _ => rng.next() as u8,
+                    _ => rng.next_u64() as u8,
                 };
             }
             let r = std::panic::catch_unwind(AssertUnwindSafe(|| exercise(img)));
