@@ -1264,6 +1264,14 @@ impl Ext4 {
         }
     }
 
+    /// Put `inode` back in the inode cache (an O_TMPFILE file that got a
+    /// name: `forget_inode` took it out), so that a lookup of its name
+    /// finds this inode, not a second copy read from the image.
+    pub(crate) fn icache_put(&self, inode: &Arc<Inode>) {
+        let ino = inode.ino() as u32;
+        self.icache(ino).map.insert(ino, Arc::downgrade(inode));
+    }
+
     /// The inode cache shard of `ino`, locked.
     fn icache(&self, ino: u32) -> MutexGuard<'_, InodeCache> {
         self.cache[ino as usize % ICACHE_SHARDS].lock()
@@ -2518,11 +2526,11 @@ impl Filesystem for Ext4 {
 
     fn create_tmpfile(
         &self,
-        _dir: &Arc<Inode>,
-        _mode: u32,
-        _owner: (u32, u32),
+        dir: &Arc<Inode>,
+        mode: u32,
+        owner: (u32, u32),
     ) -> VfsResult<Arc<Inode>> {
-        Err(Errno::EROFS)
+        vfs(self.journaled(|| self.create_unnamed(dir, mode, owner)))
     }
 
     fn link(&self, dir: &Arc<Inode>, name: &[u8], inode: &Arc<Inode>) -> VfsResult<()> {

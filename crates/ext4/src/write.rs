@@ -954,6 +954,68 @@ impl Ext4 {
         self.iget(ino)
     }
 
+    /// O_TMPFILE (the kernel's `ext4_tmpfile`): a regular file with no
+    /// name, in the caller's handle: allocated near `dir`, written, then
+    /// given up as its last name would be (`forget_inode`: a link count of
+    /// 0, an orphan record in the same handle, freed when the VFS lets it
+    /// go), so a crash before then cannot leak it. `add_link` can give it
+    /// a name later (linkat of a file opened without O_EXCL).
+    pub(crate) fn create_unnamed(
+        &self,
+        dir: &Arc<Inode>,
+        perm: u32,
+        owner: (u32, u32),
+    ) -> Result<Arc<Inode>> {
+        self.rw()?;
+        let pino = dir.ino() as u32;
+        let group = ((pino - 1) / self.sb.inodes_per_group) as usize;
+        let ino = self.alloc_inode(Some(group), false)?;
+        let t = now();
+        let generation = crate::format::checksum::crc32c(ino, &t.1.to_le_bytes());
+        let le = |v: u32| v.to_le_bytes();
+        let csum_seed = crate::format::checksum::crc32c(
+            crate::format::checksum::crc32c(self.sb.csum_seed(), &le(ino)),
+            &le(generation),
+        );
+        // Written with one link, so that `iget` takes it (it refuses a
+        // free inode); the count drops to 0 below, in this handle.
+        let mut raw = RawInode {
+            ino,
+            mode: (libc::S_IFREG | (perm & 0o7777)) as u16,
+            uid: owner.0,
+            gid: owner.1,
+            size: 0,
+            links_count: 1,
+            blocks: 0,
+            flags: FL_EXTENTS,
+            block: empty_extent_root(),
+            generation,
+            file_acl: 0,
+            atime: t,
+            ctime: t,
+            mtime: t,
+            dtime: 0,
+            csum_seed,
+            ibody_xattrs: false,
+        };
+        if let Err(e) = self.write_inode(&raw, true) {
+            if !e.is_corrupt() {
+                let _ = self.free_inode(ino, false);
+            }
+            return Err(e);
+        }
+        let inode = self.iget(ino)?;
+        let ei = inode
+            .private::<Ext4Inode>()
+            .ok_or_else(|| errno(libc::EIO))?;
+        raw.links_count = 0;
+        self.write_inode(&raw, false)?;
+        ei.set_raw(raw);
+        inode.update_attr(|a| a.nlink = 0);
+        self.forget_inode(&inode)?;
+        Ok(inode)
+    }
+
     /// `setattr` of the VFS: mode, owner, times; a size change only where
     /// no block needs freeing (growing, or a file without blocks).
     /// chattr flags: the `FS_*_FL` bits the core keeps (the same bits in
@@ -1220,16 +1282,36 @@ impl Ext4 {
         // Never a directory: the file's own lock for its link count.
         let vg = ii.data.write();
         let mut iraw = ii.raw();
-        if iraw.links_count == 0 {
-            // Its last name went since the VFS looked (an unlink in
-            // another directory): it is on its way to being freed.
-            return Err(errno(libc::ENOENT));
-        }
+        // A file without links gets a name only as an O_TMPFILE file the
+        // VFS lets be linked (I_LINKABLE): it leaves the orphans (its
+        // record and the list of inodes to free), in this handle. One whose
+        // last name went since the VFS looked is on its way to being freed.
+        let revived = if iraw.links_count == 0 {
+            let (rw, _) = self.rw()?;
+            let mut l = rw.unlinked.shard(u64::from(iraw.ino)).lock();
+            let Some(k) = l.iter().position(|(i, _, _)| *i == iraw.ino) else {
+                return Err(errno(libc::ENOENT));
+            };
+            Some(l.swap_remove(k))
+        } else {
+            None
+        };
         if iraw.links_count >= LINK_MAX {
             return Err(errno(libc::EMLINK));
         }
         let mut draw = di.raw();
-        self.dir_insert(&mut draw, name, iraw.ino, ft_code(u32::from(iraw.mode)))?;
+        let inserted = self.dir_insert(&mut draw, name, iraw.ino, ft_code(u32::from(iraw.mode)));
+        if let Err(e) = inserted {
+            if let (Some(entry), Ok((rw, _))) = (revived, self.rw()) {
+                // Still nameless: back on the list of inodes to free.
+                rw.unlinked.shard(u64::from(iraw.ino)).lock().push(entry);
+            }
+            return Err(e);
+        }
+        if let Some((_, _, slot)) = revived {
+            self.orphan_remove_live(slot, &mut iraw)?;
+            self.icache_put(inode);
+        }
         let t = now();
         draw.mtime = t;
         draw.ctime = t;
