@@ -2,6 +2,7 @@
 //! small shared namespace so that their operations collide: creates,
 //! overwrites, sparse writes, appends, truncates, preallocation and hole
 //! punching, unlinks (also of files still open, which makes orphans),
+//! O_TMPFILE files (named by linkat or not),
 //! renames of files and directories across directories and over existing
 //! names, hard links, fast and slow symlinks, mkdir/rmdir, chmod,
 //! attributes in the inode and in a block, fsyncs.
@@ -71,7 +72,7 @@ fn ok<T>(what: &str, r: VfsResult<T>) -> Option<T> {
 fn one_op(t: &Task, r: &mut Rng) {
     use scalevfs::{O_APPEND, O_RDWR, O_TRUNC};
     let bs = 4096u64;
-    match r.below(20) {
+    match r.below(21) {
         0..=2 => {
             let p = name(r);
             let len = r.below(5 * bs + 700) as usize;
@@ -175,6 +176,23 @@ fn one_op(t: &Task, r: &mut Rng) {
                 let len = r.below(3 * bs) as usize;
                 ok("write orphan", t.write(fd, &data(r, len)));
                 ok("close orphan", t.close(fd));
+            }
+        }
+        19 => {
+            // O_TMPFILE: written, then named (over nothing) or not.
+            let d = format!("/d{}", r.below(DIRS as u64));
+            let fd = ok("tmpfile", t.open(&d, scalevfs::O_TMPFILE | O_RDWR, 0o600));
+            if let Some(fd) = fd {
+                let len = r.below(3 * bs) as usize;
+                ok("write tmpfile", t.write(fd, &data(r, len)));
+                if r.below(2) == 0 {
+                    let p = name(r);
+                    ok(
+                        "link tmpfile",
+                        t.linkat(fd, "", scalevfs::AT_FDCWD, &p, scalevfs::AT_EMPTY_PATH),
+                    );
+                }
+                ok("close tmpfile", t.close(fd));
             }
         }
         _ => {
