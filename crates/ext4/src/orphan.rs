@@ -25,6 +25,8 @@
 //! every orphan on it. Mount-time processing (ours, the kernel's,
 //! e2fsck's) frees what both hold.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use scalevfs_orphan::{OrphanFile, OrphanSlot, OrphanVariant};
 
 use crate::error::{corrupt, Result};
@@ -71,6 +73,9 @@ impl Ext4 {
         let slots = (self.bs - 8) / 4;
         Ok(Some(OrphanDisk {
             file: OrphanFile::with_geometry(OrphanVariant::Lockless, blocks.len(), slots),
+            touched: (0..blocks.len().div_ceil(64))
+                .map(|_| AtomicU64::new(0))
+                .collect(),
             blocks,
             seed,
         }))
@@ -98,6 +103,9 @@ impl Ext4 {
         };
         let (rw, io) = self.rw()?;
         let off = index as usize * 4;
+        // Relaxed: read by the commit with the gate closed, which every
+        // handle that stored here passed through (the gate orders it).
+        od.touched[block as usize / 64].fetch_or(1 << (block % 64), Ordering::Relaxed);
         // The tail checksum is computed by the commit (`orphan_tails`),
         // once per changed block and transaction, not once per change.
         rw.bufs.modify(io.dev, pblk, true, |b| {
@@ -112,9 +120,17 @@ impl Ext4 {
         let (Some(od), Some(rw)) = (self.orphan_disk(), self.rw.as_ref()) else {
             return;
         };
-        for &pblk in &od.blocks {
-            rw.bufs
-                .fix_if_dirty(pblk, |b| Self::orphan_tail(od, pblk, b));
+        for (w, word) in od.touched.iter().enumerate() {
+            // Relaxed: the gate is closed (see `orphan_store`).
+            let mut bits = word.swap(0, Ordering::Relaxed);
+            while bits != 0 {
+                let i = w * 64 + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                if let Some(&pblk) = od.blocks.get(i) {
+                    rw.bufs
+                        .fix_if_dirty(pblk, |b| Self::orphan_tail(od, pblk, b));
+                }
+            }
         }
     }
 

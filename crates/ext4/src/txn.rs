@@ -311,6 +311,10 @@ pub(crate) struct OrphanDisk {
     pub(crate) file: OrphanFile,
     pub(crate) blocks: Vec<u64>,
     pub(crate) seed: Option<u32>,
+    /// One bit per orphan block a slot store changed in the running
+    /// transaction: the commit recomputes those blocks' tails only
+    /// (`Ext4::orphan_tails`), not every block's.
+    pub(crate) touched: Box<[AtomicU64]>,
 }
 
 /// Lists kept in shards, each under its own lock (one class, taken one at
