@@ -797,31 +797,8 @@ impl Ext4 {
         let group = (!is_dir).then_some(((pino - 1) / ipg) as usize);
         let ino = self.alloc_inode(group, is_dir)?;
         let t = now();
-        let generation = crate::format::checksum::crc32c(ino, &t.1.to_le_bytes());
-        let le = |v: u32| v.to_le_bytes();
-        let csum_seed = crate::format::checksum::crc32c(
-            crate::format::checksum::crc32c(self.sb.csum_seed(), &le(ino)),
-            &le(generation),
-        );
-        let mut raw = RawInode {
-            ino,
-            mode: mode as u16,
-            uid: owner.0,
-            gid: owner.1,
-            size: 0,
-            links_count: 1,
-            blocks: 0,
-            flags: 0,
-            block: [0; I_BLOCK_LEN],
-            generation,
-            file_acl: 0,
-            atime: t,
-            ctime: t,
-            mtime: t,
-            dtime: 0,
-            csum_seed,
-            ibody_xattrs: false,
-        };
+        let mut raw = self.new_raw(ino, mode, owner, t);
+        let csum_seed = raw.csum_seed;
         let mut data_block = None;
         let r = (|| -> Result<()> {
             match node {
@@ -954,6 +931,37 @@ impl Ext4 {
         self.iget(ino)
     }
 
+    /// A new inode `ino` (mode with its type bits, owner, all times `t`,
+    /// one link, nothing mapped), its generation and checksum seed derived
+    /// from its number and `t`.
+    fn new_raw(&self, ino: u32, mode: u32, owner: (u32, u32), t: (i64, i64)) -> RawInode {
+        let generation = crate::format::checksum::crc32c(ino, &t.1.to_le_bytes());
+        let le = |v: u32| v.to_le_bytes();
+        let csum_seed = crate::format::checksum::crc32c(
+            crate::format::checksum::crc32c(self.sb.csum_seed(), &le(ino)),
+            &le(generation),
+        );
+        RawInode {
+            ino,
+            mode: mode as u16,
+            uid: owner.0,
+            gid: owner.1,
+            size: 0,
+            links_count: 1,
+            blocks: 0,
+            flags: 0,
+            block: [0; I_BLOCK_LEN],
+            generation,
+            file_acl: 0,
+            atime: t,
+            ctime: t,
+            mtime: t,
+            dtime: 0,
+            csum_seed,
+            ibody_xattrs: false,
+        }
+    }
+
     /// O_TMPFILE (the kernel's `ext4_tmpfile`): a regular file with no
     /// name, in the caller's handle: allocated near `dir`, written, then
     /// given up as its last name would be (`forget_inode`: a link count of
@@ -970,34 +978,11 @@ impl Ext4 {
         let pino = dir.ino() as u32;
         let group = ((pino - 1) / self.sb.inodes_per_group) as usize;
         let ino = self.alloc_inode(Some(group), false)?;
-        let t = now();
-        let generation = crate::format::checksum::crc32c(ino, &t.1.to_le_bytes());
-        let le = |v: u32| v.to_le_bytes();
-        let csum_seed = crate::format::checksum::crc32c(
-            crate::format::checksum::crc32c(self.sb.csum_seed(), &le(ino)),
-            &le(generation),
-        );
         // Written with one link, so that `iget` takes it (it refuses a
         // free inode); the count drops to 0 below, in this handle.
-        let mut raw = RawInode {
-            ino,
-            mode: (libc::S_IFREG | (perm & 0o7777)) as u16,
-            uid: owner.0,
-            gid: owner.1,
-            size: 0,
-            links_count: 1,
-            blocks: 0,
-            flags: FL_EXTENTS,
-            block: empty_extent_root(),
-            generation,
-            file_acl: 0,
-            atime: t,
-            ctime: t,
-            mtime: t,
-            dtime: 0,
-            csum_seed,
-            ibody_xattrs: false,
-        };
+        let mut raw = self.new_raw(ino, libc::S_IFREG | (perm & 0o7777), owner, now());
+        raw.flags = FL_EXTENTS;
+        raw.block = empty_extent_root();
         if let Err(e) = self.write_inode(&raw, true) {
             if !e.is_corrupt() {
                 let _ = self.free_inode(ino, false);
