@@ -30,6 +30,13 @@ use scalevfs_sync::ordered::Class;
 /// (dir_nlink).
 const LINK_MAX: u16 = 65000;
 
+/// The `i_extra_isize` new inodes get and short ones grow to in an inode
+/// slot of `isz` (> 128) bytes: the kernel's 32 (`s_want_extra_isize`), or
+/// the room the slot has.
+pub(crate) fn want_extra_isize(isz: usize) -> usize {
+    32usize.min(isz - 128)
+}
+
 /// Grow the `i_extra_isize` of an existing inode's slot to 32 (the room
 /// the slot has, as for new inodes), as the kernel's
 /// `ext4_try_to_expand_extra_isize` does when it dirties an inode of an
@@ -47,7 +54,7 @@ fn grow_extra_isize(slot: &mut [u8], ino: u32) {
     if isz <= BASE {
         return;
     }
-    let want = 32usize.min(isz - BASE);
+    let want = want_extra_isize(isz);
     let old = usize::from(u16::from_le_bytes([slot[0x80], slot[0x81]]));
     if old >= want || old % 4 != 0 || BASE + old > isz {
         return;
@@ -193,7 +200,7 @@ impl Ext4 {
                     slot.fill(0);
                     if isz > 128 {
                         // The kernel's s_want_extra_isize for new inodes.
-                        let e = 32usize.min(isz - 128) as u16;
+                        let e = want_extra_isize(isz) as u16;
                         slot[0x80..0x82].copy_from_slice(&e.to_le_bytes());
                     }
                     raw.ctime

@@ -116,15 +116,11 @@ impl Ext4 {
     /// slot and the area's bytes (`None`: 128-byte inodes, `i_extra_isize`
     /// 0, or no room for the magic).
     pub(crate) fn ibody_area(&self, raw: &RawInode) -> Result<Option<(usize, Vec<u8>)>> {
-        let isz = self.sb.inode_size();
-        if isz <= GOOD_OLD_INODE_SIZE {
+        let Some((b, off, extra)) = self.read_slot(raw)? else {
             return Ok(None);
-        }
-        let s = self.slot_of(raw.ino)?;
-        let mut b = BlockBuf::zeroed(self.bs);
-        self.read_block(s.blk, &mut b)?;
-        let slot = &b[s.off..s.off + isz];
-        let extra = usize::from(u16::from_le_bytes([slot[0x80], slot[0x81]]));
+        };
+        let isz = self.sb.inode_size();
+        let slot = &b[off..off + isz];
         let start = GOOD_OLD_INODE_SIZE + extra;
         // RawInode::parse checked 128 + extra <= isz; the magic needs 4.
         // Without i_extra_isize the kernel neither reads nor writes a body.
@@ -137,15 +133,23 @@ impl Ext4 {
     /// Whether `raw`'s slot has an `i_extra_isize` below the 32 bytes
     /// (or the room the slot has) that `write_inode` grows it to.
     fn extra_isize_short(&self, raw: &RawInode) -> Result<bool> {
+        Ok(self.read_slot(raw)?.is_some_and(|(_, _, extra)| {
+            extra < crate::write::want_extra_isize(self.sb.inode_size())
+        }))
+    }
+
+    /// The inode table block holding `raw`'s slot, the slot's offset in
+    /// it and its `i_extra_isize` (`None`: 128-byte inodes, no extra part).
+    fn read_slot(&self, raw: &RawInode) -> Result<Option<(BlockBuf, usize, usize)>> {
         let isz = self.sb.inode_size();
         if isz <= GOOD_OLD_INODE_SIZE {
-            return Ok(false);
+            return Ok(None);
         }
         let s = self.slot_of(raw.ino)?;
         let mut b = BlockBuf::zeroed(self.bs);
         self.read_block(s.blk, &mut b)?;
         let extra = usize::from(u16::from_le_bytes([b[s.off + 0x80], b[s.off + 0x81]]));
-        Ok(extra < 32.min(isz - GOOD_OLD_INODE_SIZE))
+        Ok(Some((b, s.off, extra)))
     }
 
     fn xattr_csum_seed(&self) -> Option<u32> {

@@ -149,13 +149,18 @@ fn exercise_rw(img: Vec<u8>) {
     let _ = fs.unmount();
 }
 
-/// Byte ranges of the structures to corrupt in `img`.
-fn targets(img: &[u8]) -> Vec<(&'static str, usize, usize)> {
-    let fs = Ext4::open_device(
+/// A pristine image opened read-only (the tests' own layout checks).
+fn open_ro(img: &[u8]) -> std::sync::Arc<Ext4> {
+    Ext4::open_device(
         Box::new(MemDevice::new(img.to_vec())),
         Ext4Options::default(),
     )
-    .expect("pristine image opens");
+    .expect("pristine image opens")
+}
+
+/// Byte ranges of the structures to corrupt in `img`.
+fn targets(img: &[u8]) -> Vec<(&'static str, usize, usize)> {
+    let fs = open_ro(img);
     let bs = fs.block_size();
     let sb = fs.superblock().clone();
     let mut t = vec![("superblock", 1024, 1024)];
@@ -311,11 +316,7 @@ fn corrupt_block_mapped_images_written_never_panic() {
     make_image(&src, &img, 1024, "12M", "^extent,^64bit,^flex_bg");
     tool_ok("tune2fs", &["-O", "extent"], &img);
     let pristine = std::fs::read(&img).unwrap();
-    let fs = Ext4::open_device(
-        Box::new(MemDevice::new(pristine.clone())),
-        Ext4Options::default(),
-    )
-    .expect("pristine image opens");
+    let fs = open_ro(&pristine);
     let bs = fs.block_size();
     let root = fs.read_inode(2).unwrap();
     let ino = |name: &[u8]| fs.lookup_name(&root, name).unwrap().unwrap();
@@ -399,11 +400,7 @@ fn corrupt_inline_data_images_never_panic() {
     let img = s.0.join("img");
     make_image(&src, &img, 1024, "12M", "inline_data");
     let pristine = std::fs::read(&img).unwrap();
-    let fs = Ext4::open_device(
-        Box::new(MemDevice::new(pristine.clone())),
-        Ext4Options::default(),
-    )
-    .expect("pristine image opens");
+    let fs = open_ro(&pristine);
     let bs = fs.block_size();
     let root = fs.read_inode(2).unwrap();
     let tiny = fs.lookup_name(&root, b"tiny").unwrap().unwrap();
