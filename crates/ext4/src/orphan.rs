@@ -105,7 +105,13 @@ impl Ext4 {
         let off = index as usize * 4;
         // Relaxed: read by the commit with the gate closed, which every
         // handle that stored here passed through (the gate orders it).
-        od.touched[block as usize / 64].fetch_or(1 << (block % 64), Ordering::Relaxed);
+        // Set once per block and transaction: later stores only read the
+        // word, so threads storing in different blocks of one word do not
+        // write its line on every unlink.
+        let (word, bit) = (&od.touched[block as usize / 64], 1u64 << (block % 64));
+        if word.load(Ordering::Relaxed) & bit == 0 {
+            word.fetch_or(bit, Ordering::Relaxed);
+        }
         // The tail checksum is computed by the commit (`orphan_tails`),
         // once per changed block and transaction, not once per change.
         rw.bufs.modify(io.dev, pblk, true, |b| {
