@@ -41,6 +41,16 @@
 //!   slot and touches the shared total once per batch; near the limit it
 //!   takes every slot's reservation back, so nothing is granted past it),
 //!   and gives it back if no group has the block.
+//! - Blocks freed by a commit are held until that commit is durable
+//!   (`free_block_held`, `set_durable`): the bitmap in the transaction
+//!   shows them free, but the allocator skips them until then. Otherwise
+//!   a handle of the next transaction could take one and write its data
+//!   home (ordered data goes home before the handle ends) while the
+//!   transaction that freed it may still be lost in a crash, which would
+//!   leave the old owner pointing at the new owner's bytes (ext4 keeps such
+//!   blocks out of its buddy cache until the commit callback, for the same
+//!   reason). The held blocks are few (one transaction's frees) and kept
+//!   with their group, under its lock.
 
 use std::cell::Cell;
 
@@ -70,9 +80,35 @@ pub fn enospc() -> Error {
     Error::Io(std::io::Error::from_raw_os_error(libc::ENOSPC))
 }
 
+/// A group's descriptor and the blocks of it held back from allocation
+/// until the commit that freed them is durable (commit number, bit).
+#[derive(Clone)]
+struct GroupState {
+    gd: GroupDesc,
+    held: Vec<(u64, u32)>,
+}
+
+impl std::ops::Deref for GroupState {
+    type Target = GroupDesc;
+    fn deref(&self) -> &GroupDesc {
+        &self.gd
+    }
+}
+
+impl std::ops::DerefMut for GroupState {
+    fn deref_mut(&mut self) -> &mut GroupDesc {
+        &mut self.gd
+    }
+}
+
 /// The allocator (see the module comment).
 pub struct Alloc {
-    groups: Vec<CachePadded<Mutex<GroupDesc>>>,
+    groups: Vec<CachePadded<Mutex<GroupState>>>,
+    /// The last commit known durable: blocks held by it and earlier are
+    /// free for use.
+    durable: AtomicU64,
+    /// Held blocks in all groups (a hint for the ENOSPC retry).
+    held: AtomicU64,
     /// One bit per group whose descriptor changed since `write_descs` last
     /// encoded it: a commit re-encodes (and logs) only those, not every
     /// descriptor of the image.
@@ -188,8 +224,18 @@ impl Alloc {
             free_at_mount: groups.iter().map(|g| u64::from(g.free_blocks_count)).sum(),
             groups: groups
                 .iter()
-                .map(|g| CachePadded::new(Mutex::new(Class::Ext4Group, g.clone())))
+                .map(|g| {
+                    CachePadded::new(Mutex::new(
+                        Class::Ext4Group,
+                        GroupState {
+                            gd: g.clone(),
+                            held: Vec::new(),
+                        },
+                    ))
+                })
                 .collect(),
+            durable: AtomicU64::new(0),
+            held: AtomicU64::new(0),
         }
     }
 
@@ -223,7 +269,21 @@ impl Alloc {
 
     /// A copy of group `g`'s descriptor.
     pub fn desc(&self, g: usize) -> GroupDesc {
-        self.groups[g].lock().clone()
+        self.groups[g].lock().gd.clone()
+    }
+
+    /// Commit `n` is durable: the blocks it freed may be used again.
+    pub fn set_durable(&self, n: u64) {
+        // Release: pairs with the Acquire in `alloc_block_claimed`, which
+        // then uses a block freed by a commit whose flushes came before.
+        self.durable.fetch_max(n, Ordering::Release);
+    }
+
+    /// Whether blocks freed by a commit not yet durable are held back
+    /// (an allocation that failed may succeed after the next commit).
+    pub fn holds_blocks(&self) -> bool {
+        // Relaxed: a hint for a retry after a commit.
+        self.held.load(Ordering::Relaxed) != 0
     }
 
     /// The group a thread with no goal starts at (see the module comment).
@@ -323,6 +383,18 @@ impl Alloc {
             if gd.free_blocks_count == 0 {
                 continue;
             }
+            if !gd.held.is_empty() {
+                // Acquire: see `set_durable`.
+                let d = self.durable.load(Ordering::Acquire);
+                let before = gd.held.len();
+                gd.held.retain(|&(c, _)| c > d);
+                // Relaxed: see `holds_blocks`.
+                self.held
+                    .fetch_sub((before - gd.held.len()) as u64, Ordering::Relaxed);
+                if gd.held.len() >= gd.free_blocks_count as usize {
+                    continue;
+                }
+            }
             self.mark(g);
             let uninit = gd.flags & BG_BLOCK_UNINIT != 0;
             let n = Self::group_nblocks(sb, g);
@@ -334,11 +406,21 @@ impl Alloc {
                 fresh = vec![0u8; sb.block_size()];
                 Self::init_block_bitmap(io, g, &gd, &mut fresh)?;
             }
+            let held = &gd.held;
             let found = io.bufs.modify(io.dev, gd.block_bitmap, !uninit, |b| {
                 if uninit {
                     b.copy_from_slice(&fresh);
                 }
+                // Held blocks look used to the search: set for it, cleared
+                // again before anyone else sees the block (this closure
+                // has it alone).
+                for &(_, i) in held {
+                    set_bit(b, i as usize);
+                }
                 let bit = find_zero(b, n, from);
+                for &(_, i) in held {
+                    clear_bit(b, i as usize);
+                }
                 if let Some(i) = bit {
                     set_bit(b, i);
                 }
@@ -362,6 +444,12 @@ impl Alloc {
 
     /// Return block `blk` to its group.
     pub fn free_block(&self, io: &Io, blk: u64) -> Result<()> {
+        self.free_block_held(io, blk, 0)
+    }
+
+    /// Free `blk` in the bitmap of commit `commit` (0: at once), holding
+    /// it back from allocation until that commit is durable.
+    pub fn free_block_held(&self, io: &Io, blk: u64, commit: u64) -> Result<()> {
         let sb = io.sb;
         if blk < u64::from(sb.first_data_block) || blk >= sb.blocks_count {
             return Err(corrupt(
@@ -392,6 +480,11 @@ impl Alloc {
         gd.free_blocks_count += 1;
         // Relaxed: mirror of the count just changed under the lock.
         self.free_blocks[g].store(gd.free_blocks_count, Ordering::Relaxed);
+        // Relaxed: a hint (`durable` orders the use of the block).
+        if commit > self.durable.load(Ordering::Relaxed) {
+            gd.held.push((commit, i as u32));
+            self.held.fetch_add(1, Ordering::Relaxed);
+        }
         self.claimed.dec();
         Ok(())
     }
@@ -585,7 +678,7 @@ impl Alloc {
         per_block: u64,
         dsz: usize,
         g: usize,
-        m: &CachePadded<Mutex<GroupDesc>>,
+        m: &CachePadded<Mutex<GroupState>>,
     ) -> Result<()> {
         {
             // The bitmaps' checksums are computed here, once per changed
@@ -689,5 +782,73 @@ mod find_zero_tests {
         clear_bit(&mut one, 77);
         assert_eq!(find_zero(&one, 4096, 100), Some(77));
         assert_eq!(find_zero(&one, 4096, 0), Some(77));
+    }
+}
+
+#[cfg(test)]
+mod held_tests {
+    use crate::device::MemDevice;
+    use crate::fs::Ext4Options;
+    use crate::mkfs::{self, MkfsOptions};
+    use crate::Ext4;
+
+    /// A block freed by commit `n` is not handed out again until commit
+    /// `n` is durable, even when the allocation asks for exactly that block
+    /// as its goal; after `set_durable(n)` it is. When the held blocks are
+    /// all a group has free, the allocation goes to another group instead
+    /// of failing.
+    #[test]
+    fn freed_blocks_wait_for_their_commit() {
+        let path = std::env::temp_dir().join(format!("scalevfs-held-{}.img", std::process::id()));
+        let o = MkfsOptions {
+            size: 16 << 20,
+            block_size: Some(1024),
+            ..Default::default()
+        };
+        mkfs::make(&path, &o).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let opts = Ext4Options {
+            ro: false,
+            commit_interval: 0,
+            ..Ext4Options::default()
+        };
+        let fs = Ext4::open_device(Box::new(MemDevice::new(bytes)), opts).unwrap();
+        let (rw, io) = fs.rw().unwrap();
+        let a = &rw.alloc;
+        let base = a.durable.load(super::Ordering::Relaxed);
+        let b = a.alloc_block(&io, 0, true).unwrap();
+        a.free_block_held(&io, b, base + 5).unwrap();
+        assert!(a.holds_blocks());
+        for _ in 0..50 {
+            let c = a.alloc_block(&io, b, true).unwrap();
+            assert_ne!(c, b, "a held block was handed out");
+        }
+        a.set_durable(base + 4);
+        assert_ne!(a.alloc_block(&io, b, true).unwrap(), b);
+        a.set_durable(base + 5);
+        assert_eq!(a.alloc_block(&io, b, true).unwrap(), b);
+        assert!(!a.holds_blocks());
+
+        // A group whose only free blocks are held is passed over.
+        let sb = io.sb;
+        let g = ((b - u64::from(sb.first_data_block)) / u64::from(sb.blocks_per_group)) as usize;
+        let mut taken = Vec::new();
+        while a.desc(g).free_blocks_count > 0 {
+            let c = a.alloc_block(&io, b, true).unwrap();
+            assert_eq!(
+                (c - u64::from(sb.first_data_block)) / u64::from(sb.blocks_per_group),
+                g as u64
+            );
+            taken.push(c);
+        }
+        let n = base + 10;
+        for &c in &taken[..3] {
+            a.free_block_held(&io, c, n).unwrap();
+        }
+        let c = a.alloc_block(&io, taken[0], true).unwrap();
+        assert!(!taken[..3].contains(&c), "got held block {c}");
+        a.set_durable(n);
+        assert!(taken[..3].contains(&a.alloc_block(&io, taken[0], true).unwrap()));
     }
 }

@@ -667,7 +667,9 @@ impl Ext4 {
             eprintln!("scalevfs-ext4: freeing unlinked inodes failed: {e}");
         }
         let enospc = matches!(&r, Err(Error::Io(e)) if e.raw_os_error() == Some(libc::ENOSPC));
-        if enospc && !nested && !j.pending.is_empty() {
+        let waiting =
+            !j.pending.is_empty() || self.rw.as_ref().is_some_and(|rw| rw.alloc.holds_blocks());
+        if enospc && !nested && waiting {
             self.commit()?;
             let _h = self.handle()?;
             return f();
@@ -944,6 +946,7 @@ impl Ext4 {
         // (`journal_super`); the checkpoint writes it home.
         // SeqCst: see `Journal::next_commit`.
         j.done.store(n, Ordering::SeqCst);
+        rw.alloc.set_durable(n);
         Ok(())
     }
 
@@ -996,7 +999,7 @@ impl Ext4 {
         j.freed_groups.store(0, Ordering::Relaxed);
         let mut revokes = Vec::new();
         for b in frees {
-            self.check(rw.alloc.free_block(&io, b))?;
+            self.check(rw.alloc.free_block_held(&io, b, n))?;
             if st.logged.remove(&b) {
                 revokes.push(b);
             }

@@ -7,6 +7,8 @@
 //! - [`SpinLock`]: a test-and-test-and-set spinlock with backoff.
 //! - [`Offer`]: work that exactly one of several threads does, its owner
 //!   waiting for the outcome (the ext4 journal's shared commit writes).
+//! - [`Turnstile`]: numbered tickets that pass in order (the ext4
+//!   journal's transactions written at once, made durable in order).
 //! - [`brlock`]: a big-reader lock (shared acquisitions write only the
 //!   acquiring thread's own line), wrapped as [`ordered::BrLock`].
 //! - [`lockstat`]: per-thread sharded event counters and per-lock-class
@@ -50,6 +52,7 @@ pub mod primitive;
 pub mod seqcount;
 pub mod spin;
 pub mod trace;
+pub mod turnstile;
 
 pub use gate::{thread_number, Gate, Pass};
 pub use lockref::{LockRef, LockRefVariant, LOCKREF_DEAD};
@@ -57,3 +60,4 @@ pub use lockstat::{LockClass, Snapshot, Stat};
 pub use offer::Offer;
 pub use seqcount::{SeqCount, SeqLock};
 pub use spin::{SpinGuard, SpinLock};
+pub use turnstile::Turnstile;
