@@ -744,14 +744,20 @@ impl Ext4 {
         // microseconds, longer than the commit itself on a fast device.)
         let mut spins = 0u32;
         let mut spin_start: Option<std::time::Instant> = None;
+        // A commit that has begun (`started`) covers `target` once its
+        // log is written (by its committer, after the lock is released):
+        // wait for `done` then, instead of taking the lock for the next.
+        // SeqCst: see `Journal::next_commit`.
+        let begun = || j.started.load(Ordering::SeqCst) >= target;
         let mut st = loop {
             // SeqCst: see `Journal::next_commit`.
             if j.done.load(Ordering::SeqCst) >= target {
                 return Ok(());
             }
+            self.check_failed()?;
             // Relaxed: a hint; a stale value costs one failed try or one
             // more turn (the sleeping path below tries regardless).
-            if !j.committing.load(Ordering::Relaxed) {
+            if !j.committing.load(Ordering::Relaxed) && !begun() {
                 if let Some(g) = j.commit.try_lock() {
                     break g;
                 }
@@ -786,8 +792,11 @@ impl Ext4 {
             if j.done.load(Ordering::SeqCst) >= target {
                 return Ok(());
             }
-            if let Some(g) = j.commit.try_lock() {
-                break g;
+            self.check_failed()?;
+            if !begun() {
+                if let Some(g) = j.commit.try_lock() {
+                    break g;
+                }
             }
             atomic_wait::wait(&j.released, seen);
         };
@@ -801,21 +810,107 @@ impl Ext4 {
             drop(st_guard);
             return Ok(());
         }
+        self.wait_in_flight(j)?;
         self.batch_wait(j);
         let t0 = std::time::Instant::now();
         // The threads waiting for this commit now are served by it.
         // Relaxed: hints (see above).
         j.last_batch
             .store(Self::waiting_for_next(j).max(1), Ordering::Relaxed);
-        let r = self.commit_locked(j, &mut st, false);
+        let r = self.commit_begin(j, &mut st, false);
+        // The lock goes first, then the sleepers wake (`Released`): the
+        // next commit may begin while this one's log is written.
+        drop(st);
+        drop(st_guard);
+        if let Some((n, w)) = r? {
+            self.commit_write(j, n, w)?;
+        }
         let ns = t0.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64;
         // Relaxed: a moving average (7/8 old + 1/8 new), read as a hint.
         let avg = j.avg_commit_ns.load(Ordering::Relaxed);
         j.avg_commit_ns
             .store(avg - avg / 8 + ns / 8, Ordering::Relaxed);
-        // The lock goes first, then the sleepers wake (`Released`).
-        drop(st);
-        drop(st_guard);
+        Ok(())
+    }
+
+    /// Where writing a commit is slow (a device whose flush costs: the
+    /// average commit takes 100 µs or more), wait, holding the commit lock,
+    /// until the commits begun before are durable, as jbd2 commits one
+    /// transaction at a time: the handles and fsyncs that arrive meanwhile
+    /// join the next commit, which then pays one flush for all of them.
+    /// Where the flush is nearly free, a commit costs its CPU work and the
+    /// next one begins at once, its log written while the earlier one's is.
+    fn wait_in_flight(&self, j: &Journal) -> Result<()> {
+        // Relaxed (both): a setting and a moving average, hints.
+        let slow = match j.pipeline.load(Ordering::Relaxed) {
+            PIPELINE_ALWAYS => false,
+            PIPELINE_NEVER => true,
+            _ => j.avg_commit_ns.load(Ordering::Relaxed) >= 100_000,
+        };
+        if !slow {
+            return Ok(());
+        }
+        // SeqCst: see `Journal::next_commit`; `started` is fixed while
+        // the commit lock is held.
+        let last = j.started.load(Ordering::SeqCst);
+        let mut spins = 0u32;
+        loop {
+            // SeqCst: read before the check (see `commit_until`).
+            let seen = j.released.load(Ordering::SeqCst);
+            if j.done.load(Ordering::SeqCst) >= last {
+                return Ok(());
+            }
+            self.check_failed()?;
+            if j.help.help() {
+                continue;
+            }
+            spins += 1;
+            if spins < 64 {
+                std::hint::spin_loop();
+            } else {
+                atomic_wait::wait(&j.released, seen);
+            }
+        }
+    }
+
+    /// EIO once a write failed (a failed commit stops the filesystem).
+    fn check_failed(&self) -> Result<()> {
+        // Relaxed: see `rw`.
+        if self
+            .rw
+            .as_ref()
+            .is_some_and(|rw| rw.failed.load(Ordering::Relaxed))
+        {
+            return Err(Error::Io(std::io::Error::from_raw_os_error(libc::EIO)));
+        }
+        Ok(())
+    }
+
+    /// Write commit `n`'s log (begun by `commit_begin`), without the
+    /// commit lock, and publish it as done. Several may run at once; the
+    /// log makes them durable in the order they began, so `done` only
+    /// grows past commits that are durable.
+    fn commit_write(&self, j: &Journal, n: u64, w: Box<dyn crate::txn::LogWrite>) -> Result<()> {
+        let Some(rw) = &self.rw else { return Ok(()) };
+        // Another thread waits for a commit: offer it the log writes.
+        // Relaxed: hints (see `commit_until`); a wrong guess costs one
+        // write call more, or leaves the work to this thread.
+        let others =
+            j.waiters[0].load(Ordering::Relaxed) + j.waiters[1].load(Ordering::Relaxed) > 1;
+        let r = w.write(others.then_some(&j.help));
+        if r.is_err() {
+            // Relaxed: see `rw`.
+            rw.failed.store(true, Ordering::Relaxed);
+        } else {
+            // SeqCst: see `Journal::next_commit`; `fetch_max` because the
+            // writer of an earlier commit may publish after this one.
+            j.done.fetch_max(n, Ordering::SeqCst);
+            rw.alloc.set_durable(n);
+        }
+        // The threads sleeping for `done` (or for the failure) wake.
+        // SeqCst: after the store of `done` (see `commit_until`).
+        j.released.fetch_add(1, Ordering::SeqCst);
+        atomic_wait::wake_all(&j.released);
         r
     }
 
@@ -862,6 +957,23 @@ impl Ext4 {
         }
     }
 
+    /// Whether a commit may begin while the one before writes its log:
+    /// `None` decides by the average commit time (`wait_in_flight`),
+    /// `Some(true)` always, `Some(false)` never (jbd2's one committing
+    /// transaction). For tests that must see commits overlap.
+    #[doc(hidden)]
+    pub fn set_pipelined(&self, on: Option<bool>) {
+        if let Some(j) = self.journal() {
+            let v = match on {
+                None => PIPELINE_AUTO,
+                Some(true) => PIPELINE_ALWAYS,
+                Some(false) => PIPELINE_NEVER,
+            };
+            // Relaxed: a setting, read as a hint.
+            j.pipeline.store(v, Ordering::Relaxed);
+        }
+    }
+
     /// Lower the transaction size limit (dirty metadata blocks past which
     /// a new handle commits first; a quarter of the log by default) to
     /// `blocks` (at least 8), so that a test on a small image sees the
@@ -887,9 +999,27 @@ impl Ext4 {
     }
 
     /// One commit, under the commit lock (`last`: unmount, free every
-    /// unlinked inode).
+    /// unlinked inode), its log written before it returns.
     fn commit_locked(&self, j: &Journal, st: &mut Committer, last: bool) -> Result<()> {
-        let Some(rw) = &self.rw else { return Ok(()) };
+        if let Some((n, w)) = self.commit_begin(j, st, last)? {
+            self.commit_write(j, n, w)?;
+        }
+        Ok(())
+    }
+
+    /// The part of a commit under the commit lock: the running
+    /// transaction closed, its blocks taken and its place in the log
+    /// reserved. Returns the commit's number and what writes its log
+    /// (`commit_write`), or nothing if it logged nothing (then it is
+    /// done, after every commit begun before it).
+    #[allow(clippy::type_complexity)]
+    fn commit_begin(
+        &self,
+        j: &Journal,
+        st: &mut Committer,
+        last: bool,
+    ) -> Result<Option<(u64, Box<dyn crate::txn::LogWrite>)>> {
+        let Some(rw) = &self.rw else { return Ok(None) };
         if st.log.is_none() {
             return Err(Error::Io(std::io::Error::from_raw_os_error(libc::EROFS)));
         }
@@ -902,7 +1032,10 @@ impl Ext4 {
             self.prepare_commit(j, st, last, n)
         };
         j.gate.open();
-        let (blocks, revokes) = r?;
+        // A commit that began and failed stops the filesystem: the threads
+        // waiting for it see `failed` instead of waiting for ever.
+        // Relaxed: see `rw`.
+        let (blocks, revokes) = r.inspect_err(|_| rw.failed.store(true, Ordering::Relaxed))?;
         let log = st.log.as_mut().expect("checked above");
         log.forget(&revokes);
         if !blocks.is_empty() || !revokes.is_empty() {
@@ -927,27 +1060,30 @@ impl Ext4 {
             // Recorded before the commit consumes the blocks; a failed
             // commit fails the filesystem, so the set no longer matters.
             st.logged.extend(blocks.iter().map(|(b, _)| *b));
-            // Another thread waits for a commit: offer it the log writes.
-            // Relaxed: hints (see `commit_until`); a wrong guess costs one
-            // write call more, or leaves the work to this thread.
-            let others =
-                j.waiters[0].load(Ordering::Relaxed) + j.waiters[1].load(Ordering::Relaxed) > 1;
-            let help = others.then_some(&j.help);
-            let r = log.commit(blocks, &revokes, now().0.max(0) as u64, help);
-            if let Err(e) = r {
-                // Relaxed: see `rw`.
-                rw.failed.store(true, Ordering::Relaxed);
-                return Err(e);
-            }
+            let w = match log.begin(blocks, &revokes, now().0.max(0) as u64) {
+                Ok(w) => w,
+                Err(e) => {
+                    // Relaxed: see `rw`.
+                    rw.failed.store(true, Ordering::Relaxed);
+                    return Err(e);
+                }
+            };
             // Relaxed: a statistic.
             j.commits.fetch_add(1, Ordering::Relaxed);
+            // The superblock goes into the log with the transaction
+            // (`journal_super`); the checkpoint writes it home.
+            return Ok(Some((n, w)));
         }
-        // The superblock went into the log with the transaction
-        // (`journal_super`); the checkpoint writes it home.
+        // Nothing logged: done once the commits before it are.
+        if let Err(e) = log.wait_all() {
+            // Relaxed: see `rw`.
+            rw.failed.store(true, Ordering::Relaxed);
+            return Err(e);
+        }
         // SeqCst: see `Journal::next_commit`.
-        j.done.store(n, Ordering::SeqCst);
+        j.done.fetch_max(n, Ordering::SeqCst);
         rw.alloc.set_durable(n);
-        Ok(())
+        Ok(None)
     }
 
     /// The part of a commit with the gate closed: free the unlinked
@@ -3010,6 +3146,11 @@ fn gdt_block(sb: &Superblock, gdb: u64) -> u64 {
 /// `Journal::released` and wake the threads sleeping on it
 /// (`Ext4::commit_until`).
 struct Released<'a>(&'a Journal);
+
+/// `Journal::pipeline`: see `Ext4::set_pipelined`.
+pub(crate) const PIPELINE_AUTO: u8 = 0;
+const PIPELINE_ALWAYS: u8 = 1;
+const PIPELINE_NEVER: u8 = 2;
 
 impl Drop for Released<'_> {
     fn drop(&mut self) {

@@ -11,8 +11,15 @@
 //! - A commit takes `commit` (one committer), closes the gate and waits for
 //!   the handles inside to finish: the metadata blocks in the buffer cache
 //!   are then a consistent state. It frees what must be freed, copies the
-//!   dirty blocks out, opens the gate again and writes the copies to the log
-//!   while new handles run (they dirty blocks for the next transaction).
+//!   dirty blocks out, opens the gate again, reserves the transaction's
+//!   place in the log (`LogSink::begin`) and lets the commit lock go; then
+//!   it writes the copies to the log while new handles run (they dirty
+//!   blocks for the next transaction) and the next commit may begin and
+//!   write its own log at the same time. The log makes commits durable in
+//!   the order they began (each commit block waits for the earlier ones:
+//!   `journal::writer`, `scalevfs_sync::Turnstile`), so `done` never
+//!   passes a commit that is not durable. A thread whose commit has begun
+//!   waits for it to be done instead of taking the lock for the next.
 //! - Shared commit work: the threads that wait for a commit would idle
 //!   while the committer alone computes the tag checksums and writes the
 //!   log, and a commit of two threads' changes costs about twice a commit
@@ -27,7 +34,11 @@
 //!   comes before the commit block.
 //! - Freed blocks are not reusable until the transaction that freed them
 //!   has committed: `pending` holds them, the commit frees them in the
-//!   bitmaps of the transaction it writes. Otherwise a crash before that
+//!   bitmaps of the transaction it writes, and the allocator holds them
+//!   back until that commit is durable (`Alloc::free_block_held`): the
+//!   gate opens before the log is written, and a handle of the next
+//!   transaction could otherwise write its data over them before a crash
+//!   that loses the free. Otherwise a crash before that
 //!   commit would leave the old owner (still the owner on disk) pointing at
 //!   a new owner's data. A freed block that an earlier transaction logged
 //!   gets a revoke record, so replay never writes its old copy over data.
@@ -61,17 +72,17 @@ use crate::error::Result;
 
 /// Where commits go: a jbd2 log (`journal::writer::LogWriter`).
 pub trait LogSink: Send {
-    /// Append one transaction and make it durable (flushes included);
-    /// `blocks` (home block, contents) are kept for the checkpoint. With
-    /// `help`, the log writes of the blocks are offered there to the
-    /// threads waiting for this commit ([`HelpSlot`]).
-    fn commit(
+    /// Reserve one transaction's place and turn in the log; `blocks`
+    /// (home block, contents) are kept for the checkpoint. The returned
+    /// [`LogWrite`] writes it, without the commit lock.
+    fn begin(
         &mut self,
         blocks: Vec<(u64, Block)>,
         revokes: &[u64],
         time: u64,
-        help: Option<&HelpSlot>,
-    ) -> Result<u32>;
+    ) -> Result<Box<dyn LogWrite>>;
+    /// Wait until every transaction begun is durable.
+    fn wait_all(&self) -> Result<()>;
     /// Write every committed transaction home and empty the log.
     fn checkpoint(&mut self) -> Result<()>;
     /// Freed blocks: never write their logged copies home again.
@@ -84,6 +95,15 @@ pub trait LogSink: Send {
     fn tags_per_block(&self) -> u32;
     /// Checkpoint, mark the log empty, clear needs_recovery.
     fn close(self: Box<Self>) -> Result<()>;
+}
+
+/// A transaction whose place in the log is reserved (`LogSink::begin`).
+pub trait LogWrite: Send {
+    /// Write it and return when it (and every transaction begun before
+    /// it) is durable. With `help`, the log writes of its blocks are
+    /// offered there to the threads waiting for this commit
+    /// ([`HelpSlot`]).
+    fn write(self: Box<Self>, help: Option<&HelpSlot>) -> Result<()>;
 }
 
 /// The committer's state.
@@ -141,6 +161,9 @@ pub(crate) struct Journal {
     /// committer, whose `Committer` state shares that line.
     pub(crate) committing: CachePadded<AtomicBool>,
     pub(crate) last_batch: AtomicU64,
+    /// Whether a commit may begin while the one before writes its log
+    /// (`Ext4::set_pipelined`).
+    pub(crate) pipeline: std::sync::atomic::AtomicU8,
     /// Where the committer offers its log writes to the threads waiting
     /// for its commit.
     pub(crate) help: HelpSlot,
@@ -177,6 +200,7 @@ impl Journal {
             released: AtomicU32::new(0),
             committing: CachePadded::new(AtomicBool::new(false)),
             last_batch: AtomicU64::new(1),
+            pipeline: std::sync::atomic::AtomicU8::new(crate::fs::PIPELINE_AUTO),
             help: HelpSlot::new(),
         }
     }
@@ -210,8 +234,10 @@ impl Journal {
 
     /// The number a commit starting now would get.
     pub(crate) fn next_commit(&self) -> u64 {
-        // SeqCst: compared with `done` by group-commit waiters; both change
-        // under the commit lock, so any order works, SeqCst keeps it simple.
+        // SeqCst: compared with `done` by group-commit waiters. `started`
+        // changes under the commit lock, `done` after a commit's log is
+        // durable (`fetch_max`, by whichever writer finishes); SeqCst keeps
+        // the reasoning simple.
         self.started.load(Ordering::SeqCst) + 1
     }
 }
@@ -588,18 +614,23 @@ impl HelpSlot {
         }
     }
 
-    /// Offer `w` (the committer, under the commit lock).
+    /// Offer `w` (a committer writing its log; two writing at once replace
+    /// each other's offer, and each does what no one took).
     pub(crate) fn post(&self, w: &Arc<SharedWrite>) {
         *self.slot.lock() = Some(Arc::clone(w));
         // Relaxed: a hint; the offer itself is read under the lock.
         self.posted.store(true, Ordering::Relaxed);
     }
 
-    /// Take the offer back (after `SharedWrite::finish`).
-    pub(crate) fn withdraw(&self) {
-        // Relaxed: a hint (see `post`).
-        self.posted.store(false, Ordering::Relaxed);
-        self.slot.lock().take();
+    /// Take the offer of `w` back (after `SharedWrite::finish`), unless
+    /// another committer's replaced it.
+    pub(crate) fn withdraw(&self, w: &Arc<SharedWrite>) {
+        let mut slot = self.slot.lock();
+        if slot.as_ref().is_some_and(|o| Arc::ptr_eq(o, w)) {
+            // Relaxed: a hint (see `post`).
+            self.posted.store(false, Ordering::Relaxed);
+            slot.take();
+        }
     }
 
     /// A waiter: run the write on offer, if any and not yet taken; true

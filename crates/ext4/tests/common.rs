@@ -725,3 +725,50 @@ impl Rng {
         self.next_u64() % n.max(1)
     }
 }
+
+/// A device whose flush sleeps (a disk's cache flush) before the inner
+/// device's: the given time, or with `jitter` zero to three times it,
+/// varying from flush to flush (so that of two flushes begun in one order,
+/// the second often ends first).
+pub struct SlowFlush<D> {
+    pub dev: std::sync::Arc<D>,
+    pub time: std::time::Duration,
+    pub jitter: bool,
+    pub flushes: std::sync::atomic::AtomicU32,
+}
+
+impl<D> SlowFlush<D> {
+    pub fn new(dev: std::sync::Arc<D>, time: std::time::Duration, jitter: bool) -> Self {
+        SlowFlush {
+            dev,
+            time,
+            jitter,
+            flushes: std::sync::atomic::AtomicU32::new(0),
+        }
+    }
+}
+
+impl<D: scalevfs_ext4::BlockDevice> scalevfs_ext4::BlockDevice for SlowFlush<D> {
+    fn read_at(&self, off: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        self.dev.read_at(off, buf)
+    }
+    fn write_at(&self, off: u64, buf: &[u8]) -> std::io::Result<()> {
+        self.dev.write_at(off, buf)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        // Relaxed: a counter that only varies the delay.
+        let k = self
+            .flushes
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let times = if self.jitter {
+            k.wrapping_mul(2_654_435_761) >> 30
+        } else {
+            1
+        };
+        std::thread::sleep(self.time * times);
+        self.dev.flush()
+    }
+    fn size(&self) -> u64 {
+        self.dev.size()
+    }
+}

@@ -6,32 +6,12 @@
 
 mod common;
 
-use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{fresh, fsck_clean, have_tools, rw_journaled, Scratch};
+use common::{fresh, fsck_clean, have_tools, rw_journaled, Scratch, SlowFlush};
 use scalevfs::{Vfs, O_CREAT, O_WRONLY};
 use scalevfs_ext4::{BlockDevice, Ext4, MemDevice};
-
-/// A memory device whose flush sleeps.
-struct SlowFlush(Arc<MemDevice>);
-
-impl BlockDevice for SlowFlush {
-    fn read_at(&self, off: u64, buf: &mut [u8]) -> io::Result<()> {
-        self.0.read_at(off, buf)
-    }
-    fn write_at(&self, off: u64, buf: &[u8]) -> io::Result<()> {
-        self.0.write_at(off, buf)
-    }
-    fn flush(&self) -> io::Result<()> {
-        std::thread::sleep(Duration::from_millis(2));
-        self.0.flush()
-    }
-    fn size(&self) -> u64 {
-        self.0.size()
-    }
-}
 
 /// `threads` threads each create, write, fsync and close `per` files;
 /// (fsync requests, commits), and the image afterwards.
@@ -39,7 +19,11 @@ fn run(threads: usize, per: usize) -> (u64, u64, Vec<u8>) {
     let s = Scratch::new("groupcommit");
     let img = fresh(&s.0, 4096, "32M");
     let mem = Arc::new(MemDevice::new(std::fs::read(&img).unwrap()));
-    let e = Ext4::open_device(Box::new(SlowFlush(mem.clone())), rw_journaled()).unwrap();
+    let e = Ext4::open_device(
+        Box::new(SlowFlush::new(mem.clone(), Duration::from_millis(2), false)),
+        rw_journaled(),
+    )
+    .unwrap();
     let vfs = Arc::new(Vfs::with_root_fs(Default::default(), e.clone()));
     vfs.root_task().mkdir("/d", 0o755).unwrap();
     e.commit().unwrap();

@@ -13,21 +13,36 @@
 //!   when all of its passes have left; the closer checks each slot on its
 //!   own (no sum across slots that could see a count in flight twice).
 //! - Waiting (an `enter` while closed, `close` while passes are inside)
-//!   spins with backoff, then sleeps in short steps: a closed period is a
-//!   journal commit (milliseconds), not a critical section.
+//!   spins, yields, then sleeps on a futex word (`crate::futex`): `open`
+//!   bumps `opened` and wakes the entering sleepers if one announced
+//!   itself (`sleeping`); a pass that leaves while the gate is closed bumps
+//!   `left` and wakes the closer. Each sleeper reads its word before it
+//!   checks its condition, so a change between the check and the sleep
+//!   makes the sleep return at once. (It slept in 50 µs steps: with two
+//!   threads that fsync and commit in turn, a handle that met a closed
+//!   gate, or a commit that waited for a handle, lost most of such a step,
+//!   while the gate is closed for a few microseconds.)
 //! - One closer at a time: the caller serialises `close`/`open` (the
 //!   journal's commit mutex).
 //! - Nested passes on one thread must not wait: a thread inside the gate
 //!   that enters again gets `enter_nested` (the caller tracks nesting), or
 //!   a close waiting for its outer pass would never end.
 
-use crate::primitive::{AtomicBool, AtomicUsize, Ordering};
+use crate::futex::{sleep_while, wake_all};
+use crate::primitive::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use crossbeam_utils::CachePadded;
 
 /// See the module documentation.
 pub struct Gate {
     closed: CachePadded<AtomicBool>,
     slots: Box<[CachePadded<AtomicUsize>]>,
+    /// Bumped by `open`; entering threads sleep on it.
+    opened: CachePadded<AtomicU32>,
+    /// Set by an entering thread before it sleeps: `open` wakes only then.
+    sleeping: AtomicBool,
+    /// Bumped by a pass that leaves while the gate is closed; the closer
+    /// sleeps on it.
+    left: CachePadded<AtomicU32>,
 }
 
 impl std::fmt::Debug for Gate {
@@ -74,20 +89,22 @@ pub fn thread_number() -> usize {
     0
 }
 
-fn wait_step(spins: &mut u32) {
+/// One step of a wait: spin, then yield; false once it is time to sleep.
+fn wait_step(spins: &mut u32) -> bool {
     *spins += 1;
     #[cfg(not(loom))]
     {
         if *spins < 64 {
             std::hint::spin_loop();
-        } else if *spins < 128 {
+        } else if *spins < 96 {
             std::thread::yield_now();
         } else {
-            std::thread::sleep(std::time::Duration::from_micros(50));
+            return false;
         }
     }
     #[cfg(loom)]
     crate::primitive::thread::yield_now();
+    true
 }
 
 impl Gate {
@@ -98,6 +115,9 @@ impl Gate {
             slots: (0..slots.max(1))
                 .map(|_| CachePadded::new(AtomicUsize::new(0)))
                 .collect(),
+            opened: CachePadded::new(AtomicU32::new(0)),
+            sleeping: AtomicBool::new(false),
+            left: CachePadded::new(AtomicU32::new(0)),
         }
     }
 
@@ -113,9 +133,23 @@ impl Gate {
             if let Some(p) = self.try_enter_on(slot) {
                 return p;
             }
-            // SeqCst: as the other loads of `closed`; spinning until it opens.
+            // SeqCst: as the other loads of `closed`; waiting until it opens.
             while self.closed.load(Ordering::SeqCst) {
-                wait_step(&mut spins);
+                if wait_step(&mut spins) {
+                    continue;
+                }
+                // SeqCst (with `open`'s swap of `closed`, bump of `opened`
+                // and swap of `sleeping`): if `open` took the flag before
+                // this store, its bump and its store of `closed` came
+                // before too, and the check below sees the gate open; if
+                // after, it wakes this thread, and a bump after the load
+                // of `opened` makes the sleep return at once.
+                self.sleeping.swap(true, Ordering::SeqCst);
+                let e = self.opened.load(Ordering::SeqCst);
+                if !self.closed.load(Ordering::SeqCst) {
+                    break;
+                }
+                sleep_while(&self.opened, e);
             }
         }
     }
@@ -153,8 +187,16 @@ impl Gate {
     pub fn close(&self) {
         self.shut();
         let mut spins = 0;
-        while !self.drained() {
-            wait_step(&mut spins);
+        loop {
+            // SeqCst: read before the check; a pass that leaves after it
+            // bumps `left` (it sees `closed`: see `Pass::drop`).
+            let e = self.left.load(Ordering::SeqCst);
+            if self.drained() {
+                return;
+            }
+            if !wait_step(&mut spins) {
+                sleep_while(&self.left, e);
+            }
         }
     }
 
@@ -178,6 +220,11 @@ impl Gate {
         // SeqCst: ordered after everything the closer did while closed, for
         // the entering threads' SeqCst loads.
         self.closed.swap(false, Ordering::SeqCst);
+        // SeqCst (all three): see `enter_on`.
+        self.opened.fetch_add(1, Ordering::SeqCst);
+        if self.sleeping.load(Ordering::SeqCst) && self.sleeping.swap(false, Ordering::SeqCst) {
+            wake_all(&self.opened);
+        }
     }
 
     /// True while closed.
@@ -189,9 +236,18 @@ impl Gate {
 
 impl Drop for Pass<'_> {
     fn drop(&mut self) {
+        let g = self.gate;
         // SeqCst: the closer's drain loop reads this (release of everything
         // done inside the pass is included in SeqCst).
-        self.gate.slots[self.slot].fetch_sub(1, Ordering::SeqCst);
+        g.slots[self.slot].fetch_sub(1, Ordering::SeqCst);
+        // SeqCst: the Dekker pair again (the closer stores `closed`, then
+        // reads the slots; this decrement, then this load): a closer that
+        // read the old count sees the bump of `left` and does not sleep
+        // through it (see `close`).
+        if g.closed.load(Ordering::SeqCst) {
+            g.left.fetch_add(1, Ordering::SeqCst);
+            wake_all(&g.left);
+        }
     }
 }
 

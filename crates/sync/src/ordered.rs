@@ -182,8 +182,8 @@ classes! {
     Ext4Icache = 32, "ext4 Ext4::cache", No;
     /// `ext4 Journal::help`: where a committer offers the log writes of its
     /// commit to the threads waiting for it (`HelpSlot`); a leaf, held only
-    /// to put, take back or clone the offer (by the committer under the
-    /// ext4 commit lock, by a waiting thread with nothing held).
+    /// to put, take back or clone the offer (by a thread writing its
+    /// commit's log, by a waiting thread; nothing held either way).
     Ext4Help = 33, "ext4 Journal::help", No;
     /// `OrphanFile::overflow`: a leaf (nothing is taken under it), taken
     /// when the orphan file is full, under any of the locks above it

@@ -121,33 +121,7 @@ impl Turnstile {
     }
 }
 
-#[cfg(all(not(loom), not(feature = "trace-lines")))]
-fn sleep_while(a: &AtomicU32, seen: u32) {
-    atomic_wait::wait(a, seen);
-}
-
-#[cfg(all(not(loom), not(feature = "trace-lines")))]
-fn wake_all(a: &AtomicU32) {
-    atomic_wait::wake_all(a);
-}
-
-// The counting build's atomics are not futex words: poll.
-#[cfg(all(not(loom), feature = "trace-lines"))]
-fn sleep_while(_a: &AtomicU32, _seen: u32) {
-    std::thread::sleep(std::time::Duration::from_micros(20));
-}
-
-#[cfg(all(not(loom), feature = "trace-lines"))]
-fn wake_all(_a: &AtomicU32) {}
-
-// Under loom the models call `turn`, not `wait_turn`.
-#[cfg(loom)]
-fn sleep_while(_a: &AtomicU32, _seen: u32) {
-    crate::primitive::thread::yield_now();
-}
-
-#[cfg(loom)]
-fn wake_all(_a: &AtomicU32) {}
+use crate::futex::{sleep_while, wake_all};
 
 #[cfg(all(test, not(loom)))]
 mod tests {

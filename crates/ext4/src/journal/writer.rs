@@ -6,6 +6,17 @@
 //! lock); group commit happens above it, by putting many handles' changes
 //! in one transaction.
 //!
+//! Transactions written at once: [`LogWriter::begin`] (under the commit
+//! lock) reserves a transaction's place in the log and gives it a ticket
+//! of the writer's [`Turnstile`]; the [`InFlight`] it returns writes the
+//! descriptors, data and revoke blocks and flushes without any lock, so
+//! the committer of the next transaction can begin meanwhile. Only the
+//! commit block waits for the turn: it is written (and flushed) after
+//! every earlier transaction's, so a durable commit still means every
+//! earlier one is durable, and recovery, which stops at the first
+//! transaction without its commit block, never skips one. A checkpoint
+//! first waits for every ticket given out.
+//!
 //! While the log holds transactions the superblock says needs_recovery; a
 //! crash at any point leaves an image that recovery (ours, e2fsck's, the
 //! kernel's) brings to the state after the last transaction whose commit
@@ -14,12 +25,14 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use scalevfs_sync::Turnstile;
+
 use super::format::{self, JournalSuperblock};
 use super::{load, set_needs_recovery};
 use crate::bufcache::Block;
 use crate::device::BlockDevice;
 use crate::error::{corrupt, Error, Result};
-use crate::txn::{HelpSlot, SharedWrite};
+use crate::txn::{HelpSlot, LogWrite, SharedWrite};
 
 /// A committed transaction not yet written home.
 struct Live {
@@ -30,93 +43,19 @@ struct Live {
     blocks: Vec<(u64, Block)>,
 }
 
-/// Appends transactions to an image's journal.
-pub struct LogWriter {
+/// Where the log lies: what writing a transaction needs, shared with the
+/// threads that write theirs outside the commit lock.
+struct Geom {
     dev: Arc<dyn BlockDevice>,
+    /// The journal superblock at open (features, size; its start and
+    /// sequence are the writer's, not these).
     js: JournalSuperblock,
     bs: u64,
-    fs_blocks: u64,
+    /// Device block of each log block.
     map: Vec<u64>,
-    /// The same blocks sorted (is a home block inside the journal?).
-    sorted: Vec<u64>,
-    /// Next free log block.
-    head: u32,
-    /// First block of the oldest live transaction (== head when none).
-    tail: u32,
-    /// Sequence of the next transaction.
-    next_seq: u32,
-    live: VecDeque<Live>,
-    /// The journal superblock on disk says the log is empty.
-    sb_empty: bool,
 }
 
-impl LogWriter {
-    /// Open the journal of the image on `dev` for writing. The journal must
-    /// be empty (recover it first); `csum_v3` turns on checksum v3 in the
-    /// journal superblock. Sets needs_recovery (flushed) as a mount does.
-    pub fn open(dev: Arc<dyn BlockDevice>, csum_v3: bool) -> Result<LogWriter> {
-        let l = load(&dev)?;
-        let mut js = l.js;
-        if js.start != 0 {
-            return Err(Error::Incompatible(
-                "the journal holds transactions: recover it before writing".into(),
-            ));
-        }
-        if csum_v3 {
-            js.feature_incompat &= !format::INCOMPAT_CSUM_V2;
-            js.feature_incompat |= format::INCOMPAT_CSUM_V3;
-            js.checksum_type = format::CHECKSUM_CRC32C;
-        }
-        // A v1 superblock has no feature words: make it v2. Revoke records
-        // are always allowed (the kernel sets the feature at mount).
-        js.blocktype = format::SUPERBLOCK_V2;
-        js.feature_incompat |= format::INCOMPAT_REVOKE;
-        let seq = js.sequence;
-        let mut w = LogWriter {
-            dev,
-            js,
-            bs: l.bs,
-            fs_blocks: l.fs_blocks,
-            sorted: {
-                let mut v = l.map.clone();
-                v.sort_unstable();
-                v
-            },
-            map: l.map,
-            head: 0,
-            tail: 0,
-            next_seq: seq,
-            live: VecDeque::new(),
-            sb_empty: true,
-        };
-        w.head = w.js.first;
-        w.tail = w.js.first;
-        w.write_jsb(0, seq)?;
-        w.dev.flush()?;
-        set_needs_recovery(&*w.dev, true)?;
-        Ok(w)
-    }
-
-    /// The journal superblock as this writer keeps it.
-    pub fn journal(&self) -> &JournalSuperblock {
-        &self.js
-    }
-
-    /// Sequence number the next commit gets.
-    pub fn next_sequence(&self) -> u32 {
-        self.next_seq
-    }
-
-    /// Log blocks free for new transactions without a checkpoint.
-    pub fn room(&self) -> u32 {
-        self.js.log_len() - 1 - self.used()
-    }
-
-    fn used(&self) -> u32 {
-        let n = self.js.log_len();
-        (self.head + n - self.tail) % n
-    }
-
+impl Geom {
     /// Log block `rel` blocks after `start`, wrapping at the end.
     fn log_index(&self, start: u32, rel: usize) -> u32 {
         let n = u64::from(self.js.log_len());
@@ -222,14 +161,124 @@ impl LogWriter {
         }
         Ok(at)
     }
+}
+
+/// A transaction whose place in the log is reserved ([`LogWriter::begin`]):
+/// [`LogWrite::write`] writes it and returns when it is durable.
+pub(crate) struct InFlight {
+    g: Arc<Geom>,
+    order: Arc<Turnstile>,
+    ticket: u64,
+    seq: u32,
+    start: u32,
+    blocks: Vec<(u64, Block)>,
+    revokes: Vec<u64>,
+    time: u64,
+}
+
+/// Appends transactions to an image's journal.
+pub struct LogWriter {
+    g: Arc<Geom>,
+    js: JournalSuperblock,
+    fs_blocks: u64,
+    /// The log blocks' device blocks sorted (is a home block inside the
+    /// journal?).
+    sorted: Vec<u64>,
+    /// Next free log block.
+    head: u32,
+    /// First block of the oldest live transaction (== head when none).
+    tail: u32,
+    /// Sequence of the next transaction.
+    next_seq: u32,
+    live: VecDeque<Live>,
+    /// The journal superblock on disk says the log is empty.
+    sb_empty: bool,
+    /// The order in which transactions become durable, and the tickets
+    /// given out so far.
+    order: Arc<Turnstile>,
+    tickets: u64,
+}
+
+impl LogWriter {
+    /// Open the journal of the image on `dev` for writing. The journal must
+    /// be empty (recover it first); `csum_v3` turns on checksum v3 in the
+    /// journal superblock. Sets needs_recovery (flushed) as a mount does.
+    pub fn open(dev: Arc<dyn BlockDevice>, csum_v3: bool) -> Result<LogWriter> {
+        let l = load(&dev)?;
+        let mut js = l.js;
+        if js.start != 0 {
+            return Err(Error::Incompatible(
+                "the journal holds transactions: recover it before writing".into(),
+            ));
+        }
+        if csum_v3 {
+            js.feature_incompat &= !format::INCOMPAT_CSUM_V2;
+            js.feature_incompat |= format::INCOMPAT_CSUM_V3;
+            js.checksum_type = format::CHECKSUM_CRC32C;
+        }
+        // A v1 superblock has no feature words: make it v2. Revoke records
+        // are always allowed (the kernel sets the feature at mount).
+        js.blocktype = format::SUPERBLOCK_V2;
+        js.feature_incompat |= format::INCOMPAT_REVOKE;
+        let seq = js.sequence;
+        let mut w = LogWriter {
+            g: Arc::new(Geom {
+                dev,
+                js: js.clone(),
+                bs: l.bs,
+                map: l.map.clone(),
+            }),
+            js,
+            fs_blocks: l.fs_blocks,
+            sorted: {
+                let mut v = l.map;
+                v.sort_unstable();
+                v
+            },
+            head: 0,
+            tail: 0,
+            next_seq: seq,
+            live: VecDeque::new(),
+            sb_empty: true,
+            order: Arc::new(Turnstile::new()),
+            tickets: 0,
+        };
+        w.head = w.js.first;
+        w.tail = w.js.first;
+        w.write_jsb(0, seq)?;
+        w.g.dev.flush()?;
+        set_needs_recovery(&*w.g.dev, true)?;
+        Ok(w)
+    }
+
+    /// The journal superblock as this writer keeps it.
+    pub fn journal(&self) -> &JournalSuperblock {
+        &self.js
+    }
+
+    /// Sequence number the next commit gets.
+    pub fn next_sequence(&self) -> u32 {
+        self.next_seq
+    }
+
+    /// Log blocks free for new transactions without a checkpoint.
+    pub fn room(&self) -> u32 {
+        self.js.log_len() - 1 - self.used()
+    }
+
+    fn used(&self) -> u32 {
+        let n = self.js.log_len();
+        (self.head + n - self.tail) % n
+    }
 
     fn write_jsb(&mut self, start: u32, sequence: u32) -> Result<()> {
         self.js.start = start;
         self.js.sequence = sequence;
-        let mut b = vec![0u8; self.bs as usize];
-        self.dev.read_at(self.map[0] * self.bs, &mut b)?;
+        let g = &self.g;
+        let mut b = vec![0u8; g.bs as usize];
+        g.dev.read_at(g.map[0] * g.bs, &mut b)?;
         b[..format::SB_SIZE].copy_from_slice(&self.js.to_bytes());
-        self.dev.write_at(self.map[0] * self.bs, &b)?;
+        g.dev.write_at(g.map[0] * g.bs, &b)?;
         self.sb_empty = start == 0;
         Ok(())
     }
@@ -245,11 +294,8 @@ impl LogWriter {
 
     /// [`LogWriter::commit`] taking the blocks by value: they are written
     /// to the log from where they lie and kept for the checkpoint without
-    /// another copy. With `help`, the log writes of
-    /// the data blocks are offered there to the threads waiting for this
-    /// commit while this one computes their checksums and writes the
-    /// descriptors: a commit of several threads' changes is then not all
-    /// done by one of them while the others wait.
+    /// another copy. With `help`, the log writes of the data blocks are
+    /// offered there (see [`InFlight`]).
     pub(crate) fn commit_owned(
         &mut self,
         blocks: Vec<(u64, Block)>,
@@ -257,7 +303,25 @@ impl LogWriter {
         time: u64,
         help: Option<&HelpSlot>,
     ) -> Result<u32> {
-        let bs = self.bs as usize;
+        let (seq, w) = self.begin(blocks, revokes, time)?;
+        w.write(help)?;
+        Ok(seq)
+    }
+
+    /// Reserve the next transaction's place in the log (checkpointing
+    /// first if the log lacks room) and its turn to become durable:
+    /// `blocks` (home block, new contents of one block) and `revokes`
+    /// (home blocks whose logged copies in earlier transactions must not
+    /// be replayed). Returns its sequence and what writes it
+    /// ([`InFlight::write`], which may run on any thread, without the
+    /// caller's lock).
+    pub(crate) fn begin(
+        &mut self,
+        blocks: Vec<(u64, Block)>,
+        revokes: &[u64],
+        time: u64,
+    ) -> Result<(u32, InFlight)> {
+        let bs = self.g.bs as usize;
         for (home, data) in &blocks {
             if *home >= self.fs_blocks || data.len() != bs {
                 return Err(corrupt(
@@ -275,56 +339,54 @@ impl LogWriter {
             ));
         }
         let seq = self.next_seq;
-        let n = {
-            let n = format::transaction_len(&self.js, blocks.len(), revokes.len()) as u32;
-            // One block stays free so that head == tail means empty.
-            if n >= self.js.log_len() {
-                return Err(Error::Incompatible(format!(
-                    "a transaction of {n} log blocks does not fit a log of {}",
-                    self.js.log_len()
-                )));
-            }
-            if self.used() + n >= self.js.log_len() {
-                self.checkpoint()?;
-            }
-            let start = self.head;
-            // Offered before the checksums are computed: a waiter writes
-            // the data blocks meanwhile.
-            let shared = help.filter(|_| !blocks.is_empty()).map(|h| {
-                let w = Arc::new(self.data_writes(start, &blocks, revokes.len()));
-                h.post(&w);
-                (h, w)
-            });
-            let refs: Vec<(u64, &[u8])> = blocks.iter().map(|(h, d)| (*h, &d[..])).collect();
-            let log = format::layout_transaction(&self.js, seq, &refs, revokes, time);
-            debug_assert_eq!(log.len() as u32, n);
-            let body = &log[..log.len() - 1];
-            let at = match shared {
-                None => self.write_run(start, body)?,
-                Some((h, w)) => {
-                    let r = self.write_meta(start, body, revokes.len(), blocks.len());
-                    // Always waited for, even after an error: no write of
-                    // this commit may land after it returns.
-                    let d = w.finish();
-                    h.withdraw();
-                    r?;
-                    d?;
-                    self.log_index(start, body.len())
-                }
-            };
-            if self.sb_empty {
-                // Recovery must find the log: point the superblock at it.
-                self.write_jsb(start, seq)?;
-            }
-            self.dev.flush()?;
-            self.write_log(at, log[log.len() - 1].bytes())?;
-            self.dev.flush()?;
-            self.head = self.js.wrap_next(at);
-            n
-        };
+        let n = format::transaction_len(&self.js, blocks.len(), revokes.len()) as u32;
+        // One block stays free so that head == tail means empty.
+        if n >= self.js.log_len() {
+            return Err(Error::Incompatible(format!(
+                "a transaction of {n} log blocks does not fit a log of {}",
+                self.js.log_len()
+            )));
+        }
+        if self.used() + n >= self.js.log_len() {
+            self.checkpoint()?;
+        }
+        let start = self.head;
+        if self.sb_empty {
+            // Recovery must find the log: point the superblock at it
+            // (before this transaction's first flush, in `write`).
+            self.write_jsb(start, seq)?;
+        }
+        self.head = self.g.log_index(start, n as usize);
         self.next_seq = seq.wrapping_add(1);
-        self.live.push_back(Live { len: n, blocks });
-        Ok(seq)
+        let ticket = self.tickets;
+        self.tickets += 1;
+        self.live.push_back(Live {
+            len: n,
+            blocks: blocks.clone(),
+        });
+        Ok((
+            seq,
+            InFlight {
+                g: self.g.clone(),
+                order: self.order.clone(),
+                ticket,
+                seq,
+                start,
+                blocks,
+                revokes: revokes.to_vec(),
+                time,
+            },
+        ))
+    }
+
+    /// Wait until every transaction begun so far is durable (an error if
+    /// one failed: the log is then unusable).
+    pub fn wait_all(&self) -> Result<()> {
+        if self.order.wait_turn(self.tickets) {
+            Ok(())
+        } else {
+            Err(failed_before())
+        }
     }
 
     /// Blocks freed since they were logged: a checkpoint must not write
@@ -346,6 +408,7 @@ impl LogWriter {
         if self.live.is_empty() {
             return Ok(());
         }
+        self.wait_all()?;
         // The newest copy of each block only: a block logged by many
         // transactions (the superblock, a bitmap, a descriptor block:
         // nearly every one) goes home once, not once per transaction.
@@ -353,17 +416,17 @@ impl LogWriter {
         for t in self.live.iter().rev() {
             for (home, data) in t.blocks.iter().rev() {
                 if home_done.insert(*home) {
-                    self.dev.write_at(home * self.bs, data)?;
+                    self.g.dev.write_at(home * self.g.bs, data)?;
                 }
             }
         }
-        self.dev.flush()?;
+        self.g.dev.flush()?;
         for t in self.live.drain(..) {
             self.tail = (self.tail - self.js.first + t.len) % self.js.log_len() + self.js.first;
         }
         // The log is empty from here: the next transaction starts at head.
         self.write_jsb(self.head, self.next_seq)?;
-        self.dev.flush()?;
+        self.g.dev.flush()?;
         Ok(())
     }
 
@@ -373,21 +436,88 @@ impl LogWriter {
         self.checkpoint()?;
         let seq = self.next_seq;
         self.write_jsb(0, seq)?;
-        self.dev.flush()?;
-        set_needs_recovery(&*self.dev, false)?;
+        self.g.dev.flush()?;
+        set_needs_recovery(&*self.g.dev, false)?;
         Ok(())
     }
 }
 
+/// The error of a transaction written after one that failed.
+fn failed_before() -> Error {
+    Error::Io(std::io::Error::other(
+        "an earlier journal commit failed; the log takes no more",
+    ))
+}
+
+impl InFlight {
+    fn write_inner(&self, help: Option<&HelpSlot>) -> Result<()> {
+        let g = &self.g;
+        // Offered before the checksums are computed: a waiter writes the
+        // data blocks meanwhile.
+        let shared = help.filter(|_| !self.blocks.is_empty()).map(|h| {
+            let w = Arc::new(g.data_writes(self.start, &self.blocks, self.revokes.len()));
+            h.post(&w);
+            (h, w)
+        });
+        let refs: Vec<(u64, &[u8])> = self.blocks.iter().map(|(h, d)| (*h, &d[..])).collect();
+        let log = format::layout_transaction(&g.js, self.seq, &refs, &self.revokes, self.time);
+        let body = &log[..log.len() - 1];
+        let at = match shared {
+            None => g.write_run(self.start, body)?,
+            Some((h, w)) => {
+                let r = g.write_meta(self.start, body, self.revokes.len(), self.blocks.len());
+                // Always waited for, even after an error: no write of
+                // this commit may land after it returns.
+                let d = w.finish();
+                h.withdraw(&w);
+                r?;
+                d?;
+                g.log_index(self.start, body.len())
+            }
+        };
+        // The body is durable before the commit block is written.
+        g.dev.flush()?;
+        if !self.order.wait_turn(self.ticket) {
+            return Err(failed_before());
+        }
+        g.write_log(at, log[log.len() - 1].bytes())?;
+        g.dev.flush()?;
+        self.order.pass(self.ticket);
+        Ok(())
+    }
+}
+
+impl LogWrite for InFlight {
+    fn write(self: Box<Self>, help: Option<&HelpSlot>) -> Result<()> {
+        InFlight::write(*self, help)
+    }
+}
+
+impl InFlight {
+    /// Write the transaction and return when it is durable: the log
+    /// blocks, a flush, then (in its turn) the commit block and a flush.
+    /// A failure fails every later transaction too.
+    pub(crate) fn write(self, help: Option<&HelpSlot>) -> Result<()> {
+        let r = self.write_inner(help);
+        if r.is_err() {
+            self.order.fail();
+        }
+        r
+    }
+}
+
 impl crate::txn::LogSink for LogWriter {
-    fn commit(
+    fn begin(
         &mut self,
         blocks: Vec<(u64, Block)>,
         revokes: &[u64],
         time: u64,
-        help: Option<&HelpSlot>,
-    ) -> Result<u32> {
-        LogWriter::commit_owned(self, blocks, revokes, time, help)
+    ) -> Result<Box<dyn LogWrite>> {
+        let (_, w) = LogWriter::begin(self, blocks, revokes, time)?;
+        Ok(Box::new(w))
+    }
+    fn wait_all(&self) -> Result<()> {
+        LogWriter::wait_all(self)
     }
     fn checkpoint(&mut self) -> Result<()> {
         LogWriter::checkpoint(self)
