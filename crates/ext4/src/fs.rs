@@ -34,7 +34,7 @@ use crate::format::superblock::{
 use crate::format::xattr;
 use crate::txn::{
     current_tid, Committer, CommitterMark, Handle, Journal, LogSink, OrphanDisk, OrphanList,
-    Sharded,
+    Sharded, PIPELINE_ALWAYS, PIPELINE_AUTO, PIPELINE_NEVER,
 };
 use crate::util::{now, BlockBuf};
 use scalevfs_orphan::OrphanSlot;
@@ -3146,11 +3146,6 @@ fn gdt_block(sb: &Superblock, gdb: u64) -> u64 {
 /// `Journal::released` and wake the threads sleeping on it
 /// (`Ext4::commit_until`).
 struct Released<'a>(&'a Journal);
-
-/// `Journal::pipeline`: see `Ext4::set_pipelined`.
-pub(crate) const PIPELINE_AUTO: u8 = 0;
-const PIPELINE_ALWAYS: u8 = 1;
-const PIPELINE_NEVER: u8 = 2;
 
 impl Drop for Released<'_> {
     fn drop(&mut self) {

@@ -106,6 +106,12 @@ pub trait LogWrite: Send {
     fn write(self: Box<Self>, help: Option<&HelpSlot>) -> Result<()>;
 }
 
+/// `Journal::pipeline` (`Ext4::set_pipelined`): by the average commit
+/// time, always, never.
+pub(crate) const PIPELINE_AUTO: u8 = 0;
+pub(crate) const PIPELINE_ALWAYS: u8 = 1;
+pub(crate) const PIPELINE_NEVER: u8 = 2;
+
 /// The committer's state.
 pub(crate) struct Committer {
     pub(crate) log: Option<Box<dyn LogSink>>,
@@ -200,7 +206,7 @@ impl Journal {
             released: AtomicU32::new(0),
             committing: CachePadded::new(AtomicBool::new(false)),
             last_batch: AtomicU64::new(1),
-            pipeline: std::sync::atomic::AtomicU8::new(crate::fs::PIPELINE_AUTO),
+            pipeline: std::sync::atomic::AtomicU8::new(PIPELINE_AUTO),
             help: HelpSlot::new(),
         }
     }
