@@ -48,7 +48,13 @@
 //! the writer. Waiting for a writer spins a little, then sleeps on the
 //! writer word (a futex; a bit in the word tells the unlock to wake the
 //! sleepers). A writer waiting for readers to leave spins, yields, then
-//! polls every 50 µs (readers hold the lock briefly and wake no one).
+//! sleeps on the writer word too, after setting `WRITER_SLEEPS` in it; a
+//! reader's unlock clears its slot, then loads the word (both `SeqCst`:
+//! Dekker's pattern again, with the writer's setting of the bit then its
+//! loads of the slots), and if the bit is set clears it and wakes: the
+//! writer either saw the slot clear or is woken (the clearing changes the
+//! word it sleeps on, so a wake before the sleep is not lost). It used to
+//! poll every 50 µs instead.
 //!
 //! Blocks are never freed: a thread that ends gives its block back (all
 //! its slots are clear then) and a new thread takes it over, so the list is
@@ -227,27 +233,9 @@ pub struct RawBrLock {
 const HELD: u32 = 1;
 /// The writer word: someone sleeps until the word is 0 (the unlock wakes).
 const WAITERS: u32 = 2;
-
-/// Wait for `done` by spinning, yielding, then sleeping 50 µs at a time
-/// (for a writer waiting for readers to leave: they hold the lock briefly
-/// and do not wake anyone).
-fn wait_until(mut done: impl FnMut() -> bool) {
-    let backoff = Backoff::new();
-    let mut yields = 0u32;
-    while !done() {
-        if !backoff.is_completed() {
-            backoff.snooze();
-        } else if yields < 64 {
-            yields += 1;
-            crate::primitive::yield_now();
-        } else {
-            #[cfg(not(loom))]
-            std::thread::sleep(std::time::Duration::from_micros(50));
-            #[cfg(loom)]
-            crate::primitive::yield_now();
-        }
-    }
-}
+/// The writer word: the writer sleeps until a reader leaves (the reader's
+/// unlock clears the bit and wakes it).
+const WRITER_SLEEPS: u32 = 4;
 
 impl RawBrLock {
     /// An unlocked lock.
@@ -366,14 +354,25 @@ impl RawBrLock {
             // Release: the reader's critical section happens before the
             // writer that sees the clear slot (its SeqCst load acquires).
             // (A swap: see `try_read`.)
+            // SeqCst (this write and the load below): the Dekker pair with
+            // a writer that sets `WRITER_SLEEPS` then loads the slots (see
+            // the module documentation).
             (ReadTicket::Slot(i), Some(m)) => {
-                m.slots[i].swap(0, Ordering::Release);
+                m.slots[i].swap(0, Ordering::SeqCst);
             }
-            // Release: as above.
+            // SeqCst: as above.
             (ReadTicket::Overflow, _) => {
-                self.overflow.fetch_sub(1, Ordering::Release);
+                self.overflow.fetch_sub(1, Ordering::SeqCst);
             }
             (ReadTicket::Slot(_), None) => unreachable!("a slot ticket without its block"),
+        }
+        // SeqCst: see above. A plain load first: the bit is rarely set.
+        if self.writer.load(Ordering::SeqCst) & WRITER_SLEEPS != 0 {
+            // Relaxed: the wake below is what the writer waits for; the
+            // change of the word makes its futex wait return if it has
+            // not slept yet.
+            self.writer.fetch_and(!WRITER_SLEEPS, Ordering::Relaxed);
+            crate::primitive::wake_all_u32(&self.writer);
         }
     }
 
@@ -413,7 +412,31 @@ impl RawBrLock {
         while !self.try_claim() {
             self.wait_no_writer();
         }
-        wait_until(|| !self.readers_inside(all));
+        self.wait_readers_gone(all);
+    }
+
+    /// After a claim: wait until no reader is inside, spinning, yielding,
+    /// then sleeping on the writer word with `WRITER_SLEEPS` set (see the
+    /// module documentation).
+    fn wait_readers_gone(&self, all: &Readers) {
+        let backoff = Backoff::new();
+        let mut yields = 0u32;
+        while self.readers_inside(all) {
+            if !backoff.is_completed() {
+                backoff.snooze();
+            } else if yields < 64 {
+                yields += 1;
+                crate::primitive::yield_now();
+            } else {
+                // SeqCst: the Dekker pair with `read_unlock` (this RMW, then
+                // the loads of the slots).
+                let w = self.writer.fetch_or(WRITER_SLEEPS, Ordering::SeqCst) | WRITER_SLEEPS;
+                if !self.readers_inside(all) {
+                    break;
+                }
+                crate::primitive::wait_u32(&self.writer, w);
+            }
+        }
     }
 
     /// Take the lock exclusive if no writer holds it and no reader is

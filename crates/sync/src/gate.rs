@@ -13,7 +13,7 @@
 //!   when all of its passes have left; the closer checks each slot on its
 //!   own (no sum across slots that could see a count in flight twice).
 //! - Waiting (an `enter` while closed, `close` while passes are inside)
-//!   spins, yields, then sleeps on a futex word (`crate::futex`): `open`
+//!   spins, yields, then sleeps on a futex word (`primitive::wait_u32`): `open`
 //!   bumps `opened` and wakes the entering sleepers if one announced
 //!   itself (`sleeping`); a pass that leaves while the gate is closed bumps
 //!   `left` and wakes the closer. Each sleeper reads its word before it
@@ -28,8 +28,7 @@
 //!   that enters again gets `enter_nested` (the caller tracks nesting), or
 //!   a close waiting for its outer pass would never end.
 
-use crate::futex::{sleep_while, wake_all};
-use crate::primitive::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use crate::primitive::{wait_u32, wake_all_u32, AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use crossbeam_utils::CachePadded;
 
 /// See the module documentation.
@@ -149,7 +148,7 @@ impl Gate {
                 if !self.closed.load(Ordering::SeqCst) {
                     break;
                 }
-                sleep_while(&self.opened, e);
+                wait_u32(&self.opened, e);
             }
         }
     }
@@ -195,7 +194,7 @@ impl Gate {
                 return;
             }
             if !wait_step(&mut spins) {
-                sleep_while(&self.left, e);
+                wait_u32(&self.left, e);
             }
         }
     }
@@ -223,7 +222,7 @@ impl Gate {
         // SeqCst (all three): see `enter_on`.
         self.opened.fetch_add(1, Ordering::SeqCst);
         if self.sleeping.load(Ordering::SeqCst) && self.sleeping.swap(false, Ordering::SeqCst) {
-            wake_all(&self.opened);
+            wake_all_u32(&self.opened);
         }
     }
 
@@ -246,7 +245,7 @@ impl Drop for Pass<'_> {
         // through it (see `close`).
         if g.closed.load(Ordering::SeqCst) {
             g.left.fetch_add(1, Ordering::SeqCst);
-            wake_all(&g.left);
+            wake_all_u32(&g.left);
         }
     }
 }

@@ -43,7 +43,6 @@
 #![warn(missing_docs, missing_debug_implementations)]
 
 pub mod brlock;
-mod futex;
 pub mod gate;
 pub mod lockref;
 pub mod lockstat;

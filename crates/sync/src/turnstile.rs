@@ -13,12 +13,12 @@
 //! be durable).
 //!
 //! Waiting: a short spin, a few yields, then a sleep on `epoch`, which
-//! every `pass` and `fail` bumps after its store (a futex where the build
-//! has plain atomics). The waiter reads `epoch` before it checks the
+//! every `pass` and `fail` bumps after its store (a futex:
+//! `primitive::wait_u32`). The waiter reads `epoch` before it checks the
 //! ticket, so a pass between the check and the sleep changes `epoch` and
 //! the sleep returns at once.
 
-use crate::primitive::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use crate::primitive::{wait_u32, wake_all_u32, AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 /// Tickets that pass in order (see the module documentation).
 #[derive(Debug)]
@@ -89,9 +89,9 @@ impl Turnstile {
             if spins < 64 {
                 std::hint::spin_loop();
             } else if spins < 96 {
-                std::thread::yield_now();
+                crate::primitive::yield_now();
             } else {
-                sleep_while(&self.epoch, e);
+                wait_u32(&self.epoch, e);
             }
         }
     }
@@ -117,11 +117,9 @@ impl Turnstile {
     fn bump(&self) {
         // SeqCst: see `wait_turn`.
         self.epoch.fetch_add(1, Ordering::SeqCst);
-        wake_all(&self.epoch);
+        wake_all_u32(&self.epoch);
     }
 }
-
-use crate::futex::{sleep_while, wake_all};
 
 #[cfg(all(test, not(loom)))]
 mod tests {
