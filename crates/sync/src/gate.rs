@@ -166,9 +166,17 @@ impl Gate {
         if !self.closed.load(Ordering::SeqCst) {
             return Some(Pass { gate: self, slot });
         }
-        // SeqCst: backing out is seen by the closer's drain loop.
-        c.fetch_sub(1, Ordering::SeqCst);
+        self.back_out(slot);
         None
+    }
+
+    /// Take back the count of an entrant that found the gate closed. The
+    /// closer may have seen that count and gone to sleep: wake it, as a
+    /// pass that leaves while the gate is closed does.
+    fn back_out(&self, slot: usize) {
+        // SeqCst: backing out is seen by the closer's drain loop.
+        self.slots[slot].fetch_sub(1, Ordering::SeqCst);
+        self.left_while_closed();
     }
 
     /// Enter even though the gate may be closed: only for a thread that
@@ -226,6 +234,14 @@ impl Gate {
         }
     }
 
+    /// A count left a slot while the gate is closed (a pass dropped, or an
+    /// entrant backed out): wake the closer if it sleeps.
+    fn left_while_closed(&self) {
+        // SeqCst: see `close`.
+        self.left.fetch_add(1, Ordering::SeqCst);
+        wake_all_u32(&self.left);
+    }
+
     /// True while closed.
     pub fn is_closed(&self) -> bool {
         // SeqCst: as the other loads of `closed`.
@@ -244,8 +260,7 @@ impl Drop for Pass<'_> {
         // read the old count sees the bump of `left` and does not sleep
         // through it (see `close`).
         if g.closed.load(Ordering::SeqCst) {
-            g.left.fetch_add(1, Ordering::SeqCst);
-            wake_all_u32(&g.left);
+            g.left_while_closed();
         }
     }
 }
@@ -263,21 +278,30 @@ mod tests {
         let g = Arc::new(Gate::new(4));
         let inside = Arc::new(U::new(0));
         let stop = Arc::new(B::new(false));
+        let passes = Arc::new(U::new(0));
         let mut hs = Vec::new();
         for _ in 0..3 {
-            let (g, inside, stop) = (g.clone(), inside.clone(), stop.clone());
+            let (g, inside, stop, passes) =
+                (g.clone(), inside.clone(), stop.clone(), passes.clone());
             hs.push(std::thread::spawn(move || {
-                let mut n = 0u64;
                 while !stop.load(O::Relaxed) {
                     let _p = g.enter();
                     inside.fetch_add(1, O::SeqCst);
                     std::hint::spin_loop();
                     inside.fetch_sub(1, O::SeqCst);
-                    n += 1;
+                    passes.fetch_add(1, O::Relaxed);
                 }
-                n
             }));
         }
+        // Stops the threads however this one leaves (a failed assertion
+        // included), so that a failure is reported, not a hang.
+        struct Stop(Arc<B>);
+        impl Drop for Stop {
+            fn drop(&mut self) {
+                self.0.store(true, O::Relaxed);
+            }
+        }
+        let _stop = Stop(stop.clone());
         for _ in 0..200 {
             g.close();
             assert_eq!(inside.load(O::SeqCst), 0, "a pass inside a closed gate");
@@ -285,9 +309,52 @@ mod tests {
             assert_eq!(inside.load(O::SeqCst), 0, "a pass entered a closed gate");
             g.open();
         }
+        // The gate open, the threads get through (on a loaded machine they
+        // may not have while it opened and closed).
+        let t0 = std::time::Instant::now();
+        while passes.load(O::Relaxed) == 0 {
+            assert!(
+                t0.elapsed().as_secs() < 10,
+                "no pass got through the open gate"
+            );
+            std::thread::yield_now();
+        }
         stop.store(true, O::Relaxed);
-        let total: u64 = hs.into_iter().map(|h| h.join().unwrap()).sum();
-        assert!(total > 0);
+        for h in hs {
+            h.join().unwrap();
+        }
+    }
+
+    /// An entrant that counted itself in, then found the gate closed and
+    /// backed out, wakes a closer that went to sleep on its count (without
+    /// the wake-up the closer slept for ever: CI hung here).
+    #[test]
+    fn a_closer_asleep_on_an_entrant_that_backs_out_is_woken() {
+        let g = Arc::new(Gate::new(2));
+        for round in 0..10 {
+            // The entrant's first step (its count), as in `try_enter_on`.
+            g.slots[1].fetch_add(1, O::SeqCst);
+            let (tx, rx) = std::sync::mpsc::channel();
+            let closer = {
+                let g = g.clone();
+                std::thread::spawn(move || {
+                    g.close();
+                    tx.send(()).unwrap();
+                })
+            };
+            // Long enough for the closer to go to sleep on the count.
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            assert!(
+                rx.try_recv().is_err(),
+                "round {round}: drained with a count in"
+            );
+            assert!(g.is_closed());
+            g.back_out(1);
+            rx.recv_timeout(std::time::Duration::from_secs(5))
+                .unwrap_or_else(|_| panic!("round {round}: the closer was not woken"));
+            closer.join().unwrap();
+            g.open();
+        }
     }
 
     #[test]
