@@ -49,7 +49,8 @@
 //! writer word (a futex; a bit in the word tells the unlock to wake the
 //! sleepers). A writer waiting for readers to leave spins, yields, then
 //! sleeps on the writer word too, after setting `WRITER_SLEEPS` in it; a
-//! reader's unlock clears its slot, then loads the word (both `SeqCst`:
+//! reader's unlock (or a reader backing out because a writer came) clears
+//! its slot, then loads the word (both `SeqCst`:
 //! Dekker's pattern again, with the writer's setting of the bit then its
 //! loads of the slots), and if the bit is set clears it and wakes: the
 //! writer either saw the slot clear or is woken (the clearing changes the
@@ -291,8 +292,10 @@ impl RawBrLock {
                 if self.writer.load(Ordering::SeqCst) == 0 {
                     return Some(ReadTicket::Slot(i));
                 }
-                // Release: a writer that sees the clear slot proceeds.
-                m.slots[i].swap(0, Ordering::Release);
+                // SeqCst: a writer that sees the clear slot proceeds; one
+                // that saw it set may be asleep (see `reader_left`).
+                m.slots[i].swap(0, Ordering::SeqCst);
+                self.reader_left();
             }
             _ => {
                 // SeqCst: as above, with the count for the slot.
@@ -300,8 +303,9 @@ impl RawBrLock {
                 if self.writer.load(Ordering::SeqCst) == 0 {
                     return Some(ReadTicket::Overflow);
                 }
-                // Release: as above.
-                self.overflow.fetch_sub(1, Ordering::Release);
+                // SeqCst: as above.
+                self.overflow.fetch_sub(1, Ordering::SeqCst);
+                self.reader_left();
             }
         }
         None
@@ -366,7 +370,15 @@ impl RawBrLock {
             }
             (ReadTicket::Slot(_), None) => unreachable!("a slot ticket without its block"),
         }
-        // SeqCst: see above. A plain load first: the bit is rarely set.
+        self.reader_left();
+    }
+
+    /// A reader's count is gone (an unlock, or a reader that backed out
+    /// because a writer came): wake the writer if it sleeps until readers
+    /// leave. Called after the count's `SeqCst` clear.
+    fn reader_left(&self) {
+        // SeqCst: see the module documentation (Dekker's pattern with the
+        // writer's setting of the bit, then its loads of the slots).
         if self.writer.load(Ordering::SeqCst) & WRITER_SLEEPS != 0 {
             // Relaxed: the wake below is what the writer waits for; the
             // change of the word makes its futex wait return if it has
