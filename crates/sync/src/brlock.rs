@@ -440,15 +440,33 @@ impl RawBrLock {
                 yields += 1;
                 crate::primitive::yield_now();
             } else {
-                // SeqCst: the Dekker pair with `read_unlock` (this RMW, then
-                // the loads of the slots).
-                let w = self.writer.fetch_or(WRITER_SLEEPS, Ordering::SeqCst) | WRITER_SLEEPS;
-                if !self.readers_inside(all) {
+                let Some(w) = self.announce_sleep(all) else {
                     break;
-                }
+                };
                 crate::primitive::wait_u32(&self.writer, w);
             }
         }
+    }
+
+    /// The sleeping step of a claimed writer's wait for readers: ask them
+    /// for a wake-up (`WRITER_SLEEPS`) and look again. `None`: no reader
+    /// is inside, go on; `Some(w)`: sleep while the writer word is `w` (a
+    /// reader that leaves, or backs out, changes it and wakes). Public for
+    /// the loom model, which checks that a reader always changes the word
+    /// a writer would sleep on.
+    #[doc(hidden)]
+    pub fn announce_sleep(&self, all: &Readers) -> Option<u32> {
+        // SeqCst: the Dekker pair with `reader_left` (this RMW, then the
+        // loads of the slots).
+        let w = self.writer.fetch_or(WRITER_SLEEPS, Ordering::SeqCst) | WRITER_SLEEPS;
+        self.readers_inside(all).then_some(w)
+    }
+
+    /// The writer word (for the loom model; see `announce_sleep`).
+    #[doc(hidden)]
+    pub fn writer_word(&self) -> u32 {
+        // SeqCst: as the other loads of the word.
+        self.writer.load(Ordering::SeqCst)
     }
 
     /// Take the lock exclusive if no writer holds it and no reader is

@@ -194,17 +194,32 @@ impl Gate {
     pub fn close(&self) {
         self.shut();
         let mut spins = 0;
-        loop {
-            // SeqCst: read before the check; a pass that leaves after it
-            // bumps `left` (it sees `closed`: see `Pass::drop`).
-            let e = self.left.load(Ordering::SeqCst);
-            if self.drained() {
-                return;
-            }
+        while let Some(e) = self.drain_check() {
             if !wait_step(&mut spins) {
                 wait_u32(&self.left, e);
             }
         }
+    }
+
+    /// One look of a closer (after `shut`): `None` if drained, else the
+    /// value of the word it may sleep on (`left`), read before the check,
+    /// so that a pass that leaves after the check, which bumps it, makes
+    /// the sleep return at once. Public for the loom model, which checks
+    /// that the word always changes after a closer saw a count.
+    #[doc(hidden)]
+    pub fn drain_check(&self) -> Option<u32> {
+        // SeqCst: read before the check; a pass that leaves after it bumps
+        // `left` (it sees `closed`: see `Pass::drop`), and so does an
+        // entrant that backs out (`back_out`).
+        let e = self.left.load(Ordering::SeqCst);
+        (!self.drained()).then_some(e)
+    }
+
+    /// The word a closer sleeps on (for the loom model; see `drain_check`).
+    #[doc(hidden)]
+    pub fn left_word(&self) -> u32 {
+        // SeqCst: as in `drain_check`.
+        self.left.load(Ordering::SeqCst)
     }
 
     /// The first half of `close`: new passes are refused from here on.

@@ -9,6 +9,10 @@
 //! writer runs `write` itself, which waits only for a reader already
 //! inside.
 //!
+//! The writer's sleep for readers is checked as a state: a writer that
+//! would sleep on a value of its word must see a reader change that value
+//! (a lost wake-up would leave it asleep for ever).
+//!
 //! Run with `ci/loom.sh loom_brlock`.
 #![cfg(loom)]
 
@@ -138,4 +142,26 @@ fn a_waiting_reader_gets_in_after_the_writer() {
         s.lock.write_unlock();
         assert_eq!(r.join().unwrap(), 1);
     });
+}
+
+/// A writer that would go to sleep waiting for a reader (one that is
+/// inside, or one that stored its slot and then backs out on seeing the
+/// writer) finds its word changed once that reader is done: the reader
+/// cleared the sleep bit and woke it. Both kinds of reader, in a slot and
+/// in the overflow count.
+#[test]
+fn a_writer_that_sleeps_for_a_reader_is_woken() {
+    for slot in [true, false] {
+        loom::model(move || {
+            let s = shared();
+            let r = reader(s.clone(), slot);
+            assert!(s.lock.try_claim());
+            let asleep_on = s.lock.announce_sleep(&s.readers);
+            r.join().unwrap();
+            if let Some(w) = asleep_on {
+                assert_ne!(s.lock.writer_word(), w, "the writer would sleep for ever");
+            }
+            s.lock.write_unlock();
+        });
+    }
 }

@@ -5,6 +5,10 @@
 //! run the non-waiting steps `try_enter_on`, `shut` and `drained` that
 //! `enter` and `close` repeat (loom cannot explore unbounded spinning).
 //!
+//! The closer's sleep is checked as a state: a closer that would sleep on
+//! a value of `left` must see a pass (or an entrant that backs out)
+//! change it (a lost wake-up would leave it asleep for ever).
+//!
 //! Run with `ci/loom.sh loom_gate`.
 #![cfg(loom)]
 
@@ -83,5 +87,28 @@ fn two_passes_and_a_closer() {
         s.gate.open();
         let _ = t1.join().unwrap();
         let _ = t2.join().unwrap();
+    });
+}
+
+/// A closer that finds a count in (a pass inside, or an entrant that
+/// counted itself in and then backs out on seeing the gate shut) and
+/// would sleep finds `left` changed once that thread is done: it was
+/// woken. (Without the back-out's wake-up this fails; CI hung on it.)
+#[test]
+fn a_closer_that_sleeps_for_a_count_is_woken() {
+    loom::model(|| {
+        let s = Arc::new(Shared {
+            gate: Gate::new(2),
+            data: [UnsafeCell::new(0), UnsafeCell::new(0)],
+        });
+        let p = pass_thread(s.clone(), 0, 0);
+        s.gate.shut();
+        let asleep_on = s.gate.drain_check();
+        p.join().unwrap();
+        if let Some(e) = asleep_on {
+            assert_ne!(s.gate.left_word(), e, "the closer would sleep for ever");
+        }
+        assert!(s.gate.drain_check().is_none());
+        s.gate.open();
     });
 }
