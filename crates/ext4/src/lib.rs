@@ -14,6 +14,8 @@
 //! ```
 
 pub mod alloc;
+#[cfg(test)]
+mod alloc_held_tests;
 pub mod bufcache;
 pub mod crashdev;
 pub mod device;

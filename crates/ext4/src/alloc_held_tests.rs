@@ -1,0 +1,68 @@
+//! The allocator holds back the blocks a commit freed until that commit
+//! is durable (`alloc.rs`): tested through a read-write mount, in a module
+//! of its own so that `alloc` does not import `fs` (the layer above it).
+
+use crate::device::MemDevice;
+use crate::fs::Ext4Options;
+use crate::mkfs::{self, MkfsOptions};
+use crate::Ext4;
+
+/// A block freed by commit `n` is not handed out again until commit
+/// `n` is durable, even when the allocation asks for exactly that block
+/// as its goal; after `set_durable(n)` it is. When the held blocks are
+/// all a group has free, the allocation goes to another group instead
+/// of failing.
+#[test]
+fn freed_blocks_wait_for_their_commit() {
+    let path = std::env::temp_dir().join(format!("scalevfs-held-{}.img", std::process::id()));
+    let o = MkfsOptions {
+        size: 16 << 20,
+        block_size: Some(1024),
+        ..Default::default()
+    };
+    mkfs::make(&path, &o).unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    let opts = Ext4Options {
+        ro: false,
+        commit_interval: 0,
+        ..Ext4Options::default()
+    };
+    let fs = Ext4::open_device(Box::new(MemDevice::new(bytes)), opts).unwrap();
+    let (rw, io) = fs.rw().unwrap();
+    let a = &rw.alloc;
+    let base = a.durable();
+    let b = a.alloc_block(&io, 0, true).unwrap();
+    a.free_block_held(&io, b, base + 5).unwrap();
+    assert!(a.holds_blocks());
+    for _ in 0..50 {
+        let c = a.alloc_block(&io, b, true).unwrap();
+        assert_ne!(c, b, "a held block was handed out");
+    }
+    a.set_durable(base + 4);
+    assert_ne!(a.alloc_block(&io, b, true).unwrap(), b);
+    a.set_durable(base + 5);
+    assert_eq!(a.alloc_block(&io, b, true).unwrap(), b);
+    assert!(!a.holds_blocks());
+
+    // A group whose only free blocks are held is passed over.
+    let sb = io.sb;
+    let g = ((b - u64::from(sb.first_data_block)) / u64::from(sb.blocks_per_group)) as usize;
+    let mut taken = Vec::new();
+    while a.desc(g).free_blocks_count > 0 {
+        let c = a.alloc_block(&io, b, true).unwrap();
+        assert_eq!(
+            (c - u64::from(sb.first_data_block)) / u64::from(sb.blocks_per_group),
+            g as u64
+        );
+        taken.push(c);
+    }
+    let n = base + 10;
+    for &c in &taken[..3] {
+        a.free_block_held(&io, c, n).unwrap();
+    }
+    let c = a.alloc_block(&io, taken[0], true).unwrap();
+    assert!(!taken[..3].contains(&c), "got held block {c}");
+    a.set_durable(n);
+    assert!(taken[..3].contains(&a.alloc_block(&io, taken[0], true).unwrap()));
+}
