@@ -446,15 +446,21 @@ mod tests {
         }
     }
 
-    /// Until `FREED` reaches `n`: flush the epoch, seal and poll.
+    /// Until `FREED` reaches `n` (for up to 10 s): flush the epoch, seal
+    /// and poll. Bounded by time, not by a count of rounds: the epoch
+    /// advances only when no thread is pinned in an older one, and the
+    /// other tests of this binary pin on other threads meanwhile (CI once
+    /// saw 10,000 quick rounds pass without an advance).
     fn settle(n: usize) {
-        for _ in 0..10_000 {
+        let t0 = std::time::Instant::now();
+        while t0.elapsed() < std::time::Duration::from_secs(10) {
             if FREED.load(O::SeqCst) >= n {
                 return;
             }
             seal_open();
             crossbeam_epoch::pin().flush();
             poll();
+            std::thread::yield_now();
         }
     }
 
