@@ -788,7 +788,7 @@ impl Ext4 {
             // SeqCst (with the re-checks below and the holder's store of
             // `done` before its bump): if this load misses the bump, the
             // re-check sees the new `done` or a free lock.
-            let seen = j.released.load(Ordering::SeqCst);
+            let seen = j.released.prepare();
             if j.done.load(Ordering::SeqCst) >= target {
                 return Ok(());
             }
@@ -798,7 +798,7 @@ impl Ext4 {
                     break g;
                 }
             }
-            atomic_wait::wait(&j.released, seen);
+            j.released.wait(seen);
         };
         // Relaxed: a hint (see `Journal::committing`), cleared by
         // `Released` after the lock goes.
@@ -856,7 +856,7 @@ impl Ext4 {
         let mut spins = 0u32;
         loop {
             // SeqCst: read before the check (see `commit_until`).
-            let seen = j.released.load(Ordering::SeqCst);
+            let seen = j.released.prepare();
             if j.done.load(Ordering::SeqCst) >= last {
                 return Ok(());
             }
@@ -868,7 +868,7 @@ impl Ext4 {
             if spins < 64 {
                 std::hint::spin_loop();
             } else {
-                atomic_wait::wait(&j.released, seen);
+                j.released.wait(seen);
             }
         }
     }
@@ -909,8 +909,7 @@ impl Ext4 {
         }
         // The threads sleeping for `done` (or for the failure) wake.
         // SeqCst: after the store of `done` (see `commit_until`).
-        j.released.fetch_add(1, Ordering::SeqCst);
-        atomic_wait::wake_all(&j.released);
+        j.released.notify();
         r
     }
 
@@ -3152,8 +3151,7 @@ impl Drop for Released<'_> {
         // Relaxed: a hint (see `Journal::committing`).
         self.0.committing.store(false, Ordering::Relaxed);
         // SeqCst: after the holder's store of `done` (see `commit_until`).
-        self.0.released.fetch_add(1, Ordering::SeqCst);
-        atomic_wait::wake_all(&self.0.released);
+        self.0.released.notify();
     }
 }
 

@@ -58,7 +58,7 @@
 use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crossbeam_utils::CachePadded;
@@ -156,10 +156,12 @@ pub(crate) struct Journal {
     /// counts in the other), and how many the last commit served
     /// (`Ext4::commit_until`).
     pub(crate) waiters: [AtomicU64; 2],
-    /// Bumped (and its sleepers woken, a futex) each time the commit lock
-    /// is released by a commit request: a thread waiting for another's
-    /// commit sleeps on it instead of polling with a timer.
-    pub(crate) released: AtomicU32,
+    /// Bumped (and its sleepers woken, if any: an `EventCount`, a futex
+    /// with no wake-up call when no one sleeps) each time the commit lock
+    /// is released by a commit request and each time a commit's log is
+    /// durable: a thread waiting for another's commit sleeps on it instead
+    /// of polling with a timer.
+    pub(crate) released: scalevfs_sync::EventCount,
     /// Set while a commit request holds `commit` (a hint, on a line of its
     /// own): the threads waiting in `commit_until` read it and try the
     /// lock only when it is clear. A failed `try_lock` is a locked
@@ -203,7 +205,7 @@ impl Journal {
             last_sync_thread: AtomicU64::new(0),
             avg_commit_ns: AtomicU64::new(0),
             waiters: [AtomicU64::new(0), AtomicU64::new(0)],
-            released: AtomicU32::new(0),
+            released: scalevfs_sync::EventCount::new(),
             committing: CachePadded::new(AtomicBool::new(false)),
             last_batch: AtomicU64::new(1),
             pipeline: std::sync::atomic::AtomicU8::new(PIPELINE_AUTO),

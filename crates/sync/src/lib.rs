@@ -7,6 +7,8 @@
 //! - [`SpinLock`]: a test-and-test-and-set spinlock with backoff.
 //! - [`Offer`]: work that exactly one of several threads does, its owner
 //!   waiting for the outcome (the ext4 journal's shared commit writes).
+//! - [`EventCount`]: sleep until an event; no wake-up call when no one
+//!   sleeps.
 //! - [`Turnstile`]: numbered tickets that pass in order (the ext4
 //!   journal's transactions written at once, made durable in order).
 //! - [`brlock`]: a big-reader lock (shared acquisitions write only the
@@ -43,6 +45,7 @@
 #![warn(missing_docs, missing_debug_implementations)]
 
 pub mod brlock;
+pub mod eventcount;
 pub mod gate;
 pub mod lockref;
 pub mod lockstat;
@@ -54,6 +57,7 @@ pub mod spin;
 pub mod trace;
 pub mod turnstile;
 
+pub use eventcount::EventCount;
 pub use gate::{thread_number, Gate, Pass};
 pub use lockref::{LockRef, LockRefVariant, LOCKREF_DEAD};
 pub use lockstat::{LockClass, Snapshot, Stat};

@@ -13,12 +13,13 @@
 //! be durable).
 //!
 //! Waiting: a short spin, a few yields, then a sleep on `epoch`, which
-//! every `pass` and `fail` bumps after its store (a futex:
-//! `primitive::wait_u32`). The waiter reads `epoch` before it checks the
+//! every `pass` and `fail` bumps after its store (an [`EventCount`]: no
+//! wake-up call when no one sleeps, the common case). The waiter reads `epoch` before it checks the
 //! ticket, so a pass between the check and the sleep changes `epoch` and
 //! the sleep returns at once.
 
-use crate::primitive::{wait_u32, wake_all_u32, AtomicBool, AtomicU32, AtomicU64, Ordering};
+use crate::eventcount::EventCount;
+use crate::primitive::{AtomicBool, AtomicU64, Ordering};
 
 /// Tickets that pass in order (see the module documentation).
 #[derive(Debug)]
@@ -27,7 +28,7 @@ pub struct Turnstile {
     passed: AtomicU64,
     failed: AtomicBool,
     /// Bumped by every `pass` and `fail`; sleepers wait for it to change.
-    epoch: AtomicU32,
+    epoch: EventCount,
 }
 
 impl Default for Turnstile {
@@ -42,7 +43,7 @@ impl Turnstile {
         Turnstile {
             passed: AtomicU64::new(0),
             failed: AtomicBool::new(false),
-            epoch: AtomicU32::new(0),
+            epoch: EventCount::new(),
         }
     }
 
@@ -81,7 +82,7 @@ impl Turnstile {
             // store before that bump is seen by `turn`. The pass also
             // publishes what its holder did before it (the ticket orders
             // that work).
-            let e = self.epoch.load(Ordering::SeqCst);
+            let e = self.epoch.prepare();
             if let Some(r) = self.turn(k) {
                 return r;
             }
@@ -91,7 +92,7 @@ impl Turnstile {
             } else if spins < 96 {
                 crate::primitive::yield_now();
             } else {
-                wait_u32(&self.epoch, e);
+                self.epoch.wait(e);
             }
         }
     }
@@ -116,8 +117,7 @@ impl Turnstile {
 
     fn bump(&self) {
         // SeqCst: see `wait_turn`.
-        self.epoch.fetch_add(1, Ordering::SeqCst);
-        wake_all_u32(&self.epoch);
+        self.epoch.notify();
     }
 }
 
