@@ -15,8 +15,9 @@
 //! - Waiting (an `enter` while closed, `close` while passes are inside)
 //!   spins, yields, then sleeps on a futex word (`primitive::wait_u32`): `open`
 //!   bumps `opened` and wakes the entering sleepers if one announced
-//!   itself (`sleeping`); a pass that leaves while the gate is closed bumps
-//!   `left` and wakes the closer. Each sleeper reads its word before it
+//!   itself (`sleeping`); a pass that leaves while the gate is closed
+//!   notifies `left` (an `EventCount`: a wake-up call only if the closer
+//!   sleeps). Each sleeper reads its word before it
 //!   checks its condition, so a change between the check and the sleep
 //!   makes the sleep return at once. (It slept in 50 µs steps: with two
 //!   threads that fsync and commit in turn, a handle that met a closed
@@ -28,6 +29,7 @@
 //!   that enters again gets `enter_nested` (the caller tracks nesting), or
 //!   a close waiting for its outer pass would never end.
 
+use crate::eventcount::EventCount;
 use crate::primitive::{wait_u32, wake_all_u32, AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use crossbeam_utils::CachePadded;
 
@@ -41,7 +43,7 @@ pub struct Gate {
     sleeping: AtomicBool,
     /// Bumped by a pass that leaves while the gate is closed; the closer
     /// sleeps on it.
-    left: CachePadded<AtomicU32>,
+    left: CachePadded<EventCount>,
 }
 
 impl std::fmt::Debug for Gate {
@@ -116,7 +118,7 @@ impl Gate {
                 .collect(),
             opened: CachePadded::new(AtomicU32::new(0)),
             sleeping: AtomicBool::new(false),
-            left: CachePadded::new(AtomicU32::new(0)),
+            left: CachePadded::new(EventCount::new()),
         }
     }
 
@@ -196,7 +198,7 @@ impl Gate {
         let mut spins = 0;
         while let Some(e) = self.drain_check() {
             if !wait_step(&mut spins) {
-                wait_u32(&self.left, e);
+                self.left.wait(e);
             }
         }
     }
@@ -211,15 +213,14 @@ impl Gate {
         // SeqCst: read before the check; a pass that leaves after it bumps
         // `left` (it sees `closed`: see `Pass::drop`), and so does an
         // entrant that backs out (`back_out`).
-        let e = self.left.load(Ordering::SeqCst);
+        let e = self.left.prepare();
         (!self.drained()).then_some(e)
     }
 
     /// The word a closer sleeps on (for the loom model; see `drain_check`).
     #[doc(hidden)]
     pub fn left_word(&self) -> u32 {
-        // SeqCst: as in `drain_check`.
-        self.left.load(Ordering::SeqCst)
+        self.left.prepare()
     }
 
     /// The first half of `close`: new passes are refused from here on.
@@ -252,9 +253,7 @@ impl Gate {
     /// A count left a slot while the gate is closed (a pass dropped, or an
     /// entrant backed out): wake the closer if it sleeps.
     fn left_while_closed(&self) {
-        // SeqCst: see `close`.
-        self.left.fetch_add(1, Ordering::SeqCst);
-        wake_all_u32(&self.left);
+        self.left.notify();
     }
 
     /// True while closed.
