@@ -13,11 +13,10 @@
 //!   when all of its passes have left; the closer checks each slot on its
 //!   own (no sum across slots that could see a count in flight twice).
 //! - Waiting (an `enter` while closed, `close` while passes are inside)
-//!   spins, yields, then sleeps on a futex word (`primitive::wait_u32`): `open`
-//!   bumps `opened` and wakes the entering sleepers if one announced
-//!   itself (`sleeping`); a pass that leaves while the gate is closed
-//!   notifies `left` (an `EventCount`: a wake-up call only if the closer
-//!   sleeps). Each sleeper reads its word before it
+//!   spins, yields, then sleeps on an `EventCount` (a futex, woken only
+//!   if someone sleeps): `open` notifies `opened`, where entrants sleep; a
+//!   pass that leaves while the gate is closed notifies `left`, where the
+//!   closer sleeps. Each sleeper reads its word before it
 //!   checks its condition, so a change between the check and the sleep
 //!   makes the sleep return at once. (It slept in 50 µs steps: with two
 //!   threads that fsync and commit in turn, a handle that met a closed
@@ -30,17 +29,15 @@
 //!   a close waiting for its outer pass would never end.
 
 use crate::eventcount::EventCount;
-use crate::primitive::{wait_u32, wake_all_u32, AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use crate::primitive::{AtomicBool, AtomicUsize, Ordering};
 use crossbeam_utils::CachePadded;
 
 /// See the module documentation.
 pub struct Gate {
     closed: CachePadded<AtomicBool>,
     slots: Box<[CachePadded<AtomicUsize>]>,
-    /// Bumped by `open`; entering threads sleep on it.
-    opened: CachePadded<AtomicU32>,
-    /// Set by an entering thread before it sleeps: `open` wakes only then.
-    sleeping: AtomicBool,
+    /// Notified by `open`; entering threads sleep on it.
+    opened: CachePadded<EventCount>,
     /// Bumped by a pass that leaves while the gate is closed; the closer
     /// sleeps on it.
     left: CachePadded<EventCount>,
@@ -116,8 +113,7 @@ impl Gate {
             slots: (0..slots.max(1))
                 .map(|_| CachePadded::new(AtomicUsize::new(0)))
                 .collect(),
-            opened: CachePadded::new(AtomicU32::new(0)),
-            sleeping: AtomicBool::new(false),
+            opened: CachePadded::new(EventCount::new()),
             left: CachePadded::new(EventCount::new()),
         }
     }
@@ -139,18 +135,14 @@ impl Gate {
                 if wait_step(&mut spins) {
                     continue;
                 }
-                // SeqCst (with `open`'s swap of `closed`, bump of `opened`
-                // and swap of `sleeping`): if `open` took the flag before
-                // this store, its bump and its store of `closed` came
-                // before too, and the check below sees the gate open; if
-                // after, it wakes this thread, and a bump after the load
-                // of `opened` makes the sleep return at once.
-                self.sleeping.swap(true, Ordering::SeqCst);
-                let e = self.opened.load(Ordering::SeqCst);
+                // The count read before the check (`EventCount`): an
+                // `open` after the read makes the sleep return at once.
+                let e = self.opened.prepare();
+                // SeqCst: as the other loads of `closed`.
                 if !self.closed.load(Ordering::SeqCst) {
                     break;
                 }
-                wait_u32(&self.opened, e);
+                self.opened.wait(e);
             }
         }
     }
@@ -243,11 +235,7 @@ impl Gate {
         // SeqCst: ordered after everything the closer did while closed, for
         // the entering threads' SeqCst loads.
         self.closed.swap(false, Ordering::SeqCst);
-        // SeqCst (all three): see `enter_on`.
-        self.opened.fetch_add(1, Ordering::SeqCst);
-        if self.sleeping.load(Ordering::SeqCst) && self.sleeping.swap(false, Ordering::SeqCst) {
-            wake_all_u32(&self.opened);
-        }
+        self.opened.notify();
     }
 
     /// A count left a slot while the gate is closed (a pass dropped, or an
