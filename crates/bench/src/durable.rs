@@ -12,6 +12,13 @@
 //!   orphan that the commit frees. The library with the orphan file, with
 //!   the orphan list (one mutex, seed 002's "before") and with no orphan
 //!   tracking ("none"), beside the kernel.
+//! - **randwrite**: each thread preallocates its own 16 MiB file
+//!   (fallocate: unwritten extents) and writes 4 KiB blocks at random
+//!   block offsets into it, without fsync; every 2,048 writes it truncates
+//!   the file and preallocates it again. Each write into an unwritten
+//!   extent splits it, so the file's extent tree grows to thousands of
+//!   extents in several leaves, as a database's preallocated file does:
+//!   what a change to a deep extent tree costs.
 //!
 //! Targets, each on a fresh `mkfs.ext4 -O orphan_file` image in the work
 //! directory (/dev/shm by default): `lib-ext4` (journal and orphan file,
@@ -52,7 +59,11 @@ pub const TARGETS: &[&str] = &[
     "kernel",
 ];
 /// The workloads.
-pub const WORKLOADS: &[&str] = &["fsync", "nofsync", "creat-clo"];
+pub const WORKLOADS: &[&str] = &["fsync", "nofsync", "creat-clo", "randwrite"];
+
+/// randwrite: the file's size and the writes between two refills.
+const RAND_FILE: u64 = 16 << 20;
+const RAND_CYCLE: u64 = 2048;
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -101,6 +112,32 @@ trait Target: Sync {
     /// Create `p`, write `data`, fsync if asked, close.
     fn create(&self, p: &str, data: &[u8], fsync: bool) -> io::Result<()>;
     fn unlink(&self, p: &str) -> io::Result<()>;
+    /// Create `p` for randwrite, open for writing.
+    fn open_rand(&self, p: &str) -> io::Result<Box<dyn RandFile + '_>>;
+}
+
+/// An open file of the randwrite workload.
+trait RandFile {
+    fn pwrite(&self, data: &[u8], off: u64) -> io::Result<()>;
+    /// Drop every block, then preallocate `len` bytes (unwritten).
+    fn refill(&self, len: u64) -> io::Result<()>;
+}
+
+impl RandFile for std::fs::File {
+    fn pwrite(&self, data: &[u8], off: u64) -> io::Result<()> {
+        std::os::unix::fs::FileExt::write_all_at(self, data, off)
+    }
+    fn refill(&self, len: u64) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        self.set_len(0)?;
+        let len = libc::off_t::try_from(len).map_err(io::Error::other)?;
+        // SAFETY: fallocate on an fd this File owns, no pointers.
+        let r = unsafe { libc::fallocate(self.as_raw_fd(), 0, 0, len) };
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
 }
 
 struct Host(PathBuf);
@@ -119,6 +156,14 @@ impl Target for Host {
     }
     fn unlink(&self, p: &str) -> io::Result<()> {
         std::fs::remove_file(self.0.join(p))
+    }
+    fn open_rand(&self, p: &str) -> io::Result<Box<dyn RandFile + '_>> {
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .open(self.0.join(p))?;
+        Ok(Box::new(f))
     }
 }
 
@@ -204,6 +249,48 @@ impl Target for Lib {
     fn unlink(&self, p: &str) -> io::Result<()> {
         self.with(|t| t.unlink(&format!("/{p}"))).map_err(io_err)
     }
+    fn open_rand(&self, p: &str) -> io::Result<Box<dyn RandFile + '_>> {
+        use scalevfs::{O_CREAT, O_TRUNC, O_WRONLY};
+        let fd = self
+            .with(|t| t.open(&format!("/{p}"), O_CREAT | O_WRONLY | O_TRUNC, 0o644))
+            .map_err(io_err)?;
+        Ok(Box::new(LibFile { lib: self, fd }))
+    }
+}
+
+/// A file of `Lib` open in the calling thread's task.
+struct LibFile<'a> {
+    lib: &'a Lib,
+    fd: i32,
+}
+
+impl RandFile for LibFile<'_> {
+    fn pwrite(&self, data: &[u8], off: u64) -> io::Result<()> {
+        let off = i64::try_from(off).map_err(io::Error::other)?;
+        let n = self
+            .lib
+            .with(|t| t.pwrite(self.fd, data, off))
+            .map_err(io_err)?;
+        if n != data.len() {
+            return Err(io::Error::other("short write"));
+        }
+        Ok(())
+    }
+    fn refill(&self, len: u64) -> io::Result<()> {
+        let len = i64::try_from(len).map_err(io::Error::other)?;
+        self.lib
+            .with(|t| {
+                t.ftruncate(self.fd, 0)?;
+                t.fallocate(self.fd, 0, 0, len)
+            })
+            .map_err(io_err)
+    }
+}
+
+impl Drop for LibFile<'_> {
+    fn drop(&mut self) {
+        let _ = self.lib.with(|t| t.close(self.fd));
+    }
 }
 
 /// Run `workload` on `t` with `threads` threads for `secs`; total ops.
@@ -238,6 +325,23 @@ fn measure(t: &dyn Target, workload: &str, threads: usize, secs: f64) -> io::Res
                     go.wait();
                     let mut n = 0u64;
                     let r = (|| {
+                        if workload == "randwrite" {
+                            let f = t.open_rand(&format!("{dir}/big"))?;
+                            let mut seed = 0x9E37_79B9_7F4A_7C15u64 ^ (k as u64 + 1);
+                            let blocks = RAND_FILE / 4096;
+                            // Relaxed: as below.
+                            while !stop.load(Ordering::Relaxed) {
+                                if n.is_multiple_of(RAND_CYCLE) {
+                                    f.refill(RAND_FILE)?;
+                                }
+                                seed ^= seed << 13;
+                                seed ^= seed >> 7;
+                                seed ^= seed << 17;
+                                f.pwrite(data, (seed % blocks) * 4096)?;
+                                n += 1;
+                            }
+                            return Ok(());
+                        }
                         // Relaxed: a stop flag; the join orders the rest.
                         while !stop.load(Ordering::Relaxed) {
                             if workload != "creat-clo" {

@@ -66,7 +66,8 @@ struct FsyncArgs {
     /// Seconds measured per configuration.
     #[arg(long, default_value_t = 1.0)]
     seconds: f64,
-    /// Workloads, comma-separated (default: all): fsync, creat-clo.
+    /// Workloads, comma-separated (default: all): fsync, nofsync,
+    /// creat-clo, randwrite.
     #[arg(long, value_delimiter = ',')]
     workloads: Vec<String>,
     /// Targets, comma-separated (default: all): lib-ext4, lib-ext4-list,

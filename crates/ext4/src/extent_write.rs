@@ -16,11 +16,15 @@
 //!   blocks are allocated before the old ones are freed, so a failure
 //!   leaves the old tree intact. Cost is linear in the extent count per
 //!   changing call, except for writes: a write inside one leaf of a
-//!   deeper tree reads only the path to that leaf (`leaf_at`), and
-//!   rewrites that leaf in place when its extents still fit and its first
-//!   block stays (so no key above changes); a leaf that overflows makes
-//!   the whole tree be rewritten (once per `entries_per_block` inserts
-//!   into one leaf). Splitting a full leaf in place is left for later.
+//!   deeper tree reads only the path to that leaf (`leaf_at`) and changes
+//!   only that path: the leaf in place when its extents still fit and its
+//!   first block stays (so no key above changes); else the leaf splits,
+//!   and every index node above it that overflows, up to the root, which
+//!   grows a level (`split_path`, the kernel's ext4_ext_insert_extent),
+//!   with the keys above corrected. So a write costs O(depth) tree blocks
+//!   however many extents the file has. The whole rewrite remains for
+//!   the rest (a write across two leaves, a tree of depth 0, a tree whose
+//!   keys do not match its nodes).
 //! - Data blocks bypass the metadata cache (the device directly); a block
 //!   freed as metadata was dropped from the cache, so nothing stale is
 //!   written over data.
@@ -115,6 +119,49 @@ fn remove_range(ex: &mut Vec<Extent>, from: u64, to: u64) -> Vec<(u64, u64)> {
     freed
 }
 
+/// Make logical block `lblk`, inside the unwritten extent `ex[i]`,
+/// written: the extent splits around it and the written block joins a
+/// written neighbour where `joins` allows. The same as removing the block
+/// and inserting it written (`remove_range`, `insert_extent`), without
+/// copying the list.
+fn convert_block(ex: &mut Vec<Extent>, i: usize, lblk: u64) {
+    let e = ex[i];
+    let off = lblk - u64::from(e.block);
+    let mut pieces = [e; 3];
+    let mut n = 0;
+    if off > 0 {
+        pieces[n].len = off as u16;
+        n += 1;
+    }
+    pieces[n] = Extent {
+        block: lblk as u32,
+        len: 1,
+        start: e.start + off,
+        uninit: false,
+    };
+    let mut w = i + n;
+    n += 1;
+    if off + 1 < u64::from(e.len) {
+        pieces[n] = Extent {
+            block: lblk as u32 + 1,
+            len: e.len - off as u16 - 1,
+            start: e.start + off + 1,
+            uninit: true,
+        };
+        n += 1;
+    }
+    ex.splice(i..=i, pieces[..n].iter().copied());
+    if w > 0 && joins(&ex[w - 1], &ex[w]) {
+        ex[w - 1].len += ex[w].len;
+        ex.remove(w);
+        w -= 1;
+    }
+    if w + 1 < ex.len() && joins(&ex[w], &ex[w + 1]) {
+        ex[w].len += ex[w + 1].len;
+        ex.remove(w + 1);
+    }
+}
+
 /// Split the extent holding logical block `at` in two at `at` (nothing
 /// if `at` starts an extent or lies in a hole).
 fn split_at(ex: &mut Vec<Extent>, at: u64) {
@@ -189,13 +236,49 @@ fn mark_unwritten(ex: &mut Vec<Extent>, from: u64, to: u64) -> bool {
 }
 
 /// The leaf of an extent tree (depth >= 1) that covers a logical block:
-/// its block, its extents, and the logical range `[lo, hi)` its parents'
-/// keys give it (a write inside the range changes only this leaf).
+/// its block, its extents, the logical range `[lo, hi)` its parents'
+/// keys give it (a write inside the range changes only this leaf), and
+/// the index nodes above it.
 pub(crate) struct LeafAt {
     pub(crate) block: u64,
     pub(crate) ex: Vec<Extent>,
     pub(crate) lo: u64,
     pub(crate) hi: u64,
+    /// The index nodes from the root (in the inode) down to the leaf's
+    /// parent.
+    path: Vec<PathNode>,
+}
+
+/// An index node on the way to a leaf: its block (`None`: the root in
+/// `i_block`), its depth, its entries and which one the path follows.
+struct PathNode {
+    block: Option<u64>,
+    depth: u16,
+    ix: Vec<Index>,
+    at: usize,
+}
+
+/// Sizes of the pieces a node of `n` entries splits into when it holds
+/// at most `max`: one piece if it fits; else, when the entries grew at
+/// the right end of the tree (`append`: a file growing), full pieces then
+/// the rest, so that appends leave full nodes behind (as the kernel's
+/// ext4_ext_split, which moves nothing when inserting past the last
+/// entry); else pieces of equal size, so both halves of a split leaf
+/// have room again.
+fn split_sizes(n: usize, max: usize, append: bool) -> Vec<usize> {
+    let max = max.max(1);
+    if n <= max {
+        return vec![n];
+    }
+    let k = n.div_ceil(max);
+    if append {
+        let mut v = vec![max; n / max];
+        if !n.is_multiple_of(max) {
+            v.push(n % max);
+        }
+        return v;
+    }
+    (0..k).map(|i| n / k + usize::from(i < n % k)).collect()
 }
 
 impl Ext4 {
@@ -208,6 +291,7 @@ impl Ext4 {
         let mut node = extent::parse_node(&raw.block, &what, None, None, fs_blocks)?;
         let (mut lo, mut hi) = (0u64, 1u64 << 32);
         let mut at = None;
+        let mut path = Vec::new();
         let mut buf = BlockBuf::zeroed(self.bs);
         // One index level per step; parse_node checks that the depths
         // count down, so this ends after at most MAX_DEPTH reads.
@@ -223,7 +307,13 @@ impl Ext4 {
                     if ex.iter().any(outside) {
                         return Err(corrupt(what(), "an extent outside its index range"));
                     }
-                    return Ok(Some(LeafAt { block, ex, lo, hi }));
+                    return Ok(Some(LeafAt {
+                        block,
+                        ex,
+                        lo,
+                        hi,
+                        path,
+                    }));
                 }
                 ExtNode::Index(h, v) => {
                     if v.is_empty() || h.depth == 0 {
@@ -237,35 +327,68 @@ impl Ext4 {
                         hi = hi.min(u64::from(n.block));
                     }
                     let blk = v[i].leaf;
-                    self.read_block(blk, &mut buf)?;
+                    let r = self.read_meta(blk, &mut buf)?;
                     let w = || format!("inode {} extent block {blk}", raw.ino);
-                    node = extent::parse_node(&buf, &w, Some(h.depth - 1), seed, fs_blocks)?;
+                    // A cached generation checked once is not checked again.
+                    let check = seed.filter(|_| !r.verified);
+                    let next = extent::parse_node(&buf, &w, Some(h.depth - 1), check, fs_blocks)?;
+                    if check.is_some() {
+                        self.verified_meta(&r);
+                    }
+                    path.push(PathNode {
+                        block: at,
+                        depth: h.depth,
+                        ix: v,
+                        at: i,
+                    });
+                    node = next;
                     at = Some(blk);
                 }
             }
         }
     }
 
-    /// Write leaf `l` (its extents changed) back in place, its checksum
-    /// tail updated.
-    pub(crate) fn write_leaf(&self, raw: &RawInode, l: &LeafAt) -> Result<()> {
+    /// Write a tree block of `raw`'s extent tree: `fill` encodes the
+    /// node (`load`: the block is read first where not cached, to keep
+    /// what `fill` does not write), then the checksum tail with the
+    /// inode's `seed` where the fs has metadata_csum. The cached copy then
+    /// counts as verified, so the next read does not check it again.
+    fn store_node(
+        &self,
+        blk: u64,
+        load: bool,
+        seed: u32,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<()> {
         let (rw, io) = self.rw()?;
         let per = extent::entries_per_block(self.bs);
         let csum = self.sb.has_metadata_csum();
-        let seed = raw.csum_seed;
-        rw.bufs.modify(io.dev, l.block, true, |d| {
-            extent::encode_leaf(d, per, &l.ex);
+        rw.bufs.modify_sealed(io.dev, blk, load, |d| {
+            fill(d);
             if csum {
                 extent::set_tail(d, per, seed);
             }
+            ((), csum)
         })?;
         Ok(())
     }
 
+    /// Write leaf `l` (its extents changed) back in place, its checksum
+    /// tail updated.
+    pub(crate) fn write_leaf(&self, raw: &RawInode, l: &LeafAt) -> Result<()> {
+        let per = extent::entries_per_block(self.bs);
+        self.store_node(l.block, true, raw.csum_seed, |d| {
+            extent::encode_leaf(d, per, &l.ex);
+        })
+    }
+
     /// Store the new extents `ex` of leaf `l` (all inside its range): in
     /// place when they fit and the leaf's first logical block is unchanged
-    /// (the parents' keys stay right), else by rewriting the whole tree
-    /// with the leaf's old extents replaced.
+    /// (the parents' keys stay right); else by splitting the leaf and the
+    /// index nodes above it that overflow, and correcting the keys above
+    /// (`split_path`); else (the leaf left empty, a tree whose keys do not
+    /// match its nodes, no room for more depth) by rewriting the whole
+    /// tree with the leaf's old extents replaced.
     fn store_leaf(&self, raw: &mut RawInode, mut l: LeafAt, ex: Vec<Extent>) -> Result<()> {
         let per = extent::entries_per_block(self.bs);
         let first = |v: &[Extent]| v.first().map(|e| e.block);
@@ -273,11 +396,185 @@ impl Ext4 {
             l.ex = ex;
             return self.write_leaf(raw, &l);
         }
+        if self.split_path(raw, &l, &ex)? {
+            return Ok(());
+        }
         let (mut all, tree) = self.collect_extents(raw)?;
         all.retain(|e| u64::from(e.block) < l.lo || u64::from(e.block) >= l.hi);
         let at = all.partition_point(|e| u64::from(e.block) < l.lo);
         all.splice(at..at, ex);
         self.rebuild_tree(raw, &all, &tree)
+    }
+
+    /// Store the leaf `l`'s new extents `ex` by changing only the path to
+    /// it, as the kernel's ext4_ext_insert_extent does: the leaf keeps its
+    /// block and the first piece of `ex`, further pieces (`split_sizes`)
+    /// go to new blocks whose index entries join the parent; a parent that
+    /// overflows splits the same way, up to the root, which grows the
+    /// tree one level deeper when its four entries do not suffice. Every
+    /// index entry keeps the first logical block of its child as key
+    /// (e2fsck checks that), so a changed first block is carried up while
+    /// it is a node's first entry. New blocks are all allocated before any
+    /// node changes, so an allocation failure leaves the tree as it was.
+    /// `Ok(false)`, with nothing changed, where this does not apply: `ex`
+    /// empty, a key on the path that is not its child's first block (left
+    /// to the whole rewrite, which builds a clean tree), or a tree already
+    /// at the deepest depth.
+    fn split_path(&self, raw: &mut RawInode, l: &LeafAt, ex: &[Extent]) -> Result<bool> {
+        let per = extent::entries_per_block(self.bs);
+        let Some(top) = l.path.first() else {
+            return Ok(false);
+        };
+        if ex.is_empty() || top.block.is_some() {
+            return Ok(false);
+        }
+        // The keys must match their children along the path.
+        let child_first = |d: usize| -> Option<u32> {
+            match l.path.get(d + 1) {
+                Some(p) => p.ix.first().map(|x| x.block),
+                None => l.ex.first().map(|e| e.block),
+            }
+        };
+        for (d, p) in l.path.iter().enumerate() {
+            if p.at >= p.ix.len() || Some(p.ix[p.at].block) != child_first(d) {
+                return Ok(false);
+            }
+        }
+        // Growing at the right end of the file: the leaf is the last one
+        // and the last extent is new.
+        let append = l.hi == 1 << 32 && ex.last().map(|e| e.block) > l.ex.last().map(|e| e.block);
+        // Plan: the pieces of each level, bottom up, before anything
+        // changes. `pieces[0]` are the leaf's, then each index level's.
+        let leaf_sizes = split_sizes(ex.len(), per, append);
+        let mut new_needed = leaf_sizes.len() - 1;
+        let mut carry = leaf_sizes.len();
+        let mut level_sizes: Vec<Vec<usize>> = Vec::new();
+        for p in l.path.iter().rev() {
+            let n = p.ix.len() - 1 + carry;
+            let max = if p.block.is_none() { 4 } else { per };
+            if p.block.is_none() && n > max {
+                // The root grows: its entries move to new blocks.
+                let sizes = split_sizes(n, per, append);
+                if sizes.len() > 4 || p.depth >= extent::MAX_DEPTH {
+                    return Ok(false);
+                }
+                new_needed += sizes.len();
+                level_sizes.push(sizes);
+                break;
+            }
+            let sizes = split_sizes(n, max, append);
+            new_needed += sizes.len() - 1;
+            carry = sizes.len();
+            level_sizes.push(sizes);
+        }
+        let goal = l.block;
+        let mut fresh = Vec::with_capacity(new_needed);
+        for _ in 0..new_needed {
+            match self.alloc_block(goal, false) {
+                Ok(b) => fresh.push(b),
+                Err(e) => {
+                    for b in fresh {
+                        let _ = self.free_block(b);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        let seed = raw.csum_seed;
+        let mut fresh = fresh.into_iter();
+        // The leaf's pieces: the first in the leaf's block.
+        let mut repl: Vec<Index> = Vec::new();
+        let mut off = 0;
+        for (k, &n) in leaf_sizes.iter().enumerate() {
+            let piece = &ex[off..off + n];
+            off += n;
+            let b = if k == 0 {
+                l.block
+            } else {
+                fresh.next().ok_or_else(|| errno(libc::EIO))?
+            };
+            self.store_node(b, k == 0, seed, |d| {
+                extent::encode_leaf(d, per, piece);
+            })?;
+            repl.push(Index {
+                block: piece[0].block,
+                leaf: b,
+            });
+        }
+        // Up the path: each node takes its child's pieces in place of the
+        // child's one entry.
+        for (p, sizes) in l.path.iter().rev().zip(&level_sizes) {
+            let mut ix = p.ix.clone();
+            ix.splice(p.at..=p.at, repl.iter().copied());
+            if ix == p.ix {
+                break;
+            }
+            match p.block {
+                None if ix.len() <= 4 => {
+                    let gen = raw.block[8..12].to_vec();
+                    let mut root = [0u8; I_BLOCK_LEN];
+                    extent::encode_index(&mut root, 4, p.depth, &ix);
+                    root[8..12].copy_from_slice(&gen);
+                    raw.block = root;
+                }
+                None => {
+                    // One level deeper: the root's entries in new blocks
+                    // at the root's old depth, the root over them.
+                    let mut top = Vec::new();
+                    let mut off = 0;
+                    for &n in sizes {
+                        let piece = &ix[off..off + n];
+                        off += n;
+                        let b = fresh.next().ok_or_else(|| errno(libc::EIO))?;
+                        self.store_node(b, false, seed, |d| {
+                            extent::encode_index(d, per, p.depth, piece);
+                        })?;
+                        top.push(Index {
+                            block: piece[0].block,
+                            leaf: b,
+                        });
+                    }
+                    let gen = raw.block[8..12].to_vec();
+                    let mut root = [0u8; I_BLOCK_LEN];
+                    extent::encode_index(&mut root, 4, p.depth + 1, &top);
+                    root[8..12].copy_from_slice(&gen);
+                    raw.block = root;
+                }
+                Some(own) => {
+                    let mut next = Vec::new();
+                    let mut off = 0;
+                    for (k, &n) in sizes.iter().enumerate() {
+                        let piece = &ix[off..off + n];
+                        off += n;
+                        let b = if k == 0 {
+                            own
+                        } else {
+                            fresh.next().ok_or_else(|| errno(libc::EIO))?
+                        };
+                        self.store_node(b, k == 0, seed, |d| {
+                            extent::encode_index(d, per, p.depth, piece);
+                        })?;
+                        next.push(Index {
+                            block: piece[0].block,
+                            leaf: b,
+                        });
+                    }
+                    repl = next;
+                    continue;
+                }
+            }
+            break;
+        }
+        // The plan used every new block (a leftover would be a planning
+        // bug: given back rather than leaked).
+        let mut used = new_needed;
+        for b in fresh {
+            debug_assert!(false, "extent split: block {b} planned, not used");
+            used -= 1;
+            self.free_block(b)?;
+        }
+        raw.blocks += used as u64 * (self.bs as u64 / 512);
+        Ok(true)
     }
 
     /// The extent list of `raw` and the tree blocks holding it.
@@ -306,15 +603,19 @@ impl Ext4 {
                             return Err(corrupt(what(), "extent tree larger than the fs"));
                         }
                         tree.push(ix.leaf);
-                        self.read_block(ix.leaf, &mut buf)?;
+                        let r = self.read_meta(ix.leaf, &mut buf)?;
                         let w = || format!("inode {} extent block {}", raw.ino, ix.leaf);
+                        let check = seed.filter(|_| !r.verified);
                         stack.push(extent::parse_node(
                             &buf,
                             &w,
                             Some(h.depth - 1),
-                            seed,
+                            check,
                             fs_blocks,
                         )?);
+                        if check.is_some() {
+                            self.verified_meta(&r);
+                        }
                     }
                 }
             }
@@ -371,10 +672,8 @@ impl Ext4 {
         old: &[u64],
     ) -> Result<()> {
         self.check_tree_rewrite(ex.len(), old.len())?;
-        let (rw, io) = self.rw()?;
         let per = extent::entries_per_block(self.bs);
         let seed = raw.csum_seed;
-        let csum = self.sb.has_metadata_csum();
         let goal = ex.first().map_or(0, |e| e.start);
         let mut new_blocks: Vec<u64> = Vec::new();
         let mut build = || -> Result<(u16, Vec<Index>)> {
@@ -385,11 +684,8 @@ impl Ext4 {
             for chunk in ex.chunks(per) {
                 let b = self.alloc_block(goal, false)?;
                 new_blocks.push(b);
-                rw.bufs.modify(io.dev, b, false, |d| {
+                self.store_node(b, false, seed, |d| {
                     extent::encode_leaf(d, per, chunk);
-                    if csum {
-                        extent::set_tail(d, per, seed);
-                    }
                 })?;
                 level.push(Index {
                     block: chunk[0].block,
@@ -405,11 +701,8 @@ impl Ext4 {
                 for chunk in level.chunks(per) {
                     let b = self.alloc_block(goal, false)?;
                     new_blocks.push(b);
-                    rw.bufs.modify(io.dev, b, false, |d| {
+                    self.store_node(b, false, seed, |d| {
                         extent::encode_index(d, per, depth, chunk);
-                        if csum {
-                            extent::set_tail(d, per, seed);
-                        }
                     })?;
                     up.push(Index {
                         block: chunk[0].block,
@@ -581,16 +874,7 @@ impl Ext4 {
                     // Written from now on: this block leaves the unwritten
                     // extent (which splits around it).
                     let p = e.start + (lblk - u64::from(e.block));
-                    remove_range(&mut ex, lblk, lblk + 1);
-                    insert_extent(
-                        &mut ex,
-                        Extent {
-                            block: lblk as u32,
-                            len: 1,
-                            start: p,
-                            uninit: false,
-                        },
-                    );
+                    convert_block(&mut ex, i - 1, lblk);
                     converted = true;
                     (p, true)
                 }
@@ -1530,6 +1814,52 @@ mod tests {
                 )
             ]
         );
+    }
+
+    #[test]
+    fn convert_block_matches_remove_then_insert() {
+        let mut seed = 0x2545_F491_4F6C_DD1Du64;
+        let mut rnd = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        for _ in 0..2000 {
+            // A run of extents, written and unwritten, some contiguous on
+            // disk, some reaching the unwritten length limit.
+            let mut v: Vec<Extent> = Vec::new();
+            let (mut lb, mut pb) = (rnd(3) as u32, 100 + rnd(3));
+            for _ in 0..1 + rnd(6) {
+                let big = rnd(8) == 0;
+                let len = if big {
+                    INIT_MAX_LEN - 1
+                } else {
+                    1 + rnd(5) as u16
+                };
+                v.push(Extent {
+                    block: lb,
+                    len,
+                    start: pb,
+                    uninit: rnd(2) == 0,
+                });
+                lb += u32::from(len) + rnd(2) as u32;
+                pb += u64::from(len) + rnd(2);
+            }
+            let us: Vec<usize> = (0..v.len()).filter(|&k| v[k].uninit).collect();
+            if us.is_empty() {
+                continue;
+            }
+            let i = us[rnd(us.len() as u64) as usize];
+            let lblk = u64::from(v[i].block) + rnd(u64::from(v[i].len));
+            let p = v[i].start + (lblk - u64::from(v[i].block));
+            let mut want = v.clone();
+            remove_range(&mut want, lblk, lblk + 1);
+            insert_extent(&mut want, x(lblk as u32, 1, p));
+            let mut got = v.clone();
+            convert_block(&mut got, i, lblk);
+            assert_eq!(got, want, "from {v:?}, block {lblk}");
+        }
     }
 
     #[test]

@@ -246,7 +246,7 @@ pub(crate) type LeafVisit<'a, T> = dyn FnMut(u32, &[u8], &MetaRead) -> Result<Op
 pub(crate) struct MetaRead {
     pub(crate) pblk: u64,
     gen: Option<u64>,
-    verified: bool,
+    pub(crate) verified: bool,
 }
 
 /// Shards of the inode cache.

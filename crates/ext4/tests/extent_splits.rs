@@ -1,0 +1,120 @@
+//! A file preallocated (unwritten) and then written one block in two, in
+//! a random order, so that every write splits an unwritten extent in the
+//! middle of some leaf: about 24,000 extents, a tree that grows from the
+//! inode to depth 3 with 1 KiB blocks (84 entries per node). Writes
+//! before the first extent move the first key of the leftmost nodes.
+//!
+//! Leaves and index nodes split in place (`split_path`), so the tree ends
+//! with nodes about two thirds full, unlike a tree rewritten from its
+//! extent list, whose nodes are full: the test checks that shape (debugfs
+//! counts the entries at each level), e2fsck checks every key and
+//! checksum, and the file reads back as the model says through scalevfs
+//! (live and after a remount) and through the kernel's ext4.
+
+mod common;
+
+use common::{debugfs_ro, fresh, fsck_clean, have_tools, rw_journaled, KMount, Rng, Scratch};
+use scalevfs::{Vfs, O_CREAT, O_RDWR};
+use scalevfs_ext4::Ext4;
+
+/// Entries per level in debugfs's `ex` listing: `(levels, per level)`.
+fn levels(ex: &str) -> (usize, Vec<usize>) {
+    let mut count: Vec<usize> = Vec::new();
+    let mut depth = 0;
+    for l in ex.lines().skip(1) {
+        // " 1/ 3   5/ 46 ...": this entry's level and the tree's depth.
+        let Some((lv, rest)) = l.trim_start().split_once('/') else {
+            continue;
+        };
+        let (Ok(lv), Some(Ok(d))) = (
+            lv.trim().parse::<usize>(),
+            rest.split_whitespace().next().map(str::parse::<usize>),
+        ) else {
+            continue;
+        };
+        depth = d;
+        if count.len() <= lv {
+            count.resize(lv + 1, 0);
+        }
+        count[lv] += 1;
+    }
+    (depth, count)
+}
+
+#[test]
+fn a_tree_split_in_place_to_depth_three_reads_back_everywhere() {
+    if !have_tools() {
+        return;
+    }
+    let s = Scratch::new("extsplits");
+    let img = fresh(&s.0, 1024, "96M");
+    let e = Ext4::open(&img, rw_journaled()).unwrap();
+    let vfs = Vfs::with_root_fs(Default::default(), e.clone());
+    let t = vfs.root_task();
+    let fd = t.open("/f", O_CREAT | O_RDWR, 0o644).unwrap();
+    let bs = 1024usize;
+    // Blocks 1000..25000 unwritten; every other one written below.
+    let (first, nblk) = (1000usize, 24_000usize);
+    t.fallocate(fd, 0, (first * bs) as i64, (nblk * bs) as i64)
+        .unwrap();
+    let mut model = vec![0u8; (first + nblk) * bs];
+    let mut order: Vec<usize> = (0..nblk / 2).map(|k| first + 2 * k).collect();
+    let mut rng = Rng(0x05EE_D0F5_B117_u64);
+    for i in (1..order.len()).rev() {
+        order.swap(i, rng.below(i as u64 + 1) as usize);
+    }
+    let put = |model: &mut Vec<u8>, blk: usize, v: u8| {
+        let data = vec![v; bs];
+        assert_eq!(t.pwrite(fd, &data, (blk * bs) as i64).unwrap(), bs);
+        model[blk * bs..(blk + 1) * bs].copy_from_slice(&data);
+    };
+    for (k, &b) in order.iter().enumerate() {
+        put(&mut model, b, (k % 251 + 1) as u8);
+        if k == order.len() / 2 {
+            let mut got = vec![0u8; model.len()];
+            assert_eq!(t.pread(fd, &mut got, 0).unwrap(), model.len());
+            assert!(got == model, "halfway: content differs");
+        }
+    }
+    // Before the first extent: the leftmost keys move down, a level each.
+    for b in [999, 700, 5, 0] {
+        put(&mut model, b, 0xEE);
+    }
+    let mut got = vec![0u8; model.len()];
+    assert_eq!(t.pread(fd, &mut got, 0).unwrap(), model.len());
+    assert!(got == model, "live: content differs");
+    t.fsync(fd).unwrap();
+    t.close(fd).unwrap();
+    drop(t);
+    drop(vfs);
+    e.unmount().unwrap();
+    drop(e);
+    fsck_clean(&img);
+
+    let (depth, count) = levels(&debugfs_ro(&img, "ex f"));
+    eprintln!("depth {depth}, entries per level {count:?}");
+    assert_eq!(depth, 3, "a tree of depth 3: {count:?}");
+    let (leaves, extents) = (count[depth - 1], count[depth]);
+    // 12,000 written blocks between unwritten ones, and the four
+    // written before them (two of which join: 0 and 5 are apart, 700
+    // and 999 too).
+    assert!(extents >= 24_000, "{extents} extents");
+    // Split nodes are not full: a rewrite from the list would give
+    // ceil(extents / 84) leaves.
+    assert!(
+        leaves * 84 > extents * 5 / 4,
+        "{leaves} leaves for {extents} extents: packed, not split"
+    );
+
+    // Our own read after a remount, then the kernel's.
+    let e = Ext4::open(&img, Default::default()).unwrap();
+    let vfs = Vfs::with_root_fs(Default::default(), e.clone());
+    let got = scalevfs::fs::Fs::new(vfs.root_task()).read("/f").unwrap();
+    assert!(got == model, "after remount: content differs");
+    drop(vfs);
+    let mnt = s.0.join("mnt");
+    if let Some(_k) = KMount::new(&img, &mnt) {
+        let got = std::fs::read(mnt.join("f")).unwrap();
+        assert!(got == model, "the kernel reads other bytes");
+    }
+}
