@@ -22,9 +22,14 @@
 //!   and every index node above it that overflows, up to the root, which
 //!   grows a level (`split_path`, the kernel's ext4_ext_insert_extent),
 //!   with the keys above corrected. So a write costs O(depth) tree blocks
-//!   however many extents the file has. The whole rewrite remains for
-//!   the rest (a write across two leaves, a tree of depth 0, a tree whose
-//!   keys do not match its nodes).
+//!   however many extents the file has; a write that goes past its leaf
+//!   ends there, and the caller writes the rest in a new handle. The
+//!   same leaf-by-leaf change serves fallocate (a leaf per handle),
+//!   punch hole and truncate (from the end, a leaf at a time: a leaf
+//!   left empty is freed and leaves its parent, `split_path`). The whole
+//!   rewrite remains for ZERO_RANGE, collapse, insert, a tree of depth 0,
+//!   a tree whose keys do not match its nodes, and steps of a long
+//!   truncate or punch that empty leaves.
 //! - Data blocks bypass the metadata cache (the device directly); a block
 //!   freed as metadata was dropped from the cache, so nothing stale is
 //!   written over data.
@@ -259,7 +264,8 @@ struct PathNode {
 }
 
 /// Sizes of the pieces a node of `n` entries splits into when it holds
-/// at most `max`: one piece if it fits; else, when the entries grew at
+/// at most `max`: none for no entries (the node goes); one piece if it
+/// fits; else, when the entries grew at
 /// the right end of the tree (`append`: a file growing), full pieces then
 /// the rest, so that appends leave full nodes behind (as the kernel's
 /// ext4_ext_split, which moves nothing when inserting past the last
@@ -267,6 +273,9 @@ struct PathNode {
 /// have room again.
 fn split_sizes(n: usize, max: usize, append: bool) -> Vec<usize> {
     let max = max.max(1);
+    if n == 0 {
+        return Vec::new();
+    }
     if n <= max {
         return vec![n];
     }
@@ -384,11 +393,11 @@ impl Ext4 {
 
     /// Store the new extents `ex` of leaf `l` (all inside its range): in
     /// place when they fit and the leaf's first logical block is unchanged
-    /// (the parents' keys stay right); else by splitting the leaf and the
-    /// index nodes above it that overflow, and correcting the keys above
-    /// (`split_path`); else (the leaf left empty, a tree whose keys do not
-    /// match its nodes, no room for more depth) by rewriting the whole
-    /// tree with the leaf's old extents replaced.
+    /// (the parents' keys stay right); else by changing the path to it
+    /// (`split_path`: the leaf splits or goes, the keys above follow);
+    /// else (a tree whose keys do not match its nodes, no room for more
+    /// depth) by rewriting the whole tree with the leaf's old extents
+    /// replaced.
     fn store_leaf(&self, raw: &mut RawInode, mut l: LeafAt, ex: Vec<Extent>) -> Result<()> {
         let per = extent::entries_per_block(self.bs);
         let first = |v: &[Extent]| v.first().map(|e| e.block);
@@ -411,22 +420,40 @@ impl Ext4 {
     /// block and the first piece of `ex`, further pieces (`split_sizes`)
     /// go to new blocks whose index entries join the parent; a parent that
     /// overflows splits the same way, up to the root, which grows the
-    /// tree one level deeper when its four entries do not suffice. Every
+    /// tree one level deeper when its four entries do not suffice. A leaf
+    /// left without extents is freed and its entry leaves the parent, and
+    /// so on up (the kernel's ext4_ext_rm_idx); the root left without
+    /// entries becomes an empty leaf (depth 0), and so does the root of a
+    /// one-leaf tree whose leaf is down to four extents (they move into
+    /// the inode; the kernel's ext4 keeps the leaf). Every
     /// index entry keeps the first logical block of its child as key
     /// (e2fsck checks that), so a changed first block is carried up while
     /// it is a node's first entry. New blocks are all allocated before any
     /// node changes, so an allocation failure leaves the tree as it was.
-    /// `Ok(false)`, with nothing changed, where this does not apply: `ex`
-    /// empty, a key on the path that is not its child's first block (left
-    /// to the whole rewrite, which builds a clean tree), or a tree already
-    /// at the deepest depth.
+    /// `Ok(false)`, with nothing changed, where this does not apply: a key
+    /// on the path that is not its child's first block (left to the whole
+    /// rewrite, which builds a clean tree), or a tree already at the
+    /// deepest depth.
     fn split_path(&self, raw: &mut RawInode, l: &LeafAt, ex: &[Extent]) -> Result<bool> {
         let per = extent::entries_per_block(self.bs);
         let Some(top) = l.path.first() else {
             return Ok(false);
         };
-        if ex.is_empty() || top.block.is_some() {
+        if top.block.is_some() {
             return Ok(false);
+        }
+        let unit = self.bs as u64 / 512;
+        if l.path.len() == 1 && top.ix.len() == 1 && ex.len() <= 4 {
+            // The only leaf of a depth-1 tree, down to what the inode
+            // holds: the extents move into the inode and the leaf goes.
+            let gen = raw.block[8..12].to_vec();
+            let mut root = [0u8; I_BLOCK_LEN];
+            extent::encode_leaf(&mut root, 4, ex);
+            root[8..12].copy_from_slice(&gen);
+            raw.block = root;
+            self.free_block(l.block)?;
+            raw.blocks = raw.blocks.saturating_sub(unit);
+            return Ok(true);
         }
         // The keys must match their children along the path.
         let child_first = |d: usize| -> Option<u32> {
@@ -446,12 +473,17 @@ impl Ext4 {
         // Plan: the pieces of each level, bottom up, before anything
         // changes. `pieces[0]` are the leaf's, then each index level's.
         let leaf_sizes = split_sizes(ex.len(), per, append);
-        let mut new_needed = leaf_sizes.len() - 1;
+        let mut new_needed = leaf_sizes.len().saturating_sub(1);
         let mut carry = leaf_sizes.len();
         let mut level_sizes: Vec<Vec<usize>> = Vec::new();
         for p in l.path.iter().rev() {
             let n = p.ix.len() - 1 + carry;
             let max = if p.block.is_none() { 4 } else { per };
+            if p.block.is_none() && n == 0 {
+                // The last extent went: the root becomes an empty leaf.
+                level_sizes.push(Vec::new());
+                break;
+            }
             if p.block.is_none() && n > max {
                 // The root grows: its entries move to new blocks.
                 let sizes = split_sizes(n, per, append);
@@ -463,7 +495,7 @@ impl Ext4 {
                 break;
             }
             let sizes = split_sizes(n, max, append);
-            new_needed += sizes.len() - 1;
+            new_needed += sizes.len().saturating_sub(1);
             carry = sizes.len();
             level_sizes.push(sizes);
         }
@@ -482,6 +514,11 @@ impl Ext4 {
         }
         let seed = raw.csum_seed;
         let mut fresh = fresh.into_iter();
+        // Nodes left without entries: freed at the end.
+        let mut dropped = Vec::new();
+        if leaf_sizes.is_empty() {
+            dropped.push(l.block);
+        }
         // The leaf's pieces: the first in the leaf's block.
         let mut repl: Vec<Index> = Vec::new();
         let mut off = 0;
@@ -510,6 +547,13 @@ impl Ext4 {
                 break;
             }
             match p.block {
+                None if ix.is_empty() => {
+                    let gen = raw.block[8..12].to_vec();
+                    let mut root = [0u8; I_BLOCK_LEN];
+                    extent::encode_leaf(&mut root, 4, &[]);
+                    root[8..12].copy_from_slice(&gen);
+                    raw.block = root;
+                }
                 None if ix.len() <= 4 => {
                     let gen = raw.block[8..12].to_vec();
                     let mut root = [0u8; I_BLOCK_LEN];
@@ -539,6 +583,11 @@ impl Ext4 {
                     extent::encode_index(&mut root, 4, p.depth + 1, &top);
                     root[8..12].copy_from_slice(&gen);
                     raw.block = root;
+                }
+                Some(own) if sizes.is_empty() => {
+                    dropped.push(own);
+                    repl = Vec::new();
+                    continue;
                 }
                 Some(own) => {
                     let mut next = Vec::new();
@@ -573,8 +622,30 @@ impl Ext4 {
             used -= 1;
             self.free_block(b)?;
         }
-        raw.blocks += used as u64 * (self.bs as u64 / 512);
+        for &b in &dropped {
+            self.free_block(b)?;
+        }
+        raw.blocks = (raw.blocks + used as u64 * unit).saturating_sub(dropped.len() as u64 * unit);
         Ok(true)
+    }
+
+    /// A depth-1 tree whose leaves (at most four) hold four extents or
+    /// fewer in all moves into the inode, its leaves freed: what a
+    /// rewrite of the whole tree would leave after a punch or truncate.
+    /// Reads at most four leaves; called when a removal left a leaf that
+    /// small.
+    fn shrink_small_tree(&self, raw: &mut RawInode) -> Result<()> {
+        let what = || format!("inode {}", raw.ino);
+        match extent::parse_node(&raw.block, &what, None, None, self.sb.blocks_count)? {
+            ExtNode::Index(h, _) if h.depth == 1 => {
+                let (all, tree) = self.collect_extents(raw)?;
+                if all.len() <= 4 {
+                    self.rebuild_tree(raw, &all, &tree)?;
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
     }
 
     /// The extent list of `raw` and the tree blocks holding it.
@@ -815,14 +886,18 @@ impl Ext4 {
         if (end - 1) / bs >= u64::from(u32::MAX) {
             return Err(errno(libc::EFBIG));
         }
-        // A write inside one leaf of a deeper tree works on that leaf
-        // alone (an overwrite reads one block per level and writes no
-        // tree block; an insert rewrites the leaf in place); otherwise on
-        // the whole extent list.
-        let (first, last) = (off / bs, (end - 1) / bs);
-        let leaf = self
-            .leaf_at(&raw, first)?
-            .filter(|l| first >= l.lo && last < l.hi);
+        // In a deeper tree a write works on the leaf holding its first
+        // block alone (an overwrite reads one block per level and writes
+        // no tree block; an insert changes the leaf in place or splits
+        // it, `store_leaf`) and ends short at that leaf's end: the caller
+        // writes the rest in a new handle, as after a step. A tree in the
+        // inode is changed as a whole.
+        let first = off / bs;
+        let leaf = self.leaf_at(&raw, first)?.filter(|l| first >= l.lo);
+        let buf = match &leaf {
+            Some(l) if end > l.hi * bs => &buf[..(l.hi * bs - off) as usize],
+            _ => buf,
+        };
         let (mut ex, tree) = match &leaf {
             Some(l) => (l.ex.clone(), Vec::new()),
             None => self.collect_extents(&raw)?,
@@ -1054,22 +1129,60 @@ impl Ext4 {
     }
 
     /// Remove the data of logical blocks `from..to` and zero the bytes
-    /// `zero` (a byte range inside the file's partial blocks).
+    /// `zero` (a byte range inside the file's partial blocks), in the
+    /// caller's handle.
     pub(crate) fn drop_range(
         &self,
         raw: &mut RawInode,
         from: u64,
-        to: u64,
+        mut to: u64,
         zero: &[(u64, u64)],
     ) -> Result<()> {
-        self.drop_range_step(raw, from, to, zero, None).map(|_| ())
+        let mut zero = zero;
+        loop {
+            let cut = self.drop_range_step(raw, from, to, zero, None)?;
+            if cut <= from {
+                return Ok(());
+            }
+            (to, zero) = (cut, &[]);
+        }
     }
 
-    /// One step of `drop_range`: with a `budget` (`step_groups`), only the
-    /// end `cut..to` of the range whose blocks lie in at most that many
-    /// groups (`tail_cut`). Returns `cut` (`from`: all done). The tree,
-    /// `i_blocks` and the freed blocks agree after each step, so a
-    /// transaction boundary between steps leaves a valid file.
+    /// Zero the byte ranges `zero` (each inside one block) where the file
+    /// maps them to written blocks (holes and unwritten blocks read as
+    /// zeros), looking each block up in the tree.
+    fn zero_mapped(&self, raw: &RawInode, zero: &[(u64, u64)]) -> Result<()> {
+        let bs = self.bs as u64;
+        let mut buf = BlockBuf::zeroed(self.bs);
+        for &(a, b) in zero {
+            let lblk = a / bs;
+            if a >= b || lblk >= u64::from(u32::MAX) {
+                continue;
+            }
+            if let crate::fs::Mapping::Data {
+                pblk,
+                uninit: false,
+                ..
+            } = self.map_block(raw, lblk as u32)?
+            {
+                self.dev.read_at(pblk * bs, &mut buf)?;
+                buf[(a % bs) as usize..((b - 1) % bs + 1) as usize].fill(0);
+                self.dev.write_at(pblk * bs, &buf)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// One step of `drop_range`: only the end `cut..to` of the range, and
+    /// returns `cut` (`from`: all done). The step ends at the last leaf
+    /// the range touches when that leaf keeps some extents (in a tree of
+    /// depth >= 1): that leaf alone changes (`store_leaf`: in place, or
+    /// split, its keys above corrected), not the whole tree; a range
+    /// that empties leaves rewrites the whole tree once. With a `budget`
+    /// (`step_groups`), also only as much as frees blocks in at most that
+    /// many groups (`tail_cut`). The tree, `i_blocks` and the freed blocks
+    /// agree after each step, so a transaction boundary between steps
+    /// leaves a valid file. `zero` is zeroed first, whatever the step.
     pub(crate) fn drop_range_step(
         &self,
         raw: &mut RawInode,
@@ -1079,12 +1192,29 @@ impl Ext4 {
         budget: Option<usize>,
     ) -> Result<u64> {
         let bs = self.bs as u64;
-        let (mut ex, tree) = self.collect_extents(raw)?;
-        self.zero_written(&ex, zero)?;
+        self.zero_mapped(raw, zero)?;
         if from >= to {
             return Ok(from);
         }
-        let cut = budget.map_or(from, |b| self.tail_cut(&ex, tree.len(), from, to, b));
+        // With a budget, a range that empties leaves goes the whole-tree
+        // way, whose steps reach further (each step of the callers reads
+        // the whole list anyway); in one handle, leaf by leaf.
+        let leaf = self.leaf_at(raw, to - 1)?.filter(|l| {
+            let f = from.max(l.lo);
+            budget.is_none()
+                || l.ex
+                    .iter()
+                    .any(|e| u64::from(e.block) < f || u64::from(e.block) + u64::from(e.len) > to)
+        });
+        let (mut ex, tree, tree_len, from) = match &leaf {
+            Some(l) => (l.ex.clone(), Vec::new(), l.path.len() + 1, from.max(l.lo)),
+            None => {
+                let (ex, tree) = self.collect_extents(raw)?;
+                let n = tree.len();
+                (ex, tree, n, from)
+            }
+        };
+        let cut = budget.map_or(from, |b| self.tail_cut(&ex, tree_len, from, to, b));
         let before = ex.len();
         let freed = remove_range(&mut ex, cut, to);
         if freed.is_empty() && before == ex.len() {
@@ -1093,7 +1223,16 @@ impl Ext4 {
         // The new tree first (it may need a block: a split extent), then
         // the data blocks go back.
         let mut n = 0;
-        self.rebuild_tree(raw, &ex, &tree)?;
+        match leaf {
+            Some(l) => {
+                let small = ex.len() <= 4;
+                self.store_leaf(raw, l, ex)?;
+                if small {
+                    self.shrink_small_tree(raw)?;
+                }
+            }
+            None => self.rebuild_tree(raw, &ex, &tree)?,
+        }
         for (s, c) in freed {
             for b in s..s + c {
                 self.free_block(b)?;
@@ -1270,19 +1409,42 @@ impl Ext4 {
         if last >= u64::from(u32::MAX) {
             return Err(errno(libc::EFBIG));
         }
-        let (mut ex, tree) = self.collect_extents(&raw)?;
+        // In a deeper tree, this call fills the holes of the leaf holding
+        // `first` only, and only that leaf's path changes (as
+        // `file_write`); the caller goes on from the next leaf in a new
+        // handle, as it does after a step.
+        let leaf = self.leaf_at(&raw, first)?.filter(|l| first >= l.lo);
+        let mut clipped = None;
+        let last = match &leaf {
+            Some(l) if last >= l.hi => {
+                clipped = Some(l.hi);
+                l.hi - 1
+            }
+            _ => last,
+        };
+        let (mut ex, tree, tree_len) = match &leaf {
+            Some(l) => (l.ex.clone(), Vec::new(), l.path.len() + 1),
+            None => {
+                let (ex, tree) = self.collect_extents(&raw)?;
+                let n = tree.len();
+                (ex, tree, n)
+            }
+        };
         let mut fresh = Vec::new();
         let budget = self
             .step_groups()
-            .map(|b| b.saturating_sub(2 * tree.len() + 2).max(1));
+            .map(|b| b.saturating_sub(2 * tree_len + 2).max(1));
         let r = self
             .fill_holes(&mut ex, first, last, &mut fresh, budget)
             .and_then(|rest| {
                 if !fresh.is_empty() {
                     raw.blocks += fresh.len() as u64 * (bs / 512);
-                    self.rebuild_tree(&mut raw, &ex, &tree)?;
+                    match leaf {
+                        Some(l) => self.store_leaf(&mut raw, l, ex)?,
+                        None => self.rebuild_tree(&mut raw, &ex, &tree)?,
+                    }
                 }
-                Ok(rest)
+                Ok(rest.or(clipped))
             });
         let rest = match r {
             Ok(rest) => rest,

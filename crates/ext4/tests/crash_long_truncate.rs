@@ -95,9 +95,10 @@ fn workload(rec: &Arc<RecordingDevice<MemDevice>>) -> Vec<(usize, State)> {
     t.fsync(fd).unwrap();
     t.fsync(gd).unwrap();
     points.push((rec.writes(), state(&vfs)));
-    // From here a transaction holds about 12 blocks: a step frees blocks
-    // in at most ~4 groups.
-    e.set_txn_limit(12);
+    // From here a transaction holds about 8 blocks (the least
+    // `set_txn_limit` allows): a step frees blocks in a group or two, and
+    // changes /f's one leaf in place.
+    e.set_txn_limit(8);
     let commits = e.commit_stats().0;
     t.ftruncate(fd, NEW_SIZE as i64).unwrap();
     t.fsync(fd).unwrap();
