@@ -219,3 +219,116 @@ fn truncates_remove_whole_leaves_from_the_path() {
     let (depth, count) = levels(&debugfs_ro(&img, "ex g"));
     assert!(depth == 0 && count.iter().sum::<usize>() == 0, "{count:?}");
 }
+
+/// Random writes, punches, preallocations, ZERO_RANGE and truncates (up
+/// and down) on a file whose tree starts at depth 2 and changes leaf by
+/// leaf, some ranges crossing leaves (4,000 of them; EXT4_EXTENT_SEED
+/// replays another sequence): after every 250 operations the file
+/// reads back as a byte model says, and at the end e2fsck passes and the
+/// kernel and a remount read the model.
+#[test]
+fn random_range_changes_on_a_deep_tree_match_a_model() {
+    if !have_tools() {
+        return;
+    }
+    let s = Scratch::new("extrandom");
+    let img = fresh(&s.0, 1024, "64M");
+    let bs = 1024usize;
+    let nblk = 6000usize;
+    let mut model: Vec<u8>;
+    {
+        let e = Ext4::open(&img, rw_journaled()).unwrap();
+        let vfs = Vfs::with_root_fs(Default::default(), e.clone());
+        let t = vfs.root_task();
+        let fd = t.open("/h", O_CREAT | O_RDWR, 0o644).unwrap();
+        model = vec![0u8; nblk * bs];
+        // Every third block written: 2,000 extents to begin with.
+        for b in (0..nblk).step_by(3) {
+            let data = vec![(b % 251) as u8 | 1; bs];
+            t.pwrite(fd, &data, (b * bs) as i64).unwrap();
+            model[b * bs..(b + 1) * bs].copy_from_slice(&data);
+        }
+        // EXT4_EXTENT_SEED replays another sequence.
+        let seed = std::env::var("EXT4_EXTENT_SEED")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0xFEED_5EED_0000_0001u64);
+        let mut rng = Rng(seed);
+        use scalevfs::io::FALLOC_FL_ZERO_RANGE as ZERO;
+        use scalevfs::io::{FALLOC_FL_KEEP_SIZE as KEEP, FALLOC_FL_PUNCH_HOLE as PUNCH};
+        for round in 0..4000u64 {
+            let size = model.len();
+            let span = (size + 64 * bs) as u64;
+            let at = rng.below(span) as usize;
+            // Mostly a few blocks; sometimes a range over many leaves.
+            let len = if rng.below(10) == 0 {
+                1 + rng.below(400 * bs as u64) as usize
+            } else {
+                1 + rng.below(4 * bs as u64) as usize
+            };
+            match rng.below(6) {
+                0 | 1 => {
+                    let v = (round % 250 + 1) as u8;
+                    let data = vec![v; len];
+                    assert_eq!(t.pwrite(fd, &data, at as i64).unwrap(), len);
+                    if model.len() < at + len {
+                        model.resize(at + len, 0);
+                    }
+                    model[at..at + len].fill(v);
+                }
+                2 => {
+                    t.fallocate(fd, PUNCH | KEEP, at as i64, len as i64)
+                        .unwrap();
+                    let end = (at + len).min(model.len());
+                    if at < end {
+                        model[at..end].fill(0);
+                    }
+                }
+                3 => {
+                    t.fallocate(fd, KEEP, at as i64, len as i64).unwrap();
+                }
+                4 => {
+                    t.fallocate(fd, ZERO | KEEP, at as i64, len as i64).unwrap();
+                    let end = (at + len).min(model.len());
+                    if at < end {
+                        model[at..end].fill(0);
+                    }
+                }
+                _ => {
+                    // Down by up to ~16 blocks, or up a little.
+                    let new = if rng.below(3) == 0 {
+                        size + rng.below(8 * bs as u64) as usize
+                    } else {
+                        size.saturating_sub(rng.below(16 * bs as u64) as usize)
+                    };
+                    t.ftruncate(fd, new as i64).unwrap();
+                    model.resize(new, 0);
+                }
+            }
+            if round % 250 == 249 {
+                let mut got = vec![0u8; model.len() + 1];
+                let n = t.pread(fd, &mut got, 0).unwrap();
+                assert_eq!(n, model.len(), "round {round}: size");
+                assert!(got[..n] == model[..], "round {round}: content differs");
+            }
+        }
+        t.close(fd).unwrap();
+        drop(t);
+        drop(vfs);
+        e.unmount().unwrap();
+    }
+    fsck_clean(&img);
+    let (depth, count) = levels(&debugfs_ro(&img, "ex h"));
+    eprintln!("at the end: depth {depth}, entries per level {count:?}");
+    {
+        let e = Ext4::open(&img, Default::default()).unwrap();
+        let vfs = Vfs::with_root_fs(Default::default(), e.clone());
+        let got = scalevfs::fs::Fs::new(vfs.root_task()).read("/h").unwrap();
+        assert!(got == model, "after remount: content differs");
+    }
+    let mnt = s.0.join("mnt");
+    if let Some(_k) = KMount::new(&img, &mnt) {
+        let got = std::fs::read(mnt.join("h")).unwrap();
+        assert!(got == model, "the kernel reads other bytes");
+    }
+}
