@@ -24,12 +24,13 @@
 //!   with the keys above corrected. So a write costs O(depth) tree blocks
 //!   however many extents the file has; a write that goes past its leaf
 //!   ends there, and the caller writes the rest in a new handle. The
-//!   same leaf-by-leaf change serves fallocate (a leaf per handle),
-//!   punch hole and truncate (from the end, a leaf at a time: a leaf
-//!   left empty is freed and leaves its parent, `split_path`). The whole
-//!   rewrite remains for ZERO_RANGE, collapse, insert, a tree of depth 0,
-//!   a tree whose keys do not match its nodes, and steps of a long
-//!   truncate or punch that empty leaves.
+//!   same leaf-by-leaf change serves fallocate and ZERO_RANGE (a leaf
+//!   per handle), punch hole and truncate (from the end, a leaf at a
+//!   time: a leaf left empty is freed and leaves its parent,
+//!   `split_path`). The whole rewrite remains for collapse and insert
+//!   (which shift every later extent), a tree of depth 0, a tree whose
+//!   keys do not match its nodes, and steps of a long truncate or punch
+//!   that empty leaves.
 //! - Data blocks bypass the metadata cache (the device directly); a block
 //!   freed as metadata was dropped from the cache, so nothing stale is
 //!   written over data.
@@ -401,7 +402,8 @@ impl Ext4 {
     fn store_leaf(&self, raw: &mut RawInode, mut l: LeafAt, ex: Vec<Extent>) -> Result<()> {
         let per = extent::entries_per_block(self.bs);
         let first = |v: &[Extent]| v.first().map(|e| e.block);
-        if ex.len() <= per && first(&ex) == first(&l.ex) {
+        let one_leaf = l.path.len() == 1 && l.path[0].ix.len() == 1;
+        if ex.len() <= per && first(&ex) == first(&l.ex) && !(one_leaf && ex.len() <= 4) {
             l.ex = ex;
             return self.write_leaf(raw, &l);
         }
@@ -425,7 +427,7 @@ impl Ext4 {
     /// so on up (the kernel's ext4_ext_rm_idx); the root left without
     /// entries becomes an empty leaf (depth 0), and so does the root of a
     /// one-leaf tree whose leaf is down to four extents (they move into
-    /// the inode; the kernel's ext4 keeps the leaf). Every
+    /// the inode, as the kernel's ext4_ext_try_to_merge_up does). Every
     /// index entry keeps the first logical block of its child as key
     /// (e2fsck checks that), so a changed first block is carried up while
     /// it is a node's first entry. New blocks are all allocated before any
@@ -445,7 +447,8 @@ impl Ext4 {
         let unit = self.bs as u64 / 512;
         if l.path.len() == 1 && top.ix.len() == 1 && ex.len() <= 4 {
             // The only leaf of a depth-1 tree, down to what the inode
-            // holds: the extents move into the inode and the leaf goes.
+            // holds: the extents move into the inode and the leaf goes
+            // (the kernel's ext4_ext_try_to_merge_up).
             let gen = raw.block[8..12].to_vec();
             let mut root = [0u8; I_BLOCK_LEN];
             extent::encode_leaf(&mut root, 4, ex);
@@ -1207,7 +1210,7 @@ impl Ext4 {
                     .any(|e| u64::from(e.block) < f || u64::from(e.block) + u64::from(e.len) > to)
         });
         let (mut ex, tree, tree_len, from) = match &leaf {
-            Some(l) => (l.ex.clone(), Vec::new(), l.path.len() + 1, from.max(l.lo)),
+            Some(l) => (l.ex.clone(), Vec::new(), 1, from.max(l.lo)),
             None => {
                 let (ex, tree) = self.collect_extents(raw)?;
                 let n = tree.len();
@@ -1423,7 +1426,7 @@ impl Ext4 {
             _ => last,
         };
         let (mut ex, tree, tree_len) = match &leaf {
-            Some(l) => (l.ex.clone(), Vec::new(), l.path.len() + 1),
+            Some(l) => (l.ex.clone(), Vec::new(), 1),
             None => {
                 let (ex, tree) = self.collect_extents(&raw)?;
                 let n = tree.len();
@@ -1476,7 +1479,9 @@ impl Ext4 {
         let mut goal = 0;
         let mut groups = std::collections::HashSet::new();
         for lblk in first..=last {
-            if budget.is_some_and(|b| groups.len() >= b) {
+            // Stop before a block that would likely land in one group more
+            // than the budget (the allocator starts at `goal`).
+            if budget.is_some_and(|b| groups.len() >= b) && !groups.contains(&self.group_of(goal)) {
                 return Ok(Some(lblk));
             }
             let i = ex.partition_point(|e| u64::from(e.block) <= lblk);
@@ -1536,21 +1541,42 @@ impl Ext4 {
         if last >= u64::from(u32::MAX) {
             return Err(errno(libc::EFBIG));
         }
-        let (mut ex, tree) = self.collect_extents(&raw)?;
+        // In a deeper tree, one leaf per call (as `file_fallocate`).
+        let leaf = self.leaf_at(&raw, first)?.filter(|l| first >= l.lo);
+        let mut clipped = None;
+        let last = match &leaf {
+            Some(l) if last >= l.hi => {
+                clipped = Some(l.hi);
+                l.hi - 1
+            }
+            _ => last,
+        };
+        let (mut ex, tree, tree_len) = match &leaf {
+            Some(l) => (l.ex.clone(), Vec::new(), 1),
+            None => {
+                let (ex, tree) = self.collect_extents(&raw)?;
+                let n = tree.len();
+                (ex, tree, n)
+            }
+        };
         let mut fresh = Vec::new();
         let budget = self
             .step_groups()
-            .map(|b| b.saturating_sub(2 * tree.len() + 2).max(1));
+            .map(|b| b.saturating_sub(2 * tree_len + 2).max(1));
         let mut stop = None;
         let mut r = self
             .fill_holes(&mut ex, first, last, &mut fresh, budget)
-            .map(|s| stop = s);
+            .map(|s| stop = s.or(clipped));
+        let ex_zero = ex.clone();
         if r.is_ok() {
             let (from, to) = (off.div_ceil(bs), stop.map_or(end / bs, |s| s.min(end / bs)));
             let converted = from < to && mark_unwritten(&mut ex, from, to);
             if converted || !fresh.is_empty() {
                 raw.blocks += fresh.len() as u64 * (bs / 512);
-                r = self.rebuild_tree(&mut raw, &ex, &tree);
+                r = match leaf {
+                    Some(l) => self.store_leaf(&mut raw, l, ex),
+                    None => self.rebuild_tree(&mut raw, &ex, &tree),
+                };
             }
         }
         if let Err(e) = r {
@@ -1568,7 +1594,9 @@ impl Ext4 {
         if stop.is_none() && !end.is_multiple_of(bs) && (last != first || off.is_multiple_of(bs)) {
             zero.push((off.max(last * bs), end));
         }
-        let r = self.zero_written(&ex, &zero);
+        // (The partial blocks keep their state: the mapping before the
+        // conversion says where they are written.)
+        let r = self.zero_written(&ex_zero, &zero);
         let t = now();
         raw.mtime = t;
         raw.ctime = t;

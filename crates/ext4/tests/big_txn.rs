@@ -180,8 +180,10 @@ fn allocating_over_a_thousand_groups_in_one_call_works() {
     assert!(free_blocks(&img) <= before - FILE_BLOCKS as u64);
 }
 
-/// On a small image with the transaction limit lowered (12 blocks: a
-/// step touches ~4 groups), a 10 MiB write in one call, a ZERO_RANGE over
+/// On a small image with the transaction limit lowered (8 blocks, the
+/// least: a step touches a group or two, and a step that changes one
+/// extent leaf in place adds few new blocks to the transaction), a 10 MiB
+/// write in one call, a ZERO_RANGE over
 /// a 4 MiB hole and a COLLAPSE_RANGE of 8 MiB each run as several
 /// transactions and do what one would.
 #[test]
@@ -205,7 +207,7 @@ fn a_large_write_zero_range_and_collapse_run_as_several_transactions() {
     let data: Vec<u8> = (0..10 * mib).map(|k| (k / 1024 * 7) as u8 | 1).collect();
     {
         let e = Ext4::open(&img, rw_journaled()).unwrap();
-        e.set_txn_limit(12);
+        e.set_txn_limit(8);
         let vfs = Vfs::with_root_fs(Default::default(), e.clone());
         let t = vfs.root_task();
         let fd = t.open("/f", O_CREAT | O_RDWR, 0o644).unwrap();
@@ -230,9 +232,12 @@ fn a_large_write_zero_range_and_collapse_run_as_several_transactions() {
         let mode = FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE;
         t.fallocate(fd, mode, 10 * mib as i64 + 100, 4 * mib as i64 - 200)
             .unwrap();
+        // (Its steps re-dirty one extent leaf and add a bitmap or two
+        // each: two transactions at this limit.)
         assert!(
-            commits(&e) >= c1 + 3,
-            "the zero range ran as one transaction"
+            commits(&e) >= c1 + 2,
+            "the zero range ran as {} transactions",
+            commits(&e) - c1
         );
         let blocks = t.fstat(fd).unwrap().blocks;
         assert!(blocks >= 14 * 2048, "{blocks} sectors after ZERO_RANGE");

@@ -524,12 +524,11 @@ fn check(b: usize) {
                 std::fs::metadata(&pb).unwrap().blocks(),
             );
             // Equal for the scripted small files. Tree blocks may differ
-            // elsewhere: a deep tree of ours packs its leaves fuller than
-            // the kernel's (which splits them half-full), the kernel keeps
-            // a leaf block when a file drops to 4 extents or fewer (ours
-            // go back into the inode), and the allocators place blocks
-            // differently, so extents that join on one side may not on the
-            // other. The data blocks are compared below, and e2fsck checked
+            // elsewhere: ours split a full leaf in halves, the kernel's
+            // where the new extent goes; a range over several leaves is
+            // still rewritten whole by some of ours (packed leaves); and
+            // the allocators place blocks differently, so extents that
+            // join on one side may not on the other. The data blocks are compared below, and e2fsck checked
             // i_blocks on both images.
             if !f.starts_with("frag") && !f.starts_with("rnd") {
                 assert_eq!(
