@@ -254,8 +254,10 @@ const ICACHE_SHARDS: usize = 16;
 
 struct InodeCache {
     map: HashMap<u32, Weak<Inode>>,
-    /// Recently used inodes kept alive (bounded).
-    recent: VecDeque<Arc<Inode>>,
+    /// Recently used inodes kept alive (bounded), with their numbers, so
+    /// that finding one (`forget_inode`) compares numbers side by side
+    /// instead of following a pointer per entry.
+    recent: VecDeque<(u32, Arc<Inode>)>,
     /// Map size after the last sweep of dead entries.
     swept: usize,
 }
@@ -1373,8 +1375,8 @@ impl Ext4 {
             // On the recent list at most once (pushed when it entered the
             // map); dropped after the shard's lock (nothing is taken under
             // it).
-            let k = c.recent.iter().position(|i| i.ino() == u64::from(ino));
-            k.and_then(|k| c.recent.remove(k))
+            let k = c.recent.iter().position(|(n, _)| *n == ino);
+            k.and_then(|k| c.recent.remove(k)).map(|(_, i)| i)
         };
         drop(gone);
         if let Some(rw) = &self.rw {
@@ -1724,7 +1726,7 @@ impl Ext4 {
                 return Ok(i);
             }
             c.map.insert(ino, Arc::downgrade(&new));
-            c.recent.push_back(new.clone());
+            c.recent.push_back((ino, new.clone()));
             while c.recent.len() > self.cache_cap.div_ceil(ICACHE_SHARDS) {
                 evicted.extend(c.recent.pop_front());
             }
