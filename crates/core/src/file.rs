@@ -84,7 +84,16 @@ pub struct File {
     /// A directory listing's end (`Filesystem::readdir_end`), taken when a
     /// listing starts at position 0; u64::MAX: none. Under `pos_lock`.
     pub(crate) dir_end: AtomicU64,
+    /// No bytes: gives the description the alignment of a cache-line pair
+    /// (crossbeam's `CachePadded`), so its `Arc` box starts on a line of
+    /// its own and two descriptions never share one: a thread moving its
+    /// file's position (`pos`, `pos_lock`) writes no line another thread's
+    /// description lives on.
+    _line: [CachePadded<()>; 0],
 }
+
+// The box is a whole number of line pairs, as the field above asks.
+const _: () = assert!(std::mem::align_of::<File>() >= 64);
 
 /// The kernel's O_LARGEFILE bit, which 64-bit Linux sets on every open file
 /// and reports in F_GETFL (libc's `O_LARGEFILE` is 0 on 64-bit glibc).
@@ -139,6 +148,7 @@ impl File {
             pos: AtomicU64::new(0),
             pos_lock: Mutex::new(Class::PosLock, ()),
             dir_end: AtomicU64::new(u64::MAX),
+            _line: [],
         })
     }
     pub fn inode(&self) -> &Arc<Inode> {
