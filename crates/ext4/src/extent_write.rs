@@ -1142,12 +1142,21 @@ impl Ext4 {
         zero: &[(u64, u64)],
     ) -> Result<()> {
         let mut zero = zero;
+        let mut first = true;
         loop {
-            let cut = self.drop_range_step(raw, from, to, zero, None)?;
+            let cut = match self.drop_range_step(raw, from, to, zero, None) {
+                Ok(cut) => cut,
+                // A failure after earlier rounds changed the tree, the
+                // bitmaps and `raw`, which the caller will not store: the
+                // filesystem stops writing, so that this half-made change
+                // never commits (the kernel's ext4_error).
+                Err(e) if !first => return Err(self.stop_writes(e)),
+                Err(e) => return Err(e),
+            };
             if cut <= from {
                 return Ok(());
             }
-            (to, zero) = (cut, &[]);
+            (to, zero, first) = (cut, &[], false);
         }
     }
 
@@ -1224,26 +1233,34 @@ impl Ext4 {
             return Ok(cut);
         }
         // The new tree first (it may need a block: a split extent), then
-        // the data blocks go back.
-        let mut n = 0;
-        match leaf {
-            Some(l) => {
-                let small = ex.len() <= 4;
-                self.store_leaf(raw, l, ex)?;
-                if small {
-                    self.shrink_small_tree(raw)?;
+        // the data blocks go back. ENOSPC comes before anything changed;
+        // any other failure may come after part of it, which the caller
+        // will not store: the filesystem then stops writing.
+        let r = (|| -> Result<u64> {
+            let mut n = 0;
+            match leaf {
+                Some(l) => {
+                    let small = ex.len() <= 4;
+                    self.store_leaf(raw, l, ex)?;
+                    if small {
+                        self.shrink_small_tree(raw)?;
+                    }
+                }
+                None => self.rebuild_tree(raw, &ex, &tree)?,
+            }
+            for (s, c) in freed {
+                for b in s..s + c {
+                    self.free_block(b)?;
+                    n += 1;
                 }
             }
-            None => self.rebuild_tree(raw, &ex, &tree)?,
+            raw.blocks = raw.blocks.saturating_sub(n * (bs / 512));
+            Ok(cut)
+        })();
+        match r {
+            Err(e) if e.errno() != scalevfs::Errno::ENOSPC => Err(self.stop_writes(e)),
+            r => r,
         }
-        for (s, c) in freed {
-            for b in s..s + c {
-                self.free_block(b)?;
-                n += 1;
-            }
-        }
-        raw.blocks = raw.blocks.saturating_sub(n * (bs / 512));
-        Ok(cut)
     }
 
     /// Whether freeing the blocks of `from..to` needs more than one step.
@@ -1480,8 +1497,13 @@ impl Ext4 {
         let mut groups = std::collections::HashSet::new();
         for lblk in first..=last {
             // Stop before a block that would likely land in one group more
-            // than the budget (the allocator starts at `goal`).
-            if budget.is_some_and(|b| groups.len() >= b) && !groups.contains(&self.group_of(goal)) {
+            // than the budget (the allocator starts at `goal`), and in any
+            // case past it: the allocator may move on to another group
+            // while `goal`'s is counted, so a step touches at most one
+            // group more than the budget.
+            if budget.is_some_and(|b| {
+                groups.len() > b || (groups.len() >= b && !groups.contains(&self.group_of(goal)))
+            }) {
                 return Ok(Some(lblk));
             }
             let i = ex.partition_point(|e| u64::from(e.block) <= lblk);

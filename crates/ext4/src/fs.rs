@@ -598,6 +598,18 @@ impl Ext4 {
         r
     }
 
+    /// A change failed after part of it was made (in the buffer cache, in
+    /// the caller's copy of the inode), and the caller will not store the
+    /// rest: stop writing, as `check` does for corruption, so that the
+    /// half-made change never commits. Returns `e`.
+    pub(crate) fn stop_writes(&self, e: Error) -> Error {
+        if let Some(rw) = &self.rw {
+            // Relaxed: see `rw`.
+            rw.failed.store(true, Ordering::Relaxed);
+        }
+        e
+    }
+
     /// Allocate a block near `goal` (0: the thread's group); `root` may
     /// take the reserved blocks.
     pub fn alloc_block(&self, goal: u64, root: bool) -> Result<u64> {
