@@ -1268,6 +1268,13 @@ impl Ext4 {
         let Some(b) = self.step_groups() else {
             return Ok(false);
         };
+        // The range inside the leaf holding its last block (a truncate
+        // near the end of a deep tree): that leaf's extents say.
+        if to > from {
+            if let Some(l) = self.leaf_at(raw, to - 1)?.filter(|l| from >= l.lo) {
+                return Ok(self.tail_cut(&l.ex, 1, from, to, b) > from);
+            }
+        }
         let (ex, tree) = self.collect_extents(raw)?;
         Ok(self.tail_cut(&ex, tree.len(), from, to, b) > from)
     }
