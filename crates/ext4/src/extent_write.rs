@@ -651,6 +651,59 @@ impl Ext4 {
         }
     }
 
+    /// For a change of logical blocks `first..=last`: in a tree deeper
+    /// than the inode, the leaf holding `first`, `last` cut to that leaf's
+    /// end, and where the rest starts (`Some(hi)`: the caller goes on from
+    /// there in a new handle, as after a step).
+    fn clip_to_leaf(
+        &self,
+        raw: &RawInode,
+        first: u64,
+        last: u64,
+    ) -> Result<(Option<LeafAt>, u64, Option<u64>)> {
+        let leaf = self.leaf_at(raw, first)?.filter(|l| first >= l.lo);
+        Ok(match &leaf {
+            Some(l) if last >= l.hi => {
+                let hi = l.hi;
+                (leaf, hi - 1, Some(hi))
+            }
+            _ => (leaf, last, None),
+        })
+    }
+
+    /// The extents a change works on: the leaf's (`Some`), or the whole
+    /// list with the tree blocks holding it; and the tree blocks a step's
+    /// budget counts for the change (one for a leaf, see `tail_cut`).
+    fn extents_of(
+        &self,
+        raw: &RawInode,
+        leaf: &Option<LeafAt>,
+    ) -> Result<(Vec<Extent>, Vec<u64>, usize)> {
+        Ok(match leaf {
+            Some(l) => (l.ex.clone(), Vec::new(), 1),
+            None => {
+                let (ex, tree) = self.collect_extents(raw)?;
+                let n = tree.len();
+                (ex, tree, n)
+            }
+        })
+    }
+
+    /// Store the changed extents `ex` of `extents_of`: the leaf's
+    /// (`store_leaf`), or the whole tree replacing the blocks `tree`.
+    fn store_extents(
+        &self,
+        raw: &mut RawInode,
+        leaf: Option<LeafAt>,
+        ex: Vec<Extent>,
+        tree: &[u64],
+    ) -> Result<()> {
+        match leaf {
+            Some(l) => self.store_leaf(raw, l, ex),
+            None => self.rebuild_tree(raw, &ex, tree),
+        }
+    }
+
     /// The extent list of `raw` and the tree blocks holding it.
     pub(crate) fn collect_extents(&self, raw: &RawInode) -> Result<(Vec<Extent>, Vec<u64>)> {
         let what = || format!("inode {}", raw.ino);
@@ -901,10 +954,7 @@ impl Ext4 {
             Some(l) if end > l.hi * bs => &buf[..(l.hi * bs - off) as usize],
             _ => buf,
         };
-        let (mut ex, tree) = match &leaf {
-            Some(l) => (l.ex.clone(), Vec::new()),
-            None => self.collect_extents(&raw)?,
-        };
+        let (mut ex, tree, tree_len) = self.extents_of(&raw, &leaf)?;
         let mut fresh: Vec<u64> = Vec::new();
         let mut converted = false;
         let mut done = 0usize;
@@ -915,7 +965,7 @@ impl Ext4 {
         // extent, a handle each).
         let budget = self
             .step_groups()
-            .map(|b| b.saturating_sub(2 * tree.len() + 2).max(1));
+            .map(|b| b.saturating_sub(2 * tree_len + 2).max(1));
         let mut groups = std::collections::HashSet::new();
         let mut blockbuf = BlockBuf::zeroed(self.bs);
         let ipg_group = ((raw.ino - 1) / self.sb.inodes_per_group) as u64;
@@ -1033,10 +1083,7 @@ impl Ext4 {
         }
         if !fresh.is_empty() || converted {
             raw.blocks += fresh.len() as u64 * (bs / 512);
-            let r = match leaf {
-                None => self.rebuild_tree(&mut raw, &ex, &tree),
-                Some(l) => self.store_leaf(&mut raw, l, ex),
-            };
+            let r = self.store_extents(&mut raw, leaf, ex, &tree);
             if let Err(e) = r {
                 for b in fresh {
                     let _ = self.free_block(b);
@@ -1218,14 +1265,8 @@ impl Ext4 {
                     .iter()
                     .any(|e| u64::from(e.block) < f || u64::from(e.block) + u64::from(e.len) > to)
         });
-        let (mut ex, tree, tree_len, from) = match &leaf {
-            Some(l) => (l.ex.clone(), Vec::new(), 1, from.max(l.lo)),
-            None => {
-                let (ex, tree) = self.collect_extents(raw)?;
-                let n = tree.len();
-                (ex, tree, n, from)
-            }
-        };
+        let (mut ex, tree, tree_len) = self.extents_of(raw, &leaf)?;
+        let from = leaf.as_ref().map_or(from, |l| from.max(l.lo));
         let cut = budget.map_or(from, |b| self.tail_cut(&ex, tree_len, from, to, b));
         let before = ex.len();
         let freed = remove_range(&mut ex, cut, to);
@@ -1440,23 +1481,8 @@ impl Ext4 {
         // `first` only, and only that leaf's path changes (as
         // `file_write`); the caller goes on from the next leaf in a new
         // handle, as it does after a step.
-        let leaf = self.leaf_at(&raw, first)?.filter(|l| first >= l.lo);
-        let mut clipped = None;
-        let last = match &leaf {
-            Some(l) if last >= l.hi => {
-                clipped = Some(l.hi);
-                l.hi - 1
-            }
-            _ => last,
-        };
-        let (mut ex, tree, tree_len) = match &leaf {
-            Some(l) => (l.ex.clone(), Vec::new(), 1),
-            None => {
-                let (ex, tree) = self.collect_extents(&raw)?;
-                let n = tree.len();
-                (ex, tree, n)
-            }
-        };
+        let (leaf, last, clipped) = self.clip_to_leaf(&raw, first, last)?;
+        let (mut ex, tree, tree_len) = self.extents_of(&raw, &leaf)?;
         let mut fresh = Vec::new();
         let budget = self
             .step_groups()
@@ -1466,10 +1492,7 @@ impl Ext4 {
             .and_then(|rest| {
                 if !fresh.is_empty() {
                     raw.blocks += fresh.len() as u64 * (bs / 512);
-                    match leaf {
-                        Some(l) => self.store_leaf(&mut raw, l, ex)?,
-                        None => self.rebuild_tree(&mut raw, &ex, &tree)?,
-                    }
+                    self.store_extents(&mut raw, leaf, ex, &tree)?;
                 }
                 Ok(rest.or(clipped))
             });
@@ -1571,23 +1594,8 @@ impl Ext4 {
             return Err(errno(libc::EFBIG));
         }
         // In a deeper tree, one leaf per call (as `file_fallocate`).
-        let leaf = self.leaf_at(&raw, first)?.filter(|l| first >= l.lo);
-        let mut clipped = None;
-        let last = match &leaf {
-            Some(l) if last >= l.hi => {
-                clipped = Some(l.hi);
-                l.hi - 1
-            }
-            _ => last,
-        };
-        let (mut ex, tree, tree_len) = match &leaf {
-            Some(l) => (l.ex.clone(), Vec::new(), 1),
-            None => {
-                let (ex, tree) = self.collect_extents(&raw)?;
-                let n = tree.len();
-                (ex, tree, n)
-            }
-        };
+        let (leaf, last, clipped) = self.clip_to_leaf(&raw, first, last)?;
+        let (mut ex, tree, tree_len) = self.extents_of(&raw, &leaf)?;
         let mut fresh = Vec::new();
         let budget = self
             .step_groups()
@@ -1602,10 +1610,7 @@ impl Ext4 {
             let converted = from < to && mark_unwritten(&mut ex, from, to);
             if converted || !fresh.is_empty() {
                 raw.blocks += fresh.len() as u64 * (bs / 512);
-                r = match leaf {
-                    Some(l) => self.store_leaf(&mut raw, l, ex),
-                    None => self.rebuild_tree(&mut raw, &ex, &tree),
-                };
+                r = self.store_extents(&mut raw, leaf, ex, &tree);
             }
         }
         if let Err(e) = r {
