@@ -15,7 +15,7 @@
 
 mod common;
 
-use common::{debugfs_ro, fresh, fsck_clean, have_tools, rw_journaled, KMount, Rng, Scratch};
+use common::{debugfs_ro, fresh, fsck_clean, have_tools, mount, mount_fresh, KMount, Rng, Scratch};
 use scalevfs::{Vfs, O_CREAT, O_RDWR};
 use scalevfs_ext4::Ext4;
 
@@ -43,15 +43,29 @@ fn levels(ex: &str) -> (usize, Vec<usize>) {
     (depth, count)
 }
 
+/// `name` read back as `model` says: through a read-only remount by
+/// scalevfs, then through the kernel's ext4 (a loop mount, where the
+/// machine allows).
+fn reads_back(s: &Scratch, img: &std::path::Path, name: &str, model: &[u8]) {
+    {
+        let e = Ext4::open(img, Default::default()).unwrap();
+        let vfs = Vfs::with_root_fs(Default::default(), e);
+        let got = scalevfs::fs::Fs::new(vfs.root_task())
+            .read(format!("/{name}"))
+            .unwrap();
+        assert!(got == model, "after remount: {name} differs");
+    }
+    if let Some(_k) = KMount::new(img, &s.0.join("mnt")) {
+        let got = std::fs::read(s.0.join("mnt").join(name)).unwrap();
+        assert!(got == model, "the kernel reads other bytes in {name}");
+    }
+}
+
 #[test]
 fn a_tree_split_in_place_to_depth_three_reads_back_everywhere() {
-    if !have_tools() {
+    let Some((s, img, e, vfs)) = mount_fresh("extsplits", "96M") else {
         return;
-    }
-    let s = Scratch::new("extsplits");
-    let img = fresh(&s.0, 1024, "96M");
-    let e = Ext4::open(&img, rw_journaled()).unwrap();
-    let vfs = Vfs::with_root_fs(Default::default(), e.clone());
+    };
     let t = vfs.root_task();
     let fd = t.open("/f", O_CREAT | O_RDWR, 0o644).unwrap();
     let bs = 1024usize;
@@ -129,17 +143,7 @@ fn a_tree_split_in_place_to_depth_three_reads_back_everywhere() {
         "{leaves} leaves for {extents} extents: packed, not split"
     );
 
-    // Our own read after a remount, then the kernel's.
-    let e = Ext4::open(&img, Default::default()).unwrap();
-    let vfs = Vfs::with_root_fs(Default::default(), e.clone());
-    let got = scalevfs::fs::Fs::new(vfs.root_task()).read("/f").unwrap();
-    assert!(got == model, "after remount: content differs");
-    drop(vfs);
-    let mnt = s.0.join("mnt");
-    if let Some(_k) = KMount::new(&img, &mnt) {
-        let got = std::fs::read(mnt.join("f")).unwrap();
-        assert!(got == model, "the kernel reads other bytes");
-    }
+    reads_back(&s, &img, "f", &model);
 }
 
 /// A truncate in one handle that frees whole leaves removes them from
@@ -159,8 +163,7 @@ fn truncates_remove_whole_leaves_from_the_path() {
     let nblk = 8000usize;
     let mut model = vec![0u8; nblk * bs];
     {
-        let e = Ext4::open(&img, rw_journaled()).unwrap();
-        let vfs = Vfs::with_root_fs(Default::default(), e.clone());
+        let (e, vfs) = mount(&img);
         let t = vfs.root_task();
         let fd = t.open("/g", O_CREAT | O_RDWR, 0o644).unwrap();
         t.fallocate(fd, 0, 0, (nblk * bs) as i64).unwrap();
@@ -194,20 +197,9 @@ fn truncates_remove_whole_leaves_from_the_path() {
         leaves * 84 > extents * 5 / 4,
         "{leaves} leaves for {extents} extents: the tree was rewritten"
     );
+    reads_back(&s, &img, "g", &model);
     {
-        let e = Ext4::open(&img, Default::default()).unwrap();
-        let vfs = Vfs::with_root_fs(Default::default(), e.clone());
-        let got = scalevfs::fs::Fs::new(vfs.root_task()).read("/g").unwrap();
-        assert!(got == model, "after remount: content differs");
-    }
-    let mnt = s.0.join("mnt");
-    if let Some(_k) = KMount::new(&img, &mnt) {
-        let got = std::fs::read(mnt.join("g")).unwrap();
-        assert!(got == model, "the kernel reads other bytes");
-    }
-    {
-        let e = Ext4::open(&img, rw_journaled()).unwrap();
-        let vfs = Vfs::with_root_fs(Default::default(), e.clone());
+        let (e, vfs) = mount(&img);
         let t = vfs.root_task();
         t.truncate("/g", 0).unwrap();
         assert_eq!(t.stat("/g").unwrap().blocks, 0);
@@ -237,8 +229,7 @@ fn random_range_changes_on_a_deep_tree_match_a_model() {
     let nblk = 6000usize;
     let mut model: Vec<u8>;
     {
-        let e = Ext4::open(&img, rw_journaled()).unwrap();
-        let vfs = Vfs::with_root_fs(Default::default(), e.clone());
+        let (e, vfs) = mount(&img);
         let t = vfs.root_task();
         let fd = t.open("/h", O_CREAT | O_RDWR, 0o644).unwrap();
         model = vec![0u8; nblk * bs];
@@ -320,15 +311,5 @@ fn random_range_changes_on_a_deep_tree_match_a_model() {
     fsck_clean(&img);
     let (depth, count) = levels(&debugfs_ro(&img, "ex h"));
     eprintln!("at the end: depth {depth}, entries per level {count:?}");
-    {
-        let e = Ext4::open(&img, Default::default()).unwrap();
-        let vfs = Vfs::with_root_fs(Default::default(), e.clone());
-        let got = scalevfs::fs::Fs::new(vfs.root_task()).read("/h").unwrap();
-        assert!(got == model, "after remount: content differs");
-    }
-    let mnt = s.0.join("mnt");
-    if let Some(_k) = KMount::new(&img, &mnt) {
-        let got = std::fs::read(mnt.join("h")).unwrap();
-        assert!(got == model, "the kernel reads other bytes");
-    }
+    reads_back(&s, &img, "h", &model);
 }
