@@ -50,8 +50,14 @@ fn overwriting_one_file_keeps_memory_bounded() {
         }
     });
     let grew = peak.into_inner().saturating_sub(base);
+    // Without the fix RSS grows by about what was written (1 GiB). With
+    // it, the peak depends on how the two writers and the epoch's
+    // collection are scheduled: 160-360 MiB on the 2-core VM (a few
+    // passes' pages waiting for their grace period; 160 MiB was the bound
+    // until runs on an otherwise idle VM went past it half the time,
+    // at the stop-34 code as well). Half of what the bug gives.
     assert!(
-        grew < 160 * MIB,
+        grew < 512 * MIB,
         "RSS grew by {} MiB over 1 GiB of overwrites of one 32 MiB file",
         grew / MIB
     );
