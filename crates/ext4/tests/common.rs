@@ -612,6 +612,16 @@ pub fn mount(img: &Path) -> (std::sync::Arc<Ext4>, scalevfs::Vfs) {
     (e, vfs)
 }
 
+/// Unmount a filesystem `mount` gave (its task `t` first, then the VFS),
+/// and check that e2fsck finds `img` clean (`fsck_clean`).
+pub fn unmount_clean(t: scalevfs::Task, vfs: scalevfs::Vfs, e: std::sync::Arc<Ext4>, img: &Path) {
+    drop(t);
+    drop(vfs);
+    e.unmount().unwrap();
+    drop(e);
+    fsck_clean(img);
+}
+
 /// A fresh mkfs.ext4 image with 1 KiB blocks (`fresh`) of `size`, mounted
 /// (`mount`); `None`, with the reason printed, where mkfs.ext4 or e2fsck
 /// is missing. The scratch directory goes when the first field is dropped.

@@ -15,7 +15,9 @@
 
 mod common;
 
-use common::{debugfs_ro, fresh, fsck_clean, have_tools, mount, mount_fresh, KMount, Rng, Scratch};
+use common::{
+    debugfs_ro, fresh, have_tools, mount, mount_fresh, unmount_clean, KMount, Rng, Scratch,
+};
 use scalevfs::{Vfs, O_CREAT, O_RDWR};
 use scalevfs_ext4::Ext4;
 
@@ -61,6 +63,13 @@ fn reads_back(s: &Scratch, img: &std::path::Path, name: &str, model: &[u8]) {
     }
 }
 
+/// Fisher-Yates with the test's generator.
+fn shuffle(v: &mut [usize], rng: &mut Rng) {
+    for i in (1..v.len()).rev() {
+        v.swap(i, rng.below(i as u64 + 1) as usize);
+    }
+}
+
 #[test]
 fn a_tree_split_in_place_to_depth_three_reads_back_everywhere() {
     let Some((s, img, e, vfs)) = mount_fresh("extsplits", "96M") else {
@@ -76,9 +85,7 @@ fn a_tree_split_in_place_to_depth_three_reads_back_everywhere() {
     let mut model = vec![0u8; (first + nblk) * bs];
     let mut order: Vec<usize> = (0..nblk / 2).map(|k| first + 2 * k).collect();
     let mut rng = Rng(0x05EE_D0F5_B117_u64);
-    for i in (1..order.len()).rev() {
-        order.swap(i, rng.below(i as u64 + 1) as usize);
-    }
+    shuffle(&mut order, &mut rng);
     let put = |model: &mut Vec<u8>, blk: usize, v: u8| {
         let data = vec![v; bs];
         assert_eq!(t.pwrite(fd, &data, (blk * bs) as i64).unwrap(), bs);
@@ -123,11 +130,7 @@ fn a_tree_split_in_place_to_depth_three_reads_back_everywhere() {
     assert!(got == model, "live: content differs");
     t.fsync(fd).unwrap();
     t.close(fd).unwrap();
-    drop(t);
-    drop(vfs);
-    e.unmount().unwrap();
-    drop(e);
-    fsck_clean(&img);
+    unmount_clean(t, vfs, e, &img);
 
     let (depth, count) = levels(&debugfs_ro(&img, "ex f"));
     eprintln!("depth {depth}, entries per level {count:?}");
@@ -168,10 +171,7 @@ fn truncates_remove_whole_leaves_from_the_path() {
         let fd = t.open("/g", O_CREAT | O_RDWR, 0o644).unwrap();
         t.fallocate(fd, 0, 0, (nblk * bs) as i64).unwrap();
         let mut order: Vec<usize> = (0..nblk / 2).map(|k| 2 * k + 1).collect();
-        let mut rng = Rng(0x0BAD_5EED_1234_5678);
-        for i in (1..order.len()).rev() {
-            order.swap(i, rng.below(i as u64 + 1) as usize);
-        }
+        shuffle(&mut order, &mut Rng(0x0BAD_5EED_1234_5678));
         for (k, &b) in order.iter().enumerate() {
             let data = vec![(k % 253 + 1) as u8; bs];
             assert_eq!(t.pwrite(fd, &data, (b * bs) as i64).unwrap(), bs);
@@ -183,11 +183,8 @@ fn truncates_remove_whole_leaves_from_the_path() {
         t.ftruncate(fd, size as i64).unwrap();
         model.truncate(size);
         t.close(fd).unwrap();
-        drop(t);
-        drop(vfs);
-        e.unmount().unwrap();
+        unmount_clean(t, vfs, e, &img);
     }
-    fsck_clean(&img);
     let (depth, count) = levels(&debugfs_ro(&img, "ex g"));
     eprintln!("after the truncate: depth {depth}, entries per level {count:?}");
     assert!(depth >= 2, "a deep tree: {count:?}");
@@ -203,11 +200,8 @@ fn truncates_remove_whole_leaves_from_the_path() {
         let t = vfs.root_task();
         t.truncate("/g", 0).unwrap();
         assert_eq!(t.stat("/g").unwrap().blocks, 0);
-        drop(t);
-        drop(vfs);
-        e.unmount().unwrap();
+        unmount_clean(t, vfs, e, &img);
     }
-    fsck_clean(&img);
     let (depth, count) = levels(&debugfs_ro(&img, "ex g"));
     assert!(depth == 0 && count.iter().sum::<usize>() == 0, "{count:?}");
 }
@@ -304,11 +298,8 @@ fn random_range_changes_on_a_deep_tree_match_a_model() {
             }
         }
         t.close(fd).unwrap();
-        drop(t);
-        drop(vfs);
-        e.unmount().unwrap();
+        unmount_clean(t, vfs, e, &img);
     }
-    fsck_clean(&img);
     let (depth, count) = levels(&debugfs_ro(&img, "ex h"));
     eprintln!("at the end: depth {depth}, entries per level {count:?}");
     reads_back(&s, &img, "h", &model);
