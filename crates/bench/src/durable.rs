@@ -19,6 +19,11 @@
 //!   extent splits it, so the file's extent tree grows to thousands of
 //!   extents in several leaves, as a database's preallocated file does:
 //!   what a change to a deep extent tree costs.
+//! - **randread**: each thread preallocates its own 16 MiB file and,
+//!   before the clock starts, writes every other 4 KiB block of it (4,096
+//!   extents, written and unwritten in turn, in a tree of depth 2); then
+//!   it reads 4 KiB at random block offsets: what finding a block in a
+//!   deep extent tree costs (the kernel serves these from its page cache).
 //!
 //! Targets, each on a fresh `mkfs.ext4 -O orphan_file` image in the work
 //! directory (/dev/shm by default): `lib-ext4` (journal and orphan file,
@@ -59,7 +64,7 @@ pub const TARGETS: &[&str] = &[
     "kernel",
 ];
 /// The workloads.
-pub const WORKLOADS: &[&str] = &["fsync", "nofsync", "creat-clo", "randwrite"];
+pub const WORKLOADS: &[&str] = &["fsync", "nofsync", "creat-clo", "randwrite", "randread"];
 
 /// randwrite: the file's size and the writes between two refills.
 const RAND_FILE: u64 = 16 << 20;
@@ -112,13 +117,16 @@ trait Target: Sync {
     /// Create `p`, write `data`, fsync if asked, close.
     fn create(&self, p: &str, data: &[u8], fsync: bool) -> io::Result<()>;
     fn unlink(&self, p: &str) -> io::Result<()>;
-    /// Create `p` for randwrite, open for writing.
+    /// Create `p` for randwrite and randread, open for reading and
+    /// writing.
     fn open_rand(&self, p: &str) -> io::Result<Box<dyn RandFile + '_>>;
 }
 
-/// An open file of the randwrite workload.
+/// An open file of the randwrite and randread workloads.
 trait RandFile {
     fn pwrite(&self, data: &[u8], off: u64) -> io::Result<()>;
+    /// Fill `buf` from `off`.
+    fn pread(&self, buf: &mut [u8], off: u64) -> io::Result<()>;
     /// Drop every block, then preallocate `len` bytes (unwritten).
     fn refill(&self, len: u64) -> io::Result<()>;
 }
@@ -126,6 +134,9 @@ trait RandFile {
 impl RandFile for std::fs::File {
     fn pwrite(&self, data: &[u8], off: u64) -> io::Result<()> {
         std::os::unix::fs::FileExt::write_all_at(self, data, off)
+    }
+    fn pread(&self, buf: &mut [u8], off: u64) -> io::Result<()> {
+        std::os::unix::fs::FileExt::read_exact_at(self, buf, off)
     }
     fn refill(&self, len: u64) -> io::Result<()> {
         use std::os::fd::AsRawFd;
@@ -161,6 +172,7 @@ impl Target for Host {
         let f = std::fs::OpenOptions::new()
             .create(true)
             .truncate(true)
+            .read(true)
             .write(true)
             .open(self.0.join(p))?;
         Ok(Box::new(f))
@@ -250,9 +262,9 @@ impl Target for Lib {
         self.with(|t| t.unlink(&format!("/{p}"))).map_err(io_err)
     }
     fn open_rand(&self, p: &str) -> io::Result<Box<dyn RandFile + '_>> {
-        use scalevfs::{O_CREAT, O_TRUNC, O_WRONLY};
+        use scalevfs::{O_CREAT, O_RDWR, O_TRUNC};
         let fd = self
-            .with(|t| t.open(&format!("/{p}"), O_CREAT | O_WRONLY | O_TRUNC, 0o644))
+            .with(|t| t.open(&format!("/{p}"), O_CREAT | O_RDWR | O_TRUNC, 0o644))
             .map_err(io_err)?;
         Ok(Box::new(LibFile { lib: self, fd }))
     }
@@ -273,6 +285,17 @@ impl RandFile for LibFile<'_> {
             .map_err(io_err)?;
         if n != data.len() {
             return Err(io::Error::other("short write"));
+        }
+        Ok(())
+    }
+    fn pread(&self, buf: &mut [u8], off: u64) -> io::Result<()> {
+        let off = i64::try_from(off).map_err(io::Error::other)?;
+        let n = self
+            .lib
+            .with(|t| t.pread(self.fd, buf, off))
+            .map_err(io_err)?;
+        if n != buf.len() {
+            return Err(io::Error::other("short read"));
         }
         Ok(())
     }
@@ -322,9 +345,40 @@ fn measure(t: &dyn Target, workload: &str, threads: usize, secs: f64) -> io::Res
                             _ => {}
                         }
                     }
+                    // randread's file is made before the clock starts.
+                    let made = (workload == "randread").then(|| -> io::Result<_> {
+                        let f = t.open_rand(&format!("{dir}/big"))?;
+                        f.refill(RAND_FILE)?;
+                        for b in (0..RAND_FILE / 4096).step_by(2) {
+                            f.pwrite(data, b * 4096)?;
+                        }
+                        Ok(f)
+                    });
                     go.wait();
                     let mut n = 0u64;
                     let r = (|| {
+                        if let Some(f) = made {
+                            let f = f?;
+                            let mut buf = vec![0u8; 4096];
+                            let mut seed = 0x9E37_79B9_7F4A_7C15u64 ^ (k as u64 + 1);
+                            let blocks = RAND_FILE / 4096;
+                            // Relaxed: as below.
+                            while !stop.load(Ordering::Relaxed) {
+                                seed ^= seed << 13;
+                                seed ^= seed >> 7;
+                                seed ^= seed << 17;
+                                let b = seed % blocks;
+                                f.pread(&mut buf, b * 4096)?;
+                                // Written blocks hold the pattern,
+                                // unwritten ones read as zeros.
+                                let want = if b.is_multiple_of(2) { data[0] } else { 0 };
+                                if buf[0] != want || buf[4095] != want {
+                                    return Err(io::Error::other("randread: wrong data"));
+                                }
+                                n += 1;
+                            }
+                            return Ok(());
+                        }
                         if workload == "randwrite" {
                             let f = t.open_rand(&format!("{dir}/big"))?;
                             let mut seed = 0x9E37_79B9_7F4A_7C15u64 ^ (k as u64 + 1);

@@ -67,7 +67,7 @@ struct FsyncArgs {
     #[arg(long, default_value_t = 1.0)]
     seconds: f64,
     /// Workloads, comma-separated (default: all): fsync, nofsync,
-    /// creat-clo, randwrite.
+    /// creat-clo, randwrite, randread.
     #[arg(long, value_delimiter = ',')]
     workloads: Vec<String>,
     /// Targets, comma-separated (default: all): lib-ext4, lib-ext4-list,

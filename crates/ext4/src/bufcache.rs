@@ -216,6 +216,22 @@ impl BufCache {
         Ok(None)
     }
 
+    /// Run `f` on cached block `blk` where it lies, under its shard's
+    /// lock, instead of copying it out as `read_gen` does (a lookup in a
+    /// tree block reads a few of its bytes): `f` gets the bytes and
+    /// whether this content was verified (`mark_verified`), and returns
+    /// its result and whether it verified the content now. `None`: not
+    /// cached. `f` must take no lock.
+    pub fn with_cached<R>(&self, blk: u64, f: impl FnOnce(&[u8], bool) -> (R, bool)) -> Option<R> {
+        let mut s = self.shard(blk).lock();
+        let b = s.map.get_mut(&blk)?;
+        let (r, checked) = f(&b.data, b.verified == b.gen);
+        if checked {
+            b.verified = b.gen;
+        }
+        Some(r)
+    }
+
     /// Remember that generation `gen` of cached block `blk` passed its
     /// checksum (nothing if the block changed or left the cache since).
     pub fn mark_verified(&self, blk: u64, gen: u64) {

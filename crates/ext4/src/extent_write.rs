@@ -21,7 +21,10 @@
 //!   first block stays (so no key above changes); else the leaf splits,
 //!   and every index node above it that overflows, up to the root, which
 //!   grows a level (`split_path`, the kernel's ext4_ext_insert_extent),
-//!   with the keys above corrected. So a write costs O(depth) tree blocks
+//!   with the keys above corrected. Inside the leaf only the window of
+//!   entries the change can touch is decoded (`leaf_window`) and, where
+//!   the leaf keeps its first block and room, spliced back in place
+//!   (`extent::splice_leaf`). So a write costs O(depth) tree blocks
 //!   however many extents the file has; a write that goes past its leaf
 //!   ends there, and the caller writes the rest in a new handle. The
 //!   same leaf-by-leaf change serves fallocate and ZERO_RANGE (a leaf
@@ -247,12 +250,28 @@ fn mark_unwritten(ex: &mut Vec<Extent>, from: u64, to: u64) -> bool {
 /// the index nodes above it.
 pub(crate) struct LeafAt {
     pub(crate) block: u64,
+    /// The leaf's extents; with `win`, only those of the window.
     pub(crate) ex: Vec<Extent>,
     pub(crate) lo: u64,
     pub(crate) hi: u64,
     /// The index nodes from the root (in the inode) down to the leaf's
     /// parent.
     path: Vec<PathNode>,
+    /// `Some` for a leaf read by `leaf_window`: `ex` is entries
+    /// `from..to` of the leaf alone.
+    win: Option<Window>,
+}
+
+/// The part of a leaf a change of a few blocks decodes (`leaf_window`):
+/// the leaf's `n` raw entries in `buf`, and the window `from..to` of them
+/// that the change can touch. `store_leaf` writes a changed window back
+/// into the leaf in place (`extent::splice_leaf`), so a write into a leaf
+/// of 340 extents decodes and encodes a handful, not all.
+struct Window {
+    buf: BlockBuf,
+    n: usize,
+    from: usize,
+    to: usize,
 }
 
 /// An index node on the way to a leaf: its block (`None`: the root in
@@ -295,6 +314,30 @@ impl Ext4 {
     /// The leaf covering logical block `lblk` of a tree of depth >= 1
     /// (`None`: the extents are in the inode). Reads one block per level.
     pub(crate) fn leaf_at(&self, raw: &RawInode, lblk: u64) -> Result<Option<LeafAt>> {
+        self.descend(raw, lblk, None)
+    }
+
+    /// `leaf_at` for a change of logical blocks `first..=last` (which
+    /// may go past the leaf): the leaf's extents that the change can
+    /// touch or merge with are decoded, the entry holding or preceding
+    /// each block of the range and one neighbour on either side (the
+    /// merges of `insert_extent`, `convert_block` and `merge_adjacent`
+    /// reach no further). A leaf checked whole once per cached
+    /// generation (checksum, order, bounds) is then found by a binary
+    /// search over its raw entries, and only the window's entries are
+    /// decoded and checked.
+    pub(crate) fn leaf_window(
+        &self,
+        raw: &RawInode,
+        first: u64,
+        last: u64,
+    ) -> Result<Option<LeafAt>> {
+        self.descend(raw, first, Some(last.max(first)))
+    }
+
+    /// The walk of `leaf_at` and `leaf_window` (`last`: `Some` for a
+    /// window).
+    fn descend(&self, raw: &RawInode, lblk: u64, last: Option<u64>) -> Result<Option<LeafAt>> {
         let what = || format!("inode {}", raw.ino);
         let fs_blocks = self.sb.blocks_count;
         let seed = self.sb.has_metadata_csum().then_some(raw.csum_seed);
@@ -323,6 +366,7 @@ impl Ext4 {
                         lo,
                         hi,
                         path,
+                        win: None,
                     }));
                 }
                 ExtNode::Index(h, v) => {
@@ -339,10 +383,58 @@ impl Ext4 {
                     let blk = v[i].leaf;
                     let r = self.read_meta(blk, &mut buf)?;
                     let w = || format!("inode {} extent block {blk}", raw.ino);
-                    // A cached generation checked once is not checked again.
+                    if let (Some(last), 1) = (last, h.depth) {
+                        path.push(PathNode {
+                            block: at,
+                            depth: h.depth,
+                            ix: v,
+                            at: i,
+                        });
+                        let hd = if r.verified {
+                            extent::check_header(&buf, &w, Some(0))?
+                        } else {
+                            let hd = extent::check_node(&buf, &w, Some(0), seed, fs_blocks)?;
+                            self.verified_meta(&r);
+                            hd
+                        };
+                        let n = usize::from(hd.entries);
+                        let from = extent::search(&buf, n, lblk).saturating_sub(2);
+                        let to = (extent::search(&buf, n, last) + 1).min(n);
+                        let ex: Vec<Extent> =
+                            (from..to).map(|k| extent::extent_at(&buf, k)).collect();
+                        // The window's extents checked as `check_node`
+                        // would (a leaf checked whole is sorted, so its
+                        // first and last extent bound the rest).
+                        let mut prev = lo;
+                        let ends = [0, n.saturating_sub(1)].map(|k| extent::extent_at(&buf, k));
+                        for e in ex.iter().chain(ends.iter().take(if n > 0 { 2 } else { 0 })) {
+                            extent::check_extent(e, &w, fs_blocks)?;
+                            if u64::from(e.block) < lo || u64::from(e.block) + u64::from(e.len) > hi
+                            {
+                                return Err(corrupt(what(), "an extent outside its index range"));
+                            }
+                        }
+                        for e in &ex {
+                            if u64::from(e.block) < prev {
+                                return Err(corrupt(w(), "extents overlap or out of order"));
+                            }
+                            prev = u64::from(e.block) + u64::from(e.len);
+                        }
+                        return Ok(Some(LeafAt {
+                            block: blk,
+                            ex,
+                            lo,
+                            hi,
+                            path,
+                            win: Some(Window { buf, n, from, to }),
+                        }));
+                    }
+                    // A cached generation checked once is not checked
+                    // again (its checksum; the structure is cheap to check
+                    // here, where every entry is decoded anyway).
                     let check = seed.filter(|_| !r.verified);
                     let next = extent::parse_node(&buf, &w, Some(h.depth - 1), check, fs_blocks)?;
-                    if check.is_some() {
+                    if !r.verified {
                         self.verified_meta(&r);
                     }
                     path.push(PathNode {
@@ -363,24 +455,26 @@ impl Ext4 {
     /// what `fill` does not write), then the checksum tail with the
     /// inode's `seed` where the fs has metadata_csum. The cached copy then
     /// counts as verified, so the next read does not check it again.
-    fn store_node(
+    fn store_node<R>(
         &self,
         blk: u64,
         load: bool,
         seed: u32,
-        fill: impl FnOnce(&mut [u8]),
-    ) -> Result<()> {
+        fill: impl FnOnce(&mut [u8]) -> R,
+    ) -> Result<R> {
         let (rw, io) = self.rw()?;
         let per = extent::entries_per_block(self.bs);
         let csum = self.sb.has_metadata_csum();
-        rw.bufs.modify_sealed(io.dev, blk, load, |d| {
-            fill(d);
+        // Sealed whatever the features: what we encode is well formed,
+        // so the next read skips `check_node` (and the checksum with
+        // metadata_csum).
+        Ok(rw.bufs.modify_sealed(io.dev, blk, load, |d| {
+            let r = fill(d);
             if csum {
                 extent::set_tail(d, per, seed);
             }
-            ((), csum)
-        })?;
-        Ok(())
+            (r, true)
+        })?)
     }
 
     /// Write leaf `l` (its extents changed) back in place, its checksum
@@ -399,10 +493,42 @@ impl Ext4 {
     /// else (a tree whose keys do not match its nodes, no room for more
     /// depth) by rewriting the whole tree with the leaf's old extents
     /// replaced.
-    fn store_leaf(&self, raw: &mut RawInode, mut l: LeafAt, ex: Vec<Extent>) -> Result<()> {
+    fn store_leaf(&self, raw: &mut RawInode, mut l: LeafAt, mut ex: Vec<Extent>) -> Result<()> {
         let per = extent::entries_per_block(self.bs);
         let first = |v: &[Extent]| v.first().map(|e| e.block);
         let one_leaf = l.path.len() == 1 && l.path[0].ix.len() == 1;
+        if let Some(w) = l.win.take() {
+            // A window: spliced into the leaf in place when the leaf's
+            // first block stays and the result fits (and is not small
+            // enough to move into the inode); else the whole leaf is
+            // decoded and goes the ways below.
+            let m = w.n - (w.to - w.from) + ex.len();
+            let keeps_first = w.from > 0 || (!ex.is_empty() && first(&ex) == first(&l.ex));
+            if m <= per && keeps_first && !(one_leaf && m <= 4) {
+                let n = w.n as u16;
+                let ok = self.store_node(l.block, true, raw.csum_seed, |d| {
+                    // (The leaf changes under the data lock alone, which
+                    // the caller holds since it read it.)
+                    let same = d[2..4] == n.to_le_bytes();
+                    if same {
+                        extent::splice_leaf(d, w.n, w.from, w.to, &ex);
+                    }
+                    same
+                })?;
+                if !ok {
+                    return Err(corrupt(
+                        format!("inode {} extent block {}", raw.ino, l.block),
+                        "the leaf changed during a change",
+                    ));
+                }
+                return Ok(());
+            }
+            let old: Vec<Extent> = (0..w.n).map(|k| extent::extent_at(&w.buf, k)).collect();
+            let mut all = old.clone();
+            all.splice(w.from..w.to, ex);
+            l.ex = old;
+            ex = all;
+        }
         if ex.len() <= per && first(&ex) == first(&l.ex) && !(one_leaf && ex.len() <= 4) {
             l.ex = ex;
             return self.write_leaf(raw, &l);
@@ -661,7 +787,9 @@ impl Ext4 {
         first: u64,
         last: u64,
     ) -> Result<(Option<LeafAt>, u64, Option<u64>)> {
-        let leaf = self.leaf_at(raw, first)?.filter(|l| first >= l.lo);
+        let leaf = self
+            .leaf_window(raw, first, last)?
+            .filter(|l| first >= l.lo);
         Ok(match &leaf {
             Some(l) if last >= l.hi => {
                 let hi = l.hi;
@@ -949,7 +1077,9 @@ impl Ext4 {
         // writes the rest in a new handle, as after a step. A tree in the
         // inode is changed as a whole.
         let first = off / bs;
-        let leaf = self.leaf_at(&raw, first)?.filter(|l| first >= l.lo);
+        let leaf = self
+            .leaf_window(&raw, first, (end - 1) / bs)?
+            .filter(|l| first >= l.lo);
         let buf = match &leaf {
             Some(l) if end > l.hi * bs => &buf[..(l.hi * bs - off) as usize],
             _ => buf,

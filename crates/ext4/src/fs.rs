@@ -23,7 +23,7 @@ use crate::bufcache::BufCache;
 use crate::device::BlockDevice;
 use crate::error::{corrupt, Error, Result};
 use crate::format::dir::{self, Entry};
-use crate::format::extent::{self, Node as ExtNode};
+use crate::format::extent;
 use crate::format::features::*;
 use crate::format::group_desc::{self, GroupDesc};
 use crate::format::htree;
@@ -231,6 +231,60 @@ pub enum Mapping {
     Data { pblk: u64, count: u64, uninit: bool },
     /// `count` blocks of hole.
     Hole { count: u64 },
+}
+
+/// One step of `map_extent`: the answer, or the child node to search
+/// next (its block, its depth, the end of its range).
+enum MapStep {
+    Found(Mapping),
+    Child(u64, u16, u64),
+}
+
+/// Search the extent node `b` (header `h`, checked) for logical block
+/// `key`, in a node whose range ends at `limit` (exclusive).
+fn map_in_node(
+    b: &[u8],
+    h: extent::Header,
+    key: u64,
+    limit: u64,
+    what: &dyn Fn() -> String,
+    fs_blocks: u64,
+) -> Result<MapStep> {
+    let n = usize::from(h.entries);
+    let pos = extent::search(b, n, key);
+    // Where the next entry starts (an extent's first block sits where an
+    // index's does): the end of what entry `pos - 1` covers. Entries past
+    // `key` and the parent's bound both lie past `key`.
+    let next = if pos < n {
+        u64::from(extent::index_at(b, pos).block).min(limit)
+    } else {
+        limit
+    };
+    if h.depth == 0 {
+        if pos > 0 {
+            let e = extent::extent_at(b, pos - 1);
+            let end = u64::from(e.block) + u64::from(e.len);
+            if key < end {
+                extent::check_extent(&e, what, fs_blocks)?;
+                return Ok(MapStep::Found(Mapping::Data {
+                    pblk: e.start + (key - u64::from(e.block)),
+                    count: end.min(limit).saturating_sub(key).max(1),
+                    uninit: e.uninit,
+                }));
+            }
+        }
+        return Ok(MapStep::Found(Mapping::Hole {
+            count: next.saturating_sub(key).max(1),
+        }));
+    }
+    if pos == 0 {
+        return Ok(MapStep::Found(Mapping::Hole {
+            count: next.saturating_sub(key).max(1),
+        }));
+    }
+    let ix = extent::index_at(b, pos - 1);
+    extent::check_index(&ix, what, fs_blocks)?;
+    Ok(MapStep::Child(ix.leaf, h.depth - 1, next))
 }
 
 /// A visit of a directory leaf block (logical number, bytes, how it was
@@ -1786,58 +1840,58 @@ impl Ext4 {
         }
     }
 
+    /// The extent tree walked without decoding its nodes: one binary
+    /// search over each node's raw entries (`extent::search`), and only
+    /// the entries it lands on decoded and checked. A tree block is
+    /// checked whole (`check_node`: checksum, order, bounds) once per
+    /// cached generation, as the kernel's `buffer_verified`, and searched
+    /// where it lies in the buffer cache (`BufCache::with_cached`), not
+    /// copied out; so a lookup in a warm tree costs O(depth * log(entries)).
     fn map_extent(&self, raw: &RawInode, lblk: u32) -> Result<Mapping> {
         let what = ino_what(raw.ino);
         let fs_blocks = self.sb.blocks_count;
-        let mut node = extent::parse_node(&raw.block, &what, None, None, fs_blocks)?;
+        let h = extent::check_node(&raw.block, &what, None, None, fs_blocks)?;
         let seed = self.sb.has_metadata_csum().then_some(raw.csum_seed);
-        // The end of the range the current node covers (exclusive).
-        let mut limit: u64 = 1 << 32;
-        let mut buf = BlockBuf::zeroed(self.bs);
+        let key = u64::from(lblk);
+        // (The end of the range the node covers, exclusive.)
+        let mut step = map_in_node(&raw.block, h, key, 1 << 32, &what, fs_blocks)?;
+        let mut buf: Option<BlockBuf> = None;
         // Depth is at most MAX_DEPTH and falls by one each step.
         loop {
-            match node {
-                ExtNode::Index(h, ix) => {
-                    let pos = ix.partition_point(|e| e.block <= lblk);
-                    if pos == 0 {
-                        let next = ix.first().map_or(limit, |e| u64::from(e.block));
-                        return Ok(Mapping::Hole {
-                            count: next.min(limit) - u64::from(lblk),
-                        });
-                    }
-                    if let Some(n) = ix.get(pos) {
-                        limit = limit.min(u64::from(n.block));
-                    }
-                    let child = ix[pos - 1].leaf;
-                    let r = self.read_meta(child, &mut buf)?;
-                    let what = || format!("inode {} extent block {child}", raw.ino);
-                    // A cached generation checked once is not checked again.
-                    let check = seed.filter(|_| !r.verified);
-                    node = extent::parse_node(&buf, &what, Some(h.depth - 1), check, fs_blocks)?;
-                    if check.is_some() {
+            let (child, depth, limit) = match step {
+                MapStep::Found(m) => return Ok(m),
+                MapStep::Child(c, d, l) => (c, d, l),
+            };
+            let w = || format!("inode {} extent block {child}", raw.ino);
+            // One node: checked whole unless this content was, then
+            // searched.
+            let visit = |b: &[u8], verified: bool| -> (Result<MapStep>, bool) {
+                let h = if verified {
+                    extent::check_header(b, &w, Some(depth))
+                } else {
+                    extent::check_node(b, &w, Some(depth), seed, fs_blocks)
+                };
+                match h {
+                    Ok(h) => (map_in_node(b, h, key, limit, &w, fs_blocks), !verified),
+                    Err(e) => (Err(e), false),
+                }
+            };
+            let cached = match &self.rw {
+                Some(rw) if child < fs_blocks => rw.bufs.with_cached(child, visit),
+                _ => None,
+            };
+            step = match cached {
+                Some(r) => r?,
+                None => {
+                    let b = buf.get_or_insert_with(|| BlockBuf::zeroed(self.bs));
+                    let r = self.read_meta(child, b)?;
+                    let (s, checked) = visit(b, r.verified);
+                    if checked {
                         self.verified_meta(&r);
                     }
+                    s?
                 }
-                ExtNode::Leaf(_, ex) => {
-                    let pos = ex.partition_point(|e| e.block <= lblk);
-                    if pos > 0 {
-                        let e = ex[pos - 1];
-                        let end = u64::from(e.block) + u64::from(e.len);
-                        if u64::from(lblk) < end {
-                            let d = u64::from(lblk - e.block);
-                            return Ok(Mapping::Data {
-                                pblk: e.start + d,
-                                count: end.min(limit) - u64::from(lblk),
-                                uninit: e.uninit,
-                            });
-                        }
-                    }
-                    let next = ex.get(pos).map_or(limit, |e| u64::from(e.block));
-                    return Ok(Mapping::Hole {
-                        count: next.min(limit).saturating_sub(u64::from(lblk)).max(1),
-                    });
-                }
-            }
+            };
         }
     }
 

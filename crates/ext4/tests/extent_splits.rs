@@ -304,3 +304,85 @@ fn random_range_changes_on_a_deep_tree_match_a_model() {
     eprintln!("at the end: depth {depth}, entries per level {count:?}");
     reads_back(&s, &img, "h", &model);
 }
+
+/// Leaf lines of debugfs's `ex` listing: (first logical block, last,
+/// unwritten).
+fn leaf_extents(ex: &str) -> Vec<(u64, u64, bool)> {
+    let (depth, _) = levels(ex);
+    let mut out = Vec::new();
+    for l in ex.lines().skip(1) {
+        // " 2/ 2   1/ 84     0 -   999  2345 -  3344   1000 Uninit":
+        // level / depth, entry / entries, logical first - last, ...
+        let spaced = l.replace('/', " / ");
+        let f: Vec<&str> = spaced.split_whitespace().collect();
+        if f.len() < 9 || f[1] != "/" || f[4] != "/" || f[7] != "-" {
+            continue;
+        }
+        let (Ok(lv), Ok(a), Ok(b)) = (
+            f[0].parse::<usize>(),
+            f[6].parse::<u64>(),
+            f[8].parse::<u64>(),
+        ) else {
+            continue;
+        };
+        if lv != depth {
+            continue;
+        }
+        out.push((a, b, l.contains("Uninit")));
+    }
+    out
+}
+
+/// Blocks written one at a time, in order, into the unwritten extents of
+/// a deep tree join the written extent before them (a write decodes only
+/// the entries around its blocks, `leaf_window`, and that must include
+/// the neighbour it merges with): the written run ends as a few extents,
+/// not one per block; and a block written into a hole right after a
+/// written one joins it too.
+#[test]
+fn sequential_writes_in_a_deep_tree_join_their_neighbours() {
+    let Some((s, img, e, vfs)) = mount_fresh("extjoin", "32M") else {
+        return;
+    };
+    let t = vfs.root_task();
+    let fd = t.open("/j", O_CREAT | O_RDWR, 0o644).unwrap();
+    let bs = 1024usize;
+    // Blocks 0..6000 preallocated; every other block of 2000..6000
+    // written, for a tree deeper than the inode.
+    t.fallocate(fd, 0, 0, (6000 * bs) as i64).unwrap();
+    let mut model = vec![0u8; 7000 * bs];
+    let mut put = |b: usize, v: u8| {
+        let data = vec![v; bs];
+        assert_eq!(t.pwrite(fd, &data, (b * bs) as i64).unwrap(), bs);
+        model[b * bs..(b + 1) * bs].copy_from_slice(&data);
+    };
+    for b in (2000..6000).step_by(2) {
+        put(b, 0x11);
+    }
+    // In order through the unwritten run, then through a hole past EOF.
+    for b in (0..1500).chain(6000..7000) {
+        put(b, (b % 251) as u8 + 1);
+    }
+    t.close(fd).unwrap();
+    unmount_clean(t, vfs, e, &img);
+    let ex = debugfs_ro(&img, "ex j");
+    let (depth, _) = levels(&ex);
+    assert!(depth >= 1, "a tree deeper than the inode:\n{ex}");
+    let leaves = leaf_extents(&ex);
+    let written_in = |lo: u64, hi: u64| {
+        leaves
+            .iter()
+            .filter(|&&(a, b, u)| !u && a >= lo && b < hi)
+            .count()
+    };
+    let (head, tail) = (written_in(0, 1500), written_in(6000, 7000));
+    eprintln!("depth {depth}: {head} written extents over 0..1500, {tail} over 6000..7000");
+    // One per physical piece of the preallocation and per leaf boundary;
+    // without the joins, one per block.
+    assert!((1..=8).contains(&head), "{head} extents for blocks 0..1500");
+    assert!(
+        (1..=8).contains(&tail),
+        "{tail} extents for blocks 6000..7000"
+    );
+    reads_back(&s, &img, "j", &model);
+}
