@@ -16,7 +16,7 @@
 //!   blocks are allocated before the old ones are freed, so a failure
 //!   leaves the old tree intact. Cost is linear in the extent count per
 //!   changing call, except for writes: a write inside one leaf of a
-//!   deeper tree reads only the path to that leaf (`leaf_at`) and changes
+//!   deeper tree reads only the path to that leaf (`leaf_window`) and changes
 //!   only that path: the leaf in place when its extents still fit and its
 //!   first block stays (so no key above changes); else the leaf splits,
 //!   and every index node above it that overflows, up to the root, which
@@ -262,6 +262,25 @@ pub(crate) struct LeafAt {
     win: Option<Window>,
 }
 
+impl LeafAt {
+    /// Whether the leaf holds an extent with a block outside `from..to`.
+    fn holds_outside(&self, from: u64, to: u64) -> bool {
+        self.win.as_ref().is_some_and(|w| w.from > 0 || w.to < w.n)
+            || self
+                .ex
+                .iter()
+                .any(|e| u64::from(e.block) < from || u64::from(e.block) + u64::from(e.len) > to)
+    }
+
+    /// How many extents the leaf holds once `ex` (of `extents_of`)
+    /// replaces what this holds.
+    fn count_after(&self, ex: &[Extent]) -> usize {
+        self.win
+            .as_ref()
+            .map_or(ex.len(), |w| w.n - (w.to - w.from) + ex.len())
+    }
+}
+
 /// The part of a leaf a change of a few blocks decodes (`leaf_window`):
 /// the leaf's `n` raw entries in `buf`, and the window `from..to` of them
 /// that the change can touch. `store_leaf` writes a changed window back
@@ -270,6 +289,9 @@ pub(crate) struct LeafAt {
 struct Window {
     buf: BlockBuf,
     n: usize,
+    /// The header's room (`eh_max`): `entries_per_block` as we and
+    /// mkfs write it, less in leaves other tools wrote.
+    max: usize,
     from: usize,
     to: usize,
 }
@@ -311,14 +333,10 @@ fn split_sizes(n: usize, max: usize, append: bool) -> Vec<usize> {
 }
 
 impl Ext4 {
-    /// The leaf covering logical block `lblk` of a tree of depth >= 1
-    /// (`None`: the extents are in the inode). Reads one block per level.
-    pub(crate) fn leaf_at(&self, raw: &RawInode, lblk: u64) -> Result<Option<LeafAt>> {
-        self.descend(raw, lblk, None)
-    }
-
-    /// `leaf_at` for a change of logical blocks `first..=last` (which
-    /// may go past the leaf): the leaf's extents that the change can
+    /// The leaf of a tree of depth >= 1 (`None`: the extents are in the
+    /// inode) for a change of logical blocks `first..=last` (which may go
+    /// past the leaf): the leaf holding `first`, and of its extents those
+    /// that the change can
     /// touch or merge with are decoded, the entry holding or preceding
     /// each block of the range and one neighbour on either side (the
     /// merges of `insert_extent`, `convert_block` and `merge_adjacent`
@@ -332,12 +350,13 @@ impl Ext4 {
         first: u64,
         last: u64,
     ) -> Result<Option<LeafAt>> {
-        self.descend(raw, first, Some(last.max(first)))
+        self.descend(raw, first, (first, last.max(first)))
     }
 
-    /// The walk of `leaf_at` and `leaf_window` (`last`: `Some` for a
-    /// window).
-    fn descend(&self, raw: &RawInode, lblk: u64, last: Option<u64>) -> Result<Option<LeafAt>> {
+    /// The walk of `leaf_window`, one block read per level: the leaf
+    /// holding `lblk`, and its window for a change of `win` (first and
+    /// last logical block, cut to the leaf's range).
+    fn descend(&self, raw: &RawInode, lblk: u64, win: (u64, u64)) -> Result<Option<LeafAt>> {
         let what = || format!("inode {}", raw.ino);
         let fs_blocks = self.sb.blocks_count;
         let seed = self.sb.has_metadata_csum().then_some(raw.csum_seed);
@@ -350,25 +369,8 @@ impl Ext4 {
         // count down, so this ends after at most MAX_DEPTH reads.
         loop {
             match node {
-                ExtNode::Leaf(_, ex) => {
-                    let Some(block) = at else {
-                        return Ok(None);
-                    };
-                    let outside = |e: &Extent| {
-                        u64::from(e.block) < lo || u64::from(e.block) + u64::from(e.len) > hi
-                    };
-                    if ex.iter().any(outside) {
-                        return Err(corrupt(what(), "an extent outside its index range"));
-                    }
-                    return Ok(Some(LeafAt {
-                        block,
-                        ex,
-                        lo,
-                        hi,
-                        path,
-                        win: None,
-                    }));
-                }
+                // Only the root: below, the walk ends at depth 1.
+                ExtNode::Leaf(..) => return Ok(None),
                 ExtNode::Index(h, v) => {
                     if v.is_empty() || h.depth == 0 {
                         return Err(corrupt(what(), "an empty extent index"));
@@ -383,7 +385,8 @@ impl Ext4 {
                     let blk = v[i].leaf;
                     let r = self.read_meta(blk, &mut buf)?;
                     let w = || format!("inode {} extent block {blk}", raw.ino);
-                    if let (Some(last), 1) = (last, h.depth) {
+                    if h.depth == 1 {
+                        let (wfirst, wlast) = win;
                         path.push(PathNode {
                             block: at,
                             depth: h.depth,
@@ -398,8 +401,8 @@ impl Ext4 {
                             hd
                         };
                         let n = usize::from(hd.entries);
-                        let from = extent::search(&buf, n, lblk).saturating_sub(2);
-                        let to = (extent::search(&buf, n, last) + 1).min(n);
+                        let from = extent::search(&buf, n, wfirst.max(lo)).saturating_sub(2);
+                        let to = (extent::search(&buf, n, wlast) + 1).min(n);
                         let ex: Vec<Extent> =
                             (from..to).map(|k| extent::extent_at(&buf, k)).collect();
                         // The window's extents checked as `check_node`
@@ -426,9 +429,16 @@ impl Ext4 {
                             lo,
                             hi,
                             path,
-                            win: Some(Window { buf, n, from, to }),
+                            win: Some(Window {
+                                buf,
+                                n,
+                                max: usize::from(hd.max),
+                                from,
+                                to,
+                            }),
                         }));
                     }
+                    // An index node: decoded whole (the path keeps it).
                     // A cached generation checked once is not checked
                     // again (its checksum; the structure is cheap to check
                     // here, where every entry is decoded anyway).
@@ -500,11 +510,13 @@ impl Ext4 {
         if let Some(w) = l.win.take() {
             // A window: spliced into the leaf in place when the leaf's
             // first block stays and the result fits (and is not small
-            // enough to move into the inode); else the whole leaf is
-            // decoded and goes the ways below.
+            // enough to move into the inode), in a leaf with the usual
+            // room (a smaller `eh_max` puts the checksum tail elsewhere;
+            // the rewrite below gives it the usual room); else the whole
+            // leaf is decoded and goes the ways below.
             let m = w.n - (w.to - w.from) + ex.len();
             let keeps_first = w.from > 0 || (!ex.is_empty() && first(&ex) == first(&l.ex));
-            if m <= per && keeps_first && !(one_leaf && m <= 4) {
+            if m <= per && w.max == per && keeps_first && !(one_leaf && m <= 4) {
                 let n = w.n as u16;
                 let ok = self.store_node(l.block, true, raw.csum_seed, |d| {
                     // (The leaf changes under the data lock alone, which
@@ -1388,13 +1400,9 @@ impl Ext4 {
         // With a budget, a range that empties leaves goes the whole-tree
         // way, whose steps reach further (each step of the callers reads
         // the whole list anyway); in one handle, leaf by leaf.
-        let leaf = self.leaf_at(raw, to - 1)?.filter(|l| {
-            let f = from.max(l.lo);
-            budget.is_none()
-                || l.ex
-                    .iter()
-                    .any(|e| u64::from(e.block) < f || u64::from(e.block) + u64::from(e.len) > to)
-        });
+        let leaf = self
+            .descend(raw, to - 1, (from, to - 1))?
+            .filter(|l| budget.is_none() || l.holds_outside(from.max(l.lo), to));
         let (mut ex, tree, tree_len) = self.extents_of(raw, &leaf)?;
         let from = leaf.as_ref().map_or(from, |l| from.max(l.lo));
         let cut = budget.map_or(from, |b| self.tail_cut(&ex, tree_len, from, to, b));
@@ -1411,7 +1419,7 @@ impl Ext4 {
             let mut n = 0;
             match leaf {
                 Some(l) => {
-                    let small = ex.len() <= 4;
+                    let small = l.count_after(&ex) <= 4;
                     self.store_leaf(raw, l, ex)?;
                     if small {
                         self.shrink_small_tree(raw)?;
@@ -1442,7 +1450,8 @@ impl Ext4 {
         // The range inside the leaf holding its last block (a truncate
         // near the end of a deep tree): that leaf's extents say.
         if to > from {
-            if let Some(l) = self.leaf_at(raw, to - 1)?.filter(|l| from >= l.lo) {
+            let l = self.descend(raw, to - 1, (from, to - 1))?;
+            if let Some(l) = l.filter(|l| from >= l.lo) {
                 return Ok(self.tail_cut(&l.ex, 1, from, to, b) > from);
             }
         }

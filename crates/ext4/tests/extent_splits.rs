@@ -16,7 +16,8 @@
 mod common;
 
 use common::{
-    debugfs_ro, fresh, have_tools, mount, mount_fresh, unmount_clean, KMount, Rng, Scratch,
+    debugfs_ro, fresh, fresh_with, fsck_clean, have_tools, mount, mount_fresh, unmount_clean,
+    KMount, Rng, Scratch,
 };
 use scalevfs::{Vfs, O_CREAT, O_RDWR};
 use scalevfs_ext4::Ext4;
@@ -385,4 +386,89 @@ fn sequential_writes_in_a_deep_tree_join_their_neighbours() {
         "{tail} extents for blocks 6000..7000"
     );
     reads_back(&s, &img, "j", &model);
+}
+
+/// A leaf whose header gives less room than the block holds (`eh_max`
+/// 82 with 1 KiB blocks, where 84 fit: e2fsck accepts down to two less,
+/// the kernel any smaller room) that a write grows past that room is
+/// written back with the usual room, not spliced in place past its own
+/// `eh_max` (which the next read, e2fsck and the kernel would refuse).
+#[test]
+fn a_leaf_with_less_room_than_its_block_grows_correctly() {
+    if !have_tools() {
+        eprintln!("skipped: mkfs.ext4/e2fsck not found");
+        return;
+    }
+    let s = Scratch::new("extmax");
+    // Without metadata_csum, so that the patched header needs no new
+    // checksum tail.
+    let img = fresh_with(&s.0, 1024, "16M", "^metadata_csum");
+    let bs = 1024usize;
+    let mut model = vec![0u8; 2000 * bs];
+    {
+        let (e, vfs) = mount(&img);
+        let t = vfs.root_task();
+        let fd = t.open("/m", O_CREAT | O_RDWR, 0o644).unwrap();
+        t.fallocate(fd, 0, 0, (2000 * bs) as i64).unwrap();
+        for b in (1..2000).step_by(4) {
+            let data = vec![0x22; bs];
+            assert_eq!(t.pwrite(fd, &data, (b * bs) as i64).unwrap(), bs);
+            model[b * bs..(b + 1) * bs].copy_from_slice(&data);
+        }
+        // Two unwritten extents of the first leaf (full: appends split
+        // full then the rest) punched away: it holds 82 extents.
+        let (keep, punch) = (
+            scalevfs::io::FALLOC_FL_KEEP_SIZE,
+            scalevfs::io::FALLOC_FL_PUNCH_HOLE,
+        );
+        for b in [2, 6] {
+            t.fallocate(fd, punch | keep, (b * bs) as i64, (3 * bs) as i64)
+                .unwrap();
+        }
+        t.close(fd).unwrap();
+        unmount_clean(t, vfs, e, &img);
+    }
+    // A leaf that is not full (the index entries one level above the
+    // leaves name them), and in it an unwritten extent of three blocks.
+    let ex = debugfs_ro(&img, "ex m");
+    let (depth, _) = levels(&ex);
+    assert!(depth >= 1, "{ex}");
+    let parent = (depth - 1).to_string();
+    let mut bytes = std::fs::read(&img).unwrap();
+    let le16 = |b: &[u8], o: usize| u16::from_le_bytes([b[o], b[o + 1]]);
+    let (at, entries) = ex
+        .lines()
+        .filter_map(|l| {
+            let spaced = l.replace('/', " / ");
+            let f: Vec<String> = spaced.split_whitespace().map(str::to_string).collect();
+            (f.len() >= 11 && f[0] == parent).then(|| f[9].parse::<usize>().ok())?
+        })
+        .map(|leaf| (leaf * bs, le16(&bytes, leaf * bs + 2)))
+        .find(|&(_, n)| n == 82)
+        .expect("a leaf of 82 extents");
+    let mid = (0..usize::from(entries))
+        .map(|i| at + 12 + 12 * i)
+        .find(|&o| le16(&bytes, o + 4) == 32768 + 3)
+        .map(|o| u32::from_le_bytes(bytes[o..o + 4].try_into().unwrap()) as usize + 1)
+        .expect("an unwritten extent of 3 blocks");
+    // Its room cut to its 82 entries.
+    bytes[at + 4..at + 6].copy_from_slice(&entries.to_le_bytes());
+    std::fs::write(&img, &bytes).unwrap();
+    fsck_clean(&img);
+    {
+        let (e, vfs) = mount(&img);
+        let t = vfs.root_task();
+        let fd = t.open("/m", O_RDWR, 0).unwrap();
+        // Into the middle of an unwritten extent of that leaf: it splits
+        // in three, two entries more than the leaf held.
+        let data = vec![0x33; bs];
+        assert_eq!(t.pwrite(fd, &data, (mid * bs) as i64).unwrap(), bs);
+        model[mid * bs..(mid + 1) * bs].copy_from_slice(&data);
+        let mut got = vec![0u8; model.len()];
+        assert_eq!(t.pread(fd, &mut got, 0).unwrap(), model.len());
+        assert!(got == model, "live: content differs");
+        t.close(fd).unwrap();
+        unmount_clean(t, vfs, e, &img);
+    }
+    reads_back(&s, &img, "m", &model);
 }
