@@ -1,7 +1,8 @@
 //! Crash testing of COLLAPSE_RANGE, INSERT_RANGE and ZERO_RANGE (issue 14)
 //! on the ext4 type: a file of many 1-block extents (an extent tree with
 //! index blocks) is collapsed, inserted into and zeroed (whole blocks, with
-//! and without KEEP_SIZE), each step fsynced, through a recording device.
+//! and without KEEP_SIZE), written into and punched inside one leaf (the
+//! leaf changed in place), each step fsynced, through a recording device.
 //! Every crash state (each prefix ending at a flush, and random subsets of
 //! the writes in flight since) is recovered as a mount does (replay), then
 //! - `e2fsck -fn` passes (only the superblock's free totals may lag);
@@ -64,6 +65,21 @@ fn workload(rec: &Arc<RecordingDevice<MemDevice>>, bs: usize) -> Vec<(usize, Opt
         FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE,
         100 * b,
         300 * b,
+    )
+    .unwrap();
+    sync(&t);
+    // Single blocks written into the unwritten run ZERO_RANGE left (each
+    // splits an unwritten extent in its leaf, in place), and a few blocks
+    // punched out of it.
+    for k in [150i64, 152, 171] {
+        let blk: Vec<u8> = (0..bs).map(|x| (x as i64 + k) as u8 | 0x80).collect();
+        t.pwrite(fd, &blk, k * b).unwrap();
+    }
+    t.fallocate(
+        fd,
+        FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+        160 * b,
+        3 * b,
     )
     .unwrap();
     sync(&t);
