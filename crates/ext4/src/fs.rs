@@ -2092,24 +2092,41 @@ impl Ext4 {
         read: Option<&MetaRead>,
     ) -> Result<Option<Vec<Entry<'a>>>> {
         let what = || format!("directory {} block {lblk}", raw.ino);
-        let htree = self.is_htree(raw);
-        if htree && (lblk == 0 || self.is_dx_node(b)) {
+        if !self.leaf_checked(raw, lblk, b, read, &what)? {
             return Ok(None);
         }
-        let seed = self.csum_seed(raw);
-        if let Some(s) = seed {
+        let filetype = self.sb.has_incompat(INCOMPAT_FILETYPE);
+        let v = dir::entries(b, self.csum_seed(raw).is_some(), filetype, &what)?;
+        Ok(Some(v))
+    }
+
+    /// Whether directory block `lblk` (in `b`) is a leaf (false: an htree
+    /// index block), its tail checksum checked once per cached generation
+    /// (`read`).
+    fn leaf_checked(
+        &self,
+        raw: &RawInode,
+        lblk: u32,
+        b: &[u8],
+        read: Option<&MetaRead>,
+        what: &dyn Fn() -> String,
+    ) -> Result<bool> {
+        if self.is_htree(raw) && (lblk == 0 || self.is_dx_node(b)) {
+            return Ok(false);
+        }
+        if let Some(s) = self.csum_seed(raw) {
             if !read.is_some_and(|r| r.verified) {
-                dir::verify_tail(b, s, &what)?;
+                dir::verify_tail(b, s, what)?;
                 if let Some(r) = read {
                     self.verified_meta(r);
                 }
             }
         }
-        let filetype = self.sb.has_incompat(INCOMPAT_FILETYPE);
-        let v = dir::entries(b, seed.is_some(), filetype, &what)?;
-        Ok(Some(v))
+        Ok(true)
     }
 
+    /// The live entry `name` in directory block `lblk` (in `b`, read as
+    /// `read` says): its inode. See `entry_in_block`.
     fn find_in_block(
         &self,
         raw: &RawInode,
@@ -2118,12 +2135,41 @@ impl Ext4 {
         read: &MetaRead,
         name: &[u8],
     ) -> Result<Option<u32>> {
-        let Some(v) = self.leaf_entries_at(raw, lblk, b, Some(read))? else {
+        Ok(self
+            .entry_in_block(raw, lblk, b, Some(read), name)?
+            .map(|(e, _)| e.inode))
+    }
+
+    /// The live entry `name` in directory block `lblk` (in `b`; `read`:
+    /// how it was read, for its checksum) and the offset of the entry
+    /// before it; `None` for an htree index block or no such name. The
+    /// entries are checked as the scan reaches them and it stops at the
+    /// name, as the kernel's ext4_search_dir: no list of the block's
+    /// entries is built.
+    pub(crate) fn entry_in_block<'a>(
+        &self,
+        raw: &RawInode,
+        lblk: u32,
+        b: &'a [u8],
+        read: Option<&MetaRead>,
+        name: &[u8],
+    ) -> Result<Option<(Entry<'a>, Option<usize>)>> {
+        let what = || format!("directory {} block {lblk}", raw.ino);
+        if !self.leaf_checked(raw, lblk, b, read, &what)? {
             return Ok(None);
-        };
-        Ok(v.iter()
-            .find(|e| e.inode != 0 && e.name == name)
-            .map(|e| e.inode))
+        }
+        let filetype = self.sb.has_incompat(INCOMPAT_FILETYPE);
+        let tail = self.csum_seed(raw).is_some();
+        let (mut found, mut prev) = (None, None);
+        dir::scan(b, tail, filetype, &what, |e| {
+            if e.inode != 0 && e.name == name {
+                found = Some((e, prev));
+                return true;
+            }
+            prev = Some(e.offset);
+            false
+        })?;
+        Ok(found)
     }
 
     /// Look `name` up by a linear scan of every block.

@@ -1092,34 +1092,17 @@ impl Ext4 {
         // An indexed directory: only the leaves the name's hash selects.
         if self.is_htree(draw) {
             return self.htree_search(draw, name, &mut |lblk, b, r| {
-                let Some(v) = self.leaf_entries_at(draw, lblk, b, Some(r))? else {
-                    return Ok(None);
-                };
-                let Some(k) = v.iter().position(|e| e.inode != 0 && e.name == name) else {
-                    return Ok(None);
-                };
-                Ok(Some((
-                    r.pblk,
-                    v[k].offset,
-                    k.checked_sub(1).map(|p| v[p].offset),
-                )))
+                Ok(self
+                    .entry_in_block(draw, lblk, b, Some(r), name)?
+                    .map(|(e, prev)| (r.pblk, e.offset, prev)))
             });
         }
         let mut buf = BlockBuf::zeroed(self.bs);
         for lblk in 0..self.dir_blocks(draw)? {
             let pblk = self.dir_pblk(draw, lblk)?;
             let r = self.read_meta(pblk, &mut buf)?;
-            let Some(v) = self.leaf_entries_at(draw, lblk, &buf, Some(&r))? else {
-                continue;
-            };
-            for (k, e) in v.iter().enumerate() {
-                if e.inode != 0 && e.name == name {
-                    return Ok(Some((
-                        pblk,
-                        e.offset,
-                        k.checked_sub(1).map(|p| v[p].offset),
-                    )));
-                }
+            if let Some((e, prev)) = self.entry_in_block(draw, lblk, &buf, Some(&r), name)? {
+                return Ok(Some((pblk, e.offset, prev)));
             }
         }
         Ok(None)

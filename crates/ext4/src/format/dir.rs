@@ -84,12 +84,29 @@ pub fn entries<'a>(
     filetype: bool,
     what: &dyn Fn() -> String,
 ) -> Result<Vec<Entry<'a>>> {
+    let mut v = Vec::new();
+    scan(b, tail, filetype, what, |e| {
+        v.push(e);
+        false
+    })?;
+    Ok(v)
+}
+
+/// Visit the entries of `entries` in order, each checked as it is reached,
+/// until `f` returns true (then `Ok(true)`): a search that finds its name
+/// neither decodes the rest of the block nor collects it.
+pub fn scan<'a>(
+    b: &'a [u8],
+    tail: bool,
+    filetype: bool,
+    what: &dyn Fn() -> String,
+    mut f: impl FnMut(Entry<'a>) -> bool,
+) -> Result<bool> {
     let end = if tail {
         b.len().saturating_sub(TAIL_SIZE)
     } else {
         b.len()
     };
-    let mut v = Vec::new();
     let mut off = 0;
     while off < end {
         if off + ENTRY_HEADER > end {
@@ -116,16 +133,19 @@ pub fn entries<'a>(
                 format!("entry at {off}: rec_len {rec_len} name_len {name_len}"),
             ));
         }
-        v.push(Entry {
+        let e = Entry {
             offset: off,
             inode,
             rec_len,
             file_type,
             name: &b[off + ENTRY_HEADER..off + ENTRY_HEADER + name_len],
-        });
+        };
+        if f(e) {
+            return Ok(true);
+        }
         off += rec_len;
     }
-    Ok(v)
+    Ok(false)
 }
 
 /// The rec_len an entry with a `name_len`-byte name needs.
@@ -343,5 +363,41 @@ mod tests {
             n += 1;
         }
         assert_eq!(n, 2, "three 264-byte entries fit in 1012 bytes, not four");
+    }
+
+    /// `scan` visits what `entries` lists, in order, and stops where its
+    /// visitor says: a name before a corrupt entry is found (as the
+    /// kernel's search, which checks entries as it reaches them), while
+    /// the whole list, and a search past the corruption, are errors.
+    #[test]
+    fn scan_stops_at_the_name_and_checks_what_it_reached() {
+        let mut b = vec![0u8; 1024];
+        init_block(&mut b, true);
+        let end = 1024 - TAIL_SIZE;
+        for (k, n) in [b"a", b"b", b"c"].iter().enumerate() {
+            assert!(insert(&mut b, end, 12 + k as u32, *n, FT_REG));
+        }
+        let all: Vec<usize> = entries(&b, true, true, &what)
+            .unwrap()
+            .iter()
+            .map(|e| e.offset)
+            .collect();
+        let mut seen = Vec::new();
+        let hit = scan(&b, true, true, &what, |e| {
+            seen.push(e.offset);
+            e.name == b"b"
+        })
+        .unwrap();
+        assert!(hit);
+        let at_b = all.iter().position(|&o| Some(&o) == seen.last()).unwrap();
+        assert_eq!(seen, all[..=at_b].to_vec(), "in order, up to the name");
+        assert!(!scan(&b, true, true, &what, |_| false).unwrap());
+        // "c"'s record made shorter than an entry header: after "b".
+        let c = *all.last().unwrap();
+        b[c + 4..c + 6].copy_from_slice(&6u16.to_le_bytes());
+        assert!(entries(&b, true, true, &what).unwrap_err().is_corrupt());
+        assert!(scan(&b, true, true, &what, |e| e.name == b"b").unwrap());
+        let miss = scan(&b, true, true, &what, |e| e.name == b"zz");
+        assert!(miss.unwrap_err().is_corrupt());
     }
 }
