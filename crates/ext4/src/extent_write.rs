@@ -23,7 +23,8 @@
 //!   grows a level (`split_path`, the kernel's ext4_ext_insert_extent),
 //!   with the keys above corrected. Inside the leaf only the window of
 //!   entries the change can touch is decoded (`leaf_window`) and, where
-//!   the leaf keeps its first block and room, spliced back in place
+//!   the leaf keeps its first block and room (and a header with the usual
+//!   `eh_max`), spliced back in place
 //!   (`extent::splice_leaf`). So a write costs O(depth) tree blocks
 //!   however many extents the file has; a write that goes past its leaf
 //!   ends there, and the caller writes the rest in a new handle. The
@@ -257,8 +258,9 @@ pub(crate) struct LeafAt {
     /// The index nodes from the root (in the inode) down to the leaf's
     /// parent.
     path: Vec<PathNode>,
-    /// `Some` for a leaf read by `leaf_window`: `ex` is entries
-    /// `from..to` of the leaf alone.
+    /// As `leaf_window` returns it, `Some`: `ex` is entries `from..to`
+    /// of the leaf alone. `None` once `store_leaf` decoded the whole leaf
+    /// into `ex` (for a split or a rewrite).
     win: Option<Window>,
 }
 

@@ -92,7 +92,7 @@ pub fn entries<'a>(
     Ok(v)
 }
 
-/// Visit the entries of `entries` in order, each checked as it is reached,
+/// Visit the entries `entries` lists, in order, each checked as it is reached,
 /// until `f` returns true (then `Ok(true)`): a search that finds its name
 /// neither decodes the rest of the block nor collects it.
 pub fn scan<'a>(
@@ -220,7 +220,7 @@ pub fn remove_named(b: &mut [u8], end: usize, name: &[u8]) -> bool {
     false
 }
 
-/// Remove the live entry at `off` (found by [`entries`]): merged into the
+/// Remove the live entry at `off` (found by [`scan`]): merged into the
 /// previous entry's rec_len, or (first in the block) marked free.
 pub fn remove(b: &mut [u8], off: usize, prev: Option<usize>) {
     match prev {
