@@ -306,32 +306,49 @@ fn random_range_changes_on_a_deep_tree_match_a_model() {
     reads_back(&s, &img, "h", &model);
 }
 
+/// A line of debugfs's `ex` listing: its level, the first and last
+/// logical block, the physical block (the child node for an index entry,
+/// the first block for an extent), and whether the extent is unwritten.
+struct ExRow {
+    level: usize,
+    first: u64,
+    last: u64,
+    phys: u64,
+    uninit: bool,
+}
+
+fn ex_rows(ex: &str) -> Vec<ExRow> {
+    ex.lines()
+        .skip(1)
+        .filter_map(|l| {
+            // " 2/ 2   1/ 84     0 -   999  2345 -  3344   1000 Uninit":
+            // level / depth, entry / entries, logical first - last,
+            // physical (first - last for an extent), length, flags.
+            let spaced = l.replace('/', " / ");
+            let f: Vec<&str> = spaced.split_whitespace().collect();
+            if f.len() < 10 || f[1] != "/" || f[4] != "/" || f[7] != "-" {
+                return None;
+            }
+            Some(ExRow {
+                level: f[0].parse().ok()?,
+                first: f[6].parse().ok()?,
+                last: f[8].parse().ok()?,
+                phys: f[9].parse().ok()?,
+                uninit: l.contains("Uninit"),
+            })
+        })
+        .collect()
+}
+
 /// Leaf lines of debugfs's `ex` listing: (first logical block, last,
 /// unwritten).
 fn leaf_extents(ex: &str) -> Vec<(u64, u64, bool)> {
     let (depth, _) = levels(ex);
-    let mut out = Vec::new();
-    for l in ex.lines().skip(1) {
-        // " 2/ 2   1/ 84     0 -   999  2345 -  3344   1000 Uninit":
-        // level / depth, entry / entries, logical first - last, ...
-        let spaced = l.replace('/', " / ");
-        let f: Vec<&str> = spaced.split_whitespace().collect();
-        if f.len() < 9 || f[1] != "/" || f[4] != "/" || f[7] != "-" {
-            continue;
-        }
-        let (Ok(lv), Ok(a), Ok(b)) = (
-            f[0].parse::<usize>(),
-            f[6].parse::<u64>(),
-            f[8].parse::<u64>(),
-        ) else {
-            continue;
-        };
-        if lv != depth {
-            continue;
-        }
-        out.push((a, b, l.contains("Uninit")));
-    }
-    out
+    ex_rows(ex)
+        .into_iter()
+        .filter(|r| r.level == depth)
+        .map(|r| (r.first, r.last, r.uninit))
+        .collect()
 }
 
 /// Blocks written one at a time, in order, into the unwritten extents of
@@ -433,17 +450,12 @@ fn a_leaf_with_less_room_than_its_block_grows_correctly() {
     let ex = debugfs_ro(&img, "ex m");
     let (depth, _) = levels(&ex);
     assert!(depth >= 1, "{ex}");
-    let parent = (depth - 1).to_string();
     let mut bytes = std::fs::read(&img).unwrap();
     let le16 = |b: &[u8], o: usize| u16::from_le_bytes([b[o], b[o + 1]]);
-    let (at, entries) = ex
-        .lines()
-        .filter_map(|l| {
-            let spaced = l.replace('/', " / ");
-            let f: Vec<String> = spaced.split_whitespace().map(str::to_string).collect();
-            (f.len() >= 11 && f[0] == parent).then(|| f[9].parse::<usize>().ok())?
-        })
-        .map(|leaf| (leaf * bs, le16(&bytes, leaf * bs + 2)))
+    let (at, entries) = ex_rows(&ex)
+        .into_iter()
+        .filter(|r| r.level == depth - 1)
+        .map(|r| (r.phys as usize * bs, le16(&bytes, r.phys as usize * bs + 2)))
         .find(|&(_, n)| n == 82)
         .expect("a leaf of 82 extents");
     let mid = (0..usize::from(entries))
