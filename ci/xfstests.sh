@@ -27,6 +27,8 @@
 #   --image-size SIZE size of each image (default 2G)
 #   --features LIST   mkfs.ext4 -O for the images (default orphan_file; e.g.
 #                     ^orphan_file: unlinked open files go on the orphan list)
+#   --block-size N    mkfs.ext4 -b for the images (default: mkfs's choice,
+#                     4096 on images of 512 MiB and more; e.g. 1024)
 #
 # What it does: builds xfstests if needed (make), creates the users and
 # groups the suite wants (fsgqa, fsgqa2, 123456-fsgqa), writes the mount
@@ -73,6 +75,7 @@ image=0
 image_dir=/tmp/xfs-ext4
 image_size=2G
 features=orphan_file
+block_size=
 
 usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}"; }
 
@@ -88,6 +91,7 @@ while [ $# -gt 0 ]; do
     --image-dir) image_dir=$2; shift 2 ;;
     --image-size) image_size=$2; shift 2 ;;
     --features) features=$2; shift 2 ;;
+    --block-size) block_size=$2; shift 2 ;;
     -h|--help) usage 0 ;;
     -*) echo "xfstests: unknown option $1"; usage 1 ;;
     *) break ;;
@@ -126,6 +130,12 @@ to_bytes() { # 4G -> bytes
 mem_bytes=$(to_bytes "$mem")
 to_bytes "$size" > /dev/null
 image_bytes=$(to_bytes "$image_size")
+mkfs_b=
+case $block_size in
+  '') ;;
+  1024|2048|4096) mkfs_b="-b $block_size" ;;
+  *) echo "xfstests: --block-size $block_size: 1024, 2048 or 4096"; exit 1 ;;
+esac
 
 # ---------------------------------------------------------------- deps
 # Commands the suite (or its build) needs, with the Debian package.
@@ -232,7 +242,7 @@ if [ $image = 1 ]; then
   fi
   if [ "\$name" = scratch ]; then
     if [ "\$(cat "\$src.fmt" 2> /dev/null)" != "\$cur" ]; then
-      mkfs.ext4 -q -F -O $features "\$src" > /dev/null 2>&1 \\
+      mkfs.ext4 -q -F -O $features $mkfs_b "\$src" > /dev/null 2>&1 \\
         || { echo "mount.fuse.scalevfs: mkfs.ext4 \$src failed" >&2; exit 32; }
       echo "\$cur" > "\$src.fmt"
     fi
@@ -298,7 +308,7 @@ if [ $image = 1 ]; then
   scratch_dev=$image_dir/scratch.img
   for img in "$test_dev" "$scratch_dev"; do
     rm -f "$img" "$img.last" "$img.fmt"
-    truncate -s "$image_bytes" "$img" && mkfs.ext4 -q -F -O "$features" "$img" \
+    truncate -s "$image_bytes" "$img" && mkfs.ext4 -q -F -O "$features" $mkfs_b "$img" \
       || { echo "xfstests: mkfs.ext4 $img failed"; exit 1; }
   done
 else

@@ -147,6 +147,9 @@ struct InodeHot {
     mode: AtomicU32,
     flags: AtomicU32,
     ftype: FileType,
+    /// log2 of `st_blksize` (Linux: the inode's `i_blkbits`, the block size
+    /// of its filesystem for ext4, the page size for tmpfs).
+    blkbits: u8,
     ino: u64,
     dev: u64,
     private: Box<dyn Any + Send + Sync>,
@@ -187,6 +190,7 @@ impl Inode {
                 mode: AtomicU32::new(attr.mode),
                 flags: AtomicU32::new(0),
                 ftype,
+                blkbits: 12,
                 ino,
                 dev,
                 private,
@@ -200,6 +204,14 @@ impl Inode {
             write_count: AtomicI64::new(0),
             data_lock: OwnLine(BrLock::new(Class::DataLock)),
         }
+    }
+
+    /// This inode with `st_blksize` `1 << bits` (default 4096, the page
+    /// size, as tmpfs gives): the filesystem's block size on ext4, where
+    /// programs size their I/O (and xattr values, xfstests' generic/486) by it.
+    pub fn with_blkbits(mut self, bits: u8) -> Inode {
+        self.hot.blkbits = bits.clamp(9, 16);
+        self
     }
 
     /// This inode with generation number `generation` (see [`Inode::generation`]).
@@ -501,11 +513,11 @@ impl Inode {
     /// `struct stat` from a consistent attribute copy.
     pub fn stat(&self) -> Stat {
         let a = self.attr();
-        stat_from_attr(self.hot.ino, self.hot.dev, &a)
+        stat_from_attr(self.hot.ino, self.hot.dev, 1 << self.hot.blkbits, &a)
     }
 }
 
-pub(crate) fn stat_from_attr(ino: u64, dev: u64, a: &Attr) -> Stat {
+pub(crate) fn stat_from_attr(ino: u64, dev: u64, blksize: u32, a: &Attr) -> Stat {
     Stat {
         dev,
         ino,
@@ -515,7 +527,7 @@ pub(crate) fn stat_from_attr(ino: u64, dev: u64, a: &Attr) -> Stat {
         gid: a.gid,
         rdev: a.rdev,
         size: a.size,
-        blksize: 4096,
+        blksize,
         blocks: a.blocks,
         atime: a.atime(),
         mtime: a.mtime(),

@@ -1772,7 +1772,8 @@ impl Ext4 {
                     last_tid: AtomicU64::new(current_tid()),
                 }),
             )
-            .with_generation(generation),
+            .with_generation(generation)
+            .with_blkbits(self.bs.trailing_zeros() as u8),
         );
         // chattr flags as stored (immutable and append-only are enforced by
         // the core, as the kernel enforces them).
@@ -2098,6 +2099,29 @@ impl Ext4 {
         let filetype = self.sb.has_incompat(INCOMPAT_FILETYPE);
         let v = dir::entries(b, self.csum_seed(raw).is_some(), filetype, &what)?;
         Ok(Some(v))
+    }
+
+    /// Whether leaf block `lblk` of directory `raw` (in `b`, read as `read`
+    /// says) has room for a `name_len`-byte name: its tail checksum checked
+    /// once per cached generation, then its entries up to the first with
+    /// room, each as it is reached, as the kernel's `ext4_find_dest_de`
+    /// (the block is not decoded whole). `None` for an htree index block.
+    pub(crate) fn leaf_room(
+        &self,
+        raw: &RawInode,
+        lblk: u32,
+        b: &[u8],
+        read: &MetaRead,
+        name_len: usize,
+    ) -> Result<Option<bool>> {
+        let what = || format!("directory {} block {lblk}", raw.ino);
+        if !self.leaf_checked(raw, lblk, b, Some(read), &what)? {
+            return Ok(None);
+        }
+        let need = dir::rec_len_needed(name_len);
+        let filetype = self.sb.has_incompat(INCOMPAT_FILETYPE);
+        let tail = self.csum_seed(raw).is_some();
+        dir::scan(b, tail, filetype, &what, |e| dir::has_room(&e, need)).map(Some)
     }
 
     /// Whether directory block `lblk` (in `b`) is a leaf (false: an htree
