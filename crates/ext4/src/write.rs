@@ -378,9 +378,12 @@ impl Ext4 {
         for lblk in 0..nblk {
             let pblk = self.dir_pblk(draw, lblk)?;
             last = pblk;
-            // Check the block (checksum, every entry) before changing it.
+            // Check the block (checksum, the entries up to the place) before
+            // changing it; a block without room is left alone.
             let r = self.read_meta(pblk, &mut buf)?;
-            self.leaf_entries_at(draw, lblk, &buf, Some(&r))?;
+            if self.leaf_room(draw, lblk, &buf, &r, name.len())? != Some(true) {
+                continue;
+            }
             let done = rw.bufs.modify_sealed(io.dev, pblk, true, |b| {
                 let ok = dir::insert(b, end, ino, name, ft);
                 if let (true, Some(s)) = (ok, seed) {
@@ -603,23 +606,35 @@ impl Ext4 {
         }
         let pblk = self.dir_pblk(draw, leaf)?;
         let r = self.read_meta(pblk, &mut buf)?;
-        let v = self
-            .leaf_entries_at(draw, leaf, &buf, Some(&r))?
+        let room = self
+            .leaf_room(draw, leaf, &buf, &r, name.len())?
             .ok_or_else(|| corrupt(what(), format!("leaf {leaf} is an index block")))?;
         let end = bs - if seed.is_some() { dir::TAIL_SIZE } else { 0 };
-        let done = rw.bufs.modify_sealed(io.dev, pblk, true, |b| {
-            let ok = dir::insert(b, end, ino, name, ft);
-            if let (true, Some(s)) = (ok, seed) {
-                dir::set_tail_csum(b, s);
+        if room {
+            let done = rw.bufs.modify_sealed(io.dev, pblk, true, |b| {
+                let ok = dir::insert(b, end, ino, name, ft);
+                if let (true, Some(s)) = (ok, seed) {
+                    dir::set_tail_csum(b, s);
+                }
+                (ok, ok && seed.is_some())
+            })?;
+            if done {
+                return Ok(true);
             }
-            (ok, ok && seed.is_some())
-        })?;
-        if done {
-            return Ok(true);
         }
         if !grow {
             return Ok(false);
         }
+        // The split works on the whole leaf, checked and decoded as it is
+        // now (read again after an insert that did not fit).
+        let r = if room {
+            self.read_meta(pblk, &mut buf)?
+        } else {
+            r
+        };
+        let v = self
+            .leaf_entries_at(draw, leaf, &buf, Some(&r))?
+            .ok_or_else(|| corrupt(what(), format!("leaf {leaf} is an index block")))?;
         // Split the leaf by hash, the new name among its entries: the upper
         // part moves to a new block (see `htree::split_point`; a run of one
         // hash may be cut, the new leaf's index entry then carries the

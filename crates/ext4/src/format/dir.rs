@@ -161,10 +161,24 @@ fn put_entry(b: &mut [u8], off: usize, ino: u32, rec_len: usize, name: &[u8], ft
     b[off + 8..off + 8 + name.len()].copy_from_slice(name);
 }
 
+/// Whether entry `e` (checked by [`scan`]) has room for a new entry of
+/// `need` bytes ([`rec_len_needed`]): a free entry that long, or a live one
+/// with that much slack after its name. [`insert`] takes the first such.
+pub fn has_room(e: &Entry, need: usize) -> bool {
+    let used = if e.inode != 0 {
+        rec_len_needed(e.name.len())
+    } else {
+        0
+    };
+    e.rec_len >= used + need
+}
+
 /// Insert an entry into a leaf block whose entries (before `end`: the tail
-/// excluded) were checked by [`entries`]: into a free entry or the slack
-/// after a live one, as the kernel's `ext4_insert_dentry`. False when no
-/// entry has room. Blocks are below 64 KiB (rec_len stored as is).
+/// excluded) were checked by [`scan`] up to the first with room
+/// ([`has_room`]): into a free entry or the slack after a live one, as the
+/// kernel's `ext4_insert_dentry`. False when no entry has room (a rec_len
+/// that leaves the block ends the walk). Blocks are below 64 KiB (rec_len
+/// stored as is).
 pub fn insert(b: &mut [u8], end: usize, ino: u32, name: &[u8], ft: u8) -> bool {
     let need = rec_len_needed(name.len());
     let mut off = 0;
@@ -399,5 +413,65 @@ mod tests {
         assert!(scan(&b, true, true, &what, |e| e.name == b"b").unwrap());
         let miss = scan(&b, true, true, &what, |e| e.name == b"zz");
         assert!(miss.unwrap_err().is_corrupt());
+    }
+
+    proptest::proptest! {
+        /// `has_room` (what an insert checks before changing a cached
+        /// block) agrees with `insert`: a block some entry of which has
+        /// room takes the name into the first such entry, and a block none
+        /// of which has room refuses it unchanged. Blocks are built by
+        /// random inserts and removals.
+        #[test]
+        fn has_room_agrees_with_insert(
+            ops in proptest::collection::vec((0u8..4, 1usize..40), 0..80),
+            len in 1usize..256,
+        ) {
+            let mut b = vec![0u8; 1024];
+            init_block(&mut b, true);
+            let end = 1024 - TAIL_SIZE;
+            let mut next = 12u32;
+            for (op, n) in ops {
+                if op == 0 {
+                    // Remove the n-th live entry, if any.
+                    let v = entries(&b, true, true, &what).unwrap();
+                    let live: Vec<(usize, Option<usize>)> = v
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, e)| e.inode != 0)
+                        .map(|(i, e)| (e.offset, i.checked_sub(1).map(|p| v[p].offset)))
+                        .collect();
+                    if let Some(&(off, prev)) = live.get(n % live.len().max(1)) {
+                        remove(&mut b, off, prev);
+                    }
+                } else {
+                    let name = format!("{next:0n$}");
+                    insert(&mut b, end, next, name.as_bytes(), FT_REG);
+                    next += 1;
+                }
+            }
+            let need = rec_len_needed(len);
+            let mut first = None;
+            let room = scan(&b, true, true, &what, |e| {
+                let r = has_room(&e, need);
+                if r {
+                    first = Some(e.offset);
+                }
+                r
+            })
+            .unwrap();
+            let before = b.clone();
+            let name = vec![b'z'; len];
+            proptest::prop_assert_eq!(insert(&mut b, end, 999, &name, FT_REG), room);
+            if room {
+                let v = entries(&b, true, true, &what).unwrap();
+                let at = v.iter().find(|e| e.name == &name[..]).unwrap().offset;
+                let f = first.unwrap();
+                // Into the free entry itself, or the slack after the live one.
+                proptest::prop_assert!(at == f || (at > f && before[f..f + 4] != [0; 4]));
+                proptest::prop_assert!(v.iter().all(|e| e.offset <= f || e.offset >= at));
+            } else {
+                proptest::prop_assert_eq!(b, before);
+            }
+        }
     }
 }
