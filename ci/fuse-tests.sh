@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The FUSE test run: mount scalevfs (memfs) and run pjdfstest, fsx and the
-# real-tools smoke against it, then unmount.
+# The FUSE test run: mount scalevfs (memfs, then the ext4 type on images
+# made by mkfs.ext4) and run pjdfstest, fsx and the real-tools smoke against
+# it, then unmount (and e2fsck -fn the images).
 #
 #   ci/fuse-tests.sh [PATH/TO/scalevfs]
 #
@@ -37,7 +38,7 @@ skip() {
 [ -x "$bin" ] || { echo "fuse-tests: FAILED: no scalevfs binary at $bin (build it, or pass its path)"; exit 1; }
 [ -c /dev/fuse ] || skip "/dev/fuse is not available"
 [ -r /dev/fuse ] && [ -w /dev/fuse ] || skip "/dev/fuse is not readable and writable by $(id -un)"
-for t in fusermount3 pjdfstest fsx git python3 tar mountpoint; do
+for t in fusermount3 pjdfstest fsx git python3 tar mountpoint mkfs.ext4 e2fsck; do
   command -v "$t" > /dev/null || skip "$t is not installed"
 done
 [ "$(id -u)" = 0 ] || skip "pjdfstest needs root (it switches to the dummy users)"
@@ -152,7 +153,31 @@ else
   result "mount (scalevfs permissions)" 1
 fi
 
-# 3. Clear errors, not panics.
+# 3. The ext4 type: pjdfstest, fsx and the real-tools smoke on ext4 images
+#    made by mkfs.ext4 (orphan_file; 4 KiB blocks, then 1 KiB), each then
+#    judged by e2fsck -fn after the unmount.
+for bsz in 4096 1024; do
+  img=$work/ext4-$bsz.img
+  if ! { truncate -s 512M "$img" && mkfs.ext4 -q -F -O orphan_file -b "$bsz" "$img"; } > "$work/mkfs.log" 2>&1; then
+    cat "$work/mkfs.log"; result "mkfs.ext4 -b $bsz" 1; continue
+  fi
+  if mount_fs --image "$img" -o allow_other,default_permissions; then
+    run_pjdfstest "ext4-$bsz"; result "pjdfstest (ext4, $bsz-byte blocks)" $?
+    mkdir "$mnt/smoke" && bash "$here/fuse-tools-smoke.sh" "$mnt/smoke" > "$work/smoke.log" 2>&1
+    rc=$?; sed 's/^/  /' "$work/smoke.log" | tail -1; result "real-tools smoke (ext4, $bsz-byte blocks)" $rc
+    (cd "$mnt" && fsx -f "$here/fsx.toml" -N "$fsx_ops" -S 11 -P "$work" "$mnt/fsx.file") > "$work/fsx.log" 2>&1
+    rc=$?; tail -1 "$work/fsx.log" | sed 's/^/  fsx: /'; result "fsx ($fsx_ops operations, ext4, $bsz-byte blocks)" $rc
+    unmount; result "unmount (ext4, $bsz-byte blocks)" $?
+    e2fsck -fn "$img" > "$work/e2fsck.log" 2>&1
+    rc=$?; [ $rc = 0 ] || sed 's/^/  e2fsck: /' "$work/e2fsck.log" | head -20
+    result "e2fsck -fn of the image (ext4, $bsz-byte blocks)" $rc
+  else
+    result "mount (ext4, $bsz-byte blocks)" 1
+  fi
+  rm -f "$img"
+done
+
+# 4. Clear errors, not panics.
 out=$("$bin" mount "$work/does-not-exist" --foreground 2>&1); rc=$?
 [ $rc != 0 ] && echo "$out" | grep -q 'scalevfs mount:' && ! echo "$out" | grep -q panicked
 result "error for a missing mount point" $?
