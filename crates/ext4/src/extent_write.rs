@@ -79,6 +79,19 @@ fn joins(a: &Extent, b: &Extent) -> bool {
         && u32::from(a.len) + u32::from(b.len) <= u32::from(INIT_MAX_LEN) - u32::from(a.uninit)
 }
 
+/// What [`Ext4::release_step`] did with an unlinked inode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Release {
+    /// Freed one step's worth from the end: more steps remain.
+    Stepped,
+    /// Needs steps, none taken (not allowed): nothing changed.
+    Later,
+    /// Nothing yet: the rest is freed in one go (`release_inode`),
+    /// changing the bitmaps of these groups (`groups_of`; a handle's
+    /// budget counts them).
+    Fits(Vec<u64>),
+}
+
 /// Merge `e` into the sorted list `ex` (which has no block of its range).
 pub(crate) fn insert_extent(ex: &mut Vec<Extent>, e: Extent) {
     let i = ex.partition_point(|x| x.block < e.block);
@@ -1932,22 +1945,57 @@ impl Ext4 {
     }
 
     /// Whether freeing everything `raw` holds needs more than one step;
-    /// if so, free one step's worth (from the end) into `raw` and store
-    /// it: the inode stays an orphan for the next step.
-    pub(crate) fn release_step(&self, raw: &mut RawInode) -> Result<bool> {
+    /// if so, and `may_step`, free one step's worth (from the end) into
+    /// `raw` and store it: the inode stays an orphan for the next step
+    /// ([`Release::Stepped`]; without `may_step` nothing changes:
+    /// [`Release::Later`]). Else the bitmap groups freeing it all changes
+    /// ([`Release::Fits`]; none listed without a journal, where they do
+    /// not matter).
+    pub(crate) fn release_step(&self, raw: &mut RawInode, may_step: bool) -> Result<Release> {
         let Some(b) = self.step_groups() else {
-            return Ok(false);
+            return Ok(Release::Fits(Vec::new()));
         };
         if raw.flags & FL_EXTENTS == 0 {
-            return Ok(false);
+            // Freed whole (see `release_inode`): its blocks' groups.
+            let blocks = if crate::fs::block_mapped(raw, self.bs) {
+                self.collect_block_map(raw)?
+            } else {
+                Vec::new()
+            };
+            return Ok(Release::Fits(self.groups_of(blocks.into_iter(), raw)));
         }
         let (ex, tree) = self.collect_extents(raw)?;
         if self.tail_cut(&ex, tree.len(), 0, 1 << 32, b) == 0 {
-            return Ok(false);
+            let data = ex.iter().filter(|e| e.len > 0).flat_map(|e| {
+                // One block per group an extent crosses is enough to count it.
+                let bpg = u64::from(self.sb.blocks_per_group).max(1);
+                let (s, n) = (e.start, u64::from(e.len));
+                std::iter::once(s)
+                    .chain((1..n.div_ceil(bpg) + 1).map(move |k| (s + k * bpg).min(s + n - 1)))
+            });
+            return Ok(Release::Fits(self.groups_of(data.chain(tree), raw)));
+        }
+        if !may_step {
+            return Ok(Release::Later);
         }
         self.drop_range_step(raw, 0, 1 << 32, &[], Some(b))?;
         self.write_inode(raw, false)?;
-        Ok(true)
+        Ok(Release::Stepped)
+    }
+
+    /// The bitmaps freeing `raw` changes: the groups of `blocks` and of
+    /// its xattr block, and (as `u64::MAX - group`, apart from block
+    /// groups) its inode's group; sorted, without repeats.
+    fn groups_of(&self, blocks: impl Iterator<Item = u64>, raw: &RawInode) -> Vec<u64> {
+        let ipg = u64::from(self.sb.inodes_per_group).max(1);
+        let mut g: Vec<u64> = blocks
+            .chain((raw.file_acl != 0).then_some(raw.file_acl))
+            .map(|b| self.group_of(b))
+            .chain([u64::MAX - u64::from(raw.ino.saturating_sub(1)) / ipg])
+            .collect();
+        g.sort_unstable();
+        g.dedup();
+        g
     }
 
     /// Every block a block-mapped (ext2/3) inode holds: its data blocks and

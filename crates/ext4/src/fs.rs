@@ -1530,36 +1530,92 @@ impl Ext4 {
                 ready.extend(go);
             }),
         }
+        let requeue = |ino: u32, weak: Weak<Inode>, slot: OrphanSlot| {
+            rw.unlinked
+                .shard(u64::from(ino))
+                .lock()
+                .push((ino, weak, slot));
+        };
+        // Bitmap groups this call may touch, and has: the first inode
+        // always goes (whole, or a step of it: `release_step`); the next
+        // only while the groups changed so far, with its own, stay within
+        // one step's budget and it needs no step, else it waits for a later handle (returned with the
+        // partial ones). A commit of many unlinked files then fits the
+        // log, as the kernel frees each evicted inode in a handle of its
+        // own.
+        let budget = self.step_groups();
+        let mut used = std::collections::HashSet::new();
         let mut partial = Vec::new();
-        for (ino, weak, slot) in ready {
+        let mut ready = ready.into_iter();
+        while let Some((ino, weak, slot)) = ready.next() {
             let live = weak.upgrade();
             let ei = live.as_deref().and_then(|i| i.private::<Ext4Inode>());
-            let mut raw = match ei {
-                Some(e) => e.raw(),
-                None => self.read_inode(ino)?,
-            };
-            if raw.links_count == 0 && self.check(self.release_step(&mut raw))? {
-                if let Some(e) = ei {
-                    e.set_raw(raw);
+            // Until the orphan record goes, a failure has changed nothing
+            // (a step that changed part fails the filesystem itself,
+            // `drop_range_step`): this inode and the rest stay queued.
+            let step = (|| {
+                let mut raw = match ei {
+                    Some(e) => e.raw(),
+                    None => self.read_inode(ino)?,
+                };
+                let r = if raw.links_count == 0 {
+                    self.check(self.release_step(&mut raw, used.is_empty()))?
+                } else {
+                    crate::extent_write::Release::Fits(Vec::new())
+                };
+                Ok((raw, r))
+            })();
+            let (raw, r) = match step {
+                Ok(v) => v,
+                Err(e) => {
+                    drop(live);
+                    requeue(ino, weak, slot);
+                    ready.for_each(|(i, w, s)| requeue(i, w, s));
+                    return Err(e);
                 }
-                drop(live);
-                rw.unlinked
-                    .shard(u64::from(ino))
-                    .lock()
-                    .push((ino, weak, slot));
-                partial.push(ino);
-                continue;
+            };
+            match r {
+                crate::extent_write::Release::Stepped => {
+                    // A step takes the whole budget.
+                    used.extend(0..budget.unwrap_or(0) as u64 + 1);
+                    if let Some(e) = ei {
+                        e.set_raw(raw);
+                    }
+                }
+                crate::extent_write::Release::Later => {}
+                crate::extent_write::Release::Fits(g)
+                    if budget.is_some_and(|b| {
+                        !used.is_empty()
+                            && used.len() + g.iter().filter(|x| !used.contains(*x)).count() > b
+                    }) => {}
+                crate::extent_write::Release::Fits(g) => {
+                    used.extend(g);
+                    // Its orphan record goes in the transaction that frees
+                    // it (first: the list's link must not be encoded into
+                    // the freed inode). From here a failure leaves half a
+                    // change (the record gone, blocks queued to be freed
+                    // while the inode still maps them): the filesystem
+                    // stops writing, so it never commits.
+                    let done = (|| {
+                        let listed = self.orphan_remove(slot, ino)?;
+                        if raw.links_count == 0 {
+                            self.release_inode(raw)?;
+                        } else if listed {
+                            // Linked again: its dtime no longer links the list.
+                            self.write_inode(&raw, false)?;
+                        }
+                        Ok(())
+                    })();
+                    if let Err(e) = done {
+                        ready.for_each(|(i, w, s)| requeue(i, w, s));
+                        return Err(self.stop_writes(e));
+                    }
+                    continue;
+                }
             }
-            // Its orphan record goes in the transaction that frees it
-            // (first: the list's link must not be encoded into the freed
-            // inode).
-            let listed = self.orphan_remove(slot, ino)?;
-            if raw.links_count == 0 {
-                self.check(self.release_inode(raw))?;
-            } else if listed {
-                // Linked again: its dtime no longer links the list.
-                self.write_inode(&raw, false)?;
-            }
+            drop(live);
+            requeue(ino, weak, slot);
+            partial.push(ino);
         }
         Ok(partial)
     }

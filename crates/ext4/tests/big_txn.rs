@@ -346,3 +346,61 @@ fn unmount_frees_many_open_unlinked_files_over_several_commits() {
     let inodes: u64 = sb_field(&img, "Free inodes").parse().unwrap();
     assert_eq!(inodes, inodes0);
 }
+
+/// Twelve unlinked files of ~94 groups each, open until after a commit,
+/// then closed together: each alone fits one step, but their frees
+/// together are more than the log holds. The next commit frees as many as
+/// fit one step's budget and leaves the rest to later handles and commits
+/// (as the kernel frees each evicted inode in a handle of its own); it
+/// used to free them all in one transaction, which did not fit the log
+/// and stopped the filesystem (EROFS from then on).
+#[test]
+fn many_unlinked_files_closed_at_once_are_freed_over_several_commits() {
+    if !have_tools() {
+        return;
+    }
+    let s = Scratch::new("closemany");
+    let img = image(&s.0, "orphan_file");
+    let blocks0 = free_blocks(&img);
+    let e = Ext4::open(&img, rw_journaled()).unwrap();
+    let vfs = Vfs::with_root_fs(Default::default(), e.clone());
+    let t = vfs.root_task();
+    const FILES: usize = 12;
+    const PER: i64 = 24_000;
+    let mut fds = Vec::new();
+    for i in 0..FILES {
+        let p = format!("/f{i}");
+        let fd = t.open(&p, O_CREAT | O_RDWR, 0o644).unwrap();
+        let mut off = 0;
+        while off < PER * BS {
+            let len = (1000 * BS).min(PER * BS - off);
+            t.fallocate(fd, 0, off, len).unwrap();
+            t.fsync(fd).unwrap();
+            off += len;
+        }
+        fds.push(fd);
+    }
+    for i in 0..FILES {
+        t.unlink(&format!("/f{i}")).unwrap();
+    }
+    e.commit().unwrap();
+    let commits = e.commit_stats().0;
+    for fd in fds {
+        t.close(fd).unwrap();
+    }
+    scalevfs::flush_deferred_frees();
+    e.commit().expect("the commit after the closes");
+    // Still writing; the files left for later handles go with them.
+    let fd = t.open("/g", O_CREAT | O_RDWR, 0o644).unwrap();
+    t.pwrite(fd, b"x", 0).unwrap();
+    t.close(fd).unwrap();
+    e.commit().unwrap();
+    let n = e.commit_stats().0 - commits;
+    drop(t);
+    drop(vfs);
+    e.unmount().unwrap();
+    drop(e);
+    fsck_clean(&img);
+    // Every block back but /g's one (and nothing else held).
+    assert_eq!(free_blocks(&img), blocks0 - 1, "after {n} commits");
+}
