@@ -1998,12 +1998,24 @@ impl Ext4 {
         g
     }
 
+    /// Check, before a mount writes anything, what recovering orphan
+    /// `raw` will walk: its extent tree, or its block map (an ext2/3-style
+    /// file), read back whole (bounded: each block once).
+    pub(crate) fn check_orphan_map(&self, raw: &RawInode) -> Result<()> {
+        if raw.flags & FL_EXTENTS != 0 {
+            self.collect_extents(raw)?;
+        } else if crate::fs::block_mapped(raw, self.bs) {
+            self.collect_block_map(raw)?;
+        }
+        Ok(())
+    }
+
     /// Every block a block-mapped (ext2/3) inode holds: its data blocks and
     /// the indirect blocks that map them (12 direct pointers, then single,
     /// double and triple indirect). A pointer outside the image, or a block
     /// met twice, is corruption: each block is read at most once, so the
     /// walk ends within the image's size.
-    fn collect_block_map(&self, raw: &RawInode) -> Result<Vec<u64>> {
+    pub(crate) fn collect_block_map(&self, raw: &RawInode) -> Result<Vec<u64>> {
         let (data, map) = self.walk_block_map(raw)?;
         Ok(data.into_iter().map(|(_, b)| b).chain(map).collect())
     }

@@ -268,8 +268,11 @@ impl Ext4 {
                         done = Some(true);
                     } else if raw.links_count > 0
                         && raw.file_type_bits() == libc::S_IFREG
-                        && raw.flags & FL_EXTENTS != 0
+                        && (raw.flags & FL_EXTENTS != 0 || crate::fs::block_mapped(&raw, self.bs))
                     {
+                        // An ext3-style file is mapped by extents first (as
+                        // a write to it would be), then truncated.
+                        self.check(self.migrate_to_extents(&mut raw))?;
                         let keep = raw.size.div_ceil(self.bs as u64);
                         self.check(self.drop_range(&mut raw, keep, 1 << 32, &[]))?;
                         self.write_inode(&raw, false)?;
@@ -325,13 +328,11 @@ impl Ext4 {
                 let (rw, io) = self.rw()?;
                 let in_use = rw.alloc.inode_in_use(&io, ino)?;
                 if in_use {
-                    // It may be freed: it and its extent tree must read back.
-                    let r = self.read_inode(ino).and_then(|raw| {
-                        if raw.flags & FL_EXTENTS != 0 {
-                            self.collect_extents(&raw)?;
-                        }
-                        Ok(())
-                    });
+                    // It may be freed or truncated: it and its extent
+                    // tree (or block map) must read back.
+                    let r = self
+                        .read_inode(ino)
+                        .and_then(|raw| self.check_orphan_map(&raw));
                     if let Err(e) = r {
                         return Err(corrupt(what(), format!("lists inode {ino}: {e}")));
                     }

@@ -269,11 +269,10 @@ impl Ext4 {
             let raw = self
                 .read_inode(ino)
                 .map_err(|e| corrupt(what, format!("lists inode {ino}: {e}")))?;
-            // Its blocks will be freed: the tree must read back first.
-            if raw.flags & FL_EXTENTS != 0 {
-                self.collect_extents(&raw)
-                    .map_err(|e| corrupt(what, format!("lists inode {ino}: {e}")))?;
-            }
+            // Its blocks will be freed: the tree (or block map) must read
+            // back first.
+            self.check_orphan_map(&raw)
+                .map_err(|e| corrupt(what, format!("lists inode {ino}: {e}")))?;
             out.push(ino);
             ino = raw.dtime;
         }
@@ -309,7 +308,12 @@ impl Ext4 {
                         done = Some(true);
                     } else {
                         let is_reg = raw.file_type_bits() == libc::S_IFREG;
-                        if is_reg && raw.flags & FL_EXTENTS != 0 {
+                        let mapped =
+                            raw.flags & FL_EXTENTS != 0 || crate::fs::block_mapped(&raw, self.bs);
+                        if is_reg && mapped {
+                            // An ext3-style file is mapped by extents first
+                            // (as a write to it would be), then truncated.
+                            self.check(self.migrate_to_extents(&mut raw))?;
                             let keep = raw.size.div_ceil(self.bs as u64);
                             self.check(self.drop_range(&mut raw, keep, 1 << 32, &[]))?;
                         }
