@@ -957,15 +957,45 @@ impl Ext4 {
         let per = extent::entries_per_block(self.bs);
         let seed = raw.csum_seed;
         let goal = ex.first().map_or(0, |e| e.start);
-        let mut new_blocks: Vec<u64> = Vec::new();
-        let mut build = || -> Result<(u16, Vec<Index>)> {
-            if ex.len() <= 4 {
-                return Ok((0, Vec::new()));
+        // Nodes per level, leaves first (none: the extents fit the inode).
+        let mut levels = Vec::new();
+        if ex.len() > 4 {
+            let mut n = ex.len().div_ceil(per);
+            levels.push(n);
+            while n > 4 {
+                if levels.len() >= usize::from(extent::MAX_DEPTH) {
+                    return Err(errno(libc::EFBIG));
+                }
+                n = n.div_ceil(per);
+                levels.push(n);
             }
-            let mut level: Vec<Index> = Vec::new();
+        }
+        let need: usize = levels.iter().sum();
+        // The old tree's blocks hold the new nodes first (rewritten in
+        // this transaction, as the kernel changes tree blocks in place), so
+        // a tree that shrinks, as freeing from the end makes it, needs no
+        // new block: deleting a file works on a full filesystem. Only what
+        // the old blocks cannot hold is allocated, all of it before any
+        // node changes, so ENOSPC leaves the tree as it was.
+        let reuse = need.min(old.len());
+        let mut fresh = Vec::with_capacity(need - reuse);
+        while fresh.len() < need - reuse {
+            match self.alloc_block(goal, false) {
+                Ok(b) => fresh.push(b),
+                Err(e) => {
+                    for b in fresh {
+                        let _ = self.free_block(b);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        let mut blocks = old[..reuse].iter().copied().chain(fresh.iter().copied());
+        let mut level: Vec<Index> = Vec::new();
+        let mut depth = 0u16;
+        if !levels.is_empty() {
             for chunk in ex.chunks(per) {
-                let b = self.alloc_block(goal, false)?;
-                new_blocks.push(b);
+                let b = blocks.next().expect("counted above");
                 self.store_node(b, false, seed, |d| {
                     extent::encode_leaf(d, per, chunk);
                 })?;
@@ -974,15 +1004,11 @@ impl Ext4 {
                     leaf: b,
                 });
             }
-            let mut depth = 1u16;
+            depth = 1;
             while level.len() > 4 {
-                if depth >= extent::MAX_DEPTH {
-                    return Err(errno(libc::EFBIG));
-                }
                 let mut up = Vec::new();
                 for chunk in level.chunks(per) {
-                    let b = self.alloc_block(goal, false)?;
-                    new_blocks.push(b);
+                    let b = blocks.next().expect("counted above");
                     self.store_node(b, false, seed, |d| {
                         extent::encode_index(d, per, depth, chunk);
                     })?;
@@ -994,30 +1020,18 @@ impl Ext4 {
                 level = up;
                 depth += 1;
             }
-            Ok((depth, level))
-        };
-        let built = build();
-        let (depth, top) = match built {
-            Ok(x) => x,
-            Err(e) => {
-                for b in new_blocks {
-                    let _ = self.free_block(b);
-                }
-                return Err(e);
-            }
-        };
-        for &b in old {
+        }
+        for &b in &old[reuse..] {
             self.free_block(b)?;
         }
         let unit = self.bs as u64 / 512;
-        raw.blocks =
-            raw.blocks.saturating_sub(old.len() as u64 * unit) + new_blocks.len() as u64 * unit;
+        raw.blocks = raw.blocks.saturating_sub(old.len() as u64 * unit) + need as u64 * unit;
         let gen = raw.block[8..12].to_vec();
         let mut root = [0u8; I_BLOCK_LEN];
         if depth == 0 {
             extent::encode_leaf(&mut root, 4, ex);
         } else {
-            extent::encode_index(&mut root, 4, depth, &top);
+            extent::encode_index(&mut root, 4, depth, &level);
         }
         root[8..12].copy_from_slice(&gen);
         raw.block = root;

@@ -404,3 +404,78 @@ fn many_unlinked_files_closed_at_once_are_freed_over_several_commits() {
     // Every block back but /g's one (and nothing else held).
     assert_eq!(free_blocks(&img), blocks0 - 1, "after {n} commits");
 }
+
+/// A fragmented file too large to free in one step (the limit lowered so
+/// that steps are one group each) is deleted on a full filesystem (no
+/// reserved blocks): each step frees from the end and rewrites the shrunk
+/// extent tree into its own old blocks, so it needs no new block. Steps
+/// used to allocate a new tree: ENOSPC, and the filesystem stopped
+/// writing, with the space never given back.
+#[test]
+fn deleting_a_stepped_file_on_a_full_filesystem_gives_the_space_back() {
+    if !have_tools() {
+        return;
+    }
+    let s = Scratch::new("fulldel");
+    let img = s.0.join("img");
+    common::mkfs_args(&img, &["-b", "1024", "-m", "0", "-O", "orphan_file"], "32M");
+    let free0 = free_blocks(&img);
+    let e = Ext4::open(&img, rw_journaled()).unwrap();
+    e.set_txn_limit(8);
+    let vfs = Vfs::with_root_fs(Default::default(), e.clone());
+    let t = vfs.root_task();
+    // 20 MiB, then a hole every 32 blocks: ~640 extents in a depth-1 tree.
+    let fd = t.open("/frag", O_CREAT | O_RDWR, 0o644).unwrap();
+    let mb = vec![0x11u8; 1 << 20];
+    for i in 0..20 {
+        t.pwrite(fd, &mb, i << 20).unwrap();
+    }
+    t.fsync(fd).unwrap();
+    let mode = FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE;
+    let mut off = 0;
+    while off < 20 << 20 {
+        t.fallocate(fd, mode, off, BS).unwrap();
+        off += 32 * BS;
+    }
+    t.fsync(fd).unwrap();
+    t.close(fd).unwrap();
+    // Fill the rest.
+    let fd = t.open("/fill", O_CREAT | O_RDWR, 0o644).unwrap();
+    let mut pos = 0i64;
+    for chunk in [1i64 << 20, 64 << 10, BS] {
+        let buf = vec![0x22u8; chunk as usize];
+        while matches!(t.pwrite(fd, &buf, pos), Ok(n) if n > 0) {
+            pos += chunk;
+        }
+    }
+    t.fsync(fd).unwrap();
+    t.close(fd).unwrap();
+    assert!(t.statfs("/").unwrap().bfree < 64, "not full");
+    t.unlink("/frag").unwrap();
+    scalevfs::flush_deferred_frees();
+    // A step per handle or commit: the space comes back over a few.
+    for _ in 0..100 {
+        e.commit().unwrap();
+        if t.statfs("/").unwrap().bfree > 15 * 1024 {
+            break;
+        }
+        let fd = t.open("/step", O_CREAT | O_RDWR, 0o644).unwrap();
+        t.close(fd).unwrap();
+    }
+    assert!(t.statfs("/").unwrap().bfree > 15 * 1024);
+    // Still writing.
+    let fd = t.open("/x", O_CREAT | O_RDWR, 0o644).unwrap();
+    t.pwrite(fd, &mb, 0).unwrap();
+    t.close(fd).unwrap();
+    e.commit().unwrap();
+    drop(t);
+    drop(vfs);
+    e.unmount().unwrap();
+    drop(e);
+    fsck_clean(&img);
+    let free1 = free_blocks(&img);
+    assert!(
+        free1 + 4 * 1024 < free0 && free1 > 15 * 1024,
+        "{free1} of {free0}"
+    );
+}
