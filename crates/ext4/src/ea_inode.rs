@@ -101,6 +101,12 @@ pub(crate) fn lost(old: &[u32], new: &[u32]) -> Vec<u32> {
     out
 }
 
+thread_local! {
+    /// This thread is freeing a value inode (`ea_inode_put`): a value
+    /// inode reached from there is named by another one.
+    static RELEASING_VALUE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 impl Ext4 {
     pub(crate) fn has_ea_inode(&self) -> bool {
         self.sb.has_incompat(INCOMPAT_EA_INODE)
@@ -303,12 +309,27 @@ impl Ext4 {
         })?;
         if left == 0 {
             let raw = self.read_inode(ino)?;
+            // A value inode's own attributes naming value inodes (only a
+            // crafted image has them) would free a chain of them here, one
+            // stack frame set per link: corruption instead, checked before
+            // anything of this inode changes.
+            if RELEASING_VALUE.with(|d| d.get()) {
+                return Err(self
+                    .check::<()>(Err(corrupt(
+                        format!("inode {ino}"),
+                        "an xattr value inode named by another value inode",
+                    )))
+                    .unwrap_err());
+            }
             // Out of the cache first (POLICY): a sharer holding the shard
             // finishes, and none finds it afterwards.
             if let Some(rw) = &self.rw {
                 rw.ea_values.remove(raw.atime.0 as u32, u64::from(ino));
             }
-            self.check(self.release_inode(raw))?;
+            RELEASING_VALUE.with(|d| d.set(true));
+            let r = self.release_inode(raw);
+            RELEASING_VALUE.with(|d| d.set(false));
+            self.check(r)?;
         }
         Ok(())
     }

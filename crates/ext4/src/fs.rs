@@ -1220,6 +1220,27 @@ impl Ext4 {
         Ok((rw.bufs.take_dirty(n), revokes))
     }
 
+    /// An attribute was stored: the superblock says the image has them
+    /// (`COMPAT_EXT_ATTR`), as the kernel's ext4_xattr_update_super_block
+    /// sets it on the first one (e2fsck clears the attributes of an image
+    /// without it). Called inside the handle that stored it, so the commit
+    /// carrying the attribute logs the superblock too.
+    pub(crate) fn note_ext_attr(&self) {
+        if self.sb.has_compat(COMPAT_EXT_ATTR) {
+            return;
+        }
+        if let Some(rw) = &self.rw {
+            let mut raw = rw.sb_raw.lock();
+            let c = u32::from_le_bytes([raw[0x5C], raw[0x5D], raw[0x5E], raw[0x5F]]);
+            if c & COMPAT_EXT_ATTR == 0 {
+                raw[0x5C..0x60].copy_from_slice(&(c | COMPAT_EXT_ATTR).to_le_bytes());
+                // SeqCst: see `prepare_commit` (set under `sb_raw`'s lock,
+                // inside the handle).
+                rw.sb_changed.store(true, Ordering::SeqCst);
+            }
+        }
+    }
+
     /// Whether this commit logs the superblock (`must`: it has to). Its free totals, write
     /// time and kbytes written may lag on disk, as the kernel lets them
     /// (e2fsck recounts the totals from the group descriptors): it goes

@@ -343,6 +343,9 @@ impl Ext4 {
         ei.set_raw(raw.clone());
         drop(g);
         inode.update_attr(|a| a.blocks = raw.blocks);
+        if value.is_some() {
+            self.note_ext_attr();
+        }
         Ok(())
     }
 
@@ -425,30 +428,51 @@ impl Ext4 {
                 return Ok(());
             }
         }
-        let blk = if old != 0 && refcount == 1 {
-            old
-        } else {
-            // Near the inode's group, as the kernel's goal.
+        // Near the inode's group, as the kernel's goal.
+        let alloc = || {
             let g = u64::from((raw.ino - 1) / self.sb.inodes_per_group);
             let goal =
                 u64::from(self.sb.first_data_block) + g * u64::from(self.sb.blocks_per_group);
-            self.alloc_block(goal, false)?
+            self.alloc_block(goal, false)
         };
-        if let Some(seed) = self.xattr_csum_seed() {
-            xattr::set_block_csum(&mut b, blk, seed);
+        let seed = self.xattr_csum_seed();
+        let mut blk = old;
+        let mut in_place = false;
+        if old != 0 && refcount == 1 {
+            // Changed in place only if still ours alone: `refcount` was
+            // read before, and another inode with the same attributes may
+            // have joined the block since (`share_twin`, which counts
+            // under the buffer's lock and checks the contents there: after
+            // this write, none joins). Its old contents' cache entry goes
+            // (the block may later be freed and hold anything, and only
+            // the entry under its last contents is dropped then). As the
+            // kernel's ext4_xattr_block_set checks h_refcount again under
+            // lock_buffer.
+            if let Some(seed) = seed {
+                xattr::set_block_csum(&mut b, blk, seed);
+            }
+            let before = rw.bufs.modify(io.dev, blk, true, |d| {
+                let r = u32::from_le_bytes([d[4], d[5], d[6], d[7]]);
+                (r == 1).then(|| {
+                    let h = header_hash(d);
+                    d.copy_from_slice(&b);
+                    h
+                })
+            })?;
+            if let Some(h) = before {
+                rw.xattr_blocks.remove(h, blk);
+                in_place = true;
+            }
         }
-        // The whole block is written: nothing to read first (but changed
-        // in place, its old contents' cache entry must go: the block may
-        // later be freed and hold anything, and only the entry under its
-        // last contents is dropped then).
-        let in_place = blk == old;
-        let before = rw.bufs.modify(io.dev, blk, in_place, |d| {
-            let h = header_hash(d);
-            d.copy_from_slice(&b);
-            h
-        })?;
-        if in_place {
-            rw.xattr_blocks.remove(before, blk);
+        if !in_place {
+            // A new block (copy on write when the old one is shared): the
+            // whole block is written, nothing to read first.
+            blk = alloc()?;
+            if let Some(seed) = seed {
+                xattr::set_block_csum(&mut b, blk, seed);
+            }
+            rw.bufs
+                .modify(io.dev, blk, false, |d| d.copy_from_slice(&b))?;
         }
         if shareable {
             rw.xattr_blocks.insert(header_hash(&b), blk);
