@@ -335,7 +335,15 @@ impl Ext4 {
         }
         let r = self.store_xattrs(&mut raw, &st, &body, &block, fresh);
         if let Err(e) = r {
-            if let (Some(ino), false) = (fresh, e.is_corrupt()) {
+            // ENOSPC comes before anything changed (the encodings, the
+            // block's allocation). Any other failure may come after part
+            // of the change (a new block written, the old one's count
+            // dropped): the filesystem stops writing, so that half of it
+            // never commits.
+            if e.errno() != scalevfs::Errno::ENOSPC {
+                return Err(self.stop_writes(e));
+            }
+            if let Some(ino) = fresh {
                 let _ = self.ea_inode_put(ino);
             }
             return Err(e);
