@@ -60,7 +60,7 @@ use scalevfs::inode::Inode;
 use crate::error::{corrupt, Result};
 use crate::format::extent::{self, Extent, Index, Node as ExtNode, INIT_MAX_LEN};
 use crate::format::inode::{RawInode, FL_EXTENTS, FL_INLINE_DATA, I_BLOCK_LEN};
-use crate::fs::{Ext4, Ext4Inode};
+use crate::fs::{Ext4, Ext4Inode, Release};
 use crate::util::{errno, now, BlockBuf};
 use scalevfs_orphan::OrphanSlot;
 use scalevfs_sync::ordered::RwLockWriteGuard;
@@ -77,19 +77,6 @@ fn joins(a: &Extent, b: &Extent) -> bool {
         && u64::from(a.block) + u64::from(a.len) == u64::from(b.block)
         && a.start + u64::from(a.len) == b.start
         && u32::from(a.len) + u32::from(b.len) <= u32::from(INIT_MAX_LEN) - u32::from(a.uninit)
-}
-
-/// What [`Ext4::release_step`] did with an unlinked inode.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Release {
-    /// Freed one step's worth from the end: more steps remain.
-    Stepped,
-    /// Needs steps, none taken (not allowed): nothing changed.
-    Later,
-    /// Nothing yet: the rest is freed in one go (`release_inode`),
-    /// changing the bitmaps of these groups (`groups_of`; a handle's
-    /// budget counts them).
-    Fits(Vec<u64>),
 }
 
 /// Merge `e` into the sorted list `ex` (which has no block of its range).

@@ -1582,7 +1582,7 @@ impl Ext4 {
                 let r = if raw.links_count == 0 {
                     self.check(self.release_step(&mut raw, used.is_empty()))?
                 } else {
-                    crate::extent_write::Release::Fits(Vec::new())
+                    Release::Fits(Vec::new())
                 };
                 Ok((raw, r))
             })();
@@ -1596,20 +1596,20 @@ impl Ext4 {
                 }
             };
             match r {
-                crate::extent_write::Release::Stepped => {
+                Release::Stepped => {
                     // A step takes the whole budget.
                     used.extend(0..budget.unwrap_or(0) as u64 + 1);
                     if let Some(e) = ei {
                         e.set_raw(raw);
                     }
                 }
-                crate::extent_write::Release::Later => {}
-                crate::extent_write::Release::Fits(g)
+                Release::Later => {}
+                Release::Fits(g)
                     if budget.is_some_and(|b| {
                         !used.is_empty()
                             && used.len() + g.iter().filter(|x| !used.contains(*x)).count() > b
                     }) => {}
-                crate::extent_write::Release::Fits(g) => {
+                Release::Fits(g) => {
                     used.extend(g);
                     // Its orphan record goes in the transaction that frees
                     // it (first: the list's link must not be encoded into
@@ -2790,6 +2790,19 @@ fn ft_from_dirent(ft: u8) -> Option<FileType> {
         dir::FT_SYMLINK => FileType::Symlink,
         _ => return None,
     })
+}
+
+/// What `Ext4::release_step` (extent_write.rs) did with an unlinked inode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Release {
+    /// Freed one step's worth from the end: more steps remain.
+    Stepped,
+    /// Needs steps, none taken (not allowed): nothing changed.
+    Later,
+    /// Nothing yet: the rest is freed in one go (`release_inode`),
+    /// changing the bitmaps of these groups (`groups_of`; a handle's
+    /// budget counts them).
+    Fits(Vec<u64>),
 }
 
 /// Whether `raw` (without the extents flag) maps blocks through `i_block`
