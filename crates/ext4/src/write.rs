@@ -384,14 +384,7 @@ impl Ext4 {
             if self.leaf_room(draw, lblk, &buf, &r, name.len())? != Some(true) {
                 continue;
             }
-            let done = rw.bufs.modify_sealed(io.dev, pblk, true, |b| {
-                let ok = dir::insert(b, end, ino, name, ft);
-                if let (true, Some(s)) = (ok, seed) {
-                    dir::set_tail_csum(b, s);
-                }
-                (ok, ok && seed.is_some())
-            })?;
-            if done {
+            if self.insert_cached(pblk, name, ino, ft, seed)? {
                 return Ok(true);
             }
         }
@@ -413,6 +406,29 @@ impl Ext4 {
             }
         })?;
         Ok(true)
+    }
+
+    /// Insert `name` -> `ino` into the cached leaf block `pblk` with one
+    /// atomic change of the block (`dir::insert`; its tail checksum
+    /// resealed): false, nothing changed, when no entry has room (an
+    /// insert beside this one may have taken it).
+    fn insert_cached(
+        &self,
+        pblk: u64,
+        name: &[u8],
+        ino: u32,
+        ft: u8,
+        seed: Option<u32>,
+    ) -> Result<bool> {
+        let (rw, io) = self.rw()?;
+        let end = self.bs - if seed.is_some() { dir::TAIL_SIZE } else { 0 };
+        Ok(rw.bufs.modify_sealed(io.dev, pblk, true, |b| {
+            let ok = dir::insert(b, end, ino, name, ft);
+            if let (true, Some(s)) = (ok, seed) {
+                dir::set_tail_csum(b, s);
+            }
+            (ok, ok && seed.is_some())
+        })?)
     }
 
     /// Add a block at the end of directory `draw` (`last`: its last
@@ -610,17 +626,8 @@ impl Ext4 {
             .leaf_room(draw, leaf, &buf, &r, name.len())?
             .ok_or_else(|| corrupt(what(), format!("leaf {leaf} is an index block")))?;
         let end = bs - if seed.is_some() { dir::TAIL_SIZE } else { 0 };
-        if room {
-            let done = rw.bufs.modify_sealed(io.dev, pblk, true, |b| {
-                let ok = dir::insert(b, end, ino, name, ft);
-                if let (true, Some(s)) = (ok, seed) {
-                    dir::set_tail_csum(b, s);
-                }
-                (ok, ok && seed.is_some())
-            })?;
-            if done {
-                return Ok(true);
-            }
+        if room && self.insert_cached(pblk, name, ino, ft, seed)? {
+            return Ok(true);
         }
         if !grow {
             return Ok(false);
