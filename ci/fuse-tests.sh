@@ -60,10 +60,24 @@ unmount() {
     fusermount3 -u "$mnt" 2> /dev/null || fusermount3 -u -z "$mnt" 2> /dev/null || umount -l "$mnt" 2> /dev/null
   fi
   if [ -n "$daemon" ]; then
-    for _ in $(seq 1 50); do kill -0 "$daemon" 2> /dev/null || break; sleep 0.1; done
-    kill "$daemon" 2> /dev/null
+    # The daemon writes back and flushes its image after the unmount: on a
+    # slow CI disk that took longer than 5 s (a 512 MiB ext4 image), so wait
+    # up to 120 s before giving up, and say so when it did not exit.
+    local waited=0
+    while kill -0 "$daemon" 2> /dev/null && [ $waited -lt 1200 ]; do
+      sleep 0.1; waited=$((waited + 1))
+    done
+    if kill -0 "$daemon" 2> /dev/null; then
+      echo "  daemon still running 120 s after the unmount; killing it"
+      tail -5 "$work/daemon.log" | sed 's/^/  daemon: /'
+      kill "$daemon" 2> /dev/null
+    fi
     wait "$daemon" 2> /dev/null
     local rc=$?
+    if [ $rc != 0 ]; then
+      echo "  daemon exit status $rc after $((waited / 10)).$((waited % 10)) s"
+      tail -5 "$work/daemon.log" | sed 's/^/  daemon: /'
+    fi
     daemon=
     return $rc
   fi
