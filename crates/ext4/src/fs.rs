@@ -1587,6 +1587,14 @@ impl Ext4 {
                 Ok((raw, r))
             })();
             let (raw, r) = match step {
+                Ok((raw, Release::Fits(mut g))) => {
+                    // Besides its bitmaps: its inode table block and its
+                    // orphan record's block (or list neighbour).
+                    g.extend(self.record_keys(ino, slot));
+                    g.sort_unstable();
+                    g.dedup();
+                    (raw, Release::Fits(g))
+                }
                 Ok(v) => v,
                 Err(e) => {
                     drop(live);
@@ -1639,6 +1647,30 @@ impl Ext4 {
             partial.push(ino);
         }
         Ok(partial)
+    }
+
+    /// Keys (apart from `groups_of`'s bitmap groups, which are below
+    /// 2^32 or above 2^64 - 2^32) for the other blocks freeing `ino`
+    /// logs: its inode table block and the block of its orphan-file slot
+    /// (`META | block`), or, on an orphan list, the neighbour whose link
+    /// changes (`NEIGHBOUR | ino`: its block is not known without a read,
+    /// so counted as one more block). Each block the transaction logs
+    /// then counts once toward `reap_some`'s budget.
+    fn record_keys(&self, ino: u32, slot: OrphanSlot) -> Vec<u64> {
+        const META: u64 = 1 << 62;
+        const NEIGHBOUR: u64 = 1 << 61;
+        let mut k = Vec::with_capacity(2);
+        if let Ok((blk, _, _)) = self.inode_slot(ino) {
+            k.push(META | blk);
+        }
+        if self.orphan_list().is_some() || slot == OrphanSlot::Overflow {
+            k.push(NEIGHBOUR | u64::from(ino));
+        } else if let (OrphanSlot::Slot { block, .. }, Some(od)) = (slot, self.orphan_disk()) {
+            if let Some(&b) = od.blocks.get(block as usize) {
+                k.push(META | b);
+            }
+        }
+        k
     }
 
     /// Finish freeing the unlinked inodes `partial` (`reap_some` freed a
