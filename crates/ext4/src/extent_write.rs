@@ -66,9 +66,6 @@ use scalevfs_orphan::OrphanSlot;
 use scalevfs_sync::ordered::RwLockWriteGuard;
 use scalevfs_sync::primitive::Ordering;
 
-/// A block map's data blocks: (logical, physical), in logical order.
-type BlockMapData = Vec<(u64, u64)>;
-
 /// Whether `b` continues `a` (logically and physically, same state) and
 /// the two fit one extent: unwritten extents hold at most
 /// INIT_MAX_LEN - 1 blocks.
@@ -1298,7 +1295,7 @@ impl Ext4 {
     }
 
     /// Group of physical block `p`.
-    fn group_of(&self, p: u64) -> u64 {
+    pub(crate) fn group_of(&self, p: u64) -> u64 {
         p.saturating_sub(u64::from(self.sb.first_data_block))
             / u64::from(self.sb.blocks_per_group).max(1)
     }
@@ -1534,10 +1531,14 @@ impl Ext4 {
                 let keep = raw.size.div_ceil(bs);
                 let cut = self.drop_range_step(&mut raw, keep, 1 << 32, &[], self.step_groups())?;
                 let done = cut <= keep;
-                if done {
-                    self.orphan_remove_live(slot, &mut raw)?;
-                }
-                self.publish(inode, ei, g, raw)?;
+                // The step is made: a failure storing it stops writes.
+                (|| {
+                    if done {
+                        self.orphan_remove_live(slot, &mut raw)?;
+                    }
+                    self.publish(inode, ei, g, raw)
+                })()
+                .map_err(|e| self.stop_writes(e))?;
                 Ok(done)
             })?;
             if done {
@@ -1600,7 +1601,9 @@ impl Ext4 {
                 let cut = self.drop_range_step(&mut raw, from, to, &[], self.step_groups())?;
                 raw.ctime = now();
                 raw.mtime = raw.ctime;
-                self.publish(inode, ei, g, raw)?;
+                // The step is made: a failure storing it stops writes.
+                self.publish(inode, ei, g, raw)
+                    .map_err(|e| self.stop_writes(e))?;
                 Ok(cut)
             })?;
         }
@@ -1925,7 +1928,8 @@ impl Ext4 {
                 return Ok(false);
             }
             let mut raw = self.read_inode(ino)?;
-            if raw.flags & FL_EXTENTS == 0 {
+            let mapped = raw.flags & FL_EXTENTS == 0 && crate::fs::block_mapped(&raw, self.bs);
+            if raw.flags & FL_EXTENTS == 0 && !mapped {
                 return Ok(false);
             }
             let keep = if raw.links_count == 0 {
@@ -1935,12 +1939,26 @@ impl Ext4 {
             } else {
                 return Ok(false);
             };
+            if mapped {
+                // An ext2/3-style file: its map cut from the end, a step
+                // per handle (the kernel's ext4_ind_truncate restarts its
+                // handle likewise), nothing allocated.
+                let cut = self.block_map_cut(&raw, keep, b)?;
+                if cut <= keep {
+                    return Ok(false);
+                }
+                self.cut_block_map(&mut raw, cut)
+                    .and_then(|()| self.write_inode(&raw, false))
+                    .map_err(|e| self.stop_writes(e))?;
+                return Ok(true);
+            }
             let (ex, tree) = self.collect_extents(&raw)?;
             if self.tail_cut(&ex, tree.len(), keep, 1 << 32, b) <= keep {
                 return Ok(false);
             }
             self.check(self.drop_range_step(&mut raw, keep, 1 << 32, &[], Some(b)))?;
-            self.write_inode(&raw, false)?;
+            self.write_inode(&raw, false)
+                .map_err(|e| self.stop_writes(e))?;
             Ok(true)
         })
     }
@@ -1957,13 +1975,25 @@ impl Ext4 {
             return Ok(Release::Fits(Vec::new()));
         };
         if raw.flags & FL_EXTENTS == 0 {
-            // Freed whole (see `release_inode`): its blocks' groups.
-            let blocks = if crate::fs::block_mapped(raw, self.bs) {
-                self.collect_block_map(raw)?
-            } else {
-                Vec::new()
-            };
-            return Ok(Release::Fits(self.groups_of(blocks.into_iter(), raw)));
+            if !crate::fs::block_mapped(raw, self.bs) {
+                return Ok(Release::Fits(self.groups_of(std::iter::empty(), raw)));
+            }
+            // An ext2/3-style file: freed whole (`release_inode`) when it
+            // fits a step, else its map cut from the end a step at a time.
+            let cut = self.block_map_cut(raw, 0, b)?;
+            if cut == 0 {
+                let blocks = self.collect_block_map(raw)?;
+                return Ok(Release::Fits(self.groups_of(blocks.into_iter(), raw)));
+            }
+            if !may_step {
+                return Ok(Release::Later);
+            }
+            // Made in part, a failure must not commit (`reap_some` would
+            // requeue the inode and free the same blocks again).
+            self.cut_block_map(raw, cut)
+                .and_then(|()| self.write_inode(raw, false))
+                .map_err(|e| self.stop_writes(e))?;
+            return Ok(Release::Stepped);
         }
         let (ex, tree) = self.collect_extents(raw)?;
         if self.tail_cut(&ex, tree.len(), 0, 1 << 32, b) == 0 {
@@ -1980,14 +2010,16 @@ impl Ext4 {
             return Ok(Release::Later);
         }
         self.drop_range_step(raw, 0, 1 << 32, &[], Some(b))?;
-        self.write_inode(raw, false)?;
+        // The step is made (see above).
+        self.write_inode(raw, false)
+            .map_err(|e| self.stop_writes(e))?;
         Ok(Release::Stepped)
     }
 
     /// The bitmaps freeing `raw` changes: the groups of `blocks` and of
     /// its xattr block, and (as `u64::MAX - group`, apart from block
     /// groups) its inode's group; sorted, without repeats.
-    fn groups_of(&self, blocks: impl Iterator<Item = u64>, raw: &RawInode) -> Vec<u64> {
+    pub(crate) fn groups_of(&self, blocks: impl Iterator<Item = u64>, raw: &RawInode) -> Vec<u64> {
         let ipg = u64::from(self.sb.inodes_per_group).max(1);
         let mut g: Vec<u64> = blocks
             .chain((raw.file_acl != 0).then_some(raw.file_acl))
@@ -1997,6 +2029,20 @@ impl Ext4 {
         g.sort_unstable();
         g.dedup();
         g
+    }
+
+    /// At mount, finish the truncate of linked regular file `raw` that a
+    /// crash cut short (it is an orphan): the blocks past its size go.
+    /// Block-mapped (ext2/3-style) files keep their map, cut without
+    /// allocating (`cut_block_map`), so a full filesystem or a tiny
+    /// journal cannot fail the mount; `orphan_step` has already brought
+    /// what is left within one handle.
+    pub(crate) fn finish_truncate(&self, raw: &mut RawInode) -> Result<()> {
+        let keep = raw.size.div_ceil(self.bs as u64);
+        if raw.flags & FL_EXTENTS == 0 {
+            return self.cut_block_map(raw, keep);
+        }
+        self.drop_range(raw, keep, 1 << 32, &[])
     }
 
     /// Check, before a mount writes anything, what recovering orphan
@@ -2009,64 +2055,6 @@ impl Ext4 {
             self.collect_block_map(raw)?;
         }
         Ok(())
-    }
-
-    /// Every block a block-mapped (ext2/3) inode holds: its data blocks and
-    /// the indirect blocks that map them (12 direct pointers, then single,
-    /// double and triple indirect). A pointer outside the image, or a block
-    /// met twice, is corruption: each block is read at most once, so the
-    /// walk ends within the image's size.
-    pub(crate) fn collect_block_map(&self, raw: &RawInode) -> Result<Vec<u64>> {
-        let (data, map) = self.walk_block_map(raw)?;
-        Ok(data.into_iter().map(|(_, b)| b).chain(map).collect())
-    }
-
-    /// The block map of `raw` (see `collect_block_map`): its data blocks
-    /// as (logical, physical), in logical order, and its indirect blocks.
-    fn walk_block_map(&self, raw: &RawInode) -> Result<(BlockMapData, Vec<u64>)> {
-        let what = || format!("inode {} block map", raw.ino);
-        let per = (self.bs / 4) as u64;
-        let first = u64::from(self.sb.first_data_block);
-        let (mut data, mut map) = (Vec::new(), Vec::new());
-        let mut seen = std::collections::HashSet::new();
-        let mut buf = BlockBuf::zeroed(self.bs);
-        // (pointer, levels of indirect blocks at and below it, the first
-        // logical block it maps)
-        let mut todo: Vec<(u32, u32, u64)> =
-            (0..12).map(|i| (raw.block_word(i), 0, i as u64)).collect();
-        todo.extend([
-            (raw.block_word(12), 1, 12),
-            (raw.block_word(13), 2, 12 + per),
-            (raw.block_word(14), 3, 12 + per + per * per),
-        ]);
-        while let Some((p, level, lblk)) = todo.pop() {
-            if p == 0 {
-                continue;
-            }
-            let b = u64::from(p);
-            if b < first || b >= self.sb.blocks_count {
-                return Err(corrupt(what(), format!("block pointer {p}")));
-            }
-            if !seen.insert(b) {
-                return Err(corrupt(what(), format!("block {p} mapped twice")));
-            }
-            if level == 0 {
-                data.push((lblk, b));
-                continue;
-            }
-            map.push(b);
-            self.read_block(b, &mut buf)?;
-            let span = per.pow(level - 1);
-            todo.extend((0..per as usize).map(|i| {
-                (
-                    crate::format::le32(&buf, i * 4),
-                    level - 1,
-                    lblk + i as u64 * span,
-                )
-            }));
-        }
-        data.sort_unstable();
-        Ok((data, map))
     }
 
     /// Turn block-mapped (ext2/3-style) `raw` into an extent inode, as the
@@ -2107,6 +2095,7 @@ impl Ext4 {
                 }),
             }
         }
+        let map: Vec<u64> = map.into_iter().map(|(_, b)| b).collect();
         // The indirect blocks go back with the frees this handle makes
         // (a bitmap and a descriptor block per group they lie in).
         let groups: std::collections::HashSet<u64> =

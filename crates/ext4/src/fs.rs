@@ -1557,14 +1557,19 @@ impl Ext4 {
                 .lock()
                 .push((ino, weak, slot));
         };
-        // Bitmap groups this call may touch, and has: the first inode
-        // always goes (whole, or a step of it: `release_step`); the next
-        // only while the groups changed so far, with its own, stay within
-        // one step's budget and it needs no step, else it waits for a later handle (returned with the
-        // partial ones). A commit of many unlinked files then fits the
-        // log, as the kernel frees each evicted inode in a handle of its
-        // own.
-        let budget = self.step_groups();
+        // Metadata blocks this call may change, and has (bitmap groups,
+        // inode table and orphan blocks: `groups_of`, `record_keys`): the
+        // first inode always goes (whole, or a step of it:
+        // `release_step`); the next only while the blocks changed so far,
+        // with its own, stay within the budget and it needs no step, else
+        // it waits for a later handle (returned with the partial ones).
+        // A commit of many unlinked files then fits the log, as the
+        // kernel frees each evicted inode in a handle of its own. The
+        // budget is half of what one handle may add (`handle_room`; a
+        // group may cost its descriptor block too), at least one step.
+        let budget = self
+            .journal()
+            .map(|j| (j.handle_room() / 2).max(self.step_groups().unwrap_or(1)));
         let mut used = std::collections::HashSet::new();
         let mut partial = Vec::new();
         let mut ready = ready.into_iter();

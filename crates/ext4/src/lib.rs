@@ -16,6 +16,7 @@
 pub mod alloc;
 #[cfg(test)]
 mod alloc_held_tests;
+mod block_map;
 pub mod bufcache;
 pub mod crashdev;
 pub mod device;

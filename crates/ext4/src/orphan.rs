@@ -270,11 +270,7 @@ impl Ext4 {
                         && raw.file_type_bits() == libc::S_IFREG
                         && (raw.flags & FL_EXTENTS != 0 || crate::fs::block_mapped(&raw, self.bs))
                     {
-                        // An ext3-style file is mapped by extents first (as
-                        // a write to it would be), then truncated.
-                        self.check(self.migrate_to_extents(&mut raw))?;
-                        let keep = raw.size.div_ceil(self.bs as u64);
-                        self.check(self.drop_range(&mut raw, keep, 1 << 32, &[]))?;
+                        self.check(self.finish_truncate(&mut raw))?;
                         self.write_inode(&raw, false)?;
                         done = Some(false);
                     }

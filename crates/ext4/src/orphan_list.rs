@@ -311,11 +311,7 @@ impl Ext4 {
                         let mapped =
                             raw.flags & FL_EXTENTS != 0 || crate::fs::block_mapped(&raw, self.bs);
                         if is_reg && mapped {
-                            // An ext3-style file is mapped by extents first
-                            // (as a write to it would be), then truncated.
-                            self.check(self.migrate_to_extents(&mut raw))?;
-                            let keep = raw.size.div_ceil(self.bs as u64);
-                            self.check(self.drop_range(&mut raw, keep, 1 << 32, &[]))?;
+                            self.check(self.finish_truncate(&mut raw))?;
                         }
                         raw.dtime = 0;
                         self.write_inode(&raw, false)?;
