@@ -326,9 +326,18 @@ impl Ext4 {
             if let Some(rw) = &self.rw {
                 rw.ea_values.remove(raw.atime.0 as u32, u64::from(ino));
             }
+            // Cleared on every way out, a panic included (a thread that
+            // caught one must not see later value inodes as nested).
+            struct Releasing;
+            impl Drop for Releasing {
+                fn drop(&mut self) {
+                    RELEASING_VALUE.with(|d| d.set(false));
+                }
+            }
             RELEASING_VALUE.with(|d| d.set(true));
+            let guard = Releasing;
             let r = self.release_inode(raw);
-            RELEASING_VALUE.with(|d| d.set(false));
+            drop(guard);
             self.check(r)?;
         }
         Ok(())

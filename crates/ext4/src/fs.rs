@@ -352,6 +352,9 @@ pub(crate) struct RwState {
     /// changed (the orphan list's head), or a sync asked for the
     /// superblock: the next commit logs it (`prepare_commit`).
     pub(crate) sb_changed: AtomicBool,
+    /// `COMPAT_EXT_ATTR` is in `sb_raw` (set at mount or by the first
+    /// attribute stored: `note_ext_attr`), so later stores skip its lock.
+    pub(crate) ext_attr_noted: AtomicBool,
     /// When a commit last logged the superblock (ns since `RwState` was
     /// made, plus one; 0: never).
     pub(crate) sb_logged_ns: AtomicU64,
@@ -497,6 +500,7 @@ impl Ext4 {
                 failed: AtomicBool::new(false),
                 unmounted: AtomicBool::new(false),
                 sb_changed: AtomicBool::new(false),
+                ext_attr_noted: AtomicBool::new(false),
                 sb_logged_ns: AtomicU64::new(0),
                 born: std::time::Instant::now(),
                 unlinked: Sharded::new(Class::Ext4Unlinked),
@@ -1230,6 +1234,11 @@ impl Ext4 {
             return;
         }
         if let Some(rw) = &self.rw {
+            // Relaxed: a hint; set after the bit is in `sb_raw`, and a
+            // thread that misses it takes the lock and finds the bit.
+            if rw.ext_attr_noted.load(Ordering::Relaxed) {
+                return;
+            }
             let mut raw = rw.sb_raw.lock();
             let c = u32::from_le_bytes([raw[0x5C], raw[0x5D], raw[0x5E], raw[0x5F]]);
             if c & COMPAT_EXT_ATTR == 0 {
@@ -1238,6 +1247,8 @@ impl Ext4 {
                 // inside the handle).
                 rw.sb_changed.store(true, Ordering::SeqCst);
             }
+            // Relaxed: see above.
+            rw.ext_attr_noted.store(true, Ordering::Relaxed);
         }
     }
 
@@ -1467,7 +1478,11 @@ impl Ext4 {
         };
         drop(gone);
         if let Some(rw) = &self.rw {
-            let slot = self.orphan_add(ino)?;
+            // The caller has already stored the link count of 0 (and
+            // dropped the name): without a record the inode would leak,
+            // so a failure here stops writes and the half change never
+            // commits.
+            let slot = self.orphan_add(ino).map_err(|e| self.stop_writes(e))?;
             rw.unlinked
                 .shard(u64::from(ino))
                 .lock()
