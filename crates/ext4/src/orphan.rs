@@ -263,7 +263,10 @@ impl Ext4 {
                 // An earlier slot may have listed it too and freed it.
                 if in_use && rw.alloc.inode_in_use(&io, ino)? {
                     let mut raw = self.read_inode(ino)?;
-                    if raw.links_count == 0 && raw.dtime == 0 && raw.mode != 0 {
+                    // Whatever its dtime, as the kernel (`ext4_orphan_get`
+                    // takes a link count of 0 while processing orphans)
+                    // and e2fsck free it.
+                    if raw.links_count == 0 && raw.mode != 0 {
                         self.check(self.release_inode(raw))?;
                         done = Some(true);
                     } else if raw.links_count > 0

@@ -168,3 +168,52 @@ fn an_open_unlinked_file_left_by_a_crash_is_freed_at_mount() {
     let free1: u64 = sb_field(&crashed, "Free blocks").parse().unwrap();
     assert_eq!(free1, free0, "the orphan's 1 MiB came back");
 }
+
+/// An unlinked inode listed in the orphan file whose `i_dtime` is not 0
+/// (an image another implementation wrote, or a crafted one) is freed at
+/// mount as the kernel (`ext4_orphan_get` accepts a link count of 0 while
+/// processing orphans, whatever the dtime) and e2fsck do. It used to be
+/// skipped and only its slot cleared: the inode stayed in use with no name
+/// and its blocks allocated, which e2fsck then reports.
+#[test]
+fn an_orphan_with_a_dtime_is_freed_at_mount() {
+    if !have_tools() {
+        eprintln!("skipped: mkfs.ext4/e2fsck not found");
+        return;
+    }
+    let s = Scratch::new("orphandtime");
+    let bs = 4096;
+    let img = fresh(&s.0, bs, "16M");
+    let free0: u64 = sb_field(&img, "Free blocks").parse().unwrap();
+    let host = s.0.join("data");
+    std::fs::write(&host, vec![7u8; 1 << 20]).unwrap();
+    assert!(common::debugfs(
+        &img,
+        &format!("write {} f", host.display())
+    ));
+    let ino = common::ino_of(&img, "f");
+    assert!(common::debugfs(&img, "unlink f"));
+    assert!(common::debugfs(&img, &format!("sif <{ino}> links_count 0")));
+    assert!(common::debugfs(&img, &format!("sif <{ino}> dtime 12345")));
+    assert!(common::debugfs(&img, "feature orphan_present"));
+    let (oino, blocks) = orphan_blocks(&img);
+    let mut im = std::fs::read(&img).unwrap();
+    let off = blocks[0] as usize * bs;
+    im[off..off + 4].copy_from_slice(&ino.to_le_bytes());
+    fix_tail(&mut im, bs, blocks[0], oino);
+    std::fs::write(&img, &im).unwrap();
+    // The referee: e2fsck frees it.
+    let referee = s.0.join("referee");
+    std::fs::copy(&img, &referee).unwrap();
+    let (code, text) = common::e2fsck(&referee, "-fy");
+    assert!(code <= 1, "e2fsck -fy exit {code}: {text}");
+    let want: u64 = sb_field(&referee, "Free blocks").parse().unwrap();
+    assert_eq!(want, free0, "the referee gave the 1 MiB back");
+    // Our mount does the same.
+    let e = Ext4::open(&img, rw_journaled()).unwrap();
+    e.unmount().unwrap();
+    drop(e);
+    fsck_clean(&img);
+    let free1: u64 = sb_field(&img, "Free blocks").parse().unwrap();
+    assert_eq!(free1, free0, "the orphan's 1 MiB came back");
+}
