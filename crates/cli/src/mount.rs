@@ -480,16 +480,82 @@ pub fn run(args: MountArgs) -> ExitCode {
     }
     match r {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) if e.raw_os_error() == Some(libc::ECONNABORTED) && asked.load(Ordering::SeqCst) => {
+        // An unmount by someone else (fusermount3 -u, umount) may end
+        // the session the same way (seen on kernel 6.18 with several
+        // reader threads): the mount being gone tells it from an abort
+        // through /sys/fs/fuse/connections, which leaves the mount in
+        // place (ENOTCONN) until it is unmounted.
+        Err(e)
+            if e.raw_os_error() == Some(libc::ECONNABORTED)
+                && (asked.load(Ordering::SeqCst) || !mounted_at(&dir)) =>
+        {
+            if !asked.load(Ordering::SeqCst) {
+                eprintln!("scalevfs: unmounted (the kernel ended the session with ECONNABORTED)");
+            }
             ExitCode::SUCCESS
         }
         Err(e) => fail(format!("FUSE session ended with an error: {e}")),
     }
 }
 
+/// Whether `/proc/self/mountinfo` lists a mount at `dir` (an absolute,
+/// canonical path). Unknown (no /proc): assumed mounted, so an abort is
+/// reported as one.
+fn mounted_at(dir: &std::path::Path) -> bool {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return true;
+    };
+    mountinfo_has(&info, dir)
+}
+
+/// `mounted_at` on the text of a mountinfo file: the fifth field of a
+/// line is the mount point, with space, tab, newline and backslash
+/// written as three octal digits after a backslash.
+fn mountinfo_has(info: &str, dir: &std::path::Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let want = dir.as_os_str().as_bytes();
+    info.lines().any(|l| {
+        let Some(field) = l.split(' ').nth(4) else {
+            return false;
+        };
+        let b = field.as_bytes();
+        let mut out = Vec::with_capacity(b.len());
+        let mut i = 0;
+        while i < b.len() {
+            let oct = b
+                .get(i + 1..i + 4)
+                .filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
+            match (b[i], oct) {
+                (b'\\', Some(d)) => {
+                    let v = d.iter().fold(0u32, |a, c| a * 8 + u32::from(c - b'0'));
+                    out.push(v as u8);
+                    i += 4;
+                }
+                (c, _) => {
+                    out.push(c);
+                    i += 1;
+                }
+            }
+        }
+        out == want
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mountinfo_mount_points() {
+        let info = "22 1 0:21 / / rw,relatime - ext4 /dev/root rw\n\
+                    40 22 0:40 / /tmp/a\\040b rw - fuse.scalevfs scalevfs rw\n\
+                    41 22 0:41 / /mnt/x rw - tmpfs tmpfs rw\n";
+        assert!(mountinfo_has(info, std::path::Path::new("/tmp/a b")));
+        assert!(mountinfo_has(info, std::path::Path::new("/mnt/x")));
+        assert!(!mountinfo_has(info, std::path::Path::new("/tmp/a")));
+        assert!(!mountinfo_has(info, std::path::Path::new("/mnt/x/y")));
+        assert!(!mountinfo_has("garbage\n\n", std::path::Path::new("/")));
+    }
 
     #[test]
     fn sizes() {

@@ -1580,11 +1580,12 @@ impl Ext4 {
         // it waits for a later handle (returned with the partial ones).
         // A commit of many unlinked files then fits the log, as the
         // kernel frees each evicted inode in a handle of its own. The
-        // budget is half of what one handle may add (`handle_room`; a
-        // group may cost its descriptor block too), at least one step.
-        let budget = self
-            .journal()
-            .map(|j| (j.handle_room() / 2).max(self.step_groups().unwrap_or(1)));
+        // budget is one step's (`step_groups`, half the transaction limit:
+        // a reap may run inside another handle or in a commit whose
+        // transaction is already at the limit, so it must stay small
+        // beside the log), but at least 32 blocks, so that a limit
+        // lowered for a test still frees several small files at once.
+        let budget = self.step_groups().map(|b| b.max(32));
         let mut used = std::collections::HashSet::new();
         let mut partial = Vec::new();
         let mut ready = ready.into_iter();

@@ -195,6 +195,8 @@ struct Prepared {
     journal_map: Vec<u64>,
     /// The block holding the primary superblock and its new contents.
     sb_block: (u64, Vec<u8>),
+    /// The superblock's offset in that block.
+    sb_off: usize,
     /// Journal superblock's block (log block 0) and its new contents.
     jsb_block: (u64, Vec<u8>),
 }
@@ -347,6 +349,17 @@ fn prepare(dev: &Arc<dyn BlockDevice>) -> Result<Prepared> {
         }
         None => dev.read_at(sbblk * bs, &mut sbb)?,
     }
+    if plan.writes.contains_key(&sbblk) {
+        // As ext4_load_journal: the error area and EXT4_ERROR_FS of the
+        // superblock before the replay survive it.
+        let mut old = vec![0u8; SB_SIZE];
+        dev.read_at(SB_OFFSET, &mut old)?;
+        let s = &mut sbb[sboff..sboff + SB_SIZE];
+        s[0x194..0x200].copy_from_slice(&old[0x194..0x200]);
+        let st = u16::from_le_bytes([s[SB_STATE], s[SB_STATE + 1]])
+            | (u16::from_le_bytes([old[SB_STATE], old[SB_STATE + 1]]) & STATE_ERROR_FS);
+        s[SB_STATE..SB_STATE + 2].copy_from_slice(&st.to_le_bytes());
+    }
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
@@ -364,6 +377,7 @@ fn prepare(dev: &Arc<dyn BlockDevice>) -> Result<Prepared> {
         recovered: Recovered { plan, journal: js },
         bs,
         sb_block: (sbblk, sbb),
+        sb_off: sboff,
         jsb_block: (first, jsb),
         journal_map,
     })
@@ -385,6 +399,20 @@ pub fn recover(dev: &Arc<dyn BlockDevice>) -> Result<Recovered> {
              open it read-write, or replay in memory (Replay::InMemory)"
         ))
     })?;
+    // The superblock as it will be (replayed copy, errors marked) but
+    // still needing recovery goes out with the home blocks: a crash after
+    // the journal is emptied below loses neither.
+    let mut early = p.sb_block.1.clone();
+    {
+        let s = &mut early[p.sb_off..p.sb_off + SB_SIZE];
+        let inc = le32(s, SB_INCOMPAT) | INCOMPAT_RECOVER;
+        s[SB_INCOMPAT..SB_INCOMPAT + 4].copy_from_slice(&inc.to_le_bytes());
+        if le32(s, SB_RO_COMPAT) & RO_COMPAT_METADATA_CSUM != 0 {
+            let c = crc32c(!0, &s[..SB_CSUM]);
+            s[SB_CSUM..SB_CSUM + 4].copy_from_slice(&c.to_le_bytes());
+        }
+    }
+    dev.write_at(p.sb_block.0 * p.bs, &early)?;
     let mut buf = vec![0u8; p.bs as usize];
     for (&home, l) in &p.recovered.plan.writes {
         if home == p.sb_block.0 {

@@ -140,6 +140,11 @@ impl Walk<'_> {
             }
             used += 1;
             if used > log_len {
+                if pass == Pass::Scan {
+                    // jbd2 reads on (the log's first block, whose sequence
+                    // cannot match): the log ends here.
+                    break;
+                }
                 return Err(corrupt(
                     "journal",
                     format!("the log runs past its {log_len} blocks without ending"),
@@ -167,6 +172,12 @@ impl Walk<'_> {
                     let tags = format::tags(js, &b);
                     let n = tags.len() as u64;
                     if used + n > log_len {
+                        if pass == Pass::Scan {
+                            // No room for it: never committed (a torn or
+                            // stale descriptor); jbd2 skips its count and
+                            // finds no commit. The log ends here.
+                            break;
+                        }
                         return Err(corrupt(
                             what(here),
                             format!("{n} tags run past the end of the log"),
@@ -268,15 +279,12 @@ impl Walk<'_> {
                                 break;
                             }
                             self.end = Some(seq);
-                            if js.has_incompat(format::INCOMPAT_ASYNC_COMMIT) {
-                                // As jbd2: the scan goes on (the log still
-                                // ends here; a v1 journal marks the failure
-                                // at the next commit).
-                                seq = seq.wrapping_add(1);
-                                continue;
+                            if !js.has_incompat(format::INCOMPAT_ASYNC_COMMIT) {
+                                self.plan.failed_commit = Some(seq);
+                                break;
                             }
-                            self.plan.failed_commit = Some(seq);
-                            break;
+                            // As jbd2: the scan goes on, and this commit's
+                            // time becomes last_trans_commit_time.
                         }
                         last_time = t;
                     }
