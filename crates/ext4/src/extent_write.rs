@@ -66,6 +66,17 @@ use scalevfs_orphan::OrphanSlot;
 use scalevfs_sync::ordered::RwLockWriteGuard;
 use scalevfs_sync::primitive::Ordering;
 
+/// What `Ext4::file_raw` does with a block-mapped (ext2/3-style) file.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum OnMap {
+    /// Map it by extents first (`migrate_to_extents`).
+    Migrate,
+    /// Leave its block map (the caller cuts it: truncate).
+    Keep,
+    /// EOPNOTSUPP (extent-only operations).
+    Refuse,
+}
+
 /// Whether `b` continues `a` (logically and physically, same state) and
 /// the two fit one extent: unwritten extents hold at most
 /// INIT_MAX_LEN - 1 blocks.
@@ -1025,15 +1036,17 @@ impl Ext4 {
     /// The file's private part, its tree lock held exclusively, and its
     /// inode copy.
     /// A block-mapped (ext2/3-style) file becomes an extent file first
-    /// (`migrate_to_extents`), in the caller's handle, where `migrate`
-    /// (write, truncate, punch hole, which the kernel's ext4 does on such
-    /// files); else (fallocate's other modes, extent-only in the kernel's
-    /// ext4 too) it is EOPNOTSUPP. An inline file moves out to a block
-    /// first (`uninline`), for every change.
+    /// (`migrate_to_extents`), in the caller's handle, with
+    /// [`OnMap::Migrate`] (write, punch hole, which the kernel's ext4 does
+    /// on such files in place); stays as it is with [`OnMap::Keep`]
+    /// (truncate: `cut_block_map`, as the kernel's `ext4_ind_truncate`);
+    /// else (fallocate's other modes, extent-only in the kernel's ext4
+    /// too) it is EOPNOTSUPP. An inline file moves out to a block first
+    /// (`uninline`), for every change.
     fn file_raw<'a>(
         &self,
         inode: &'a Inode,
-        migrate: bool,
+        on_map: OnMap,
     ) -> Result<(&'a Ext4Inode, RwLockWriteGuard<'a, ()>, RawInode)> {
         let ei = inode
             .private::<Ext4Inode>()
@@ -1047,14 +1060,16 @@ impl Ext4 {
             ei.set_raw(raw.clone());
         }
         if raw.flags & FL_EXTENTS == 0 {
-            if !migrate
+            if on_map == OnMap::Refuse
                 || raw.file_type_bits() != libc::S_IFREG
                 || !crate::fs::block_mapped(&raw, self.bs)
             {
                 return Err(errno(libc::EOPNOTSUPP));
             }
-            self.check(self.migrate_to_extents(&mut raw))?;
-            ei.set_raw(raw.clone());
+            if on_map == OnMap::Migrate {
+                self.check(self.migrate_to_extents(&mut raw))?;
+                ei.set_raw(raw.clone());
+            }
         }
         Ok((ei, g, raw))
     }
@@ -1087,7 +1102,7 @@ impl Ext4 {
         if buf.is_empty() {
             return Ok(0);
         }
-        let (ei, g, mut raw) = self.file_raw(inode, true)?;
+        let (ei, g, mut raw) = self.file_raw(inode, OnMap::Migrate)?;
         let bs = self.bs as u64;
         let end = off
             .checked_add(buf.len() as u64)
@@ -1485,7 +1500,7 @@ impl Ext4 {
         size: u64,
     ) -> Result<Option<OrphanSlot>> {
         self.rw()?;
-        let (ei, g, mut raw) = self.file_raw(inode, true)?;
+        let (ei, g, mut raw) = self.file_raw(inode, OnMap::Keep)?;
         let bs = self.bs as u64;
         if size / bs >= u64::from(u32::MAX) {
             return Err(errno(libc::EFBIG));
@@ -1501,7 +1516,22 @@ impl Ext4 {
             } else {
                 vec![]
             };
-            if self.needs_steps(&raw, keep, 1 << 32)? {
+            if raw.flags & FL_EXTENTS == 0 {
+                // Block-mapped: its map cut, nothing allocated (the
+                // kernel's ext4_ind_truncate), a step per handle when it
+                // does not fit one (`truncate_rest`).
+                self.zero_mapped(&raw, &zero)?;
+                let cut = match self.step_groups() {
+                    Some(b) => self.block_map_cut(&raw, keep, b)?,
+                    None => keep,
+                };
+                if cut > keep {
+                    long = Some(self.orphan_add_live(&mut raw)?);
+                } else {
+                    self.check(self.cut_block_map(&mut raw, keep))
+                        .map_err(|e| self.stop_writes(e))?;
+                }
+            } else if self.needs_steps(&raw, keep, 1 << 32)? {
                 self.drop_range(&mut raw, keep, keep, &zero)?;
                 long = Some(self.orphan_add_live(&mut raw)?);
             } else {
@@ -1527,9 +1557,19 @@ impl Ext4 {
         let bs = self.bs as u64;
         loop {
             let done = self.journaled(|| {
-                let (ei, g, mut raw) = self.file_raw(inode, true)?;
+                let (ei, g, mut raw) = self.file_raw(inode, OnMap::Keep)?;
                 let keep = raw.size.div_ceil(bs);
-                let cut = self.drop_range_step(&mut raw, keep, 1 << 32, &[], self.step_groups())?;
+                let cut = if raw.flags & FL_EXTENTS == 0 {
+                    let cut = match self.step_groups() {
+                        Some(b) => self.block_map_cut(&raw, keep, b)?,
+                        None => keep,
+                    };
+                    self.check(self.cut_block_map(&mut raw, cut))
+                        .map_err(|e| self.stop_writes(e))?;
+                    cut
+                } else {
+                    self.drop_range_step(&mut raw, keep, 1 << 32, &[], self.step_groups())?
+                };
                 let done = cut <= keep;
                 // The step is made: a failure storing it stops writes.
                 (|| {
@@ -1559,7 +1599,7 @@ impl Ext4 {
         len: u64,
     ) -> Result<Option<(u64, u64)>> {
         self.rw()?;
-        let (ei, g, mut raw) = self.file_raw(inode, true)?;
+        let (ei, g, mut raw) = self.file_raw(inode, OnMap::Migrate)?;
         let bs = self.bs as u64;
         if off >= raw.size {
             return Ok(None);
@@ -1597,7 +1637,7 @@ impl Ext4 {
     pub(crate) fn punch_rest(&self, inode: &Arc<Inode>, from: u64, mut to: u64) -> Result<()> {
         while to > from {
             to = self.journaled(|| {
-                let (ei, g, mut raw) = self.file_raw(inode, true)?;
+                let (ei, g, mut raw) = self.file_raw(inode, OnMap::Migrate)?;
                 let cut = self.drop_range_step(&mut raw, from, to, &[], self.step_groups())?;
                 raw.ctime = now();
                 raw.mtime = raw.ctime;
@@ -1625,7 +1665,7 @@ impl Ext4 {
         len: u64,
     ) -> Result<Option<u64>> {
         self.rw()?;
-        let (ei, g, mut raw) = self.file_raw(inode, false)?;
+        let (ei, g, mut raw) = self.file_raw(inode, OnMap::Refuse)?;
         let bs = self.bs as u64;
         let end = off.checked_add(len).ok_or_else(|| errno(libc::EFBIG))?;
         if len == 0 {
@@ -1741,7 +1781,7 @@ impl Ext4 {
         len: u64,
     ) -> Result<Option<u64>> {
         self.rw()?;
-        let (ei, g, mut raw) = self.file_raw(inode, false)?;
+        let (ei, g, mut raw) = self.file_raw(inode, OnMap::Refuse)?;
         let bs = self.bs as u64;
         if len == 0 {
             return Err(errno(libc::EINVAL));
@@ -1807,7 +1847,7 @@ impl Ext4 {
         off: u64,
         len: u64,
     ) -> Result<Option<(u64, u64)>> {
-        let (_ei, _g, raw) = self.file_raw(inode, false)?;
+        let (_ei, _g, raw) = self.file_raw(inode, OnMap::Refuse)?;
         let bs = self.bs as u64;
         let valid = off.is_multiple_of(bs)
             && len.is_multiple_of(bs)
@@ -1831,7 +1871,7 @@ impl Ext4 {
     /// restarts its handle while removing the range.
     pub(crate) fn file_collapse(&self, inode: &Arc<Inode>, off: u64, len: u64) -> Result<()> {
         self.rw()?;
-        let (ei, g, mut raw) = self.file_raw(inode, false)?;
+        let (ei, g, mut raw) = self.file_raw(inode, OnMap::Refuse)?;
         let bs = self.bs as u64;
         if !off.is_multiple_of(bs) || !len.is_multiple_of(bs) || len == 0 {
             return Err(errno(libc::EINVAL));
@@ -1873,7 +1913,7 @@ impl Ext4 {
     /// leaving a hole; the size grows by `len`. One handle.
     pub(crate) fn file_insert(&self, inode: &Arc<Inode>, off: u64, len: u64) -> Result<()> {
         self.rw()?;
-        let (ei, g, mut raw) = self.file_raw(inode, false)?;
+        let (ei, g, mut raw) = self.file_raw(inode, OnMap::Refuse)?;
         let bs = self.bs as u64;
         if !off.is_multiple_of(bs) || !len.is_multiple_of(bs) || len == 0 {
             return Err(errno(libc::EINVAL));

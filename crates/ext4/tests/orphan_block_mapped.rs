@@ -13,7 +13,10 @@
 //!   mount failed with ENOSPC;
 //! - a truncate, or the freeing of an unlinked file, larger than one
 //!   transaction of the smallest journal goes a step per handle (it used
-//!   to be one handle: the log overflowed and the filesystem stopped).
+//!   to be one handle: the log overflowed and the filesystem stopped);
+//! - the same on a live mount: a truncate keeps the file block-mapped and
+//!   cuts its map (it used to map the file by extents first: ENOSPC on a
+//!   full filesystem for a file of more than four runs).
 
 mod common;
 
@@ -277,4 +280,83 @@ fn a_large_unlinked_block_mapped_file_is_freed_a_step_per_handle() {
     }
     assert!(t.statfs("/").unwrap().bfree > free0 + 280 * 1024);
     unmount_clean(t, vfs, e, &img);
+}
+
+/// A live truncate of a fragmented block-mapped file on a full
+/// filesystem: its map is cut (partial last block zeroed), nothing
+/// allocated, the file stays block-mapped.
+#[test]
+fn truncating_a_block_mapped_file_on_a_full_filesystem_works() {
+    if !have_tools() {
+        return;
+    }
+    let s = Scratch::new("bmap-live-full");
+    let (img, _) = ext3_style_with(&s, 2000 * 1024, &["-m", "0"], "16M");
+    let (e, vfs) = mount(&img);
+    let t = vfs.root_task();
+    let fd = t.open("/fill", O_CREAT | O_RDWR, 0o644).unwrap();
+    let (mut off, mut step) = (0i64, 1i64 << 20);
+    while step >= 1024 {
+        match t.fallocate(fd, 0, off, step) {
+            Ok(()) => off += step,
+            Err(_) => step /= 2,
+        }
+    }
+    t.close(fd).unwrap();
+    assert_eq!(t.statfs("/").unwrap().bfree, 0, "not full");
+    t.truncate("/f", 10_000).unwrap();
+    e.commit().unwrap();
+    assert!(t.statfs("/").unwrap().bfree > 1900);
+    // The tail of the last block reads as zeros once the file grows.
+    t.truncate("/f", 12_000).unwrap();
+    let fd = t.open("/f", O_RDONLY, 0).unwrap();
+    let mut b = vec![0u8; 12_000];
+    assert_eq!(t.read(fd, &mut b).unwrap(), 12_000);
+    assert!(b[..10_000].iter().all(|&x| x == 0x5a));
+    assert!(b[10_000..].iter().all(|&x| x == 0));
+    t.close(fd).unwrap();
+    unmount_clean(t, vfs, e, &img);
+    assert!(
+        !debugfs_ro(&img, "stat f").contains("EXTENTS"),
+        "still block-mapped"
+    );
+    // 12 data blocks (the last two holes after the growth: 10 of them).
+    assert_eq!(blockcount(&img), 20);
+}
+
+/// A live truncate of a block-mapped file larger than one transaction
+/// of the smallest journal: a step per handle, the inode an orphan
+/// meanwhile.
+#[test]
+fn a_large_live_truncate_of_a_block_mapped_file_goes_a_step_per_handle() {
+    if !have_tools() {
+        return;
+    }
+    let s = Scratch::new("bmap-live-big");
+    let (img, _) = big_ext3_style(&s);
+    let free0: u64 = sb_field(&img, "Free blocks").parse().unwrap();
+    let (e, vfs) = mount(&img);
+    let commits = e.commit_stats().0;
+    let t = vfs.root_task();
+    t.truncate("/f", 10240)
+        .unwrap_or_else(|err| panic!("truncate: {err}"));
+    assert!(
+        e.commit_stats().0 > commits + 1,
+        "one transaction: {}",
+        e.commit_stats().0 - commits
+    );
+    let fd = t.open("/f", O_RDONLY, 0).unwrap();
+    assert_eq!(t.fstat(fd).unwrap().size, 10240);
+    let mut b = vec![0u8; 10240];
+    assert_eq!(t.read(fd, &mut b).unwrap(), 10240);
+    assert!(b.iter().all(|&x| x == 0x5a));
+    t.close(fd).unwrap();
+    unmount_clean(t, vfs, e, &img);
+    assert_eq!(blockcount(&img), 20);
+    let free1: u64 = sb_field(&img, "Free blocks").parse().unwrap();
+    assert!(free1 > free0 + 279 * 1024, "{free0} -> {free1}");
+    assert!(
+        !debugfs_ro(&img, "stat f").contains("EXTENTS"),
+        "still block-mapped"
+    );
 }
