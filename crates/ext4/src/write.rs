@@ -1408,6 +1408,17 @@ impl Ext4 {
         let Some((opblk, ooff, oprev)) = self.dir_find(&odraw, old_name)? else {
             return Err(errno(libc::ENOENT));
         };
+        // A directory moving to a parent at the link limit, without
+        // dir_nlink: EMLINK before anything changes (as the kernel's
+        // ext4_rename; only when it replaces nothing).
+        if moved_dir
+            && !same
+            && rraw.is_none()
+            && !self.sb.has_ro_compat(RO_COMPAT_DIR_NLINK)
+            && nd.raw().links_count >= LINK_MAX
+        {
+            return Err(errno(libc::EMLINK));
+        }
         let ft = ft_code(u32::from(mraw.mode));
         let t = now();
         // The new name first (so a failure leaves the old one), then the
@@ -1607,6 +1618,15 @@ impl Ext4 {
         let (np, noff, _) = self
             .dir_find(&ndraw, new_name)?
             .ok_or_else(|| errno(libc::ENOENT))?;
+        // A directory moving one way and not the other gives its new
+        // parent a link: at the limit without dir_nlink, EMLINK before
+        // anything changes (as the kernel's ext4_cross_rename).
+        if !same && adir != bdir && !self.sb.has_ro_compat(RO_COMPAT_DIR_NLINK) {
+            let gaining = if adir { &ndraw } else { &odraw };
+            if gaining.links_count >= LINK_MAX {
+                return Err(errno(libc::EMLINK));
+            }
+        }
         self.dir_retarget(&odraw, op, ooff, braw.ino, ft_code(u32::from(braw.mode)))?;
         self.dir_retarget(&ndraw, np, noff, araw.ino, ft_code(u32::from(araw.mode)))?;
         let t = now();
