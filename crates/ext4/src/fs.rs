@@ -722,8 +722,11 @@ impl Ext4 {
     }
 
     /// Run `f` in a handle. On ENOSPC while blocks freed by the running
-    /// transaction wait for its commit, commit and try once more (as ext4
-    /// retries an allocation after forcing a commit).
+    /// transaction wait for its commit, or unlinked inodes wait to be
+    /// freed, commit (which frees the unlinked inodes nothing holds any
+    /// more) and try once more, as ext4 retries an allocation after
+    /// forcing a commit. (Inodes still held by deferred frees: the VFS
+    /// flushes those and retries the whole call, `redo_counted`.)
     pub(crate) fn journaled<T>(&self, f: impl Fn() -> Result<T>) -> Result<T> {
         let Some(j) = self.journal() else {
             return f();
@@ -739,8 +742,11 @@ impl Ext4 {
             eprintln!("scalevfs-ext4: freeing unlinked inodes failed: {e}");
         }
         let enospc = matches!(&r, Err(Error::Io(e)) if e.raw_os_error() == Some(libc::ENOSPC));
-        let waiting =
-            !j.pending.is_empty() || self.rw.as_ref().is_some_and(|rw| rw.alloc.holds_blocks());
+        let waiting = !j.pending.is_empty()
+            || self
+                .rw
+                .as_ref()
+                .is_some_and(|rw| rw.alloc.holds_blocks() || !rw.unlinked.is_empty());
         if enospc && !nested && waiting {
             self.commit()?;
             let _h = self.handle()?;

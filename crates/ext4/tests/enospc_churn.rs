@@ -1,0 +1,68 @@
+//! Threads creating and removing files (or directories) of their own
+//! names on an image with few free inodes (2036) must not run out: a
+//! removed file's inode is freed once nothing uses it. Its last
+//! reference sits in a dentry freed after a grace period (the VFS's
+//! deferred frees), so on ENOSPC the VFS flushes them and retries
+//! (`redo_counted`), and ext4 commits to free the unlinked inodes nothing
+//! holds any more (`journaled`). Four threads got ENOSPC within a few
+//! hundred iterations before (review, stop 38).
+
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use scalevfs::{Errno, O_CREAT, O_EXCL, O_WRONLY};
+
+fn churn(opts: scalevfs_ext4::Ext4Options, dirs: bool) {
+    let s = Scratch::new("enospc-churn");
+    let img = fresh(&s.0, 1024, "8M");
+    let e = scalevfs_ext4::Ext4::open(&img, opts).unwrap();
+    let vfs = Arc::new(scalevfs::Vfs::with_root_fs(Default::default(), e.clone()));
+    let ffree0 = vfs.root_task().statfs("/").unwrap().ffree;
+    assert!(ffree0 < 2100, "{ffree0} free inodes");
+    let fails: Vec<String> = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..4)
+            .map(|k| {
+                let vfs = vfs.clone();
+                sc.spawn(move || {
+                    let t = vfs.root_task();
+                    let p = format!("/f{k}");
+                    for i in 0..3000 {
+                        let r = if dirs {
+                            t.mkdir(p.as_str(), 0o755).and_then(|_| t.rmdir(p.as_str()))
+                        } else {
+                            t.open(p.as_str(), O_CREAT | O_EXCL | O_WRONLY, 0o644)
+                                .and_then(|fd| t.close(fd))
+                                .and_then(|_| t.unlink(p.as_str()))
+                        };
+                        if let Err(e) = r {
+                            assert_eq!(e, Errno::ENOSPC);
+                            return Some(format!("thread {k} iteration {i}: {e:?}"));
+                        }
+                    }
+                    None
+                })
+            })
+            .collect();
+        hs.into_iter().filter_map(|h| h.join().unwrap()).collect()
+    });
+    let vfs = Arc::try_unwrap(vfs).ok().unwrap();
+    let t = vfs.root_task();
+    unmount_clean(t, vfs, e, &img);
+    assert!(fails.is_empty(), "{fails:?}");
+}
+
+#[test]
+fn four_threads_create_and_remove_files_on_few_inodes() {
+    if !have_tools() {
+        return;
+    }
+    churn(rw_journaled(), false);
+    churn(rw_journaled(), true);
+    let with_commit_thread = scalevfs_ext4::Ext4Options {
+        ro: false,
+        ..Default::default()
+    };
+    churn(with_commit_thread, false);
+}
