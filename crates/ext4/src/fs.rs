@@ -2208,6 +2208,30 @@ impl Ext4 {
             && dir::rec_len_from_disk(crate::format::le16(b, 4), self.bs) == self.bs
     }
 
+    /// Whether directory block `b` of indexed directory `raw`, reached as
+    /// a leaf, is an index node after all: `is_dx_node`'s fake entry
+    /// (name length and type 0) with a count/limit header that fits. A
+    /// leaf whose names were all removed also starts with one free entry
+    /// spanning the block (on images without metadata_csum, where no
+    /// tail follows it): its header bytes are a removed name's or zeros,
+    /// which fail this (a count of 0, or a limit past the room). The
+    /// kernel tells the two apart by position only; it used to be
+    /// EUCLEAN for every lookup and create that reached such a leaf
+    /// (review, stop 38).
+    fn looks_like_dx_node(&self, raw: &RawInode, b: &[u8]) -> bool {
+        if !self.is_dx_node(b) || b[6] != 0 || b[7] != 0 {
+            return false;
+        }
+        let (limit, count) = (crate::format::le16(b, 8), crate::format::le16(b, 10));
+        let tail = if self.csum_seed(raw).is_some() {
+            htree::DX_TAIL_SIZE
+        } else {
+            0
+        };
+        let room = (self.bs - htree::NODE_COUNT_OFF - tail) / htree::DX_ENTRY_SIZE;
+        count >= 1 && count <= limit && usize::from(limit) <= room
+    }
+
     /// The live entries of directory block `lblk` (`b` holds it); `None` for
     /// an htree index block.
     pub(crate) fn leaf_entries<'a>(
@@ -2271,7 +2295,7 @@ impl Ext4 {
         read: Option<&MetaRead>,
         what: &dyn Fn() -> String,
     ) -> Result<bool> {
-        if self.is_htree(raw) && (lblk == 0 || self.is_dx_node(b)) {
+        if self.is_htree(raw) && (lblk == 0 || self.looks_like_dx_node(raw, b)) {
             return Ok(false);
         }
         if let Some(s) = self.csum_seed(raw) {
@@ -2422,7 +2446,7 @@ impl Ext4 {
                 return Err(corrupt(what(), format!("leaf block {leaf}")));
             }
             let r = self.dir_block(raw, leaf, &mut b)?;
-            if self.is_dx_node(&b) {
+            if self.looks_like_dx_node(raw, &b) {
                 return Err(corrupt(what(), format!("leaf {leaf} is an index block")));
             }
             if let Some(i) = f(leaf, &b, &r)? {
