@@ -101,6 +101,32 @@ pub trait Filesystem: Send + Sync + 'static {
         exchange: bool,
     ) -> VfsResult<()>;
 
+    /// RENAME_WHITEOUT: `rename` (not an exchange), then a whiteout (a
+    /// character device 0:0 owned by `owner`) at `old_name`; returns it.
+    /// If the whiteout cannot be made (ENOSPC of inodes) the rename stays
+    /// done and that error is returned. The default does the two in turn,
+    /// so a crash between them may show the name moved and no whiteout; a
+    /// journaled filesystem does both in one transaction, as the kernel's
+    /// ext4 makes the whiteout inside its rename's handle.
+    #[allow(clippy::too_many_arguments)]
+    fn rename_whiteout(
+        &self,
+        old_dir: &Arc<Inode>,
+        old_name: &[u8],
+        new_dir: &Arc<Inode>,
+        new_name: &[u8],
+        moved: &Arc<Inode>,
+        replaced: Option<&Arc<Inode>>,
+        owner: (u32, u32),
+    ) -> VfsResult<VfsResult<Arc<Inode>>> {
+        self.rename(old_dir, old_name, new_dir, new_name, moved, replaced, false)?;
+        let node = NewNode::Node {
+            mode: crate::types::S_IFCHR,
+            rdev: 0,
+        };
+        Ok(self.create(old_dir, old_name, node, owner))
+    }
+
     /// The target of a symlink.
     fn readlink(&self, inode: &Arc<Inode>) -> VfsResult<Vec<u8>>;
 

@@ -877,19 +877,24 @@ impl Task {
                 },
                 _ => None,
             };
-            sb.fs
-                .rename(&odir, &oname, &ndir, &nname, &si, di.as_ref(), exchange)?;
-            // The whiteout, made once the name is free (tmpfs makes it first;
-            // here a failure, ENOSPC of inodes, leaves the rename done and
-            // no whiteout, and is returned).
+            // The whiteout, made once the name is free, with the rename
+            // (`Filesystem::rename_whiteout`; tmpfs makes it first; here a
+            // failure, ENOSPC of inodes, leaves the rename done and no
+            // whiteout, and is returned).
             let wo = if whiteout {
                 let (owner, _) = self.owner_for(&odir);
-                let node = NewNode::Node {
-                    mode: S_IFCHR,
-                    rdev: 0,
-                };
-                Some(sb.fs.create(&odir, &oname, node, owner))
+                Some(sb.fs.rename_whiteout(
+                    &odir,
+                    &oname,
+                    &ndir,
+                    &nname,
+                    &si,
+                    di.as_ref(),
+                    owner,
+                )?)
             } else {
+                sb.fs
+                    .rename(&odir, &oname, &ndir, &nname, &si, di.as_ref(), exchange)?;
                 None
             };
             if let Some(d) = di.as_ref().filter(|d| !exchange && d.attr().nlink == 0) {

@@ -3031,6 +3031,40 @@ impl Filesystem for Ext4 {
             .journaled(|| self.rename_entry(old_dir, old_name, new_dir, new_name, moved, replaced)))
     }
 
+    fn rename_whiteout(
+        &self,
+        old_dir: &Arc<Inode>,
+        old_name: &[u8],
+        new_dir: &Arc<Inode>,
+        new_name: &[u8],
+        moved: &Arc<Inode>,
+        replaced: Option<&Arc<Inode>>,
+        owner: (u32, u32),
+    ) -> VfsResult<VfsResult<Arc<Inode>>> {
+        if self.rw.is_none() {
+            return Err(Errno::EROFS);
+        }
+        let mut conv = vec![old_dir, new_dir];
+        if !Arc::ptr_eq(old_dir, new_dir) {
+            conv.push(moved);
+        }
+        vfs(self.uninline_dirs(&conv))?;
+        // Both in one handle, so in one transaction (as the kernel's
+        // ext4_rename makes the whiteout in its handle): a crash shows the
+        // old name, or the new name and the whiteout. The whiteout's own
+        // failure is returned inside, so that the handle's ENOSPC retry
+        // does not run the rename twice.
+        let node = NewNode::Node {
+            mode: libc::S_IFCHR,
+            rdev: 0,
+        };
+        let r = self.journaled(|| {
+            self.rename_entry(old_dir, old_name, new_dir, new_name, moved, replaced)?;
+            Ok(self.create_node(old_dir, old_name, node.clone(), owner))
+        });
+        Ok(vfs(vfs(r)?))
+    }
+
     fn readlink(&self, i: &Arc<Inode>) -> VfsResult<Vec<u8>> {
         if i.file_type() != FileType::Symlink {
             return Err(Errno::EINVAL);
