@@ -2632,6 +2632,9 @@ impl Ext4 {
             }
             return Ok(());
         }
+        if self.is_htree(raw) {
+            return self.readdir_htree(raw, start, emit);
+        }
         let n = self.dir_blocks(raw)?;
         let mut b = BlockBuf::zeroed(self.bs);
         let first = start / bs;
@@ -2673,6 +2676,172 @@ impl Ext4 {
             }
         }
         Ok(())
+    }
+
+    /// `readdir_raw` of an indexed directory: in hash order, as the
+    /// kernel's `ext4_dx_readdir`, each name at the position `(major >> 1)
+    /// << 31 | minor >> 1` of its hash (62 bits: cookies stay below 2^63
+    /// with `COOKIE_BASE`), listed from `start` on. A leaf split moves
+    /// names to another block but not to another hash, so a listing that
+    /// resumes (or a seekdir to an older cookie) returns each name present
+    /// throughout exactly once; byte offsets, used before, repeated and
+    /// skipped names when leaves split (review, stop 38).
+    ///
+    /// From the leaf that `start`'s hash selects, leaves are read in index
+    /// order, a leaf together with the ones after it that continue a run
+    /// of its last hash (the continuation bit), each such group sorted by
+    /// (position, name). Names sharing a position are returned together:
+    /// the cookie after one that is not the last of its run is the run's
+    /// own position, so a listing that stops inside a run returns it again
+    /// whole; except when the call started at that position (the run did
+    /// not fit one call), where the rest of the run is passed over so that
+    /// the listing always moves on. Such runs need names colliding in all
+    /// 62 bits (with the legacy hash, whose minor is 0, in its 31).
+    fn readdir_htree(
+        &self,
+        raw: &RawInode,
+        start: u64,
+        emit: &mut dyn FnMut(DirEntry) -> bool,
+    ) -> Result<()> {
+        let what = || format!("directory {} htree root", raw.ino);
+        let nblocks = self.dir_blocks(raw)?;
+        let mut b = BlockBuf::zeroed(self.bs);
+        self.dir_block(raw, 0, &mut b)?;
+        let max_levels = if self.sb.has_incompat(INCOMPAT_LARGEDIR) {
+            htree::MAX_LEVELS_LARGEDIR
+        } else {
+            htree::MAX_LEVELS
+        };
+        let info = htree::parse_root_info(&b, max_levels, &what)?;
+        let mut version = info.hash_version;
+        if version <= htree::HASH_TEA && self.sb.flags & FLAG_UNSIGNED_HASH != 0 {
+            version += 3;
+        }
+        if htree::dirhash2(b"", version, &self.sb.hash_seed).is_none() {
+            return Err(corrupt(what(), format!("hash version {version}")));
+        }
+        let count_off = htree::ROOT_INFO_OFF + usize::from(info.info_length);
+        let root = htree::parse_entries(&b, count_off, self.csum_seed(raw), &what)?;
+        let levels = usize::from(info.indirect_levels);
+        let start_major = ((start >> 31).min(u64::from(u32::MAX >> 1)) as u32) << 1;
+        let pick =
+            |e: &htree::DxEntries| e.entries.partition_point(|x| x.0 <= start_major).max(1) - 1;
+        let mut frames: Vec<(htree::DxEntries, usize)> = Vec::new();
+        let at = pick(&root);
+        frames.push((root, at));
+        while frames.len() <= levels {
+            let (e, at) = &frames[frames.len() - 1];
+            let child = e.entries[*at].1;
+            let node = self.dx_node(raw, child, &mut b)?;
+            let at = pick(&node);
+            frames.push((node, at));
+        }
+        // Leaves visited: at most one per block.
+        let mut left = nblocks;
+        let mut done = false;
+        while !done {
+            // (position, name, inode, file type) of one group of leaves.
+            let mut group: Vec<(u64, Vec<u8>, u32, u8)> = Vec::new();
+            loop {
+                let (e, at) = &frames[frames.len() - 1];
+                let leaf = e.entries[*at].1;
+                if leaf == 0 || leaf >= nblocks {
+                    return Err(corrupt(what(), format!("leaf block {leaf}")));
+                }
+                if left == 0 {
+                    return Err(corrupt(what(), "more leaves than blocks"));
+                }
+                left -= 1;
+                let r = self.dir_block(raw, leaf, &mut b)?;
+                let v = self
+                    .leaf_entries_at(raw, leaf, &b, Some(&r))?
+                    .ok_or_else(|| corrupt(what(), format!("leaf {leaf} is an index block")))?;
+                for e in v {
+                    if e.inode == 0 || e.name == b"." || e.name == b".." {
+                        continue;
+                    }
+                    if e.inode > self.sb.inodes_count {
+                        return Err(corrupt(
+                            format!("directory {} block {leaf}", raw.ino),
+                            format!("entry names inode {}", e.inode),
+                        ));
+                    }
+                    let (major, minor) = htree::dirhash2(e.name, version, &self.sb.hash_seed)
+                        .ok_or_else(|| corrupt(what(), "hash version"))?;
+                    let pos = (u64::from(major >> 1) << 31) | u64::from(minor >> 1);
+                    if pos >= start {
+                        group.push((pos, e.name.to_vec(), e.inode, e.file_type));
+                    }
+                }
+                match self.next_leaf(raw, &mut frames, levels, &mut b)? {
+                    None => {
+                        done = true;
+                        break;
+                    }
+                    // The next leaf continues this run of one hash.
+                    Some(h) if h & 1 != 0 => {}
+                    Some(_) => break,
+                }
+            }
+            group.sort_unstable_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+            for i in 0..group.len() {
+                let (pos, ino, ft) = (group[i].0, group[i].2, group[i].3);
+                let last_of_run = group.get(i + 1).is_none_or(|n| n.0 != pos);
+                let next = if last_of_run || pos == start {
+                    pos + 1
+                } else {
+                    pos
+                };
+                let file_type = match ft_from_dirent(ft) {
+                    Some(t) => t,
+                    None => self.iget(ino)?.file_type(),
+                };
+                let ent = DirEntry {
+                    ino: u64::from(ino),
+                    next_cookie: next + COOKIE_BASE,
+                    file_type,
+                    name: std::mem::take(&mut group[i].1),
+                };
+                if !emit(ent) {
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Move `frames` (a path from the htree root to a leaf, `levels`
+    /// index levels below the root) to the next leaf in index order;
+    /// returns the hash of the index entry that leads to it (its low bit:
+    /// the continuation of a run of one hash), or `None` after the last.
+    fn next_leaf(
+        &self,
+        raw: &RawInode,
+        frames: &mut Vec<(htree::DxEntries, usize)>,
+        levels: usize,
+        b: &mut [u8],
+    ) -> Result<Option<u32>> {
+        let mut lvl = frames.len();
+        loop {
+            if lvl == 0 {
+                return Ok(None);
+            }
+            lvl -= 1;
+            let (e, at) = &mut frames[lvl];
+            if *at + 1 < e.entries.len() {
+                *at += 1;
+                break;
+            }
+        }
+        frames.truncate(lvl + 1);
+        let h = frames[lvl].0.entries[frames[lvl].1].0;
+        while frames.len() <= levels {
+            let (e, at) = &frames[frames.len() - 1];
+            let child = e.entries[*at].1;
+            let node = self.dx_node(raw, child, b)?;
+            frames.push((node, 0));
+        }
+        Ok(Some(h))
     }
 
     /// The inline data of `raw` (an inode with `FL_INLINE_DATA`, on an

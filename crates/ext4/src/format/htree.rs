@@ -157,13 +157,22 @@ pub fn limit_for(bs: usize, count_off: usize, csum: bool) -> u16 {
 /// The (major) hash of `name` as the kernel's `ext4fs_dirhash`, or `None`
 /// for an unknown version. `seed` is `s_hash_seed` (all zero: the default).
 pub fn dirhash(name: &[u8], version: u8, seed: &[u32; 4]) -> Option<u32> {
+    dirhash2(name, version, seed).map(|(major, _)| major)
+}
+
+/// `dirhash` with the minor hash (0 for the legacy hash), as the kernel's
+/// `ext4fs_dirhash` fills `hinfo->minor_hash`: readdir orders an indexed
+/// directory by (major, minor).
+pub fn dirhash2(name: &[u8], version: u8, seed: &[u32; 4]) -> Option<(u32, u32)> {
     let mut buf = if seed.iter().all(|&s| s == 0) {
         [0x6745_2301, 0xefcd_ab89, 0x98ba_dcfe, 0x1032_5476]
     } else {
         *seed
     };
-    let hash = match version {
-        HASH_LEGACY | HASH_LEGACY_UNSIGNED => dx_hack_hash(name, version == HASH_LEGACY_UNSIGNED),
+    let (hash, minor) = match version {
+        HASH_LEGACY | HASH_LEGACY_UNSIGNED => {
+            (dx_hack_hash(name, version == HASH_LEGACY_UNSIGNED), 0)
+        }
         HASH_HALF_MD4 | HASH_HALF_MD4_UNSIGNED => {
             let unsigned = version == HASH_HALF_MD4_UNSIGNED;
             let mut p = name;
@@ -176,7 +185,7 @@ pub fn dirhash(name: &[u8], version: u8, seed: &[u32; 4]) -> Option<u32> {
                 }
                 p = &p[32..];
             }
-            buf[1]
+            (buf[1], buf[2])
         }
         HASH_TEA | HASH_TEA_UNSIGNED => {
             let unsigned = version == HASH_TEA_UNSIGNED;
@@ -190,7 +199,7 @@ pub fn dirhash(name: &[u8], version: u8, seed: &[u32; 4]) -> Option<u32> {
                 }
                 p = &p[16..];
             }
-            buf[0]
+            (buf[0], buf[1])
         }
         _ => return None,
     };
@@ -199,7 +208,7 @@ pub fn dirhash(name: &[u8], version: u8, seed: &[u32; 4]) -> Option<u32> {
     if hash == 0x7fff_ffff << 1 {
         hash = (0x7fff_ffff - 1) << 1;
     }
-    Some(hash)
+    Some((hash, minor))
 }
 
 fn char_val(c: u8, unsigned: bool) -> u32 {
