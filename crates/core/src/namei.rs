@@ -307,7 +307,10 @@ impl Task {
             None => (0, InheritedAcl::default()),
         };
         let inode = make(fs, dir, owner, sgid, perm)?;
-        self.store_inherited_acl(fs, &inode, acl)?;
+        if let Err(e) = self.store_inherited_acl(fs, &inode, acl) {
+            self.undo_create(fs, parent, &op.name, inode, is_dir, &mut ch);
+            return Err(e);
+        }
         let d = self.instantiate(parent, &op.name, inode, &mut ch);
         drop(slot);
         Ok(d)
@@ -343,6 +346,33 @@ impl Task {
         Ok((perm & !self.cur_umask(), InheritedAcl::default()))
     }
 
+    /// A create whose name is on the filesystem failed afterwards (its
+    /// inherited ACL could not be stored: ENOSPC): remove the name again,
+    /// as the kernel frees a new inode whose ACL fails before linking it,
+    /// so that the call changes nothing and may be retried
+    /// (`redo_counted`). If even that fails, the name is made visible in
+    /// the dcache (it exists), never left behind a negative dentry that
+    /// would let a later create add a second entry of the same name.
+    pub(crate) fn undo_create(
+        &self,
+        fs: &Arc<dyn Filesystem>,
+        parent: &PathRef,
+        name: &[u8],
+        inode: Arc<Inode>,
+        is_dir: bool,
+        ch: &mut Changes<'_>,
+    ) {
+        let dir = parent.inode();
+        let undone = if is_dir {
+            fs.rmdir(dir, name, &inode)
+        } else {
+            fs.unlink(dir, name, &inode)
+        };
+        if undone.is_err() {
+            drop(self.instantiate(parent, name, inode, ch));
+        }
+    }
+
     /// Store the ACLs `create_mode` gave a new inode (before its name is
     /// visible in the dcache).
     pub(crate) fn store_inherited_acl(
@@ -369,7 +399,7 @@ impl Task {
         path: &P,
         mode: u32,
     ) -> VfsResult<()> {
-        redo_counted(|counted| {
+        redo_counted_enospc(|counted| {
             let op = self.name_op(dirfd, as_bytes(path), Errno::EEXIST, counted)?;
             self.create_node(
                 &op,
@@ -412,7 +442,7 @@ impl Task {
         } else {
             0
         };
-        redo_counted(|counted| {
+        redo_counted_enospc(|counted| {
             let op = self.name_op(dirfd, as_bytes(path), Errno::EEXIST, counted)?;
             self.create_node(
                 &op,
@@ -452,7 +482,7 @@ impl Task {
         if target.is_empty() {
             return Err(Errno::ENOENT);
         }
-        redo_counted(|counted| {
+        redo_counted_enospc(|counted| {
             let op = self.name_op(dirfd, as_bytes(path), Errno::EEXIST, counted)?;
             self.create_node(&op, false, None, |fs, dir, owner, _, _| {
                 fs.create(dir, &op.name, NewNode::Symlink { target }, owner)
@@ -515,7 +545,7 @@ impl Task {
         newdirfd: impl Into<At<'a>> + Copy,
         new: &[u8],
     ) -> VfsResult<()> {
-        redo_counted(|counted| self.link_walked(&src, newdirfd, new, counted))
+        redo_counted_enospc(|counted| self.link_walked(&src, newdirfd, new, counted))
     }
 
     /// `link_path` with the new name's parent walked counted or not
@@ -968,9 +998,10 @@ fn parent_gone(pw: &ParentWalk) -> bool {
     gone
 }
 
-/// Run a name operation with an uncounted parent walk, and once more with a
-/// counted one if that parent went away before it was locked
-/// (`Task::lock_name`, `Errno::RESTART_WALK`).
+/// `redo_counted` for the operations that make a name (mkdir, mknod,
+/// symlink, link, open with O_CREAT), which fail with ENOSPC before they
+/// change anything (a create whose ACL fails is undone: `undo_create`).
+/// Not for rename (a whiteout that fails leaves the rename done) or unlink.
 ///
 /// ENOSPC may come from space or inodes that removed files still hold
 /// through deferred frees (a dentry, and with it its inode, is freed a
@@ -981,11 +1012,8 @@ fn parent_gone(pw: &ParentWalk) -> bool {
 /// free inodes got ENOSPC with thousands of removed inodes still held
 /// (review, stop 38). A full filesystem pays the flushes and 31 ms per
 /// failed name operation.
-pub(crate) fn redo_counted<R>(f: impl Fn(bool) -> VfsResult<R>) -> VfsResult<R> {
-    let once = || match f(false) {
-        Err(e) if e == Errno::RESTART_WALK => f(true),
-        r => r,
-    };
+pub(crate) fn redo_counted_enospc<R>(f: impl Fn(bool) -> VfsResult<R>) -> VfsResult<R> {
+    let once = || redo_counted(&f);
     let mut r = once();
     for k in 0..ENOSPC_RETRIES {
         if !matches!(r, Err(e) if e == Errno::ENOSPC) {
@@ -1000,6 +1028,16 @@ pub(crate) fn redo_counted<R>(f: impl Fn(bool) -> VfsResult<R>) -> VfsResult<R> 
     r
 }
 
-/// Retries of a name operation that failed with ENOSPC (`redo_counted`):
+/// Run a name operation with an uncounted parent walk, and once more with a
+/// counted one if that parent went away before it was locked
+/// (`Task::lock_name`, `Errno::RESTART_WALK`).
+pub(crate) fn redo_counted<R>(f: impl Fn(bool) -> VfsResult<R>) -> VfsResult<R> {
+    match f(false) {
+        Err(e) if e == Errno::RESTART_WALK => f(true),
+        r => r,
+    }
+}
+
+/// Retries of a name operation that failed with ENOSPC (`redo_counted_enospc`):
 /// pauses of 1, 2, 4, 8 and 16 ms between them, 31 ms in all.
 const ENOSPC_RETRIES: u32 = 6;

@@ -269,7 +269,7 @@ impl Task {
         mode: u32,
         depth: u32,
     ) -> VfsResult<(PathRef, bool)> {
-        crate::namei::redo_counted(|counted| {
+        crate::namei::redo_counted_enospc(|counted| {
             self.open_create_walked(dirfd, path, flags, mode, depth, counted)
         })
     }
@@ -321,7 +321,10 @@ impl Task {
                         rdev: 0,
                     };
                     let inode = fs.create(dir, &name, node, owner)?;
-                    self.store_inherited_acl(fs, &inode, acl)?;
+                    if let Err(e) = self.store_inherited_acl(fs, &inode, acl) {
+                        self.undo_create(fs, parent, &name, inode, false, &mut ch);
+                        return Err(e);
+                    }
                     let d = self.instantiate(parent, &name, inode, &mut ch);
                     drop(slot);
                     return Ok((
