@@ -2636,6 +2636,9 @@ impl Ext4 {
             return self.readdir_htree(raw, start, emit);
         }
         let n = self.dir_blocks(raw)?;
+        if n == 1 && self.sb.has_compat(COMPAT_DIR_INDEX) {
+            return self.readdir_block0_hashed(raw, start, emit);
+        }
         let mut b = BlockBuf::zeroed(self.bs);
         let first = start / bs;
         if first >= u64::from(n) {
@@ -2766,9 +2769,9 @@ impl Ext4 {
                             format!("entry names inode {}", e.inode),
                         ));
                     }
-                    let (major, minor) = htree::dirhash2(e.name, version, &self.sb.hash_seed)
+                    let pos = self
+                        .list_pos(version, e.name)
                         .ok_or_else(|| corrupt(what(), "hash version"))?;
-                    let pos = (u64::from(major >> 1) << 31) | u64::from(minor >> 1);
                     if pos >= start {
                         group.push((pos, e.name.to_vec(), e.inode, e.file_type));
                     }
@@ -2783,30 +2786,104 @@ impl Ext4 {
                     Some(_) => break,
                 }
             }
-            group.sort_unstable_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
-            for i in 0..group.len() {
-                let (pos, ino, ft) = (group[i].0, group[i].2, group[i].3);
-                let last_of_run = group.get(i + 1).is_none_or(|n| n.0 != pos);
-                let next = if last_of_run || pos == start {
-                    pos + 1
-                } else {
-                    pos
-                };
-                let file_type = match ft_from_dirent(ft) {
-                    Some(t) => t,
-                    None => self.iget(ino)?.file_type(),
-                };
-                let ent = DirEntry {
-                    ino: u64::from(ino),
-                    next_cookie: next + COOKIE_BASE,
-                    file_type,
-                    name: std::mem::take(&mut group[i].1),
-                };
-                if !emit(ent) {
-                    return Ok(());
-                }
+            if !self.emit_hashed(group, start, emit)? {
+                return Ok(());
             }
         }
+        Ok(())
+    }
+
+    /// The listing position of `name` in a directory hashed with
+    /// `version`: `(major >> 1) << 31 | minor >> 1`. The legacy hash has
+    /// no minor (0) and collides easily ("c575" and "c775"), so its
+    /// listing minor is the name's half_md4 hash instead: names then
+    /// share a position only if they collide in both (leaves are placed
+    /// by the major alone; the listing only sorts by it). `None`: an
+    /// unknown version.
+    fn list_pos(&self, version: u8, name: &[u8]) -> Option<u64> {
+        let seed = &self.sb.hash_seed;
+        let (major, mut minor) = htree::dirhash2(name, version, seed)?;
+        if version == htree::HASH_LEGACY || version == htree::HASH_LEGACY_UNSIGNED {
+            minor = htree::dirhash2(name, htree::HASH_HALF_MD4, seed)?.0;
+        }
+        Some((u64::from(major >> 1) << 31) | u64::from(minor >> 1))
+    }
+
+    /// Emit `group` ((position, name, inode, file type); positions at
+    /// least `start`) in (position, name) order, with the cookies
+    /// `readdir_htree` describes. False: `emit` stopped.
+    fn emit_hashed(
+        &self,
+        mut group: Vec<(u64, Vec<u8>, u32, u8)>,
+        start: u64,
+        emit: &mut dyn FnMut(DirEntry) -> bool,
+    ) -> Result<bool> {
+        group.sort_unstable_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+        for i in 0..group.len() {
+            let (pos, ino, ft) = (group[i].0, group[i].2, group[i].3);
+            let last_of_run = group.get(i + 1).is_none_or(|n| n.0 != pos);
+            let next = if last_of_run || pos == start {
+                pos + 1
+            } else {
+                pos
+            };
+            let file_type = match ft_from_dirent(ft) {
+                Some(t) => t,
+                None => self.iget(ino)?.file_type(),
+            };
+            let ent = DirEntry {
+                ino: u64::from(ino),
+                next_cookie: next + COOKIE_BASE,
+                file_type,
+                name: std::mem::take(&mut group[i].1),
+            };
+            if !emit(ent) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// `readdir_raw` of a one-block directory that is not indexed, on an
+    /// image with dir_index: in hash order (the image's default hash), as
+    /// the kernel lists such a directory (`is_dx_dir`), so that its
+    /// cookies keep their meaning when it fills and becomes indexed in
+    /// the middle of a listing (byte offsets read as hashes then repeated
+    /// every name already listed; review, stop 38).
+    fn readdir_block0_hashed(
+        &self,
+        raw: &RawInode,
+        start: u64,
+        emit: &mut dyn FnMut(DirEntry) -> bool,
+    ) -> Result<()> {
+        let mut version = self.sb.def_hash_version;
+        if version <= htree::HASH_TEA && self.sb.flags & FLAG_UNSIGNED_HASH != 0 {
+            version += 3;
+        }
+        let mut b = BlockBuf::zeroed(self.bs);
+        let r = self.dir_block(raw, 0, &mut b)?;
+        let Some(v) = self.leaf_entries_at(raw, 0, &b, Some(&r))? else {
+            return Ok(());
+        };
+        let mut group = Vec::with_capacity(v.len());
+        for e in v {
+            if e.inode == 0 || e.name == b"." || e.name == b".." {
+                continue;
+            }
+            if e.inode > self.sb.inodes_count {
+                return Err(corrupt(
+                    format!("directory {} block 0", raw.ino),
+                    format!("entry names inode {}", e.inode),
+                ));
+            }
+            let pos = self
+                .list_pos(version, e.name)
+                .ok_or_else(|| corrupt("superblock", format!("default hash version {version}")))?;
+            if pos >= start {
+                group.push((pos, e.name.to_vec(), e.inode, e.file_type));
+            }
+        }
+        self.emit_hashed(group, start, emit)?;
         Ok(())
     }
 

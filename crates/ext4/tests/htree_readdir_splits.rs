@@ -1,13 +1,11 @@
 //! getdents continuation across htree changes: an entry present for the
 //! whole listing comes back exactly once (the `Filesystem::readdir`
 //! contract; POSIX readdir), while other names are created and leaves
-//! split, and from a seekdir cookie taken before the splits. Indexed
-//! directories are listed in hash order with hash cookies
+//! split, from a seekdir cookie taken before the splits, and across the
+//! conversion of a one-block directory to an indexed one. Indexed and
+//! one-block directories are listed in hash order with hash cookies
 //! (`readdir_htree`, as the kernel's `ext4_dx_readdir`); byte-offset
-//! cookies repeated and skipped names (review, stop 38). Left out: a
-//! listing across the conversion of a one-block directory to an indexed
-//! one may repeat names (its cookies were byte offsets; the kernel's
-//! ext4 reads them as hashes too).
+//! cookies repeated and skipped names (review, stop 38).
 
 mod common;
 
@@ -127,6 +125,53 @@ fn getdents_across_one_leaf_split_returns_old_names_once() {
 
 /// A one-block linear directory that becomes indexed (all its names move
 /// from block 0 to block 1) while a listing is part way through it.
+#[test]
+fn getdents_across_conversion_to_htree_returns_old_names_once() {
+    let Some((_s, img, e, vfs)) = mount_fresh("readdir-conv", "32M") else {
+        return;
+    };
+    let t = vfs.root_task();
+    t.mkdir("/d", 0o755).unwrap();
+    let mut old: Vec<String> = Vec::new();
+    // Fill exactly the one block (1 KiB: 24 bytes of "." and "..").
+    let mut i = 0;
+    loop {
+        let n = format!("n{i:03}-{}", "x".repeat(40));
+        creat(&t, &format!("/d/{n}"));
+        if size_of(&t, "/d") > 1024 {
+            // This one already converted: drop it from the list.
+            t.unlink(&format!("/d/{n}")).unwrap();
+            break;
+        }
+        old.push(n);
+        i += 1;
+    }
+    // Start over in a fresh directory with exactly `old`, linear.
+    t.mkdir("/e", 0o755).unwrap();
+    for n in &old {
+        creat(&t, &format!("/e/{n}"));
+    }
+    assert_eq!(size_of(&t, "/e"), 1024);
+    t.rename("/d", "/z").unwrap();
+    t.rename("/e", "/d").unwrap();
+    let seen = list_around(&t, 5, &mut || {
+        creat(
+            &t,
+            "/d/one-more-name-that-makes-it-indexed-xxxxxxxxxxxxxxxxxxxxxx",
+        );
+        assert!(size_of(&t, "/d") > 1024, "not converted");
+    });
+    check(&seen, &old, "conversion to htree during getdents");
+    drop(t);
+    drop(vfs);
+    e.unmount().unwrap();
+    fsck_clean(&img);
+}
+
+/// telldir/seekdir: a cookie taken before a split, used after it, goes on
+/// from where the listing was (every old name after it, none before it,
+/// is what a stable cookie gives; here: the rest of the old names exactly
+/// once when the two halves are joined).
 #[test]
 fn seekdir_cookie_from_before_a_split_stays_valid() {
     let Some((_s, img, e, vfs)) = mount_fresh("readdir-seek", "32M") else {
