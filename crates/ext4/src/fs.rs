@@ -2396,6 +2396,51 @@ impl Ext4 {
         })
     }
 
+    /// The path from the root of indexed directory `raw` to the leaf that
+    /// hash `target(version)` selects (the root's hash version, the
+    /// image's unsigned flag applied): `frames[i]` = (index entries,
+    /// chosen one) at level i; with the number of index levels below the
+    /// root and the version. An unknown hash version is corruption.
+    #[allow(clippy::type_complexity)]
+    fn htree_path(
+        &self,
+        raw: &RawInode,
+        b: &mut [u8],
+        target: &mut dyn FnMut(u8) -> u32,
+    ) -> Result<(Vec<(htree::DxEntries, usize)>, usize, u8)> {
+        let what = || format!("directory {} htree root", raw.ino);
+        self.dir_block(raw, 0, b)?;
+        let max_levels = if self.sb.has_incompat(INCOMPAT_LARGEDIR) {
+            htree::MAX_LEVELS_LARGEDIR
+        } else {
+            htree::MAX_LEVELS
+        };
+        let info = htree::parse_root_info(b, max_levels, &what)?;
+        let mut version = info.hash_version;
+        if version <= htree::HASH_TEA && self.sb.flags & FLAG_UNSIGNED_HASH != 0 {
+            version += 3;
+        }
+        if htree::dirhash(b"", version, &self.sb.hash_seed).is_none() {
+            return Err(corrupt(what(), format!("hash version {version}")));
+        }
+        let hash = target(version);
+        let count_off = htree::ROOT_INFO_OFF + usize::from(info.info_length);
+        let root = htree::parse_entries(b, count_off, self.csum_seed(raw), &what)?;
+        let pick = |e: &htree::DxEntries| e.entries.partition_point(|x| x.0 <= hash).max(1) - 1;
+        let mut frames: Vec<(htree::DxEntries, usize)> = Vec::new();
+        let at = pick(&root);
+        frames.push((root, at));
+        let levels = usize::from(info.indirect_levels);
+        while frames.len() <= levels {
+            let (e, at) = &frames[frames.len() - 1];
+            let child = e.entries[*at].1;
+            let node = self.dx_node(raw, child, b)?;
+            let at = pick(&node);
+            frames.push((node, at));
+        }
+        Ok((frames, levels, version))
+    }
+
     /// Run `f` on each leaf block (logical number, bytes) of htree
     /// directory `raw` that may hold `name` — the leaf its hash selects,
     /// then the next ones while they continue a run of that hash — until
@@ -2409,35 +2454,11 @@ impl Ext4 {
         let what = || format!("directory {} htree root", raw.ino);
         let nblocks = self.dir_blocks(raw)?;
         let mut b = BlockBuf::zeroed(self.bs);
-        self.dir_block(raw, 0, &mut b)?;
-        let max_levels = if self.sb.has_incompat(INCOMPAT_LARGEDIR) {
-            htree::MAX_LEVELS_LARGEDIR
-        } else {
-            htree::MAX_LEVELS
-        };
-        let info = htree::parse_root_info(&b, max_levels, &what)?;
-        let mut version = info.hash_version;
-        if version <= htree::HASH_TEA && self.sb.flags & FLAG_UNSIGNED_HASH != 0 {
-            version += 3;
-        }
-        let Some(hash) = htree::dirhash(name, version, &self.sb.hash_seed) else {
-            return Err(corrupt(what(), format!("hash version {version}")));
-        };
-        let count_off = htree::ROOT_INFO_OFF + usize::from(info.info_length);
-        let root = htree::parse_entries(&b, count_off, self.csum_seed(raw), &what)?;
-        // frames[i] = (entries, chosen index) at level i.
-        let mut frames: Vec<(htree::DxEntries, usize)> = Vec::new();
-        let pick = |e: &htree::DxEntries| e.entries.partition_point(|x| x.0 <= hash).max(1) - 1;
-        let at = pick(&root);
-        frames.push((root, at));
-        let levels = usize::from(info.indirect_levels);
-        while frames.len() <= levels {
-            let (e, at) = &frames[frames.len() - 1];
-            let child = e.entries[*at].1;
-            let node = self.dx_node(raw, child, &mut b)?;
-            let at = pick(&node);
-            frames.push((node, at));
-        }
+        let mut hash = 0;
+        let (mut frames, levels, _) = self.htree_path(raw, &mut b, &mut |version| {
+            hash = htree::dirhash(name, version, &self.sb.hash_seed).unwrap_or(0);
+            hash
+        })?;
         // Each pass moves to a later leaf: at most nblocks passes.
         for _ in 0..nblocks {
             let (e, at) = &frames[frames.len() - 1];
@@ -2709,36 +2730,8 @@ impl Ext4 {
         let what = || format!("directory {} htree root", raw.ino);
         let nblocks = self.dir_blocks(raw)?;
         let mut b = BlockBuf::zeroed(self.bs);
-        self.dir_block(raw, 0, &mut b)?;
-        let max_levels = if self.sb.has_incompat(INCOMPAT_LARGEDIR) {
-            htree::MAX_LEVELS_LARGEDIR
-        } else {
-            htree::MAX_LEVELS
-        };
-        let info = htree::parse_root_info(&b, max_levels, &what)?;
-        let mut version = info.hash_version;
-        if version <= htree::HASH_TEA && self.sb.flags & FLAG_UNSIGNED_HASH != 0 {
-            version += 3;
-        }
-        if htree::dirhash2(b"", version, &self.sb.hash_seed).is_none() {
-            return Err(corrupt(what(), format!("hash version {version}")));
-        }
-        let count_off = htree::ROOT_INFO_OFF + usize::from(info.info_length);
-        let root = htree::parse_entries(&b, count_off, self.csum_seed(raw), &what)?;
-        let levels = usize::from(info.indirect_levels);
         let start_major = ((start >> 31).min(u64::from(u32::MAX >> 1)) as u32) << 1;
-        let pick =
-            |e: &htree::DxEntries| e.entries.partition_point(|x| x.0 <= start_major).max(1) - 1;
-        let mut frames: Vec<(htree::DxEntries, usize)> = Vec::new();
-        let at = pick(&root);
-        frames.push((root, at));
-        while frames.len() <= levels {
-            let (e, at) = &frames[frames.len() - 1];
-            let child = e.entries[*at].1;
-            let node = self.dx_node(raw, child, &mut b)?;
-            let at = pick(&node);
-            frames.push((node, at));
-        }
+        let (mut frames, levels, version) = self.htree_path(raw, &mut b, &mut |_| start_major)?;
         // Leaves visited: at most one per block.
         let mut left = nblocks;
         let mut done = false;
@@ -2756,25 +2749,8 @@ impl Ext4 {
                 }
                 left -= 1;
                 let r = self.dir_block(raw, leaf, &mut b)?;
-                let v = self
-                    .leaf_entries_at(raw, leaf, &b, Some(&r))?
-                    .ok_or_else(|| corrupt(what(), format!("leaf {leaf} is an index block")))?;
-                for e in v {
-                    if e.inode == 0 || e.name == b"." || e.name == b".." {
-                        continue;
-                    }
-                    if e.inode > self.sb.inodes_count {
-                        return Err(corrupt(
-                            format!("directory {} block {leaf}", raw.ino),
-                            format!("entry names inode {}", e.inode),
-                        ));
-                    }
-                    let pos = self
-                        .list_pos(version, e.name)
-                        .ok_or_else(|| corrupt(what(), "hash version"))?;
-                    if pos >= start {
-                        group.push((pos, e.name.to_vec(), e.inode, e.file_type));
-                    }
+                if !self.hashed_entries(raw, leaf, &b, &r, version, start, &mut group)? {
+                    return Err(corrupt(what(), format!("leaf {leaf} is an index block")));
                 }
                 match self.next_leaf(raw, &mut frames, levels, &mut b)? {
                     None => {
@@ -2862,29 +2838,46 @@ impl Ext4 {
         }
         let mut b = BlockBuf::zeroed(self.bs);
         let r = self.dir_block(raw, 0, &mut b)?;
-        let Some(v) = self.leaf_entries_at(raw, 0, &b, Some(&r))? else {
-            return Ok(());
+        let mut group = Vec::new();
+        self.hashed_entries(raw, 0, &b, &r, version, start, &mut group)?;
+        self.emit_hashed(group, start, emit)?;
+        Ok(())
+    }
+
+    /// Add the live names of leaf `lblk` of directory `raw` (in `b`, read
+    /// as `r` says) whose listing position with hash `version` is at
+    /// least `start` to `group` ((position, name, inode, file type)); `.`
+    /// and `..` left out. False: the block is an index node.
+    #[allow(clippy::too_many_arguments, clippy::type_complexity)]
+    fn hashed_entries(
+        &self,
+        raw: &RawInode,
+        lblk: u32,
+        b: &[u8],
+        r: &MetaRead,
+        version: u8,
+        start: u64,
+        group: &mut Vec<(u64, Vec<u8>, u32, u8)>,
+    ) -> Result<bool> {
+        let what = || format!("directory {} block {lblk}", raw.ino);
+        let Some(v) = self.leaf_entries_at(raw, lblk, b, Some(r))? else {
+            return Ok(false);
         };
-        let mut group = Vec::with_capacity(v.len());
         for e in v {
             if e.inode == 0 || e.name == b"." || e.name == b".." {
                 continue;
             }
             if e.inode > self.sb.inodes_count {
-                return Err(corrupt(
-                    format!("directory {} block 0", raw.ino),
-                    format!("entry names inode {}", e.inode),
-                ));
+                return Err(corrupt(what(), format!("entry names inode {}", e.inode)));
             }
             let pos = self
                 .list_pos(version, e.name)
-                .ok_or_else(|| corrupt("superblock", format!("default hash version {version}")))?;
+                .ok_or_else(|| corrupt(what(), format!("hash version {version}")))?;
             if pos >= start {
                 group.push((pos, e.name.to_vec(), e.inode, e.file_type));
             }
         }
-        self.emit_hashed(group, start, emit)?;
-        Ok(())
+        Ok(true)
     }
 
     /// Move `frames` (a path from the htree root to a leaf, `levels`
