@@ -2475,28 +2475,9 @@ impl Ext4 {
             }
             // Continue only while the next leaf starts with our hash (a
             // collision run spanning blocks).
-            let mut lvl = frames.len();
-            loop {
-                if lvl == 0 {
-                    return Ok(None);
-                }
-                lvl -= 1;
-                let (e, at) = &mut frames[lvl];
-                if *at + 1 < e.entries.len() {
-                    *at += 1;
-                    break;
-                }
-            }
-            frames.truncate(lvl + 1);
-            let (e, at) = &frames[lvl];
-            if e.entries[*at].0 & !1 != hash {
-                return Ok(None);
-            }
-            while frames.len() <= levels {
-                let (e, at) = &frames[frames.len() - 1];
-                let child = e.entries[*at].1;
-                let node = self.dx_node(raw, child, &mut b)?;
-                frames.push((node, 0));
+            match self.next_leaf(raw, &mut frames, levels, &mut b)? {
+                Some(h) if h & !1 == hash => {}
+                _ => return Ok(None),
             }
         }
         Ok(None)
