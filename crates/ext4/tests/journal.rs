@@ -5,78 +5,17 @@
 //! explained in `compare`), and `e2fsck -fn` must pass on ours.
 
 mod common;
+#[path = "support/journal_images.rs"]
+mod journal_images;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
 use common::{mkfs, Scratch};
+use journal_images::*;
 use scalevfs_ext4::journal::{self, format as jf, Replay};
 use scalevfs_ext4::{BlockDevice, Ext4, Ext4Options, FileDevice, MemDevice};
-
-fn tool(name: &str) -> PathBuf {
-    mkfs().unwrap().with_file_name(name)
-}
-
-fn tools() -> bool {
-    let ok = mkfs().is_some() && tool("debugfs").exists() && tool("e2fsck").exists();
-    if !ok {
-        eprintln!("SKIP: e2fsprogs (mkfs.ext4, debugfs, e2fsck) not found");
-    }
-    ok
-}
-
-/// Blocks of `/data`.
-const DATA_BLOCKS: usize = 700;
-
-/// An image with a `DATA_BLOCKS`-block file `/data`, and where its blocks are.
-struct Img {
-    _dir: Scratch,
-    dir: PathBuf,
-    path: PathBuf,
-    bs: usize,
-    data_blocks: Vec<u64>,
-}
-
-fn make(bs: usize, tag: &str) -> Img {
-    let dir = Scratch::new(tag);
-    let src = dir.0.join("src");
-    std::fs::create_dir(&src).unwrap();
-    let pat: Vec<u8> = (0..DATA_BLOCKS * bs).map(|i| (i % 251) as u8).collect();
-    std::fs::write(src.join("data"), &pat).unwrap();
-    std::fs::write(src.join("small"), b"small file\n").unwrap();
-    let path = dir.0.join("img");
-    let size = if bs == 1024 { "8M" } else { "32M" };
-    let out = Command::new(mkfs().unwrap())
-        .args(["-q", "-F", "-b", &bs.to_string(), "-O", "orphan_file", "-d"])
-        .arg(&src)
-        .arg(&path)
-        .arg(size)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let out = Command::new(tool("debugfs"))
-        .args(["-R", "blocks /data"])
-        .arg(&path)
-        .output()
-        .unwrap();
-    let data_blocks: Vec<u64> = String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .map(|s| s.parse().unwrap())
-        .collect();
-    assert_eq!(data_blocks.len(), DATA_BLOCKS, "blocks of /data");
-    Img {
-        dir: dir.0.clone(),
-        _dir: dir,
-        path,
-        bs,
-        data_blocks,
-    }
-}
 
 /// Run a debugfs -w script (one request a line) on `img`.
 fn debugfs_script(img: &Path, script: &str) {
@@ -98,32 +37,6 @@ fn debugfs_script(img: &Path, script: &str) {
             "debugfs: {err}"
         );
     }
-}
-
-fn copy(img: &Path, name: &str) -> PathBuf {
-    let p = img.with_file_name(name);
-    std::fs::copy(img, &p).unwrap();
-    p
-}
-
-/// Let e2fsck replay the journal only (no -f: with it e2fsck 1.47 goes on
-/// to a full check, which could repair more than the journal).
-fn e2fsck_replay(img: &Path) -> String {
-    let out = Command::new(tool("e2fsck"))
-        .args(["-y", "-E", "journal_only"])
-        .arg(img)
-        .output()
-        .unwrap();
-    let s = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        matches!(out.status.code(), Some(0..=2)),
-        "e2fsck -E journal_only: {s}"
-    );
-    s
 }
 
 /// `e2fsck -fn` finds nothing.
@@ -150,12 +63,6 @@ fn our_replay(img: &Path) -> journal::Recovered {
     journal::recover(&dev).unwrap()
 }
 
-/// Superblock fields that may differ: s_wtime and s_wtime_hi (both set
-/// the time of the write, a second apart or not), s_kbytes_written
-/// (e2fsck adds what its own I/O wrote; we leave it) and the checksum
-/// over them.
-const SB_ALLOWED: &[(usize, usize)] = &[(0x30, 4), (0x274, 1), (0x178, 8), (0x3FC, 4)];
-
 /// Panics on a difference between A and B outside the primary
 /// superblock's allowed fields.
 fn compare(a: &Path, b: &Path) {
@@ -166,26 +73,6 @@ fn compare(a: &Path, b: &Path) {
         bad.len(),
         &bad[..bad.len().min(16)]
     );
-}
-
-/// The offsets where A and B differ outside the allowed fields.
-fn differences(a: &Path, b: &Path) -> Vec<usize> {
-    let a = std::fs::read(a).unwrap();
-    let b = std::fs::read(b).unwrap();
-    assert_eq!(a.len(), b.len());
-    let mut bad = Vec::new();
-    for (i, (x, y)) in a.iter().zip(&b).enumerate() {
-        if x != y {
-            let ok = (1024..2048).contains(&i)
-                && SB_ALLOWED
-                    .iter()
-                    .any(|&(o, l)| (1024 + o..1024 + o + l).contains(&i));
-            if !ok {
-                bad.push(i);
-            }
-        }
-    }
-    bad
 }
 
 /// Write `n` blocks of pattern `seed` to a file for `jw -b`.
@@ -213,40 +100,6 @@ fn referee(img: &Img) -> journal::Recovered {
         panic!("e2fsck -fn after our replay: {e}\n(e2fsck replay said: {log})")
     });
     r
-}
-
-/// The journal's physical blocks (debugfs `blocks <8>`).
-fn journal_blocks(img: &Path) -> Vec<u64> {
-    let out = Command::new(tool("debugfs"))
-        .args(["-R", "blocks <8>"])
-        .arg(img)
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .map(|s| s.parse().unwrap())
-        .collect()
-}
-
-fn read_block(img: &Path, bs: usize, blk: u64) -> Vec<u8> {
-    use std::os::unix::fs::FileExt;
-    let f = std::fs::File::open(img).unwrap();
-    let mut b = vec![0u8; bs];
-    f.read_exact_at(&mut b, blk * bs as u64).unwrap();
-    b
-}
-
-fn write_block(img: &Path, bs: usize, blk: u64, b: &[u8]) {
-    use std::os::unix::fs::FileExt;
-    let f = std::fs::OpenOptions::new().write(true).open(img).unwrap();
-    f.write_all_at(b, blk * bs as u64).unwrap();
-}
-
-fn journal_sb(img: &Img) -> (jf::JournalSuperblock, Vec<u64>) {
-    let jb = journal_blocks(&img.path);
-    let b = read_block(&img.path, img.bs, jb[0]);
-    let js = jf::JournalSuperblock::parse(&b, img.bs, jb.len() as u64).unwrap();
-    (js, jb)
 }
 
 /// Set or clear needs_recovery in the image's superblock (checksum kept).
@@ -791,12 +644,6 @@ fn fuzz_cases(default: u64) -> u64 {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-fn snapshot(d: &dyn BlockDevice) -> Vec<u8> {
-    let mut v = vec![0u8; d.size() as usize];
-    d.read_at(0, &mut v).unwrap();
-    v
 }
 
 /// Differential fuzz: where our recovery accepts a mutated journal, e2fsck

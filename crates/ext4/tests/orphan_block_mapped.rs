@@ -49,6 +49,21 @@ fn ext3_style_with(
     (img, ino)
 }
 
+/// Take every free block with /fill (fallocate, halving the step down to
+/// one block).
+fn fill(t: &scalevfs::Task) {
+    let fd = t.open("/fill", O_CREAT | O_RDWR, 0o644).unwrap();
+    let (mut off, mut step) = (0i64, 1i64 << 20);
+    while step >= 1024 {
+        match t.fallocate(fd, 0, off, step) {
+            Ok(()) => off += step,
+            Err(_) => step /= 2,
+        }
+    }
+    t.close(fd).unwrap();
+    assert_eq!(t.statfs("/").unwrap().bfree, 0, "not full");
+}
+
 fn blockcount(img: &std::path::Path) -> u64 {
     debugfs_ro(img, "stat f")
         .split("Blockcount: ")
@@ -127,16 +142,7 @@ fn a_cut_truncate_of_a_block_mapped_file_on_a_full_filesystem_is_finished() {
     {
         let (e, vfs) = mount(&img);
         let t = vfs.root_task();
-        let fd = t.open("/fill", O_CREAT | O_RDWR, 0o644).unwrap();
-        let (mut off, mut step) = (0i64, 1i64 << 20);
-        while step >= 1024 {
-            match t.fallocate(fd, 0, off, step) {
-                Ok(()) => off += step,
-                Err(_) => step /= 2,
-            }
-        }
-        t.close(fd).unwrap();
-        assert_eq!(t.statfs("/").unwrap().bfree, 0, "not full");
+        fill(&t);
         unmount_clean(t, vfs, e, &img);
     }
     assert!(debugfs(&img, "sif f size 10240"));
@@ -294,16 +300,7 @@ fn truncating_a_block_mapped_file_on_a_full_filesystem_works() {
     let (img, _) = ext3_style_with(&s, 2000 * 1024, &["-m", "0"], "16M");
     let (e, vfs) = mount(&img);
     let t = vfs.root_task();
-    let fd = t.open("/fill", O_CREAT | O_RDWR, 0o644).unwrap();
-    let (mut off, mut step) = (0i64, 1i64 << 20);
-    while step >= 1024 {
-        match t.fallocate(fd, 0, off, step) {
-            Ok(()) => off += step,
-            Err(_) => step /= 2,
-        }
-    }
-    t.close(fd).unwrap();
-    assert_eq!(t.statfs("/").unwrap().bfree, 0, "not full");
+    fill(&t);
     t.truncate("/f", 10_000).unwrap();
     e.commit().unwrap();
     assert!(t.statfs("/").unwrap().bfree > 1900);
