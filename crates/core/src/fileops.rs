@@ -92,7 +92,7 @@ pub(crate) fn truncate_inode(p: &PathRef, size: u64, cred: &Cred) -> VfsResult<(
         return Err(Errno::EINVAL);
     }
     let fs = &p.mnt.sb.fs;
-    if size > fs.max_file_size() || size > i64::MAX as u64 {
+    if size > fs.max_file_size_of(i) || size > i64::MAX as u64 {
         return Err(Errno::EFBIG);
     }
     let _pin = epoch::pin();
@@ -205,7 +205,7 @@ pub(crate) fn file_write(
         return Ok((0, off));
     }
     // generic_write_checks: EFBIG at or past the limit, else a short write.
-    let max = fs.max_file_size().min(i64::MAX as u64);
+    let max = fs.max_file_size_of(i).min(i64::MAX as u64);
     if off >= max {
         return Err(Errno::EFBIG);
     }

@@ -208,6 +208,16 @@ pub trait Filesystem: Send + Sync + 'static {
         i64::MAX as u64
     }
 
+    /// Largest size of the file `inode`: `max_file_size`, unless the
+    /// limit depends on how the file is stored (ext4's block-mapped files
+    /// reach less far than its extent files: `s_bitmap_maxbytes`). The
+    /// VFS checks writes, truncates, lseek, fallocate and copy_file_range
+    /// against it.
+    fn max_file_size_of(&self, inode: &Inode) -> u64 {
+        let _ = inode;
+        self.max_file_size()
+    }
+
     // ---- data ----
 
     /// Read at `off`; returns bytes read (0 at or past end of file).

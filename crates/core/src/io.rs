@@ -242,7 +242,7 @@ impl Task {
             LlseekVariant::Lockless => None,
             LlseekVariant::Locked => Some(lock_data_counted(i)),
         };
-        let max = f.path().mnt.sb.fs.max_file_size().min(i64::MAX as u64) as i64;
+        let max = f.path().mnt.sb.fs.max_file_size_of(i).min(i64::MAX as u64) as i64;
         let check = |new: i64| {
             if new < 0 || new > max {
                 Err(Errno::EINVAL)
@@ -401,7 +401,7 @@ impl Task {
         }
         let fs = &f.path().mnt.sb.fs;
         let end = off.checked_add(len).ok_or(Errno::EFBIG)? as u64;
-        if end > fs.max_file_size() {
+        if end > fs.max_file_size_of(i) {
             return Err(Errno::EFBIG);
         }
         let range = match op {
@@ -567,7 +567,7 @@ impl Task {
         };
         // generic_write_check_limits: EFBIG at the limit, else shortened.
         let fs = &fout.path().mnt.sb.fs;
-        let max = fs.max_file_size().min(i64::MAX as u64);
+        let max = fs.max_file_size_of(io).min(i64::MAX as u64);
         if count > 0 {
             if pos_out >= max {
                 return Err(Errno::EFBIG);

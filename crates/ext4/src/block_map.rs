@@ -12,7 +12,7 @@
 use crate::error::{corrupt, Result};
 use crate::format::inode::RawInode;
 use crate::fs::Ext4;
-use crate::util::BlockBuf;
+use crate::util::{errno, BlockBuf};
 
 /// A block map's blocks as (first logical block it maps, physical): its
 /// data blocks, in logical order, and its indirect blocks.
@@ -77,6 +77,124 @@ impl Ext4 {
         Ok((data, map))
     }
 
+    /// Where logical block `lblk` sits in a block map: the `i_block` slot
+    /// holding its root pointer, and the index into each indirect block
+    /// on the way down from there (none for a direct block). None past
+    /// the triple indirect block's reach.
+    fn map_route(&self, lblk: u64) -> Option<(usize, Vec<usize>)> {
+        let per = (self.bs / 4) as u64;
+        if lblk < 12 {
+            return Some((lblk as usize, Vec::new()));
+        }
+        let mut l = lblk - 12;
+        for (slot, level) in [(12usize, 1u32), (13, 2), (14, 3)] {
+            let span = per.pow(level);
+            if l < span {
+                let route = (0..level)
+                    .rev()
+                    .map(|k| ((l / per.pow(k)) % per) as usize)
+                    .collect();
+                return Some((slot, route));
+            }
+            l -= span;
+        }
+        None
+    }
+
+    /// Give the hole at logical block `lblk` of the block-mapped `raw` a
+    /// new data block, with the indirect blocks missing on its way (the
+    /// kernel's `ext4_alloc_branch`): returns every block allocated, the
+    /// data block last. All of them are allocated first,
+    /// near `goal` and in the first 2^32 blocks (a map holds 32-bit
+    /// pointers; past that, ENOSPC); then the new indirect blocks are
+    /// filled (zeroed but for the pointer down) and the branch hooked into
+    /// the map, through the journal. `raw` gets the new root pointer, if
+    /// any, and `i_blocks`; the caller writes the data and stores `raw`.
+    /// On failure nothing is left allocated or changed.
+    pub(crate) fn map_new_block(
+        &self,
+        raw: &mut RawInode,
+        lblk: u64,
+        goal: u64,
+    ) -> Result<Vec<u64>> {
+        let what = || format!("inode {} block map", raw.ino);
+        let (slot, route) = self.map_route(lblk).ok_or_else(|| errno(libc::EFBIG))?;
+        let first = u64::from(self.sb.first_data_block);
+        // The indirect blocks already on the way, top down.
+        let mut chain: Vec<u64> = Vec::with_capacity(route.len());
+        let mut buf = BlockBuf::zeroed(self.bs);
+        let mut p = raw.block_word(slot);
+        for &idx in &route {
+            if p == 0 {
+                break;
+            }
+            let b = u64::from(p);
+            if b < first || b >= self.sb.blocks_count || chain.contains(&b) {
+                return Err(corrupt(what(), format!("block pointer {p}")));
+            }
+            chain.push(b);
+            self.read_block(b, &mut buf)?;
+            p = crate::format::le32(&buf, idx * 4);
+        }
+        if p != 0 {
+            return Err(corrupt(what(), format!("logical block {lblk} is mapped")));
+        }
+        // New indirect blocks for the levels below `chain`, then the data
+        // block: each allocated after the one before it.
+        let need = route.len() - chain.len() + 1;
+        let mut new: Vec<u64> = Vec::with_capacity(need);
+        let undo = |new: &[u64]| {
+            for &b in new {
+                let _ = self.free_block(b);
+            }
+        };
+        let mut at = goal;
+        while new.len() < need {
+            match self.alloc_block(at, false) {
+                Ok(b) if b <= u64::from(u32::MAX) => {
+                    new.push(b);
+                    at = b + 1;
+                }
+                Ok(b) => {
+                    new.push(b);
+                    undo(&new);
+                    return Err(errno(libc::ENOSPC));
+                }
+                Err(e) => {
+                    undo(&new);
+                    return Err(e);
+                }
+            }
+        }
+        let hooked = (|| -> Result<()> {
+            let (rw, io) = self.rw()?;
+            for (k, w) in new.windows(2).enumerate() {
+                let idx = route[chain.len() + k];
+                rw.bufs.modify(io.dev, w[0], false, |x| {
+                    x.fill(0);
+                    x[idx * 4..idx * 4 + 4].copy_from_slice(&(w[1] as u32).to_le_bytes());
+                })?;
+            }
+            let top = (new[0] as u32).to_le_bytes();
+            match chain.last() {
+                None => raw.block[slot * 4..slot * 4 + 4].copy_from_slice(&top),
+                Some(&b) => {
+                    let idx = route[chain.len() - 1];
+                    rw.bufs.modify(io.dev, b, true, |x| {
+                        x[idx * 4..idx * 4 + 4].copy_from_slice(&top)
+                    })?;
+                }
+            }
+            Ok(())
+        })();
+        if let Err(e) = hooked {
+            undo(&new);
+            return Err(e);
+        }
+        raw.blocks += need as u64 * (self.bs as u64 / 512);
+        Ok(new)
+    }
+
     /// Where one step freeing `raw`'s blocks from logical `keep` on
     /// should start: the lowest `cut >= keep` such that the blocks it
     /// frees (data, and indirect blocks mapping nothing below `cut`) lie
@@ -84,9 +202,22 @@ impl Ext4 {
     /// that stay and change. `keep` when everything fits. A step frees
     /// something whenever anything lies past `keep`.
     pub(crate) fn block_map_cut(&self, raw: &RawInode, keep: u64, budget: usize) -> Result<u64> {
+        self.block_map_cut_range(raw, keep, u64::MAX, budget)
+    }
+
+    /// `block_map_cut` for the range `keep..end` only (a punched hole,
+    /// freed from its end): the lowest `cut >= keep` whose part
+    /// `cut..end` fits the budget.
+    pub(crate) fn block_map_cut_range(
+        &self,
+        raw: &RawInode,
+        keep: u64,
+        end: u64,
+        budget: usize,
+    ) -> Result<u64> {
         let (data, map) = self.walk_block_map(raw)?;
         let mut items: Vec<(u64, u64)> = data.into_iter().chain(map).collect();
-        items.retain(|&(l, _)| l >= keep);
+        items.retain(|&(l, _)| l >= keep && l < end);
         items.sort_unstable_by(|a, b| b.cmp(a));
         // At most four items start at one logical block (a triple, double
         // and single indirect block and a data block), so a budget of four
@@ -109,6 +240,13 @@ impl Ext4 {
     /// is allocated. The map is read back whole and checked first
     /// (`walk_block_map`), so a corrupt map changes nothing.
     pub(crate) fn cut_block_map(&self, raw: &mut RawInode, cut: u64) -> Result<()> {
+        self.cut_block_map_range(raw, cut, u64::MAX)
+    }
+
+    /// `cut_block_map` of the logical blocks `cut..end` only (a punched
+    /// hole, as the kernel's `ext4_ind_remove_space`): data blocks in the
+    /// range go, and indirect blocks left mapping nothing.
+    pub(crate) fn cut_block_map_range(&self, raw: &mut RawInode, cut: u64, end: u64) -> Result<()> {
         self.walk_block_map(raw)?;
         let per = (self.bs / 4) as u64;
         let mut freed = 0u64;
@@ -119,7 +257,7 @@ impl Ext4 {
         ];
         for (i, level, first) in (0..12).map(|i| (i, 0, i as u64)).chain(roots) {
             let p = raw.block_word(i);
-            if self.cut_below(p, level, first, cut, &mut freed)? {
+            if self.cut_below(p, level, first, (cut, end), &mut freed)? {
                 raw.block[i * 4..i * 4 + 4].fill(0);
             }
         }
@@ -128,16 +266,24 @@ impl Ext4 {
         Ok(())
     }
 
-    /// `cut_block_map` below pointer `p` (`level` indirect levels, first
-    /// logical block `first`); true when `p` was freed (its pointer is to
-    /// be zeroed). Depth at most 3; the map was checked by the caller.
-    fn cut_below(&self, p: u32, level: u32, first: u64, cut: u64, freed: &mut u64) -> Result<bool> {
+    /// `cut_block_map_range` below pointer `p` (`level` indirect levels,
+    /// first logical block `first`) for the logical range `cut..end`;
+    /// true when `p` was freed (its pointer is to be zeroed). Depth at
+    /// most 3; the map was checked by the caller.
+    fn cut_below(
+        &self,
+        p: u32,
+        level: u32,
+        first: u64,
+        (cut, end): (u64, u64),
+        freed: &mut u64,
+    ) -> Result<bool> {
         if p == 0 {
             return Ok(false);
         }
         let per = (self.bs / 4) as u64;
         let span = per.pow(level);
-        if first.saturating_add(span) <= cut {
+        if first.saturating_add(span) <= cut || first >= end {
             return Ok(false);
         }
         let b = u64::from(p);
@@ -155,7 +301,8 @@ impl Ext4 {
             if c == 0 {
                 continue;
             }
-            if self.cut_below(c, level - 1, first + i as u64 * child, cut, freed)? {
+            let at = first + i as u64 * child;
+            if self.cut_below(c, level - 1, at, (cut, end), freed)? {
                 buf[i * 4..i * 4 + 4].fill(0);
                 changed = true;
             } else {

@@ -69,9 +69,8 @@ use scalevfs_sync::primitive::Ordering;
 /// What `Ext4::file_raw` does with a block-mapped (ext2/3-style) file.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum OnMap {
-    /// Map it by extents first (`migrate_to_extents`).
-    Migrate,
-    /// Leave its block map (the caller cuts it: truncate).
+    /// Leave its block map: the caller changes the map (write, truncate,
+    /// punch hole; `block_map.rs`).
     Keep,
     /// EOPNOTSUPP (extent-only operations).
     Refuse,
@@ -1034,14 +1033,12 @@ impl Ext4 {
     }
 
     /// The file's private part, its tree lock held exclusively, and its
-    /// inode copy.
-    /// A block-mapped (ext2/3-style) file becomes an extent file first
-    /// (`migrate_to_extents`), in the caller's handle, with
-    /// [`OnMap::Migrate`] (write, punch hole, which the kernel's ext4 does
-    /// on such files in place); stays as it is with [`OnMap::Keep`]
-    /// (truncate: `cut_block_map`, as the kernel's `ext4_ind_truncate`);
-    /// else (fallocate's other modes, extent-only in the kernel's ext4
-    /// too) it is EOPNOTSUPP. An inline file moves out to a block first
+    /// inode copy. A block-mapped (ext2/3-style) file stays as it is with
+    /// [`OnMap::Keep`] (write, truncate, punch hole: the caller changes
+    /// its map, as the kernel's ext4 does, `ext4_ind_map_blocks`,
+    /// `ext4_ind_truncate`, `ext4_ind_remove_space`); else (fallocate's
+    /// other modes, extent-only in the kernel's ext4 too) it is
+    /// EOPNOTSUPP. An inline file moves out to a block first
     /// (`uninline`), for every change.
     fn file_raw<'a>(
         &self,
@@ -1059,17 +1056,12 @@ impl Ext4 {
             self.check(self.uninline(&mut raw))?;
             ei.set_raw(raw.clone());
         }
-        if raw.flags & FL_EXTENTS == 0 {
-            if on_map == OnMap::Refuse
+        if raw.flags & FL_EXTENTS == 0
+            && (on_map == OnMap::Refuse
                 || raw.file_type_bits() != libc::S_IFREG
-                || !crate::fs::block_mapped(&raw, self.bs)
-            {
-                return Err(errno(libc::EOPNOTSUPP));
-            }
-            if on_map == OnMap::Migrate {
-                self.check(self.migrate_to_extents(&mut raw))?;
-                ei.set_raw(raw.clone());
-            }
+                || !crate::fs::block_mapped(&raw, self.bs))
+        {
+            return Err(errno(libc::EOPNOTSUPP));
         }
         Ok((ei, g, raw))
     }
@@ -1102,7 +1094,10 @@ impl Ext4 {
         if buf.is_empty() {
             return Ok(0);
         }
-        let (ei, g, mut raw) = self.file_raw(inode, OnMap::Migrate)?;
+        let (ei, g, mut raw) = self.file_raw(inode, OnMap::Keep)?;
+        if raw.flags & FL_EXTENTS == 0 {
+            return self.write_mapped(inode, ei, g, raw, off, buf);
+        }
         let bs = self.bs as u64;
         let end = off
             .checked_add(buf.len() as u64)
@@ -1274,6 +1269,109 @@ impl Ext4 {
         raw.ctime = t;
         self.publish(inode, ei, g, raw)?;
         Ok(done)
+    }
+
+    /// `file_write` for a block-mapped (ext2/3-style) file, which keeps its
+    /// map, as in the kernel's ext4 (`ext4_ind_map_blocks`): a block
+    /// already mapped is written in place; a hole gets a new block, with
+    /// the indirect blocks missing on its way (`map_new_block`). A write
+    /// at or past `bitmap_max_size` is EFBIG, one reaching past it ends
+    /// there (the kernel's ext4_generic_write_checks). One step per call,
+    /// as `file_write`: the write ends short once its allocations reach
+    /// `step_groups` groups.
+    fn write_mapped(
+        &self,
+        inode: &Inode,
+        ei: &Ext4Inode,
+        g: RwLockWriteGuard<'_, ()>,
+        mut raw: RawInode,
+        off: u64,
+        buf: &[u8],
+    ) -> Result<usize> {
+        let bs = self.bs as u64;
+        let max = self.bitmap_max_size();
+        if off >= max {
+            return Err(errno(libc::EFBIG));
+        }
+        let buf = &buf[..(max - off).min(buf.len() as u64) as usize];
+        let budget = self.step_groups();
+        let mut groups = std::collections::HashSet::new();
+        let ipg_group = ((raw.ino - 1) / self.sb.inodes_per_group) as u64;
+        let mut goal =
+            u64::from(self.sb.first_data_block) + ipg_group * u64::from(self.sb.blocks_per_group);
+        let mut blockbuf = BlockBuf::zeroed(self.bs);
+        let (mut done, mut added, mut err) = (0usize, false, None);
+        while done < buf.len() {
+            let pos = off + done as u64;
+            // Below `bitmap_max_size`, so within 32 bits.
+            let lblk = pos / bs;
+            let inb = (pos % bs) as usize;
+            let n = (self.bs - inb).min(buf.len() - done);
+            let found = match u32::try_from(lblk) {
+                Ok(l) => self.map_block(&raw, l),
+                Err(_) => Err(errno(libc::EFBIG)),
+            };
+            let (pblk, new) = match found {
+                Ok(crate::fs::Mapping::Data { pblk, .. }) => (pblk, false),
+                Ok(_) if done > 0 && budget.is_some_and(|b| groups.len() >= b) => break,
+                Ok(_) => match self.map_new_block(&mut raw, lblk, goal) {
+                    Ok(new) => {
+                        added = true;
+                        if budget.is_some() {
+                            groups.extend(new.iter().map(|&b| self.group_of(b)));
+                        }
+                        (new[new.len() - 1], true)
+                    }
+                    Err(e) => {
+                        err = Some(e);
+                        break;
+                    }
+                },
+                Err(e) => {
+                    err = Some(e);
+                    break;
+                }
+            };
+            goal = pblk + 1;
+            let chunk = &buf[done..done + n];
+            let r = if n == self.bs {
+                self.dev.write_at(pblk * bs, chunk)
+            } else {
+                let r = if new {
+                    blockbuf.fill(0);
+                    Ok(())
+                } else {
+                    self.dev.read_at(pblk * bs, &mut blockbuf)
+                };
+                r.and_then(|()| {
+                    blockbuf[inb..inb + n].copy_from_slice(chunk);
+                    self.dev.write_at(pblk * bs, &blockbuf)
+                })
+            };
+            if let Err(e) = r {
+                err = Some(e.into());
+                break;
+            }
+            done += n;
+        }
+        if done == 0 && !added {
+            return Err(err.unwrap_or_else(|| errno(libc::EIO)));
+        }
+        if let Ok((rw, _)) = self.rw() {
+            // Relaxed: a statistic (s_kbytes_written).
+            rw.written.fetch_add(done as u64, Ordering::Relaxed);
+        }
+        // The map changed (blocks hooked in) whether or not their data
+        // went out: stored in any case.
+        let t = now();
+        raw.size = raw.size.max(off + done as u64);
+        raw.mtime = t;
+        raw.ctime = t;
+        self.publish(inode, ei, g, raw)?;
+        match err {
+            Some(e) if done == 0 => Err(e),
+            _ => Ok(done),
+        }
     }
 
     /// Zero the byte ranges `zero` (each inside one block) where `ex` maps
@@ -1502,7 +1600,9 @@ impl Ext4 {
         self.rw()?;
         let (ei, g, mut raw) = self.file_raw(inode, OnMap::Keep)?;
         let bs = self.bs as u64;
-        if size / bs >= u64::from(u32::MAX) {
+        // A size of exactly the maximum is allowed (its last block is
+        // 2^32 - 2), as in the kernel's inode_newsize_ok.
+        if size > self.max_size() {
             return Err(errno(libc::EFBIG));
         }
         let mut long = None;
@@ -1599,7 +1699,7 @@ impl Ext4 {
         len: u64,
     ) -> Result<Option<(u64, u64)>> {
         self.rw()?;
-        let (ei, g, mut raw) = self.file_raw(inode, OnMap::Migrate)?;
+        let (ei, g, mut raw) = self.file_raw(inode, OnMap::Keep)?;
         let bs = self.bs as u64;
         if off >= raw.size {
             return Ok(None);
@@ -1623,12 +1723,36 @@ impl Ext4 {
             zero.push((last_full * bs, end));
         }
         let to = last_full.max(first_full);
-        let cut = self.drop_range_step(&mut raw, first_full, to, &zero, self.step_groups())?;
+        let cut = if raw.flags & FL_EXTENTS == 0 {
+            self.zero_mapped(&raw, &zero)?;
+            self.punch_mapped_step(&mut raw, first_full, to)?
+        } else {
+            self.drop_range_step(&mut raw, first_full, to, &zero, self.step_groups())?
+        };
         let t = now();
         raw.mtime = t;
         raw.ctime = t;
         self.publish(inode, ei, g, raw)?;
         Ok((cut > first_full).then_some((first_full, cut)))
+    }
+
+    /// One step of a punch of logical blocks `from..to` of a block-mapped
+    /// file (the kernel's `ext4_ind_remove_space`), from the end: frees
+    /// what lies in `cut..to`, the most that fits one step
+    /// (`block_map_cut_range`), and returns `cut` (`from`: all done).
+    /// Nothing is allocated. A failure once something was freed stops
+    /// writes (the step would commit half made).
+    fn punch_mapped_step(&self, raw: &mut RawInode, from: u64, to: u64) -> Result<u64> {
+        if to <= from {
+            return Ok(from);
+        }
+        let cut = match self.step_groups() {
+            Some(b) => self.block_map_cut_range(raw, from, to, b)?,
+            None => from,
+        };
+        self.check(self.cut_block_map_range(raw, cut, to))
+            .map_err(|e| self.stop_writes(e))?;
+        Ok(cut)
     }
 
     /// The rest of a long punch (`file_punch`): logical blocks
@@ -1637,8 +1761,12 @@ impl Ext4 {
     pub(crate) fn punch_rest(&self, inode: &Arc<Inode>, from: u64, mut to: u64) -> Result<()> {
         while to > from {
             to = self.journaled(|| {
-                let (ei, g, mut raw) = self.file_raw(inode, OnMap::Migrate)?;
-                let cut = self.drop_range_step(&mut raw, from, to, &[], self.step_groups())?;
+                let (ei, g, mut raw) = self.file_raw(inode, OnMap::Keep)?;
+                let cut = if raw.flags & FL_EXTENTS == 0 {
+                    self.punch_mapped_step(&mut raw, from, to)?
+                } else {
+                    self.drop_range_step(&mut raw, from, to, &[], self.step_groups())?
+                };
                 raw.ctime = now();
                 raw.mtime = raw.ctime;
                 // The step is made: a failure storing it stops writes.
@@ -1703,7 +1831,10 @@ impl Ext4 {
                 return Err(e);
             }
         };
+        // mtime too, as the kernel's ext4_fallocate (file_modified) for
+        // every mode.
         raw.ctime = now();
+        raw.mtime = raw.ctime;
         self.publish(inode, ei, g, raw)?;
         Ok(rest.map(|l| l * bs))
     }
@@ -1933,8 +2064,9 @@ impl Ext4 {
         // Blocks preallocated past EOF move too: they must stay below the
         // last logical block.
         if let Some(l) = ex.last().filter(|l| u64::from(l.block) >= a) {
+            // EINVAL, as the kernel's ext4_ext_shift_extents.
             if u64::from(l.block) + u64::from(l.len) + k > u64::from(u32::MAX) {
-                return Err(errno(libc::EFBIG));
+                return Err(errno(libc::EINVAL));
             }
         }
         let mut moved = false;
@@ -2094,68 +2226,6 @@ impl Ext4 {
         } else if crate::fs::block_mapped(raw, self.bs) {
             self.collect_block_map(raw)?;
         }
-        Ok(())
-    }
-
-    /// Turn block-mapped (ext2/3-style) `raw` into an extent inode, as the
-    /// kernel's `EXT4_IOC_MIGRATE` (`chattr +e`) does: the same data
-    /// blocks at the same logical places, mapped by an extent tree (in the
-    /// inode up to four extents, else leaves written here); the indirect
-    /// blocks are freed and `i_blocks` follows. Stored at once (inode
-    /// block and memory copy are the caller's: `raw` is changed in place
-    /// and written). The image has the extent feature (a read-write mount
-    /// requires it). Runs in the caller's handle, so the change commits
-    /// whole or not at all; a map whose new tree cannot fit one
-    /// transaction is ENOSPC with nothing changed (`check_tree_rewrite`).
-    /// Writes, truncates and directory growth call it on their first
-    /// change of such an inode: an image upgraded from ext3 keeps its old
-    /// files block-mapped until then.
-    pub(crate) fn migrate_to_extents(&self, raw: &mut RawInode) -> Result<()> {
-        if raw.flags & FL_EXTENTS != 0 || !crate::fs::block_mapped(raw, self.bs) {
-            return Ok(());
-        }
-        let (data, map) = self.walk_block_map(raw)?;
-        let mut ex: Vec<Extent> = Vec::new();
-        for (lblk, pblk) in data {
-            let block = u32::try_from(lblk)
-                .map_err(|_| corrupt(format!("inode {}", raw.ino), "block map past 2^32"))?;
-            match ex.last_mut() {
-                Some(e)
-                    if u64::from(e.block) + u64::from(e.len) == lblk
-                        && e.start + u64::from(e.len) == pblk
-                        && e.len < INIT_MAX_LEN =>
-                {
-                    e.len += 1
-                }
-                _ => ex.push(Extent {
-                    block,
-                    len: 1,
-                    start: pblk,
-                    uninit: false,
-                }),
-            }
-        }
-        let map: Vec<u64> = map.into_iter().map(|(_, b)| b).collect();
-        // The indirect blocks go back with the frees this handle makes
-        // (a bitmap and a descriptor block per group they lie in).
-        let groups: std::collections::HashSet<u64> =
-            map.iter().map(|&b| self.group_of(b)).collect();
-        if let Some(j) = self.journal() {
-            if self.tree_rewrite_blocks(ex.len(), 0) + 2 * groups.len() > j.handle_room() {
-                return Err(errno(libc::ENOSPC));
-            }
-        }
-        let mut new = raw.clone();
-        new.block = [0u8; I_BLOCK_LEN];
-        new.flags |= FL_EXTENTS;
-        self.rebuild_tree(&mut new, &ex, &[])?;
-        for &b in &map {
-            self.free_block(b)?;
-        }
-        let unit = self.bs as u64 / 512;
-        new.blocks = new.blocks.saturating_sub(map.len() as u64 * unit);
-        self.write_inode(&new, false)?;
-        *raw = new;
         Ok(())
     }
 

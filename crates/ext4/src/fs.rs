@@ -178,6 +178,11 @@ pub struct Ext4Inode {
     /// The commit that carries this inode's last change (journaled
     /// mounts; 0: none since mount): what an fsync of it waits for.
     pub(crate) last_tid: AtomicU64,
+    /// A block-mapped (ext2/3-style) regular file, whose size limit is
+    /// `Ext4::bitmap_max_size`. Fixed for the inode's life: such a file
+    /// stays block-mapped (as in the kernel's ext4), an inline file moves
+    /// to extents.
+    mapped: bool,
 }
 
 impl Drop for Ext4Inode {
@@ -1893,6 +1898,7 @@ impl Ext4 {
         let generation = raw.generation;
         let chattr = raw.flags & scalevfs::inode::FS_FL_SETTABLE;
         let acl_raw = (raw.ibody_xattrs || raw.file_acl != 0).then(|| raw.clone());
+        let mapped = raw.file_type_bits() == libc::S_IFREG && block_mapped(&raw, self.bs);
         let new = Arc::new(
             Inode::new(
                 u64::from(ino),
@@ -1906,6 +1912,7 @@ impl Ext4 {
                     on_drop: OnceLock::new(),
                     // Made or read inside a handle: possibly new in its commit.
                     last_tid: AtomicU64::new(current_tid()),
+                    mapped,
                 }),
             )
             .with_generation(generation)
@@ -1966,6 +1973,41 @@ impl Ext4 {
         } else {
             res.min((((1u64 << 32) - 1) >> bits.saturating_sub(9)) << bits)
         }
+    }
+
+    /// The largest size of a block-mapped file, as the kernel's
+    /// ext4_max_bitmap_size (`s_bitmap_maxbytes`): what 12 direct
+    /// pointers and a single, double and triple indirect block reach,
+    /// unless `i_blocks` (2^32 - 1 sectors without huge_file, else 2^48 - 1
+    /// blocks), counting the map's own blocks, ends it first.
+    pub(crate) fn bitmap_max_size(&self) -> u64 {
+        let bits = self.bs.trailing_zeros();
+        let ppb = 1u64 << (bits - 2);
+        let mut limit = if self.sb.has_ro_compat(RO_COMPAT_HUGE_FILE) {
+            (1u64 << 48) - 1
+        } else {
+            ((1u64 << 32) - 1) >> (bits - 9)
+        };
+        let reach = 12 + ppb + ppb * ppb + ppb * ppb * ppb;
+        let meta = 1 + (1 + ppb) + (1 + ppb + ppb * ppb);
+        let blocks = if reach + meta <= limit {
+            reach
+        } else {
+            // The blocks `limit` leaves once the map blocks addressing
+            // them are counted.
+            let res = limit;
+            limit -= 12 + ppb;
+            let mut meta = 1;
+            if limit < ppb * ppb {
+                meta += 1 + limit.div_ceil(ppb);
+            } else {
+                meta += 1 + ppb;
+                limit -= ppb * ppb;
+                meta += 1 + limit.div_ceil(ppb) + limit.div_ceil(ppb * ppb);
+            }
+            res - meta
+        };
+        (blocks << bits).min(i64::MAX as u64)
     }
 
     /// Where logical block `lblk` of `raw` lives.
@@ -3400,6 +3442,13 @@ impl Filesystem for Ext4 {
         self.max_size()
     }
 
+    fn max_file_size_of(&self, inode: &Inode) -> u64 {
+        match inode.private::<Ext4Inode>() {
+            Some(ei) if ei.mapped => self.bitmap_max_size(),
+            _ => self.max_size(),
+        }
+    }
+
     fn read(&self, i: &Arc<Inode>, off: u64, buf: &mut [u8]) -> VfsResult<usize> {
         match i.file_type() {
             FileType::Directory => return Err(Errno::EISDIR),
@@ -3653,13 +3702,17 @@ fn check_rw(sb: &Superblock, journal: bool) -> Result<()> {
             sb.last_orphan
         )));
     }
-    // New files, directories and slow symlinks are extent-mapped, and
-    // block-mapped files become extent-mapped when changed: without the
-    // feature, nothing could be written that the image's readers accept.
-    if sb.feature_incompat & INCOMPAT_EXTENTS == 0 {
+    // Without the extent feature (ext2/3) new files, directories and slow
+    // symlinks are block-mapped, and block-mapped files keep their maps
+    // (`block_map.rs`), as in the kernel's ext4. An inline file or
+    // directory moves out to an extent-mapped block (`inline_write.rs`),
+    // which such an image's readers would reject.
+    if sb.feature_incompat & INCOMPAT_EXTENTS == 0
+        && sb.feature_incompat & INCOMPAT_INLINE_DATA != 0
+    {
         return Err(Error::Incompatible(
-            "an image without the extent feature (ext2/3) is read-only here: new files \
-             would be extent-mapped; `tune2fs -O extent IMAGE` first, or mount read-only"
+            "inline_data without the extent feature is read-only here: inline inodes move \
+             out to extent-mapped blocks; `tune2fs -O extent IMAGE` first, or mount read-only"
                 .into(),
         ));
     }

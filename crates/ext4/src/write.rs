@@ -17,7 +17,7 @@ use crate::error::{corrupt, Result};
 use crate::format::dir;
 use crate::format::extent::{self, Node as ExtNode};
 use crate::format::features::{
-    COMPAT_DIR_INDEX, INCOMPAT_FILETYPE, INCOMPAT_LARGEDIR, RO_COMPAT_DIR_NLINK,
+    COMPAT_DIR_INDEX, INCOMPAT_EXTENTS, INCOMPAT_FILETYPE, INCOMPAT_LARGEDIR, RO_COMPAT_DIR_NLINK,
 };
 use crate::format::htree;
 use crate::format::inode::{RawInode, FL_EXTENTS, FL_INDEX, I_BLOCK_LEN};
@@ -391,7 +391,7 @@ impl Ext4 {
         if !grow {
             return Ok(false);
         }
-        if nblk == 1 && self.sb.has_compat(COMPAT_DIR_INDEX) && draw.flags & FL_EXTENTS != 0 {
+        if nblk == 1 && self.sb.has_compat(COMPAT_DIR_INDEX) {
             // A full one-block directory becomes indexed, as the kernel's
             // make_indexed_dir.
             self.make_indexed(draw, last)?;
@@ -435,12 +435,16 @@ impl Ext4 {
     /// physical block, the allocation goal); returns it. The caller fills it.
     fn dir_append_block(&self, draw: &mut RawInode, last: u64) -> Result<u64> {
         if draw.flags & FL_EXTENTS == 0 {
-            // An ext3-style directory: mapped by extents from now on
-            // (stored at once, so a failure below leaves the image whole).
-            self.check(self.migrate_to_extents(draw))?;
-            if draw.flags & FL_EXTENTS == 0 {
+            // An ext3-style directory keeps its block map, as in the
+            // kernel's ext4: the new block (and any indirect block it
+            // needs) hooked into it.
+            if !crate::fs::block_mapped(draw, self.bs) {
                 return Err(errno(libc::EOPNOTSUPP));
             }
+            let nblk = self.dir_blocks(draw)?;
+            let new = self.map_new_block(draw, u64::from(nblk), last + 1)?;
+            draw.size += self.bs as u64;
+            return Ok(new[new.len() - 1]);
         }
         let nblk = self.dir_blocks(draw)?;
         let pblk = self.alloc_block(last + 1, false)?;
@@ -832,10 +836,7 @@ impl Ext4 {
         let r = (|| -> Result<()> {
             match node {
                 NewNode::Node { mode, rdev } => match mode & libc::S_IFMT {
-                    libc::S_IFREG => {
-                        raw.flags = FL_EXTENTS;
-                        raw.block = empty_extent_root();
-                    }
+                    libc::S_IFREG => self.new_map(&mut raw),
                     libc::S_IFCHR | libc::S_IFBLK => encode_rdev(&mut raw.block, rdev),
                     _ => {}
                 },
@@ -849,9 +850,8 @@ impl Ext4 {
                     }
                     let pblk = self.alloc_block(0, false)?;
                     data_block = Some(pblk);
-                    raw.flags = FL_EXTENTS;
-                    raw.block = empty_extent_root();
-                    self.extent_append(&mut raw, 0, pblk)?;
+                    self.new_map(&mut raw);
+                    self.map_first(&mut raw, pblk)?;
                     let (rw, io) = self.rw()?;
                     rw.bufs.modify(io.dev, pblk, false, |b| {
                         b[..target.len()].copy_from_slice(target)
@@ -861,9 +861,8 @@ impl Ext4 {
                 NewNode::Dir { .. } => {
                     let pblk = self.alloc_block(0, false)?;
                     data_block = Some(pblk);
-                    raw.flags = FL_EXTENTS;
-                    raw.block = empty_extent_root();
-                    self.extent_append(&mut raw, 0, pblk)?;
+                    self.new_map(&mut raw);
+                    self.map_first(&mut raw, pblk)?;
                     let tail = self.sb.has_metadata_csum();
                     let (rw, io) = self.rw()?;
                     rw.bufs.modify(io.dev, pblk, false, |b| {
@@ -929,6 +928,8 @@ impl Ext4 {
                 raw.blocks = 0;
                 if raw.flags & FL_EXTENTS != 0 {
                     raw.block = empty_extent_root();
+                } else if crate::fs::block_mapped(&raw, self.bs) {
+                    raw.block = [0; I_BLOCK_LEN];
                 }
                 let _ = self.write_inode(&raw, false);
                 let _ = self.free_inode(ino, is_dir);
@@ -963,6 +964,31 @@ impl Ext4 {
     /// A new inode `ino` (mode with its type bits, owner, all times `t`,
     /// one link, nothing mapped), its generation and checksum seed derived
     /// from its number and `t`.
+    /// A new inode's empty map: an extent root, or on an image without
+    /// the extent feature (ext2/3) an empty block map, as the kernel's
+    /// ext4_new_inode chooses.
+    fn new_map(&self, raw: &mut RawInode) {
+        if self.sb.has_incompat(INCOMPAT_EXTENTS) {
+            raw.flags = FL_EXTENTS;
+            raw.block = empty_extent_root();
+        } else {
+            raw.block = [0; I_BLOCK_LEN];
+        }
+    }
+
+    /// Map block 0 of a new directory or slow symlink (`new_map`) at
+    /// `pblk`; `i_blocks` counts it.
+    fn map_first(&self, raw: &mut RawInode, pblk: u64) -> Result<()> {
+        if raw.flags & FL_EXTENTS != 0 {
+            return self.extent_append(raw, 0, pblk);
+        }
+        // A block map holds 32-bit pointers.
+        let p = u32::try_from(pblk).map_err(|_| errno(libc::ENOSPC))?;
+        raw.block[..4].copy_from_slice(&p.to_le_bytes());
+        raw.blocks += self.bs as u64 / 512;
+        Ok(())
+    }
+
     fn new_raw(&self, ino: u32, mode: u32, owner: (u32, u32), t: (i64, i64)) -> RawInode {
         let generation = crate::format::checksum::crc32c(ino, &t.1.to_le_bytes());
         let le = |v: u32| v.to_le_bytes();
@@ -1010,8 +1036,7 @@ impl Ext4 {
         // Written with one link, so that `iget` takes it (it refuses a
         // free inode); the count drops to 0 below, in this handle.
         let mut raw = self.new_raw(ino, libc::S_IFREG | (perm & 0o7777), owner, now());
-        raw.flags = FL_EXTENTS;
-        raw.block = empty_extent_root();
+        self.new_map(&mut raw);
         if let Err(e) = self.write_inode(&raw, true) {
             if !e.is_corrupt() {
                 let _ = self.free_inode(ino, false);

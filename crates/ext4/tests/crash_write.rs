@@ -15,8 +15,10 @@
 //!   name, never both or neither), no leaked or half-made entries.
 //!
 //! A state is also replayed by `e2fsck -fy` (the referee's own replay) on
-//! a sample, and the tree compared with ours. The whole runs twice: with
-//! the orphan file, and on images without one (the orphan list).
+//! a sample, and the tree compared with ours. The whole runs three times:
+//! with the orphan file, on images without one (the orphan list), and on
+//! ext3 images (no extent feature: every file block-mapped, written in
+//! place with its indirect blocks journaled).
 
 mod common;
 
@@ -108,6 +110,10 @@ fn workload(rec: &Arc<RecordingDevice<MemDevice>>, bs: usize) -> Vec<(usize, Tre
     t.close(fd).unwrap();
     let fd = t.open("/d/new", O_CREAT | O_WRONLY, 0o600).unwrap();
     t.write(fd, &pattern(42, 5 * bs)).unwrap();
+    // Far out: a new indirect chain in a block-mapped file (double
+    // indirect with 1 KiB blocks), a deeper extent tree in another.
+    t.pwrite(fd, &pattern(43, bs + 9), (300 * bs) as i64)
+        .unwrap();
     sync(fd, &vfs);
     t.close(fd).unwrap();
     // The open orphan is closed (freed at the next commit).
@@ -123,14 +129,37 @@ fn workload(rec: &Arc<RecordingDevice<MemDevice>>, bs: usize) -> Vec<(usize, Tre
     points
 }
 
+/// Which images the workload runs on.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Kind {
+    /// mkfs.ext4's defaults with the orphan file.
+    OrphanFile,
+    /// Without the orphan file (the orphan list).
+    OrphanList,
+    /// `mkfs -t ext3`: no extent feature, every file block-mapped (its
+    /// indirect blocks journaled), the orphan list.
+    Ext3,
+}
+
 #[test]
 fn every_crash_state_recovers_to_an_fsynced_tree() {
     if !have_tools() {
         eprintln!("skipped: mkfs.ext4/e2fsck not found");
         return;
     }
-    let total = crash_states(false);
+    let total = crash_states(Kind::OrphanFile);
     eprintln!("crash test (orphan file): {total} crash states");
+}
+
+/// The same on ext3 images: block-mapped files written in place.
+#[test]
+fn every_crash_state_of_an_ext3_image_recovers() {
+    if !have_tools() {
+        eprintln!("skipped: mkfs.ext4/e2fsck not found");
+        return;
+    }
+    let total = crash_states(Kind::Ext3);
+    eprintln!("crash test (ext3): {total} crash states");
 }
 
 /// The same on images without an orphan file: the unlinked inodes are
@@ -141,20 +170,24 @@ fn every_crash_state_recovers_with_the_orphan_list() {
         eprintln!("skipped: mkfs.ext4/e2fsck not found");
         return;
     }
-    let total = crash_states(true);
+    let total = crash_states(Kind::OrphanList);
     eprintln!("crash test (orphan list): {total} crash states");
 }
 
-/// Every crash state of the workload on 1 KiB and 4 KiB images (`list`:
-/// without an orphan file), recovered and checked; how many.
-fn crash_states(list: bool) -> usize {
-    let s = Scratch::new(if list { "crashlist" } else { "crashwrite" });
+/// Every crash state of the workload on 1 KiB and 4 KiB images of `kind`,
+/// recovered and checked; how many.
+fn crash_states(kind: Kind) -> usize {
+    let s = Scratch::new(&format!("crash-{kind:?}"));
     let mut total = 0;
     for bs in [1024usize, 4096] {
-        let img = if list {
-            fresh_list(&s.0, bs, "8M")
-        } else {
-            fresh(&s.0, bs, "8M")
+        let img = match kind {
+            Kind::OrphanList => fresh_list(&s.0, bs, "8M"),
+            Kind::OrphanFile => fresh(&s.0, bs, "8M"),
+            Kind::Ext3 => {
+                let img = s.0.join(format!("ext3-{bs}"));
+                common::mkfs_args(&img, &["-t", "ext3", "-b", &bs.to_string()], "8M");
+                img
+            }
         };
         let base = std::fs::read(&img).unwrap();
         let rec = Arc::new(RecordingDevice::new(MemDevice::new(base.clone()), 200_000));
