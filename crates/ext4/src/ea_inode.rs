@@ -352,7 +352,7 @@ impl Ext4 {
         let Some((_, area)) = self.ibody_area(raw)? else {
             return Ok(());
         };
-        for ino in inums(&xattr::parse_ibody_raw(&area, raw.ino)?) {
+        for ino in inums(&self.ibody_entries(raw.ino, &area)?) {
             self.ea_inode_put(ino)?;
         }
         Ok(())

@@ -337,6 +337,8 @@ pub struct Ext4 {
     pub(crate) statfs: StatFs,
     /// The write side; `None` for a read-only mount.
     pub(crate) rw: Option<RwState>,
+    /// The metadata blocks no xattr block may be (`xattr_write.rs`).
+    pub(crate) meta_zone: OnceLock<crate::xattr_write::MetaZone>,
 }
 
 /// State of a read-write mount.
@@ -492,6 +494,7 @@ impl Ext4 {
             root: placeholder,
             statfs: StatFs::default(),
             rw: None,
+            meta_zone: OnceLock::new(),
         };
         if !opts.ro {
             let (mnt_count, kbytes_written) = superblock::mount_fields(&sbb);
@@ -3626,17 +3629,12 @@ impl Ext4 {
     }
 
     /// The extended attributes of `raw`: those in its body, then those in
-    /// its xattr block (the kernel's order).
+    /// its xattr block (the kernel's order), checked (`stored_xattrs`).
     fn xattrs(&self, raw: &RawInode) -> Result<Vec<xattr::Entry>> {
-        let mut out = match self.ibody_area(raw)? {
-            Some((_, area)) => xattr::parse_ibody(&area, raw.ino)?,
-            None => Vec::new(),
-        };
-        if raw.file_acl != 0 {
-            let mut b = BlockBuf::zeroed(self.bs);
-            self.read_block(raw.file_acl, &mut b)?;
-            let seed = self.sb.has_metadata_csum().then(|| self.sb.csum_seed());
-            out.extend(xattr::parse_block(&b, raw.file_acl, seed)?);
+        let st = self.stored_xattrs(raw)?;
+        let mut out = xattr::named_entries(&st.body);
+        if let Some((_, block)) = &st.block {
+            out.extend(xattr::named_entries(block));
         }
         Ok(out)
     }

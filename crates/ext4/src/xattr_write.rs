@@ -44,6 +44,23 @@
 //!   commit carries all of a change or none of it. Failures that can
 //!   happen (ENOSPC from the allocator) come before the first change.
 //!
+//! CHECKS (a corrupt image: EUCLEAN for that inode, logged, and nothing
+//! written for it; the kernel's `ext4_xattr_check_block`,
+//! `ext4_inode_block_valid` and `check_xattrs`)
+//! - Every reader and writer gets an inode's attributes from
+//!   [`Ext4::stored_xattrs`]: the body's and the block's tables pass the
+//!   parser's checks (`format/xattr.rs`), and no entry names a value inode
+//!   the image cannot have (none at all without `ea_inode`), before
+//!   anything is followed, shown or changed.
+//! - `i_file_acl` must name a block of the data area: past the first data
+//!   block, before the end, and in no filesystem metadata (superblock and
+//!   descriptor copies with the reserved descriptor blocks, bitmaps, inode
+//!   tables, the journal: [`MetaZone`]). Else the block is not read as an
+//!   xattr block and never written, counted down or freed: a setxattr or
+//!   removexattr fails before its first change, and the release of an
+//!   unlinked inode fails (the filesystem stops writing, so the part of
+//!   that release already made never commits).
+//!
 //! LOCKING: the VFS serialises writers of one inode's attributes (its
 //! data lock); the inode's `Ext4Inode::data` lock is held exclusive while
 //! the body and the block change and shared by `getxattr`/`listxattr`, so
@@ -54,10 +71,12 @@ use std::sync::Arc;
 use scalevfs::inode::Inode;
 
 use crate::ea_inode;
-use crate::error::{corrupt, Result};
+use crate::error::{corrupt, Error, Result};
+use crate::format::features::{COMPAT_HAS_JOURNAL, INCOMPAT_META_BG};
+use crate::format::group_desc;
 use crate::format::inode::{RawInode, GOOD_OLD_INODE_SIZE};
 use crate::format::xattr::{self, RawEntry};
-use crate::fs::{Ext4, Ext4Inode};
+use crate::fs::{Ext4, Ext4Inode, Mapping};
 use crate::util::{errno, BlockBuf};
 
 const XATTR_CREATE: u32 = 1;
@@ -96,6 +115,44 @@ pub(crate) struct Stored {
 fn same(e: &RawEntry, index: u8, name: &[u8]) -> bool {
     e.index == index && e.name == name
 }
+
+/// The blocks that hold filesystem metadata (the kernel's system zone,
+/// `block_validity.c`): block 0 up to the first data block, each group's
+/// superblock and descriptor copies with the reserved descriptor blocks,
+/// its bitmaps and inode table, and the internal journal's blocks. Sorted,
+/// disjoint, merged `[start, end)` ranges; built once per mount
+/// (`Ext4::meta_zone`), from the descriptors (fixed while mounted) and the
+/// journal inode. At most a few ranges per group.
+#[derive(Debug, Default)]
+pub(crate) struct MetaZone {
+    ranges: Vec<(u64, u64)>,
+}
+
+impl MetaZone {
+    fn new(mut v: Vec<(u64, u64)>) -> MetaZone {
+        v.retain(|r| r.0 < r.1);
+        v.sort_unstable();
+        let mut ranges: Vec<(u64, u64)> = Vec::with_capacity(v.len());
+        for (s, e) in v {
+            match ranges.last_mut() {
+                Some(last) if s <= last.1 => last.1 = last.1.max(e),
+                _ => ranges.push((s, e)),
+            }
+        }
+        MetaZone { ranges }
+    }
+
+    /// Whether `blk` is a metadata block.
+    pub(crate) fn contains(&self, blk: u64) -> bool {
+        let i = self.ranges.partition_point(|r| r.1 <= blk);
+        self.ranges.get(i).is_some_and(|r| r.0 <= blk)
+    }
+}
+
+/// Corrupt xattr reports logged so far; past `LOG_MAX` they are not (an
+/// image read in a loop must not flood the log; the errno still tells).
+static LOGGED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+const LOG_MAX: usize = 100;
 
 impl Ext4 {
     pub(crate) fn slot_of(&self, ino: u32) -> Result<Slot> {
@@ -156,26 +213,168 @@ impl Ext4 {
         self.sb.has_metadata_csum().then(|| self.sb.csum_seed())
     }
 
+    /// What this image lets an entry name as its value inode.
+    pub(crate) fn value_inodes(&self) -> xattr::ValueInodes {
+        xattr::ValueInodes {
+            enabled: self.has_ea_inode(),
+            first_ino: self.sb.first_ino(),
+            inodes_count: self.sb.inodes_count,
+        }
+    }
+
+    /// `r`, with a corruption it carries logged (up to `LOG_MAX` reports
+    /// per process).
+    fn logged<T>(r: Result<T>) -> Result<T> {
+        if let Err(e @ Error::Corrupt { .. }) = &r {
+            // Relaxed: a counter that only bounds the log.
+            if LOGGED.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < LOG_MAX {
+                eprintln!("scalevfs-ext4: {e}");
+            }
+        }
+        r
+    }
+
+    /// The filesystem's metadata blocks ([`MetaZone`]), built at the first
+    /// call (a failure, a journal inode that cannot be mapped, is returned
+    /// and the next call tries again).
+    fn meta_zone(&self) -> Result<&MetaZone> {
+        if let Some(z) = self.meta_zone.get() {
+            return Ok(z);
+        }
+        let z = self.build_meta_zone()?;
+        // Two first callers build the same zone; one is kept.
+        Ok(self.meta_zone.get_or_init(move || z))
+    }
+
+    fn build_meta_zone(&self) -> Result<MetaZone> {
+        let sb = &self.sb;
+        let first_data = u64::from(sb.first_data_block);
+        let bpg = u64::from(sb.blocks_per_group);
+        let meta_bg = sb.has_incompat(INCOMPAT_META_BG);
+        let per_block = (self.bs / usize::from(sb.desc_size())) as u64;
+        let gdt_blocks = sb.group_count().div_ceil(per_block);
+        let itb = group_desc::inode_table_blocks(sb);
+        // The boot block and the superblock's (the kernel's
+        // `start_blk <= s_first_data_block`).
+        let mut v = vec![(0, first_data + 1)];
+        for (g, gd) in self.groups.iter().enumerate() {
+            let g = g as u64;
+            // `ext4_num_base_meta_blocks`: the superblock copy, the
+            // descriptor blocks (of the whole table, or with meta_bg the
+            // group's own meta group's) and the reserved ones.
+            let has_super = sb.group_has_super(g);
+            let mut base = u64::from(has_super);
+            if !meta_bg || g < u64::from(sb.first_meta_bg) * per_block {
+                if has_super {
+                    base += if meta_bg {
+                        u64::from(sb.first_meta_bg)
+                    } else {
+                        gdt_blocks
+                    } + u64::from(sb.reserved_gdt_blocks);
+                }
+            } else {
+                let first = g - g % per_block;
+                if g == first || g == first + 1 || g == first + per_block - 1 {
+                    base += 1;
+                }
+            }
+            // 1 KiB blocks with bigalloc: the superblock is in block 1 of
+            // group 0, which starts at block 0 (`gdt_block`).
+            if g == 0 && self.bs == 1024 && first_data == 0 {
+                base += 1;
+            }
+            let start = first_data + g * bpg;
+            v.push((start, start + base));
+            v.push((gd.block_bitmap, gd.block_bitmap + 1));
+            v.push((gd.inode_bitmap, gd.inode_bitmap + 1));
+            v.push((gd.inode_table, gd.inode_table + itb));
+        }
+        if sb.has_compat(COMPAT_HAS_JOURNAL) && sb.journal_inum != 0 {
+            // The journal's data blocks (`ext4_protect_reserved_inode`);
+            // each step covers a whole extent or hole (at least one block).
+            let j = self.read_inode(sb.journal_inum)?;
+            let n = j
+                .size
+                .div_ceil(self.bs as u64)
+                .min(sb.blocks_count)
+                .min(u64::from(u32::MAX));
+            let mut l = 0u64;
+            while l < n {
+                let step = match self.map_block(&j, l as u32)? {
+                    Mapping::Data { pblk, count, .. } => {
+                        let count = count.clamp(1, n - l);
+                        v.push((pblk, pblk.saturating_add(count)));
+                        count
+                    }
+                    Mapping::Hole { count } => count.max(1),
+                };
+                l += step;
+            }
+        }
+        Ok(MetaZone::new(v))
+    }
+
+    /// Whether `blk`, the xattr block `i_file_acl` of inode `ino` names,
+    /// may be one: in the data area, in no metadata (module doc, CHECKS).
+    fn check_xattr_block_no(&self, ino: u32, blk: u64) -> Result<()> {
+        let what = || format!("inode {ino}");
+        if blk <= u64::from(self.sb.first_data_block) || blk >= self.sb.blocks_count {
+            return Err(corrupt(
+                what(),
+                format!("xattr block {blk} outside the data area"),
+            ));
+        }
+        if self.meta_zone()?.contains(blk) {
+            return Err(corrupt(
+                what(),
+                format!("xattr block {blk} is filesystem metadata"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// `raw`'s xattr block, checked (its number, header, checksum, table
+    /// and value inodes): its count and entries; `None` when `i_file_acl`
+    /// is 0.
+    fn xattr_block(&self, raw: &RawInode) -> Result<Option<(u32, Vec<RawEntry>)>> {
+        let blk = raw.file_acl;
+        if blk == 0 {
+            return Ok(None);
+        }
+        self.check_xattr_block_no(raw.ino, blk)?;
+        let mut b = BlockBuf::zeroed(self.bs);
+        self.read_block(blk, &mut b)?;
+        let (count, entries) = xattr::parse_block_raw(&b, blk, self.xattr_csum_seed())?;
+        xattr::check_value_inodes(&entries, self.value_inodes(), &|| {
+            format!("xattr block {blk}")
+        })?;
+        Ok(Some((count, entries)))
+    }
+
+    /// The entries of `raw`'s in-inode area, checked (table and value
+    /// inodes).
+    pub(crate) fn ibody_entries(&self, ino: u32, area: &[u8]) -> Result<Vec<RawEntry>> {
+        let body = xattr::parse_ibody_raw(area, ino)?;
+        xattr::check_value_inodes(&body, self.value_inodes(), &|| {
+            format!("inode {ino} in-inode xattrs")
+        })?;
+        Ok(body)
+    }
+
+    /// `raw`'s attributes as stored, all checked (module doc, CHECKS);
+    /// a corruption is logged.
     pub(crate) fn stored_xattrs(&self, raw: &RawInode) -> Result<Stored> {
-        let (area, body) = match self.ibody_area(raw)? {
-            Some((start, bytes)) => (
-                Some((start, bytes.len())),
-                xattr::parse_ibody_raw(&bytes, raw.ino)?,
-            ),
-            None => (None, Vec::new()),
-        };
-        let block = if raw.file_acl != 0 {
-            let mut b = BlockBuf::zeroed(self.bs);
-            self.read_block(raw.file_acl, &mut b)?;
-            Some(xattr::parse_block_raw(
-                &b,
-                raw.file_acl,
-                self.xattr_csum_seed(),
-            )?)
-        } else {
-            None
-        };
-        Ok(Stored { area, body, block })
+        Self::logged((|| {
+            let (area, body) = match self.ibody_area(raw)? {
+                Some((start, bytes)) => (
+                    Some((start, bytes.len())),
+                    self.ibody_entries(raw.ino, &bytes)?,
+                ),
+                None => (None, Vec::new()),
+            };
+            let block = self.xattr_block(raw)?;
+            Ok(Stored { area, body, block })
+        })())
     }
 
     /// `setxattr` (`value` Some) or `removexattr` (None) of the VFS, in the
@@ -215,7 +414,9 @@ impl Ext4 {
         if self.extra_isize_short(&raw)? {
             // An inode of an older layout gets its full i_extra_isize
             // first (`write_inode` grows it), so that the area read below
-            // is the one written back.
+            // is the one written back; its attributes are checked before
+            // that write (nothing is written for a corrupt inode).
+            self.check(self.stored_xattrs(&raw))?;
             self.write_inode(&raw, false)?;
         }
         let st = self.check(self.stored_xattrs(&raw))?;
@@ -415,7 +616,7 @@ impl Ext4 {
         let old = raw.file_acl;
         if entries.is_empty() {
             if old != 0 {
-                self.drop_xattr_block(old)?;
+                self.drop_xattr_block(raw.ino, old)?;
                 raw.file_acl = 0;
                 raw.blocks = raw.blocks.saturating_sub(sectors);
             }
@@ -428,7 +629,7 @@ impl Ext4 {
                 if old != 0 {
                     // Its values (if it named value inodes) lose it when
                     // it goes.
-                    self.drop_xattr_block(old)?;
+                    self.drop_xattr_block(raw.ino, old)?;
                 } else {
                     raw.blocks += sectors;
                 }
@@ -495,7 +696,7 @@ impl Ext4 {
             }
             if old != 0 {
                 // The shared block keeps its other users.
-                self.drop_xattr_block(old)?;
+                self.drop_xattr_block(raw.ino, old)?;
             } else {
                 raw.blocks += sectors;
             }
@@ -554,9 +755,13 @@ impl Ext4 {
     /// each value inode it names. The count is read and changed under the
     /// buffer's lock, so two inodes sharing the block that drop it at once
     /// (a copy on write, an unlink) both count.
-    fn drop_xattr_block(&self, blk: u64) -> Result<()> {
+    fn drop_xattr_block(&self, ino: u32, blk: u64) -> Result<()> {
         let (rw, io) = self.rw()?;
+        // Checked when it was read; again here, as nothing else stands
+        // between a metadata block and its release.
+        self.check(self.check_xattr_block_no(ino, blk))?;
         let seed = self.xattr_csum_seed();
+        let allowed = self.value_inodes();
         let last = rw
             .bufs
             .modify(io.dev, blk, true, |d| -> Result<Option<(u32, Vec<u32>)>> {
@@ -564,6 +769,7 @@ impl Ext4 {
                 if r <= 1 {
                     // Checked when it was read; the count only matters here.
                     let (_, entries) = xattr::parse_block_raw(d, blk, None)?;
+                    xattr::check_value_inodes(&entries, allowed, &|| format!("xattr block {blk}"))?;
                     // Count 0: no sharer takes it from here on (module doc).
                     xattr::set_refcount(d, 0);
                     return Ok(Some((header_hash(d), ea_inode::inums(&entries))));
@@ -587,14 +793,12 @@ impl Ext4 {
 
     /// An inode with no links goes: its xattr block loses a user.
     pub(crate) fn release_xattr_block(&self, raw: &mut RawInode) -> Result<()> {
-        if raw.file_acl == 0 {
+        // Checked (where it lies, its contents) before its count is
+        // trusted.
+        if Self::logged(self.xattr_block(raw))?.is_none() {
             return Ok(());
         }
-        let mut b = BlockBuf::zeroed(self.bs);
-        self.read_block(raw.file_acl, &mut b)?;
-        // Checked before its count is trusted.
-        xattr::parse_block_raw(&b, raw.file_acl, self.xattr_csum_seed())?;
-        self.drop_xattr_block(raw.file_acl)?;
+        self.drop_xattr_block(raw.ino, raw.file_acl)?;
         raw.file_acl = 0;
         Ok(())
     }
@@ -631,5 +835,23 @@ impl Ext4 {
             )));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::MetaZone;
+
+    #[test]
+    fn meta_zone_merges_and_finds() {
+        let z = MetaZone::new(vec![(10, 12), (0, 2), (11, 20), (30, 31), (5, 5), (20, 22)]);
+        assert_eq!(z.ranges, [(0, 2), (10, 22), (30, 31)]);
+        for b in [0, 1, 10, 15, 21, 30] {
+            assert!(z.contains(b), "{b}");
+        }
+        for b in [2, 5, 9, 22, 29, 31, u64::MAX] {
+            assert!(!z.contains(b), "{b}");
+        }
+        assert!(!MetaZone::default().contains(0));
     }
 }

@@ -8,6 +8,15 @@
 //! ext4's own compact format (version 1), which [`acl_to_xattr`] turns into
 //! the `posix_acl_xattr` form the VFS returns. Every offset and length is
 //! checked against its region: a corrupt image is an error, never a panic.
+//!
+//! CONTRACT of the parsers: an entry table that passes holds entries and
+//! an end mark inside its region, names without NUL bytes, and values
+//! (padded to 4) that lie between the end mark and the region's end and
+//! overlap neither each other nor the table (`parse_entries`). The parsers
+//! know no superblock: the value inodes an entry names are checked
+//! against the image by [`check_value_inodes`], which every caller that
+//! may follow one runs first (`Ext4::stored_xattrs`); where the xattr
+//! block may lie is the caller's check too (`xattr_write.rs`).
 
 use super::checksum::crc32c;
 use super::{le16, le32, u8_at};
@@ -119,6 +128,19 @@ impl RawEntry {
 /// `value_base + e_value_offs`, all within `b`. `check_hash`: verify each
 /// stored hash of a value held here (the block's entries; a stored 0 is
 /// accepted, as e2fsck does for in-inode entries).
+///
+/// The checks (the kernel's `check_xattrs`, e2fsck's `check_ext_attr`),
+/// all made before any value is copied:
+/// - the table: every entry's fixed part and name inside the region, the
+///   end mark (a zero word) too; a name holds no NUL byte (the kernel's
+///   `strnlen` check); a value size at most `VALUE_MAX`;
+/// - the values held here (size not 0, no value inode): each, padded to
+///   4 bytes, between the end mark and the region's end, so never over
+///   the entry table or past the region; and no two overlap (e2fsck's
+///   region check), so the values copied out total at most the region.
+///
+/// Bounded: each entry takes at least 16 bytes of the region, so the
+/// table has at most `b.len() / 16` entries.
 fn parse_entries(
     b: &[u8],
     start: usize,
@@ -126,16 +148,27 @@ fn parse_entries(
     check_hash: bool,
     what: &dyn Fn() -> String,
 ) -> Result<Vec<RawEntry>> {
-    let mut out = Vec::new();
+    /// An entry's fixed part, as read (its name is `b[pos + 16..name_end]`).
+    struct Fixed {
+        pos: usize,
+        name_end: usize,
+        index: u8,
+        value_offs: usize,
+        value_inum: u32,
+        value_size: u32,
+        hash: u32,
+    }
+    let mut table = Vec::new();
     let mut pos = start;
-    loop {
+    // The table, up to and including its end mark.
+    let table_end = loop {
         // The table ends with a zero word; running off the region without
         // one is corruption.
-        if pos + 4 > b.len() {
+        if pos.checked_add(4).is_none_or(|e| e > b.len()) {
             return Err(corrupt(what(), "entry table runs off its region"));
         }
         if le32(b, pos) == 0 {
-            return Ok(out);
+            break pos + 4;
         }
         if pos + ENTRY_LEN > b.len() {
             return Err(corrupt(
@@ -144,65 +177,154 @@ fn parse_entries(
             ));
         }
         let name_len = usize::from(u8_at(b, pos));
-        let index = u8_at(b, pos + 1);
-        let value_offs = usize::from(le16(b, pos + 2));
-        let value_inum = le32(b, pos + 4);
-        let value_size = le32(b, pos + 8);
-        let hash = le32(b, pos + 12);
         let name_end = pos + ENTRY_LEN + name_len;
         // A name may be empty: the ACLs' index is their whole name.
         if name_end > b.len() {
             return Err(corrupt(
                 what(),
-                format!("entry at {pos}: name length {name_len}"),
+                format!("entry at {pos}: name length {name_len} runs off its region"),
             ));
         }
+        if b[pos + ENTRY_LEN..name_end].contains(&0) {
+            return Err(corrupt(
+                what(),
+                format!("entry at {pos}: a NUL byte in its name"),
+            ));
+        }
+        let value_size = le32(b, pos + 8);
         if value_size > VALUE_MAX {
             return Err(corrupt(
                 what(),
                 format!("entry at {pos}: value size {value_size}"),
             ));
         }
-        let name = b[pos + ENTRY_LEN..name_end].to_vec();
+        table.push(Fixed {
+            pos,
+            name_end,
+            index: u8_at(b, pos + 1),
+            value_offs: usize::from(le16(b, pos + 2)),
+            value_inum: le32(b, pos + 4),
+            value_size,
+            hash: le32(b, pos + 12),
+        });
+        // Entries are padded to 4 bytes; each step moves at least 16.
+        pos = (name_end + 3) & !3;
+    };
+    // The values held here: [start, end) of each, padded.
+    let mut areas: Vec<(usize, usize, usize)> = Vec::new();
+    for f in &table {
+        if f.value_inum != 0 || f.value_size == 0 {
+            continue;
+        }
+        // value_base + a u16 + at most VALUE_MAX + 3: no overflow.
+        let at = value_base + f.value_offs;
+        let end = at + ((f.value_size as usize + 3) & !3);
+        if at < table_end || end > b.len() {
+            return Err(corrupt(
+                what(),
+                format!(
+                    "entry at {}: value {}+{} outside the value area {}..{}",
+                    f.pos,
+                    f.value_offs,
+                    f.value_size,
+                    table_end - value_base,
+                    b.len() - value_base
+                ),
+            ));
+        }
+        areas.push((at, end, f.pos));
+    }
+    areas.sort_unstable();
+    for w in areas.windows(2) {
+        if w[1].0 < w[0].1 {
+            return Err(corrupt(
+                what(),
+                format!(
+                    "the values of the entries at {} and {} overlap",
+                    w[0].2, w[1].2
+                ),
+            ));
+        }
+    }
+    let mut out = Vec::with_capacity(table.len());
+    for f in table {
+        let name = b[f.pos + ENTRY_LEN..f.name_end].to_vec();
         let mut value = Vec::new();
-        if value_inum == 0 {
-            let at = value_base + value_offs;
-            let end = at + value_size as usize;
-            if value_size != 0 && (at < start || end > b.len()) {
-                return Err(corrupt(
-                    what(),
-                    format!("entry at {pos}: value {value_offs}+{value_size} outside its region"),
-                ));
-            }
-            if value_size != 0 {
-                value = b[at..end].to_vec();
+        if f.value_inum == 0 {
+            if f.value_size != 0 {
+                let at = value_base + f.value_offs;
+                value = b[at..at + f.value_size as usize].to_vec();
             }
             if check_hash
-                && hash != 0
-                && hash != entry_hash(&name, &value, false)
-                && hash != entry_hash(&name, &value, true)
+                && f.hash != 0
+                && f.hash != entry_hash(&name, &value, false)
+                && f.hash != entry_hash(&name, &value, true)
             {
                 return Err(corrupt(
                     what(),
-                    format!("entry at {pos}: hash {hash:#010x}"),
+                    format!("entry at {}: hash {:#010x}", f.pos, f.hash),
                 ));
             }
         }
         out.push(RawEntry {
-            index,
+            index: f.index,
             name,
             value,
-            inum: value_inum,
-            inum_size: if value_inum != 0 { value_size } else { 0 },
-            hash,
+            inum: f.value_inum,
+            inum_size: if f.value_inum != 0 { f.value_size } else { 0 },
+            hash: f.hash,
         });
-        // Entries are padded to 4 bytes; each step moves at least 16.
-        pos = (name_end + 3) & !3;
     }
+    Ok(out)
+}
+
+/// What the image lets an entry's `e_value_inum` name (from the
+/// superblock).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ValueInodes {
+    /// INCOMPAT_EA_INODE: without it no entry may name a value inode.
+    pub enabled: bool,
+    /// The first inode number not reserved (`s_first_ino`).
+    pub first_ino: u32,
+    /// `s_inodes_count`.
+    pub inodes_count: u32,
+}
+
+/// The value inodes `entries` name, checked against what the image
+/// allows, as the kernel's `check_xattrs` does before any is followed: an
+/// entry naming a value inode on an image without `ea_inode`, or an inode
+/// number no value inode can have (reserved, the root, past the last),
+/// is corruption.
+pub fn check_value_inodes(
+    entries: &[RawEntry],
+    allowed: ValueInodes,
+    what: &dyn Fn() -> String,
+) -> Result<()> {
+    for e in entries.iter().filter(|e| e.inum != 0) {
+        if !allowed.enabled {
+            return Err(corrupt(
+                what(),
+                format!("a value in inode {} without the ea_inode feature", e.inum),
+            ));
+        }
+        if e.inum < allowed.first_ino || e.inum > allowed.inodes_count {
+            return Err(corrupt(
+                what(),
+                format!("value inode {} out of range", e.inum),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The entries as the reader shows them (those of an unknown index left
+/// out).
+pub fn named_entries(v: &[RawEntry]) -> Vec<Entry> {
+    v.iter().filter_map(RawEntry::named).collect()
 }
 
 fn named(v: Vec<RawEntry>) -> Vec<Entry> {
-    v.iter().filter_map(RawEntry::named).collect()
+    named_entries(&v)
 }
 
 /// The attributes in an inode's body: `extra` is the inode from byte
@@ -552,6 +674,111 @@ mod tests {
             parse_block(&c, 8, Some(99)).is_err(),
             "the block number is in the sum"
         );
+    }
+
+    /// A block of `entries` (name, offset, value bytes written there):
+    /// the table from 32, each value at its offset, hashes right.
+    fn block_of(entries: &[(&[u8], u16, &[u8])]) -> Vec<u8> {
+        let mut b = vec![0u8; 1024];
+        b[0..4].copy_from_slice(&XATTR_MAGIC.to_le_bytes());
+        b[4..8].copy_from_slice(&1u32.to_le_bytes());
+        b[8..12].copy_from_slice(&1u32.to_le_bytes());
+        let mut pos = 32;
+        for &(name, offs, v) in entries {
+            let h = entry_hash(name, v, false);
+            let e = entry(name, 1, offs, v.len() as u32, h);
+            b[pos..pos + e.len()].copy_from_slice(&e);
+            pos += e.len();
+            let at = usize::from(offs);
+            let n = v.len().min(1024usize.saturating_sub(at));
+            b[at..at + n].copy_from_slice(&v[..n]);
+        }
+        b
+    }
+
+    #[test]
+    fn values_stay_in_their_area_and_apart() {
+        let ok = block_of(&[(b"a", 1000, b"one"), (b"b", 1004, b"two")]);
+        assert_eq!(parse_block(&ok, 7, None).unwrap().len(), 2);
+        // Two values sharing bytes.
+        let overlap = block_of(&[(b"a", 1000, b"abcdef"), (b"b", 1004, b"two")]);
+        assert!(parse_block(&overlap, 7, None).is_err());
+        let same = block_of(&[(b"a", 1000, b"one"), (b"b", 1000, b"one")]);
+        assert!(parse_block(&same, 7, None).is_err());
+        // A value over the entry table (the second entry's bytes), or
+        // over the end mark.
+        let table = block_of(&[(b"a", 52, b"xy")]);
+        assert!(parse_block(&table, 7, None).is_err());
+        let mark = block_of(&[(b"a", 52, b"")]);
+        assert!(
+            parse_block(&mark, 7, None).is_ok(),
+            "an empty value has no area"
+        );
+        let mark = block_of(&[(b"a", 54, b"v")]);
+        assert!(parse_block(&mark, 7, None).is_err());
+        // Right after the end mark is fine.
+        let after = block_of(&[(b"a", 56, b"v")]);
+        assert!(parse_block(&after, 7, None).is_ok());
+        // Past the end once padded (1022 + 2 fits, padded to 4 it does not).
+        let pad = block_of(&[(b"a", 1022, b"xy")]);
+        assert!(parse_block(&pad, 7, None).is_err());
+        let pad = block_of(&[(b"a", 1020, b"xyzw")]);
+        assert!(parse_block(&pad, 7, None).is_ok());
+        // A size larger than the block.
+        let mut big = block_of(&[(b"a", 1000, b"v")]);
+        big[40..44].copy_from_slice(&4096u32.to_le_bytes());
+        assert!(parse_block(&big, 7, None).is_err());
+        // A NUL in a name; a name running off the block.
+        let nul = block_of(&[(b"a\0b", 1000, b"v")]);
+        assert!(parse_block(&nul, 7, None).is_err());
+        let mut long = block_of(&[(b"a", 1000, b"v")]);
+        long[1000..].fill(b'n');
+        long[32] = 255;
+        long[48..1000].fill(b'n');
+        assert!(parse_block(&long, 7, None).is_err());
+        // The same in the inode body: values relative to the first entry.
+        let mut x = vec![0u8; 64];
+        x[0..4].copy_from_slice(&XATTR_MAGIC.to_le_bytes());
+        let e = entry(b"s", 6, 20, 4, 0);
+        x[4..24].copy_from_slice(&e);
+        let e = entry(b"t", 6, 20, 4, 0);
+        x[24..44].copy_from_slice(&e);
+        // 20 from the first entry is byte 24: the second entry.
+        assert!(parse_ibody(&x, 12).is_err());
+        // The end mark is bytes 44..48, offsets 40..44.
+        x[6..8].copy_from_slice(&40u16.to_le_bytes());
+        x[26..28].copy_from_slice(&48u16.to_le_bytes());
+        assert!(parse_ibody(&x, 12).is_err(), "a value over the end mark");
+        x[6..8].copy_from_slice(&44u16.to_le_bytes());
+        assert!(parse_ibody(&x, 12).is_ok());
+        x[26..28].copy_from_slice(&46u16.to_le_bytes());
+        assert!(parse_ibody(&x, 12).is_err(), "overlapping values");
+        x[26..28].copy_from_slice(&58u16.to_le_bytes());
+        assert!(parse_ibody(&x, 12).is_err(), "past the area");
+    }
+
+    #[test]
+    fn value_inodes_need_the_feature_and_a_valid_number() {
+        let w = || "t".to_string();
+        let mut e = raw(1, b"v", b"");
+        e.inum = 20;
+        e.inum_size = 3000;
+        let mut on = ValueInodes {
+            enabled: true,
+            first_ino: 11,
+            inodes_count: 100,
+        };
+        assert!(check_value_inodes(std::slice::from_ref(&e), on, &w).is_ok());
+        on.enabled = false;
+        assert!(check_value_inodes(std::slice::from_ref(&e), on, &w).is_err());
+        on.enabled = true;
+        for bad in [2, 7, 10, 101, u32::MAX] {
+            e.inum = bad;
+            assert!(check_value_inodes(std::slice::from_ref(&e), on, &w).is_err());
+        }
+        // Plain values need nothing.
+        on.enabled = false;
+        assert!(check_value_inodes(&[raw(1, b"v", b"x")], on, &w).is_ok());
     }
 
     #[test]
