@@ -2,10 +2,12 @@
 //! (`scalevfs_ext4::mkfs`), as `mke2fs -t ext4` would.
 
 use std::collections::HashMap;
-use std::io::Read;
+use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::FileExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI32, Ordering};
 
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -96,10 +98,14 @@ pub fn run(a: MkfsArgs) -> Result<(), String> {
         println!("free: {} blocks, {} inodes", r.free_blocks, r.free_inodes);
     }
     if let Some(from) = &a.from {
+        watch_signals();
         let n = populate(&a.image, from, a.quiet).map_err(|e| {
             // A half-filled image must not pass for a good one.
-            let _ = std::fs::File::create(&a.image);
-            format!("mkfs --from {}: {e}", from.display())
+            let wiped = match unmake(&a.image) {
+                Ok(()) => String::new(),
+                Err(w) => format!(" (and wiping the half-filled image failed: {w})"),
+            };
+            format!("mkfs --from {}: {e}{wiped}", from.display())
         })?;
         if !a.quiet {
             println!("copied {} entries from {}", n.0, from.display());
@@ -107,6 +113,173 @@ pub fn run(a: MkfsArgs) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Set when SIGINT, SIGTERM or SIGHUP arrives during a fill
+/// (`watch_signals`): the fill stops at its next entry or chunk, and the
+/// half-filled image is wiped (`unmake`) before the process exits.
+static INTERRUPTED: AtomicI32 = AtomicI32::new(0);
+
+/// Take the termination signals from here on: they are blocked in every
+/// thread (those the filesystem starts later inherit the mask) and a
+/// thread of their own records the first in `INTERRUPTED`.
+fn watch_signals() {
+    let set = crate::mount::block_signals();
+    let r = std::thread::Builder::new()
+        .name("scalevfs-mkfs-signals".into())
+        .spawn(move || {
+            let mut sig = 0;
+            // SAFETY: `set` is a valid, initialised sigset_t and `sig` a
+            // valid place for the signal number.
+            if unsafe { libc::sigwait(&set, &mut sig) } == 0 {
+                INTERRUPTED.store(sig, Ordering::SeqCst);
+            }
+        });
+    if let Err(e) = r {
+        eprintln!(
+            "mkfs: cannot watch for signals ({e}); an interrupt leaves the image half-filled"
+        );
+    }
+}
+
+/// Err when a termination signal came (`watch_signals`).
+fn check_interrupt() -> Result<(), String> {
+    match INTERRUPTED.load(Ordering::SeqCst) {
+        0 => Ok(()),
+        sig => Err(format!("interrupted by signal {sig}")),
+    }
+}
+
+/// Make `image` stop passing for a filesystem after a fill failed: a file
+/// is cut to nothing; on a block device (which cannot be cut) the primary
+/// superblock, bytes 1024..2048 at every block size, is zeroed, as mkfs
+/// does before it starts.
+fn unmake(image: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{FileExt, FileTypeExt};
+    if std::fs::metadata(image)?.file_type().is_block_device() {
+        let f = std::fs::OpenOptions::new().write(true).open(image)?;
+        f.write_all_at(&[0u8; 1024], 1024)?;
+        f.sync_all()
+    } else {
+        std::fs::File::create(image).map(|_| ())
+    }
+}
+
+/// Extended attributes as (name, value) pairs.
+type Xattrs = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// The extended attributes of host path `p` (not following a symlink):
+/// none where its filesystem keeps none.
+fn host_xattrs(p: &Path) -> Result<Xattrs, String> {
+    let c = CString::new(p.as_os_str().as_bytes()).map_err(|e| e.to_string())?;
+    let fail = |what: &str| {
+        format!(
+            "{what} {}: {}",
+            p.display(),
+            std::io::Error::last_os_error()
+        )
+    };
+    let unsupported = || std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOTSUP);
+    // A size query, then the read; ERANGE when it grew between: again.
+    let list = loop {
+        // SAFETY: `c` is a NUL-terminated path; a null buffer of length 0
+        // asks for the size.
+        let n = unsafe { libc::llistxattr(c.as_ptr(), std::ptr::null_mut(), 0) };
+        if n < 0 {
+            return if unsupported() {
+                Ok(Vec::new())
+            } else {
+                Err(fail("llistxattr"))
+            };
+        }
+        let mut v = vec![0u8; n as usize];
+        // SAFETY: `v` has `v.len()` writable bytes.
+        let m = unsafe { libc::llistxattr(c.as_ptr(), v.as_mut_ptr().cast(), v.len()) };
+        if m >= 0 {
+            v.truncate(m as usize);
+            break v;
+        }
+        if std::io::Error::last_os_error().raw_os_error() != Some(libc::ERANGE) {
+            return Err(fail("llistxattr"));
+        }
+    };
+    let mut out = Vec::new();
+    for name in list.split(|&b| b == 0).filter(|n| !n.is_empty()) {
+        let cn = CString::new(name).map_err(|e| e.to_string())?;
+        let value = loop {
+            // SAFETY: NUL-terminated path and name; a size query.
+            let n = unsafe { libc::lgetxattr(c.as_ptr(), cn.as_ptr(), std::ptr::null_mut(), 0) };
+            if n < 0 {
+                return Err(fail("lgetxattr"));
+            }
+            let mut v = vec![0u8; n as usize];
+            // SAFETY: `v` has `v.len()` writable bytes.
+            let m =
+                unsafe { libc::lgetxattr(c.as_ptr(), cn.as_ptr(), v.as_mut_ptr().cast(), v.len()) };
+            if m >= 0 {
+                v.truncate(m as usize);
+                break v;
+            }
+            if std::io::Error::last_os_error().raw_os_error() != Some(libc::ERANGE) {
+                return Err(fail("lgetxattr"));
+            }
+        };
+        out.push((name.to_vec(), value));
+    }
+    Ok(out)
+}
+
+/// Copy host path `src`'s extended attributes (POSIX ACLs among them) to
+/// `p`, after its owner and mode (a chown would clear a capability).
+fn copy_xattrs(t: &Task, src: &Path, p: &[u8]) -> Result<(), String> {
+    for (name, value) in host_xattrs(src)? {
+        t.lsetxattr(p, &name, &value, 0).map_err(|x| {
+            format!(
+                "setxattr {} {}: {}",
+                String::from_utf8_lossy(p),
+                String::from_utf8_lossy(&name),
+                x.message()
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// The data runs of host file `f` (`size` bytes) as [start, end) byte
+/// ranges, from SEEK_DATA/SEEK_HOLE, so that a huge sparse file is not
+/// read hole by hole; the whole file where the host cannot tell.
+fn data_runs(f: &std::fs::File, size: u64) -> Vec<(u64, u64)> {
+    use std::os::unix::io::AsRawFd;
+    let fd = f.as_raw_fd();
+    let mut out = Vec::new();
+    let mut pos = 0u64;
+    while pos < size {
+        // SAFETY: lseek on an open descriptor.
+        let data = unsafe { libc::lseek(fd, pos as i64, libc::SEEK_DATA) };
+        if data < 0 {
+            if std::io::Error::last_os_error().raw_os_error() == Some(libc::ENXIO) {
+                break;
+            }
+            // No SEEK_DATA here: everything from `pos` is data.
+            out.push((pos, size));
+            break;
+        }
+        let data = data as u64;
+        // SAFETY: as above.
+        let hole = unsafe { libc::lseek(fd, data as i64, libc::SEEK_HOLE) };
+        let hole = if hole < 0 {
+            size
+        } else {
+            (hole as u64).min(size)
+        };
+        if hole <= data {
+            out.push((data, size));
+            break;
+        }
+        out.push((data, hole));
+        pos = hole;
+    }
+    out
 }
 
 /// One host entry to copy: its path below the source and its metadata.
@@ -168,6 +341,36 @@ fn set_attrs(t: &Task, p: &[u8], md: &std::fs::Metadata) -> scalevfs::VfsResult<
     t.utimensat(AT_FDCWD, p, Some(times), AT_SYMLINK_NOFOLLOW)
 }
 
+/// Write `data` (at byte `pos` of the file) to `fd`, leaving out the
+/// filesystem blocks (`bs` bytes, counted from the file's start) that
+/// hold only zeros; the blocks between are written a run at a time.
+fn write_nonzero(t: &Task, fd: i32, data: &[u8], pos: u64, bs: usize) -> scalevfs::VfsResult<()> {
+    // Block-sized pieces of `data` as (start, end, all zeros).
+    let mut pieces = Vec::new();
+    let mut k = 0usize;
+    while k < data.len() {
+        let at = pos + k as u64;
+        let n = (bs - (at % bs as u64) as usize).min(data.len() - k);
+        pieces.push((k, k + n, data[k..k + n].iter().all(|&b| b == 0)));
+        k += n;
+    }
+    for run in pieces.chunk_by(|a, b| a.2 == b.2) {
+        if run[0].2 {
+            continue;
+        }
+        let (a, b) = (run[0].0, run[run.len() - 1].1);
+        let mut done = a;
+        while done < b {
+            let off = i64::try_from(pos + done as u64).map_err(|_| scalevfs::Errno::EFBIG)?;
+            match t.pwrite(fd, &data[done..b], off)? {
+                0 => return Err(scalevfs::Errno::EIO),
+                n => done += n,
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Copy the tree at `from` into the image (made just before): returns the
 /// entries copied and the free blocks and inodes left.
 fn populate(image: &Path, from: &Path, quiet: bool) -> Result<(u64, u64, u64), String> {
@@ -206,59 +409,66 @@ fn populate(image: &Path, from: &Path, quiet: bool) -> Result<(u64, u64, u64), S
     };
     let mut links: HashMap<(u64, u64), Vec<u8>> = HashMap::new();
     let mut buf = vec![0u8; 1 << 20];
+    let bs = fs.block_size();
     for e in &entries {
+        check_interrupt()?;
         let p = vpath(&e.rel);
+        let src = from.join(&e.rel);
         let ft = e.md.file_type();
-        if ft.is_dir() {
-            t.mkdir(&p, 0o700).map_err(|x| err(&p, "mkdir", x))?;
-        } else if ft.is_file() {
-            if e.md.nlink() > 1 {
-                if let Some(first) = links.get(&(e.md.dev(), e.md.ino())) {
-                    t.linkat(AT_FDCWD, first, AT_FDCWD, &p, 0)
-                        .map_err(|x| err(&p, "link", x))?;
-                    continue;
-                }
-                links.insert((e.md.dev(), e.md.ino()), p.clone());
+        if !ft.is_dir() && e.md.nlink() > 1 {
+            // Any other name of an inode already copied is a link to it
+            // (files, symlinks, FIFOs, sockets and devices alike).
+            if let Some(first) = links.get(&(e.md.dev(), e.md.ino())) {
+                t.linkat(AT_FDCWD, first, AT_FDCWD, &p, 0)
+                    .map_err(|x| err(&p, "link", x))?;
+                continue;
             }
-            let src = from.join(&e.rel);
-            let mut f = std::fs::File::open(&src).map_err(|x| format!("{}: {x}", src.display()))?;
+            links.insert((e.md.dev(), e.md.ino()), p.clone());
+        }
+        if ft.is_dir() {
+            match t.mkdir(&p, 0o700) {
+                // mkfs made /lost+found: the source's goes into it.
+                Err(x) if x == scalevfs::Errno::EEXIST && p == b"/lost+found" => {}
+                r => r.map_err(|x| err(&p, "mkdir", x))?,
+            }
+        } else if ft.is_file() {
+            let f = std::fs::File::open(&src).map_err(|x| format!("{}: {x}", src.display()))?;
             let fd = t
                 .open(&p, O_CREAT | O_EXCL | O_WRONLY, 0o600)
                 .map_err(|x| err(&p, "create", x))?;
-            // All-zero blocks are skipped and the size set at the end, so
-            // holes stay holes (as mke2fs -d keeps sparse files sparse).
+            // Only the host's data runs are read, and all-zero blocks in
+            // them skipped; the size is set at the end, so holes stay
+            // holes (as mke2fs -d keeps sparse files sparse).
+            let size = e.md.len();
             let r = (|| -> Result<(), String> {
-                let mut pos: u64 = 0;
-                loop {
-                    let n = f
-                        .read(&mut buf)
-                        .map_err(|x| format!("{}: {x}", src.display()))?;
-                    if n == 0 {
-                        let size = i64::try_from(pos).map_err(|_| "file too large".to_string())?;
-                        return t.ftruncate(fd, size).map_err(|x| err(&p, "truncate", x));
-                    }
-                    for (k, chunk) in buf[..n].chunks(4096).enumerate() {
-                        if chunk.iter().all(|&b| b == 0) {
-                            continue;
+                let mut seen = 0u64;
+                for (start, end) in data_runs(&f, size) {
+                    let mut pos = start;
+                    while pos < end {
+                        check_interrupt()?;
+                        let want = ((end - pos) as usize).min(buf.len());
+                        let n = f
+                            .read_at(&mut buf[..want], pos)
+                            .map_err(|x| format!("{}: {x}", src.display()))?;
+                        if n == 0 {
+                            // The file shrank while being copied.
+                            break;
                         }
-                        let at = pos + (k * 4096) as u64;
-                        let mut done = 0;
-                        while done < chunk.len() {
-                            let off = i64::try_from(at + done as u64)
-                                .map_err(|_| "file too large".to_string())?;
-                            done += t
-                                .pwrite(fd, &chunk[done..], off)
-                                .map_err(|x| err(&p, "write", x))?;
-                        }
+                        write_nonzero(&t, fd, &buf[..n], pos, bs)
+                            .map_err(|x| err(&p, "write", x))?;
+                        pos += n as u64;
                     }
-                    pos += n as u64;
-                    bar.inc(n as u64);
+                    // The hole before the run and the run itself.
+                    bar.inc(end.saturating_sub(seen));
+                    seen = end;
                 }
+                bar.inc(size.saturating_sub(seen));
+                let size = i64::try_from(size).map_err(|_| "file too large".to_string())?;
+                t.ftruncate(fd, size).map_err(|x| err(&p, "truncate", x))
             })();
             t.close(fd).map_err(|x| err(&p, "close", x))?;
             r?;
         } else if ft.is_symlink() {
-            let src = from.join(&e.rel);
             let target = std::fs::read_link(&src).map_err(|x| format!("{}: {x}", src.display()))?;
             t.symlinkat(target.as_os_str().as_bytes(), AT_FDCWD, &p)
                 .map_err(|x| err(&p, "symlink", x))?;
@@ -268,6 +478,7 @@ fn populate(image: &Path, from: &Path, quiet: bool) -> Result<(u64, u64, u64), S
                 .map_err(|x| err(&p, "mknod", x))?;
         }
         set_attrs(&t, &p, &e.md).map_err(|x| err(&p, "set attributes of", x))?;
+        copy_xattrs(&t, &src, &p)?;
     }
     // Directory times last (their children changed them), deepest first.
     for e in entries.iter().rev().filter(|e| e.md.is_dir()) {
@@ -275,6 +486,8 @@ fn populate(image: &Path, from: &Path, quiet: bool) -> Result<(u64, u64, u64), S
         set_attrs(&t, &p, &e.md).map_err(|x| err(&p, "set attributes of", x))?;
     }
     set_attrs(&t, b"/", &top).map_err(|x| err(b"/", "set attributes of", x))?;
+    copy_xattrs(&t, from, b"/")?;
+    check_interrupt()?;
     bar.finish_and_clear();
     let st = t.statfs("/").map_err(|x| err(b"/", "statfs", x))?;
     drop(t);

@@ -171,7 +171,7 @@ fn ensure_std_fds() {
 
 /// Block the termination signals in this thread (threads created later
 /// inherit the mask) and return the set, for `sigwait`.
-fn block_signals() -> libc::sigset_t {
+pub(crate) fn block_signals() -> libc::sigset_t {
     // SAFETY: sigset_t is plain data; sigemptyset initialises it.
     let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
     // SAFETY: `set` is a valid sigset_t; the signal numbers are valid.

@@ -374,7 +374,10 @@ fn corrupt_block_mapped_images_written_never_panic() {
         let fd = t.open("/frag", scalevfs::O_RDONLY, 0).unwrap();
         let mut back = vec![0u8; 3000];
         assert_eq!(t.pread(fd, &mut back, 100).unwrap(), 3000);
-        assert!(back.iter().all(|&b| b == 9), "frag's write did not read back");
+        assert!(
+            back.iter().all(|&b| b == 9),
+            "frag's write did not read back"
+        );
     }
     corrupt_each(
         &pristine,
