@@ -211,8 +211,8 @@ pub trait Filesystem: Send + Sync + 'static {
     /// Largest size of the file `inode`: `max_file_size`, unless the
     /// limit depends on how the file is stored (ext4's block-mapped files
     /// reach less far than its extent files: `s_bitmap_maxbytes`). The
-    /// VFS checks writes, truncates, lseek, fallocate and copy_file_range
-    /// against it.
+    /// VFS checks writes, truncates, lseek and copy_file_range against it
+    /// (fallocate against `max_file_size`, as Linux's vfs_fallocate).
     fn max_file_size_of(&self, inode: &Inode) -> u64 {
         let _ = inode;
         self.max_file_size()

@@ -401,7 +401,9 @@ impl Task {
         }
         let fs = &f.path().mnt.sb.fs;
         let end = off.checked_add(len).ok_or(Errno::EFBIG)? as u64;
-        if end > fs.max_file_size_of(i) {
+        // The filesystem-wide limit, as vfs_fallocate (ext4's punch clips
+        // to EOF, its other modes refuse block-mapped files).
+        if end > fs.max_file_size() {
             return Err(Errno::EFBIG);
         }
         let range = match op {

@@ -104,7 +104,9 @@ impl Ext4 {
     /// Give the hole at logical block `lblk` of the block-mapped `raw` a
     /// new data block, with the indirect blocks missing on its way (the
     /// kernel's `ext4_alloc_branch`): returns every block allocated, the
-    /// data block last. All of them are allocated first,
+    /// data block last, and the indirect block already in the map that
+    /// the new branch was hooked into (changed through the journal), if
+    /// any. All of them are allocated first,
     /// near `goal` and in the first 2^32 blocks (a map holds 32-bit
     /// pointers; past that, ENOSPC); then the new indirect blocks are
     /// filled (zeroed but for the pointer down) and the branch hooked into
@@ -116,7 +118,7 @@ impl Ext4 {
         raw: &mut RawInode,
         lblk: u64,
         goal: u64,
-    ) -> Result<Vec<u64>> {
+    ) -> Result<(Vec<u64>, Option<u64>)> {
         let what = || format!("inode {} block map", raw.ino);
         let (slot, route) = self.map_route(lblk).ok_or_else(|| errno(libc::EFBIG))?;
         let first = u64::from(self.sb.first_data_block);
@@ -192,7 +194,7 @@ impl Ext4 {
             return Err(e);
         }
         raw.blocks += need as u64 * (self.bs as u64 / 512);
-        Ok(new)
+        Ok((new, chain.last().copied()))
     }
 
     /// Where one step freeing `raw`'s blocks from logical `keep` on

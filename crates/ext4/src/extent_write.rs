@@ -1278,7 +1278,8 @@ impl Ext4 {
     /// at or past `bitmap_max_size` is EFBIG, one reaching past it ends
     /// there (the kernel's ext4_generic_write_checks). One step per call,
     /// as `file_write`: the write ends short once its allocations reach
-    /// `step_groups` groups.
+    /// `step_groups` groups, each indirect block it fills or changes
+    /// (a journaled block) counted as one more.
     fn write_mapped(
         &self,
         inode: &Inode,
@@ -1296,6 +1297,8 @@ impl Ext4 {
         let buf = &buf[..(max - off).min(buf.len() as u64) as usize];
         let budget = self.step_groups();
         let mut groups = std::collections::HashSet::new();
+        // The indirect blocks this step filled or changed.
+        let mut logged = std::collections::HashSet::new();
         let ipg_group = ((raw.ino - 1) / self.sb.inodes_per_group) as u64;
         let mut goal =
             u64::from(self.sb.first_data_block) + ipg_group * u64::from(self.sb.blocks_per_group);
@@ -1313,12 +1316,15 @@ impl Ext4 {
             };
             let (pblk, new) = match found {
                 Ok(crate::fs::Mapping::Data { pblk, .. }) => (pblk, false),
-                Ok(_) if done > 0 && budget.is_some_and(|b| groups.len() >= b) => break,
+                Ok(_) if done > 0 && budget.is_some_and(|b| groups.len() + logged.len() >= b) => {
+                    break
+                }
                 Ok(_) => match self.map_new_block(&mut raw, lblk, goal) {
-                    Ok(new) => {
+                    Ok((new, hooked)) => {
                         added = true;
                         if budget.is_some() {
                             groups.extend(new.iter().map(|&b| self.group_of(b)));
+                            logged.extend(new[..new.len() - 1].iter().copied().chain(hooked));
                         }
                         (new[new.len() - 1], true)
                     }

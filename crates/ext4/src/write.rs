@@ -442,7 +442,7 @@ impl Ext4 {
                 return Err(errno(libc::EOPNOTSUPP));
             }
             let nblk = self.dir_blocks(draw)?;
-            let new = self.map_new_block(draw, u64::from(nblk), last + 1)?;
+            let (new, _) = self.map_new_block(draw, u64::from(nblk), last + 1)?;
             draw.size += self.bs as u64;
             return Ok(new[new.len() - 1]);
         }
