@@ -338,7 +338,7 @@ pub struct Ext4 {
     /// The write side; `None` for a read-only mount.
     pub(crate) rw: Option<RwState>,
     /// The metadata blocks no xattr block may be (`xattr_write.rs`).
-    pub(crate) meta_zone: OnceLock<crate::xattr_write::MetaZone>,
+    pub(crate) meta_zone: OnceLock<crate::meta_zone::MetaZone>,
 }
 
 /// State of a read-write mount.

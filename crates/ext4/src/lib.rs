@@ -28,6 +28,7 @@ pub mod format;
 mod fs;
 mod inline_write;
 pub mod journal;
+mod meta_zone;
 pub mod mkfs;
 mod open;
 mod orphan;
