@@ -283,7 +283,8 @@ pub fn run(args: MountArgs) -> ExitCode {
     // The kernel applies its own fs.protected_hardlinks (may_linkat in
     // linkat(2)) before it sends LINK, for every filesystem; checking again
     // here would refuse links the host's sysctl allows (xfstests
-    // generic/597). `--set protected-hardlinks=1` restores it.
+    // generic/597). `--set protected-hardlinks=1` restores it. (Without
+    // default_permissions it is the host's setting: below.)
     let mut vcfg = VfsConfig {
         protected_hardlinks_off: true,
         ..VfsConfig::default()
@@ -348,6 +349,18 @@ pub fn run(args: MountArgs) -> ExitCode {
     };
     if let Err(m) = scalevfs_fuse::check_config(&cfg) {
         return fail(m);
+    }
+    // Without default_permissions the kernel's may_linkat finds every
+    // file readable and writable (it asks the filesystem, which lets it
+    // through): the host's fs.protected_hardlinks is then applied here,
+    // unless `--set protected-hardlinks=` said otherwise.
+    let explicit = args
+        .set
+        .iter()
+        .any(|kv| kv.starts_with("protected-hardlinks="));
+    if !explicit && !scalevfs_fuse::mount::kernel_checks_permissions(&cfg) {
+        vcfg.protected_hardlinks_off = std::fs::read_to_string("/proc/sys/fs/protected_hardlinks")
+            .is_ok_and(|v| v.trim() == "0");
     }
     // Open the image before detaching, so its errors reach the terminal.
     let ext4 = match &args.image {

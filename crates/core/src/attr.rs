@@ -288,10 +288,13 @@ impl Task {
                 if !self.is_owner(&a) {
                     return Err(Errno::EPERM);
                 }
+                // A time the filesystem cannot hold is clamped, as the
+                // kernel's timestamp_truncate (`Filesystem::clamp_time`).
+                let fs = &p.mnt.sb.fs;
                 let pick = |t: Timespec| match t.nsec {
                     UTIME_OMIT => None,
                     UTIME_NOW => Some(now),
-                    _ => Some(t),
+                    _ => Some(fs.clamp_time(t)),
                 };
                 SetAttr {
                     atime: pick(at),

@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use crate::errno::{Errno, VfsResult};
 use crate::inode::Inode;
-use crate::types::{Cred, DirEntry, SetAttr, StatFs};
+use crate::types::{Cred, DirEntry, SetAttr, StatFs, Timespec};
 
 /// What kind of object `create` makes; the mode's permission bits come in
 /// `mode` (already masked by the umask).
@@ -206,6 +206,14 @@ pub trait Filesystem: Send + Sync + 'static {
     /// Largest file size supported.
     fn max_file_size(&self) -> u64 {
         i64::MAX as u64
+    }
+
+    /// The time the filesystem will store for `t` (a time set by
+    /// utimensat): the kernel's timestamp_truncate with this filesystem's
+    /// `s_time_min`/`s_time_max` and granularity. The default keeps every
+    /// time as it is.
+    fn clamp_time(&self, t: Timespec) -> Timespec {
+        t
     }
 
     /// Largest size of the file `inode`: `max_file_size`, unless the

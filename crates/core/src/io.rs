@@ -493,7 +493,22 @@ impl Task {
                 if f.is_path_only() {
                     return Err(Errno::EBADF);
                 }
-                f.set_status_flags(arg as u32);
+                let arg = arg as u32;
+                let i = f.inode();
+                // Linux's setfl: O_APPEND neither set nor cleared on an
+                // append-only file; O_NOATIME set only by the owner (or
+                // root), as at open.
+                if (arg ^ f.flags()) & O_APPEND != 0 && i.is_append_only() {
+                    return Err(Errno::EPERM);
+                }
+                if arg & O_NOATIME != 0
+                    && f.flags() & O_NOATIME == 0
+                    && !self.cred.is_root()
+                    && self.cred.uid != i.attr().uid
+                {
+                    return Err(Errno::EPERM);
+                }
+                f.set_status_flags(arg);
                 Ok(0)
             }
             _ => Err(Errno::EINVAL),

@@ -3445,6 +3445,29 @@ impl Filesystem for Ext4 {
         self.max_size()
     }
 
+    fn clamp_time(&self, t: scalevfs::Timespec) -> scalevfs::Timespec {
+        // As the kernel's ext4_fill_super sets s_time_min/max and the
+        // granularity: inodes of 144 bytes or more hold the _extra words
+        // (2 epoch bits, nanoseconds), smaller ones 32-bit seconds only.
+        let extra = self.sb.inode_size() >= 0x90;
+        let min = i64::from(i32::MIN);
+        let max = if extra {
+            (1i64 << 34) - 1 + i64::from(i32::MIN)
+        } else {
+            i64::from(i32::MAX)
+        };
+        if t.sec <= min || t.sec >= max {
+            return scalevfs::Timespec {
+                sec: t.sec.clamp(min, max),
+                nsec: 0,
+            };
+        }
+        scalevfs::Timespec {
+            sec: t.sec,
+            nsec: if extra { t.nsec } else { 0 },
+        }
+    }
+
     fn max_file_size_of(&self, inode: &Inode) -> u64 {
         match inode.private::<Ext4Inode>() {
             Some(ei) if ei.mapped => self.bitmap_max_size(),

@@ -54,15 +54,22 @@ pub(crate) fn timespec(t: SystemTime) -> Timespec {
             nsec: d.subsec_nanos() as i64,
         },
         Err(e) => {
+            // Before the epoch: -(secs) and the nanoseconds borrowed from
+            // the second before; computed in i128 so that i64::MIN seconds
+            // (2^63 before the epoch) is reached exactly.
             let d = e.duration();
-            let sec = -i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
-            if d.subsec_nanos() == 0 {
-                Timespec { sec, nsec: 0 }
-            } else {
-                Timespec {
-                    sec: sec - 1,
-                    nsec: 1_000_000_000 - d.subsec_nanos() as i64,
-                }
+            let mut sec = -i128::from(d.as_secs());
+            let mut nsec = 0i64;
+            if d.subsec_nanos() != 0 {
+                sec -= 1;
+                nsec = 1_000_000_000 - i64::from(d.subsec_nanos());
+            }
+            match i64::try_from(sec) {
+                Ok(sec) => Timespec { sec, nsec },
+                Err(_) => Timespec {
+                    sec: i64::MIN,
+                    nsec: 0,
+                },
             }
         }
     }

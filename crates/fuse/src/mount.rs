@@ -530,6 +530,19 @@ pub fn check_config(cfg: &MountConfig) -> Result<(), String> {
     session_config(cfg).map(|_| ()).map_err(|e| e.to_string())
 }
 
+/// Whether the kernel checks permissions on a mount of `cfg`
+/// (`default_permissions`, given or implied by `allow_other`): then its
+/// own checks, protected_hardlinks among them (may_linkat asks for read
+/// and write permission), are exact before a request arrives. Without,
+/// the kernel lets every permission question through and scalevfs alone
+/// answers. A bad configuration (which `check_config` reports) counts as
+/// checked.
+pub fn kernel_checks_permissions(cfg: &MountConfig) -> bool {
+    session_config(cfg).map_or(true, |(c, _)| {
+        c.mount_options.contains(&MountOption::DefaultPermissions)
+    })
+}
+
 /// Mount `vfs` at `mountpoint` (an existing directory; canonicalised) without
 /// serving it yet: see [`Mounted`]. The errors say which step failed.
 pub fn mount(vfs: Vfs, mountpoint: &Path, cfg: &MountConfig) -> Result<Mounted, String> {

@@ -90,6 +90,27 @@ impl Default for FuseConfig {
 const PASS_FLAGS: u32 =
     O_ACCMODE | O_APPEND | O_TRUNC | O_NONBLOCK | O_DIRECTORY | O_SYNC | O_DSYNC | O_NOATIME;
 
+/// After the daemon opened `fd` with the caller's flags `fl`: an O_APPEND
+/// open is checked as one (an append-only file opens for writing only
+/// so), then the daemon's description drops O_APPEND, so that each WRITE
+/// lands at the offset the kernel sends. The kernel places appends
+/// itself, from the flags the caller's file has at the time of each
+/// write (fcntl F_SETFL is never sent here, pwritev2 RWF_NOAPPEND and
+/// mmap writeback carry their own offsets); a daemon description that
+/// kept O_APPEND appended those at EOF. An append-only file keeps
+/// O_APPEND (F_SETFL refuses: EPERM), so its writes still only append,
+/// whatever offset comes.
+fn write_at_offsets(t: &Task, fd: i32, fl: u32) {
+    use scalevfs::io::{F_GETFL, F_SETFL};
+    if fl & O_APPEND == 0 {
+        return;
+    }
+    if let Ok(cur) = t.fcntl(fd, F_GETFL, 0) {
+        // EPERM on an append-only file: it keeps O_APPEND.
+        let _ = t.fcntl(fd, F_SETFL, u64::from(cur & !O_APPEND));
+    }
+}
+
 /// How the xattr ops name a node: its own fd (an O_PATH fd), not what a
 /// symlink points to.
 const XATTR_AT: u32 = AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW;
@@ -776,7 +797,10 @@ impl fuser::Filesystem for ScaleFs {
             // Any fd will do (the kernel knows it as a file handle): no
             // shared fd-table lock between requests (O_ANYFD).
             let fl = (flags.0 as u32 & PASS_FLAGS) | O_CLOEXEC | O_ANYFD;
-            let r = s.with_task(req, |t| t.reopen(&node.h, fl));
+            let r = s.with_task(req, |t| {
+                t.reopen(&node.h, fl)
+                    .inspect(|&fd| write_at_offsets(t, fd, fl))
+            });
             // O_TRUNC (only from a kernel that was offered
             // FUSE_ATOMIC_O_TRUNC; ours truncates with SETATTR) by a caller
             // without CAP_FSETID clears the set-id bits, as a truncate does.
@@ -813,6 +837,7 @@ impl fuser::Filesystem for ScaleFs {
         let r = s.with_task(req, |t| -> Result<(i32, u64, Stat, u32), Errno> {
             s.set_umask(t, umask);
             let fd = t.openat(&dir.h, name, fl, mode & 0o7777)?;
+            write_at_offsets(t, fd, fl);
             // The node's handle is the open file's location: no second
             // walk, so no race with a concurrent rename.
             match t.handle_at(fd, "", AT_EMPTY_PATH).and_then(|h| s.adopt(h)) {
