@@ -261,6 +261,43 @@ fn mmap_writeback_of_an_append_fd_lands_at_the_page_offset_ext4() {
 /// CAP_MKNOD), as fuse-overlayfs does unprivileged. tmpfs: 0. The mount:
 /// EPERM (the core's mknodat refuses every device node to non-root),
 /// while renameat2(RENAME_WHITEOUT) by the same user works.
+/// chown(f, -1, -1) by root of set-id files: Linux's chown_common sets
+/// ATTR_KILL_SUID|ATTR_KILL_SGID for a non-directory, so tmpfs turns 06755
+/// into 0755 and 07777 into 01777 (checked on /dev/shm here); the mount
+/// kept the bits (the kernel sends a SETATTR with the ctime alone).
+#[test]
+fn chown_to_minus_one_clears_setid_bits() {
+    require!();
+    let d = scratch("chownm1");
+    let m = Mount::new(&d.join("mnt"), None, "");
+    let shm = d.join("shm-ref");
+    let host = std::path::PathBuf::from(format!(
+        "/dev/shm/fuse-vs-tmpfs-chown-{}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&host);
+    std::fs::create_dir_all(&host).unwrap();
+    let case = |root: &Path| -> Vec<u32> {
+        let mut out = Vec::new();
+        for (name, mode) in [("a", 0o6755), ("b", 0o7777), ("c", 0o2745)] {
+            let p = root.join(name);
+            std::fs::write(&p, b"x").unwrap();
+            std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(mode))
+                .unwrap();
+            let c = cpath(&p);
+            // SAFETY: a system call on a C string.
+            assert_eq!(unsafe { libc::chown(c.as_ptr(), u32::MAX, u32::MAX) }, 0);
+            out.push(std::fs::metadata(&p).unwrap().mode() & 0o7777);
+        }
+        out
+    };
+    let theirs = case(&host);
+    let _ = std::fs::remove_dir_all(&host);
+    let _ = shm;
+    assert_eq!(theirs, [0o755, 0o1777, 0o2745], "tmpfs");
+    assert_eq!(case(&m.dir), theirs, "the mount");
+}
+
 #[test]
 fn unprivileged_whiteout_mknod_is_allowed() {
     require!();
@@ -316,10 +353,8 @@ fn ext4_times_are_clamped_to_what_the_inode_holds() {
             },
         ];
         // SAFETY: a system call on a C string and a two-element array.
-        assert_eq!(
-            unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), ts.as_ptr(), 0) },
-            0
-        );
+        let r = unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), ts.as_ptr(), 0) };
+        assert_eq!(r, 0);
     }
     let seen = |when: &str| {
         for (i, &(asked, want)) in cases.iter().enumerate() {
@@ -391,10 +426,8 @@ fn the_smallest_time_round_trips() {
         },
     ];
     // SAFETY: a system call on a C string and a two-element array.
-    assert_eq!(
-        unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), ts.as_ptr(), 0) },
-        0
-    );
+    let r = unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), ts.as_ptr(), 0) };
+    assert_eq!(r, 0);
     assert_eq!(std::fs::metadata(&p).unwrap().mtime(), i64::MIN);
 }
 

@@ -593,8 +593,21 @@ impl fuser::Filesystem for ScaleFs {
         let s = &self.shared;
         let node = tri!(reply, s.node(ino));
         let fd = &node.h;
+        // A SETATTR that sets nothing is what the kernel sends for
+        // chown(f, -1, -1) once HANDLE_KILLPRIV_V2 has taken the set-id
+        // clearing out of it (fuse_setattr drops ATTR_KILL_SUID/SGID and
+        // the mode; the ctime goes only with a writeback cache, which this
+        // mount does not use): the chown runs here with no owner, which
+        // clears the set-id bits of a non-directory and stamps the ctime,
+        // as Linux's chown_common. (No other call sends an empty SETATTR:
+        // utimensat with both times omitted returns before.)
+        let chown_only = [mode.is_none(), uid.is_none(), gid.is_none(), size.is_none()]
+            .iter()
+            .all(|&b| b)
+            && atime.is_none()
+            && mtime.is_none();
         let r = s.with_task(req, |t| -> Result<Stat, Errno> {
-            if uid.is_some() || gid.is_some() {
+            if uid.is_some() || gid.is_some() || chown_only {
                 t.fchown(fd, uid.unwrap_or(u32::MAX), gid.unwrap_or(u32::MAX))?;
             }
             if let Some(m) = mode {
