@@ -93,6 +93,41 @@ fn their_mkfs(img: &Path, size: &str, extra: &[&str], src: &Path) -> Output {
         .unwrap()
 }
 
+/// Both images of `src`, `ours.img` and `theirs.img` in `dir`: made with
+/// the same `size` and `extra` options, each of which must succeed; ours
+/// must pass `e2fsck -fn`.
+fn both_images(dir: &Path, size: &str, extra: &[&str], src: &Path) -> (PathBuf, PathBuf) {
+    let ours = dir.join("ours.img");
+    ok(&our_mkfs(&ours, size, extra, src), "scalevfs mkfs --from");
+    fsck_clean(&ours, "scalevfs");
+    let theirs = dir.join("theirs.img");
+    ok(&their_mkfs(&theirs, size, extra, src), "mke2fs -d");
+    (ours, theirs)
+}
+
+/// `scalevfs mkfs IMG --size 64M -q --from SRC`, started.
+fn spawn_our_mkfs(img: &Path, src: &Path) -> std::process::Child {
+    Command::new(bin())
+        .arg("mkfs")
+        .arg(img)
+        .args(["--size", "64M", "-q", "--from"])
+        .arg(src)
+        .spawn()
+        .unwrap()
+}
+
+/// The ext4 superblock magic field (0xEF53 on a filesystem) of the device
+/// or image `p`, which holds at least 2048 bytes.
+fn sb_magic(p: &Path) -> u16 {
+    use std::os::unix::fs::FileExt;
+    let mut sb = [0u8; 2048];
+    std::fs::File::open(p)
+        .unwrap()
+        .read_exact_at(&mut sb, 0)
+        .unwrap();
+    u16::from_le_bytes([sb[1024 + 0x38], sb[1024 + 0x39]])
+}
+
 fn fsck_clean(img: &Path, who: &str) {
     let o = Command::new(tool("e2fsck").unwrap())
         .arg("-fn")
@@ -177,18 +212,8 @@ fn xattrs_and_acls_are_copied() {
         .map(|n| (*n, host_xattrs(&src.join(n))))
         .collect();
 
-    let ours = s.0.join("ours.img");
-    ok(
-        &our_mkfs(&ours, "64M", &["-b", "4096"], &src),
-        "scalevfs mkfs --from",
-    );
-    fsck_clean(&ours, "scalevfs");
     // The referee: mke2fs -d keeps them all.
-    let theirs = s.0.join("theirs.img");
-    ok(
-        &their_mkfs(&theirs, "64M", &["-b", "4096"], &src),
-        "mke2fs -d",
-    );
+    let (ours, theirs) = both_images(&s.0, "64M", &["-b", "4096"], &src);
     let mnt = s.0.join("mnt");
     let Some(m) = kmount(&theirs, &mnt) else {
         return;
@@ -242,11 +267,7 @@ fn hard_linked_special_files_stay_one_inode() {
     }
     std::fs::hard_link(&fifo, src.join("sub/fifo2")).unwrap();
     std::fs::hard_link(&dev, src.join("sub/dev2")).unwrap();
-    let ours = s.0.join("ours.img");
-    ok(&our_mkfs(&ours, "16M", &[], &src), "scalevfs mkfs --from");
-    fsck_clean(&ours, "scalevfs");
-    let theirs = s.0.join("theirs.img");
-    ok(&their_mkfs(&theirs, "16M", &[], &src), "mke2fs -d");
+    let (ours, theirs) = both_images(&s.0, "16M", &[], &src);
     let mnt = s.0.join("mnt");
     let check = |img: &Path, who: &str| -> Vec<String> {
         let Some(_m) = kmount(img, &mnt) else {
@@ -334,13 +355,7 @@ fn huge_sparse_file_is_copied_quickly() {
     );
     let theirs_took = t0.elapsed();
     let img = s.0.join("ours.img");
-    let mut child = Command::new(bin())
-        .arg("mkfs")
-        .arg(&img)
-        .args(["--size", "64M", "-q", "--from"])
-        .arg(&src)
-        .spawn()
-        .unwrap();
+    let mut child = spawn_our_mkfs(&img, &src);
     let limit = Duration::from_secs(60);
     let t0 = Instant::now();
     let status = loop {
@@ -388,17 +403,7 @@ fn zero_blocks_stay_holes_with_1k_blocks() {
     let mut b = vec![0u8; 8192];
     b[1024..2048].fill(b'y');
     std::fs::write(src.join("b"), &b).unwrap();
-    let ours = s.0.join("ours.img");
-    ok(
-        &our_mkfs(&ours, "64M", &["-b", "1024"], &src),
-        "scalevfs mkfs --from",
-    );
-    fsck_clean(&ours, "scalevfs");
-    let theirs = s.0.join("theirs.img");
-    ok(
-        &their_mkfs(&theirs, "64M", &["-b", "1024"], &src),
-        "mke2fs -d",
-    );
+    let (ours, theirs) = both_images(&s.0, "64M", &["-b", "1024"], &src);
     let mnt = s.0.join("mnt");
     let blocks = |img: &Path| -> Option<Vec<(String, u64)>> {
         let _m = kmount(img, &mnt)?;
@@ -476,15 +481,7 @@ fn failed_fill_on_a_block_device_leaves_no_filesystem() {
     assert!(!o.status.success(), "20 MiB cannot fit 16 MiB");
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("No space left"), "message: {err}");
-    let mut sb = [0u8; 2048];
-    {
-        use std::os::unix::fs::FileExt;
-        std::fs::File::open(&dev)
-            .unwrap()
-            .read_exact_at(&mut sb, 0)
-            .unwrap();
-    }
-    let magic = u16::from_le_bytes([sb[1024 + 0x38], sb[1024 + 0x39]]);
+    let magic = sb_magic(&dev);
     let fsck = Command::new(tool("e2fsck").unwrap())
         .arg("-fn")
         .arg(&dev)
@@ -523,13 +520,7 @@ fn interrupted_fill_leaves_no_mountable_image() {
     }
     std::fs::write(src.join("z-after"), b"never copied").unwrap();
     let img = s.0.join("ours.img");
-    let mut child = Command::new(bin())
-        .arg("mkfs")
-        .arg(&img)
-        .args(["--size", "64M", "-q", "--from"])
-        .arg(&src)
-        .spawn()
-        .unwrap();
+    let mut child = spawn_our_mkfs(&img, &src);
     std::thread::sleep(Duration::from_secs(4));
     if child.try_wait().unwrap().is_some() {
         eprintln!("SKIP: the copy finished before the signal");
@@ -539,17 +530,10 @@ fn interrupted_fill_leaves_no_mountable_image() {
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let st = child.wait().unwrap();
     assert!(!st.success());
-    let mut sb = [0u8; 2048];
-    {
-        use std::os::unix::fs::FileExt;
-        let f = std::fs::File::open(&img).unwrap();
-        if f.metadata().unwrap().len() < 2048 {
-            return; // emptied: nothing claims to be a filesystem
-        }
-        f.read_exact_at(&mut sb, 0).unwrap();
+    if std::fs::metadata(&img).unwrap().len() < 2048 {
+        return; // emptied: nothing claims to be a filesystem
     }
-    let magic = u16::from_le_bytes([sb[1024 + 0x38], sb[1024 + 0x39]]);
-    if magic != 0xEF53 {
+    if sb_magic(&img) != 0xEF53 {
         return;
     }
     // What a user would get: e2fsck -fy (on a copy) makes it a valid,

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use common::{have_tools, rw_journaled, Scratch};
 use scalevfs::{Vfs, O_CREAT, O_RDWR};
-use scalevfs_ext4::crashdev::{CrashLog, RecordingDevice};
+use scalevfs_ext4::crashdev::RecordingDevice;
 use scalevfs_ext4::{Ext4, MemDevice};
 
 /// (name, size, hash of content) of /a, /b, /c.
@@ -110,34 +110,19 @@ fn crash_states_of_block_mapped_writes_and_punches() {
     for bs in [1024usize, 4096] {
         let img = s.0.join(format!("ext3-{bs}"));
         common::mkfs_args(&img, &["-t", "ext3", "-b", &bs.to_string()], "8M");
-        let base = std::fs::read(&img).unwrap();
-        let rec = Arc::new(RecordingDevice::new(MemDevice::new(base.clone()), 200_000));
-        let points = workload(&rec, bs);
-        let log = CrashLog {
-            base,
-            ops: rec.ops(),
-        };
-        let state_img = s.0.join(format!("state{bs}"));
-        let mut n = 0;
-        log.states(3, bs as u64 + 11, &mut |st| {
-            n += 1;
-            let i = common::point_at(&points, st.flushed_writes);
-            let (img_after, tree) = common::recover(st.image.clone(), tree_of);
-            let ok: Vec<&Tree> = points[i..(i + 2).min(points.len())]
-                .iter()
-                .map(|(_, t)| t)
-                .collect();
-            assert!(
-                ok.iter().any(|t| **t == tree),
-                "bs {bs}, state {n} (flushed {}, in flight {:?}): {tree:?} is neither {:?}",
-                st.flushed_writes,
-                st.in_flight,
-                ok
-            );
-            std::fs::write(&state_img, &img_after).unwrap();
-            common::fsck_ok_but_free_totals(&state_img, &format!("bs {bs}, state {n}"));
-            true
-        });
+        let (n, _) = common::check_crash_states(
+            &img,
+            &s.0.join(format!("state{bs}")),
+            bs,
+            200_000,
+            |rec| workload(rec, bs),
+            tree_of,
+            &format!("bs {bs}, state"),
+            |tree, _, ok| {
+                let ok: Vec<&Tree> = ok.iter().map(|(_, t)| t).collect();
+                format!("{tree:?} is neither {ok:?}")
+            },
+        );
         eprintln!("bs {bs}: {n} states");
     }
 }

@@ -245,17 +245,17 @@ fn boundary_ops(bs: u64) -> Vec<Op> {
     ]
 }
 
-#[test]
-fn boundaries_ext3_1k() {
+/// `boundary_ops` on a fresh image made with `mkfs` (block size `bs`),
+/// sizes checked at the single, double and triple indirect boundaries.
+fn boundaries(tag: &str, mkfs: &[&str], bs: u64) {
     if !have_tools() {
         return;
     }
-    let bs = 1024;
     let per = bs / 4;
     let s3 = (12 + per + per * per) * bs;
     run_diff(
-        "blockmap-bnd1k",
-        &["-t", "ext3", "-b", "1024"],
+        tag,
+        mkfs,
         "64M",
         &boundary_ops(bs),
         &["/a", "/b", "/c", "/d"],
@@ -266,51 +266,24 @@ fn boundaries_ext3_1k() {
             (12 + 2 * per) * bs - 4096,
         ],
     );
+}
+
+#[test]
+fn boundaries_ext3_1k() {
+    boundaries("blockmap-bnd1k", &["-t", "ext3", "-b", "1024"], 1024);
 }
 
 #[test]
 fn boundaries_ext3_4k() {
-    if !have_tools() {
-        return;
-    }
-    let bs = 4096;
-    let per = bs / 4;
-    let s3 = (12 + per + per * per) * bs;
-    run_diff(
-        "blockmap-bnd4k",
-        &["-t", "ext3", "-b", "4096"],
-        "64M",
-        &boundary_ops(bs),
-        &["/a", "/b", "/c", "/d"],
-        &[
-            s3 - 4 * bs,
-            s3,
-            (12 + per) * bs - 2 * bs,
-            (12 + 2 * per) * bs - 4096,
-        ],
-    );
+    boundaries("blockmap-bnd4k", &["-t", "ext3", "-b", "4096"], 4096);
 }
 
 #[test]
 fn boundaries_ext4_noextent_4k() {
-    if !have_tools() {
-        return;
-    }
-    let bs = 4096;
-    let per = bs / 4;
-    let s3 = (12 + per + per * per) * bs;
-    run_diff(
+    boundaries(
         "blockmap-bnd4kx",
         &["-b", "4096", "-O", "^extent,^64bit"],
-        "64M",
-        &boundary_ops(bs),
-        &["/a", "/b", "/c", "/d"],
-        &[
-            s3 - 4 * bs,
-            s3,
-            (12 + per) * bs - 2 * bs,
-            (12 + 2 * per) * bs - 4096,
-        ],
+        4096,
     );
 }
 

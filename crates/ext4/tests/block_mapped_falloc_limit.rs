@@ -102,16 +102,10 @@ fn ext3_4k_limit_without_huge_file_is_the_kernels() {
     let fd = t
         .open("/f", scalevfs::O_CREAT | scalevfs::O_RDWR, 0o644)
         .unwrap();
-    let er = |r: scalevfs::Errno| r.raw();
     let mut ours = Vec::new();
     for &o in &offs {
-        ours.push((
-            t.ftruncate(fd, o as i64).map(|_| 0u64).map_err(er),
-            t.pwrite(fd, &[7u8; 100], o as i64)
-                .map(|n| n as u64)
-                .map_err(er),
-            t.fstat(fd).unwrap().blocks,
-        ));
+        let (tr, w) = our_truncate_write(&t, fd, o);
+        ours.push((tr, w, t.fstat(fd).unwrap().blocks));
         t.ftruncate(fd, 0).unwrap();
     }
     t.close(fd).unwrap();
@@ -119,23 +113,10 @@ fn ext3_4k_limit_without_huge_file_is_the_kernels() {
     let Some(km) = KMount::rw(&theirs, &s.0.join("mnt")) else {
         return;
     };
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .read(true)
-        .write(true)
-        .open(km.0.join("f"))
-        .unwrap();
-    let last = || std::io::Error::last_os_error().raw_os_error().unwrap();
+    let f = create_rw(&km.0.join("f"));
     let mut kernel = Vec::new();
     for &o in &offs {
-        let tr = f
-            .set_len(o)
-            .map(|_| 0u64)
-            .map_err(|e| e.raw_os_error().unwrap());
-        // SAFETY: plain syscalls on an open descriptor and a live buffer.
-        let w = unsafe { libc::pwrite(f.as_raw_fd(), [7u8; 100].as_ptr().cast(), 100, o as i64) };
-        let w = if w >= 0 { Ok(w as u64) } else { Err(last()) };
+        let (tr, w) = kernel_truncate_write(&f, o);
         f.sync_all().unwrap();
         use std::os::unix::fs::MetadataExt;
         kernel.push((tr, w, f.metadata().unwrap().blocks()));

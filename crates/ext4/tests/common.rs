@@ -598,6 +598,103 @@ pub fn recover<S>(image: Vec<u8>, read: impl FnOnce(&scalevfs::Vfs) -> S) -> (Ve
     (img, got)
 }
 
+/// The crash states of a workload recorded on a copy of `img` (`cap`
+/// writes at most; `CrashLog::states(3, bs + 11)`), each recovered
+/// (`recover` with `read`): it must be the state of the fsync point at or
+/// before its flushed writes or of the next (`workload` returns the
+/// points: writes recorded, state), and e2fsck clean but for the free
+/// totals (written to `state_img` to check). A state that is neither fails
+/// with "{label} {n} (flushed .., in flight ..): " and `shown(state, i,
+/// the two points)`. Returns the number of states and of points.
+#[allow(clippy::too_many_arguments)]
+pub fn check_crash_states<S: PartialEq>(
+    img: &Path,
+    state_img: &Path,
+    bs: usize,
+    cap: usize,
+    workload: impl FnOnce(
+        &std::sync::Arc<scalevfs_ext4::crashdev::RecordingDevice<scalevfs_ext4::MemDevice>>,
+    ) -> Vec<(usize, S)>,
+    read: fn(&scalevfs::Vfs) -> S,
+    label: &str,
+    shown: impl Fn(&S, usize, &[(usize, S)]) -> String,
+) -> (usize, usize) {
+    use scalevfs_ext4::crashdev::{CrashLog, RecordingDevice};
+    let base = std::fs::read(img).unwrap();
+    let rec = std::sync::Arc::new(RecordingDevice::new(
+        scalevfs_ext4::MemDevice::new(base.clone()),
+        cap,
+    ));
+    let points = workload(&rec);
+    let log = CrashLog {
+        base,
+        ops: rec.ops(),
+    };
+    let mut n = 0;
+    log.states(3, bs as u64 + 11, &mut |st| {
+        n += 1;
+        let i = point_at(&points, st.flushed_writes);
+        let (img_after, got) = recover(st.image.clone(), read);
+        let ok = &points[i..(i + 2).min(points.len())];
+        assert!(
+            ok.iter().any(|(_, p)| *p == got),
+            "{label} {n} (flushed {}, in flight {:?}): {}",
+            st.flushed_writes,
+            st.in_flight,
+            shown(&got, i, ok)
+        );
+        std::fs::write(state_img, &img_after).unwrap();
+        fsck_ok_but_free_totals(state_img, &format!("{label} {n}"));
+        true
+    });
+    (n, points.len())
+}
+
+/// At offset `o` of the file `fd`: ftruncate to `o`, then a pwrite of 100
+/// bytes there; the results as (0, bytes written) or errnos.
+pub fn our_truncate_write(
+    t: &scalevfs::Task,
+    fd: i32,
+    o: u64,
+) -> (Result<u64, i32>, Result<u64, i32>) {
+    let er = |r: scalevfs::Errno| r.raw();
+    (
+        t.ftruncate(fd, o as i64).map(|_| 0).map_err(er),
+        t.pwrite(fd, &[7u8; 100], o as i64)
+            .map(|n| n as u64)
+            .map_err(er),
+    )
+}
+
+/// `our_truncate_write` through the kernel, on the open file `f`.
+pub fn kernel_truncate_write(f: &std::fs::File, o: u64) -> (Result<u64, i32>, Result<u64, i32>) {
+    use std::os::fd::AsRawFd;
+    let tr = f
+        .set_len(o)
+        .map(|_| 0)
+        .map_err(|e| e.raw_os_error().unwrap());
+    // SAFETY: a plain syscall on an open descriptor and a live buffer.
+    let w = unsafe { libc::pwrite(f.as_raw_fd(), [7u8; 100].as_ptr().cast(), 100, o as i64) };
+    let w = if w >= 0 {
+        Ok(w as u64)
+    } else {
+        Err(std::io::Error::last_os_error().raw_os_error().unwrap())
+    };
+    (tr, w)
+}
+
+/// A new, empty file at `p` (created or truncated), open to read and
+/// write.
+pub fn create_rw(p: &Path) -> std::fs::File {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .read(true)
+        .write(true)
+        .open(p)
+        .unwrap()
+}
+
 /// The last of a crash test's fsync points (writes recorded, state) at or
 /// before `flushed` writes (0 when none is).
 pub fn point_at<S>(points: &[(usize, S)], flushed: usize) -> usize {

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use common::{fresh, have_tools, rw_journaled, Scratch};
 use scalevfs::io::*;
 use scalevfs::{Vfs, O_CREAT, O_RDONLY, O_RDWR};
-use scalevfs_ext4::crashdev::{CrashLog, RecordingDevice};
+use scalevfs_ext4::crashdev::RecordingDevice;
 use scalevfs_ext4::{Ext4, MemDevice};
 
 /// (size, content) of /f, or None if it is not there.
@@ -107,38 +107,22 @@ fn every_crash_state_of_shifts_and_zeroing_recovers_to_an_fsynced_file() {
     let s = Scratch::new("crashfalloc");
     for bs in [1024usize, 4096] {
         let img = fresh(&s.0, bs, "16M");
-        let base = std::fs::read(&img).unwrap();
-        let rec = Arc::new(RecordingDevice::new(MemDevice::new(base.clone()), 400_000));
-        let points = workload(&rec, bs);
-        let log = CrashLog {
-            base,
-            ops: rec.ops(),
-        };
-        let state_img = s.0.join(format!("state{bs}"));
-        let mut n = 0;
-        log.states(3, bs as u64 + 11, &mut |st| {
-            n += 1;
-            let i = common::point_at(&points, st.flushed_writes);
-            let (img_after, f) = common::recover(st.image.clone(), file_of);
-            let ok = points[i..(i + 2).min(points.len())]
-                .iter()
-                .any(|(_, p)| *p == f);
-            assert!(
-                ok,
-                "bs {bs}, crash state {n} (flushed {}, in flight {:?}): the file \
-                 (size {:?}) is neither fsync point {i} nor the next",
-                st.flushed_writes,
-                st.in_flight,
-                f.as_ref().map(Vec::len)
-            );
-            std::fs::write(&state_img, &img_after).unwrap();
-            common::fsck_ok_but_free_totals(&state_img, &format!("bs {bs}, crash state {n}"));
-            true
-        });
-        eprintln!(
-            "bs {bs}: {n} crash states over {} fsync points checked",
-            points.len()
+        let (n, points) = common::check_crash_states(
+            &img,
+            &s.0.join(format!("state{bs}")),
+            bs,
+            400_000,
+            |rec| workload(rec, bs),
+            file_of,
+            &format!("bs {bs}, crash state"),
+            |f, i, _| {
+                format!(
+                    "the file (size {:?}) is neither fsync point {i} nor the next",
+                    f.as_ref().map(Vec::len)
+                )
+            },
         );
+        eprintln!("bs {bs}: {n} crash states over {points} fsync points checked");
         assert!(n > 20);
     }
 }

@@ -286,14 +286,9 @@ fn a_block_mapped_files_size_limit_is_the_kernels() {
             .open("/f", scalevfs::O_CREAT | scalevfs::O_RDWR, 0o644)
             .unwrap();
         for &o in &offs {
-            let er = |r: scalevfs::Errno| r.raw();
-            ours.push((
-                t.ftruncate(fd, o as i64).map(|_| 0).map_err(er),
-                t.pwrite(fd, &[7u8; 100], o as i64)
-                    .map(|n| n as u64)
-                    .map_err(er),
-                t.lseek(fd, o as i64, libc::SEEK_SET as u32).map_err(er),
-            ));
+            let (tr, w) = our_truncate_write(&t, fd, o);
+            let l = t.lseek(fd, o as i64, libc::SEEK_SET as u32);
+            ours.push((tr, w, l.map_err(|e| e.raw())));
             t.ftruncate(fd, 0).unwrap();
         }
         t.close(fd).unwrap();
@@ -305,27 +300,17 @@ fn a_block_mapped_files_size_limit_is_the_kernels() {
         let Some(km) = KMount::rw(&theirs, &s.0.join("mnt")) else {
             continue;
         };
-        let f = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .read(true)
-            .write(true)
-            .open(km.0.join("f"))
-            .unwrap();
-        let last = || std::io::Error::last_os_error().raw_os_error().unwrap();
+        let f = create_rw(&km.0.join("f"));
         let mut kernel = Vec::new();
         for &o in &offs {
-            let tr = f
-                .set_len(o)
-                .map(|_| 0)
-                .map_err(|e| e.raw_os_error().unwrap());
-            // SAFETY: plain syscalls on an open descriptor and a live buffer.
-            let w =
-                unsafe { libc::pwrite(f.as_raw_fd(), [7u8; 100].as_ptr().cast(), 100, o as i64) };
-            let w = if w >= 0 { Ok(w as u64) } else { Err(last()) };
-            // SAFETY: as above.
+            let (tr, w) = kernel_truncate_write(&f, o);
+            // SAFETY: a plain syscall on an open descriptor.
             let l = unsafe { libc::lseek(f.as_raw_fd(), o as i64, libc::SEEK_SET) };
-            let l = if l >= 0 { Ok(l as u64) } else { Err(last()) };
+            let l = if l >= 0 {
+                Ok(l as u64)
+            } else {
+                Err(std::io::Error::last_os_error().raw_os_error().unwrap())
+            };
             kernel.push((tr, w, l));
             f.set_len(0).unwrap();
         }

@@ -19,150 +19,23 @@
 //! printed); our side still runs, unmounts and must pass e2fsck.
 
 mod common;
+#[path = "support/sys_pair.rs"]
+mod sys_pair;
 
-use std::ffi::CString;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
 use common::*;
 use scalevfs::fstype::{FiemapExtent, FIEMAP_EXTENT_LAST, FIEMAP_FLAG_SYNC};
-use scalevfs::io::*;
-use scalevfs::{Filesystem, Task, Vfs, VfsConfig};
+use scalevfs::{Filesystem, Vfs, VfsConfig};
 use scalevfs_ext4::{Ext4, Ext4Options};
-
-type R = Result<i64, i32>;
-
-trait Sys {
-    fn open(&self, p: &str, flags: u32) -> R;
-    fn close(&self, fd: i32) -> R;
-    fn pwrite(&self, fd: i32, b: &[u8], off: i64) -> R;
-    fn fallocate(&self, fd: i32, mode: u32, off: i64, len: i64) -> R;
-    fn ftruncate(&self, fd: i32, len: i64) -> R;
-    fn size(&self, fd: i32) -> u64;
-    fn pread(&self, fd: i32, n: usize, off: i64) -> Vec<u8>;
-    /// FIEMAP of the whole file (FIEMAP_FLAG_SYNC).
-    fn fiemap(&self, fd: i32) -> Vec<FiemapExtent>;
-}
+use sys_pair::*;
 
 /// A digest of the whole file (size and bytes).
 fn digest(s: &dyn Sys, fd: i32) -> (u64, u64) {
     let size = s.size(fd);
     let data = s.pread(fd, size as usize + 1, 0);
-    let mut h = 0xcbf2_9ce4_8422_2325u64;
-    for &x in &data {
-        h = (h ^ u64::from(x)).wrapping_mul(0x100_0000_01b3);
-    }
-    (data.len() as u64, h)
-}
-
-fn cr(r: i64) -> R {
-    if r < 0 {
-        Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
-    } else {
-        Ok(r)
-    }
-}
-
-/// The kernel, on the loop-mounted copy at `dir`.
-struct Host {
-    dir: String,
-}
-
-impl Sys for Host {
-    fn open(&self, p: &str, flags: u32) -> R {
-        let c = CString::new(format!("{}/{p}", self.dir)).unwrap();
-        // O_CLOEXEC: a tool another test thread starts meanwhile must not
-        // hold the mount busy.
-        let flags = flags as i32 | libc::O_CLOEXEC;
-        // SAFETY: plain syscall with a valid C string.
-        cr(unsafe { libc::open(c.as_ptr(), flags, 0o644) } as i64)
-    }
-    fn close(&self, fd: i32) -> R {
-        // SAFETY: plain syscall.
-        cr(unsafe { libc::close(fd) } as i64)
-    }
-    fn pwrite(&self, fd: i32, b: &[u8], off: i64) -> R {
-        // SAFETY: plain syscall on a valid buffer.
-        cr(unsafe { libc::pwrite(fd, b.as_ptr().cast(), b.len(), off) } as i64)
-    }
-    fn fallocate(&self, fd: i32, mode: u32, off: i64, len: i64) -> R {
-        // SAFETY: plain syscall.
-        cr(unsafe { libc::fallocate(fd, mode as i32, off, len) } as i64)
-    }
-    fn ftruncate(&self, fd: i32, len: i64) -> R {
-        // SAFETY: plain syscall.
-        cr(unsafe { libc::ftruncate(fd, len) } as i64)
-    }
-    fn size(&self, fd: i32) -> u64 {
-        // SAFETY: plain syscall into a zeroed stat buffer.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: as above.
-        assert_eq!(unsafe { libc::fstat(fd, &mut st) }, 0);
-        st.st_size as u64
-    }
-    fn pread(&self, fd: i32, n: usize, off: i64) -> Vec<u8> {
-        let mut b = vec![0u8; n];
-        // SAFETY: plain syscall on a valid buffer.
-        let r = unsafe { libc::pread(fd, b.as_mut_ptr().cast(), n, off) };
-        assert!(r >= 0);
-        b.truncate(r as usize);
-        b
-    }
-    fn fiemap(&self, fd: i32) -> Vec<FiemapExtent> {
-        fiemap_fd(fd, 0, u64::MAX).unwrap()
-    }
-}
-
-/// Our VFS over the ext4 type.
-struct Ours {
-    t: Task,
-}
-
-fn e(r: Result<impl Into<i64>, scalevfs::Errno>) -> R {
-    r.map(Into::into).map_err(|e| e.raw())
-}
-
-impl Sys for Ours {
-    fn open(&self, p: &str, flags: u32) -> R {
-        e(self.t.open(&format!("/{p}"), flags, 0o644))
-    }
-    fn close(&self, fd: i32) -> R {
-        e(self.t.close(fd).map(|_| 0))
-    }
-    fn pwrite(&self, fd: i32, b: &[u8], off: i64) -> R {
-        e(self.t.pwrite(fd, b, off).map(|n| n as i64))
-    }
-    fn fallocate(&self, fd: i32, mode: u32, off: i64, len: i64) -> R {
-        e(self.t.fallocate(fd, mode, off, len).map(|_| 0))
-    }
-    fn ftruncate(&self, fd: i32, len: i64) -> R {
-        e(self.t.ftruncate(fd, len).map(|_| 0))
-    }
-    fn size(&self, fd: i32) -> u64 {
-        self.t.fstat(fd).unwrap().size
-    }
-    fn pread(&self, fd: i32, n: usize, off: i64) -> Vec<u8> {
-        let mut b = vec![0u8; n];
-        let r = self.t.pread(fd, &mut b, off).unwrap();
-        b.truncate(r);
-        b
-    }
-    fn fiemap(&self, fd: i32) -> Vec<FiemapExtent> {
-        self.t.fiemap(fd, 0, u64::MAX, FIEMAP_FLAG_SYNC).unwrap()
-    }
-}
-
-const O: u32 = (libc::O_RDWR | libc::O_CREAT) as u32;
-const Z: u32 = FALLOC_FL_ZERO_RANGE;
-const K: u32 = FALLOC_FL_KEEP_SIZE;
-const C: u32 = FALLOC_FL_COLLAPSE_RANGE;
-const I: u32 = FALLOC_FL_INSERT_RANGE;
-const PH: u32 = FALLOC_FL_PUNCH_HOLE;
-
-fn pattern(n: usize, seed: u8) -> Vec<u8> {
-    (0..n)
-        .map(|i| ((i % 251) as u8).wrapping_add(seed) | 1)
-        .collect()
+    (data.len() as u64, digest_bytes(&data))
 }
 
 /// Blocks of the fragmented file mke2fs writes (one every other block).
@@ -380,15 +253,6 @@ fn block_map(ex: &[FiemapExtent], b: u64) -> Vec<(u64, bool)> {
     out
 }
 
-/// Unmounts a read-write kernel mount if the script panics.
-struct Umount(std::path::PathBuf);
-
-impl Drop for Umount {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount").arg(&self.0).status();
-    }
-}
-
 const FILES: [&str; 12] = [
     "z", "z1", "zu", "zmax", "c", "i", "frag", "frag2", "rnd0", "rnd1", "rnd2", "rnd3",
 ];
@@ -454,21 +318,13 @@ fn check(b: usize) {
 
     // The kernel's side.
     let kdir = s.0.join("kmnt");
-    std::fs::create_dir_all(&kdir).unwrap();
-    let o = std::process::Command::new("mount")
-        .args(["-t", "ext4", "-o", "loop"])
-        .arg(&kimg)
-        .arg(&kdir)
-        .output()
-        .unwrap();
-    if !o.status.success() {
-        eprintln!(
-            "SKIP kernel side: cannot loop-mount ext4: {}",
-            String::from_utf8_lossy(&o.stderr).trim()
-        );
-        return;
-    }
-    let guard = Umount(kdir.clone());
+    let guard = match loop_mount(&kimg, &kdir) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("SKIP kernel side: cannot loop-mount ext4: {}", e.trim());
+            return;
+        }
+    };
     let mut theirs = Vec::new();
     script(
         &Host {
