@@ -75,6 +75,29 @@ pub(crate) fn timespec(t: SystemTime) -> Timespec {
     }
 }
 
+/// A time from a request (SETATTR's atime/mtime) as the kernel sent it.
+/// fuser 0.18 turns the kernel's (seconds, nanoseconds) pair into a
+/// `SystemTime` as `UNIX_EPOCH - (-seconds, nanoseconds)` when the seconds
+/// are negative (its `system_time_from_time`), so a time before 1970 with
+/// nanoseconds arrives a whole second early (the kernel's (-2, 500000000),
+/// -1.5 s, becomes -2.5 s): this undoes that, giving back the kernel's
+/// pair exactly.
+/// (`fuse_vs_tmpfs.rs` compares such a time with tmpfs through the mount,
+/// so a fuser that fixes its conversion makes that test fail here.)
+pub(crate) fn request_time(t: SystemTime) -> Timespec {
+    match UNIX_EPOCH.duration_since(t) {
+        Ok(d) if !d.is_zero() => {
+            // Before the epoch by d = (-seconds) s + nanoseconds ns.
+            let sec = i64::try_from(-i128::from(d.as_secs())).unwrap_or(i64::MIN);
+            Timespec {
+                sec,
+                nsec: i64::from(d.subsec_nanos()),
+            }
+        }
+        _ => timespec(t),
+    }
+}
+
 /// The `utimensat` form of a FUSE time: `None` is "omit".
 pub(crate) fn time_or_now(t: Option<fuser::TimeOrNow>) -> Timespec {
     match t {
@@ -86,7 +109,7 @@ pub(crate) fn time_or_now(t: Option<fuser::TimeOrNow>) -> Timespec {
             sec: 0,
             nsec: UTIME_NOW,
         },
-        Some(fuser::TimeOrNow::SpecificTime(s)) => timespec(s),
+        Some(fuser::TimeOrNow::SpecificTime(s)) => request_time(s),
     }
 }
 
@@ -129,6 +152,32 @@ pub(crate) fn file_attr(st: &Stat, nodeid: u64) -> FileAttr {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// fuser 0.18's conversion of a request's time (time.rs,
+    /// `system_time_from_time`), reproduced: what `request_time` undoes.
+    fn fuser_request_time(secs: i64, nsecs: u32) -> SystemTime {
+        if secs >= 0 {
+            UNIX_EPOCH + Duration::new(secs as u64, nsecs)
+        } else {
+            UNIX_EPOCH - Duration::new(secs.unsigned_abs(), nsecs)
+        }
+    }
+
+    #[test]
+    fn request_times_come_back_as_the_kernel_sent_them() {
+        for (sec, nsec) in [
+            (0i64, 0u32),
+            (1_700_000_000, 123),
+            (-1, 0),
+            (-2, 500_000_000),
+            (-1, 999_999_999),
+            (-3_000_000_000, 7),
+            (i64::MIN, 0),
+        ] {
+            let t = request_time(fuser_request_time(sec, nsec));
+            assert_eq!((t.sec, t.nsec), (sec, i64::from(nsec)), "({sec}, {nsec})");
+        }
+    }
 
     #[test]
     fn times_round_trip() {
