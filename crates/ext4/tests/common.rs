@@ -885,3 +885,20 @@ impl<D: scalevfs_ext4::BlockDevice> scalevfs_ext4::BlockDevice for SlowFlush<D> 
         self.dev.size()
     }
 }
+
+/// Open `path` through `t` for writing (created if missing, mode 0644),
+/// run `f` on the descriptor and close it; errnos as raw numbers (the
+/// kernel-differential tests compare them with the host's).
+pub fn with_wfd(
+    t: &scalevfs::Task,
+    path: &str,
+    f: &dyn Fn(i32) -> Result<u64, scalevfs::Errno>,
+) -> Result<u64, i32> {
+    let e = |r: scalevfs::Errno| r.raw();
+    let fd = t
+        .open(path, scalevfs::O_CREAT | scalevfs::O_WRONLY, 0o644)
+        .map_err(e)?;
+    let r = f(fd).map_err(e);
+    t.close(fd).map_err(e)?;
+    r
+}

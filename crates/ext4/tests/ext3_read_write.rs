@@ -137,14 +137,8 @@ fn kernel_op(root: &Path, op: &Op) -> Res {
 
 /// Run `op` through scalevfs.
 fn our_op(t: &scalevfs::Task, op: &Op) -> Res {
-    use scalevfs::{O_CREAT, O_WRONLY};
     let e = |r: scalevfs::Errno| r.raw();
-    let with = |s: &str, f: &dyn Fn(i32) -> Result<u64, scalevfs::Errno>| -> Res {
-        let fd = t.open(s, O_CREAT | O_WRONLY, 0o644).map_err(e)?;
-        let r = f(fd).map_err(e);
-        t.close(fd).map_err(e)?;
-        r
-    };
+    let with = |s: &str, f: &dyn Fn(i32) -> Result<u64, scalevfs::Errno>| with_wfd(t, s, f);
     let punch = scalevfs::io::FALLOC_FL_PUNCH_HOLE | scalevfs::io::FALLOC_FL_KEEP_SIZE;
     match op {
         Op::Write(s, off, d) => with(s, &|fd| t.pwrite(fd, d, *off as i64).map(|n| n as u64)),

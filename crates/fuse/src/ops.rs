@@ -601,9 +601,10 @@ impl fuser::Filesystem for ScaleFs {
         // clears the set-id bits of a non-directory and stamps the ctime,
         // as Linux's chown_common. (No other call sends an empty SETATTR:
         // utimensat with both times omitted returns before.)
-        let chown_only = [mode.is_none(), uid.is_none(), gid.is_none(), size.is_none()]
-            .iter()
-            .all(|&b| b)
+        let chown_only = mode.is_none()
+            && uid.is_none()
+            && gid.is_none()
+            && size.is_none()
             && atime.is_none()
             && mtime.is_none();
         let r = s.with_task(req, |t| -> Result<Stat, Errno> {
