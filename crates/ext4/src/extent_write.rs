@@ -86,6 +86,49 @@ fn joins(a: &Extent, b: &Extent) -> bool {
         && u32::from(a.len) + u32::from(b.len) <= u32::from(INIT_MAX_LEN) - u32::from(a.uninit)
 }
 
+/// Undo, for the logical blocks at or past `from`, what a write did to
+/// `ex` before its data failed to reach them: each block of `changed` (in
+/// the order the write mapped them) that the write took from `fresh`
+/// leaves the list (returned, for the caller to free); one it turned
+/// written (an unwritten block) is unwritten again.
+fn unmap_unwritten(ex: &mut Vec<Extent>, changed: &[u64], fresh: &[u64], from: u64) -> Vec<u64> {
+    let fresh: std::collections::HashSet<u64> = fresh.iter().copied().collect();
+    let mut back = Vec::new();
+    let mut undo: Vec<u64> = changed.iter().copied().filter(|&l| l >= from).collect();
+    undo.sort_unstable();
+    undo.dedup();
+    // A run of consecutive logical blocks at a time: `remove_range` gives
+    // back their physical blocks in logical order.
+    let mut i = 0;
+    while i < undo.len() {
+        let mut j = i + 1;
+        while j < undo.len() && undo[j] == undo[j - 1] + 1 {
+            j += 1;
+        }
+        let mut l = undo[i];
+        for (p0, n) in remove_range(ex, undo[i], undo[j - 1] + 1) {
+            for p in p0..p0 + n {
+                if fresh.contains(&p) {
+                    back.push(p);
+                } else {
+                    insert_extent(
+                        ex,
+                        Extent {
+                            block: l as u32,
+                            len: 1,
+                            start: p,
+                            uninit: true,
+                        },
+                    );
+                }
+                l += 1;
+            }
+        }
+        i = j;
+    }
+    back
+}
+
 /// Merge `e` into the sorted list `ex` (which has no block of its range).
 pub(crate) fn insert_extent(ex: &mut Vec<Extent>, e: Extent) {
     let i = ex.partition_point(|x| x.block < e.block);
@@ -1122,6 +1165,10 @@ impl Ext4 {
         let (mut ex, tree, tree_len) = self.extents_of(&raw, &leaf)?;
         let mut fresh: Vec<u64> = Vec::new();
         let mut converted = false;
+        // The logical blocks this call mapped (fresh) or turned written
+        // (converted), in order: a block whose data write fails leaves
+        // the map as it was (`unmap_unwritten`).
+        let mut changed: Vec<u64> = Vec::new();
         let mut done = 0usize;
         let mut err = None;
         // One step (`step_groups`) per call: a write whose allocations
@@ -1169,6 +1216,7 @@ impl Ext4 {
                     let p = e.start + (lblk - u64::from(e.block));
                     convert_block(&mut ex, i - 1, lblk);
                     converted = true;
+                    changed.push(lblk);
                     (p, true)
                 }
                 Some(e) => (e.start + (lblk - u64::from(e.block)), false),
@@ -1182,6 +1230,7 @@ impl Ext4 {
                     match self.alloc_block(goal, false) {
                         Ok(p) => {
                             fresh.push(p);
+                            changed.push(lblk);
                             if budget.is_some() {
                                 groups.insert(self.group_of(p));
                             }
@@ -1245,6 +1294,20 @@ impl Ext4 {
         if let Err((len, e)) = flush(&mut run, done) {
             done -= len;
             err.get_or_insert(e);
+        }
+        if err.is_some() {
+            // Blocks past what was written keep no mapping of this call:
+            // a fresh block would show what its last owner left there (a
+            // deleted file's data), an unwritten one would stop reading
+            // as zeros. As the kernel's ext4, whose new blocks stay
+            // unwritten until their data is on disk.
+            let from = (off + done as u64).div_ceil(bs);
+            let back = unmap_unwritten(&mut ex, &changed, &fresh, from);
+            for &p in &back {
+                let _ = self.free_block(p);
+            }
+            let back: std::collections::HashSet<u64> = back.into_iter().collect();
+            fresh.retain(|p| !back.contains(p));
         }
         if !fresh.is_empty() || converted {
             raw.blocks += fresh.len() as u64 * (bs / 512);
@@ -1356,6 +1419,13 @@ impl Ext4 {
             };
             if let Err(e) = r {
                 err = Some(e.into());
+                if new {
+                    // The block just hooked in leaves the map again (with
+                    // the indirect blocks it brought): it holds what its
+                    // last owner left there, not this write's data.
+                    self.check(self.cut_block_map_range(&mut raw, lblk, lblk + 1))
+                        .map_err(|e| self.stop_writes(e))?;
+                }
                 break;
             }
             done += n;
