@@ -1071,6 +1071,18 @@ impl Ext4 {
         }
     }
 
+    /// Make INSERT_RANGE and COLLAPSE_RANGE shift the extent tree a leaf
+    /// per handle even where the whole tree could be rewritten in one
+    /// (what a tree too large for a transaction gets), so that a crash
+    /// test on a small file sees the steps.
+    #[doc(hidden)]
+    pub fn set_stepped_shifts(&self, on: bool) {
+        if let Some(j) = self.journal() {
+            // Relaxed: a setting, changed by a test before its workload.
+            j.stepped_shifts.store(on, Ordering::Relaxed);
+        }
+    }
+
     /// Commits that logged something, and commit requests (fsync, sync)
     /// since mount: (0, 0) without a journal.
     pub fn commit_stats(&self) -> (u64, u64) {
@@ -3575,14 +3587,24 @@ impl Filesystem for Ext4 {
                 }
                 Ok(())
             }
+            // A tree too large to rewrite in one transaction shifts a leaf
+            // per handle (`shift_step`), as the kernel's ext4 does always.
             RangeOp::Collapse => {
                 let pre = vfs(self.journaled(|| self.collapse_prefree(inode, off, len)))?;
                 if let Some((from, to)) = pre {
                     vfs(self.punch_rest(inode, from, to))?;
                 }
-                vfs(self.journaled(|| self.file_collapse(inode, off, len)))
+                if vfs(self.journaled(|| self.file_collapse(inode, off, len)))? {
+                    return Ok(());
+                }
+                vfs(self.collapse_stepped(inode, off, len))
             }
-            RangeOp::Insert => vfs(self.journaled(|| self.file_insert(inode, off, len))),
+            RangeOp::Insert => {
+                if vfs(self.journaled(|| self.file_insert(inode, off, len)))? {
+                    return Ok(());
+                }
+                vfs(self.insert_stepped(inode, off, len))
+            }
         }
     }
 

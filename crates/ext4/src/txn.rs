@@ -133,6 +133,9 @@ pub(crate) struct Journal {
     /// Dirty metadata blocks past which a new handle commits first
     /// (`Ext4::set_txn_limit` lowers it for crash tests).
     pub(crate) limit: AtomicUsize,
+    /// INSERT_RANGE and COLLAPSE_RANGE shift a leaf per handle whatever
+    /// the tree's size (`Ext4::set_stepped_shifts`, for crash tests).
+    pub(crate) stepped_shifts: AtomicBool,
     /// Log blocks in all, and tags one descriptor block holds (fixed at
     /// mount): what one transaction may log (`handle_room`).
     pub(crate) capacity: usize,
@@ -197,6 +200,7 @@ impl Journal {
             started: AtomicU64::new(0),
             done: AtomicU64::new(0),
             limit: AtomicUsize::new(limit),
+            stepped_shifts: AtomicBool::new(false),
             capacity,
             tags_per_desc,
             freed_groups: AtomicUsize::new(0),

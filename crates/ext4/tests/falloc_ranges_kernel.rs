@@ -257,7 +257,7 @@ const FILES: [&str; 12] = [
     "z", "z1", "zu", "zmax", "c", "i", "frag", "frag2", "rnd0", "rnd1", "rnd2", "rnd3",
 ];
 
-fn check(b: usize) {
+fn check(b: usize, stepped: bool) {
     if !have_tools() || !have_e2fsck() {
         return;
     }
@@ -281,6 +281,9 @@ fn check(b: usize) {
 
     // Our side.
     let e = Ext4::open(&img, rw_journaled()).unwrap();
+    // Stepped: every insert and collapse shifts a leaf per handle, as a
+    // tree too large for one transaction does (`shift_step`).
+    e.set_stepped_shifts(stepped);
     let max = Filesystem::max_file_size(&*e) as i64;
     let fsd: Arc<dyn Filesystem> = e.clone();
     let vfs = Vfs::with_root_fs(VfsConfig::default(), fsd);
@@ -456,12 +459,17 @@ fn check(b: usize) {
 
 #[test]
 fn falloc_ranges_and_fiemap_match_kernel_4k() {
-    check(4096);
+    check(4096, false);
 }
 
 #[test]
 fn falloc_ranges_and_fiemap_match_kernel_1k() {
-    check(1024);
+    check(1024, false);
+}
+
+#[test]
+fn falloc_ranges_with_shifts_a_leaf_per_handle_match_kernel_1k() {
+    check(1024, true);
 }
 
 /// Adjacent entries that continue each other joined (the kernel's extent
