@@ -6,7 +6,8 @@
 /// The blocks that hold filesystem metadata (the kernel's system zone,
 /// `block_validity.c`): block 0 up to the first data block, each group's
 /// superblock and descriptor copies with the reserved descriptor blocks,
-/// its bitmaps and inode table, and the internal journal's blocks. Sorted,
+/// its bitmaps and inode table, the resize inode's double indirect block,
+/// and the internal journal's blocks. Sorted,
 /// disjoint, merged `[start, end)` ranges; built once per mount
 /// (`Ext4::meta_zone`), from the descriptors (fixed while mounted) and the
 /// journal inode. At most a few ranges per group.

@@ -72,7 +72,7 @@ use scalevfs::inode::Inode;
 
 use crate::ea_inode;
 use crate::error::{corrupt, Error, Result};
-use crate::format::features::{COMPAT_HAS_JOURNAL, INCOMPAT_META_BG};
+use crate::format::features::{COMPAT_HAS_JOURNAL, COMPAT_RESIZE_INODE, INCOMPAT_META_BG};
 use crate::format::group_desc;
 use crate::format::inode::{RawInode, GOOD_OLD_INODE_SIZE};
 use crate::format::xattr::{self, RawEntry};
@@ -215,6 +215,8 @@ impl Ext4 {
     }
 
     fn build_meta_zone(&self) -> Result<MetaZone> {
+        /// The resize inode's number (EXT2_RESIZE_INO).
+        const RESIZE_INO: u32 = 7;
         let sb = &self.sb;
         let first_data = u64::from(sb.first_data_block);
         let bpg = u64::from(sb.blocks_per_group);
@@ -256,6 +258,15 @@ impl Ext4 {
             v.push((gd.block_bitmap, gd.block_bitmap + 1));
             v.push((gd.inode_bitmap, gd.inode_bitmap + 1));
             v.push((gd.inode_table, gd.inode_table + itb));
+        }
+        if sb.has_compat(COMPAT_RESIZE_INODE) {
+            // The resize inode's double indirect block (the blocks below
+            // it are the reserved descriptor blocks, counted above).
+            let r = self.read_inode(RESIZE_INO)?;
+            let dind = u64::from(r.block_word(13));
+            if dind != 0 {
+                v.push((dind, dind + 1));
+            }
         }
         if sb.has_compat(COMPAT_HAS_JOURNAL) && sb.journal_inum != 0 {
             // The journal's data blocks (`ext4_protect_reserved_inode`);

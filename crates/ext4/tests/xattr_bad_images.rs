@@ -293,6 +293,26 @@ fn an_xattr_block_in_the_reserved_descriptors_is_refused_and_never_written() {
     writes_leave_alone(&b.img, "user.a", &[(r * BS, BS as usize)], &[r], ALL);
 }
 
+#[test]
+fn an_xattr_block_in_the_resize_inodes_index_is_refused_and_never_written() {
+    let Some(b) = base("xbad-resize", "^metadata_csum") else {
+        return;
+    };
+    // The resize inode's double indirect block (i_block[13]).
+    let st = debugfs_ro(&b.img, "stat <7>");
+    let dind = st
+        .split("(DIND):")
+        .nth(1)
+        .and_then(|r| {
+            r.split(|c: char| !c.is_ascii_digit())
+                .find(|x| !x.is_empty())
+        })
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("no DIND block:\n{st}"));
+    point_f_at_copy(&b.img, dind);
+    writes_leave_alone(&b.img, "user.a", &[(dind * BS, BS as usize)], &[dind], ALL);
+}
+
 /// Pointers whose block does not parse as an xattr block (a bitmap, an
 /// inode table) or lies past the end: refused as before, and never
 /// written either.
