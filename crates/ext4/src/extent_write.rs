@@ -1904,9 +1904,9 @@ impl Ext4 {
     /// KEEP_SIZE). One step (`step_groups`) per call: returns the byte
     /// offset where the rest of the range starts when the allocations
     /// reached that many groups, for the caller to continue in a new
-    /// handle. All or nothing per step: on ENOSPC the blocks this step
-    /// took go back (earlier steps' stay allocated, as the kernel's
-    /// ext4_alloc_file_blocks leaves them).
+    /// handle. On ENOSPC the blocks taken so far stay allocated, as the
+    /// kernel's ext4_alloc_file_blocks leaves the chunks it mapped (and the
+    /// VFS grows the size over them unless KEEP_SIZE).
     pub(crate) fn file_fallocate(
         &self,
         inode: &Arc<Inode>,
@@ -1934,15 +1934,24 @@ impl Ext4 {
         let budget = self
             .step_groups()
             .map(|b| b.saturating_sub(2 * tree_len + 2).max(1));
-        let r = self
-            .fill_holes(&mut ex, first, last, &mut fresh, budget)
-            .and_then(|rest| {
-                if !fresh.is_empty() {
-                    raw.blocks += fresh.len() as u64 * (bs / 512);
-                    self.store_extents(&mut raw, leaf, ex, &tree)?;
-                }
-                Ok(rest.or(clipped))
-            });
+        // Out of space part way: the blocks taken so far stay, as the
+        // kernel's ext4_alloc_file_blocks keeps the chunks it mapped (the
+        // VFS grows the size over them); the error is returned after.
+        let mut short = None;
+        let r = match self.fill_holes(&mut ex, first, last, &mut fresh, budget) {
+            Err(e) if e.errno() == scalevfs::Errno::ENOSPC && !fresh.is_empty() => {
+                short = Some(e);
+                Ok(None)
+            }
+            r => r,
+        }
+        .and_then(|rest| {
+            if !fresh.is_empty() {
+                raw.blocks += fresh.len() as u64 * (bs / 512);
+                self.store_extents(&mut raw, leaf, ex, &tree)?;
+            }
+            Ok(rest.or(clipped))
+        });
         let rest = match r {
             Ok(rest) => rest,
             Err(e) => {
@@ -1957,7 +1966,10 @@ impl Ext4 {
         raw.ctime = now();
         raw.mtime = raw.ctime;
         self.publish(inode, ei, g, raw)?;
-        Ok(rest.map(|l| l * bs))
+        match short {
+            Some(e) => Err(e),
+            None => Ok(rest.map(|l| l * bs)),
+        }
     }
 
     /// Unwritten extents of new blocks over the holes of logical blocks
