@@ -816,6 +816,9 @@ impl Ext4 {
             }
         }
         let _leave = Leave(waiting);
+        // The loop below waits for the commit lock by try-locks and sleeps
+        // (which the checker records without checking): check the wait.
+        scalevfs_sync::ordered::check_wait(Class::Ext4Commit, 0);
         // Wait for the commit lock or for another thread's commit to cover
         // `target`, whichever comes first: a waiter parked on the lock
         // could be passed again and again by the committing thread coming
@@ -1120,6 +1123,8 @@ impl Ext4 {
         if st.log.is_none() {
             return Err(Error::Io(std::io::Error::from_raw_os_error(libc::EROFS)));
         }
+        // The committer waits for every handle to leave.
+        scalevfs_sync::ordered::check_wait(Class::Ext4Handle, 0);
         j.gate.close();
         // SeqCst: see `Journal::next_commit` (changed under the commit lock).
         let n = j.started.load(Ordering::SeqCst) + 1;

@@ -28,6 +28,8 @@ pub mod format;
 mod fs;
 mod inline_write;
 pub mod journal;
+#[cfg(all(test, debug_assertions))]
+mod lock_order_tests;
 mod meta_zone;
 pub mod mkfs;
 mod open;

@@ -302,6 +302,10 @@ impl Handle<'_> {
                 outer: false,
             };
         }
+        // Entering may wait for a commit (the gate closed): no ext4 lock
+        // may be held, as the committer takes them with the gate closed
+        // and a handle inside may be waiting for one.
+        scalevfs_sync::ordered::check_wait(Class::Ext4Handle, 0);
         let p = j.gate.enter();
         IN_HANDLE.with(|c| c.set(j as *const Journal as usize));
         // Inside the gate `started` cannot move: a committer increments it

@@ -267,11 +267,17 @@ impl Ext4 {
     /// directory's lock meanwhile; the VFS keeps other cross-directory
     /// renames out (its rename mutex) and creates out of a directory it
     /// is removing. A steady stream of readers in it can delay the taker
-    /// (a try is not a queued writer); it cannot deadlock.
-    fn removed_dir_lock<'a>(ei: &'a Ext4Inode) -> scalevfs_sync::ordered::RwLockWriteGuard<'a, ()> {
+    /// (a try is not a queued writer); it cannot deadlock. Its own class,
+    /// `Class::Ext4DirRemoved` (try-lock only): what is taken under it is
+    /// checked, and no holder of a directory's lock enters the handle gate
+    /// or waits for the commit lock (both checked), which a taker spinning
+    /// inside its handle would otherwise wait on.
+    pub(crate) fn removed_dir_lock<'a>(
+        ei: &'a Ext4Inode,
+    ) -> scalevfs_sync::ordered::RwLockWriteGuard<'a, ()> {
         let mut spins = 0u32;
         loop {
-            if let Some(g) = ei.dir_lock.try_write_as(Class::Ext4Dir) {
+            if let Some(g) = ei.dir_lock.try_write_as(Class::Ext4DirRemoved) {
                 return g;
             }
             spins += 1;

@@ -135,20 +135,36 @@ classes! {
     /// handle held. While it is held the committer closes the handle gate
     /// and takes ext4 locks below to free unlinked inodes.
     Ext4Commit = 20, "ext4 Journal::commit", No;
+    /// `ext4 Journal::gate`: a journal handle (`txn.rs`), a pass through
+    /// the handle gate (`scalevfs_sync::Gate`), taken with no ext4 lock
+    /// held; the committer closes the gate (exclusive) under the commit
+    /// lock and waits for every pass to leave. Not recorded as held (the
+    /// VFS's leaf spinlocks, below it, are taken inside handles): waiting
+    /// to enter or to close it is checked ([`check_wait`]).
+    Ext4Handle = 21, "ext4 Journal::gate (handle)", No;
     /// `ext4 Ext4Inode::dir_lock`: a directory's shape (blocks, index,
     /// size, link count), exclusive while it changes (two by inode number
     /// for a rename), shared for lookup, readdir and a create or unlink
     /// that changes one block atomically.
-    Ext4Dir = 21, "ext4 Ext4Inode::dir_lock", Ascending;
+    Ext4Dir = 22, "ext4 Ext4Inode::dir_lock", Ascending;
+    /// `ext4 Ext4Inode::dir_lock` of a directory being removed (rmdir, or
+    /// replaced by a rename) or moved to another parent (its `..`
+    /// rewritten), exclusive, taken with the parents' locks held and so
+    /// out of their order: only by try-locks (`Ext4::removed_dir_lock`
+    /// retries them), never a blocking wait. Safe because no holder of a
+    /// directory's lock waits for the gate or the commit lock (checked)
+    /// and only a cross-directory rename, which the VFS's rename mutex
+    /// keeps alone, waits for a second directory's lock.
+    Ext4DirRemoved = 23, "ext4 Ext4Inode::dir_lock (removed)", TryOnly;
     /// `ext4 Ext4Inode::data`: a file's extent tree, exclusive while it
     /// changes (write, truncate, fallocate), shared for read and seek;
     /// also any inode's xattrs (exclusive to set/remove, shared to read).
-    Ext4File = 22, "ext4 Ext4Inode::data", No;
+    Ext4File = 24, "ext4 Ext4Inode::data", No;
     /// `ext4 OrphanList::state`: the orphan list (`orphan=list`, seed
     /// 002's "before"): one mutex for the whole filesystem, held while an
     /// inode joins or leaves the chain and while an inode on it is encoded
     /// (its dtime is the chain's next pointer).
-    Ext4OrphanList = 23, "ext4 OrphanList::state", No;
+    Ext4OrphanList = 25, "ext4 OrphanList::state", No;
     /// `ext4 RwState::xattr_blocks[i]` and `ea_values[i]`: one shard of
     /// the cache of our xattr blocks by header hash or of our value inodes
     /// by value hash (the kernel's mbcaches): held while a twin is looked
@@ -156,54 +172,54 @@ classes! {
     /// read under it), and to add or drop an entry; a freed block's or
     /// inode's entry goes before it is freed. Never one cache's shard
     /// under the other's.
-    Ext4XattrCache = 24, "ext4 RwState::xattr_blocks", No;
+    Ext4XattrCache = 26, "ext4 RwState::xattr_blocks", No;
     /// `ext4 Alloc::groups[g]`: one block group's allocation state
     /// (bitmaps, free counts, flags); one group at a time.
-    Ext4Group = 25, "ext4 Alloc::groups", No;
+    Ext4Group = 27, "ext4 Alloc::groups", No;
     /// `ext4 BufCache::shards[i]`: one shard of the metadata buffer cache.
-    Ext4Buf = 26, "ext4 BufCache::shards", No;
+    Ext4Buf = 28, "ext4 BufCache::shards", No;
     /// `ext4 Ext4::sb_raw`: the raw superblock at writeback.
-    Ext4Super = 27, "ext4 Ext4::sb_raw", No;
+    Ext4Super = 29, "ext4 Ext4::sb_raw", No;
     /// `ext4 Ext4Inode::raw`: an inode's on-disk copy, held only to copy
     /// or replace it.
-    Ext4Raw = 28, "ext4 Ext4Inode::raw", No;
+    Ext4Raw = 30, "ext4 Ext4Inode::raw", No;
     /// `ext4 RwState::unlinked`: inodes whose last name is gone.
-    Ext4Unlinked = 29, "ext4 RwState::unlinked", No;
+    Ext4Unlinked = 31, "ext4 RwState::unlinked", No;
     /// `ext4 Journal::pending`: blocks freed in the running transaction,
     /// reusable after its commit; held only to push or take the list.
-    Ext4Pending = 30, "ext4 Journal::pending", No;
+    Ext4Pending = 32, "ext4 Journal::pending", No;
     /// `ext4 RwState::dead`: numbers of unlinked inodes whose last VFS
     /// reference just went (pushed from the inode's drop, wherever that
     /// runs; nothing is taken under it).
-    Ext4Dead = 31, "ext4 RwState::dead", No;
+    Ext4Dead = 33, "ext4 RwState::dead", No;
     /// `ext4 Ext4::cache[i]`: one shard of the inode cache (number -> inode),
     /// held only around its map and recent list; inodes it lets go are
     /// dropped after it is released, so nothing is taken under it.
-    Ext4Icache = 32, "ext4 Ext4::cache", No;
+    Ext4Icache = 34, "ext4 Ext4::cache", No;
     /// `ext4 Journal::help`: where a committer offers the log writes of its
     /// commit to the threads waiting for it (`HelpSlot`); a leaf, held only
     /// to put, take back or clone the offer (by a thread writing its
     /// commit's log, by a waiting thread; nothing held either way).
-    Ext4Help = 33, "ext4 Journal::help", No;
+    Ext4Help = 35, "ext4 Journal::help", No;
     /// `OrphanFile::overflow`: a leaf (nothing is taken under it), taken
     /// when the orphan file is full, under any of the locks above it
     /// (an ext4 directory's lock, the ext4 commit).
-    OrphanOverflow = 34, "OrphanFile::overflow", No;
+    OrphanOverflow = 36, "OrphanFile::overflow", No;
     /// A shard of the FUSE adapter's node table (`crates/fuse/src/
     /// nodes.rs`): held only around its hash map, never across a core call
     /// (a node's handle is dropped after the shard is released).
-    FuseNodes = 35, "fuse NodeTable shard", No;
+    FuseNodes = 37, "fuse NodeTable shard", No;
     /// A shard of the per-thread spare parent references
     /// (`core/src/spares.rs`): a leaf, held only around its table, so it
     /// may be taken under any lock above (a dentry's last put runs
     /// wherever a reference is dropped).
-    Spares = 36, "spares::Shard", No;
+    Spares = 38, "spares::Shard", No;
     /// `ext4 MmapDevice::allocating`: one of 64 stripes serialising the
     /// first allocation of a lazily mapped image's chunks
     /// (`MmapDevice::open_lazy`); a leaf, held only across one
     /// allocation (`fallocate`, or populating the chunk's pages on
     /// tmpfs), taken under whatever a device write is done under.
-    Ext4DeviceChunk = 37, "ext4 MmapDevice::allocating", No;
+    Ext4DeviceChunk = 39, "ext4 MmapDevice::allocating", No;
 }
 
 impl fmt::Display for Class {
@@ -292,6 +308,16 @@ mod imp {
         }
     }
 
+    pub(super) fn check_wait(class: Class, key: u64) {
+        let msg = HELD
+            .try_with(|s| violation(&s.borrow(), class, key))
+            .ok()
+            .flatten();
+        if let Some(m) = msg {
+            panic!("{m}");
+        }
+    }
+
     pub(super) fn release(class: Class, addr: usize) {
         let _ = HELD.try_with(|s| {
             let mut s = s.borrow_mut();
@@ -327,6 +353,20 @@ pub fn acquired_try(class: Class, key: u64, addr: usize) {
     imp::acquire(class, key, addr, false);
     #[cfg(not(all(debug_assertions, not(loom))))]
     let _ = (class, key, addr);
+}
+
+/// Check that this thread may now wait for a lock of `class` (same-class
+/// `key`) and panic, as [`acquire`] does, if not; nothing is recorded. For
+/// waits that are not an acquisition through the wrappers: entering or
+/// closing the ext4 handle gate ([`Class::Ext4Handle`]), and a lock taken
+/// by a loop of try-locks and sleeps (the ext4 commit lock's waiters),
+/// which [`acquired_try`] records without checking.
+#[inline(always)]
+pub fn check_wait(class: Class, key: u64) {
+    #[cfg(all(debug_assertions, not(loom)))]
+    imp::check_wait(class, key);
+    #[cfg(not(all(debug_assertions, not(loom))))]
+    let _ = (class, key);
 }
 
 /// Record that this thread released the lock of `class` at `addr`.
@@ -900,6 +940,32 @@ mod tests {
         assert!(msg.contains("Inode::dir_lock (victim)"), "{msg}");
         drop(v);
         assert_eq!(held(), vec![Class::NameStripe]);
+    }
+
+    #[test]
+    fn check_wait_checks_without_recording() {
+        // The handle gate: waiting to enter it with an ext4 lock held
+        // panics, naming both; with only VFS-level locks it passes.
+        let data = RwLock::new(Class::Ext4File, ());
+        let msg = panics(|| {
+            let _d = data.write();
+            check_wait(Class::Ext4Handle, 0);
+        });
+        assert!(msg.contains("ext4 Journal::gate (handle)"), "{msg}");
+        assert!(msg.contains("ext4 Ext4Inode::data"), "{msg}");
+        assert!(held().is_empty(), "{:?}", held());
+        let vfs_data = Mutex::new(Class::DataLock, ());
+        let commit = Mutex::new(Class::Ext4Commit, ());
+        let _v = vfs_data.lock();
+        check_wait(Class::Ext4Commit, 0);
+        // The committer closes the gate under the commit lock.
+        let _c = commit.lock();
+        check_wait(Class::Ext4Handle, 0);
+        // Nothing recorded by the checks.
+        assert_eq!(held(), vec![Class::DataLock, Class::Ext4Commit]);
+        // The commit lock again (a commit requested by its holder).
+        let msg = panics(|| check_wait(Class::Ext4Commit, 0));
+        assert!(msg.contains("ext4 Journal::commit"), "{msg}");
     }
 
     #[test]
