@@ -8,7 +8,6 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use crossbeam_utils::CachePadded;
-use std::sync::RwLock;
 
 use scalevfs_sync::ordered::{Class, Mutex};
 
@@ -824,13 +823,15 @@ impl MmapDevice {
 /// A device in memory (tests, fuzzing).
 #[derive(Debug)]
 pub struct MemDevice {
-    data: RwLock<Vec<u8>>,
+    /// A leaf of the lock order (`Class::Ext4MemDevice`): held across
+    /// one copy, under whatever a device access happens under.
+    data: scalevfs_sync::ordered::RwLock<Vec<u8>>,
 }
 
 impl MemDevice {
     pub fn new(data: Vec<u8>) -> MemDevice {
         MemDevice {
-            data: RwLock::new(data),
+            data: scalevfs_sync::ordered::RwLock::new(Class::Ext4MemDevice, data),
         }
     }
 }
@@ -846,13 +847,13 @@ fn range(off: u64, len: usize, size: usize) -> io::Result<std::ops::Range<usize>
 
 impl BlockDevice for MemDevice {
     fn read_at(&self, off: u64, buf: &mut [u8]) -> io::Result<()> {
-        let d = self.data.read().unwrap_or_else(|e| e.into_inner());
+        let d = self.data.read();
         let r = range(off, buf.len(), d.len())?;
         buf.copy_from_slice(&d[r]);
         Ok(())
     }
     fn write_at(&self, off: u64, buf: &[u8]) -> io::Result<()> {
-        let mut d = self.data.write().unwrap_or_else(|e| e.into_inner());
+        let mut d = self.data.write();
         let r = range(off, buf.len(), d.len())?;
         d[r].copy_from_slice(buf);
         Ok(())
@@ -861,7 +862,7 @@ impl BlockDevice for MemDevice {
         Ok(())
     }
     fn size(&self) -> u64 {
-        self.data.read().unwrap_or_else(|e| e.into_inner()).len() as u64
+        self.data.read().len() as u64
     }
     fn kind(&self) -> &'static str {
         "memory"

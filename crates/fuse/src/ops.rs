@@ -6,7 +6,7 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use fuser::{
@@ -21,6 +21,8 @@ use scalevfs::{
     O_EXCL, O_NOATIME, O_NOFOLLOW, O_NONBLOCK, O_RDONLY, O_SYNC, O_TRUNC, O_WRONLY,
     RENAME_EXCHANGE, RENAME_NOREPLACE, RENAME_WHITEOUT, S_ISGID, S_ISUID,
 };
+
+use scalevfs_sync::ordered::{Class, Mutex};
 
 use crate::attr::{errno, file_attr, name_bytes, raw, time_or_now};
 use crate::creds::request_cred;
@@ -137,6 +139,7 @@ pub(crate) struct Shared {
     root_dev: u64,
     root_ino: u64,
     /// Devices other than the root's, by slot (node id bits 48..).
+    /// (A leaf of the lock order: `Class::FuseDevs`.)
     other_devs: Mutex<Vec<u64>>,
     /// The session's notifier, set once mounted: for the few changes a
     /// request makes beyond what its reply tells the kernel.
@@ -174,7 +177,7 @@ impl Shared {
                 st.ino
             });
         }
-        let mut devs = self.other_devs.lock().unwrap_or_else(|e| e.into_inner());
+        let mut devs = self.other_devs.lock();
         let slot = match devs.iter().position(|&d| d == st.dev) {
             Some(i) => i,
             None => {
@@ -202,7 +205,7 @@ impl Shared {
             })
             .ok()?
         } else {
-            let devs = self.other_devs.lock().unwrap_or_else(|e| e.into_inner());
+            let devs = self.other_devs.lock();
             let slot = devs.iter().position(|&d| d == dev)?;
             ((slot as u64 + 1) << INO_BITS) | ino
         };
@@ -386,7 +389,7 @@ impl ScaleFs {
             id: NEXT_ADAPTER.fetch_add(1, Ordering::Relaxed),
             root_dev: st.dev,
             root_ino: st.ino,
-            other_devs: Mutex::new(Vec::new()),
+            other_devs: Mutex::new(Class::FuseDevs, Vec::new()),
             notifier: OnceLock::new(),
             dont_mask: AtomicBool::new(false),
             direct_wronly: AtomicBool::new(false),

@@ -220,6 +220,14 @@ classes! {
     /// allocation (`fallocate`, or populating the chunk's pages on
     /// tmpfs), taken under whatever a device write is done under.
     Ext4DeviceChunk = 39, "ext4 MmapDevice::allocating", No;
+    /// `fuse Shared::other_devs`: the device numbers of the mounts under
+    /// the FUSE root other than the root's (a node id's slot); a leaf,
+    /// held only to find or add a device.
+    FuseDevs = 40, "fuse Shared::other_devs", No;
+    /// `ext4 MemDevice::data`: the bytes of an in-memory image (tests and
+    /// crash simulations); a leaf, held only across one copy in or out,
+    /// under whatever a device read or write is done under.
+    Ext4MemDevice = 41, "ext4 MemDevice::data", No;
 }
 
 impl fmt::Display for Class {
