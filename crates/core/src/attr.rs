@@ -240,6 +240,9 @@ impl Task {
         times: Option<[Timespec; 2]>,
         flags: u32,
     ) -> VfsResult<()> {
+        if both_omitted(&times) {
+            return Ok(());
+        }
         check_times(&times)?;
         let p = self.setattr_target(dirfd, as_bytes(path), flags)?;
         self.utimens_path(&p, times)
@@ -251,6 +254,9 @@ impl Task {
         fd: impl Into<At<'a>> + Copy,
         times: Option<[Timespec; 2]>,
     ) -> VfsResult<()> {
+        if both_omitted(&times) {
+            return Ok(());
+        }
         // Linux's do_utimes checks the times before it looks at the fd.
         check_times(&times)?;
         let p = self.held(fd)?;
@@ -310,6 +316,14 @@ impl Task {
 
 /// utimensat's EINVAL: a nanosecond field outside 0..1e9 that is neither
 /// UTIME_NOW nor UTIME_OMIT.
+/// Both times UTIME_OMIT: Linux's utimensat returns 0 before it looks at
+/// the path, the descriptor or the flags ("Nothing to do, we must not even
+/// check the path"; utimensat(2): it succeeds even where the file does not
+/// exist).
+fn both_omitted(times: &Option<[Timespec; 2]>) -> bool {
+    times.is_some_and(|t| t.iter().all(|ts| ts.nsec == UTIME_OMIT))
+}
+
 fn check_times(times: &Option<[Timespec; 2]>) -> VfsResult<()> {
     if let Some(t) = times {
         for ts in t {
