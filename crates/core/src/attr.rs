@@ -314,8 +314,6 @@ impl Task {
     }
 }
 
-/// utimensat's EINVAL: a nanosecond field outside 0..1e9 that is neither
-/// UTIME_NOW nor UTIME_OMIT.
 /// Both times UTIME_OMIT: Linux's utimensat returns 0 before it looks at
 /// the path, the descriptor or the flags ("Nothing to do, we must not even
 /// check the path"; utimensat(2): it succeeds even where the file does not
@@ -324,6 +322,8 @@ fn both_omitted(times: &Option<[Timespec; 2]>) -> bool {
     times.is_some_and(|t| t.iter().all(|ts| ts.nsec == UTIME_OMIT))
 }
 
+/// utimensat's EINVAL: a nanosecond field outside 0..1e9 that is neither
+/// UTIME_NOW nor UTIME_OMIT.
 fn check_times(times: &Option<[Timespec; 2]>) -> VfsResult<()> {
     if let Some(t) = times {
         for ts in t {
