@@ -3426,6 +3426,15 @@ impl Filesystem for Ext4 {
             let ratio = self.sb.cluster_ratio();
             let resv = ((self.sb.blocks_count / ratio) / 50).min(4096) * ratio;
             st.bfree = rw.alloc.free_blocks().saturating_mul(ratio);
+            if let Some(j) = rw.journal.get() {
+                // Blocks freed in the running transaction count as free
+                // now, as the kernel's free counter counts them when they
+                // are freed (they become allocatable after the commit; an
+                // allocation that finds none commits and retries).
+                let mut pending = 0u64;
+                j.pending.for_each(false, |l| pending += l.len() as u64);
+                st.bfree = st.bfree.saturating_add(pending).min(st.blocks);
+            }
             st.bavail = st
                 .bfree
                 .saturating_sub(self.sb.r_blocks_count.saturating_add(resv));
