@@ -1346,8 +1346,20 @@ impl Ext4 {
             // deleted file's data), an unwritten one would stop reading
             // as zeros. As the kernel's ext4, whose new blocks stay
             // unwritten until their data is on disk.
-            let from = (off + done as u64).div_ceil(bs);
+            // A call that wrote nothing undoes its first block too (a
+            // partial one: `off` is not on a block boundary); else the
+            // written bytes end on a boundary or at the end of the buffer,
+            // and the block they end in was written whole.
+            let from = if done == 0 {
+                off / bs
+            } else {
+                (off + done as u64).div_ceil(bs)
+            };
             let back = unmap_unwritten(&mut ex, &changed, &fresh, from);
+            if changed.iter().all(|&l| l >= from) {
+                // Everything undone: the tree stays as it was.
+                converted = false;
+            }
             for &p in &back {
                 let _ = self.free_block(p);
             }

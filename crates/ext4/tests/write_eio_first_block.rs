@@ -1,0 +1,165 @@
+//! A write whose very first block fails (a partial first block, so
+//! nothing at all is written and the call returns EIO) must leave that
+//! block unmapped too, as `write_eio_unmaps.rs` checks for the blocks
+//! after a first one that went out. Before the fix, the undo started at
+//! the first block boundary after `off` (`div_ceil` of `off + 0`), so the
+//! first block, fresh or converted from unwritten, stayed in the extent
+//! list, was stored in the tree, and then the call returned without
+//! storing the inode: in a tree with leaves, the leaf mapped the block
+//! (the deleted file's data showed through, `i_blocks` did not count it);
+//! in an inode-only tree the block was allocated and mapped by nothing.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use scalevfs::{Errno, Task, Vfs, O_CREAT, O_RDWR};
+use scalevfs_ext4::{BlockDevice, Ext4, MemDevice};
+
+const MARK: &[u8; 16] = b"#fail-this-write";
+const STALE: u8 = 0xAB;
+const BS: usize = 4096;
+
+/// A device that refuses (EIO) every write holding `MARK`.
+struct FailDev(Arc<MemDevice>);
+
+impl BlockDevice for FailDev {
+    fn read_at(&self, off: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        self.0.read_at(off, buf)
+    }
+    fn write_at(&self, off: u64, buf: &[u8]) -> std::io::Result<()> {
+        if buf.windows(MARK.len()).any(|w| w == MARK) {
+            return Err(std::io::Error::from_raw_os_error(libc::EIO));
+        }
+        self.0.write_at(off, buf)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+    fn size(&self) -> u64 {
+        self.0.size()
+    }
+}
+
+/// Fill every free block with `STALE`, then delete the file and commit.
+fn fill_free_space(t: &Task, e: &Ext4) {
+    let free0 = t.statfs("/").unwrap().bfree;
+    let fd = t.open("/fill", O_CREAT | O_RDWR, 0o644).unwrap();
+    let chunk = vec![STALE; 256 << 10];
+    while let Ok(n) = t.write(fd, &chunk) {
+        if n != chunk.len() {
+            break;
+        }
+    }
+    t.fsync(fd).unwrap();
+    t.close(fd).unwrap();
+    t.unlink("/fill").unwrap();
+    for i in 0..2000 {
+        scalevfs::flush_deferred_frees();
+        e.commit().unwrap();
+        if t.statfs("/").unwrap().bfree + 16 >= free0 {
+            return;
+        }
+        if i >= 100 {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+    panic!("the deleted file's space did not come back");
+}
+
+fn read_all(t: &Task, path: &str) -> Vec<u8> {
+    let fd = t.open(path, scalevfs::O_RDONLY, 0).unwrap();
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        let n = t.read(fd, &mut buf).unwrap();
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&buf[..n]);
+    }
+    t.close(fd).unwrap();
+    out
+}
+
+/// `deep`: the file first gets 10 one-block extents (blocks 0, 2, .., 18:
+/// a tree with a leaf). `prealloc`: the target block is preallocated.
+/// Then a write of 200 bytes at byte 100 of block 1 (0x11, the marker
+/// first) fails whole.
+fn run_case(deep: bool, prealloc: bool, label: &str) {
+    if !have_tools() {
+        return;
+    }
+    let s = Scratch::new(&format!("write-eio-first-{label}"));
+    let img = s.0.join("img");
+    mkfs_args(&img, &["-b", "4096", "-m", "0"], "16M");
+    let mem = Arc::new(MemDevice::new(std::fs::read(&img).unwrap()));
+    let e = Ext4::open_device(Box::new(FailDev(mem.clone())), rw_journaled()).unwrap();
+    let vfs = Vfs::with_root_fs(Default::default(), e.clone());
+    let t = vfs.root_task();
+    fill_free_space(&t, &e);
+    let fd = t.open("/f", O_CREAT | O_RDWR, 0o644).unwrap();
+    let mut want = vec![0u8; 20 * BS];
+    if deep {
+        for b in (0..20).step_by(2) {
+            assert_eq!(t.pwrite(fd, &vec![0x33u8; BS], (b * BS) as i64), Ok(BS));
+            want[b * BS..(b + 1) * BS].fill(0x33);
+        }
+    }
+    t.ftruncate(fd, 20 * BS as i64).unwrap();
+    if prealloc {
+        t.fallocate(fd, 0, BS as i64, BS as i64).unwrap();
+    }
+    t.fsync(fd).unwrap();
+    let mut buf = vec![0x11u8; 200];
+    buf[..MARK.len()].copy_from_slice(MARK);
+    assert_eq!(
+        t.pwrite(fd, &buf, (BS + 100) as i64),
+        Err(Errno::EIO),
+        "{label}"
+    );
+    t.fsync(fd).unwrap();
+    t.close(fd).unwrap();
+    let got = read_all(&t, "/f");
+    let stale = got.iter().filter(|&&b| b == STALE).count();
+    assert_eq!(
+        stale, 0,
+        "{label}: {stale} bytes of the deleted file show through"
+    );
+    assert_eq!(got, want, "{label}");
+    // Still writing: the same write without the marker lands.
+    let fd = t.open("/f", O_RDWR, 0).unwrap();
+    assert_eq!(t.pwrite(fd, &[0x22u8; 200], (BS + 100) as i64), Ok(200));
+    t.close(fd).unwrap();
+    want[BS + 100..BS + 300].fill(0x22);
+    assert_eq!(read_all(&t, "/f"), want, "{label}: rewrite");
+    drop(t);
+    drop(vfs);
+    e.unmount().unwrap();
+    drop(e);
+    let mut out = vec![0u8; mem.size() as usize];
+    mem.read_at(0, &mut out).unwrap();
+    std::fs::write(&img, &out).unwrap();
+    // No block leaked, i_blocks counts what is mapped.
+    fsck_clean(&img);
+    let (e, vfs) = mount(&img);
+    let t = vfs.root_task();
+    assert_eq!(read_all(&t, "/f"), want, "{label}: after a remount");
+    unmount_clean(t, vfs, e, &img);
+}
+
+#[test]
+fn a_failed_first_block_into_a_hole_of_an_inode_tree_leaks_nothing() {
+    run_case(false, false, "inode-hole");
+}
+
+#[test]
+fn a_failed_first_block_into_a_hole_of_a_leaf_maps_nothing() {
+    run_case(true, false, "leaf-hole");
+}
+
+#[test]
+fn a_failed_first_block_into_preallocated_blocks_of_a_leaf_stays_unwritten() {
+    run_case(true, true, "leaf-prealloc");
+}
