@@ -2260,15 +2260,22 @@ impl Ext4 {
         if a * bs >= raw.size {
             return Err(errno(libc::EINVAL));
         }
-        // The last extent must stay below the last logical block.
-        if let Some(l) = self.descend(&raw, u64::from(u32::MAX), (0, 0))? {
-            let w = l.win.as_ref().ok_or_else(|| errno(libc::EIO))?;
-            if let Some(e) = w.n.checked_sub(1).map(|i| extent::extent_at(&w.buf, i)) {
-                if u64::from(e.block) >= a
-                    && u64::from(e.block) + u64::from(e.len) + k > u64::from(u32::MAX)
-                {
-                    return Err(errno(libc::EINVAL));
-                }
+        // The last extent must stay below the last logical block
+        // (EINVAL, as `file_insert` and the kernel's
+        // ext4_ext_shift_extents): what of it lies at or past `a` moves,
+        // after the split too when it holds `a`.
+        let last = match self.descend(&raw, u64::from(u32::MAX), (0, 0))? {
+            Some(l) => {
+                let w = l.win.as_ref().ok_or_else(|| errno(libc::EIO))?;
+                w.n.checked_sub(1).map(|i| extent::extent_at(&w.buf, i))
+            }
+            // The extents in the inode (a forced stepped shift).
+            None => self.collect_extents(&raw)?.0.last().copied(),
+        };
+        if let Some(e) = last {
+            let end = u64::from(e.block) + u64::from(e.len);
+            if end > a && end + k > u64::from(u32::MAX) {
+                return Err(errno(libc::EINVAL));
             }
         }
         let leaf = self.leaf_window(&raw, a, a)?;
