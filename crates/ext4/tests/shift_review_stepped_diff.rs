@@ -260,6 +260,10 @@ fn run(name: &str, img: &std::path::Path, ops: &[Op]) {
 /// An image whose /f has `n` one-block extents at odd blocks, written by
 /// mke2fs -d from a sparse file.
 fn mke2fs_image(s: &Scratch, n: u64, size: &str) -> std::path::PathBuf {
+    mke2fs_image_with(s, n, size, &[])
+}
+
+fn mke2fs_image_with(s: &Scratch, n: u64, size: &str, extra: &[&str]) -> std::path::PathBuf {
     let src = s.0.join("src");
     std::fs::create_dir_all(&src).unwrap();
     let f = std::fs::File::create(src.join("f")).unwrap();
@@ -269,7 +273,9 @@ fn mke2fs_image(s: &Scratch, n: u64, size: &str) -> std::path::PathBuf {
     drop(f);
     let img = s.0.join("img");
     let out = Command::new(mkfs().unwrap())
-        .args(["-q", "-F", "-b", "1024", "-m", "0", "-d"])
+        .args(["-q", "-F", "-b", "1024", "-m", "0"])
+        .args(extra)
+        .arg("-d")
         .arg(&src)
         .arg(&img)
         .arg(size)
@@ -438,6 +444,59 @@ fn stepped_shifts_match_one_handle_and_the_kernel_on_a_kernel_tree() {
             Op::Col(2990, 100),
             Op::Ins(5, 1),
             Op::Col(1, 4000),
+        ],
+    );
+}
+
+/// Leaves whose header gives less room than the block (eh_max 83 of 84,
+/// as e2fsck allows), on a tree mke2fs wrote (no metadata_csum: the
+/// header is patched in place).
+#[test]
+fn stepped_shifts_match_one_handle_on_leaves_with_a_smaller_eh_max() {
+    if !have_tools() {
+        return;
+    }
+    let s = Scratch::new("shiftrev-ehmax");
+    let n = 3000;
+    let img = mke2fs_image_with(&s, n, "32M", &["-O", "^metadata_csum"]);
+    let out = debugfs_ro(&img, "ex /f");
+    let depth: u32 = out
+        .lines()
+        .find_map(|l| l.trim_start().strip_prefix("0/"))
+        .and_then(|r| r.split_whitespace().next()?.parse().ok())
+        .unwrap();
+    let pre = format!("{}/", depth - 1);
+    let leaves: Vec<u64> = out
+        .lines()
+        .filter(|l| l.trim_start().starts_with(&pre))
+        .filter_map(|l| l.split_whitespace().rev().nth(1)?.parse().ok())
+        .collect();
+    assert!(leaves.len() > 10, "{out}");
+    let mut bytes = std::fs::read(&img).unwrap();
+    let mut patched = 0;
+    for b in leaves {
+        let h = (b * BS) as usize;
+        assert_eq!(&bytes[h..h + 2], &[0x0a, 0xf3]);
+        let entries = u16::from_le_bytes([bytes[h + 2], bytes[h + 3]]);
+        if entries <= 83 {
+            bytes[h + 4..h + 6].copy_from_slice(&83u16.to_le_bytes());
+            patched += 1;
+        }
+    }
+    assert!(patched > 10);
+    std::fs::write(&img, &bytes).unwrap();
+    fsck_clean(&img);
+    run(
+        "ehmax",
+        &img,
+        &[
+            Op::Pre(12, 1, false),
+            Op::Ins(5, 3),
+            Op::Ins(1001, 2),
+            Op::Col(990, 400),
+            Op::Ins(2 * n - 10, 7),
+            Op::Col(1, 7),
+            Op::Ins(0, 1),
         ],
     );
 }
