@@ -319,8 +319,83 @@ impl Drop for InodeCell {
         let p = self.0.load(Ordering::Relaxed);
         if !p.is_null() {
             // SAFETY: the cell's own count (`new`), not detached.
-            drop(unsafe { Arc::from_raw(p) });
+            drop_entry_count(unsafe { Arc::from_raw(p) });
         }
+    }
+}
+
+std::thread_local! {
+    /// Entry counts whose drop `drop_entry_count` put off: the inodes of a
+    /// directory being freed, freed by the outermost drop on this thread.
+    static ENTRY_DROPS: std::cell::RefCell<Vec<Arc<Inode>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+    /// An outermost `drop_entry_count` is running on this thread.
+    static ENTRY_DROPPING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Drop the count a directory entry held, without recursion: a directory
+/// still holding entries is freed only when a whole tree goes (its file
+/// system dropped, the `Vfs` gone), and the last count of a child
+/// directory frees that directory's entries in turn, a dozen stack frames
+/// per level: a tree 100,000 levels deep (mkdirat relative to an fd makes
+/// one) overflowed the stack of whichever thread collected it. Counts met
+/// while a drop is running on this thread queue here, and the outermost
+/// drop frees them one at a time (Linux's `shrink_dcache_for_umount` is a
+/// loop too). The queue holds at most one count per inode of the tree.
+fn drop_entry_count(a: Arc<Inode>) {
+    // Not the last count: nothing below it goes now.
+    if Arc::strong_count(&a) > 1 {
+        drop(a);
+        return;
+    }
+    // A thread being torn down may have lost its thread-locals already:
+    // then drop in place (what a thread exit collects is shallow).
+    let nested = ENTRY_DROPPING.try_with(|d| d.replace(true)).unwrap_or(true);
+    if nested {
+        if let Err(a) = queue_entry_drop(a) {
+            drop(a);
+        }
+        return;
+    }
+    // Clears the flag however the loop ends (a drop that panics included).
+    struct Outermost;
+    impl Drop for Outermost {
+        fn drop(&mut self) {
+            let _ = ENTRY_DROPPING.try_with(|d| d.set(false));
+        }
+    }
+    let _outermost = Outermost;
+    let mut next = Some(a);
+    while let Some(a) = next {
+        // The drop may queue more (this directory's entries).
+        drop(a);
+        next = ENTRY_DROPS
+            .try_with(|q| q.borrow_mut().pop())
+            .ok()
+            .flatten();
+    }
+    // A big tree's queue gives its memory back.
+    let _ = ENTRY_DROPS.try_with(|q| {
+        let mut q = q.borrow_mut();
+        if q.capacity() > 1024 {
+            *q = Vec::new();
+        }
+    });
+}
+
+/// Queue `a` for the running outermost `drop_entry_count`; `Err` when this
+/// thread's queue is gone (thread exit).
+fn queue_entry_drop(a: Arc<Inode>) -> Result<(), Arc<Inode>> {
+    let mut a = Some(a);
+    let r = ENTRY_DROPS.try_with(|q| {
+        if let Some(a) = a.take() {
+            q.borrow_mut().push(a);
+        }
+    });
+    match (r, a) {
+        (Ok(()), None) => Ok(()),
+        (_, Some(a)) => Err(a),
+        (Err(_), None) => Ok(()),
     }
 }
 
