@@ -397,7 +397,7 @@ impl Quota<'_> {
     }
 
     /// Take exactly `n` pages, or none.
-    fn take(&self, n: u64) -> bool {
+    pub(crate) fn take(&self, n: u64) -> bool {
         if n == 0 {
             return true;
         }
@@ -409,7 +409,7 @@ impl Quota<'_> {
             .is_ok()
     }
 
-    fn give(&self, n: u64) {
+    pub(crate) fn give(&self, n: u64) {
         if n > 0 {
             // Relaxed: as in `take_upto`.
             self.used.fetch_sub(n as i64, Ordering::Relaxed);
