@@ -590,11 +590,13 @@ impl Task {
         let pos_out = off_out
             .map_or(Ok(fout.position()), u64::try_from)
             .map_err(|_| Errno::EOVERFLOW)?;
-        let mut count = len.min(MAX_RW_COUNT) as u64;
-        // A negative offset is a huge one here, as in Linux's unsigned sum.
-        if pos_in.checked_add(count).is_none() || pos_out.checked_add(count).is_none() {
+        // A negative offset is a huge one here, as in Linux's unsigned sum,
+        // which adds the whole `len` (the copy is cut to MAX_RW_COUNT
+        // after: a huge `len` to an offset near i64::MAX is EOVERFLOW).
+        if pos_in.checked_add(len as u64).is_none() || pos_out.checked_add(len as u64).is_none() {
             return Err(Errno::EOVERFLOW);
         }
+        let mut count = len.min(MAX_RW_COUNT) as u64;
         if !Arc::ptr_eq(&fin.path().mnt.sb, &fout.path().mnt.sb) {
             return Err(Errno::EXDEV);
         }
@@ -605,7 +607,13 @@ impl Task {
             count.min(size_in - pos_in)
         };
         // generic_write_check_limits: EFBIG at the limit, else shortened.
+        // At or past the filesystem's limit (s_maxbytes) it is EFBIG
+        // whatever the count, a copy of nothing included (Linux checks
+        // before `len == 0` returns).
         let fs = &fout.path().mnt.sb.fs;
+        if pos_out >= fs.max_file_size().min(i64::MAX as u64) {
+            return Err(Errno::EFBIG);
+        }
         let max = fs.max_file_size_of(io).min(i64::MAX as u64);
         if count > 0 {
             if pos_out >= max {
