@@ -157,6 +157,32 @@ thread_local! {
     };
 }
 
+thread_local! {
+    /// Bytes of metadata this thread freed that `RELEASED` does not count
+    /// yet (`heap_freed`).
+    static HEAP_FREED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Count `bytes` of C heap a removal freed (an inode, a directory's
+/// index, a symlink's target, attributes) toward `clean_local`'s heap
+/// trim, as if they were frames given back. Removing files that hold no
+/// data frees no frame, and glibc kept what they held: 200,000 empty
+/// directories made and removed left RSS 264 MiB higher after every flush.
+/// Per thread, added to the shared counter a `FRAME * 64` at a time (no
+/// shared line per removal).
+pub(crate) fn heap_freed(bytes: usize) {
+    let _ = HEAP_FREED.try_with(|c| {
+        let n = c.get() + bytes;
+        if n >= FRAME * 64 {
+            // Relaxed: a statistic, as in `release`.
+            RELEASED.fetch_add(n / FRAME, Ordering::Relaxed);
+            c.set(n % FRAME);
+        } else {
+            c.set(n);
+        }
+    });
+}
+
 fn pool() -> MutexGuard<'static, Pool> {
     POOL.lock()
 }
@@ -302,7 +328,8 @@ pub(crate) fn alloc_dirty() -> Option<NonNull<Frame>> {
 /// its batch fills: an idle server thread would otherwise keep up to
 /// `DIRTY_MAX` frames (1 MiB) of deleted data resident.
 ///
-/// Also trims the C heap once per `TRIM_EVERY` frames given back: the radix
+/// Also trims the C heap once per `TRIM_EVERY` frames given back (and
+/// metadata freed, `heap_freed`): the radix
 /// nodes, epoch bags and free lists of deleted data are freed on whichever
 /// thread collects them, and glibc keeps freed memory inside its per-thread
 /// arenas (issue 13: tens of MB after a delete, without a trim).

@@ -254,6 +254,16 @@ impl Drop for MemNode {
         if pages != 0 {
             self.stats.used_pages.fetch_sub(pages, Ordering::Relaxed);
         }
+        // What this inode held on the heap, roughly (a directory's index
+        // lists about 1 KiB), toward the heap trim (`frames::heap_freed`).
+        let extra = match &self.kind {
+            MemKind::Dir(_) => std::mem::size_of::<MemDir>() + 1024,
+            MemKind::Symlink(t) => t.len(),
+            _ => 0,
+        };
+        crate::frames::heap_freed(
+            std::mem::size_of::<Inode>() + std::mem::size_of::<MemNode>() + extra + x as usize,
+        );
     }
 }
 

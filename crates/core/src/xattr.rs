@@ -446,6 +446,8 @@ impl XattrBudget<'_> {
     pub(crate) fn release(&self, n: u64) {
         // Relaxed: as charge.
         self.used.fetch_sub(n, Ordering::Relaxed);
+        // Toward the heap trim, as a removed file's memory.
+        crate::frames::heap_freed(n as usize);
     }
 }
 
