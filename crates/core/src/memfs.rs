@@ -1158,12 +1158,23 @@ impl Filesystem for MemFs {
 
     fn link(&self, d: &Arc<Inode>, name: &[u8], inode: &Arc<Inode>) -> VfsResult<()> {
         let md = dir(d)?;
+        // Every name past an inode's first takes a unit of `nr_inodes`, as
+        // tmpfs's shmem_link reserves one (the first name of an O_TMPFILE
+        // inode does not): hard links were free, and each one a directory
+        // entry and a dentry in memory, without bound.
+        if !self.stats.live_inodes.try_inc(self.opts.max_inodes) {
+            return Err(Errno::ENOSPC);
+        }
         self.insert_entry(md, name, inode.clone());
         let now = Timespec::now();
-        inode.update_attr(|a| {
+        let first = inode.update_attr(|a| {
             a.nlink += 1;
             a.set_ctime(now);
+            a.nlink == 1
         });
+        if first {
+            self.stats.live_inodes.dec();
+        }
         d.touch_mc_unless_current(now);
         Ok(())
     }
@@ -1172,10 +1183,16 @@ impl Filesystem for MemFs {
         let md = dir(d)?;
         self.remove_entry(md, name).ok_or(Errno::ENOENT)?;
         let now = Timespec::now();
-        inode.update_attr(|a| {
+        let more = inode.update_attr(|a| {
             a.nlink = a.nlink.saturating_sub(1);
             a.set_ctime(now);
+            a.nlink > 0
         });
+        // Not the last name: the unit its link took (the last one goes
+        // with the inode).
+        if more {
+            self.stats.live_inodes.dec();
+        }
         d.touch_mc_unless_current(now);
         Ok(())
     }
@@ -1245,14 +1262,19 @@ impl Filesystem for MemFs {
                     return Err(Errno::ENOTEMPTY);
                 }
                 let gone = self.remove_entry(nd, new_name);
-                r.update_attr(|a| {
+                let more = r.update_attr(|a| {
                     a.nlink = if r.is_dir() {
                         0
                     } else {
                         a.nlink.saturating_sub(1)
                     };
                     a.set_ctime(now);
+                    a.nlink > 0
                 });
+                // As in `unlink`: a name that was not the last one.
+                if more {
+                    self.stats.live_inodes.dec();
+                }
                 if let (true, Some(c)) = (r.is_dir(), gone) {
                     nd.subdir_removed(c);
                 }
