@@ -12,7 +12,9 @@ use scalevfs::*;
 
 /// (what, off_in, off_out, len, what Linux returns); the source holds 100
 /// bytes, the target is empty.
-const CASES: &[(&str, i64, i64, usize, Result<usize, i32>)] = &[
+type Case = (&'static str, i64, i64, usize, Result<usize, i32>);
+
+const CASES: &[Case] = &[
     ("copy to i64::MAX", 0, i64::MAX, 10, Err(libc::EFBIG)),
     ("nothing to i64::MAX", 0, i64::MAX, 0, Err(libc::EFBIG)),
     (
