@@ -12,37 +12,10 @@ use std::ffi::CString;
 
 use scalevfs::*;
 
+mod common;
+use common::HostTmpfs;
+
 const OPTS: &str = "size=64k,nr_inodes=8";
-
-struct HostTmpfs(String);
-
-impl HostTmpfs {
-    fn mount() -> Option<HostTmpfs> {
-        let dir = format!("/tmp/review-bounds-links-{}", std::process::id());
-        std::fs::create_dir_all(&dir).ok()?;
-        let ok = std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", OPTS, "tmpfs", &dir])
-            .status()
-            .map(|s| s.success())
-            .unwrap_or(false);
-        if !ok {
-            let _ = std::fs::remove_dir(&dir);
-            eprintln!("no host tmpfs (not root?): annotations only");
-            return None;
-        }
-        Some(HostTmpfs(dir))
-    }
-    fn path(&self, name: &str) -> CString {
-        CString::new(format!("{}/{name}", self.0)).unwrap()
-    }
-}
-
-impl Drop for HostTmpfs {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount").arg(&self.0).status();
-        let _ = std::fs::remove_dir(&self.0);
-    }
-}
 
 #[derive(Clone, Copy, Debug)]
 enum Op {
@@ -124,7 +97,7 @@ fn host_ffree(h: &HostTmpfs) -> u64 {
 
 #[test]
 fn hard_links_take_inode_units() {
-    let host = HostTmpfs::mount();
+    let host = HostTmpfs::mount("links-space", OPTS);
     let mut cfg = VfsConfig::default();
     for kv in OPTS.split(',') {
         let (k, v) = kv.split_once('=').unwrap();

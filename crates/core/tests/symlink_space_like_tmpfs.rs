@@ -13,38 +13,10 @@ use std::ffi::CString;
 
 use scalevfs::*;
 
+mod common;
+use common::HostTmpfs;
+
 const OPTS: &str = "size=64k,nr_inodes=64";
-
-/// A tmpfs mounted at a fresh directory for the test's life.
-struct HostTmpfs(String);
-
-impl HostTmpfs {
-    fn mount() -> Option<HostTmpfs> {
-        let dir = format!("/tmp/review-bounds-symlink-{}", std::process::id());
-        std::fs::create_dir_all(&dir).ok()?;
-        let ok = std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", OPTS, "tmpfs", &dir])
-            .status()
-            .map(|s| s.success())
-            .unwrap_or(false);
-        if !ok {
-            let _ = std::fs::remove_dir(&dir);
-            eprintln!("no host tmpfs (not root?): annotations only");
-            return None;
-        }
-        Some(HostTmpfs(dir))
-    }
-    fn path(&self, name: &str) -> CString {
-        CString::new(format!("{}/{name}", self.0)).unwrap()
-    }
-}
-
-impl Drop for HostTmpfs {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount").arg(&self.0).status();
-        let _ = std::fs::remove_dir(&self.0);
-    }
-}
 
 fn errno() -> i32 {
     std::io::Error::last_os_error().raw_os_error().unwrap()
@@ -137,7 +109,7 @@ fn host_bfree(h: &HostTmpfs) -> u64 {
 
 #[test]
 fn long_symlink_targets_take_a_page() {
-    let host = HostTmpfs::mount();
+    let host = HostTmpfs::mount("symlink-space", OPTS);
     let mut cfg = VfsConfig::default();
     for kv in OPTS.split(',') {
         let (k, v) = kv.split_once('=').unwrap();

@@ -19,7 +19,7 @@ mod common;
 use std::sync::Arc;
 
 use common::*;
-use scalevfs::{Task, Vfs, O_CREAT, O_RDWR};
+use scalevfs::{Errno, Task, Vfs, O_CREAT, O_RDWR};
 use scalevfs_ext4::{BlockDevice, Ext4, MemDevice};
 
 const MARK: &[u8; 16] = b"#fail-this-write";
@@ -189,4 +189,164 @@ fn a_failed_write_into_a_hole_of_a_block_mapped_file_unhooks_its_blocks() {
         false,
         "mapped-hole",
     );
+}
+
+// ---------------------------------------------------------------------
+// A failing first block.
+//
+// A write whose very first block fails (a partial first block, so
+// nothing at all is written and the call returns EIO) must leave that
+// block unmapped too, as the tests above check for the blocks
+// after a first one that went out. Before the fix, the undo started at
+// the first block boundary after `off` (`div_ceil` of `off + 0`), so the
+// first block, fresh or converted from unwritten, stayed in the extent
+// list, was stored in the tree, and then the call returned without
+// storing the inode: in a tree with leaves, the leaf mapped the block
+// (the deleted file's data showed through, `i_blocks` did not count it);
+// in an inode-only tree the block was allocated and mapped by nothing.
+
+/// `deep`: the file first gets 10 one-block extents (blocks 0, 2, .., 18:
+/// a tree with a leaf). `prealloc`: the target block is preallocated.
+/// Then a write of 200 bytes at byte 100 of block 1 (0x11, the marker
+/// first) fails whole.
+fn run_first_block_case(deep: bool, prealloc: bool, label: &str) {
+    if !have_tools() {
+        return;
+    }
+    let s = Scratch::new(&format!("write-eio-first-{label}"));
+    let img = s.0.join("img");
+    mkfs_args(&img, &["-b", "4096", "-m", "0"], "16M");
+    let mem = Arc::new(MemDevice::new(std::fs::read(&img).unwrap()));
+    let e = Ext4::open_device(Box::new(FailDev(mem.clone())), rw_journaled()).unwrap();
+    let vfs = Vfs::with_root_fs(Default::default(), e.clone());
+    let t = vfs.root_task();
+    fill_free_space(&t, &e);
+    let fd = t.open("/f", O_CREAT | O_RDWR, 0o644).unwrap();
+    let mut want = vec![0u8; 20 * BS];
+    if deep {
+        for b in (0..20).step_by(2) {
+            assert_eq!(t.pwrite(fd, &vec![0x33u8; BS], (b * BS) as i64), Ok(BS));
+            want[b * BS..(b + 1) * BS].fill(0x33);
+        }
+    }
+    t.ftruncate(fd, 20 * BS as i64).unwrap();
+    if prealloc {
+        t.fallocate(fd, 0, BS as i64, BS as i64).unwrap();
+    }
+    t.fsync(fd).unwrap();
+    let mut buf = vec![0x11u8; 200];
+    buf[..MARK.len()].copy_from_slice(MARK);
+    assert_eq!(
+        t.pwrite(fd, &buf, (BS + 100) as i64),
+        Err(Errno::EIO),
+        "{label}"
+    );
+    t.fsync(fd).unwrap();
+    t.close(fd).unwrap();
+    let got = read_all(&t, "/f");
+    let stale = got.iter().filter(|&&b| b == STALE).count();
+    assert_eq!(
+        stale, 0,
+        "{label}: {stale} bytes of the deleted file show through"
+    );
+    assert_eq!(got, want, "{label}");
+    // Still writing: the same write without the marker lands.
+    let fd = t.open("/f", O_RDWR, 0).unwrap();
+    assert_eq!(t.pwrite(fd, &[0x22u8; 200], (BS + 100) as i64), Ok(200));
+    t.close(fd).unwrap();
+    want[BS + 100..BS + 300].fill(0x22);
+    assert_eq!(read_all(&t, "/f"), want, "{label}: rewrite");
+    drop(t);
+    drop(vfs);
+    e.unmount().unwrap();
+    drop(e);
+    let mut out = vec![0u8; mem.size() as usize];
+    mem.read_at(0, &mut out).unwrap();
+    std::fs::write(&img, &out).unwrap();
+    // No block leaked, i_blocks counts what is mapped.
+    fsck_clean(&img);
+    let (e, vfs) = mount(&img);
+    let t = vfs.root_task();
+    assert_eq!(read_all(&t, "/f"), want, "{label}: after a remount");
+    unmount_clean(t, vfs, e, &img);
+}
+
+#[test]
+fn a_failed_first_block_into_a_hole_of_an_inode_tree_leaks_nothing() {
+    run_first_block_case(false, false, "inode-hole");
+}
+
+#[test]
+fn a_failed_first_block_into_a_hole_of_a_leaf_maps_nothing() {
+    run_first_block_case(true, false, "leaf-hole");
+}
+
+#[test]
+fn a_failed_first_block_into_preallocated_blocks_of_a_leaf_stays_unwritten() {
+    run_first_block_case(true, true, "leaf-prealloc");
+}
+
+/// A failing write over a run mixing written, preallocated and hole
+/// blocks across leaf boundaries (a tree of 3 leaves): what it wrote
+/// reads back, the rest reads as before (zeros or the old data), never
+/// the deleted file's data; e2fsck clean.
+#[test]
+fn a_failed_write_over_mixed_blocks_across_leaves_maps_only_what_it_wrote() {
+    if !have_tools() {
+        return;
+    }
+    let s = Scratch::new("write-eio-mixed");
+    let img = s.0.join("img");
+    mkfs_args(&img, &["-b", "4096", "-m", "0"], "16M");
+    let mem = Arc::new(MemDevice::new(std::fs::read(&img).unwrap()));
+    let e = Ext4::open_device(Box::new(FailDev(mem.clone())), rw_journaled()).unwrap();
+    let vfs = Vfs::with_root_fs(Default::default(), e.clone());
+    let t = vfs.root_task();
+    fill_free_space(&t, &e);
+    let fd = t.open("/f", O_CREAT | O_RDWR, 0o644).unwrap();
+    const N: usize = 1200;
+    let mut want = vec![0u8; N * BS];
+    // Holes only from block 990 on: the run of fresh blocks holding the
+    // marker spans several blocks.
+    for b in 0..990 {
+        match b % 3 {
+            0 => {
+                assert_eq!(t.pwrite(fd, &vec![0x33u8; BS], (b * BS) as i64), Ok(BS));
+                want[b * BS..(b + 1) * BS].fill(0x33);
+            }
+            1 => t.fallocate(fd, 0, (b * BS) as i64, BS as i64).unwrap(),
+            _ => {}
+        }
+    }
+    t.ftruncate(fd, (N * BS) as i64).unwrap();
+    t.fsync(fd).unwrap();
+    let off = 10 * BS + 100;
+    let fail_at = 1000 * BS;
+    let mut buf = vec![0x11u8; 1100 * BS - off];
+    buf[fail_at - off..fail_at - off + MARK.len()].copy_from_slice(MARK);
+    let n = t.pwrite(fd, &buf, off as i64).unwrap();
+    assert!(n > 0 && off + n <= fail_at, "wrote {n}");
+    assert!(
+        off + n < 995 * BS,
+        "wrote {n}: the failing run is one block"
+    );
+    want[off..off + n].fill(0x11);
+    t.fsync(fd).unwrap();
+    t.close(fd).unwrap();
+    let got = read_all(&t, "/f");
+    let stale = got.iter().filter(|&&b| b == STALE).count();
+    assert_eq!(stale, 0, "{stale} bytes of the deleted file show through");
+    assert!(got == want, "content");
+    drop(t);
+    drop(vfs);
+    e.unmount().unwrap();
+    drop(e);
+    let mut out = vec![0u8; mem.size() as usize];
+    mem.read_at(0, &mut out).unwrap();
+    std::fs::write(&img, &out).unwrap();
+    fsck_clean(&img);
+    let (e, vfs) = mount(&img);
+    let t = vfs.root_task();
+    assert!(read_all(&t, "/f") == want, "after a remount");
+    unmount_clean(t, vfs, e, &img);
 }

@@ -35,3 +35,37 @@ pub fn acl(e: &[(u16, u16, u32)]) -> Vec<u8> {
         .collect();
     scalevfs::xattr::encode_acl(&v)
 }
+
+/// A tmpfs mounted with `opts` at a fresh directory for the test's life
+/// (`tag` names the directory); `None`, with the reason printed, where
+/// this process may not mount one (not root).
+pub struct HostTmpfs(pub String);
+
+impl HostTmpfs {
+    pub fn mount(tag: &str, opts: &str) -> Option<HostTmpfs> {
+        let dir = format!("/tmp/{tag}-{}", std::process::id());
+        std::fs::create_dir_all(&dir).ok()?;
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", opts, "tmpfs", &dir])
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        if !ok {
+            let _ = std::fs::remove_dir(&dir);
+            eprintln!("no host tmpfs (not root?): annotations only");
+            return None;
+        }
+        Some(HostTmpfs(dir))
+    }
+
+    pub fn path(&self, name: &str) -> std::ffi::CString {
+        std::ffi::CString::new(format!("{}/{name}", self.0)).unwrap()
+    }
+}
+
+impl Drop for HostTmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
