@@ -868,7 +868,9 @@ impl MemFs {
         }
     }
 
-    /// Inodes alive (named or open), the root included.
+    /// Units of `nr_inodes` in use: inodes alive (named or open), the
+    /// root included, plus one per name of a file past its first (hard
+    /// links take units, as tmpfs's `shmem_link`).
     pub fn live_inodes(&self) -> i64 {
         self.stats.live_inodes.sum()
     }
