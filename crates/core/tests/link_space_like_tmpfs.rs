@@ -87,23 +87,13 @@ fn run_vfs(t: &Task, op: Op) -> R {
 }
 
 fn host_ffree(h: &HostTmpfs) -> u64 {
-    // SAFETY: statfs into a zeroed struct we own.
-    unsafe {
-        let mut s: libc::statfs = std::mem::zeroed();
-        assert_eq!(libc::statfs(h.path(".").as_ptr(), &mut s), 0);
-        s.f_ffree as u64
-    }
+    h.statfs().f_ffree
 }
 
 #[test]
 fn hard_links_take_inode_units() {
     let host = HostTmpfs::mount("links-space", OPTS);
-    let mut cfg = VfsConfig::default();
-    for kv in OPTS.split(',') {
-        let (k, v) = kv.split_once('=').unwrap();
-        cfg.set(k, v).unwrap();
-    }
-    let vfs = Vfs::with_config(cfg);
+    let vfs = common::memfs_with(OPTS);
     let t = vfs.root_task();
     use Op::*;
     // (step, Linux's result, free inodes after it); the root takes one.

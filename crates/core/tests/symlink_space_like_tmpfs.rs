@@ -99,23 +99,13 @@ fn run_vfs(t: &Task, op: Op) -> R {
 }
 
 fn host_bfree(h: &HostTmpfs) -> u64 {
-    // SAFETY: statfs into a zeroed struct we own.
-    unsafe {
-        let mut s: libc::statfs = std::mem::zeroed();
-        assert_eq!(libc::statfs(h.path(".").as_ptr(), &mut s), 0);
-        s.f_bfree as u64
-    }
+    h.statfs().f_bfree
 }
 
 #[test]
 fn long_symlink_targets_take_a_page() {
     let host = HostTmpfs::mount("symlink-space", OPTS);
-    let mut cfg = VfsConfig::default();
-    for kv in OPTS.split(',') {
-        let (k, v) = kv.split_once('=').unwrap();
-        cfg.set(k, v).unwrap();
-    }
-    let vfs = Vfs::with_config(cfg);
+    let vfs = common::memfs_with(OPTS);
     let t = vfs.root_task();
     // (step, what Linux's tmpfs returns, free blocks after it)
     let steps: &[(Op, R, u64)] = &[

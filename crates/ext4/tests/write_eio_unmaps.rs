@@ -112,9 +112,20 @@ fn expected(n: usize) -> Vec<u8> {
     want
 }
 
-fn run_case(mkfs: &[&str], prealloc: bool, label: &str) {
+/// A fresh image (`mkfs` arguments, 16 MiB) served from memory through
+/// `FailDev`, every free block holding `STALE` (`fill_free_space`).
+struct Setup {
+    _s: Scratch,
+    img: std::path::PathBuf,
+    mem: Arc<MemDevice>,
+    e: Arc<Ext4>,
+    vfs: Vfs,
+    t: Task,
+}
+
+fn setup(label: &str, mkfs: &[&str]) -> Option<Setup> {
     if !have_tools() {
-        return;
+        return None;
     }
     let s = Scratch::new(&format!("write-eio-{label}"));
     let img = s.0.join("img");
@@ -124,6 +135,47 @@ fn run_case(mkfs: &[&str], prealloc: bool, label: &str) {
     let vfs = Vfs::with_root_fs(Default::default(), e.clone());
     let t = vfs.root_task();
     fill_free_space(&t, &e);
+    Some(Setup {
+        _s: s,
+        img,
+        mem,
+        e,
+        vfs,
+        t,
+    })
+}
+
+/// Unmount, write the image out and check it: e2fsck finds no block
+/// leaked or counted twice (the blocks taken back free in the bitmap,
+/// i_blocks counting what stays mapped), and a remount reads `want` in /f.
+fn finish(st: Setup, want: &[u8], label: &str) {
+    let Setup {
+        _s,
+        img,
+        mem,
+        e,
+        vfs,
+        t,
+    } = st;
+    drop(t);
+    drop(vfs);
+    e.unmount().unwrap();
+    drop(e);
+    let mut out = vec![0u8; mem.size() as usize];
+    mem.read_at(0, &mut out).unwrap();
+    std::fs::write(&img, &out).unwrap();
+    fsck_clean(&img);
+    let (e, vfs) = mount(&img);
+    let t = vfs.root_task();
+    assert!(read_all(&t, "/f") == want, "{label}: after a remount");
+    unmount_clean(t, vfs, e, &img);
+}
+
+fn run_case(mkfs: &[&str], prealloc: bool, label: &str) {
+    let Some(st) = setup(label, mkfs) else {
+        return;
+    };
+    let t = &st.t;
     let fd = t.open("/f", O_CREAT | O_RDWR, 0o644).unwrap();
     if prealloc {
         t.fallocate(fd, 0, 0, 6 * BS as i64).unwrap();
@@ -132,12 +184,12 @@ fn run_case(mkfs: &[&str], prealloc: bool, label: &str) {
     // the run of whole blocks after it at once, and that fails; a
     // block-mapped file writes block by block, and the block with the
     // marker fails.
-    let n = failing_write(&t, fd).unwrap_or_else(|e| panic!("{label}: {e:?}"));
+    let n = failing_write(t, fd).unwrap_or_else(|e| panic!("{label}: {e:?}"));
     assert!(n == BS - 100 || n == 2 * BS - 100, "{label}: wrote {n}");
     t.ftruncate(fd, 6 * BS as i64).unwrap();
     t.fsync(fd).unwrap();
     t.close(fd).unwrap();
-    let got = read_all(&t, "/f");
+    let got = read_all(t, "/f");
     let want = expected(n);
     let stale = got.iter().filter(|&&b| b == STALE).count();
     assert_eq!(
@@ -155,21 +207,8 @@ fn run_case(mkfs: &[&str], prealloc: bool, label: &str) {
     t.close(fd).unwrap();
     let mut want = want;
     want[3 * BS..5 * BS].fill(0x22);
-    assert_eq!(read_all(&t, "/f"), want, "{label}: rewrite");
-    drop(t);
-    drop(vfs);
-    e.unmount().unwrap();
-    drop(e);
-    let mut out = vec![0u8; mem.size() as usize];
-    mem.read_at(0, &mut out).unwrap();
-    std::fs::write(&img, &out).unwrap();
-    // No block leaked or counted twice (the blocks taken back are free
-    // in the bitmap, i_blocks counts what stays mapped).
-    fsck_clean(&img);
-    let (e, vfs) = mount(&img);
-    let t = vfs.root_task();
-    assert_eq!(read_all(&t, "/f"), want, "{label}: after a remount");
-    unmount_clean(t, vfs, e, &img);
+    assert_eq!(read_all(t, "/f"), want, "{label}: rewrite");
+    finish(st, &want, label);
 }
 
 #[test]
@@ -210,17 +249,10 @@ fn a_failed_write_into_a_hole_of_a_block_mapped_file_unhooks_its_blocks() {
 /// Then a write of 200 bytes at byte 100 of block 1 (0x11, the marker
 /// first) fails whole.
 fn run_first_block_case(deep: bool, prealloc: bool, label: &str) {
-    if !have_tools() {
+    let Some(st) = setup(&format!("first-{label}"), &["-b", "4096", "-m", "0"]) else {
         return;
-    }
-    let s = Scratch::new(&format!("write-eio-first-{label}"));
-    let img = s.0.join("img");
-    mkfs_args(&img, &["-b", "4096", "-m", "0"], "16M");
-    let mem = Arc::new(MemDevice::new(std::fs::read(&img).unwrap()));
-    let e = Ext4::open_device(Box::new(FailDev(mem.clone())), rw_journaled()).unwrap();
-    let vfs = Vfs::with_root_fs(Default::default(), e.clone());
-    let t = vfs.root_task();
-    fill_free_space(&t, &e);
+    };
+    let t = &st.t;
     let fd = t.open("/f", O_CREAT | O_RDWR, 0o644).unwrap();
     let mut want = vec![0u8; 20 * BS];
     if deep {
@@ -243,7 +275,7 @@ fn run_first_block_case(deep: bool, prealloc: bool, label: &str) {
     );
     t.fsync(fd).unwrap();
     t.close(fd).unwrap();
-    let got = read_all(&t, "/f");
+    let got = read_all(t, "/f");
     let stale = got.iter().filter(|&&b| b == STALE).count();
     assert_eq!(
         stale, 0,
@@ -255,20 +287,8 @@ fn run_first_block_case(deep: bool, prealloc: bool, label: &str) {
     assert_eq!(t.pwrite(fd, &[0x22u8; 200], (BS + 100) as i64), Ok(200));
     t.close(fd).unwrap();
     want[BS + 100..BS + 300].fill(0x22);
-    assert_eq!(read_all(&t, "/f"), want, "{label}: rewrite");
-    drop(t);
-    drop(vfs);
-    e.unmount().unwrap();
-    drop(e);
-    let mut out = vec![0u8; mem.size() as usize];
-    mem.read_at(0, &mut out).unwrap();
-    std::fs::write(&img, &out).unwrap();
-    // No block leaked, i_blocks counts what is mapped.
-    fsck_clean(&img);
-    let (e, vfs) = mount(&img);
-    let t = vfs.root_task();
-    assert_eq!(read_all(&t, "/f"), want, "{label}: after a remount");
-    unmount_clean(t, vfs, e, &img);
+    assert_eq!(read_all(t, "/f"), want, "{label}: rewrite");
+    finish(st, &want, label);
 }
 
 #[test]
@@ -292,17 +312,10 @@ fn a_failed_first_block_into_preallocated_blocks_of_a_leaf_stays_unwritten() {
 /// the deleted file's data; e2fsck clean.
 #[test]
 fn a_failed_write_over_mixed_blocks_across_leaves_maps_only_what_it_wrote() {
-    if !have_tools() {
+    let Some(st) = setup("mixed", &["-b", "4096", "-m", "0"]) else {
         return;
-    }
-    let s = Scratch::new("write-eio-mixed");
-    let img = s.0.join("img");
-    mkfs_args(&img, &["-b", "4096", "-m", "0"], "16M");
-    let mem = Arc::new(MemDevice::new(std::fs::read(&img).unwrap()));
-    let e = Ext4::open_device(Box::new(FailDev(mem.clone())), rw_journaled()).unwrap();
-    let vfs = Vfs::with_root_fs(Default::default(), e.clone());
-    let t = vfs.root_task();
-    fill_free_space(&t, &e);
+    };
+    let t = &st.t;
     let fd = t.open("/f", O_CREAT | O_RDWR, 0o644).unwrap();
     const N: usize = 1200;
     let mut want = vec![0u8; N * BS];
@@ -333,20 +346,9 @@ fn a_failed_write_over_mixed_blocks_across_leaves_maps_only_what_it_wrote() {
     want[off..off + n].fill(0x11);
     t.fsync(fd).unwrap();
     t.close(fd).unwrap();
-    let got = read_all(&t, "/f");
+    let got = read_all(t, "/f");
     let stale = got.iter().filter(|&&b| b == STALE).count();
     assert_eq!(stale, 0, "{stale} bytes of the deleted file show through");
     assert!(got == want, "content");
-    drop(t);
-    drop(vfs);
-    e.unmount().unwrap();
-    drop(e);
-    let mut out = vec![0u8; mem.size() as usize];
-    mem.read_at(0, &mut out).unwrap();
-    std::fs::write(&img, &out).unwrap();
-    fsck_clean(&img);
-    let (e, vfs) = mount(&img);
-    let t = vfs.root_task();
-    assert!(read_all(&t, "/f") == want, "after a remount");
-    unmount_clean(t, vfs, e, &img);
+    finish(st, &want, "mixed");
 }

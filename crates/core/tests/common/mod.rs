@@ -61,6 +61,27 @@ impl HostTmpfs {
     pub fn path(&self, name: &str) -> std::ffi::CString {
         std::ffi::CString::new(format!("{}/{name}", self.0)).unwrap()
     }
+
+    /// statfs(2) of the mount.
+    pub fn statfs(&self) -> libc::statfs {
+        // SAFETY: statfs into a zeroed struct we own, on a live C string.
+        unsafe {
+            let mut s: libc::statfs = std::mem::zeroed();
+            assert_eq!(libc::statfs(self.path(".").as_ptr(), &mut s), 0);
+            s
+        }
+    }
+}
+
+/// A VFS whose root memfs takes the tmpfs mount options `opts`
+/// (`size=64k,nr_inodes=8`), as `HostTmpfs::mount` mounts the host's.
+pub fn memfs_with(opts: &str) -> scalevfs::Vfs {
+    let mut cfg = scalevfs::VfsConfig::default();
+    for kv in opts.split(',') {
+        let (k, v) = kv.split_once('=').unwrap();
+        cfg.set(k, v).unwrap();
+    }
+    scalevfs::Vfs::with_config(cfg)
 }
 
 impl Drop for HostTmpfs {
