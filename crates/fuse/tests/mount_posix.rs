@@ -615,3 +615,61 @@ fn chattr_ctime_is_seen_at_once() {
         after.ctime_nsec()
     );
 }
+
+/// `utimensat` at the ends of the time range, through the mount and on the
+/// host's tmpfs: the results must agree, and the daemon must live through
+/// them (fuser's time conversion overflows on i64::MIN seconds with
+/// non-zero nanoseconds; the kernel clamps before it sends).
+#[test]
+fn extreme_times_match_tmpfs() {
+    if !fuse_ok("extreme_times_match_tmpfs") {
+        return;
+    }
+    let m = Mounted::new("extreme-times", FuseConfig::default());
+    let host = std::path::PathBuf::from(format!("/dev/shm/scalevfs-times-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&host);
+    fs::create_dir(&host).unwrap();
+    let set_and_read = |p: &Path, sec: i64, nsec: i64| -> (i32, i64, i64, i64, i64) {
+        let c = cpath(p);
+        let ts = [
+            libc::timespec {
+                tv_sec: sec,
+                tv_nsec: nsec,
+            },
+            libc::timespec {
+                tv_sec: sec,
+                tv_nsec: nsec,
+            },
+        ];
+        // SAFETY: a valid NUL-terminated path and two live timespecs.
+        let r = unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), ts.as_ptr(), 0) };
+        let e = if r == 0 {
+            0
+        } else {
+            std::io::Error::last_os_error().raw_os_error().unwrap_or(-1)
+        };
+        let md = fs::metadata(p).unwrap();
+        (e, md.atime(), md.atime_nsec(), md.mtime(), md.mtime_nsec())
+    };
+    let cases = [
+        (i64::MIN, 1),
+        (i64::MIN, 999_999_999),
+        (i64::MIN, 0),
+        (i64::MIN + 1, 5),
+        (-1, 500_000_000),
+        (i64::MAX, 999_999_999),
+        (i64::MAX - 1, 7),
+    ];
+    for (i, &(sec, nsec)) in cases.iter().enumerate() {
+        let name = format!("f{i}");
+        fs::write(m.p(&name), b"x").unwrap();
+        fs::write(host.join(&name), b"x").unwrap();
+        let ours = set_and_read(&m.p(&name), sec, nsec);
+        let linux = set_and_read(&host.join(&name), sec, nsec);
+        assert_eq!(ours, linux, "utimensat({sec} s, {nsec} ns)");
+    }
+    fs::remove_dir_all(&host).unwrap();
+    // The daemon still answers.
+    fs::write(m.p("after"), b"alive").unwrap();
+    assert_eq!(fs::read(m.p("after")).unwrap(), b"alive");
+}
