@@ -320,7 +320,8 @@ impl Task {
                         mode: S_IFREG | perm,
                         rdev: 0,
                     };
-                    let inode = fs.create(dir, &name, node, owner)?;
+                    let inode =
+                        crate::caller::with(&self.cred, || fs.create(dir, &name, node, owner))?;
                     if let Err(e) = self.store_inherited_acl(fs, &inode, acl) {
                         self.undo_create(fs, parent, &name, inode, false, &mut ch);
                         return Err(e);
@@ -345,12 +346,13 @@ impl Task {
             dentry: existing,
         };
         if here.inode().file_type() == FileType::Symlink && flags & O_NOFOLLOW == 0 {
-            match self.resolve(dirfd, path, true, false) {
-                Err(Errno::ENOENT) => {}
-                r => return r.map(|p| (p, false)),
-            }
-            // Dangling: create the target, named relative to the link's
-            // directory (the path with its last component replaced).
+            // The link's body is walked as the rest of the path, as Linux's
+            // open_last_lookups does: its last name is found or created
+            // here again (a dangling link gets its target created), and
+            // one with a trailing '/' is EISDIR before it is looked up
+            // (`pw.trailing` above), so a link "d" -> "d/" is EISDIR, not
+            // ELOOP. The target is named relative to the link's directory
+            // (the path with its last component replaced).
             let target = self.readlinkat(dirfd, path)?;
             let next = if target.first() == Some(&b'/') {
                 target
@@ -389,7 +391,7 @@ impl Task {
         let fs = &p.mnt.sb.fs;
         let (perm, acl) = self.create_mode(fs, p.inode(), mode & 0o7777, false)?;
         let perm = self.strip_sgid(perm, owner.1, sgid);
-        let inode = fs.create_tmpfile(p.inode(), perm, owner)?;
+        let inode = crate::caller::with(&self.cred, || fs.create_tmpfile(p.inode(), perm, owner))?;
         self.store_inherited_acl(fs, &inode, acl)?;
         if flags & O_EXCL == 0 {
             inode.set_flag(crate::inode::I_LINKABLE);
