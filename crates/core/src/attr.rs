@@ -37,7 +37,7 @@ impl Task {
     /// held here, so listeners run at once).
     pub(crate) fn setattr_and_report(&self, p: &PathRef, set: &SetAttr) -> VfsResult<()> {
         let i = p.inode();
-        p.mnt.sb.fs.setattr(i, set)?;
+        crate::caller::with(self.cred(), || p.mnt.sb.fs.setattr(i, set))?;
         self.changes().inode(i);
         Ok(())
     }
@@ -149,7 +149,7 @@ impl Task {
         // the data lock as every change of the stored attributes.
         let _pin = epoch::pin();
         let _w = i.data_lock.write();
-        p.mnt.sb.fs.setattr(i, &set)?;
+        crate::caller::with(self.cred(), || p.mnt.sb.fs.setattr(i, &set))?;
         if let Some(mut acl) = i.access_acl() {
             acl_chmod(&mut acl, m);
             p.mnt

@@ -103,7 +103,7 @@ pub(crate) fn truncate_inode(p: &PathRef, size: u64, cred: &Cred) -> VfsResult<(
     } else {
         None
     };
-    fs.truncate(i, size)
+    crate::caller::with(cred, || fs.truncate(i, size))
 }
 
 /// relatime: update atime only when it is not newer than mtime or ctime, so
@@ -212,7 +212,7 @@ pub(crate) fn file_write(
     let room = (max - off).min(buf.len().min(MAX_RW_COUNT) as u64) as usize;
     // After generic_write_checks, as Linux's __generic_file_write_iter.
     remove_privs(f.path(), cred)?;
-    let n = fs.write(i, off, &buf[..room])?;
+    let n = crate::caller::with(cred, || fs.write(i, off, &buf[..room]))?;
     Ok((n, off + n as u64))
 }
 

@@ -417,10 +417,10 @@ impl Task {
         // vfs_fallocate's file_modified, every mode (tmpfs and ext4 too,
         // before their own checks).
         remove_privs(f.path(), self.cred())?;
-        let r = match range {
+        let r = crate::caller::with(self.cred(), || match range {
             None => fs.fallocate(i, op == FALLOC_FL_PUNCH_HOLE, off as u64, len as u64),
             Some(r) => fs.fallocate_range(i, r, off as u64, len as u64),
-        };
+        });
         if r == Err(Errno::ENOSPC) && op == 0 && !keep {
             // As the kernel's ext4_alloc_file_blocks: the size still grows
             // over what was allocated before the space ran out (the range

@@ -7,6 +7,7 @@
 #![warn(missing_debug_implementations)]
 
 mod attr;
+pub mod caller;
 pub mod config;
 pub mod dcache;
 pub mod errno;

@@ -306,7 +306,7 @@ impl Task {
             Some(p) => self.create_mode(fs, dir, p, is_dir)?,
             None => (0, InheritedAcl::default()),
         };
-        let inode = make(fs, dir, owner, sgid, perm)?;
+        let inode = crate::caller::with(&self.cred, || make(fs, dir, owner, sgid, perm))?;
         if let Err(e) = self.store_inherited_acl(fs, &inode, acl) {
             self.undo_create(fs, parent, &op.name, inode, is_dir, &mut ch);
             return Err(e);
@@ -376,6 +376,15 @@ impl Task {
     /// Store the ACLs `create_mode` gave a new inode (before its name is
     /// visible in the dcache).
     pub(crate) fn store_inherited_acl(
+        &self,
+        fs: &Arc<dyn Filesystem>,
+        inode: &Arc<Inode>,
+        acl: InheritedAcl,
+    ) -> VfsResult<()> {
+        crate::caller::with(&self.cred, || self.store_acl_as_caller(fs, inode, acl))
+    }
+
+    fn store_acl_as_caller(
         &self,
         fs: &Arc<dyn Filesystem>,
         inode: &Arc<Inode>,
@@ -592,7 +601,7 @@ impl Task {
         if revive && inode.flags() & crate::inode::I_LINKABLE == 0 {
             return Err(Errno::ENOENT);
         }
-        parent.mnt.sb.fs.link(dir, &op.name, &inode)?;
+        crate::caller::with(&self.cred, || parent.mnt.sb.fs.link(dir, &op.name, &inode))?;
         if revive {
             inode.clear_flag(crate::inode::I_LINKABLE);
             crate::orphan::mark_linked(&parent.mnt.sb.orphans, &inode);
@@ -916,18 +925,15 @@ impl Task {
             // whiteout, and is returned).
             let wo = if whiteout {
                 let (owner, _) = self.owner_for(&odir);
-                Some(sb.fs.rename_whiteout(
-                    &odir,
-                    &oname,
-                    &ndir,
-                    &nname,
-                    &si,
-                    di.as_ref(),
-                    owner,
-                )?)
+                Some(crate::caller::with(&self.cred, || {
+                    sb.fs
+                        .rename_whiteout(&odir, &oname, &ndir, &nname, &si, di.as_ref(), owner)
+                })?)
             } else {
-                sb.fs
-                    .rename(&odir, &oname, &ndir, &nname, &si, di.as_ref(), exchange)?;
+                crate::caller::with(&self.cred, || {
+                    sb.fs
+                        .rename(&odir, &oname, &ndir, &nname, &si, di.as_ref(), exchange)
+                })?;
                 None
             };
             if let Some(d) = di.as_ref().filter(|d| !exchange && d.attr().nlink == 0) {

@@ -248,11 +248,16 @@ impl LimitedCounter {
         let limit = limit.min(i64::MAX as u64 / 2) as i64;
         let s = self.mine();
         // Relaxed (every access below): the counter orders nothing but
-        // itself; exactness comes from the RMWs' atomicity.
-        if s.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |r| {
-            (r > 0).then_some(r - 1)
-        })
-        .is_ok()
+        // itself; exactness comes from the RMWs' atomicity. Callers may
+        // pass different limits (ext4: root may take the reserved blocks,
+        // others not), so a unit this slot reserved under a higher limit
+        // is spent only while the total, reservations included, is
+        // within this call's: the value stays below it.
+        if self.total.load(Ordering::Relaxed) <= limit
+            && s.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |r| {
+                (r > 0).then_some(r - 1)
+            })
+            .is_ok()
         {
             return true;
         }
@@ -472,6 +477,29 @@ mod tests {
         assert!(c.try_inc(limit));
         assert!(!c.try_inc(limit));
         assert_eq!(c.sum(), limit as i64);
+    }
+
+    #[test]
+    fn limited_counter_keeps_each_callers_limit() {
+        // A call with a higher limit reserves a batch in this thread's
+        // slot; a call with a lower limit must not spend it past its own.
+        let c = LimitedCounter::default();
+        let low = 3u64;
+        let high = 10 * BATCH as u64;
+        for _ in 0..low {
+            assert!(c.try_inc(high));
+        }
+        assert!(
+            !c.try_inc(low),
+            "spent a unit reserved under the higher limit"
+        );
+        assert_eq!(c.sum(), low as i64);
+        // Below the low limit again, both may count.
+        c.dec();
+        assert!(c.try_inc(low));
+        assert!(!c.try_inc(low));
+        assert!(c.try_inc(high));
+        assert_eq!(c.sum(), low as i64 + 1);
     }
 
     #[test]

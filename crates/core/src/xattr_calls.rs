@@ -434,7 +434,9 @@ impl Task {
                 };
                 let stored = store.is_some();
                 match store {
-                    Some(v) => fs.setxattr(i, name, &v, flags)?,
+                    Some(v) => {
+                        crate::caller::with(self.cred(), || fs.setxattr(i, name, &v, flags))?
+                    }
                     None => match fs.removexattr(i, name) {
                         Ok(()) | Err(Errno::ENODATA) => {}
                         Err(e) => return Err(e),
@@ -448,13 +450,14 @@ impl Task {
                 }
             }
             (_, Some((value, flags))) => {
-                fs.setxattr(i, name, value, flags)?;
+                crate::caller::with(self.cred(), || fs.setxattr(i, name, value, flags))?;
                 if name == b"security.capability" {
                     i.set_flag(crate::inode::I_FCAPS);
                 }
             }
             (ns, None) => {
-                fs.removexattr(i, name)?;
+                // A shared xattr block is copied before it changes.
+                crate::caller::with(self.cred(), || fs.removexattr(i, name))?;
                 match ns {
                     XattrNs::Acl { default: true } => i.mark_default_acl(false),
                     XattrNs::Acl { default: false } => i.set_access_acl(None),

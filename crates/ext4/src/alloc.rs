@@ -352,10 +352,10 @@ impl Alloc {
     }
 
     /// Take one block, preferably in group `goal_group` near `goal`
-    /// (a block number, 0 for none). `root` may use the reserved blocks.
-    pub fn alloc_block(&self, io: &Io, goal: u64, root: bool) -> Result<u64> {
-        let sb = io.sb;
-        let reserve = if root { 0 } else { sb.r_blocks_count };
+    /// (a block number, 0 for none), leaving at least `keep` free
+    /// (the reserves the caller may not use: `Ext4::alloc_block`).
+    pub fn alloc_block(&self, io: &Io, goal: u64, keep: u64) -> Result<u64> {
+        let reserve = keep;
         if !self
             .claimed
             .try_inc(self.free_at_mount.saturating_sub(reserve))

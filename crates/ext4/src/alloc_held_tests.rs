@@ -32,17 +32,17 @@ fn freed_blocks_wait_for_their_commit() {
     let (rw, io) = fs.rw().unwrap();
     let a = &rw.alloc;
     let base = a.durable();
-    let b = a.alloc_block(&io, 0, true).unwrap();
+    let b = a.alloc_block(&io, 0, 0).unwrap();
     a.free_block_held(&io, b, base + 5).unwrap();
     assert!(a.holds_blocks());
     for _ in 0..50 {
-        let c = a.alloc_block(&io, b, true).unwrap();
+        let c = a.alloc_block(&io, b, 0).unwrap();
         assert_ne!(c, b, "a held block was handed out");
     }
     a.set_durable(base + 4);
-    assert_ne!(a.alloc_block(&io, b, true).unwrap(), b);
+    assert_ne!(a.alloc_block(&io, b, 0).unwrap(), b);
     a.set_durable(base + 5);
-    assert_eq!(a.alloc_block(&io, b, true).unwrap(), b);
+    assert_eq!(a.alloc_block(&io, b, 0).unwrap(), b);
     assert!(!a.holds_blocks());
 
     // A group whose only free blocks are held is passed over.
@@ -50,7 +50,7 @@ fn freed_blocks_wait_for_their_commit() {
     let g = ((b - u64::from(sb.first_data_block)) / u64::from(sb.blocks_per_group)) as usize;
     let mut taken = Vec::new();
     while a.desc(g).free_blocks_count > 0 {
-        let c = a.alloc_block(&io, b, true).unwrap();
+        let c = a.alloc_block(&io, b, 0).unwrap();
         assert_eq!(
             (c - u64::from(sb.first_data_block)) / u64::from(sb.blocks_per_group),
             g as u64
@@ -61,8 +61,8 @@ fn freed_blocks_wait_for_their_commit() {
     for &c in &taken[..3] {
         a.free_block_held(&io, c, n).unwrap();
     }
-    let c = a.alloc_block(&io, taken[0], true).unwrap();
+    let c = a.alloc_block(&io, taken[0], 0).unwrap();
     assert!(!taken[..3].contains(&c), "got held block {c}");
     a.set_durable(n);
-    assert!(taken[..3].contains(&a.alloc_block(&io, taken[0], true).unwrap()));
+    assert!(taken[..3].contains(&a.alloc_block(&io, taken[0], 0).unwrap()));
 }

@@ -152,7 +152,7 @@ impl Ext4 {
         };
         let mut at = goal;
         while new.len() < need {
-            match self.alloc_block(at, false) {
+            match self.alloc_block(at) {
                 Ok(b) if b <= u64::from(u32::MAX) => {
                     new.push(b);
                     at = b + 1;

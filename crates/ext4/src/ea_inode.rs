@@ -150,7 +150,7 @@ impl Ext4 {
         let mut goal = u64::from(self.sb.first_data_block)
             + group as u64 * u64::from(self.sb.blocks_per_group);
         for _ in 0..value.len().div_ceil(bs) {
-            match self.alloc_block(goal, false) {
+            match self.alloc_block(goal) {
                 Ok(b) => {
                     data.push(b);
                     goal = b + 1;

@@ -334,6 +334,7 @@ impl Shift {
 /// its block, its extents, the logical range `[lo, hi)` its parents'
 /// keys give it (a write inside the range changes only this leaf), and
 /// the index nodes above it.
+#[derive(Clone)]
 pub(crate) struct LeafAt {
     pub(crate) block: u64,
     /// The leaf's extents; with `win`, only those of the window.
@@ -373,6 +374,7 @@ impl LeafAt {
 /// that the change can touch. `store_leaf` writes a changed window back
 /// into the leaf in place (`extent::splice_leaf`), so a write into a leaf
 /// of 340 extents decodes and encodes a handful, not all.
+#[derive(Clone)]
 struct Window {
     buf: BlockBuf,
     n: usize,
@@ -385,6 +387,7 @@ struct Window {
 
 /// An index node on the way to a leaf: its block (`None`: the root in
 /// `i_block`), its depth, its entries and which one the path follows.
+#[derive(Clone)]
 struct PathNode {
     block: Option<u64>,
     depth: u16,
@@ -730,7 +733,7 @@ impl Ext4 {
         let goal = l.block;
         let mut fresh = Vec::with_capacity(new_needed);
         for _ in 0..new_needed {
-            match self.alloc_block(goal, false) {
+            match self.alloc_block(goal) {
                 Ok(b) => fresh.push(b),
                 Err(e) => {
                     for b in fresh {
@@ -1062,7 +1065,7 @@ impl Ext4 {
         let reuse = need.min(old.len());
         let mut fresh = Vec::with_capacity(need - reuse);
         while fresh.len() < need - reuse {
-            match self.alloc_block(goal, false) {
+            match self.alloc_block(goal) {
                 Ok(b) => fresh.push(b),
                 Err(e) => {
                     for b in fresh {
@@ -1272,7 +1275,7 @@ impl Ext4 {
                     } else {
                         group_goal
                     };
-                    match self.alloc_block(goal, false) {
+                    match self.alloc_block(goal) {
                         Ok(p) => {
                             fresh.push(p);
                             changed.push(lblk);
@@ -1651,6 +1654,17 @@ impl Ext4 {
         zero: &[(u64, u64)],
         budget: Option<usize>,
     ) -> Result<u64> {
+        crate::fs::nofail(|| self.drop_range_step_nofail(raw, from, to, zero, budget))
+    }
+
+    fn drop_range_step_nofail(
+        &self,
+        raw: &mut RawInode,
+        from: u64,
+        to: u64,
+        zero: &[(u64, u64)],
+        budget: Option<usize>,
+    ) -> Result<u64> {
         let bs = self.bs as u64;
         self.zero_mapped(raw, zero)?;
         if from >= to {
@@ -1956,14 +1970,19 @@ impl Ext4 {
                 Ok(None)
             }
             r => r,
-        }
-        .and_then(|rest| {
-            if !fresh.is_empty() {
+        };
+        let r = match r {
+            Ok(rest) if fresh.is_empty() => Ok(rest.or(clipped)),
+            Ok(rest) if short.is_some() => self
+                .store_short(&mut raw, leaf, ex, &tree, &mut fresh)
+                .map(|()| rest.or(clipped)),
+            Ok(rest) => {
                 raw.blocks += fresh.len() as u64 * (bs / 512);
-                self.store_extents(&mut raw, leaf, ex, &tree)?;
+                self.store_extents(&mut raw, leaf, ex, &tree)
+                    .map(|()| rest.or(clipped))
             }
-            Ok(rest.or(clipped))
-        });
+            Err(e) => Err(e),
+        };
         let rest = match r {
             Ok(rest) => rest,
             Err(e) => {
@@ -1981,6 +2000,73 @@ impl Ext4 {
         match short {
             Some(e) => Err(e),
             None => Ok(rest.map(|l| l * bs)),
+        }
+    }
+
+    /// Store the extents of a fallocate that ran out of space part way
+    /// (`fresh`: the data blocks it took, in logical order). The tree may
+    /// need blocks (a leaf, an index level) that are no longer free, so
+    /// the last data blocks taken become the tree's instead, as few as
+    /// will do (`fs::with_spares`; a failed try changes nothing and gives
+    /// its blocks back to the spares). The kernel inserts each chunk as it
+    /// allocates it and so takes its tree blocks on the way; either way
+    /// the space ends used up, and a later write sees ENOSPC alike. On
+    /// success `fresh` holds the data blocks kept; on failure every block
+    /// taken, for the caller to free.
+    fn store_short(
+        &self,
+        raw: &mut RawInode,
+        leaf: Option<LeafAt>,
+        mut ex: Vec<Extent>,
+        tree: &[u64],
+        fresh: &mut Vec<u64>,
+    ) -> Result<()> {
+        // The deepest tree needs a leaf and an index block per level, and
+        // a new root level: more than that is not a want of tree blocks.
+        const MOST: usize = extent::MAX_DEPTH as usize + 2;
+        let unit = self.bs as u64 / 512;
+        let mut spares: Vec<u64> = Vec::new();
+        loop {
+            let (r, unused) = crate::fs::with_spares(spares.clone(), || {
+                let mut r2 = raw.clone();
+                r2.blocks += (fresh.len() as u64) * unit;
+                self.store_extents(&mut r2, leaf.clone(), ex.clone(), tree)
+                    .map(|()| r2)
+            });
+            let e = match r {
+                Ok(r2) => {
+                    *raw = r2;
+                    // A spare the tree did not take (its need fell as the
+                    // data shrank) goes back.
+                    raw.blocks = raw.blocks.saturating_sub(unused.len() as u64 * unit);
+                    for b in unused {
+                        self.free_block(b)?;
+                    }
+                    return Ok(());
+                }
+                Err(e) => e,
+            };
+            let more = e.errno() == scalevfs::Errno::ENOSPC && spares.len() < MOST;
+            let Some(p) = fresh.pop().filter(|_| more) else {
+                fresh.extend(spares);
+                return Err(e);
+            };
+            // Its logical block leaves the new extents.
+            let l = ex
+                .iter()
+                .find(|x| p >= x.start && p < x.start + u64::from(x.len))
+                .map(|x| u64::from(x.block) + (p - x.start));
+            match l {
+                Some(l) => {
+                    remove_range(&mut ex, l, l + 1);
+                }
+                None => {
+                    fresh.push(p);
+                    fresh.extend(spares);
+                    return Err(e);
+                }
+            }
+            spares.push(p);
         }
     }
 
@@ -2020,7 +2106,7 @@ impl Ext4 {
                     goal = e.start + u64::from(e.len);
                 }
             }
-            let p = self.alloc_block(goal, false)?;
+            let p = self.alloc_block(goal)?;
             fresh.push(p);
             if budget.is_some() {
                 groups.insert(self.group_of(p));

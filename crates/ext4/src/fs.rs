@@ -416,6 +416,83 @@ fn ino_what(ino: u32) -> impl Fn() -> String {
     move || format!("inode {ino}")
 }
 
+std::thread_local! {
+    /// Set while this thread splits extents to free space (`nofail`).
+    static NOFAIL: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+std::thread_local! {
+    /// Blocks already taken that this thread's allocations use first
+    /// (`with_spares`): `.0` not handed out yet, `.1` handed out.
+    static SPARES: std::cell::RefCell<Option<(Vec<u64>, Vec<u64>)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Run `f` with `blocks` (taken already, in the running transaction) as
+/// the first blocks its allocations get; a block of theirs that `f`
+/// frees goes back to them rather than to the allocator (it was never
+/// anyone's). Returns `f`'s result and the blocks not handed out.
+pub(crate) fn with_spares<R>(blocks: Vec<u64>, f: impl FnOnce() -> R) -> (R, Vec<u64>) {
+    struct Restore(Option<(Vec<u64>, Vec<u64>)>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let prev = self.0.take();
+            SPARES.with(|s| *s.borrow_mut() = prev);
+        }
+    }
+    let restore = Restore(SPARES.with(|s| s.borrow_mut().replace((blocks, Vec::new()))));
+    let r = f();
+    let left = SPARES.with(|s| s.borrow_mut().take().map(|(a, _)| a).unwrap_or_default());
+    drop(restore);
+    (r, left)
+}
+
+/// A spare of `with_spares`, if one is left.
+fn take_spare() -> Option<u64> {
+    SPARES.with(|s| {
+        let mut s = s.borrow_mut();
+        let (avail, out) = s.as_mut()?;
+        let b = avail.pop()?;
+        out.push(b);
+        Some(b)
+    })
+}
+
+/// Give a spare handed out back to `with_spares`; false if `blk` is not
+/// one.
+fn return_spare(blk: u64) -> bool {
+    SPARES.with(|s| {
+        let mut s = s.borrow_mut();
+        let Some((avail, out)) = s.as_mut() else {
+            return false;
+        };
+        match out.iter().position(|&b| b == blk) {
+            Some(i) => {
+                out.swap_remove(i);
+                avail.push(blk);
+                true
+            }
+            None => false,
+        }
+    })
+}
+
+/// Run `f` with every free block available to its allocations: the extent
+/// splits of a punch, a truncate or a collapse, which must not fail for
+/// want of a block the caller may not take (the kernel's
+/// `EXT4_GET_BLOCKS_METADATA_NOFAIL` dips into the reserved pool).
+pub(crate) fn nofail<R>(f: impl FnOnce() -> R) -> R {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let prev = self.0;
+            NOFAIL.with(|n| n.set(prev));
+        }
+    }
+    let _restore = Restore(NOFAIL.with(|n| n.replace(true)));
+    f()
+}
+
 impl Ext4 {
     /// Open a filesystem on `dev` whose journal needs no recovery (or whose
     /// recovery was done or overlaid by `open.rs`'s `Ext4::open_device`,
@@ -676,17 +753,63 @@ impl Ext4 {
         e
     }
 
-    /// Allocate a block near `goal` (0: the thread's group); `root` may
-    /// take the reserved blocks.
-    pub fn alloc_block(&self, goal: u64, root: bool) -> Result<u64> {
+    /// Allocate a block near `goal` (0: the thread's group), leaving the
+    /// blocks the caller may not take, as the kernel's
+    /// `ext4_has_free_clusters`: everyone leaves the `s_resv_clusters`
+    /// pool (2% of the filesystem, at most 4096 clusters, none without
+    /// extents), and a caller ([`scalevfs::caller`]) who is not root, not
+    /// `s_def_resuid` and not in `s_def_resgid` also leaves
+    /// `s_r_blocks_count`. Work with no caller (the filesystem's own) is
+    /// privileged, as the kernel's threads are. Inside [`nofail`] (extent
+    /// splits that free space: punch, truncate, collapse, insert's split)
+    /// every free block may be taken, as the kernel's
+    /// `EXT4_GET_BLOCKS_METADATA_NOFAIL`.
+    pub fn alloc_block(&self, goal: u64) -> Result<u64> {
+        if let Some(b) = take_spare() {
+            return Ok(b);
+        }
+        let keep = if NOFAIL.with(|n| n.get()) {
+            0
+        } else {
+            self.blocks_to_keep()
+        };
         let (rw, io) = self.rw()?;
-        self.check(rw.alloc.alloc_block(&io, goal, root))
+        self.check(rw.alloc.alloc_block(&io, goal, keep))
+    }
+
+    /// `alloc_block` as the extent splits of a punch do: every free block
+    /// may be taken (tests and tools).
+    #[doc(hidden)]
+    pub fn alloc_block_nofail(&self, goal: u64) -> Result<u64> {
+        nofail(|| self.alloc_block(goal))
+    }
+
+    /// The free blocks the current caller must leave (see `alloc_block`).
+    fn blocks_to_keep(&self) -> u64 {
+        let sb = &self.sb;
+        let privileged = scalevfs::caller::current(|c| match c {
+            None => true,
+            Some(c) => {
+                c.is_root()
+                    || c.uid == u32::from(sb.def_resuid)
+                    || (sb.def_resgid != 0 && c.in_group(u32::from(sb.def_resgid)))
+            }
+        });
+        let resv = sb.resv_blocks();
+        if privileged {
+            resv
+        } else {
+            resv.saturating_add(sb.r_blocks_count)
+        }
     }
 
     /// Free block `blk`. Journaled: the block is freed in the bitmaps by
     /// the commit of the running transaction and reusable only after it
     /// (`txn.rs`).
     pub fn free_block(&self, blk: u64) -> Result<()> {
+        if return_spare(blk) {
+            return Ok(());
+        }
         let (rw, io) = self.rw()?;
         if let Some(j) = rw.journal.get() {
             if blk < u64::from(self.sb.first_data_block) || blk >= self.sb.blocks_count {
@@ -3124,7 +3247,7 @@ impl Ext4 {
             .sum();
         // Image-controlled values: saturate rather than overflow.
         let bfree = free_clusters.saturating_mul(ratio);
-        let resv = ((sb.blocks_count / ratio) / 50).min(4096) * ratio;
+        let resv = sb.resv_blocks();
         Ok(StatFs {
             fs_type: EXT4_SUPER_MAGIC,
             bsize: self.bs as u64,
@@ -3424,7 +3547,7 @@ impl Filesystem for Ext4 {
         let mut st = self.statfs;
         if let Some(rw) = &self.rw {
             let ratio = self.sb.cluster_ratio();
-            let resv = ((self.sb.blocks_count / ratio) / 50).min(4096) * ratio;
+            let resv = self.sb.resv_blocks();
             st.bfree = rw.alloc.free_blocks().saturating_mul(ratio);
             if let Some(j) = rw.journal.get() {
                 // Blocks freed in the running transaction count as free

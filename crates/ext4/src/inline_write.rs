@@ -87,7 +87,7 @@ impl Ext4 {
             if need > end {
                 return Err(corrupt(what(), format!("{need} bytes of entries")));
             }
-            let pblk = self.alloc_block(0, false)?;
+            let pblk = self.alloc_block(0)?;
             let seed = self.csum_seed(raw);
             let filetype = self
                 .sb
@@ -120,7 +120,7 @@ impl Ext4 {
             let mut fresh = None;
             let stored = (|| -> Result<()> {
                 if !data.is_empty() {
-                    let pblk = self.alloc_block(0, false)?;
+                    let pblk = self.alloc_block(0)?;
                     fresh = Some(pblk);
                     let mut b = BlockBuf::zeroed(bs);
                     b[..data.len()].copy_from_slice(&data);

@@ -61,6 +61,14 @@ impl BlockBuf {
     }
 }
 
+impl Clone for BlockBuf {
+    fn clone(&self) -> BlockBuf {
+        let mut b = BlockBuf::zeroed(self.buf.len());
+        b.buf.copy_from_slice(&self.buf);
+        b
+    }
+}
+
 impl Drop for BlockBuf {
     fn drop(&mut self) {
         if self.buf.capacity() > POOL_KEEP_MAX {

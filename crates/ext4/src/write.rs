@@ -453,7 +453,7 @@ impl Ext4 {
             return Ok(new[new.len() - 1]);
         }
         let nblk = self.dir_blocks(draw)?;
-        let pblk = self.alloc_block(last + 1, false)?;
+        let pblk = self.alloc_block(last + 1)?;
         let grown = (|| -> Result<()> {
             let (mut ex, tree) = self.collect_extents(draw)?;
             crate::extent_write::insert_extent(
@@ -854,7 +854,7 @@ impl Ext4 {
                     if target.len() >= self.bs {
                         return Err(errno(libc::ENAMETOOLONG));
                     }
-                    let pblk = self.alloc_block(0, false)?;
+                    let pblk = self.alloc_block(0)?;
                     data_block = Some(pblk);
                     self.new_map(&mut raw);
                     self.map_first(&mut raw, pblk)?;
@@ -865,7 +865,7 @@ impl Ext4 {
                     raw.size = target.len() as u64;
                 }
                 NewNode::Dir { .. } => {
-                    let pblk = self.alloc_block(0, false)?;
+                    let pblk = self.alloc_block(0)?;
                     data_block = Some(pblk);
                     self.new_map(&mut raw);
                     self.map_first(&mut raw, pblk)?;

@@ -621,7 +621,7 @@ impl Ext4 {
             let g = u64::from((raw.ino - 1) / self.sb.inodes_per_group);
             let goal =
                 u64::from(self.sb.first_data_block) + g * u64::from(self.sb.blocks_per_group);
-            self.alloc_block(goal, false)
+            self.alloc_block(goal)
         };
         let seed = self.xattr_csum_seed();
         let mut blk = old;

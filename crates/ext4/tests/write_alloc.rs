@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use common::{debugfs_ro, fresh, fsck_clean, sb_field, Scratch};
 use scalevfs::fstype::Filesystem;
-use scalevfs::Errno;
+use scalevfs::{Cred, Errno};
 use scalevfs_ext4::format::group_desc;
 use scalevfs_ext4::format::superblock::Superblock;
 use scalevfs_ext4::{Ext4, Ext4Options};
@@ -98,25 +98,30 @@ fn fill_to_enospc_and_free_again() {
         let img = fresh(&s.0, bs, "24M");
         let free0 = sb_field(&img, "Free blocks");
         let ifree0 = sb_field(&img, "Free inodes");
-        let resv: u64 = sb_field(&img, "Reserved block count").parse().unwrap();
+        let reserved: u64 = sb_field(&img, "Reserved block count").parse().unwrap();
+        let blocks: u64 = sb_field(&img, "Block count").parse().unwrap();
+        // The kernel's s_resv_clusters: 2%, at most 4096, kept from all
+        // but the splits that free space.
+        let pool = (blocks / 50).min(4096);
         let e = Ext4::open(&img, rw_in_place()).unwrap();
         let free: u64 = free0.parse().unwrap();
-        // Four threads allocate until ENOSPC.
+        let user = Cred::user(1000, 1000);
+        // Four threads of an ordinary user allocate until ENOSPC.
         let got: Vec<Vec<u64>> = std::thread::scope(|sc| {
             let hs: Vec<_> = (0..4)
                 .map(|_| {
-                    let e = &e;
+                    let (e, user) = (&e, &user);
                     sc.spawn(move || {
                         let mut v = Vec::new();
-                        loop {
-                            match e.alloc_block(0, false) {
+                        scalevfs::caller::with(user, || loop {
+                            match e.alloc_block(0) {
                                 Ok(b) => v.push(b),
                                 Err(err) => {
                                     assert_eq!(errno(err), Errno::ENOSPC);
                                     return v;
                                 }
                             }
-                        }
+                        })
                     })
                 })
                 .collect();
@@ -127,15 +132,24 @@ fn fill_to_enospc_and_free_again() {
         assert_eq!(uniq.len(), all.len(), "a block handed out twice");
         assert_eq!(
             all.len() as u64,
-            free - resv,
-            "non-root stops at the reserve"
+            free - reserved - pool,
+            "non-root stops at both reserves"
         );
-        // Root takes the reserve, then ENOSPC.
-        while let Ok(b) = e.alloc_block(0, true) {
+        // Root (and work with no caller) takes the reserved blocks but
+        // not the pool.
+        scalevfs::caller::with(&Cred::root(), || {
+            while let Ok(b) = e.alloc_block(0) {
+                all.push(b);
+            }
+        });
+        assert_eq!(all.len() as u64, free - pool, "root stops at the pool");
+        assert_eq!(errno(e.alloc_block(0).unwrap_err()), Errno::ENOSPC);
+        // A split that frees space takes the pool too, then ENOSPC.
+        while let Ok(b) = e.alloc_block_nofail(0) {
             all.push(b);
         }
         assert_eq!(all.len() as u64, free);
-        assert_eq!(errno(e.alloc_block(0, true).unwrap_err()), Errno::ENOSPC);
+        assert_eq!(errno(e.alloc_block_nofail(0).unwrap_err()), Errno::ENOSPC);
         assert_eq!(e.statfs().bfree, 0);
         e.sync().unwrap();
         // Every block we hold is marked in use on disk (spot checks).
@@ -220,9 +234,9 @@ fn failed_check_stops_all_writes() {
     let after_mount = std::fs::read(&img).unwrap();
     // A goal in group 1: the allocator builds its bitmap and refuses.
     let goal = 1 + 8192;
-    let err = e.alloc_block(goal, false).unwrap_err();
+    let err = e.alloc_block(goal).unwrap_err();
     assert!(err.is_corrupt(), "{err}");
-    assert_eq!(errno(e.alloc_block(0, false).unwrap_err()), Errno::EROFS);
+    assert_eq!(errno(e.alloc_block(0).unwrap_err()), Errno::EROFS);
     assert!(e.sync().is_err());
     drop(e);
     assert!(

@@ -357,6 +357,20 @@ impl Shared {
     }
 }
 
+/// Run `f`, file I/O on the base task, on behalf of the request's
+/// caller ([`scalevfs::caller`]: ext4 lets only root, or its resuid and
+/// resgid, take the reserved blocks). The supplementary groups are not
+/// read for this (a /proc read per write): only `s_def_resgid` would
+/// look at them. Writeback with no caller (uid -1) runs as the
+/// filesystem's own work.
+fn as_requester<R>(req: &Request, f: impl FnOnce() -> R) -> R {
+    if req.uid() == u32::MAX {
+        return f();
+    }
+    let cred = scalevfs::Cred::user(req.uid(), req.gid());
+    scalevfs::caller::with(&cred, f)
+}
+
 /// The scalevfs filesystem as fuser sees it.
 #[derive(Debug)]
 pub struct ScaleFs {
@@ -937,10 +951,10 @@ impl fuser::Filesystem for ScaleFs {
         if !caller_keeps_setid(req) {
             kill_suid_sgid(s, req, fd_out, Some(ino_out.0));
         }
-        match s
-            .base
-            .copy_file_range(fd_in, Some(off_in), fd_out, Some(off_out), len, flags)
-        {
+        match as_requester(req, || {
+            s.base
+                .copy_file_range(fd_in, Some(off_in), fd_out, Some(off_out), len, flags)
+        }) {
             Ok(n) => reply.written(n as u32),
             Err(e) => reply.error(errno(e)),
         }
@@ -980,7 +994,7 @@ impl fuser::Filesystem for ScaleFs {
         if fh.0 & FH_DIRECT != 0 {
             drop_file_caps(s, fd, ino);
         }
-        match s.base.pwrite(fd, data, off) {
+        match as_requester(req, || s.base.pwrite(fd, data, off)) {
             Ok(n) => reply.written(n as u32),
             Err(e) => reply.error(errno(e)),
         }
@@ -1244,7 +1258,7 @@ impl fuser::Filesystem for ScaleFs {
         // The handle was opened for writing (checked by the core): no
         // credentials needed, as for write.
         let s = &self.shared;
-        let r = s.base.fallocate(fd, mode, off, len);
+        let r = as_requester(req, || s.base.fallocate(fd, mode, off, len));
         // Linux's file_modified: set-id bits go as on a write (generic/683,
         // 684).
         if r.is_ok() && req.uid() != u32::MAX && !caller_keeps_setid(req) {

@@ -38,6 +38,10 @@ pub struct Superblock {
     pub state: u16,
     pub rev_level: u32,
     pub first_ino: u32,
+    /// `s_def_resuid`, `s_def_resgid`: who besides root may allocate the
+    /// reserved blocks.
+    pub def_resuid: u16,
+    pub def_resgid: u16,
     pub inode_size: u16,
     pub feature_compat: u32,
     pub feature_incompat: u32,
@@ -96,6 +100,8 @@ impl Superblock {
             state: le16(b, 0x3A),
             rev_level: le32(b, 0x4C),
             first_ino: le32(b, 0x54),
+            def_resuid: le16(b, 0x50),
+            def_resgid: le16(b, 0x52),
             inode_size: le16(b, 0x58),
             feature_compat: le32(b, 0x5C),
             feature_incompat: incompat,
@@ -218,6 +224,18 @@ impl Superblock {
     }
 
     /// Blocks per cluster (1 without bigalloc).
+    /// The kernel's `s_resv_clusters` pool, in blocks: 2% of the
+    /// filesystem, at most 4096 clusters, and none without extents
+    /// (`ext4_calculate_resv_clusters`). Kept from every allocation but
+    /// the splits that free space; `statfs` leaves it out of `f_bavail`.
+    pub fn resv_blocks(&self) -> u64 {
+        if !self.has_incompat(INCOMPAT_EXTENTS) {
+            return 0;
+        }
+        let ratio = self.cluster_ratio();
+        ((self.blocks_count / ratio) / 50).min(4096) * ratio
+    }
+
     pub fn cluster_ratio(&self) -> u64 {
         if self.has_ro_compat(RO_COMPAT_BIGALLOC) {
             1u64 << (self.log_cluster_size.saturating_sub(self.log_block_size)).min(16)
