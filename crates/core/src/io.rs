@@ -421,12 +421,13 @@ impl Task {
             None => fs.fallocate(i, op == FALLOC_FL_PUNCH_HOLE, off as u64, len as u64),
             Some(r) => fs.fallocate_range(i, r, off as u64, len as u64),
         });
-        if r == Err(Errno::ENOSPC) && op == 0 && !keep {
-            // As the kernel's ext4_alloc_file_blocks: the size still grows
-            // over what was allocated before the space ran out (the range
-            // is filled from its start, so up to its first hole). A
-            // filesystem without FIEMAP (memfs, as tmpfs) gives everything
-            // back on failure instead.
+        if r == Err(Errno::ENOSPC) && matches!(op, 0 | FALLOC_FL_ZERO_RANGE) && !keep {
+            // As the kernel's ext4_alloc_file_blocks (which ext4's zero
+            // range uses too): the size still grows over what was
+            // allocated before the space ran out (the range is filled from
+            // its start, so up to its first hole). A filesystem without
+            // FIEMAP (memfs, as tmpfs) gives everything back on failure
+            // instead.
             if let Ok(map) = fs.fiemap(i, off as u64, len as u64, 0) {
                 let mut upto = off as u64;
                 for x in &map {
@@ -436,7 +437,8 @@ impl Task {
                     upto = upto.max(x.logical.saturating_add(x.length));
                 }
                 let upto = upto.min(end);
-                if upto > i.attr().size {
+                // Nothing mapped at `off`: nothing allocated, no growth.
+                if upto > off as u64 && upto > i.attr().size {
                     fs.truncate(i, upto)?;
                     ch.inode(i);
                 }

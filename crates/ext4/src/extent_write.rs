@@ -150,6 +150,18 @@ pub(crate) fn insert_extent(ex: &mut Vec<Extent>, e: Extent) {
     }
 }
 
+/// The first logical block at or after `at` that `ex` does not map.
+fn first_hole(ex: &[Extent], mut at: u64) -> u64 {
+    let i = ex.partition_point(|e| u64::from(e.block) + u64::from(e.len) <= at);
+    for e in &ex[i..] {
+        if u64::from(e.block) > at {
+            break;
+        }
+        at = u64::from(e.block) + u64::from(e.len);
+    }
+    at
+}
+
 /// Remove logical blocks `from..to` from `ex`; returns the freed physical
 /// runs (start, count).
 fn remove_range(ex: &mut Vec<Extent>, from: u64, to: u64) -> Vec<(u64, u64)> {
@@ -2161,11 +2173,32 @@ impl Ext4 {
             .step_groups()
             .map(|b| b.saturating_sub(2 * tree_len + 2).max(1));
         let mut stop = None;
-        let mut r = self
+        let r = self
             .fill_holes(&mut ex, first, last, &mut fresh, budget)
             .map(|s| stop = s.or(clipped));
+        if let Err(e) = r {
+            if e.errno() == scalevfs::Errno::ENOSPC && !fresh.is_empty() {
+                return self.zero_range_short(
+                    inode,
+                    ei,
+                    g,
+                    raw,
+                    (off, end),
+                    leaf,
+                    ex,
+                    &tree,
+                    fresh,
+                    e,
+                );
+            }
+            for b in fresh {
+                let _ = self.free_block(b);
+            }
+            return Err(e);
+        }
+        let mut r = Ok(());
         let ex_zero = ex.clone();
-        if r.is_ok() {
+        {
             let (from, to) = (off.div_ceil(bs), stop.map_or(end / bs, |s| s.min(end / bs)));
             let converted = from < to && mark_unwritten(&mut ex, from, to);
             if converted || !fresh.is_empty() {
@@ -2197,6 +2230,50 @@ impl Ext4 {
         // The tree changed whatever the data write did: store it.
         self.publish(inode, ei, g, raw)?;
         r.map(|()| stop.map(|s| s * bs))
+    }
+
+    /// ZERO_RANGE out of space part way (`fresh` non-empty), as the
+    /// kernel's ext4_zero_range, whose ext4_alloc_file_blocks keeps the
+    /// chunks it mapped before the failure: the blocks taken stay
+    /// (`store_short`), the written blocks before the first hole left
+    /// become unwritten if the range is block-aligned (the kernel
+    /// converts chunk by chunk; with unaligned ends its first pass only
+    /// allocates, and fails there), no partial block is zeroed (that
+    /// comes last), and ENOSPC is returned; the VFS grows the size over
+    /// what was mapped.
+    #[allow(clippy::too_many_arguments)]
+    fn zero_range_short(
+        &self,
+        inode: &Arc<Inode>,
+        ei: &Ext4Inode,
+        g: RwLockWriteGuard<'_, ()>,
+        mut raw: RawInode,
+        (off, end): (u64, u64),
+        leaf: Option<LeafAt>,
+        mut ex: Vec<Extent>,
+        tree: &[u64],
+        mut fresh: Vec<u64>,
+        e: crate::Error,
+    ) -> Result<Option<u64>> {
+        let bs = self.bs as u64;
+        if off.is_multiple_of(bs) && end.is_multiple_of(bs) {
+            let hole = first_hole(&ex, off / bs);
+            let from = off / bs;
+            if from < hole {
+                mark_unwritten(&mut ex, from, hole);
+            }
+        }
+        if let Err(e2) = self.store_short(&mut raw, leaf, ex, tree, &mut fresh) {
+            for b in fresh {
+                let _ = self.free_block(b);
+            }
+            return Err(e2);
+        }
+        let t = now();
+        raw.mtime = t;
+        raw.ctime = t;
+        self.publish(inode, ei, g, raw)?;
+        Err(e)
     }
 
     /// Before a COLLAPSE_RANGE whose frees do not fit one step: the range

@@ -343,6 +343,10 @@ pub struct Ext4 {
 
 /// State of a read-write mount.
 pub(crate) struct RwState {
+    /// The kernel's `s_resv_clusters`, in blocks: the pool every
+    /// allocation but a `nofail` one leaves (`Superblock::resv_blocks`;
+    /// `Ext4::set_reserved_clusters`).
+    pub(crate) resv: AtomicU64,
     pub(crate) bufs: BufCache,
     pub(crate) alloc: Alloc,
     /// The raw superblock as read (fields not modelled kept as they are).
@@ -596,6 +600,7 @@ impl Ext4 {
                 orphan_fallback: OnceLock::new(),
                 dead: Arc::new(Sharded::new(Class::Ext4Dead)),
                 xattr_blocks: crate::xattr_cache::XattrBlockCache::new(),
+                resv: AtomicU64::new(fs.sb.resv_blocks()),
                 ea_values: crate::xattr_cache::XattrBlockCache::new(),
                 journaled: opts.journal
                     && fs.sb.feature_compat & COMPAT_HAS_JOURNAL != 0
@@ -795,7 +800,11 @@ impl Ext4 {
                     || (sb.def_resgid != 0 && c.in_group(u32::from(sb.def_resgid)))
             }
         });
-        let resv = sb.resv_blocks();
+        // Relaxed: a setting, read alone.
+        let resv = self
+            .rw
+            .as_ref()
+            .map_or(0, |rw| rw.resv.load(Ordering::Relaxed));
         if privileged {
             resv
         } else {
@@ -1195,6 +1204,24 @@ impl Ext4 {
             // Relaxed: see `Journal::limit`.
             j.limit.fetch_min(blocks.max(8), Ordering::Relaxed);
         }
+    }
+
+    /// Set the pool of clusters kept for the splits that free space (the
+    /// kernel's `/sys/fs/ext4/<dev>/reserved_clusters`; mount default: 2%
+    /// of the filesystem, at most 4096 clusters, none without extents).
+    /// EINVAL, as the kernel, for as many clusters as the filesystem has
+    /// or more; EROFS read-only.
+    pub fn set_reserved_clusters(&self, clusters: u64) -> Result<()> {
+        let (rw, _) = self.rw()?;
+        if clusters >= self.sb.blocks_count / self.sb.cluster_ratio() {
+            return Err(crate::util::errno(libc::EINVAL));
+        }
+        // Relaxed: a setting, read alone.
+        rw.resv.store(
+            clusters.saturating_mul(self.sb.cluster_ratio()),
+            Ordering::Relaxed,
+        );
+        Ok(())
     }
 
     /// Make INSERT_RANGE and COLLAPSE_RANGE shift the extent tree a leaf
@@ -3547,7 +3574,8 @@ impl Filesystem for Ext4 {
         let mut st = self.statfs;
         if let Some(rw) = &self.rw {
             let ratio = self.sb.cluster_ratio();
-            let resv = self.sb.resv_blocks();
+            // Relaxed: a setting, read alone.
+            let resv = rw.resv.load(Ordering::Relaxed);
             st.bfree = rw.alloc.free_blocks().saturating_mul(ratio);
             if let Some(j) = rw.journal.get() {
                 // Blocks freed in the running transaction count as free

@@ -422,6 +422,8 @@ fn deleting_a_stepped_file_on_a_full_filesystem_gives_the_space_back() {
     let free0 = free_blocks(&img);
     let e = Ext4::open(&img, rw_journaled()).unwrap();
     e.set_txn_limit(8);
+    // Truly full: not even the kernel's 2% pool for splits left.
+    e.set_reserved_clusters(0).unwrap();
     let vfs = Vfs::with_root_fs(Default::default(), e.clone());
     let t = vfs.root_task();
     // 20 MiB, then a hole every 32 blocks: ~640 extents in a depth-1 tree.

@@ -160,6 +160,18 @@ fn fill_to_enospc_and_free_again() {
         for b in all {
             e.free_block(b).unwrap();
         }
+        // The pool can be set (the kernel's sysfs reserved_clusters), up
+        // to less than the filesystem's size; statfs follows it.
+        assert_eq!(
+            errno(e.set_reserved_clusters(blocks).unwrap_err()),
+            Errno::EINVAL
+        );
+        e.set_reserved_clusters(0).unwrap();
+        let st = e.statfs();
+        assert_eq!(st.bavail, st.bfree - reserved);
+        e.set_reserved_clusters(7).unwrap();
+        let st = e.statfs();
+        assert_eq!(st.bavail, st.bfree - reserved - 7);
         drop(e);
         assert_eq!(sb_field(&img, "Free blocks"), free0);
         assert_eq!(sb_field(&img, "Free inodes"), ifree0);

@@ -1264,6 +1264,16 @@ impl fuser::Filesystem for ScaleFs {
         if r.is_ok() && req.uid() != u32::MAX && !caller_keeps_setid(req) {
             kill_suid_sgid(s, req, fd, Some(ino.0));
         }
+        // Out of space part way, ext4 keeps what it allocated and the size
+        // grows over it (the kernel's ext4 does), but the kernel updates
+        // its cached attributes only after a fallocate that succeeded:
+        // it forgets them here (attributes only, -1), else `stat` shows
+        // the old size and blocks until they time out.
+        if r == Err(Errno::ENOSPC) {
+            if let Some(n) = s.notifier.get() {
+                let _ = n.inval_inode(ino, -1, 0);
+            }
+        }
         // A hole punch, collapse or zero range defers frees: run them before
         // the reply (as truncate, in setattr).
         if mode != 0 {

@@ -219,3 +219,135 @@ fn ext4_image_written_through_fuse_passes_e2fsck() {
     assert_eq!(fsx.read_link("/link").unwrap().to_str(), Some("d/e/f.txt"));
     let _ = fs::remove_dir_all(&base);
 }
+
+/// A superblock field as `dumpe2fs -h` prints it.
+fn sb_number(mkfs: &Path, img: &Path, name: &str) -> u64 {
+    let out = Command::new(mkfs.with_file_name("dumpe2fs"))
+        .arg("-h")
+        .arg(img)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}:")))
+        .unwrap_or_else(|| panic!("{name} not in dumpe2fs -h"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Fill the mount with `dd` as `uid` (None: root) until ENOSPC.
+fn dd_until_full(file: &Path, uid: Option<u32>) {
+    use std::os::unix::process::CommandExt;
+    let mut c = Command::new("dd");
+    c.arg("if=/dev/zero")
+        .arg(format!("of={}", file.display()))
+        .args(["bs=65536", "count=100000"]);
+    if let Some(u) = uid {
+        c.uid(u).gid(u);
+    }
+    let out = c.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("No space left"),
+        "dd did not fill the mount: {err}"
+    );
+}
+
+fn statvfs_free(dir: &Path) -> (u64, u64) {
+    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a zeroed statvfs is a valid out-parameter; the path is a
+    // valid C string.
+    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut s) }, 0);
+    (s.f_bfree, s.f_bavail)
+}
+
+/// Through the mount, the reserved blocks are root's, as on the kernel's
+/// ext4: an ordinary user's writes stop where `f_bavail` reaches 0, and
+/// root's go on until only the 2% pool is left. The daemon does a write on
+/// a task of its own; the request's caller is what counts.
+#[test]
+fn ext4_reserved_blocks_through_fuse_follow_the_caller() {
+    if fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+        .is_err()
+    {
+        skip("/dev/fuse cannot be opened");
+        return;
+    }
+    let Some(mkfs) = mkfs() else {
+        skip("mkfs.ext4 not found (e2fsprogs)");
+        return;
+    };
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        skip("not root: cannot write as another user");
+        return;
+    }
+    let base = std::env::temp_dir().join(format!("scalevfs-fuse-resv-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&base);
+    fs::create_dir_all(&base).unwrap();
+    fs::set_permissions(&base, fs::Permissions::from_mode(0o755)).unwrap();
+    let img = base.join("img");
+    let out = Command::new(&mkfs)
+        .args(["-q", "-F", "-b", "4096"])
+        .arg(&img)
+        .arg("24M")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let reserved = sb_number(&mkfs, &img, "Reserved block count");
+    let pool = (sb_number(&mkfs, &img, "Block count") / 50).min(4096);
+    let ext4 = Ext4::open(
+        &img,
+        Ext4Options {
+            ro: false,
+            ..Ext4Options::default()
+        },
+    )
+    .unwrap();
+    let vfs = Vfs::with_root_fs(VfsConfig::default(), ext4.clone());
+    let mnt = base.join("mnt");
+    fs::create_dir_all(&mnt).unwrap();
+    let cfg = MountConfig {
+        fuse: FuseConfig::default(),
+        options: vec!["allow_other".to_string()],
+        threads: 2,
+    };
+    let m = spawn_mount(vfs, &mnt, &cfg).expect("mount");
+    let work = std::panic::catch_unwind(|| {
+        fs::set_permissions(&mnt, fs::Permissions::from_mode(0o777)).unwrap();
+        dd_until_full(&mnt.join("user"), Some(65534));
+        let (bfree, bavail) = statvfs_free(&mnt);
+        assert_eq!(bavail, 0, "available after the user's fill");
+        assert_eq!(
+            bfree,
+            reserved + pool,
+            "the user left the reserve and the pool"
+        );
+        dd_until_full(&mnt.join("root"), None);
+        let (bfree, _) = statvfs_free(&mnt);
+        assert_eq!(bfree, pool, "root left the pool");
+    });
+    let _ = m.unmount();
+    ext4.unmount().unwrap();
+    drop(ext4);
+    if let Err(p) = work {
+        std::panic::resume_unwind(p);
+    }
+    let out = Command::new(mkfs.with_file_name("e2fsck"))
+        .arg("-fn")
+        .arg(&img)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "e2fsck -fn: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let _ = fs::remove_dir_all(&base);
+}
