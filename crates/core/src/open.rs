@@ -456,7 +456,8 @@ impl Task {
 
     /// `getdents64(2)`-style: the next batch of entries of the directory
     /// open at `fd` ("." and ".." first), at most `max` of them; an empty
-    /// vector at the end.
+    /// vector at the end. `max` 0 is EINVAL, as getdents64 with a buffer
+    /// too small for one entry (after EBADF and ENOTDIR, as there).
     pub fn getdents(&self, fd: i32, max: usize) -> VfsResult<Vec<DirEntry>> {
         let f = self.files.get_arc(fd)?;
         if f.is_path_only() {
@@ -482,7 +483,9 @@ impl Task {
         }
         let mut out = Vec::new();
         let mut pos = f.position();
-        let max = max.max(1);
+        if max == 0 {
+            return Err(Errno::EINVAL);
+        }
         if pos == 0 && out.len() < max {
             out.push(DirEntry {
                 ino: i.ino(),

@@ -221,6 +221,34 @@ fn getdents_on_a_shared_description_lists_each_entry_once() {
 /// A getcwd racing with renames of the cwd's ancestors returns a path that
 /// existed: the one from before or the one from after the rename, never a
 /// splice of both (Linux retries under rename_lock's seqcount).
+/// getdents with room for no entry is EINVAL (Linux's getdents64 with a
+/// buffer smaller than one record), and the position does not move; bad
+/// descriptors and non-directories are refused first, as there. (It
+/// returned one entry.)
+#[test]
+fn getdents_with_room_for_none_is_einval() {
+    let vfs = Vfs::new();
+    let t = vfs.root_task();
+    t.mkdir("/d", 0o755).unwrap();
+    create(&t, "/d/f", 0o644);
+    let fd = t.open("/d", O_RDONLY | O_DIRECTORY, 0).unwrap();
+    assert_eq!(t.getdents(fd, 0), Err(Errno::EINVAL));
+    let names: Vec<_> = t
+        .getdents(fd, 16)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    assert_eq!(
+        names.len(),
+        3,
+        "the failed call moved the position: {names:?}"
+    );
+    let f = t.open("/d/f", O_RDONLY, 0).unwrap();
+    assert_eq!(t.getdents(f, 0), Err(Errno::ENOTDIR));
+    assert_eq!(t.getdents(999, 0), Err(Errno::EBADF));
+}
+
 #[test]
 fn getcwd_racing_with_renames_never_splices_paths() {
     const RENAMES: usize = 20_000;
