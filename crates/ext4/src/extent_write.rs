@@ -2049,8 +2049,8 @@ impl Ext4 {
                 Ok(r2) => {
                     *raw = r2;
                     // A spare the tree did not take (its need fell as the
-                    // data shrank) goes back.
-                    raw.blocks = raw.blocks.saturating_sub(unused.len() as u64 * unit);
+                    // data shrank) goes back; `raw.blocks` never counted
+                    // it (the tree counts the blocks it takes).
                     for b in unused {
                         self.free_block(b)?;
                     }
