@@ -3754,7 +3754,10 @@ impl Filesystem for Ext4 {
             }
             // A tree too large to rewrite in one transaction shifts a leaf
             // per handle (`shift_step`), as the kernel's ext4 does always.
-            RangeOp::Collapse => {
+            // Neither adds data: the tree blocks they may need come from
+            // every free block (`nofail`), as the kernel's split and
+            // removal do (EXT4_GET_BLOCKS_METADATA_NOFAIL).
+            RangeOp::Collapse => nofail(|| {
                 let pre = vfs(self.journaled(|| self.collapse_prefree(inode, off, len)))?;
                 if let Some((from, to)) = pre {
                     vfs(self.punch_rest(inode, from, to))?;
@@ -3763,13 +3766,13 @@ impl Filesystem for Ext4 {
                     return Ok(());
                 }
                 vfs(self.collapse_stepped(inode, off, len))
-            }
-            RangeOp::Insert => {
+            }),
+            RangeOp::Insert => nofail(|| {
                 if vfs(self.journaled(|| self.file_insert(inode, off, len)))? {
                     return Ok(());
                 }
                 vfs(self.insert_stepped(inode, off, len))
-            }
+            }),
         }
     }
 
