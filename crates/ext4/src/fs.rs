@@ -2245,7 +2245,10 @@ impl Ext4 {
     }
 
     /// The ext2/3 block map: 12 direct pointers, then single, double and
-    /// triple indirect blocks.
+    /// triple indirect blocks. A hole reports how far it reaches: to the
+    /// end of the missing indirect block's span (or past the last block
+    /// the map can hold), so a walk over a sparse file (SEEK_DATA, FIEMAP)
+    /// skips a missing subtree in one step.
     fn map_indirect(&self, raw: &RawInode, lblk: u32) -> Result<Mapping> {
         let per = (self.bs / 4) as u64;
         let mut l = u64::from(lblk);
@@ -2261,7 +2264,9 @@ impl Ext4 {
             } else {
                 l -= per + per * per;
                 if l >= per * per * per {
-                    return Ok(Mapping::Hole { count: 1 });
+                    return Ok(Mapping::Hole {
+                        count: (1u64 << 32) - u64::from(lblk),
+                    });
                 }
                 (raw.block_word(14), 3)
             }
@@ -2269,7 +2274,11 @@ impl Ext4 {
         let mut buf = BlockBuf::zeroed(self.bs);
         for level in (0..levels).rev() {
             if ptr == 0 {
-                return Ok(Mapping::Hole { count: 1 });
+                // The missing block would map per^(level + 1) blocks.
+                let span = per.pow(level + 1);
+                return Ok(Mapping::Hole {
+                    count: span - l % span,
+                });
             }
             self.read_block(u64::from(ptr), &mut buf)?;
             let idx = (l / per.pow(level)) % per;
@@ -2345,9 +2354,9 @@ impl Ext4 {
         if off >= raw.size {
             return Ok(None);
         }
-        if raw.flags & inode::FL_EXTENTS == 0 {
-            // Block maps and inline data: the whole file is data (as the
-            // VFS default).
+        if raw.flags & inode::FL_INLINE_DATA != 0 {
+            // Inline data: the whole file is data (the kernel's iomap
+            // reports it as one inline extent).
             return Ok(Some(if data { off } else { raw.size }));
         }
         let bs = self.bs as u64;

@@ -102,6 +102,22 @@ fn summary_ours(t: &scalevfs::Task, files: &[&str]) -> Vec<(String, u64, u64, u6
         .collect()
 }
 
+/// The file's data runs as SEEK_DATA / SEEK_HOLE give them, from 0 on
+/// (at most 64 runs; `seek(off, data)` is the lseek, None for ENXIO). The
+/// block map's holes are holes: this was "all data" (as the VFS default)
+/// until the ext3-style kernel comparison found it.
+fn seek_chain(size: u64, mut seek: impl FnMut(u64, bool) -> Option<u64>) -> Vec<(u64, u64)> {
+    let mut runs = Vec::new();
+    let mut off = 0;
+    while off < size && runs.len() < 64 {
+        let Some(d) = seek(off, true) else { break };
+        let h = seek(d, false).expect("a hole after data (EOF at least)");
+        runs.push((d, h));
+        off = h;
+    }
+    runs
+}
+
 /// Reads the file in 1 MiB pieces, skipping all-zero pieces cheaply by
 /// hashing only the non-zero bytes with their offsets.
 fn digest(size: u64, mut read: impl FnMut(&mut [u8], u64) -> usize) -> u64 {
@@ -137,6 +153,23 @@ fn run_diff(tag: &str, mkfs: &[&str], size: &str, ops: &[Op], files: &[&str], ex
     let t = vfs.root_task();
     let ours: Vec<Res> = ops.iter().map(|op| our_op(&t, op)).collect();
     let mut our_sum = summary_ours(&t, files);
+    let our_runs: Vec<_> = files
+        .iter()
+        .map(|f| {
+            let fd = t.open(*f, scalevfs::O_RDONLY, 0).unwrap();
+            let size = t.fstat(fd).unwrap().size;
+            let runs = seek_chain(size, |o, data| {
+                let w = if data {
+                    libc::SEEK_DATA
+                } else {
+                    libc::SEEK_HOLE
+                };
+                t.lseek(fd, o as i64, w as u32).ok()
+            });
+            t.close(fd).unwrap();
+            runs
+        })
+        .collect();
     // Windows at the given offsets (beyond the first 8 MiB).
     let mut our_win = Vec::new();
     for f in files {
@@ -166,6 +199,23 @@ fn run_diff(tag: &str, mkfs: &[&str], size: &str, ops: &[Op], files: &[&str], ex
     // SAFETY: a plain syscall.
     unsafe { libc::sync() };
     let mut k_sum = summary_kernel(&km.0, files);
+    let k_runs: Vec<_> = files
+        .iter()
+        .map(|f| {
+            let file = std::fs::File::open(km.0.join(f.trim_start_matches('/'))).unwrap();
+            let size = file.metadata().unwrap().len();
+            seek_chain(size, |o, data| {
+                let w = if data {
+                    libc::SEEK_DATA
+                } else {
+                    libc::SEEK_HOLE
+                };
+                // SAFETY: a plain syscall on an open descriptor.
+                let r = unsafe { libc::lseek(file.as_raw_fd(), o as i64, w) };
+                (r >= 0).then_some(r as u64)
+            })
+        })
+        .collect();
     let mut k_win = Vec::new();
     for f in files {
         let file = std::fs::File::open(km.0.join(f.trim_start_matches('/'))).unwrap();
@@ -181,6 +231,10 @@ fn run_diff(tag: &str, mkfs: &[&str], size: &str, ops: &[Op], files: &[&str], ex
     for (i, op) in ops.iter().enumerate() {
         assert_eq!(ours[i], kernel[i], "{tag}: step {i} {op:?}");
     }
+    assert_eq!(
+        our_runs, k_runs,
+        "{tag}: SEEK_DATA/SEEK_HOLE runs, ours vs kernel"
+    );
     for (a, b) in our_win.iter().zip(&k_win) {
         assert!(a == b, "{tag}: window {} at {} differs", a.0, a.1);
     }
