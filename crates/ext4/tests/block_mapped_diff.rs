@@ -170,6 +170,16 @@ fn run_diff(tag: &str, mkfs: &[&str], size: &str, ops: &[Op], files: &[&str], ex
             runs
         })
         .collect();
+    // Our FIEMAP, for the kernel's of the same image below.
+    let our_maps: Vec<_> = files
+        .iter()
+        .map(|f| {
+            let fd = t.open(*f, scalevfs::O_RDONLY, 0).unwrap();
+            let m = t.fiemap(fd, 0, u64::MAX, 0).unwrap();
+            t.close(fd).unwrap();
+            m
+        })
+        .collect();
     // Windows at the given offsets (beyond the first 8 MiB).
     let mut our_win = Vec::new();
     for f in files {
@@ -189,6 +199,13 @@ fn run_diff(tag: &str, mkfs: &[&str], size: &str, ops: &[Op], files: &[&str], ex
         let t = vfs.root_task();
         assert_eq!(summary_ours(&t, files), our_sum, "{tag}: after remount");
         unmount_clean(t, vfs, e, &img);
+    }
+    // The kernel's FIEMAP of our image equals ours (extents, flags).
+    if let Some(km) = KMount::new(&img, &s.0.join("ours-mnt")) {
+        for (f, ours) in files.iter().zip(&our_maps) {
+            let k = kernel_fiemap(&km.0.join(f.trim_start_matches('/')), 0, u64::MAX).unwrap();
+            assert_eq!(ours, &k, "{tag}: FIEMAP of {f}, ours vs the kernel's");
+        }
     }
     let Some(km) = KMount::rw(&theirs, &s.0.join("mnt")) else {
         return;
