@@ -188,3 +188,16 @@ fn kernel_agrees_bigalloc() {
 fn kernel_agrees_no_journal() {
     interop(4096, "^has_journal", &[]);
 }
+
+/// Files, symlinks and directories stored in the inode (inline_data):
+/// SEEK_DATA/SEEK_HOLE, statfs and the tree as the kernel reads them.
+#[test]
+fn kernel_agrees_inline_data() {
+    interop(4096, "inline_data", &[]);
+}
+
+/// ext2-style: no journal, no extents, no flex_bg.
+#[test]
+fn kernel_agrees_ext2_style() {
+    interop(1024, "^has_journal,^extent,^64bit,^flex_bg,^orphan_file", &[]);
+}
