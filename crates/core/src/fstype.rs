@@ -276,6 +276,17 @@ pub trait Filesystem: Send + Sync + 'static {
         Err(Errno::EOPNOTSUPP)
     }
 
+    /// Where a directory's positions end, for lseek on it:
+    /// `Some((eof, max))` makes SEEK_END relative to `eof`, SEEK_DATA and
+    /// SEEK_HOLE answer against it, and no position pass `max`, as
+    /// Linux's `generic_file_llseek_size` (ext4: its htree end cookie, or
+    /// the size of a linear directory). `None`, the default: SEEK_SET and
+    /// SEEK_CUR only, EINVAL for the rest, as tmpfs's `dcache_dir_lseek`.
+    fn dir_seek_bounds(&self, dir: &Arc<Inode>) -> Option<(u64, u64)> {
+        let _ = dir;
+        None
+    }
+
     /// SEEK_DATA (`data`) or SEEK_HOLE from `off`; ENXIO past the end.
     fn seek_data_hole(&self, inode: &Arc<Inode>, off: u64, data: bool) -> VfsResult<u64> {
         // Default: the whole file is data, with the implicit hole at EOF.

@@ -222,16 +222,24 @@ impl Task {
             return Err(Errno::EINVAL);
         }
         if i.is_dir() {
-            // tmpfs's dcache_dir_lseek: SEEK_SET and SEEK_CUR only. Under
-            // the description's position lock, which getdents holds while
-            // it lists from the position (Linux's f_pos_lock).
+            // tmpfs's dcache_dir_lseek: SEEK_SET and SEEK_CUR only; a
+            // filesystem with an end (`Filesystem::dir_seek_bounds`: ext4's
+            // htree end) answers the rest as generic_file_llseek_size.
+            // Under the description's position lock, which getdents holds
+            // while it lists from the position (Linux's f_pos_lock).
+            let bounds = f.path().mnt.sb.fs.dir_seek_bounds(i);
             let _pl = f.pos_lock.lock();
-            let new = match whence {
-                SEEK_SET => off,
-                SEEK_CUR => (f.position() as i64).wrapping_add(off),
+            let new = match (whence, bounds) {
+                (SEEK_SET, _) => off,
+                (SEEK_CUR, _) => (f.position() as i64).wrapping_add(off),
+                (SEEK_END, Some((eof, _))) => (eof as i64).wrapping_add(off),
+                // (Compared unsigned, as there: a negative offset is past it.)
+                (SEEK_DATA, Some((eof, _))) if (off as u64) < eof => off,
+                (SEEK_HOLE, Some((eof, _))) if (off as u64) < eof => eof as i64,
+                (SEEK_DATA | SEEK_HOLE, Some(_)) => return Err(Errno::ENXIO),
                 _ => return Err(Errno::EINVAL),
             };
-            if new < 0 {
+            if new < 0 || bounds.is_some_and(|(_, max)| new as u64 > max) {
                 return Err(Errno::EINVAL);
             }
             // Relaxed: a value, under the position lock.

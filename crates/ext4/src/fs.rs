@@ -3687,6 +3687,22 @@ impl Filesystem for Ext4 {
         vfs(self.fiemap_raw(&Ext4::node(i)?, start, len))
     }
 
+    /// As the kernel's ext4_dir_llseek: a hashed directory (dir_index and
+    /// an htree, one block, or inline entries: the kernel's is_dx_dir)
+    /// ends at the 64-bit htree end cookie, a linear one at its size
+    /// (ext4_llseek; a directory has no holes).
+    fn dir_seek_bounds(&self, dir: &Arc<Inode>) -> Option<(u64, u64)> {
+        let raw = Ext4::node(dir).ok()?;
+        let dx = self.sb.has_compat(COMPAT_DIR_INDEX)
+            && (raw.flags & (inode::FL_INDEX | inode::FL_INLINE_DATA) != 0
+                || raw.size == self.bs as u64);
+        if dx {
+            Some((i64::MAX as u64, i64::MAX as u64))
+        } else {
+            Some((raw.size, self.max_file_size_of(dir)))
+        }
+    }
+
     fn seek_data_hole(&self, i: &Arc<Inode>, off: u64, data: bool) -> VfsResult<u64> {
         let _g = self.file_read_lock(i);
         vfs(self.seek_raw(&Ext4::node(i)?, off, data))?.ok_or(Errno::ENXIO)

@@ -199,5 +199,9 @@ fn kernel_agrees_inline_data() {
 /// ext2-style: no journal, no extents, no flex_bg.
 #[test]
 fn kernel_agrees_ext2_style() {
-    interop(1024, "^has_journal,^extent,^64bit,^flex_bg,^orphan_file", &[]);
+    interop(
+        1024,
+        "^has_journal,^extent,^64bit,^flex_bg,^orphan_file",
+        &[],
+    );
 }
