@@ -205,3 +205,16 @@ fn kernel_agrees_ext2_style() {
         &[],
     );
 }
+
+/// 128-byte inodes (no extra fields: second timestamps, no crtime) and
+/// linear directories (no dir_index).
+#[test]
+fn kernel_agrees_small_inodes_linear_dirs() {
+    interop(4096, "^dir_index", &["-I", "128"]);
+}
+
+/// large_dir and ea_inode images.
+#[test]
+fn kernel_agrees_large_dir_ea_inode() {
+    interop(1024, "large_dir,ea_inode", &[]);
+}
