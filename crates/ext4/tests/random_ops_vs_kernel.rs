@@ -15,7 +15,8 @@
 //! On a mismatch the seed, the call's index and a minimized call log
 //! (replayed on fresh copies) are printed. Knobs: KDIFF_SEEDS (seeds per
 //! block size), KDIFF_OPS (calls per seed), KDIFF_SEED0 (first seed),
-//! KDIFF_BS (only this block size), KDIFF_NO_MIN (no minimizing).
+//! KDIFF_BS (only this block size), KDIFF_NO_MIN (no minimizing),
+//! KDIFF_FEATURES (mkfs -O list instead of "orphan_file").
 //! Skipped, with the reason printed, where not root or where a loop mount
 //! fails.
 
@@ -1400,7 +1401,10 @@ fn base_image(dir: &Path, bs: usize, seed: u64) -> PathBuf {
     );
     let hash = format!("hash_seed={id}");
     let bss = bs.to_string();
-    let args = ["-b", &bss, "-O", "orphan_file", "-U", &id, "-E", &hash];
+    // KDIFF_FEATURES: other mkfs features (e.g. "^extent,^64bit" for an
+    // ext3-style image of block-mapped files).
+    let features = std::env::var("KDIFF_FEATURES").unwrap_or_else(|_| "orphan_file".into());
+    let args = ["-b", &bss, "-O", &features, "-U", &id, "-E", &hash];
     mkfs_args(&base, &args, if bs == 1024 { "32M" } else { "48M" });
     base
 }
