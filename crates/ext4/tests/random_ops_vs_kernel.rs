@@ -1051,10 +1051,23 @@ impl Run {
             e.unmount().map_err(|x| format!("our unmount: {x}"))?;
         }
         if let Some(g) = self.guard.take() {
-            let out = std::process::Command::new("umount")
-                .arg(&g.0)
-                .output()
-                .unwrap();
+            // A child the other block size's test is spawning at this
+            // moment holds copies of this process's descriptors (close-on-
+            // exec ones too) until its exec: the mount may be busy for an
+            // instant after every file here was closed. Retry then.
+            let mut tries = 0;
+            let out = loop {
+                let out = std::process::Command::new("umount")
+                    .arg(&g.0)
+                    .output()
+                    .unwrap();
+                let busy = String::from_utf8_lossy(&out.stderr).contains("busy");
+                if out.status.success() || !busy || tries == 100 {
+                    break out;
+                }
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            };
             std::mem::forget(g);
             if !out.status.success() {
                 return Err(format!("umount: {}", String::from_utf8_lossy(&out.stderr)));
