@@ -145,8 +145,20 @@ fn ext4_image_through_fuse_matches_its_source() {
 /// `scalevfs mount --image` without `-o ro`: what programs write through
 /// the mount lands in the image, and after unmount e2fsck -fn passes and
 /// the image reads back the same.
-#[test]
-fn ext4_image_written_through_fuse_passes_e2fsck() {
+/// A fresh read-write ext4 image (`mkfs.ext4 -q -F ARGS IMG SIZE` in a
+/// scratch directory `tag`) served through FUSE with `options`: the
+/// scratch directory, the image, the filesystem, the mount point and the
+/// mount. None, with the reason printed, without /dev/fuse or mkfs.ext4.
+struct ImageMount {
+    base: PathBuf,
+    img: PathBuf,
+    mkfs: PathBuf,
+    ext4: std::sync::Arc<Ext4>,
+    mnt: PathBuf,
+    m: scalevfs_fuse::FuseMount,
+}
+
+fn mount_fresh_image(tag: &str, args: &[&str], size: &str, options: &[&str]) -> Option<ImageMount> {
     if fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -154,20 +166,22 @@ fn ext4_image_written_through_fuse_passes_e2fsck() {
         .is_err()
     {
         skip("/dev/fuse cannot be opened");
-        return;
+        return None;
     }
     let Some(mkfs) = mkfs() else {
         skip("mkfs.ext4 not found (e2fsprogs)");
-        return;
+        return None;
     };
-    let base = std::env::temp_dir().join(format!("scalevfs-fuse-ext4w-{}", std::process::id()));
+    let base = std::env::temp_dir().join(format!("scalevfs-fuse-{tag}-{}", std::process::id()));
     let _ = fs::remove_dir_all(&base);
     fs::create_dir_all(&base).unwrap();
+    fs::set_permissions(&base, fs::Permissions::from_mode(0o755)).unwrap();
     let img = base.join("img");
     let out = Command::new(&mkfs)
-        .args(["-q", "-F", "-b", "4096", "-O", "orphan_file"])
+        .args(["-q", "-F"])
+        .args(args)
         .arg(&img)
-        .arg("16M")
+        .arg(size)
         .output()
         .unwrap();
     assert!(out.status.success());
@@ -184,10 +198,33 @@ fn ext4_image_written_through_fuse_passes_e2fsck() {
     fs::create_dir_all(&mnt).unwrap();
     let cfg = MountConfig {
         fuse: FuseConfig::default(),
-        options: vec![],
+        options: options.iter().map(|o| o.to_string()).collect(),
         threads: 2,
     };
     let m = spawn_mount(vfs, &mnt, &cfg).expect("mount");
+    Some(ImageMount {
+        base,
+        img,
+        mkfs,
+        ext4,
+        mnt,
+        m,
+    })
+}
+
+#[test]
+fn ext4_image_written_through_fuse_passes_e2fsck() {
+    let Some(ImageMount {
+        base,
+        img,
+        mkfs,
+        ext4,
+        mnt,
+        m,
+    }) = mount_fresh_image("ext4w", &["-b", "4096", "-O", "orphan_file"], "16M", &[])
+    else {
+        return;
+    };
     let big: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
     let work = (|| -> std::io::Result<()> {
         fs::create_dir_all(mnt.join("d/e"))?;
@@ -270,55 +307,24 @@ fn statvfs_free(dir: &Path) -> (u64, u64) {
 /// a task of its own; the request's caller is what counts.
 #[test]
 fn ext4_reserved_blocks_through_fuse_follow_the_caller() {
-    if fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/fuse")
-        .is_err()
-    {
-        skip("/dev/fuse cannot be opened");
-        return;
-    }
-    let Some(mkfs) = mkfs() else {
-        skip("mkfs.ext4 not found (e2fsprogs)");
-        return;
-    };
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         skip("not root: cannot write as another user");
         return;
     }
-    let base = std::env::temp_dir().join(format!("scalevfs-fuse-resv-{}", std::process::id()));
-    let _ = fs::remove_dir_all(&base);
-    fs::create_dir_all(&base).unwrap();
-    fs::set_permissions(&base, fs::Permissions::from_mode(0o755)).unwrap();
-    let img = base.join("img");
-    let out = Command::new(&mkfs)
-        .args(["-q", "-F", "-b", "4096"])
-        .arg(&img)
-        .arg("24M")
-        .output()
-        .unwrap();
-    assert!(out.status.success());
+    let Some(ImageMount {
+        base,
+        img,
+        mkfs,
+        ext4,
+        mnt,
+        m,
+    }) = mount_fresh_image("resv", &["-b", "4096"], "24M", &["allow_other"])
+    else {
+        return;
+    };
     let reserved = sb_number(&mkfs, &img, "Reserved block count");
     let pool = (sb_number(&mkfs, &img, "Block count") / 50).min(4096);
-    let ext4 = Ext4::open(
-        &img,
-        Ext4Options {
-            ro: false,
-            ..Ext4Options::default()
-        },
-    )
-    .unwrap();
-    let vfs = Vfs::with_root_fs(VfsConfig::default(), ext4.clone());
-    let mnt = base.join("mnt");
-    fs::create_dir_all(&mnt).unwrap();
-    let cfg = MountConfig {
-        fuse: FuseConfig::default(),
-        options: vec!["allow_other".to_string()],
-        threads: 2,
-    };
-    let m = spawn_mount(vfs, &mnt, &cfg).expect("mount");
     let work = std::panic::catch_unwind(|| {
         fs::set_permissions(&mnt, fs::Permissions::from_mode(0o777)).unwrap();
         dd_until_full(&mnt.join("user"), Some(65534));
