@@ -486,15 +486,26 @@ fn return_spare(blk: u64) -> bool {
 /// want of a block the caller may not take (the kernel's
 /// `EXT4_GET_BLOCKS_METADATA_NOFAIL` dips into the reserved pool).
 pub(crate) fn nofail<R>(f: impl FnOnce() -> R) -> R {
-    struct Restore(bool);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            let prev = self.0;
-            NOFAIL.with(|n| n.set(prev));
-        }
-    }
-    let _restore = Restore(NOFAIL.with(|n| n.replace(true)));
+    let _scope = NofailScope::enter();
     f()
+}
+
+/// `nofail` for the rest of a scope: while it lives, this thread's
+/// allocations may take every free block; its drop puts the previous
+/// setting back.
+pub(crate) struct NofailScope(bool);
+
+impl NofailScope {
+    pub(crate) fn enter() -> NofailScope {
+        NofailScope(NOFAIL.with(|n| n.replace(true)))
+    }
+}
+
+impl Drop for NofailScope {
+    fn drop(&mut self) {
+        let prev = self.0;
+        NOFAIL.with(|n| n.set(prev));
+    }
 }
 
 impl Ext4 {

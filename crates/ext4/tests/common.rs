@@ -535,7 +535,8 @@ impl KMount {
     pub fn rw(img: &Path, dir: &Path) -> Option<KMount> {
         KMount::with_options(img, dir, "loop")
     }
-    fn with_options(img: &Path, dir: &Path, opts: &str) -> Option<KMount> {
+    /// The same with the mount options `opts`.
+    pub fn with_options(img: &Path, dir: &Path, opts: &str) -> Option<KMount> {
         std::fs::create_dir_all(dir).ok()?;
         let out = Command::new("mount")
             .args(["-t", "ext4", "-o", opts])
@@ -568,6 +569,17 @@ pub fn host_tree_ns(root: &Path) -> BTreeMap<String, Node> {
         n.mtime = (m.mtime(), m.mtime_nsec());
     }
     t
+}
+
+/// statvfs(2) of a host path.
+pub fn statvfs(p: &Path) -> libc::statvfs {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+    // SAFETY: statvfs is plain data; zeroes are a valid value.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: c is a valid path and st a valid out-pointer.
+    assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut st) }, 0);
+    st
 }
 
 /// A read-write journaled open for tests: no commit thread (commits only at

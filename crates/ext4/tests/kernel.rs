@@ -44,16 +44,6 @@ impl Drop for KMount {
     }
 }
 
-fn statvfs(p: &Path) -> libc::statvfs {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
-    // SAFETY: statvfs is plain data; zeroes are a valid value.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: c is a valid path and st a valid out-pointer.
-    assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut st) }, 0);
-    st
-}
-
 fn interop(bs: usize, features: &str, extra: &[&str]) {
     if !have_tools() {
         return;

@@ -26,23 +26,10 @@ const CHUNK: usize = 64 * 1024;
 type Steps = Vec<(u64, u64, u64, u64)>;
 
 fn kernel_side(img: &Path, dir: &Path) -> Option<Steps> {
-    std::fs::create_dir_all(dir).ok()?;
-    let st = Command::new("mount")
-        .args(["-t", "ext4", "-o", "loop,nodelalloc"])
-        .arg(img)
-        .arg(dir)
-        .output()
-        .ok()?;
-    if !st.status.success() {
-        eprintln!(
-            "SKIP: cannot loop-mount ext4 here: {}",
-            String::from_utf8_lossy(&st.stderr).trim()
-        );
-        return None;
-    }
+    let km = KMount::with_options(img, dir, "loop,nodelalloc")?;
     let statfs = |dir: &Path| {
-        let s = nix_statvfs(dir);
-        (s.0, s.1)
+        let s = statvfs(dir);
+        (s.f_bfree, s.f_bavail)
     };
     let mut steps = Vec::new();
     std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
@@ -75,19 +62,8 @@ fn kernel_side(img: &Path, dir: &Path) -> Option<Steps> {
         .unwrap();
     steps.push(punch_host(&f, dir, "u"));
     drop(f);
-    let _ = Command::new("umount").arg(dir).status();
+    drop(km);
     Some(steps)
-}
-
-/// (f_bfree, f_bavail) of the host filesystem at `dir`.
-fn nix_statvfs(dir: &Path) -> (u64, u64) {
-    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).unwrap();
-    // SAFETY: a zeroed statvfs is a valid out-parameter; the path is a
-    // valid C string.
-    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut s) }, 0);
-    (s.f_bfree, s.f_bavail)
 }
 
 /// Where the punch goes: one block in the middle of each of the first
@@ -100,7 +76,7 @@ fn punch_offsets(size: u64, bs: u64) -> Vec<u64> {
 fn punch_host(f: &std::fs::File, dir: &Path, name: &str) -> (u64, u64, u64, u64) {
     use std::os::fd::AsRawFd;
     let size = f.metadata().unwrap().len();
-    let bs = nix_bsize(dir);
+    let bs = statvfs(dir).f_bsize;
     for off in punch_offsets(size, bs) {
         // SAFETY: a valid fd; plain integer arguments.
         let r = unsafe {
@@ -114,17 +90,9 @@ fn punch_host(f: &std::fs::File, dir: &Path, name: &str) -> (u64, u64, u64, u64)
         assert_eq!(r, 0, "kernel punch: {}", std::io::Error::last_os_error());
     }
     let m = std::fs::metadata(dir.join(name)).unwrap();
-    let (fr, a) = nix_statvfs(dir);
+    let st = statvfs(dir);
+    let (fr, a) = (st.f_bfree, st.f_bavail);
     (m.size(), m.blocks(), fr, a)
-}
-
-fn nix_bsize(dir: &Path) -> u64 {
-    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).unwrap();
-    // SAFETY: as in `nix_statvfs`.
-    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut s) }, 0);
-    s.f_bsize
 }
 
 fn ours(img: &Path) -> Steps {

@@ -145,6 +145,20 @@ fn ext4_image_through_fuse_matches_its_source() {
 /// `scalevfs mount --image` without `-o ro`: what programs write through
 /// the mount lands in the image, and after unmount e2fsck -fn passes and
 /// the image reads back the same.
+/// e2fsck -fn (next to `mkfs`) passes `img`.
+fn fsck_clean(mkfs: &Path, img: &Path) {
+    let out = Command::new(mkfs.with_file_name("e2fsck"))
+        .arg("-fn")
+        .arg(img)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "e2fsck -fn: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
 /// A fresh read-write ext4 image (`mkfs.ext4 -q -F ARGS IMG SIZE` in a
 /// scratch directory `tag`) served through FUSE with `options`: the
 /// scratch directory, the image, the filesystem, the mount point and the
@@ -214,17 +228,18 @@ fn mount_fresh_image(tag: &str, args: &[&str], size: &str, options: &[&str]) -> 
 
 #[test]
 fn ext4_image_written_through_fuse_passes_e2fsck() {
-    let Some(ImageMount {
+    let Some(im) = mount_fresh_image("ext4w", &["-b", "4096", "-O", "orphan_file"], "16M", &[])
+    else {
+        return;
+    };
+    let ImageMount {
         base,
         img,
         mkfs,
         ext4,
         mnt,
         m,
-    }) = mount_fresh_image("ext4w", &["-b", "4096", "-O", "orphan_file"], "16M", &[])
-    else {
-        return;
-    };
+    } = im;
     let big: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
     let work = (|| -> std::io::Result<()> {
         fs::create_dir_all(mnt.join("d/e"))?;
@@ -239,13 +254,7 @@ fn ext4_image_written_through_fuse_passes_e2fsck() {
     ext4.unmount().unwrap();
     drop(ext4);
     work.unwrap();
-    let fsck = mkfs.with_file_name("e2fsck");
-    let out = Command::new(fsck).arg("-fn").arg(&img).output().unwrap();
-    assert!(
-        out.status.success(),
-        "e2fsck -fn: {}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    fsck_clean(&mkfs, &img);
     // Read back through the library, read-only.
     let e = Ext4::open(&img, Ext4Options::default()).unwrap();
     let vfs = Vfs::with_root_fs(VfsConfig::default(), e);
@@ -312,17 +321,17 @@ fn ext4_reserved_blocks_through_fuse_follow_the_caller() {
         skip("not root: cannot write as another user");
         return;
     }
-    let Some(ImageMount {
+    let Some(im) = mount_fresh_image("resv", &["-b", "4096"], "24M", &["allow_other"]) else {
+        return;
+    };
+    let ImageMount {
         base,
         img,
         mkfs,
         ext4,
         mnt,
         m,
-    }) = mount_fresh_image("resv", &["-b", "4096"], "24M", &["allow_other"])
-    else {
-        return;
-    };
+    } = im;
     let reserved = sb_number(&mkfs, &img, "Reserved block count");
     let pool = (sb_number(&mkfs, &img, "Block count") / 50).min(4096);
     let work = std::panic::catch_unwind(|| {
@@ -345,15 +354,6 @@ fn ext4_reserved_blocks_through_fuse_follow_the_caller() {
     if let Err(p) = work {
         std::panic::resume_unwind(p);
     }
-    let out = Command::new(mkfs.with_file_name("e2fsck"))
-        .arg("-fn")
-        .arg(&img)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "e2fsck -fn: {}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    fsck_clean(&mkfs, &img);
     let _ = fs::remove_dir_all(&base);
 }
