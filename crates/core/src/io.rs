@@ -123,10 +123,53 @@ impl Task {
         file_read(f, off as u64, &mut buf[..len])
     }
 
+    /// Run a write of `len` bytes (`once(from)` writes those from `from`
+    /// on and says how many it wrote, and whether the file is a regular
+    /// one), again after this thread's deferred frees ran when it found no
+    /// space: a removed file's space comes back when its inode is freed, a
+    /// grace period after its last name and descriptor went, where the
+    /// kernel's unlink frees it at once. A few tries with short pauses, as
+    /// name operations (`namei::redo_counted_enospc`); a regular file's
+    /// write that ended short goes on once more after a flush, for the same
+    /// reason. Each try runs unpinned (a pinned thread holds the grace
+    /// period back). So `rm big; write` on a full filesystem gets the
+    /// space, as on the kernel (the random kernel differential, seed 122).
+    fn write_retrying(
+        len: usize,
+        once: impl Fn(usize) -> VfsResult<(usize, bool)>,
+    ) -> VfsResult<usize> {
+        let mut r = once(0);
+        for k in 0..crate::namei::ENOSPC_RETRIES {
+            if !matches!(r, Err(Errno::ENOSPC)) {
+                break;
+            }
+            if k > 0 {
+                std::thread::sleep(std::time::Duration::from_millis(1 << (k - 1)));
+            }
+            crate::flush_deferred_frees();
+            r = once(0);
+        }
+        match r {
+            Ok((n, true)) if n > 0 && n < len.min(MAX_RW_COUNT) => {
+                crate::flush_deferred_frees();
+                match once(n) {
+                    Ok((k, _)) => Ok(n + k),
+                    Err(_) => Ok(n),
+                }
+            }
+            r => r.map(|(n, _)| n),
+        }
+    }
+
     /// `write(2)`. O_APPEND writes land at the end of file atomically (the
     /// data lock covers "find the end" and "copy"); other writes of one
-    /// description are serialised by its `pos_lock`.
+    /// description are serialised by its `pos_lock`. Out of space, see
+    /// `write_retrying`.
     pub fn write(&self, fd: i32, buf: &[u8]) -> VfsResult<usize> {
+        Self::write_retrying(buf.len(), |from| self.write_once(fd, &buf[from..]))
+    }
+
+    fn write_once(&self, fd: i32, buf: &[u8]) -> VfsResult<(usize, bool)> {
         // Reported when this drops, after `_pl` (and with `g` unpinned).
         let mut ch = self.changes();
         let g = epoch::pin();
@@ -134,6 +177,7 @@ impl Task {
         if !f.can_write() {
             return Err(Errno::EBADF);
         }
+        let regular = f.inode().file_type() == FileType::Regular;
         if f.is_append() {
             verify_area(0, buf.len())?;
             let (n, end) = file_write(f, None, buf, self.cred())?;
@@ -142,7 +186,7 @@ impl Task {
             if n > 0 {
                 ch.inode(f.inode());
             }
-            return Ok(n);
+            return Ok((n, regular));
         }
         let _pl = f.pos_lock.lock();
         let pos = f.position();
@@ -156,14 +200,21 @@ impl Task {
         let _ = f
             .pos
             .compare_exchange(pos, end, Ordering::Relaxed, Ordering::Relaxed);
-        Ok(n)
+        Ok((n, regular))
     }
 
-    /// `pwrite(2)` (O_APPEND descriptions append, as on Linux).
+    /// `pwrite(2)` (O_APPEND descriptions append, as on Linux). Out of
+    /// space, see `write_retrying`.
     pub fn pwrite(&self, fd: i32, buf: &[u8], off: i64) -> VfsResult<usize> {
         if off < 0 {
             return Err(Errno::EINVAL);
         }
+        Self::write_retrying(buf.len(), |from| {
+            self.pwrite_once(fd, &buf[from..], off.saturating_add(from as i64))
+        })
+    }
+
+    fn pwrite_once(&self, fd: i32, buf: &[u8], off: i64) -> VfsResult<(usize, bool)> {
         // Reported when this drops, after `g` is unpinned.
         let mut ch = self.changes();
         let g = epoch::pin();
@@ -184,7 +235,7 @@ impl Task {
         if n > 0 {
             ch.inode(f.inode());
         }
-        Ok(n)
+        Ok((n, f.inode().file_type() == FileType::Regular))
     }
 
     /// `readv(2)`: one read (so one position update), scattered.

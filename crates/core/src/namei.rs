@@ -1049,4 +1049,4 @@ pub(crate) fn redo_counted<R>(f: impl Fn(bool) -> VfsResult<R>) -> VfsResult<R> 
 
 /// Retries of a name operation that failed with ENOSPC (`redo_counted_enospc`):
 /// pauses of 1, 2, 4, 8 and 16 ms between them, 31 ms in all.
-const ENOSPC_RETRIES: u32 = 6;
+pub(crate) const ENOSPC_RETRIES: u32 = 6;

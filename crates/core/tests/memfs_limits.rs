@@ -210,3 +210,29 @@ fn concurrent_writers_fill_exactly() {
     assert_eq!(used, 300);
     assert_eq!(t.statfs("/").unwrap().bfree, 0);
 }
+
+/// `rm big; write` on a full memfs gets the removed file's pages, as on
+/// tmpfs (whose unlink frees them at once): the write runs again after
+/// this thread's deferred frees ran (`Task::write_retrying`), where the
+/// file's last count goes a grace period after its name.
+#[test]
+fn a_write_right_after_an_unlink_gets_the_space() {
+    let vfs = small(64, 16);
+    let t = vfs.root_task();
+    let big = t.open("/big", O_CREAT | O_RDWR, 0o644).unwrap();
+    let all = vec![7u8; 64 * PAGE as usize];
+    assert_eq!(t.write(big, &all), Ok(all.len()));
+    t.close(big).unwrap();
+    let f = t.open("/f", O_CREAT | O_RDWR, 0o644).unwrap();
+    assert_eq!(t.write(f, &[1u8; 10]), Err(Errno::ENOSPC));
+    t.unlink("/big").unwrap();
+    assert_eq!(
+        t.pwrite(f, &all[..32 * PAGE as usize], 0),
+        Ok(32 * PAGE as usize)
+    );
+    assert_eq!(
+        t.write(f, &all[..32 * PAGE as usize]),
+        Ok(32 * PAGE as usize)
+    );
+    t.close(f).unwrap();
+}

@@ -1,0 +1,47 @@
+//! `rm big; write` on a full filesystem gets the removed file's space, as
+//! on the kernel, where unlink frees it at once. Here the inode goes a
+//! grace period after its last name and descriptor, and its blocks with
+//! it: a write that finds no space runs again after this thread's
+//! deferred frees ran (`Task::write_retrying`). It failed with ENOSPC
+//! (the random kernel differential, seed 122 at 1 KiB).
+
+mod common;
+
+use common::*;
+use scalevfs::{Errno, O_CREAT, O_RDWR};
+
+#[test]
+fn a_write_right_after_an_unlink_gets_the_space() {
+    if !have_tools() {
+        return;
+    }
+    let s = Scratch::new("unlink-space");
+    let img = s.0.join("img");
+    mkfs_args(&img, &["-b", "1024", "-O", "orphan_file"], "32M");
+    let count: u64 = sb_field(&img, "Block count").parse().unwrap();
+    let pool = count / 50;
+    // Full (all but the pool), and remounted: nothing but the name holds
+    // the big file.
+    {
+        let (e, vfs) = mount(&img);
+        let t = vfs.root_task();
+        let fd = t.open("/big", O_CREAT | O_RDWR, 0o644).unwrap();
+        assert_eq!(t.fallocate(fd, 0, 0, 40 << 20), Err(Errno::ENOSPC));
+        assert_eq!(t.statfs("/").unwrap().bfree, pool);
+        t.close(fd).unwrap();
+        unmount_clean(t, vfs, e, &img);
+    }
+    let (e, vfs) = mount(&img);
+    let t = vfs.root_task();
+    let fd = t.open("/f", O_CREAT | O_RDWR, 0o644).unwrap();
+    let w = t.open("/w", O_CREAT | O_RDWR, 0o644).unwrap();
+    t.unlink("/big").unwrap();
+    // Both write paths: pwrite, and write at the description's position.
+    let n = 4 << 20;
+    assert_eq!(t.pwrite(fd, &vec![1u8; n], 12345), Ok(n));
+    assert_eq!(t.write(w, &vec![2u8; n]), Ok(n));
+    assert_eq!(t.fstat(w).unwrap().size, n as u64);
+    t.close(fd).unwrap();
+    t.close(w).unwrap();
+    unmount_clean(t, vfs, e, &img);
+}
