@@ -138,18 +138,7 @@ impl Task {
         len: usize,
         once: impl Fn(usize) -> VfsResult<(usize, bool)>,
     ) -> VfsResult<usize> {
-        let mut r = once(0);
-        for k in 0..crate::namei::ENOSPC_RETRIES {
-            if !matches!(r, Err(Errno::ENOSPC)) {
-                break;
-            }
-            if k > 0 {
-                std::thread::sleep(std::time::Duration::from_millis(1 << (k - 1)));
-            }
-            crate::flush_deferred_frees();
-            r = once(0);
-        }
-        match r {
+        match Self::redo_enospc(|| once(0)) {
             Ok((n, true)) if n > 0 && n < len.min(MAX_RW_COUNT) => {
                 crate::flush_deferred_frees();
                 match once(n) {
@@ -159,6 +148,23 @@ impl Task {
             }
             r => r.map(|(n, _)| n),
         }
+    }
+
+    /// Run `once` again after this thread's deferred frees ran while it
+    /// fails with ENOSPC (see `write_retrying`), each try unpinned.
+    fn redo_enospc<R>(once: impl Fn() -> VfsResult<R>) -> VfsResult<R> {
+        let mut r = once();
+        for k in 0..crate::namei::ENOSPC_RETRIES {
+            if !matches!(r, Err(Errno::ENOSPC)) {
+                break;
+            }
+            if k > 0 {
+                std::thread::sleep(std::time::Duration::from_millis(1 << (k - 1)));
+            }
+            crate::flush_deferred_frees();
+            r = once();
+        }
+        r
     }
 
     /// `write(2)`. O_APPEND writes land at the end of file atomically (the
@@ -421,7 +427,15 @@ impl Task {
     /// KEEP_SIZE), COLLAPSE_RANGE and INSERT_RANGE (as ext4, where the
     /// filesystem has them: `Filesystem::fallocate_range`); UNSHARE_RANGE
     /// and WRITE_ZEROES are EOPNOTSUPP. Mode checks as `vfs_fallocate`.
+    /// Out of space, it runs again after this thread's deferred frees ran
+    /// (`redo_enospc`: a closed unlinked file's blocks come back a grace
+    /// period later; the kernel frees them at the last close), continuing
+    /// from what the failed try kept.
     pub fn fallocate(&self, fd: i32, mode: u32, off: i64, len: i64) -> VfsResult<()> {
+        Self::redo_enospc(|| self.fallocate_once(fd, mode, off, len))
+    }
+
+    fn fallocate_once(&self, fd: i32, mode: u32, off: i64, len: i64) -> VfsResult<()> {
         use crate::fstype::RangeOp;
         if off < 0 || len <= 0 {
             return Err(Errno::EINVAL);

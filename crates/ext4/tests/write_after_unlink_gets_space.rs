@@ -45,3 +45,25 @@ fn a_write_right_after_an_unlink_gets_the_space() {
     t.close(w).unwrap();
     unmount_clean(t, vfs, e, &img);
 }
+
+/// The same for fallocate, and for an unlinked file whose last descriptor
+/// just closed (the kernel frees it at that close): seed 130 at 1 KiB.
+#[test]
+fn a_fallocate_right_after_the_last_close_of_an_unlinked_file_gets_the_space() {
+    if !have_tools() {
+        return;
+    }
+    let s = Scratch::new("close-space");
+    let img = s.0.join("img");
+    mkfs_args(&img, &["-b", "1024", "-O", "orphan_file"], "32M");
+    let (e, vfs) = mount(&img);
+    let t = vfs.root_task();
+    let gone = t.open("/gone", O_CREAT | O_RDWR, 0o644).unwrap();
+    t.unlink("/gone").unwrap();
+    assert_eq!(t.fallocate(gone, 0, 0, 40 << 20), Err(Errno::ENOSPC));
+    let f = t.open("/f", O_CREAT | O_RDWR, 0o644).unwrap();
+    t.close(gone).unwrap();
+    assert_eq!(t.fallocate(f, 0, 0, 8 << 20), Ok(()));
+    t.close(f).unwrap();
+    unmount_clean(t, vfs, e, &img);
+}
