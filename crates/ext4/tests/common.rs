@@ -748,6 +748,13 @@ pub fn mount_fresh(
     Some((s, img, e, vfs))
 }
 
+/// The kernel's `s_resv_clusters` pool of `img`, in blocks: 2% of the
+/// filesystem, at most 4096 (clusters of one block).
+pub fn resv_pool(img: &Path) -> u64 {
+    let count: u64 = sb_field(img, "Block count").parse().unwrap();
+    (count / 50).min(4096)
+}
+
 /// A file's extended attributes by name.
 pub type Xattrs = BTreeMap<String, Vec<u8>>;
 

@@ -36,8 +36,7 @@ fn a_short_fallocate_grows_the_size_to_its_first_hole_only() {
         )
         .unwrap();
         // Fill all but ~50 blocks past the 2% pool nobody's writes take.
-        let count: u64 = sb_field(&img, "Block count").parse().unwrap();
-        let pool = count / 50;
+        let pool = resv_pool(&img);
         let g = t.open("/fill", O_CREAT | O_RDWR, 0o644).unwrap();
         let mut at = 0i64;
         while t.statfs("/").unwrap().bfree > pool + 60 {
@@ -92,15 +91,10 @@ fn a_short_fallocate_grows_the_size_to_its_first_hole_only() {
 /// kernel differential, seed 45 at 1 KiB.
 #[test]
 fn a_short_fallocate_that_needs_a_tree_block_keeps_what_it_mapped() {
-    if !have_tools() {
+    let Some((_s, img, e, vfs)) = mount_fresh("falloc-short-tree", "32M") else {
         return;
-    }
-    let s = Scratch::new("falloc-short-tree");
-    let img = s.0.join("img");
-    mkfs_args(&img, &["-b", "1024", "-O", "orphan_file"], "32M");
-    let count: u64 = sb_field(&img, "Block count").parse().unwrap();
-    let pool = count / 50;
-    let (e, vfs) = mount(&img);
+    };
+    let pool = resv_pool(&img);
     let t = vfs.root_task();
     let fd = t.open("/f", O_CREAT | O_RDWR, 0o644).unwrap();
     // A block far away: the range's extents cannot join it, and the range

@@ -160,8 +160,7 @@ fn compare(bs: usize) {
     let got = ours(&img);
     eprintln!("bs {bs}: kernel {kernel:?}\n        scalevfs {got:?}");
     let blocks = |sectors: u64| sectors * 512 / bs as u64;
-    let count: u64 = sb_field(&img, "Block count").parse().unwrap();
-    let pool = (count / 50).min(4096);
+    let pool = resv_pool(&img);
     // The kernel's allocator stops a few blocks short of either limit (5
     // to 23 here; its statfs still shows them); ours stops exactly at it. Before this change the gaps were the whole pool
     // (the user went past it) and the whole reserve (root stopped short).

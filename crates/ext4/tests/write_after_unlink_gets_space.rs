@@ -12,18 +12,13 @@ use scalevfs::{Errno, O_CREAT, O_RDWR};
 
 #[test]
 fn a_write_right_after_an_unlink_gets_the_space() {
-    if !have_tools() {
+    let Some((_s, img, e, vfs)) = mount_fresh("unlink-space", "32M") else {
         return;
-    }
-    let s = Scratch::new("unlink-space");
-    let img = s.0.join("img");
-    mkfs_args(&img, &["-b", "1024", "-O", "orphan_file"], "32M");
-    let count: u64 = sb_field(&img, "Block count").parse().unwrap();
-    let pool = count / 50;
+    };
+    let pool = resv_pool(&img);
     // Full (all but the pool), and remounted: nothing but the name holds
     // the big file.
     {
-        let (e, vfs) = mount(&img);
         let t = vfs.root_task();
         let fd = t.open("/big", O_CREAT | O_RDWR, 0o644).unwrap();
         assert_eq!(t.fallocate(fd, 0, 0, 40 << 20), Err(Errno::ENOSPC));
@@ -50,13 +45,9 @@ fn a_write_right_after_an_unlink_gets_the_space() {
 /// just closed (the kernel frees it at that close): seed 130 at 1 KiB.
 #[test]
 fn a_fallocate_right_after_the_last_close_of_an_unlinked_file_gets_the_space() {
-    if !have_tools() {
+    let Some((_s, img, e, vfs)) = mount_fresh("close-space", "32M") else {
         return;
-    }
-    let s = Scratch::new("close-space");
-    let img = s.0.join("img");
-    mkfs_args(&img, &["-b", "1024", "-O", "orphan_file"], "32M");
-    let (e, vfs) = mount(&img);
+    };
     let t = vfs.root_task();
     let gone = t.open("/gone", O_CREAT | O_RDWR, 0o644).unwrap();
     t.unlink("/gone").unwrap();

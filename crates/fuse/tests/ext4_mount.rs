@@ -232,38 +232,30 @@ fn ext4_image_written_through_fuse_passes_e2fsck() {
     else {
         return;
     };
-    let ImageMount {
-        base,
-        img,
-        mkfs,
-        ext4,
-        mnt,
-        m,
-    } = im;
     let big: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
     let work = (|| -> std::io::Result<()> {
-        fs::create_dir_all(mnt.join("d/e"))?;
-        fs::write(mnt.join("d/e/f.txt"), b"written through fuse\n")?;
-        fs::write(mnt.join("big.bin"), &big)?;
-        fs::write(mnt.join("gone"), b"soon gone")?;
-        fs::remove_file(mnt.join("gone"))?;
-        std::os::unix::fs::symlink("d/e/f.txt", mnt.join("link"))?;
+        fs::create_dir_all(im.mnt.join("d/e"))?;
+        fs::write(im.mnt.join("d/e/f.txt"), b"written through fuse\n")?;
+        fs::write(im.mnt.join("big.bin"), &big)?;
+        fs::write(im.mnt.join("gone"), b"soon gone")?;
+        fs::remove_file(im.mnt.join("gone"))?;
+        std::os::unix::fs::symlink("d/e/f.txt", im.mnt.join("link"))?;
         Ok(())
     })();
-    let _ = m.unmount();
-    ext4.unmount().unwrap();
-    drop(ext4);
+    let _ = im.m.unmount();
+    im.ext4.unmount().unwrap();
+    drop(im.ext4);
     work.unwrap();
-    fsck_clean(&mkfs, &img);
+    fsck_clean(&im.mkfs, &im.img);
     // Read back through the library, read-only.
-    let e = Ext4::open(&img, Ext4Options::default()).unwrap();
+    let e = Ext4::open(&im.img, Ext4Options::default()).unwrap();
     let vfs = Vfs::with_root_fs(VfsConfig::default(), e);
     let fsx = scalevfs::fs::Fs::new(vfs.root_task());
     assert_eq!(fsx.read("/d/e/f.txt").unwrap(), b"written through fuse\n");
     assert!(fsx.read("/big.bin").unwrap() == big);
     assert!(!fsx.exists("/gone"));
     assert_eq!(fsx.read_link("/link").unwrap().to_str(), Some("d/e/f.txt"));
-    let _ = fs::remove_dir_all(&base);
+    let _ = fs::remove_dir_all(&im.base);
 }
 
 /// A superblock field as `dumpe2fs -h` prints it.
@@ -324,36 +316,28 @@ fn ext4_reserved_blocks_through_fuse_follow_the_caller() {
     let Some(im) = mount_fresh_image("resv", &["-b", "4096"], "24M", &["allow_other"]) else {
         return;
     };
-    let ImageMount {
-        base,
-        img,
-        mkfs,
-        ext4,
-        mnt,
-        m,
-    } = im;
-    let reserved = sb_number(&mkfs, &img, "Reserved block count");
-    let pool = (sb_number(&mkfs, &img, "Block count") / 50).min(4096);
+    let reserved = sb_number(&im.mkfs, &im.img, "Reserved block count");
+    let pool = (sb_number(&im.mkfs, &im.img, "Block count") / 50).min(4096);
     let work = std::panic::catch_unwind(|| {
-        fs::set_permissions(&mnt, fs::Permissions::from_mode(0o777)).unwrap();
-        dd_until_full(&mnt.join("user"), Some(65534));
-        let (bfree, bavail) = statvfs_free(&mnt);
+        fs::set_permissions(&im.mnt, fs::Permissions::from_mode(0o777)).unwrap();
+        dd_until_full(&im.mnt.join("user"), Some(65534));
+        let (bfree, bavail) = statvfs_free(&im.mnt);
         assert_eq!(bavail, 0, "available after the user's fill");
         assert_eq!(
             bfree,
             reserved + pool,
             "the user left the reserve and the pool"
         );
-        dd_until_full(&mnt.join("root"), None);
-        let (bfree, _) = statvfs_free(&mnt);
+        dd_until_full(&im.mnt.join("root"), None);
+        let (bfree, _) = statvfs_free(&im.mnt);
         assert_eq!(bfree, pool, "root left the pool");
     });
-    let _ = m.unmount();
-    ext4.unmount().unwrap();
-    drop(ext4);
+    let _ = im.m.unmount();
+    im.ext4.unmount().unwrap();
+    drop(im.ext4);
     if let Err(p) = work {
         std::panic::resume_unwind(p);
     }
-    fsck_clean(&mkfs, &img);
-    let _ = fs::remove_dir_all(&base);
+    fsck_clean(&im.mkfs, &im.img);
+    let _ = fs::remove_dir_all(&im.base);
 }
