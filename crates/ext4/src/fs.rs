@@ -3421,7 +3421,6 @@ impl Filesystem for Ext4 {
         node: NewNode<'_>,
         owner: (u32, u32),
     ) -> VfsResult<Arc<Inode>> {
-        vfs(self.uninline_dirs(&[dir]))?;
         vfs(self.journaled(|| self.create_node(dir, name, node.clone(), owner)))
     }
 
@@ -3435,17 +3434,14 @@ impl Filesystem for Ext4 {
     }
 
     fn link(&self, dir: &Arc<Inode>, name: &[u8], inode: &Arc<Inode>) -> VfsResult<()> {
-        vfs(self.uninline_dirs(&[dir]))?;
         vfs(self.journaled(|| self.add_link(dir, name, inode)))
     }
 
     fn unlink(&self, dir: &Arc<Inode>, name: &[u8], inode: &Arc<Inode>) -> VfsResult<()> {
-        vfs(self.uninline_dirs(&[dir]))?;
         vfs(self.journaled(|| self.remove_name(dir, name, inode, false)))
     }
 
     fn rmdir(&self, dir: &Arc<Inode>, name: &[u8], inode: &Arc<Inode>) -> VfsResult<()> {
-        vfs(self.uninline_dirs(&[dir]))?;
         vfs(self.journaled(|| self.remove_name(dir, name, inode, true)))
     }
 
@@ -3462,17 +3458,6 @@ impl Filesystem for Ext4 {
         if self.rw.is_none() {
             return Err(Errno::EROFS);
         }
-        // Inline directories whose entries change, and a directory moved
-        // to another parent (its `..`), move out to a block first.
-        let across = !Arc::ptr_eq(old_dir, new_dir);
-        let mut conv = vec![old_dir, new_dir];
-        if across {
-            conv.push(moved);
-            if exchange {
-                conv.extend(replaced);
-            }
-        }
-        vfs(self.uninline_dirs(&conv))?;
         if exchange {
             let other = replaced.ok_or(Errno::ENOENT)?;
             return vfs(self.journaled(|| {
@@ -3496,11 +3481,6 @@ impl Filesystem for Ext4 {
         if self.rw.is_none() {
             return Err(Errno::EROFS);
         }
-        let mut conv = vec![old_dir, new_dir];
-        if !Arc::ptr_eq(old_dir, new_dir) {
-            conv.push(moved);
-        }
-        vfs(self.uninline_dirs(&conv))?;
         // Both in one handle, so in one transaction (as the kernel's
         // ext4_rename makes the whiteout in its handle): a crash shows the
         // old name, or the new name and the whiteout. The whiteout's own

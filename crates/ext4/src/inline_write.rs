@@ -1,22 +1,30 @@
-//! Read-write mounts of images with inline_data: an inline file or
-//! directory (its bytes in `i_block` and the in-inode `system.data`
-//! attribute) is moved out to one data block the first time it changes,
-//! as the kernel's `ext4_convert_inline_data` / `ext4_convert_inline_dir`
-//! do when inline data no longer fits. New files and directories are
-//! never made inline, and a converted inode stays a block inode, so every
-//! change after the conversion runs the ordinary extent paths.
+//! Read-write mounts of images with inline_data, as the kernel's ext4
+//! keeps small directories and moves inline data out when it outgrows
+//! the inode.
 //!
-//! - A file: a write, truncate, fallocate or punch (`file_raw`) converts
-//!   it first, under its data lock and in the caller's handle.
-//! - A directory: a create, link, unlink, rmdir or rename in it, and a
-//!   rename that moves it to another parent (its `..`), convert it first
-//!   (`uninline_dirs`), in a handle of its own under its directory lock.
-//! - Reads, attribute changes, extended attributes (the `system.data`
-//!   entry is kept in place in the inode body), unlinks of an inline file
-//!   and removals of an empty inline directory need no conversion: the
-//!   inode is freed with nothing but its attributes to release.
+//! Directories (`ext4_try_create_inline_dir`, `ext4_try_add_inline_entry`,
+//! `ext4_delete_inline_entry`): a new directory is made inline when new
+//! inodes have room for inline data past `i_block` (`new_dirs_inline`):
+//! `i_block` holds the parent's number and then entries, the size is 60
+//! and no block is mapped, with an empty `system.data` attribute in the
+//! inode body. A new entry goes into `i_block`, else into the
+//! `system.data` value, which grows once (while empty) to all the room
+//! the body has past the other attributes; when neither has room the
+//! directory moves out to one block (`uninline`) and the entry goes
+//! there. Removals, renames (the entry pointed at another inode) and a
+//! moved directory's `..` change the inode in place. All of it under the
+//! directory's lock held exclusive, in the caller's handle: creates into
+//! an inline directory never take the shared-lock path.
 //!
-//! The converted inode: the inline flag cleared, the extent flag set, an
+//! Files: an inline file (made by the kernel or `mke2fs -d`) moves out to
+//! one data block the first time it changes (`ext4_convert_inline_data`):
+//! a write, truncate, fallocate or punch (`file_raw`) converts it first,
+//! under its data lock and in the caller's handle. New files are never
+//! made inline, and a converted inode stays a block inode. Reads,
+//! attribute changes, extended attributes (the `system.data` entry is
+//! kept in place in the inode body) and unlinks need no conversion.
+//!
+//! A converted inode: the inline flag cleared, the extent flag set, an
 //! extent root over one block (none for an empty file), `i_size` the
 //! file's size or one block for a directory, `i_blocks` counting the
 //! block, `system.data` removed from the inode body. The data block is
@@ -24,15 +32,11 @@
 //! directory's block goes through the journal, with `.` and `..` in
 //! front of the inline entries and its checksum tail.
 
-use std::sync::Arc;
-
-use scalevfs::inode::Inode;
-
 use crate::error::{corrupt, Result};
 use crate::format::dir;
 use crate::format::inode::{RawInode, FL_EXTENTS, FL_INLINE_DATA};
 use crate::format::xattr::RawEntry;
-use crate::fs::{Ext4, Ext4Inode};
+use crate::fs::Ext4;
 use crate::util::{errno, BlockBuf};
 
 /// `system.data`: the system index (7) and the name after its prefix.
@@ -141,38 +145,221 @@ impl Ext4 {
         *raw = new;
         Ok(())
     }
+}
 
-    /// Convert each inline directory among `dirs` (`uninline`), each in a
-    /// handle of its own under its directory lock held exclusive; the
-    /// VFS's copy of its size and blocks follows. Cheap when nothing is
-    /// inline: one flag test per inode.
-    pub(crate) fn uninline_dirs(&self, dirs: &[&Arc<Inode>]) -> Result<()> {
-        for d in dirs {
-            let Some(di) = d.private::<Ext4Inode>() else {
-                continue;
-            };
-            if !d.is_dir() || di.raw().flags & FL_INLINE_DATA == 0 {
-                continue;
-            }
-            self.journaled(|| {
-                let _dl = di
-                    .dir_lock
-                    .write_spin_as(scalevfs_sync::ordered::Class::Ext4Dir, d.ino());
-                let mut raw = di.raw();
-                if raw.flags & FL_INLINE_DATA == 0 {
-                    // Another thread converted it meanwhile.
-                    return Ok(());
-                }
-                self.check(self.uninline(&mut raw))?;
-                di.set_raw(raw);
-                Ok(())
-            })?;
-            d.update_attr(|a| {
-                let r = di.raw();
-                a.size = r.size;
-                a.blocks = r.blocks;
-            });
+/// `EXT4_DIR_REC_LEN(1)`: an inline directory grows into its
+/// `system.data` attribute only by more than this (the kernel's
+/// `ext4_update_inline_dir`).
+const MIN_GROWTH: usize = 12;
+
+/// The bytes of `i_block` after an inline directory's parent number.
+const DOTDOT: usize = 4;
+
+/// An empty `system.data` attribute (an inline inode's, before its data
+/// passes `i_block`).
+fn inline_entry(value: Vec<u8>) -> RawEntry {
+    RawEntry {
+        index: 7,
+        name: b"data".to_vec(),
+        value,
+        inum: 0,
+        inum_size: 0,
+        hash: 0,
+    }
+}
+
+impl Ext4 {
+    /// Whether new directories are made inline, as the kernel's ext4 does
+    /// on an inline_data image (`EXT4_STATE_MAY_INLINE_DATA` for every new
+    /// inode): the image has the feature and new inodes have an in-inode
+    /// attribute area with room for some inline data past `i_block`
+    /// (`ext4_get_max_inline_size` is 0 otherwise, and the directory gets
+    /// a block).
+    pub(crate) fn new_dirs_inline(&self) -> bool {
+        self.sb
+            .has_incompat(crate::format::features::INCOMPAT_INLINE_DATA)
+            && self.fresh_inline_room() > 0
+    }
+
+    /// The `system.data` value a new inode's body can hold: its area
+    /// (the inode size past 128 bytes and `i_extra_isize`) less the magic,
+    /// the entry and the end mark; the kernel's
+    /// `get_max_inline_xattr_value_size` for an inode without attributes.
+    fn fresh_inline_room(&self) -> usize {
+        let isz = self.sb.inode_size();
+        if isz <= crate::format::inode::GOOD_OLD_INODE_SIZE {
+            return 0;
         }
-        Ok(())
+        let area =
+            isz - crate::format::inode::GOOD_OLD_INODE_SIZE - crate::write::want_extra_isize(isz);
+        let used = 4 + crate::format::xattr::table_len(&[inline_entry(Vec::new())]);
+        area.saturating_sub(used) & !3
+    }
+
+    /// The largest `system.data` value the body of the inode `st` was read
+    /// from can hold beside its other attributes (the kernel's
+    /// `get_max_inline_xattr_value_size`): 0 without a body.
+    fn inline_room(st: &crate::xattr_write::Stored) -> usize {
+        let Some((_, len)) = st.area else {
+            return 0;
+        };
+        let mut with: Vec<RawEntry> = st
+            .body
+            .iter()
+            .filter(|e| !is_inline_entry(e))
+            .cloned()
+            .collect();
+        with.push(inline_entry(Vec::new()));
+        len.saturating_sub(4 + crate::format::xattr::table_len(&with)) & !3
+    }
+
+    /// Make the new directory `raw` (inode written by the caller next)
+    /// inline, as the kernel's `ext4_try_create_inline_dir`: `i_block`
+    /// holds the parent's number and one free entry over the other 56
+    /// bytes, the size is 60, no block is mapped.
+    pub(crate) fn init_inline_dir(raw: &mut RawInode, parent: u32) {
+        raw.flags = (raw.flags & !FL_EXTENTS) | FL_INLINE_DATA;
+        raw.block = [0; crate::format::inode::I_BLOCK_LEN];
+        raw.block[..DOTDOT].copy_from_slice(&parent.to_le_bytes());
+        let rest = (raw.block.len() - DOTDOT) as u16;
+        raw.block[DOTDOT + 4..DOTDOT + 6].copy_from_slice(&rest.to_le_bytes());
+        raw.size = raw.block.len() as u64;
+    }
+
+    /// The empty `system.data` attribute of a new inline directory, after
+    /// `write_inode` made its slot.
+    pub(crate) fn add_inline_attr(&self, raw: &mut RawInode) -> Result<()> {
+        let st = self.stored_xattrs(raw)?;
+        let mut body = st.body.clone();
+        body.push(inline_entry(Vec::new()));
+        self.store_xattrs(raw, &st, &body, &[], None)
+    }
+
+    /// Add `name` -> `ino` to inline directory `draw` (its lock held
+    /// exclusive; the caller writes the inode), as the kernel's
+    /// `ext4_try_add_inline_entry`: into `i_block`, else into the
+    /// `system.data` value (grown, while it is empty, to all the room the
+    /// inode body has). False, nothing changed, when neither has room:
+    /// the caller moves the directory out to a block.
+    pub(crate) fn inline_dir_insert(
+        &self,
+        draw: &mut RawInode,
+        name: &[u8],
+        ino: u32,
+        ft: u8,
+    ) -> Result<bool> {
+        let mut blk = draw.block;
+        let end = blk.len() - DOTDOT;
+        if dir::insert(&mut blk[DOTDOT..], end, ino, name, ft) {
+            draw.block = blk;
+            return Ok(true);
+        }
+        let st = self.stored_xattrs(draw)?;
+        let Some(cur) = st.body.iter().find(|e| is_inline_entry(e)) else {
+            return Ok(false);
+        };
+        let mut value = cur.value.clone();
+        if value.is_empty() {
+            let room = Self::inline_room(&st);
+            if room <= MIN_GROWTH {
+                return Ok(false);
+            }
+            value = vec![0; room];
+            value[4..6].copy_from_slice(&(room as u16).to_le_bytes());
+        }
+        let vlen = value.len();
+        if !dir::insert(&mut value, vlen, ino, name, ft) {
+            return Ok(false);
+        }
+        self.put_inline_value(draw, &st, value)?;
+        Ok(true)
+    }
+
+    /// Remove the live entry `name` from inline directory `draw` (its
+    /// lock held exclusive; the caller writes the inode), as the kernel's
+    /// `ext4_delete_inline_entry`: false when neither region holds it.
+    pub(crate) fn inline_dir_remove(&self, draw: &mut RawInode, name: &[u8]) -> Result<bool> {
+        let mut blk = draw.block;
+        let end = blk.len() - DOTDOT;
+        if dir::remove_named(&mut blk[DOTDOT..], end, name) {
+            draw.block = blk;
+            return Ok(true);
+        }
+        let st = self.stored_xattrs(draw)?;
+        let Some(cur) = st.body.iter().find(|e| is_inline_entry(e)) else {
+            return Ok(false);
+        };
+        let mut value = cur.value.clone();
+        let vlen = value.len();
+        if !dir::remove_named(&mut value, vlen, name) {
+            return Ok(false);
+        }
+        self.put_inline_value(draw, &st, value)?;
+        Ok(true)
+    }
+
+    /// Point the live entry `name` of inline directory `draw` at `ino`
+    /// (file type `ft`, already 0 without the filetype feature; its lock
+    /// held exclusive; the caller writes the inode): false when neither
+    /// region holds it.
+    pub(crate) fn inline_dir_retarget(
+        &self,
+        draw: &mut RawInode,
+        name: &[u8],
+        ino: u32,
+        ft: u8,
+    ) -> Result<bool> {
+        let mut blk = draw.block;
+        let end = blk.len() - DOTDOT;
+        if let Some((off, _)) = dir::find_named(&blk[DOTDOT..], end, name) {
+            dir::retarget(&mut blk[DOTDOT..], off, ino, ft);
+            draw.block = blk;
+            return Ok(true);
+        }
+        let st = self.stored_xattrs(draw)?;
+        let Some(cur) = st.body.iter().find(|e| is_inline_entry(e)) else {
+            return Ok(false);
+        };
+        let mut value = cur.value.clone();
+        let Some((off, _)) = dir::find_named(&value, value.len(), name) else {
+            return Ok(false);
+        };
+        dir::retarget(&mut value, off, ino, ft);
+        self.put_inline_value(draw, &st, value)?;
+        Ok(true)
+    }
+
+    /// Point the `..` of inline directory `raw` at `parent` (the caller
+    /// writes the inode).
+    pub(crate) fn set_inline_dotdot(raw: &mut RawInode, parent: u32) {
+        raw.block[..DOTDOT].copy_from_slice(&parent.to_le_bytes());
+    }
+
+    /// Store `value` as the `system.data` of `raw` (read as `st`); the
+    /// size follows it (`i_inline_size`).
+    fn put_inline_value(
+        &self,
+        raw: &mut RawInode,
+        st: &crate::xattr_write::Stored,
+        value: Vec<u8>,
+    ) -> Result<()> {
+        raw.size = (raw.block.len() + value.len()) as u64;
+        let body: Vec<RawEntry> = st
+            .body
+            .iter()
+            .map(|e| {
+                if is_inline_entry(e) {
+                    inline_entry(value.clone())
+                } else {
+                    e.clone()
+                }
+            })
+            .collect();
+        let block = st
+            .block
+            .as_ref()
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default();
+        self.store_xattrs(raw, st, &body, &block, None)
     }
 }

@@ -20,7 +20,7 @@ use crate::format::features::{
     COMPAT_DIR_INDEX, INCOMPAT_EXTENTS, INCOMPAT_FILETYPE, INCOMPAT_LARGEDIR, RO_COMPAT_DIR_NLINK,
 };
 use crate::format::htree;
-use crate::format::inode::{RawInode, FL_EXTENTS, FL_INDEX, I_BLOCK_LEN};
+use crate::format::inode::{RawInode, FL_EXTENTS, FL_INDEX, FL_INLINE_DATA, I_BLOCK_LEN};
 use crate::format::superblock::FLAG_UNSIGNED_HASH;
 use crate::fs::{Ext4, Ext4Inode, Mapping};
 use crate::util::{errno, now, BlockBuf};
@@ -373,6 +373,18 @@ impl Ext4 {
         } else {
             0
         };
+        if draw.flags & FL_INLINE_DATA != 0 {
+            // Only under the exclusive lock (an inline directory's entries
+            // live in its inode): into the inode while it has room, else
+            // the directory moves out to a block first, as the kernel's.
+            if !grow {
+                return Ok(false);
+            }
+            if self.inline_dir_insert(draw, name, ino, ft)? {
+                return Ok(true);
+            }
+            self.uninline(draw)?;
+        }
         if self.is_htree(draw) {
             return self.htree_insert(draw, name, ino, ft, grow);
         }
@@ -864,6 +876,12 @@ impl Ext4 {
                     })?;
                     raw.size = target.len() as u64;
                 }
+                NewNode::Dir { .. } if self.new_dirs_inline() => {
+                    Self::init_inline_dir(&mut raw, pino);
+                    raw.links_count = 2;
+                    self.write_inode(&raw, true)?;
+                    return self.add_inline_attr(&mut raw);
+                }
                 NewNode::Dir { .. } => {
                     let pblk = self.alloc_block(0)?;
                     data_block = Some(pblk);
@@ -1142,6 +1160,14 @@ impl Ext4 {
         draw: &RawInode,
         name: &[u8],
     ) -> Result<Option<(u64, usize, Option<usize>)>> {
+        if draw.flags & FL_INLINE_DATA != 0 {
+            // Its entries have no block (callers handle inline directories
+            // themselves or move them out first).
+            return Err(corrupt(
+                format!("inline directory {}", draw.ino),
+                "searched as a block directory",
+            ));
+        }
         // An indexed directory: only the leaves the name's hash selects.
         if self.is_htree(draw) {
             return self.htree_search(draw, name, &mut |lblk, b, r| {
@@ -1199,8 +1225,8 @@ impl Ext4 {
             let shared = di.dir_lock.read_spin_as(Class::Ext4Dir, dir.ino());
             let vg = ii.data.write();
             let mut iraw = ii.raw();
-            if iraw.links_count == 1 {
-                let draw = di.raw();
+            let draw = di.raw();
+            if iraw.links_count == 1 && draw.flags & FL_INLINE_DATA == 0 {
                 let Some((pblk, _, _)) = self.dir_find(&draw, name)? else {
                     return Err(errno(libc::ENOENT));
                 };
@@ -1249,17 +1275,7 @@ impl Ext4 {
         if is_dir && !self.dir_is_empty(&iraw)? {
             return Err(errno(libc::ENOTEMPTY));
         }
-        let Some((pblk, off, prev)) = self.dir_find(&draw, name)? else {
-            return Err(errno(libc::ENOENT));
-        };
-        let seed = self.csum_seed(&draw);
-        rw.bufs.modify_sealed(io.dev, pblk, true, |b| {
-            dir::remove(b, off, prev);
-            if let Some(s) = seed {
-                dir::set_tail_csum(b, s);
-            }
-            ((), seed.is_some())
-        })?;
+        self.remove_entry(&mut draw, name)?;
         let t = now();
         iraw.links_count = if is_dir {
             0
@@ -1377,13 +1393,81 @@ impl Ext4 {
             0
         };
         rw.bufs.modify(io.dev, pblk, true, |b| {
-            b[off..off + 4].copy_from_slice(&ino.to_le_bytes());
-            b[off + 7] = ft;
+            dir::retarget(b, off, ino, ft);
             if let Some(s) = seed {
                 dir::set_tail_csum(b, s);
             }
         })?;
         Ok(())
+    }
+
+    /// Whether directory `draw` has a live entry `name` (its lock held).
+    fn dir_has(&self, draw: &RawInode, name: &[u8]) -> Result<bool> {
+        if draw.flags & FL_INLINE_DATA != 0 {
+            return Ok(self.inline_dir(draw)?.1.iter().any(|e| e.name == name));
+        }
+        Ok(self.dir_find(draw, name)?.is_some())
+    }
+
+    /// Point entry `name` of directory `draw` (its lock held exclusive)
+    /// at `ino` (file type `ft`): in its block, or in the inode of an
+    /// inline directory (`draw` changes; the caller writes it).
+    fn retarget_named(&self, draw: &mut RawInode, name: &[u8], ino: u32, ft: u8) -> Result<()> {
+        if draw.flags & FL_INLINE_DATA != 0 {
+            let ft = if self.sb.has_incompat(INCOMPAT_FILETYPE) {
+                ft
+            } else {
+                0
+            };
+            return match self.inline_dir_retarget(draw, name, ino, ft)? {
+                true => Ok(()),
+                false => Err(errno(libc::ENOENT)),
+            };
+        }
+        let (pblk, off, _) = self
+            .dir_find(draw, name)?
+            .ok_or_else(|| errno(libc::ENOENT))?;
+        self.dir_retarget(draw, pblk, off, ino, ft)
+    }
+
+    /// Remove entry `name` from directory `draw` (its lock held
+    /// exclusive): from its block, or from the inode of an inline
+    /// directory (`draw` changes; the caller writes it).
+    fn remove_entry(&self, draw: &mut RawInode, name: &[u8]) -> Result<()> {
+        if draw.flags & FL_INLINE_DATA != 0 {
+            return match self.inline_dir_remove(draw, name)? {
+                true => Ok(()),
+                false => Err(errno(libc::ENOENT)),
+            };
+        }
+        let (rw, io) = self.rw()?;
+        let (pblk, off, prev) = self
+            .dir_find(draw, name)?
+            .ok_or_else(|| errno(libc::ENOENT))?;
+        let seed = self.csum_seed(draw);
+        rw.bufs.modify_sealed(io.dev, pblk, true, |b| {
+            dir::remove(b, off, prev);
+            if let Some(s) = seed {
+                dir::set_tail_csum(b, s);
+            }
+            ((), seed.is_some())
+        })?;
+        Ok(())
+    }
+
+    /// Point the `..` of directory `mi`, which moved, at `parent`: under
+    /// its own lock, its layout read afresh (a create in it may split its
+    /// index, make it indexed or move it out of its inode meanwhile).
+    fn move_dotdot(&self, mi: &Ext4Inode, parent: u32) -> Result<()> {
+        let _xg = Self::removed_dir_lock(mi);
+        let mut m = mi.raw();
+        if m.flags & FL_INLINE_DATA != 0 {
+            Self::set_inline_dotdot(&mut m, parent);
+            self.write_inode(&m, false)?;
+            mi.set_raw(m);
+            return Ok(());
+        }
+        self.set_dotdot(&m, parent)
     }
 
     /// `rename` of the VFS (not `exchange`), linear directories.
@@ -1436,9 +1520,9 @@ impl Ext4 {
             }
             None => None,
         };
-        let Some((opblk, ooff, oprev)) = self.dir_find(&odraw, old_name)? else {
+        if !self.dir_has(&odraw, old_name)? {
             return Err(errno(libc::ENOENT));
-        };
+        }
         // A directory moving to a parent at the link limit, without
         // dir_nlink: EMLINK before anything changes (as the kernel's
         // ext4_rename; only when it replaces nothing).
@@ -1455,15 +1539,22 @@ impl Ext4 {
         // The new name first (so a failure leaves the old one), then the
         // old name goes.
         if let Some(rr) = &rraw {
-            let ndraw = if same { odraw.clone() } else { nd.raw() };
-            let Some((p, off, _)) = self.dir_find(&ndraw, new_name)? else {
+            let mut ndraw = if same { odraw.clone() } else { nd.raw() };
+            if !self.dir_has(&ndraw, new_name)? {
                 return Err(errno(libc::ENOENT));
-            };
+            }
             if rr.ino == mraw.ino {
                 // Two names of one inode: POSIX says do nothing.
                 return Ok(());
             }
-            self.dir_retarget(&ndraw, p, off, mraw.ino, ft)?;
+            self.retarget_named(&mut ndraw, new_name, mraw.ino, ft)?;
+            if same {
+                odraw = ndraw;
+            } else if ndraw.flags & FL_INLINE_DATA != 0 {
+                // The entry is in the inode: written now, read back below.
+                self.write_inode(&ndraw, false)?;
+                nd.set_raw(ndraw);
+            }
         } else if same {
             self.dir_insert(&mut odraw, new_name, mraw.ino, ft)?;
         } else {
@@ -1472,33 +1563,12 @@ impl Ext4 {
             self.write_inode(&ndraw, false)?;
             nd.set_raw(ndraw);
         }
-        // Re-find: an insert into the same directory may have moved
-        // nothing, but the entry list is re-read to be sure of offsets.
-        let (opblk, ooff, oprev) = if same {
-            self.dir_find(&odraw, old_name)?
-                .ok_or_else(|| errno(libc::ENOENT))?
-        } else {
-            (opblk, ooff, oprev)
-        };
-        {
-            let (rw, io) = self.rw()?;
-            let seed = self.csum_seed(&odraw);
-            rw.bufs.modify(io.dev, opblk, true, |b| {
-                dir::remove(b, ooff, oprev);
-                if let Some(s) = seed {
-                    dir::set_tail_csum(b, s);
-                }
-            })?;
-        }
+        // Found afresh: an insert into the same directory may have split
+        // its block or moved it out of its inode.
+        self.remove_entry(&mut odraw, old_name)?;
         let mut ndraw = if same { None } else { Some(nd.raw()) };
         if moved_dir && !same {
-            // The moved directory's "..".
-            // Under the moved directory's own lock, its layout read
-            // afresh: a create in it may split its index or make it
-            // indexed meanwhile.
-            let xg = Self::removed_dir_lock(mi);
-            self.set_dotdot(&mi.raw(), new_dir.ino() as u32)?;
-            drop(xg);
+            self.move_dotdot(mi, new_dir.ino() as u32)?;
             if odraw.links_count > 2 {
                 odraw.links_count -= 1;
             }
@@ -1643,12 +1713,9 @@ impl Ext4 {
         let (araw, braw) = (ai.raw(), bi.raw());
         let adir = araw.file_type_bits() == libc::S_IFDIR;
         let bdir = braw.file_type_bits() == libc::S_IFDIR;
-        let (op, ooff, _) = self
-            .dir_find(&odraw, old_name)?
-            .ok_or_else(|| errno(libc::ENOENT))?;
-        let (np, noff, _) = self
-            .dir_find(&ndraw, new_name)?
-            .ok_or_else(|| errno(libc::ENOENT))?;
+        if !self.dir_has(&odraw, old_name)? || !self.dir_has(&ndraw, new_name)? {
+            return Err(errno(libc::ENOENT));
+        }
         // A directory moving one way and not the other gives its new
         // parent a link: at the limit without dir_nlink, EMLINK before
         // anything changes (as the kernel's ext4_cross_rename).
@@ -1658,20 +1725,22 @@ impl Ext4 {
                 return Err(errno(libc::EMLINK));
             }
         }
-        self.dir_retarget(&odraw, op, ooff, braw.ino, ft_code(u32::from(braw.mode)))?;
-        self.dir_retarget(&ndraw, np, noff, araw.ino, ft_code(u32::from(araw.mode)))?;
+        self.retarget_named(
+            &mut odraw,
+            old_name,
+            braw.ino,
+            ft_code(u32::from(braw.mode)),
+        )?;
+        // One directory: both entries in `odraw` (the one written).
+        let nd_raw = if same { &mut odraw } else { &mut ndraw };
+        self.retarget_named(nd_raw, new_name, araw.ino, ft_code(u32::from(araw.mode)))?;
         let t = now();
         if !same {
             if adir {
-                // See rename: the moved directory's lock, layout afresh.
-                let xg = Self::removed_dir_lock(ai);
-                self.set_dotdot(&ai.raw(), ndraw.ino)?;
-                drop(xg);
+                self.move_dotdot(ai, ndraw.ino)?;
             }
             if bdir {
-                let xg = Self::removed_dir_lock(bi);
-                self.set_dotdot(&bi.raw(), odraw.ino)?;
-                drop(xg);
+                self.move_dotdot(bi, odraw.ino)?;
             }
             // A directory moving one way and not the other moves a link.
             let bump = |r: &mut RawInode, up: bool| {

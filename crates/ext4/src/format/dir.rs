@@ -213,25 +213,43 @@ pub fn insert(b: &mut [u8], end: usize, ino: u32, name: &[u8], ft: u8) -> bool {
 /// respected. False when the block has no such entry or a malformed
 /// rec_len stops the walk.
 pub fn remove_named(b: &mut [u8], end: usize, name: &[u8]) -> bool {
+    match find_named(b, end, name) {
+        Some((off, prev)) => {
+            remove(b, off, prev);
+            true
+        }
+        None => false,
+    }
+}
+
+/// The offset of the live entry named `name` among the entries before
+/// `end`, and of the entry before it: `None` when there is none or a
+/// malformed rec_len stops the walk.
+pub fn find_named(b: &[u8], end: usize, name: &[u8]) -> Option<(usize, Option<usize>)> {
     let mut off = 0;
     let mut prev = None;
     while off + ENTRY_HEADER <= end {
         let rl = usize::from(le16(b, off + 4));
         if rl < ENTRY_HEADER || off + rl > end {
-            return false;
+            return None;
         }
         let nl = usize::from(b[off + 6]);
         if le32(b, off) != 0
             && off + ENTRY_HEADER + nl <= end
             && &b[off + ENTRY_HEADER..off + ENTRY_HEADER + nl] == name
         {
-            remove(b, off, prev);
-            return true;
+            return Some((off, prev));
         }
         prev = Some(off);
         off += rl;
     }
-    false
+    None
+}
+
+/// Point the entry at `off` at inode `ino` with file type `ft`.
+pub fn retarget(b: &mut [u8], off: usize, ino: u32, ft: u8) {
+    b[off..off + 4].copy_from_slice(&ino.to_le_bytes());
+    b[off + 7] = ft;
 }
 
 /// Remove the live entry at `off` (found by [`scan`]): merged into the
