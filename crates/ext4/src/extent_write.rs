@@ -1152,6 +1152,10 @@ impl Ext4 {
             .private::<Ext4Inode>()
             .ok_or_else(|| errno(libc::EIO))?;
         let g = ei.data.write();
+        // The data leaves the inode or gets blocks (the kernel's
+        // ext4_convert_inline_data clears EXT4_STATE_MAY_INLINE_DATA).
+        // Relaxed: see `Ext4Inode::may_inline`.
+        ei.may_inline.store(false, Ordering::Relaxed);
         let mut raw = ei.raw();
         if raw.flags & FL_INLINE_DATA != 0 {
             // Inline data moves out to a block first, whatever the change
@@ -1196,6 +1200,9 @@ impl Ext4 {
         self.rw()?;
         if buf.is_empty() {
             return Ok(0);
+        }
+        if let Some(n) = self.inline_write(inode, off, buf)? {
+            return Ok(n);
         }
         let (ei, g, mut raw) = self.file_raw(inode, OnMap::Keep)?;
         if raw.flags & FL_EXTENTS == 0 {
@@ -1748,13 +1755,37 @@ impl Ext4 {
         size: u64,
     ) -> Result<Option<OrphanSlot>> {
         self.rw()?;
-        let (ei, g, mut raw) = self.file_raw(inode, OnMap::Keep)?;
-        let bs = self.bs as u64;
-        // A size of exactly the maximum is allowed (its last block is
-        // 2^32 - 2), as in the kernel's inode_newsize_ok.
         if size > self.max_size() {
             return Err(errno(libc::EFBIG));
         }
+        let ei = inode
+            .private::<Ext4Inode>()
+            .ok_or_else(|| errno(libc::EIO))?;
+        // An inline file cut (or kept) stays inline, as the kernel's
+        // ext4_inline_data_truncate; one that grows moves out first
+        // (`file_raw`). A file that is not inline but may take inline data
+        // keeps that through a truncate (the kernel's state survives it).
+        let keep_may_inline = {
+            let g = ei.data.write();
+            let mut raw = ei.raw();
+            let inline = raw.flags & FL_INLINE_DATA != 0;
+            if inline && size <= raw.size {
+                self.inline_truncate(&mut raw, size)?;
+                let t = now();
+                raw.size = size;
+                raw.mtime = t;
+                raw.ctime = t;
+                self.publish(inode, ei, g, raw)?;
+                return Ok(None);
+            }
+            // Relaxed: see `Ext4Inode::may_inline`.
+            !inline && ei.may_inline.load(Ordering::Relaxed)
+        };
+        let (ei, g, mut raw) = self.file_raw(inode, OnMap::Keep)?;
+        if keep_may_inline {
+            ei.may_inline.store(true, Ordering::Relaxed);
+        }
+        let bs = self.bs as u64;
         let mut long = None;
         // As ext4_setattr: ext4_truncate runs even when the size does not
         // change, freeing blocks preallocated past EOF (the EOF block's

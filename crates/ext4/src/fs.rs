@@ -183,6 +183,15 @@ pub struct Ext4Inode {
     /// stays block-mapped (as in the kernel's ext4), an inline file moves
     /// to extents.
     mapped: bool,
+    /// A regular file whose data may live in its inode (the kernel's
+    /// `EXT4_STATE_MAY_INLINE_DATA`, also in memory only): an inline file
+    /// as read, or one created empty by this mount on an inline_data
+    /// image; cleared when its data moves to blocks. Writes that end
+    /// within the inline room then go into the inode (`inline_write`).
+    /// Relaxed: read and changed under the data lock held exclusive
+    /// (set once before the inode is handed out); a stale read outside
+    /// it only picks between two valid layouts.
+    pub(crate) may_inline: AtomicBool,
 }
 
 impl Drop for Ext4Inode {
@@ -2080,6 +2089,8 @@ impl Ext4 {
         let chattr = raw.flags & scalevfs::inode::FS_FL_SETTABLE;
         let acl_raw = (raw.ibody_xattrs || raw.file_acl != 0).then(|| raw.clone());
         let mapped = raw.file_type_bits() == libc::S_IFREG && block_mapped(&raw, self.bs);
+        let inline_file =
+            raw.file_type_bits() == libc::S_IFREG && raw.flags & inode::FL_INLINE_DATA != 0;
         let new = Arc::new(
             Inode::new(
                 u64::from(ino),
@@ -2094,6 +2105,7 @@ impl Ext4 {
                     // Made or read inside a handle: possibly new in its commit.
                     last_tid: AtomicU64::new(current_tid()),
                     mapped,
+                    may_inline: AtomicBool::new(inline_file),
                 }),
             )
             .with_generation(generation)
@@ -2318,8 +2330,13 @@ impl Ext4 {
         }
         let want = (buf.len() as u64).min(raw.size - off) as usize;
         if raw.flags & inode::FL_INLINE_DATA != 0 {
+            // The stored bytes, then zeros up to the size.
             let d = self.inline_file(raw)?;
-            buf[..want].copy_from_slice(&d[off as usize..off as usize + want]);
+            let have = (d.len() as u64).saturating_sub(off).min(want as u64) as usize;
+            if have > 0 {
+                buf[..have].copy_from_slice(&d[off as usize..off as usize + have]);
+            }
+            buf[have..want].fill(0);
             return Ok(want);
         }
         let bs = self.bs as u64;
@@ -3156,16 +3173,13 @@ impl Ext4 {
         Ok(v)
     }
 
-    /// An inline file's or symlink's bytes, exactly its size long.
+    /// An inline file's or symlink's stored bytes, at most its size: a
+    /// file may be longer than its inline data (the kernel's ext4 writes
+    /// inline into a file truncated longer while empty), and reads past
+    /// them as zeros.
     pub(crate) fn inline_file(&self, raw: &RawInode) -> Result<Vec<u8>> {
         let mut v = self.inline_bytes(raw)?;
-        if raw.size > v.len() as u64 {
-            return Err(corrupt(
-                format!("inode {}", raw.ino),
-                format!("size {} past its inline data ({} bytes)", raw.size, v.len()),
-            ));
-        }
-        v.truncate(raw.size as usize);
+        v.truncate(usize::try_from(raw.size).unwrap_or(usize::MAX));
         Ok(v)
     }
 
@@ -3216,7 +3230,14 @@ impl Ext4 {
             return Ok(t.to_vec());
         }
         if raw.flags & inode::FL_INLINE_DATA != 0 {
-            return self.inline_file(raw);
+            let t = self.inline_file(raw)?;
+            if t.len() != len {
+                return Err(corrupt(
+                    what(),
+                    format!("{} of {len} bytes inline", t.len()),
+                ));
+            }
+            return Ok(t);
         }
         // Read through the buffer cache: a read-write mount writes slow
         // symlink targets there (journaled metadata), and the home copy
@@ -3349,6 +3370,13 @@ pub(crate) fn block_mapped(raw: &RawInode, bs: usize) -> bool {
         libc::S_IFREG | libc::S_IFDIR | libc::S_IFLNK
     ) && raw.flags & (inode::FL_EXTENTS | inode::FL_INLINE_DATA) == 0
         && fast_link(raw, bs).is_none()
+}
+
+/// Whether the extent root in `raw`'s `i_block` maps nothing (a new
+/// file's): no entries at depth 0.
+pub(crate) fn extent_root_empty(raw: &RawInode) -> bool {
+    let le16 = |o: usize| u16::from_le_bytes([raw.block[o], raw.block[o + 1]]);
+    le16(0) == extent::EXTENT_MAGIC && le16(2) == 0 && le16(6) == 0
 }
 
 /// The target of a fast symlink (stored in `i_block`), as the kernel's

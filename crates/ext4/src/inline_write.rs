@@ -36,7 +36,7 @@ use crate::error::{corrupt, Result};
 use crate::format::dir;
 use crate::format::inode::{RawInode, FL_EXTENTS, FL_INLINE_DATA};
 use crate::format::xattr::RawEntry;
-use crate::fs::Ext4;
+use crate::fs::{Ext4, Ext4Inode};
 use crate::util::{errno, BlockBuf};
 
 /// `system.data`: the system index (7) and the name after its prefix.
@@ -355,6 +355,139 @@ impl Ext4 {
                 }
             })
             .collect();
+        let block = st
+            .block
+            .as_ref()
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default();
+        self.store_xattrs(raw, st, &body, &block, None)
+    }
+
+    /// Whether new inodes may hold inline data (`new_dirs_inline`'s
+    /// test), for regular files too.
+    pub(crate) fn new_files_inline(&self) -> bool {
+        self.new_dirs_inline()
+    }
+
+    /// `write` of `buf` at `off` into a regular file that may keep its
+    /// data inline (`Ext4Inode::may_inline`): into `i_block` and the
+    /// `system.data` value when the write ends within the room the inode
+    /// has (60 bytes plus the attribute's room), as the kernel's
+    /// `ext4_try_to_write_inline_data` decides (the size may be larger:
+    /// reads past the inline bytes give zeros). `None`: not this way
+    /// (the caller's extent path moves inline data out first). In the
+    /// caller's handle.
+    pub(crate) fn inline_write(
+        &self,
+        inode: &scalevfs::inode::Inode,
+        off: u64,
+        buf: &[u8],
+    ) -> Result<Option<usize>> {
+        use scalevfs_sync::primitive::Ordering::Relaxed;
+        let Some(ei) = inode.private::<Ext4Inode>() else {
+            return Ok(None);
+        };
+        // Relaxed: see `Ext4Inode::may_inline`.
+        if !ei.may_inline.load(Relaxed) {
+            return Ok(None);
+        }
+        let g = ei.data.write();
+        if !ei.may_inline.load(Relaxed) {
+            return Ok(None);
+        }
+        let mut raw = ei.raw();
+        let inline = raw.flags & FL_INLINE_DATA != 0;
+        // Not inline yet: only while nothing is mapped (a new file).
+        if !inline && (raw.flags & FL_EXTENTS == 0 || !crate::fs::extent_root_empty(&raw)) {
+            ei.may_inline.store(false, Relaxed);
+            return Ok(None);
+        }
+        let Some(end) = off.checked_add(buf.len() as u64) else {
+            return Ok(None);
+        };
+        let st = self.stored_xattrs(&raw)?;
+        let room = Self::inline_room(&st);
+        let i_block = raw.block.len();
+        if room == 0 || end > (i_block + room) as u64 {
+            return Ok(None);
+        }
+        let end = end as usize;
+        let mut data = if inline {
+            self.inline_bytes_stored(&raw, &st)
+        } else {
+            Vec::new()
+        };
+        let old_value = data.len().saturating_sub(i_block);
+        data.resize(data.len().max(end).max(i_block), 0);
+        data[off as usize..end].copy_from_slice(buf);
+        // The value only grows (the kernel's ext4_update_inline_data),
+        // to hold what passes `i_block`.
+        let vlen = old_value.max(end.saturating_sub(i_block));
+        data.truncate(i_block + vlen);
+        raw.block.copy_from_slice(&data[..i_block]);
+        raw.flags = (raw.flags & !FL_EXTENTS) | FL_INLINE_DATA;
+        let t = crate::util::now();
+        raw.size = raw.size.max(end as u64);
+        raw.mtime = t;
+        raw.ctime = t;
+        self.store_inline_value(&mut raw, &st, data[i_block..].to_vec())?;
+        ei.set_raw(raw);
+        drop(g);
+        inode.update_attr(|a| {
+            let r = ei.raw();
+            a.size = r.size;
+            a.blocks = r.blocks;
+            (a.mtime_sec, a.mtime_nsec) = r.mtime;
+            (a.ctime_sec, a.ctime_nsec) = r.ctime;
+        });
+        Ok(Some(buf.len()))
+    }
+
+    /// Truncate of an inline file to `size`, no larger than its size, as
+    /// the kernel's `ext4_inline_data_truncate`: the inode keeps its data
+    /// inline, the `system.data` value shrinks to what passes `i_block`
+    /// and `i_block` past the size is zeroed. The caller holds the data
+    /// lock and stores `raw`.
+    pub(crate) fn inline_truncate(&self, raw: &mut RawInode, size: u64) -> Result<()> {
+        let st = self.stored_xattrs(raw)?;
+        let i_block = raw.block.len();
+        let data = self.inline_bytes_stored(raw, &st);
+        let size = usize::try_from(size).unwrap_or(usize::MAX);
+        if size < data.len().max(i_block) {
+            if size < i_block {
+                raw.block[size..].fill(0);
+            }
+            if data.len() > i_block {
+                let keep = size.saturating_sub(i_block).min(data.len() - i_block);
+                self.store_inline_value(raw, &st, data[i_block..i_block + keep].to_vec())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// `i_block` and then the `system.data` value of `raw` as stored
+    /// (`st`): the inline bytes, whatever the size says.
+    fn inline_bytes_stored(&self, raw: &RawInode, st: &crate::xattr_write::Stored) -> Vec<u8> {
+        let mut v = raw.block.to_vec();
+        if let Some(e) = st.body.iter().find(|e| is_inline_entry(e)) {
+            v.extend_from_slice(&e.value);
+        }
+        v
+    }
+
+    /// `put_inline_value` without touching the size (a file's size is its
+    /// own), adding the `system.data` entry where it is missing.
+    fn store_inline_value(
+        &self,
+        raw: &mut RawInode,
+        st: &crate::xattr_write::Stored,
+        value: Vec<u8>,
+    ) -> Result<()> {
+        let mut body = st.body.clone();
+        match body.iter_mut().find(|e| is_inline_entry(e)) {
+            Some(e) => *e = inline_entry(value),
+            None => body.push(inline_entry(value)),
+        }
         let block = st
             .block
             .as_ref()

@@ -918,7 +918,7 @@ impl Ext4 {
                         (a.mtime_sec, a.mtime_nsec) = r.mtime;
                         (a.ctime_sec, a.ctime_nsec) = r.ctime;
                     });
-                    return self.iget(ino);
+                    return self.born(ino, mode);
                 }
                 Ok(false) => {}
                 Err(e) => r = Err(e),
@@ -982,7 +982,22 @@ impl Ext4 {
             (a.mtime_sec, a.mtime_nsec) = r.mtime;
             (a.ctime_sec, a.ctime_nsec) = r.ctime;
         });
-        self.iget(ino)
+        self.born(ino, mode)
+    }
+
+    /// The inode `create_node` made: a regular file on an image whose new
+    /// inodes can hold inline data may keep its data inline, as the
+    /// kernel's new inodes (`EXT4_STATE_MAY_INLINE_DATA`).
+    fn born(&self, ino: u32, mode: u32) -> Result<Arc<Inode>> {
+        let i = self.iget(ino)?;
+        if mode & libc::S_IFMT == libc::S_IFREG && self.new_files_inline() {
+            if let Some(ei) = i.private::<Ext4Inode>() {
+                // Relaxed: see `Ext4Inode::may_inline`.
+                ei.may_inline
+                    .store(true, scalevfs_sync::primitive::Ordering::Relaxed);
+            }
+        }
+        Ok(i)
     }
 
     /// A new inode `ino` (mode with its type bits, owner, all times `t`,

@@ -2,8 +2,9 @@
 //! whose bytes live in the inode (the 60 bytes of `i_block`, then the
 //! `system.data` attribute), directories whose entries do, next to
 //! ordinary ones. And written (the second test): an inline file moves out
-//! to a block when it changes, a directory when its entries outgrow the
-//! inode (`inline_dirs_kernel.rs` has new ones). mke2fs -d lays the tree out, debugfs
+//! to a block when it outgrows the inode or is fallocated or punched, a
+//! directory when its entries outgrow the inode (`inline_kernel.rs` has
+//! new ones, against the kernel). mke2fs -d lays the tree out, debugfs
 //! confirms which inodes are inline (the kernel, where it can loop-mount,
 //! adds a directory that outgrows `i_block`, which mke2fs never leaves
 //! inline), and the tree read through scalevfs must equal the source and
@@ -208,10 +209,10 @@ fn host_set_xattr(p: &Path, name: &std::ffi::CStr, v: &[u8]) {
 /// A read-write mount of an inline_data image: every kind of change to
 /// inline files and directories, made through scalevfs and to a host copy
 /// of the source tree, at 1 KiB and 4 KiB blocks. Afterwards e2fsck
-/// passes, debugfs shows the changed files and the directory that
-/// outgrew its inode out of line, the untouched ones (and one given only
-/// an attribute and a chmod) and the directories whose entries still fit
-/// inline, and
+/// passes, debugfs shows the files and the directory that outgrew their
+/// inode (or were fallocated or punched) out of line, the untouched ones
+/// (and one given only an attribute and a chmod) and those whose changes
+/// still fit inline, and
 /// the tree through scalevfs after a remount and through the kernel is
 /// the host copy's, attributes included.
 #[test]
@@ -340,15 +341,8 @@ fn inline_files_and_directories_move_out_when_changed() {
             std::fs::rename(src.join("moved"), src.join("host/sub/moved")).unwrap();
         }
         fsck_clean(&img);
-        for p in [
-            "/append",
-            "/overwrite",
-            "/cut",
-            "/zero",
-            "/prealloc",
-            "/punch",
-            "/grow",
-        ] {
+        // Past the inline room, a fallocate or a punch: a block.
+        for p in ["/append", "/prealloc", "/punch", "/grow"] {
             assert!(!inline(&img, p), "bs {bs}: {p} still inline");
             let ea = debugfs_ro(&img, &format!("ea_list {p}"));
             assert!(
@@ -356,10 +350,14 @@ fn inline_files_and_directories_move_out_when_changed() {
                 "bs {bs}: {p} keeps system.data: {ea}"
             );
         }
-        // Directories whose entries changed but still fit stay inline, as
-        // the kernel's ext4 keeps them (a removal, a rename's two ends, a
-        // link, a moved directory's `..`).
+        // Files overwritten or cut within the inline room and directories
+        // whose entries changed but still fit stay inline, as the kernel's
+        // ext4 keeps them (a removal, a rename's two ends, a link, a moved
+        // directory's `..`).
         for p in [
+            "/overwrite",
+            "/cut",
+            "/zero",
             "/attr",
             "/untouched",
             "/keep/k",

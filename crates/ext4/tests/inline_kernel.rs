@@ -1,0 +1,399 @@
+//! New directories and files on an inline_data image keep their data in
+//! their inode as the kernel's ext4 does. Directories
+//! (`ext4_try_create_inline_dir`): entries go into `i_block`, then into
+//! the `system.data` attribute grown to the room the inode body has, and
+//! the directory moves out to a block only when neither has room
+//! (`ext4_try_add_inline_entry`); removals and renames leave it inline.
+//! Files (`ext4_try_to_write_inline_data`): a new file's writes that end
+//! within that room stay in the inode; one past it, a fallocate or a
+//! truncate that grows an inline file moves the data to a block; a
+//! truncate that cuts it keeps it inline (`ext4_inline_data_truncate`).
+//! The same script runs through scalevfs on one copy of a fresh image and
+//! through the kernel (loop mount) on another: each inode is inline in
+//! both or in neither, with the same size and inline size, the free
+//! block counts agree, e2fsck passes ours, and the kernel reads our tree
+//! back as its own (contents included).
+
+mod common;
+
+use std::path::Path;
+
+use common::*;
+
+/// One step of the script, on paths under the root.
+enum Step {
+    Mkdir(&'static str),
+    Create(String),
+    Unlink(String),
+    Rmdir(&'static str),
+    Rename(&'static str, &'static str),
+    Exchange(&'static str, &'static str),
+    /// pwrite of `len` bytes of `fill` at `off` (created if missing).
+    Write(&'static str, u64, usize, u8),
+    Truncate(&'static str, u64),
+    Fallocate(&'static str, u64, u64),
+}
+
+fn script() -> Vec<Step> {
+    use Step::*;
+    let mut s = vec![Mkdir("/empty"), Mkdir("/few"), Mkdir("/spill")];
+    s.push(Mkdir("/full"));
+    s.push(Mkdir("/shrunk"));
+    s.push(Mkdir("/long"));
+    s.push(Mkdir("/nest"));
+    s.push(Mkdir("/nest/sub"));
+    s.push(Mkdir("/nest/gone"));
+    // Three entries of 12 bytes fit the 56 of i_block.
+    for i in 0..3 {
+        s.push(Create(format!("/few/f{i}")));
+    }
+    // Six spill into system.data (three fit i_block at 16 bytes each,
+    // four the attribute's 68 on 256-byte inodes).
+    for i in 0..6 {
+        s.push(Create(format!("/spill/name-{i}")));
+    }
+    // Thirty need a block.
+    for i in 0..30 {
+        s.push(Create(format!("/full/entry-{i:02}")));
+    }
+    for i in 0..8 {
+        s.push(Create(format!("/shrunk/s{i}")));
+    }
+    for i in [0, 2, 5, 7] {
+        s.push(Unlink(format!("/shrunk/s{i}")));
+    }
+    // A name longer than both regions: a block at once.
+    s.push(Create(format!("/long/{}", "n".repeat(100))));
+    s.push(Rmdir("/nest/gone"));
+    s.push(Create("/nest/sub/leaf".into()));
+    // Renames: within an inline directory (the insert spills into the
+    // attribute), across two, over an existing name, a moved directory
+    // (its `..` in its inode), one that no longer fits (a block), and
+    // exchanges of files and of directories between inline parents.
+    s.push(Rename("/few/f0", "/few/renamed-f0"));
+    s.push(Rename("/few/f1", "/shrunk/s0"));
+    s.push(Rename("/few/f2", "/shrunk/s1"));
+    s.push(Mkdir("/moves"));
+    s.push(Mkdir("/moves/a"));
+    s.push(Mkdir("/moves/b"));
+    s.push(Rename("/moves/a", "/nest/sub/a"));
+    s.push(Create("/moves/b/x".into()));
+    s.push(Exchange("/moves/b", "/nest/sub/a"));
+    s.push(Exchange("/nest/sub/leaf", "/nest/sub/a/x"));
+    s.push(Mkdir("/tight"));
+    for i in 0..7 {
+        s.push(Create(format!("/tight/t{i}")));
+    }
+    s.push(Rename("/shrunk/s3", "/tight/a-name-longer-than-the-room"));
+    s
+}
+
+const DIRS: [&str; 12] = [
+    "/empty",
+    "/few",
+    "/spill",
+    "/full",
+    "/shrunk",
+    "/long",
+    "/nest",
+    "/nest/sub",
+    "/nest/sub/a",
+    "/moves",
+    "/moves/b",
+    "/tight",
+];
+
+/// Inline flag and size of `path` in `img`, as debugfs shows them.
+fn shape(img: &Path, path: &str) -> (bool, u64) {
+    let out = debugfs_ro(img, &format!("stat {path}"));
+    let field = |key: &str| {
+        out.split(key)
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .unwrap_or_else(|| panic!("no {key} in debugfs stat {path}: {out}"))
+            .to_string()
+    };
+    let flags = u32::from_str_radix(&field("Flags: 0x"), 16).unwrap();
+    (flags & 0x1000_0000 != 0, field("Size: ").parse().unwrap())
+}
+
+/// `shape`, and the inline data's size where debugfs shows one.
+fn inline_shape(img: &Path, path: &str) -> (bool, u64, Option<u64>) {
+    let (inline, size) = shape(img, path);
+    let out = debugfs_ro(img, &format!("stat {path}"));
+    let isz = out
+        .split("Size of inline data: ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .map(|v| v.parse().unwrap());
+    (inline, size, isz)
+}
+
+/// The file script: each file's steps, in order.
+fn file_script() -> Vec<Step> {
+    use Step::*;
+    vec![
+        Write("/small", 0, 11, b'a'),
+        Write("/hundred", 0, 100, b'b'),
+        Write("/max", 0, 128, b'c'),
+        Write("/past", 0, 129, b'd'),
+        Truncate("/long", 1000),
+        Write("/long", 0, 10, b'e'),
+        Write("/hole", 50, 10, b'f'),
+        Write("/grown", 0, 100, b'g'),
+        Write("/grown", 100, 100, b'h'),
+        Write("/cut", 0, 100, b'i'),
+        Truncate("/cut", 70),
+        Write("/again", 0, 100, b'j'),
+        Truncate("/again", 0),
+        Write("/again", 0, 5, b'k'),
+        Write("/stretched", 0, 10, b'l'),
+        Truncate("/stretched", 1000),
+        Truncate("/empty", 0),
+        Fallocate("/falloc", 0, 10),
+        Write("/falloc", 0, 10, b'm'),
+        Write("/overwrite", 0, 90, b'n'),
+        Write("/overwrite", 20, 30, b'o'),
+    ]
+}
+
+const FILES: [&str; 13] = [
+    "/small",
+    "/hundred",
+    "/max",
+    "/past",
+    "/long",
+    "/hole",
+    "/grown",
+    "/cut",
+    "/again",
+    "/stretched",
+    "/empty",
+    "/falloc",
+    "/overwrite",
+];
+
+/// Run `script` through scalevfs on `img`.
+fn run_ours(img: &Path, script: Vec<Step>) {
+    use scalevfs::{O_CREAT, O_RDWR, O_WRONLY};
+    let (e, vfs) = mount(img);
+    let t = vfs.root_task();
+    for step in script {
+        match step {
+            Step::Mkdir(p) => t.mkdir(p, 0o755).unwrap(),
+            Step::Create(p) => {
+                let fd = t.open(&p, O_CREAT | O_WRONLY, 0o644).unwrap();
+                t.close(fd).unwrap();
+            }
+            Step::Unlink(p) => t.unlink(&p).unwrap(),
+            Step::Rmdir(p) => t.rmdir(p).unwrap(),
+            Step::Rename(a, b) => t.rename(a, b).unwrap(),
+            Step::Exchange(a, b) => t
+                .renameat2(
+                    scalevfs::AT_FDCWD,
+                    a,
+                    scalevfs::AT_FDCWD,
+                    b,
+                    scalevfs::RENAME_EXCHANGE,
+                )
+                .unwrap(),
+            Step::Write(p, off, len, fill) => {
+                let fd = t.open(p, O_CREAT | O_RDWR, 0o644).unwrap();
+                assert_eq!(t.pwrite(fd, &vec![fill; len], off as i64).unwrap(), len);
+                t.close(fd).unwrap();
+            }
+            Step::Truncate(p, size) => {
+                let fd = t.open(p, O_CREAT | O_RDWR, 0o644).unwrap();
+                t.ftruncate(fd, size as i64).unwrap();
+                t.close(fd).unwrap();
+            }
+            Step::Fallocate(p, off, len) => {
+                let fd = t.open(p, O_CREAT | O_RDWR, 0o644).unwrap();
+                t.fallocate(fd, 0, off as i64, len as i64).unwrap();
+                t.close(fd).unwrap();
+            }
+        }
+    }
+    unmount_clean(t, vfs, e, img);
+}
+
+/// Run `script` through the kernel on `mnt`.
+fn run_kernel(mnt: &Path, script: Vec<Step>) {
+    use std::os::unix::fs::FileExt;
+    let p = |q: &str| mnt.join(q.trim_start_matches('/'));
+    let open = |q: &str| {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(p(q))
+            .unwrap()
+    };
+    for step in script {
+        match step {
+            Step::Mkdir(q) => std::fs::create_dir(p(q)).unwrap(),
+            Step::Create(q) => drop(std::fs::File::create(p(&q)).unwrap()),
+            Step::Unlink(q) => std::fs::remove_file(p(&q)).unwrap(),
+            Step::Rmdir(q) => std::fs::remove_dir(p(q)).unwrap(),
+            Step::Rename(a, b) => std::fs::rename(p(a), p(b)).unwrap(),
+            Step::Exchange(a, b) => exchange(&p(a), &p(b)),
+            Step::Write(q, off, len, fill) => open(q).write_all_at(&vec![fill; len], off).unwrap(),
+            Step::Truncate(q, size) => open(q).set_len(size).unwrap(),
+            Step::Fallocate(q, off, len) => {
+                use std::os::fd::AsRawFd;
+                let f = open(q);
+                // SAFETY: a valid descriptor; plain integer arguments.
+                let r = unsafe { libc::fallocate(f.as_raw_fd(), 0, off as i64, len as i64) };
+                assert_eq!(r, 0);
+            }
+        }
+    }
+}
+
+#[test]
+fn new_files_are_inline_as_the_kernels() {
+    if !have_tools() {
+        eprintln!("skipped: mkfs.ext4/e2fsck not found");
+        return;
+    }
+    for bs in [1024usize, 4096] {
+        let s = Scratch::new("inline-files");
+        let ours = fresh_with(&s.0, bs, "16M", "inline_data,orphan_file");
+        let theirs = s.0.join("theirs");
+        std::fs::copy(&ours, &theirs).unwrap();
+        let before = free_blocks(&ours);
+        run_ours(&ours, file_script());
+        let used = before - free_blocks(&ours);
+        let Some(km) = KMount::rw(&theirs, &s.0.join("kmnt")) else {
+            assert_eq!(
+                inline_shape(&ours, "/small"),
+                (true, 11, Some(60)),
+                "bs {bs}"
+            );
+            assert!(!inline_shape(&ours, "/past").0, "bs {bs}");
+            continue;
+        };
+        run_kernel(&km.0, file_script());
+        drop(km);
+        fsck_clean(&theirs);
+        for f in FILES {
+            assert_eq!(
+                inline_shape(&ours, f),
+                inline_shape(&theirs, f),
+                "bs {bs}: {f}"
+            );
+        }
+        assert_eq!(
+            inline_shape(&ours, "/max"),
+            (true, 128, Some(128)),
+            "bs {bs}"
+        );
+        assert_eq!(used, before - free_blocks(&theirs), "bs {bs}: blocks used");
+        // The kernel reads our files as its own, contents included, and
+        // scalevfs reads them back the same after a remount.
+        let km = KMount::new(&ours, &s.0.join("kmnt2")).unwrap();
+        let tree = host_tree(&km.0);
+        drop(km);
+        let km = KMount::new(&theirs, &s.0.join("kmnt3")).unwrap();
+        let expect = host_tree(&km.0);
+        drop(km);
+        // Times differ between the two runs.
+        let untimed = |t: std::collections::BTreeMap<String, Node>| {
+            t.into_iter()
+                .filter(|(k, _)| !k.starts_with("/lost+found"))
+                .map(|(k, mut n)| {
+                    n.mtime = (0, 0);
+                    (k, n)
+                })
+                .collect::<std::collections::BTreeMap<_, _>>()
+        };
+        let (tree, expect) = (untimed(tree), untimed(expect));
+        assert_eq!(tree, expect, "bs {bs}");
+        let e = scalevfs_ext4::Ext4::open(&ours, scalevfs_ext4::Ext4Options::default()).unwrap();
+        let vfs = scalevfs::Vfs::with_root_fs(Default::default(), e);
+        let again = untimed(vfs_tree(&scalevfs::fs::Fs::new(vfs.root_task())));
+        assert_eq!(again, expect, "bs {bs}: scalevfs after a remount");
+    }
+}
+
+/// renameat2(RENAME_EXCHANGE) on the host.
+fn exchange(a: &Path, b: &Path) {
+    use std::os::unix::ffi::OsStrExt;
+    let c = |p: &Path| std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+    let (a, b) = (c(a), c(b));
+    // SAFETY: both are valid NUL-terminated paths.
+    let r = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    };
+    assert_eq!(r, 0, "{:?}", std::io::Error::last_os_error());
+}
+
+fn free_blocks(img: &Path) -> u64 {
+    sb_field(img, "Free blocks").parse().unwrap()
+}
+
+#[test]
+fn new_directories_are_inline_as_the_kernels() {
+    if !have_tools() {
+        eprintln!("skipped: mkfs.ext4/e2fsck not found");
+        return;
+    }
+    for bs in [1024usize, 4096] {
+        let s = Scratch::new("inline-dirs");
+        let ours = fresh_with(&s.0, bs, "16M", "inline_data,orphan_file");
+        let theirs = s.0.join("theirs");
+        std::fs::copy(&ours, &theirs).unwrap();
+        let before = free_blocks(&ours);
+        run_ours(&ours, script());
+        // While mounted: the listing the VFS shows.
+        {
+            let (e, vfs) = mount(&ours);
+            let t = vfs.root_task();
+            let mut names: Vec<String> = t
+                .read_dir("/shrunk")
+                .unwrap()
+                .into_iter()
+                .map(|d| String::from_utf8(d.name.to_vec()).unwrap())
+                .filter(|n| n != "." && n != "..")
+                .collect();
+            names.sort();
+            assert_eq!(names, ["s0", "s1", "s4", "s6"], "bs {bs}");
+            unmount_clean(t, vfs, e, &ours);
+        }
+        // Ours took no block for the inline directories: only /full's and
+        // /long's (and the htree or nothing else).
+        let used = before - free_blocks(&ours);
+        let Some(km) = KMount::rw(&theirs, &s.0.join("kmnt")) else {
+            // Without the kernel: at least the shapes the rules give.
+            assert_eq!(shape(&ours, "/empty"), (true, 60), "bs {bs}");
+            assert!(!shape(&ours, "/full").0, "bs {bs}");
+            continue;
+        };
+        run_kernel(&km.0, script());
+        drop(km);
+        fsck_clean(&theirs);
+        for d in DIRS {
+            assert_eq!(shape(&ours, d), shape(&theirs, d), "bs {bs}: {d}");
+        }
+        assert!(shape(&ours, "/spill").1 > 60, "bs {bs}: /spill grew");
+        assert_eq!(used, before - free_blocks(&theirs), "bs {bs}: blocks used");
+        // The kernel reads our tree as scalevfs wrote it.
+        let km = KMount::new(&ours, &s.0.join("kmnt2")).unwrap();
+        let tree = host_tree(&km.0);
+        drop(km);
+        let km = KMount::new(&theirs, &s.0.join("kmnt3")).unwrap();
+        let expect = host_tree(&km.0);
+        drop(km);
+        let names = |t: &std::collections::BTreeMap<String, Node>| -> Vec<String> {
+            t.keys().cloned().collect()
+        };
+        assert_eq!(names(&tree), names(&expect), "bs {bs}");
+    }
+}
