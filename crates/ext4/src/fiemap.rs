@@ -91,12 +91,15 @@ impl Ext4 {
         if raw.flags & FL_INLINE_DATA != 0 {
             // One extent: the data in the inode, addressed at its
             // `i_block` (the kernel's `ext4_inline_data_iomap`).
-            if start < raw.size {
+            // As long as the inline room (`i_block` and the attribute's
+            // value) where the size passes it, as the kernel's.
+            let length = (self.inline_bytes(raw)?.len() as u64).min(raw.size);
+            if start < length {
                 let (blk, inb, _) = self.inode_slot(raw.ino)?;
                 out.push(FiemapExtent {
                     logical: 0,
                     physical: blk * bs + inb as u64 + I_BLOCK_OFFSET,
-                    length: raw.size,
+                    length,
                     flags: FIEMAP_EXTENT_DATA_INLINE | FIEMAP_EXTENT_NOT_ALIGNED,
                 });
             }

@@ -2383,9 +2383,17 @@ impl Ext4 {
             return Ok(None);
         }
         if raw.flags & inode::FL_INLINE_DATA != 0 {
-            // Inline data: the whole file is data (the kernel's iomap
-            // reports it as one inline extent).
-            return Ok(Some(if data { off } else { raw.size }));
+            // Inline data: the bytes the inode holds are data (the
+            // kernel's iomap reports them as one inline extent), and what
+            // a size past them adds is a hole. (There the kernel answers
+            // ENOENT, its inline iomap's "no extent", from any offset.)
+            let held = (self.inline_bytes(raw)?.len() as u64).min(raw.size);
+            return Ok(match (data, off < held) {
+                (true, true) => Some(off),
+                (true, false) => None,
+                (false, true) => Some(held),
+                (false, false) => Some(off),
+            });
         }
         let bs = self.bs as u64;
         let mut lblk = off / bs;
@@ -3148,7 +3156,7 @@ impl Ext4 {
     /// inline_data image): the 60 bytes of `i_block`, then the value of
     /// its `system.data` attribute in the inode body, as the kernel's
     /// `ext4_read_inline_data` joins them. Bounded by the inode's size.
-    fn inline_bytes(&self, raw: &RawInode) -> Result<Vec<u8>> {
+    pub(crate) fn inline_bytes(&self, raw: &RawInode) -> Result<Vec<u8>> {
         let mut v = raw.block.to_vec();
         let area = match self.ibody_area(raw)? {
             Some((_, area)) => xattr::parse_ibody(&area, raw.ino)?,

@@ -129,6 +129,41 @@ fn inline_shape(img: &Path, path: &str) -> (bool, u64, Option<u64>) {
     (inline, size, isz)
 }
 
+/// Offsets at which the seeks are compared.
+const SEEK_AT: [i64; 5] = [0, 5, 59, 60, 127];
+
+/// SEEK_DATA and SEEK_HOLE of the host file `p` from each of `SEEK_AT`.
+fn host_seeks(p: &Path) -> Vec<[Result<i64, i32>; 2]> {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::File::open(p).unwrap();
+    let seek = |off: i64, whence: i32| {
+        // SAFETY: a valid descriptor; lseek reads nothing from memory.
+        let r = unsafe { libc::lseek(f.as_raw_fd(), off, whence) };
+        if r < 0 {
+            Err(std::io::Error::last_os_error().raw_os_error().unwrap())
+        } else {
+            Ok(r)
+        }
+    };
+    SEEK_AT
+        .iter()
+        .map(|&o| [seek(o, libc::SEEK_DATA), seek(o, libc::SEEK_HOLE)])
+        .collect()
+}
+
+/// The same through scalevfs.
+fn our_seeks(t: &scalevfs::Task, fd: i32) -> Vec<[Result<i64, i32>; 2]> {
+    let seek = |off: i64, whence: i32| {
+        t.lseek(fd, off, whence as u32)
+            .map(|v| v as i64)
+            .map_err(|e| e.raw())
+    };
+    SEEK_AT
+        .iter()
+        .map(|&o| [seek(o, libc::SEEK_DATA), seek(o, libc::SEEK_HOLE)])
+        .collect()
+}
+
 /// The file script: each file's steps, in order.
 fn file_script() -> Vec<Step> {
     use Step::*;
@@ -294,6 +329,17 @@ fn new_files_are_inline_as_the_kernels() {
         // scalevfs reads them back the same after a remount.
         let km = KMount::new(&ours, &s.0.join("kmnt2")).unwrap();
         let tree = host_tree(&km.0);
+        // The kernel's FIEMAP and, where it answers them, SEEK_DATA and
+        // SEEK_HOLE of our files (a file longer than its inline bytes gets
+        // ENOENT from the kernel's inline iomap; checked below instead).
+        let kernel_maps: Vec<_> = FILES
+            .iter()
+            .map(|f| kernel_fiemap(&km.0.join(&f[1..]), 0, u64::MAX).unwrap())
+            .collect();
+        let kernel_seeks: Vec<_> = FILES
+            .iter()
+            .map(|f| host_seeks(&km.0.join(&f[1..])))
+            .collect();
         drop(km);
         let km = KMount::new(&theirs, &s.0.join("kmnt3")).unwrap();
         let expect = host_tree(&km.0);
@@ -314,6 +360,33 @@ fn new_files_are_inline_as_the_kernels() {
         let vfs = scalevfs::Vfs::with_root_fs(Default::default(), e);
         let again = untimed(vfs_tree(&scalevfs::fs::Fs::new(vfs.root_task())));
         assert_eq!(again, expect, "bs {bs}: scalevfs after a remount");
+        let t = vfs.root_task();
+        for (i, f) in FILES.iter().enumerate() {
+            let fd = t.open(*f, scalevfs::O_RDONLY, 0).unwrap();
+            assert_eq!(
+                t.fiemap(fd, 0, u64::MAX, 0).unwrap(),
+                kernel_maps[i],
+                "bs {bs}: FIEMAP of {f}"
+            );
+            let ours_seeks = our_seeks(&t, fd);
+            if *f == "/long" {
+                // 1000 bytes, 60 of them inline: data, then a hole. The
+                // kernel finds the same data but answers ENOENT for the
+                // hole (its inline iomap has no extent past the data).
+                for (k, o) in kernel_seeks[i].iter().zip(&ours_seeks) {
+                    assert!(
+                        k[0] == o[0] || k[0] == Err(libc::ENOENT),
+                        "bs {bs}: {k:?} {o:?}"
+                    );
+                    assert_eq!(k[1], Err(libc::ENOENT), "bs {bs}");
+                }
+                assert_eq!(ours_seeks[0], [Ok(0), Ok(60)], "bs {bs}");
+                assert_eq!(ours_seeks[3], [Err(libc::ENXIO), Ok(60)], "bs {bs}");
+            } else {
+                assert_eq!(ours_seeks, kernel_seeks[i], "bs {bs}: seeks of {f}");
+            }
+            t.close(fd).unwrap();
+        }
     }
 }
 
