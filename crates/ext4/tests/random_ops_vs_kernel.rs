@@ -16,7 +16,8 @@
 //! (replayed on fresh copies) are printed. Knobs: KDIFF_SEEDS (seeds per
 //! block size), KDIFF_OPS (calls per seed), KDIFF_SEED0 (first seed),
 //! KDIFF_BS (only this block size), KDIFF_NO_MIN (no minimizing),
-//! KDIFF_FEATURES (mkfs -O list instead of "orphan_file").
+//! KDIFF_FEATURES (mkfs -O list instead of "orphan_file"), KDIFF_ALL (go
+//! on past a mismatching seed; the test fails at the end, listing them).
 //! Skipped, with the reason printed, where not root or where a loop mount
 //! fails.
 
@@ -1438,6 +1439,8 @@ fn campaign(bs: usize, seeds: u64, nops: usize) {
     let seeds = env("KDIFF_SEEDS", seeds);
     let nops = env("KDIFF_OPS", nops as u64) as usize;
     let (mut total_ok, mut total) = (0, 0);
+    let keep_going = std::env::var_os("KDIFF_ALL").is_some();
+    let mut differ = Vec::new();
     for seed in seed0..seed0 + seeds {
         let base = base_image(&s.0, bs, seed);
         // A directory of its own per seed: a loop device of the last seed's
@@ -1477,10 +1480,18 @@ fn campaign(bs: usize, seeds: u64, nops: usize) {
                 if let Err(f2) = again {
                     eprintln!("  => {}", f2.what);
                 }
-                panic!("bs {bs} seed {seed}: kernel and scalevfs differ (see above)");
+                if !keep_going {
+                    panic!("bs {bs} seed {seed}: kernel and scalevfs differ (see above)");
+                }
+                differ.push(seed);
+                let _ = std::fs::remove_dir_all(&dir);
             }
         }
     }
+    assert!(
+        differ.is_empty(),
+        "bs {bs}: kernel and scalevfs differ at seeds {differ:?} (see above)"
+    );
     eprintln!("bs {bs}: {seeds} seeds x {nops} calls, {total_ok} of {total} calls succeeded");
     assert!(total_ok > total / 10, "too few calls succeeded");
 }
