@@ -168,25 +168,30 @@ else
 fi
 
 # 3. The ext4 type: pjdfstest, fsx and the real-tools smoke on ext4 images
-#    made by mkfs.ext4 (orphan_file; 4 KiB blocks, then 1 KiB), each then
-#    judged by e2fsck -fn after the unmount.
-for bsz in 4096 1024; do
+#    made by mkfs.ext4 (orphan_file; 4 KiB blocks, then 1 KiB, then 4 KiB
+#    with inline_data, where new directories and small files live in the
+#    inode), each then judged by e2fsck -fn after the unmount.
+for conf in 4096:orphan_file 1024:orphan_file 4096:orphan_file,inline_data; do
+  bsz=${conf%%:*}
+  features=${conf#*:}
   img=$work/ext4-$bsz.img
-  if ! { truncate -s 512M "$img" && mkfs.ext4 -q -F -O orphan_file -b "$bsz" "$img"; } > "$work/mkfs.log" 2>&1; then
-    cat "$work/mkfs.log"; result "mkfs.ext4 -b $bsz" 1; continue
+  if ! { truncate -s 512M "$img" && mkfs.ext4 -q -F -O "$features" -b "$bsz" "$img"; } > "$work/mkfs.log" 2>&1; then
+    cat "$work/mkfs.log"; result "mkfs.ext4 -b $bsz -O $features" 1; continue
   fi
+  label="$bsz-byte blocks"; tag=$bsz
+  case $features in *inline_data*) label="$label, inline_data"; tag=$bsz-inline ;; esac
   if mount_fs --image "$img" -o allow_other,default_permissions; then
-    run_pjdfstest "ext4-$bsz"; result "pjdfstest (ext4, $bsz-byte blocks)" $?
+    run_pjdfstest "ext4-$tag"; result "pjdfstest (ext4, $label)" $?
     mkdir "$mnt/smoke" && bash "$here/fuse-tools-smoke.sh" "$mnt/smoke" > "$work/smoke.log" 2>&1
-    rc=$?; sed 's/^/  /' "$work/smoke.log" | tail -1; result "real-tools smoke (ext4, $bsz-byte blocks)" $rc
+    rc=$?; sed 's/^/  /' "$work/smoke.log" | tail -1; result "real-tools smoke (ext4, $label)" $rc
     (cd "$mnt" && fsx -f "$here/fsx.toml" -N "$fsx_ops" -S 11 -P "$work" "$mnt/fsx.file") > "$work/fsx.log" 2>&1
-    rc=$?; tail -1 "$work/fsx.log" | sed 's/^/  fsx: /'; result "fsx ($fsx_ops operations, ext4, $bsz-byte blocks)" $rc
-    unmount; result "unmount (ext4, $bsz-byte blocks)" $?
+    rc=$?; tail -1 "$work/fsx.log" | sed 's/^/  fsx: /'; result "fsx ($fsx_ops operations, ext4, $label)" $rc
+    unmount; result "unmount (ext4, $label)" $?
     e2fsck -fn "$img" > "$work/e2fsck.log" 2>&1
     rc=$?; [ $rc = 0 ] || sed 's/^/  e2fsck: /' "$work/e2fsck.log" | head -20
-    result "e2fsck -fn of the image (ext4, $bsz-byte blocks)" $rc
+    result "e2fsck -fn of the image (ext4, $label)" $rc
   else
-    result "mount (ext4, $bsz-byte blocks)" 1
+    result "mount (ext4, $label)" 1
   fi
   rm -f "$img"
 done
