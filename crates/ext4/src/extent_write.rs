@@ -1175,7 +1175,7 @@ impl Ext4 {
 
     /// Store `raw` (on disk and in the inode), drop the tree lock `g`,
     /// then publish the attributes (whose lock ranks above it).
-    fn publish(
+    pub(crate) fn publish(
         &self,
         inode: &Inode,
         ei: &Ext4Inode,

@@ -248,54 +248,14 @@ impl Ext4 {
         ino: u32,
         ft: u8,
     ) -> Result<bool> {
-        let mut blk = draw.block;
-        let end = blk.len() - DOTDOT;
-        if dir::insert(&mut blk[DOTDOT..], end, ino, name, ft) {
-            draw.block = blk;
-            return Ok(true);
-        }
-        let st = self.stored_xattrs(draw)?;
-        let Some(cur) = st.body.iter().find(|e| is_inline_entry(e)) else {
-            return Ok(false);
-        };
-        let mut value = cur.value.clone();
-        if value.is_empty() {
-            let room = Self::inline_room(&st);
-            if room <= MIN_GROWTH {
-                return Ok(false);
-            }
-            value = vec![0; room];
-            value[4..6].copy_from_slice(&(room as u16).to_le_bytes());
-        }
-        let vlen = value.len();
-        if !dir::insert(&mut value, vlen, ino, name, ft) {
-            return Ok(false);
-        }
-        self.put_inline_value(draw, &st, value)?;
-        Ok(true)
+        self.inline_dir_edit(draw, true, &mut |b, end| dir::insert(b, end, ino, name, ft))
     }
 
     /// Remove the live entry `name` from inline directory `draw` (its
     /// lock held exclusive; the caller writes the inode), as the kernel's
     /// `ext4_delete_inline_entry`: false when neither region holds it.
     pub(crate) fn inline_dir_remove(&self, draw: &mut RawInode, name: &[u8]) -> Result<bool> {
-        let mut blk = draw.block;
-        let end = blk.len() - DOTDOT;
-        if dir::remove_named(&mut blk[DOTDOT..], end, name) {
-            draw.block = blk;
-            return Ok(true);
-        }
-        let st = self.stored_xattrs(draw)?;
-        let Some(cur) = st.body.iter().find(|e| is_inline_entry(e)) else {
-            return Ok(false);
-        };
-        let mut value = cur.value.clone();
-        let vlen = value.len();
-        if !dir::remove_named(&mut value, vlen, name) {
-            return Ok(false);
-        }
-        self.put_inline_value(draw, &st, value)?;
-        Ok(true)
+        self.inline_dir_edit(draw, false, &mut |b, end| dir::remove_named(b, end, name))
     }
 
     /// Point the live entry `name` of inline directory `draw` at `ino`
@@ -309,10 +269,34 @@ impl Ext4 {
         ino: u32,
         ft: u8,
     ) -> Result<bool> {
+        self.inline_dir_edit(
+            draw,
+            false,
+            &mut |b, end| match dir::find_named(b, end, name) {
+                Some((off, _)) => {
+                    dir::retarget(b, off, ino, ft);
+                    true
+                }
+                None => false,
+            },
+        )
+    }
+
+    /// Apply `edit` (a change to the run of entries in its buffer before
+    /// the given end; false: it changed nothing) to the entries in
+    /// `i_block`, else to those in the `system.data` value, which `grow`
+    /// first makes all the room the body has while it is empty (by more
+    /// than `MIN_GROWTH`); a changed value is stored (the inode's size
+    /// follows it). False when neither region took the change.
+    fn inline_dir_edit(
+        &self,
+        draw: &mut RawInode,
+        grow: bool,
+        edit: &mut dyn FnMut(&mut [u8], usize) -> bool,
+    ) -> Result<bool> {
         let mut blk = draw.block;
         let end = blk.len() - DOTDOT;
-        if let Some((off, _)) = dir::find_named(&blk[DOTDOT..], end, name) {
-            dir::retarget(&mut blk[DOTDOT..], off, ino, ft);
+        if edit(&mut blk[DOTDOT..], end) {
             draw.block = blk;
             return Ok(true);
         }
@@ -321,10 +305,18 @@ impl Ext4 {
             return Ok(false);
         };
         let mut value = cur.value.clone();
-        let Some((off, _)) = dir::find_named(&value, value.len(), name) else {
+        if grow && value.is_empty() {
+            let room = Self::inline_room(&st);
+            if room <= MIN_GROWTH {
+                return Ok(false);
+            }
+            value = vec![0; room];
+            value[4..6].copy_from_slice(&(room as u16).to_le_bytes());
+        }
+        let vlen = value.len();
+        if !edit(&mut value, vlen) {
             return Ok(false);
-        };
-        dir::retarget(&mut value, off, ino, ft);
+        }
         self.put_inline_value(draw, &st, value)?;
         Ok(true)
     }
@@ -431,15 +423,7 @@ impl Ext4 {
         raw.mtime = t;
         raw.ctime = t;
         self.store_inline_value(&mut raw, &st, data[i_block..].to_vec())?;
-        ei.set_raw(raw);
-        drop(g);
-        inode.update_attr(|a| {
-            let r = ei.raw();
-            a.size = r.size;
-            a.blocks = r.blocks;
-            (a.mtime_sec, a.mtime_nsec) = r.mtime;
-            (a.ctime_sec, a.ctime_nsec) = r.ctime;
-        });
+        self.publish(inode, ei, g, raw)?;
         Ok(Some(buf.len()))
     }
 

@@ -16,7 +16,7 @@
 
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use common::*;
 
@@ -286,6 +286,66 @@ fn run_kernel(mnt: &Path, script: Vec<Step>) {
     }
 }
 
+/// A fresh inline_data image changed by `script` through scalevfs
+/// (`ours`, e2fsck-clean), a copy changed by the same script through the
+/// kernel (`theirs`, e2fsck-clean; `None` where the kernel cannot
+/// loop-mount), and the blocks each used.
+struct Pair {
+    scratch: Scratch,
+    ours: PathBuf,
+    theirs: Option<PathBuf>,
+    used: (u64, Option<u64>),
+}
+
+fn run_both(tag: &str, bs: usize, script: fn() -> Vec<Step>) -> Pair {
+    let s = Scratch::new(tag);
+    let ours = fresh_with(&s.0, bs, "16M", "inline_data,orphan_file");
+    let theirs = s.0.join("theirs");
+    std::fs::copy(&ours, &theirs).unwrap();
+    let before = free_blocks(&ours);
+    run_ours(&ours, script());
+    let used = before - free_blocks(&ours);
+    let Some(km) = KMount::rw(&theirs, &s.0.join("kmnt")) else {
+        return Pair {
+            scratch: s,
+            ours,
+            theirs: None,
+            used: (used, None),
+        };
+    };
+    run_kernel(&km.0, script());
+    drop(km);
+    fsck_clean(&theirs);
+    let theirs_used = before - free_blocks(&theirs);
+    Pair {
+        scratch: s,
+        ours,
+        theirs: Some(theirs),
+        used: (used, Some(theirs_used)),
+    }
+}
+
+/// The tree the kernel reads from `img` (read-only loop mount), without
+/// lost+found and times (they differ between two runs).
+fn kernel_tree(img: &Path, mnt: &Path) -> std::collections::BTreeMap<String, Node> {
+    let km = KMount::new(img, mnt).unwrap();
+    let t = untimed(host_tree(&km.0));
+    drop(km);
+    t
+}
+
+fn untimed(
+    t: std::collections::BTreeMap<String, Node>,
+) -> std::collections::BTreeMap<String, Node> {
+    t.into_iter()
+        .filter(|(k, _)| !k.starts_with("/lost+found"))
+        .map(|(k, mut n)| {
+            n.mtime = (0, 0);
+            (k, n)
+        })
+        .collect()
+}
+
 #[test]
 fn new_files_are_inline_as_the_kernels() {
     if !have_tools() {
@@ -293,45 +353,36 @@ fn new_files_are_inline_as_the_kernels() {
         return;
     }
     for bs in [1024usize, 4096] {
-        let s = Scratch::new("inline-files");
-        let ours = fresh_with(&s.0, bs, "16M", "inline_data,orphan_file");
-        let theirs = s.0.join("theirs");
-        std::fs::copy(&ours, &theirs).unwrap();
-        let before = free_blocks(&ours);
-        run_ours(&ours, file_script());
-        let used = before - free_blocks(&ours);
-        let Some(km) = KMount::rw(&theirs, &s.0.join("kmnt")) else {
+        let pair = run_both("inline-files", bs, file_script);
+        let ours = &pair.ours;
+        let Some(theirs) = &pair.theirs else {
             assert_eq!(
-                inline_shape(&ours, "/small"),
+                inline_shape(ours, "/small"),
                 (true, 11, Some(60)),
                 "bs {bs}"
             );
-            assert!(!inline_shape(&ours, "/past").0, "bs {bs}");
+            assert!(!inline_shape(ours, "/past").0, "bs {bs}");
             continue;
         };
-        run_kernel(&km.0, file_script());
-        drop(km);
-        fsck_clean(&theirs);
         for f in FILES {
             assert_eq!(
-                inline_shape(&ours, f),
-                inline_shape(&theirs, f),
+                inline_shape(ours, f),
+                inline_shape(theirs, f),
                 "bs {bs}: {f}"
             );
         }
         assert_eq!(
-            inline_shape(&ours, "/max"),
+            inline_shape(ours, "/max"),
             (true, 128, Some(128)),
             "bs {bs}"
         );
-        assert_eq!(used, before - free_blocks(&theirs), "bs {bs}: blocks used");
+        assert_eq!(pair.used.0, pair.used.1.unwrap(), "bs {bs}: blocks used");
         // The kernel reads our files as its own, contents included, and
-        // scalevfs reads them back the same after a remount.
-        let km = KMount::new(&ours, &s.0.join("kmnt2")).unwrap();
-        let tree = host_tree(&km.0);
-        // The kernel's FIEMAP and, where it answers them, SEEK_DATA and
-        // SEEK_HOLE of our files (a file longer than its inline bytes gets
-        // ENOENT from the kernel's inline iomap; checked below instead).
+        // scalevfs reads them back the same after a remount. The kernel's
+        // FIEMAP and, where it answers them, SEEK_DATA and SEEK_HOLE of our
+        // files (a file longer than its inline bytes gets ENOENT from the
+        // kernel's inline iomap; checked below instead).
+        let km = KMount::new(ours, &pair.scratch.0.join("kmnt2")).unwrap();
         let kernel_maps: Vec<_> = FILES
             .iter()
             .map(|f| kernel_fiemap(&km.0.join(&f[1..]), 0, u64::MAX).unwrap())
@@ -341,22 +392,10 @@ fn new_files_are_inline_as_the_kernels() {
             .map(|f| host_seeks(&km.0.join(&f[1..])))
             .collect();
         drop(km);
-        let km = KMount::new(&theirs, &s.0.join("kmnt3")).unwrap();
-        let expect = host_tree(&km.0);
-        drop(km);
-        // Times differ between the two runs.
-        let untimed = |t: std::collections::BTreeMap<String, Node>| {
-            t.into_iter()
-                .filter(|(k, _)| !k.starts_with("/lost+found"))
-                .map(|(k, mut n)| {
-                    n.mtime = (0, 0);
-                    (k, n)
-                })
-                .collect::<std::collections::BTreeMap<_, _>>()
-        };
-        let (tree, expect) = (untimed(tree), untimed(expect));
+        let tree = kernel_tree(ours, &pair.scratch.0.join("kmnt3"));
+        let expect = kernel_tree(theirs, &pair.scratch.0.join("kmnt4"));
         assert_eq!(tree, expect, "bs {bs}");
-        let e = scalevfs_ext4::Ext4::open(&ours, scalevfs_ext4::Ext4Options::default()).unwrap();
+        let e = scalevfs_ext4::Ext4::open(ours, scalevfs_ext4::Ext4Options::default()).unwrap();
         let vfs = scalevfs::Vfs::with_root_fs(Default::default(), e);
         let again = untimed(vfs_tree(&scalevfs::fs::Fs::new(vfs.root_task())));
         assert_eq!(again, expect, "bs {bs}: scalevfs after a remount");
@@ -419,15 +458,11 @@ fn new_directories_are_inline_as_the_kernels() {
         return;
     }
     for bs in [1024usize, 4096] {
-        let s = Scratch::new("inline-dirs");
-        let ours = fresh_with(&s.0, bs, "16M", "inline_data,orphan_file");
-        let theirs = s.0.join("theirs");
-        std::fs::copy(&ours, &theirs).unwrap();
-        let before = free_blocks(&ours);
-        run_ours(&ours, script());
-        // While mounted: the listing the VFS shows.
+        let pair = run_both("inline-dirs", bs, script);
+        let ours = &pair.ours;
+        // The listing the VFS shows after a remount.
         {
-            let (e, vfs) = mount(&ours);
+            let (e, vfs) = mount(ours);
             let t = vfs.root_task();
             let mut names: Vec<String> = t
                 .read_dir("/shrunk")
@@ -438,35 +473,22 @@ fn new_directories_are_inline_as_the_kernels() {
                 .collect();
             names.sort();
             assert_eq!(names, ["s0", "s1", "s4", "s6"], "bs {bs}");
-            unmount_clean(t, vfs, e, &ours);
+            unmount_clean(t, vfs, e, ours);
         }
-        // Ours took no block for the inline directories: only /full's and
-        // /long's (and the htree or nothing else).
-        let used = before - free_blocks(&ours);
-        let Some(km) = KMount::rw(&theirs, &s.0.join("kmnt")) else {
+        let Some(theirs) = &pair.theirs else {
             // Without the kernel: at least the shapes the rules give.
-            assert_eq!(shape(&ours, "/empty"), (true, 60), "bs {bs}");
-            assert!(!shape(&ours, "/full").0, "bs {bs}");
+            assert_eq!(shape(ours, "/empty"), (true, 60), "bs {bs}");
+            assert!(!shape(ours, "/full").0, "bs {bs}");
             continue;
         };
-        run_kernel(&km.0, script());
-        drop(km);
-        fsck_clean(&theirs);
         for d in DIRS {
-            assert_eq!(shape(&ours, d), shape(&theirs, d), "bs {bs}: {d}");
+            assert_eq!(shape(ours, d), shape(theirs, d), "bs {bs}: {d}");
         }
-        assert!(shape(&ours, "/spill").1 > 60, "bs {bs}: /spill grew");
-        assert_eq!(used, before - free_blocks(&theirs), "bs {bs}: blocks used");
-        // The kernel reads our tree as scalevfs wrote it.
-        let km = KMount::new(&ours, &s.0.join("kmnt2")).unwrap();
-        let tree = host_tree(&km.0);
-        drop(km);
-        let km = KMount::new(&theirs, &s.0.join("kmnt3")).unwrap();
-        let expect = host_tree(&km.0);
-        drop(km);
-        let names = |t: &std::collections::BTreeMap<String, Node>| -> Vec<String> {
-            t.keys().cloned().collect()
-        };
-        assert_eq!(names(&tree), names(&expect), "bs {bs}");
+        assert!(shape(ours, "/spill").1 > 60, "bs {bs}: /spill grew");
+        assert_eq!(pair.used.0, pair.used.1.unwrap(), "bs {bs}: blocks used");
+        // The kernel reads our tree as its own.
+        let tree = kernel_tree(ours, &pair.scratch.0.join("kmnt2"));
+        let expect = kernel_tree(theirs, &pair.scratch.0.join("kmnt3"));
+        assert_eq!(tree, expect, "bs {bs}");
     }
 }
