@@ -167,6 +167,7 @@ const FEATURES: &[(&str, Kind, u32)] = &[
     ("extent", Kind::Incompat, INCOMPAT_EXTENTS),
     ("64bit", Kind::Incompat, INCOMPAT_64BIT),
     ("flex_bg", Kind::Incompat, INCOMPAT_FLEX_BG),
+    ("inline_data", Kind::Incompat, INCOMPAT_INLINE_DATA),
     ("sparse_super", Kind::RoCompat, RO_COMPAT_SPARSE_SUPER),
     ("large_file", Kind::RoCompat, RO_COMPAT_LARGE_FILE),
     ("huge_file", Kind::RoCompat, RO_COMPAT_HUGE_FILE),
@@ -174,6 +175,10 @@ const FEATURES: &[(&str, Kind, u32)] = &[
     ("extra_isize", Kind::RoCompat, RO_COMPAT_EXTRA_ISIZE),
     ("metadata_csum", Kind::RoCompat, RO_COMPAT_METADATA_CSUM),
 ];
+
+/// Features this mkfs makes only when asked (`-O inline_data`), as mke2fs's
+/// ext4 defaults leave them out.
+const OFF_BY_DEFAULT: &[&str] = &["inline_data"];
 
 /// Features that cannot be turned off here (the writer relies on them).
 const REQUIRED: &[&str] = &["filetype", "extent", "64bit", "metadata_csum"];
@@ -225,7 +230,10 @@ impl Features {
             asked_journal: false,
             asked_orphan: false,
         };
-        for &(_, k, bit) in FEATURES {
+        for &(name, k, bit) in FEATURES {
+            if OFF_BY_DEFAULT.contains(&name) {
+                continue;
+            }
             match k {
                 Kind::Compat => f.compat |= bit,
                 Kind::Incompat => f.incompat |= bit,
@@ -401,6 +409,12 @@ pub fn plan(o: &MkfsOptions) -> Result<Layout> {
     if inode_size < 256 && features.has("extra_isize") {
         return Err(invalid(
             "inode size 128 leaves no room for extra inode fields: add -O ^extra_isize",
+        ));
+    }
+    // Inline data lives in the inode body's attributes (as mke2fs checks).
+    if features.has("inline_data") && (inode_size < 256 || !features.has("ext_attr")) {
+        return Err(invalid(
+            "inline_data needs ext_attr and inodes of at least 256 bytes",
         ));
     }
     let inode_ratio = match o.inode_ratio {
