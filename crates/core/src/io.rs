@@ -152,7 +152,7 @@ impl Task {
 
     /// Run `once` again after this thread's deferred frees ran while it
     /// fails with ENOSPC (see `write_retrying`), each try unpinned.
-    fn redo_enospc<R>(once: impl Fn() -> VfsResult<R>) -> VfsResult<R> {
+    pub(crate) fn redo_enospc<R>(once: impl Fn() -> VfsResult<R>) -> VfsResult<R> {
         let mut r = once();
         for k in 0..crate::namei::ENOSPC_RETRIES {
             if !matches!(r, Err(Errno::ENOSPC)) {
