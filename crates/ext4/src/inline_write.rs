@@ -4,7 +4,7 @@
 //!
 //! Directories (`ext4_try_create_inline_dir`, `ext4_try_add_inline_entry`,
 //! `ext4_delete_inline_entry`): a new directory is made inline when new
-//! inodes have room for inline data past `i_block` (`new_dirs_inline`):
+//! inodes have room for inline data past `i_block` (`new_inodes_inline`):
 //! `i_block` holds the parent's number and then entries, the size is 60
 //! and no block is mapped, with an empty `system.data` attribute in the
 //! inode body. A new entry goes into `i_block`, else into the
@@ -169,13 +169,13 @@ fn inline_entry(value: Vec<u8>) -> RawEntry {
 }
 
 impl Ext4 {
-    /// Whether new directories are made inline, as the kernel's ext4 does
+    /// Whether new directories and files may hold inline data, as the kernel's ext4 does
     /// on an inline_data image (`EXT4_STATE_MAY_INLINE_DATA` for every new
     /// inode): the image has the feature and new inodes have an in-inode
     /// attribute area with room for some inline data past `i_block`
     /// (`ext4_get_max_inline_size` is 0 otherwise, and the directory gets
     /// a block).
-    pub(crate) fn new_dirs_inline(&self) -> bool {
+    pub(crate) fn new_inodes_inline(&self) -> bool {
         self.sb
             .has_incompat(crate::format::features::INCOMPAT_INLINE_DATA)
             && self.fresh_inline_room() > 0
@@ -336,29 +336,7 @@ impl Ext4 {
         value: Vec<u8>,
     ) -> Result<()> {
         raw.size = (raw.block.len() + value.len()) as u64;
-        let body: Vec<RawEntry> = st
-            .body
-            .iter()
-            .map(|e| {
-                if is_inline_entry(e) {
-                    inline_entry(value.clone())
-                } else {
-                    e.clone()
-                }
-            })
-            .collect();
-        let block = st
-            .block
-            .as_ref()
-            .map(|(_, v)| v.clone())
-            .unwrap_or_default();
-        self.store_xattrs(raw, st, &body, &block, None)
-    }
-
-    /// Whether new inodes may hold inline data (`new_dirs_inline`'s
-    /// test), for regular files too.
-    pub(crate) fn new_files_inline(&self) -> bool {
-        self.new_dirs_inline()
+        self.store_inline_value(raw, st, value)
     }
 
     /// `write` of `buf` at `off` into a regular file that may keep its

@@ -876,7 +876,7 @@ impl Ext4 {
                     })?;
                     raw.size = target.len() as u64;
                 }
-                NewNode::Dir { .. } if self.new_dirs_inline() => {
+                NewNode::Dir { .. } if self.new_inodes_inline() => {
                     Self::init_inline_dir(&mut raw, pino);
                     raw.links_count = 2;
                     self.write_inode(&raw, true)?;
@@ -990,7 +990,7 @@ impl Ext4 {
     /// kernel's new inodes (`EXT4_STATE_MAY_INLINE_DATA`).
     fn born(&self, ino: u32, mode: u32) -> Result<Arc<Inode>> {
         let i = self.iget(ino)?;
-        if mode & libc::S_IFMT == libc::S_IFREG && self.new_files_inline() {
+        if mode & libc::S_IFMT == libc::S_IFREG && self.new_inodes_inline() {
             if let Some(ei) = i.private::<Ext4Inode>() {
                 // Relaxed: see `Ext4Inode::may_inline`.
                 ei.may_inline
