@@ -2871,10 +2871,42 @@ impl Ext4 {
         let bs = self.bs as u64;
         let start = cookie.saturating_sub(COOKIE_BASE);
         if raw.flags & inode::FL_INLINE_DATA != 0 {
-            // Cookies are positions in the inline space (as the kernel's
-            // `ext4_read_inline_dir`, whose `.` and `..` the VFS adds).
             let (_, v) = self.inline_dir(raw)?;
-            for e in v.into_iter().filter(|e| e.pos >= start) {
+            if self.sb.has_compat(COMPAT_DIR_INDEX) {
+                // In hash order, as the kernel lists an inline directory
+                // on a dir_index image (`ext4_htree_fill_tree` through
+                // `ext4_inlinedir_to_tree`), and as the one block it moves
+                // out to is listed: a listing that goes on across the move
+                // keeps its place.
+                let version = self.unindexed_hash_version();
+                let mut group = Vec::new();
+                for e in v {
+                    let pos = self.list_pos(version, &e.name).ok_or_else(|| {
+                        corrupt(
+                            format!("inline directory {}", raw.ino),
+                            format!("hash version {version}"),
+                        )
+                    })?;
+                    if pos >= start {
+                        group.push((pos, e.name, e.inode, e.file_type));
+                    }
+                }
+                self.emit_hashed(group, start, emit)?;
+                return Ok(());
+            }
+            // Without dir_index, positions in the inline space moved by
+            // `INLINE_DIR_SHIFT` (the kernel's `ext4_read_inline_dir`,
+            // whose `.` and `..` the VFS adds): the byte offsets the
+            // entries get in the block the directory moves out to.
+            for e in v
+                .into_iter()
+                .map(|e| InlineEntry {
+                    pos: e.pos + INLINE_DIR_SHIFT,
+                    next: e.next + INLINE_DIR_SHIFT,
+                    ..e
+                })
+                .filter(|e| e.pos >= start)
+            {
                 let file_type = match ft_from_dirent(e.file_type) {
                     Some(t) => t,
                     None => self.iget(e.inode)?.file_type(),
@@ -3070,16 +3102,25 @@ impl Ext4 {
         start: u64,
         emit: &mut dyn FnMut(DirEntry) -> bool,
     ) -> Result<()> {
-        let mut version = self.sb.def_hash_version;
-        if version <= htree::HASH_TEA && self.sb.flags & FLAG_UNSIGNED_HASH != 0 {
-            version += 3;
-        }
+        let version = self.unindexed_hash_version();
         let mut b = BlockBuf::zeroed(self.bs);
         let r = self.dir_block(raw, 0, &mut b)?;
         let mut group = Vec::new();
         self.hashed_entries(raw, 0, &b, &r, version, start, &mut group)?;
         self.emit_hashed(group, start, emit)?;
         Ok(())
+    }
+
+    /// The hash a directory without an index is listed by: the image's
+    /// default, made unsigned where the superblock says so (as the
+    /// kernel's `ext4_htree_fill_tree` for such a directory).
+    fn unindexed_hash_version(&self) -> u8 {
+        let version = self.sb.def_hash_version;
+        if version <= htree::HASH_TEA && self.sb.flags & FLAG_UNSIGNED_HASH != 0 {
+            version + 3
+        } else {
+            version
+        }
     }
 
     /// Add the live names of leaf `lblk` of directory `raw` (in `b`, read
@@ -4067,8 +4108,13 @@ fn commit_thread(fs: std::sync::Weak<Ext4>, interval: u64) {
 const INLINE_XATTR_INDEX: u8 = 7;
 const INLINE_XATTR_NAME: &[u8] = b"system.data";
 
+/// How far an inline directory's entries move when it moves out to a
+/// block: its 4-byte parent field gives way to `.` and `..` of 12 bytes
+/// each (the kernel's `extra_offset` in `ext4_read_inline_dir`).
+pub(crate) const INLINE_DIR_SHIFT: u64 = 20;
+
 /// One live entry of an inline directory: its position in the inline
-/// space (the readdir cookie) and the next one's.
+/// space and the next one's.
 pub(crate) struct InlineEntry {
     pos: u64,
     next: u64,

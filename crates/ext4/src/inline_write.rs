@@ -78,35 +78,27 @@ impl Ext4 {
         new.flags = (new.flags & !FL_INLINE_DATA) | FL_EXTENTS;
         new.block = crate::write::empty_extent_root();
         if is_dir {
-            let (parent, entries) = self.inline_dir(raw)?;
+            // Checked as entries first; then copied as they are (each
+            // keeps its place, 20 bytes on: readdir cookies keep their
+            // meaning), as the kernel moves an inline directory out.
+            self.inline_dir(raw)?;
+            let inline = self.inline_bytes(raw)?;
             let tail = self.sb.has_metadata_csum();
-            let end = bs - if tail { dir::TAIL_SIZE } else { 0 };
-            // `.` and `..` (12 bytes each) and every entry at its least
-            // length: checked before anything is allocated.
-            let need: usize = 24
-                + entries
-                    .iter()
-                    .map(|e| dir::rec_len_needed(e.name.len()))
-                    .sum::<usize>();
-            if need > end {
-                return Err(corrupt(what(), format!("{need} bytes of entries")));
+            let mut b = BlockBuf::zeroed(bs);
+            if !dir::from_inline(&mut b, raw.ino, &inline, tail) {
+                return Err(corrupt(
+                    what(),
+                    format!("{} bytes of entries", inline.len()),
+                ));
             }
             let pblk = self.alloc_block(0)?;
             let seed = self.csum_seed(raw);
-            let filetype = self
-                .sb
-                .has_incompat(crate::format::features::INCOMPAT_FILETYPE);
             let stored = (|| -> Result<()> {
                 self.extent_append(&mut new, 0, pblk)?;
-                rw.bufs.modify(io.dev, pblk, false, |b| {
-                    dir::init_dir_block(b, raw.ino, parent, tail);
-                    for e in &entries {
-                        let ft = if filetype { e.file_type } else { 0 };
-                        // Fits: the room was counted above.
-                        dir::insert(b, end, e.inode, &e.name, ft);
-                    }
+                rw.bufs.modify(io.dev, pblk, false, |d| {
+                    d.copy_from_slice(&b);
                     if let Some(s) = seed {
-                        dir::set_tail_csum(b, s);
+                        dir::set_tail_csum(d, s);
                     }
                 })?;
                 new.size = bs as u64;
@@ -287,7 +279,8 @@ impl Ext4 {
     /// `i_block`, else to those in the `system.data` value, which `grow`
     /// first makes all the room the body has while it is empty (by more
     /// than `MIN_GROWTH`); a changed value is stored (the inode's size
-    /// follows it). False when neither region took the change.
+    /// follows it). False when neither region took the change (a value
+    /// grown for it is stored grown).
     fn inline_dir_edit(
         &self,
         draw: &mut RawInode,
@@ -305,7 +298,8 @@ impl Ext4 {
             return Ok(false);
         };
         let mut value = cur.value.clone();
-        if grow && value.is_empty() {
+        let grown = grow && value.is_empty();
+        if grown {
             let room = Self::inline_room(&st);
             if room <= MIN_GROWTH {
                 return Ok(false);
@@ -315,6 +309,13 @@ impl Ext4 {
         }
         let vlen = value.len();
         if !edit(&mut value, vlen) {
+            if grown {
+                // Grown all the same, as the kernel's
+                // `ext4_update_inline_dir` grows it before trying it: a
+                // directory that then moves out takes the grown free
+                // entry with it, and later names fill the block alike.
+                self.put_inline_value(draw, &st, value)?;
+            }
             return Ok(false);
         }
         self.put_inline_value(draw, &st, value)?;

@@ -261,3 +261,48 @@ fn getdents_across_splits_never_skips_an_old_name() {
         worst.1
     );
 }
+
+/// An inline directory (inline_data image) that moves out to a block
+/// while a listing is part way through it: with dir_index both forms are
+/// listed in hash order (the kernel lists an inline directory through
+/// `ext4_inlinedir_to_tree` there); without it, inline positions are the
+/// byte offsets the entries keep in the block they move to. Before,
+/// inline positions were read as hashes or as offsets of a repacked
+/// block, and names came back twice.
+#[test]
+fn getdents_across_an_inline_directory_moving_out_returns_old_names_once() {
+    if !have_tools() {
+        eprintln!("skipped: mkfs.ext4/e2fsck not found");
+        return;
+    }
+    for features in ["inline_data", "inline_data,^dir_index"] {
+        let s = Scratch::new("readdir-inline");
+        let img = fresh_with(&s.0, 1024, "8M", features);
+        let (e, vfs) = mount(&img);
+        let t = vfs.root_task();
+        t.mkdir("/d", 0o755).unwrap();
+        // Four names of 12 bytes fill i_block's 56; the rest go to the
+        // system.data value (68 bytes on 256-byte inodes).
+        let old: Vec<String> = (0..8).map(|i| format!("n{i}")).collect();
+        for n in &old {
+            creat(&t, &format!("/d/{n}"));
+        }
+        assert!(size_of(&t, "/d") > 60, "{features}: not in the attribute");
+        for first in 1..old.len() {
+            let seen = list_around(&t, first, &mut || {
+                assert!(size_of(&t, "/d") < 1024, "{features}: not inline");
+                creat(&t, &format!("/d/{}", "m".repeat(100)));
+                assert_eq!(size_of(&t, "/d"), 1024, "{features}: not moved out");
+            });
+            check(&seen, &old, &format!("{features}: move out after {first}"));
+            // Inline again for the next round.
+            t.unlink(&format!("/d/{}", "m".repeat(100))).unwrap();
+            t.rename("/d", &format!("/moved{first}")).unwrap();
+            t.mkdir("/d", 0o755).unwrap();
+            for n in &old {
+                creat(&t, &format!("/d/{n}"));
+            }
+        }
+        unmount_clean(t, vfs, e, &img);
+    }
+}

@@ -85,10 +85,59 @@ fn script() -> Vec<Step> {
         s.push(Create(format!("/tight/t{i}")));
     }
     s.push(Rename("/shrunk/s3", "/tight/a-name-longer-than-the-room"));
+    // Holes left in both regions, then a name that fits neither: the
+    // entries move out as they lie (holes kept), and the new one takes the
+    // first hole with room in the block.
+    s.push(Mkdir("/holes"));
+    for i in 0..7 {
+        s.push(Create(format!("/holes/h{i}")));
+    }
+    for i in [1, 4, 5] {
+        s.push(Unlink(format!("/holes/h{i}")));
+    }
+    s.push(Create(format!("/holes/{}", "w".repeat(70))));
+    s.push(Create("/holes/after".into()));
     s
 }
 
-const DIRS: [&str; 12] = [
+/// Directories that move out to a block in `script`.
+const MOVED: [&str; 4] = ["/full", "/long", "/tight", "/holes"];
+
+/// The first block of directory `path` in `img`: each entry's offset,
+/// rec_len and name (live entries; a free one as an empty name), read
+/// from the image bytes where debugfs maps the block.
+fn block_layout(img: &Path, path: &str, bs: usize) -> Vec<(usize, usize, String)> {
+    use std::os::unix::fs::FileExt;
+    let out = debugfs_ro(img, &format!("bmap {path} 0"));
+    let pblk: u64 = out
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("debugfs bmap {path}: {out}"));
+    let mut b = vec![0u8; bs];
+    std::fs::File::open(img)
+        .unwrap()
+        .read_exact_at(&mut b, pblk * bs as u64)
+        .unwrap();
+    let mut v = Vec::new();
+    let mut off = 0;
+    while off + 8 <= bs {
+        let ino = u32::from_le_bytes(b[off..off + 4].try_into().unwrap());
+        let rl = usize::from(u16::from_le_bytes([b[off + 4], b[off + 5]]));
+        let nl = usize::from(b[off + 6]);
+        assert!(rl >= 8 && off + rl <= bs, "{path}: rec_len {rl} at {off}");
+        let name = if ino == 0 {
+            String::new()
+        } else {
+            String::from_utf8_lossy(&b[off + 8..off + 8 + nl]).into_owned()
+        };
+        v.push((off, rl, name));
+        off += rl;
+    }
+    v
+}
+
+const DIRS: [&str; 13] = [
+    "/holes",
     "/empty",
     "/few",
     "/spill",
@@ -485,6 +534,18 @@ fn new_directories_are_inline_as_the_kernels() {
             assert_eq!(shape(ours, d), shape(theirs, d), "bs {bs}: {d}");
         }
         assert!(shape(ours, "/spill").1 > 60, "bs {bs}: /spill grew");
+        // A directory moves out with its entries where they lay (20 bytes
+        // on, behind `.` and `..`), as the kernel's: the same block, entry
+        // for entry, so later inserts fill it alike and readdir positions
+        // keep their meaning.
+        for d in MOVED {
+            assert!(!shape(ours, d).0, "bs {bs}: {d} moved out");
+            assert_eq!(
+                block_layout(ours, d, bs),
+                block_layout(theirs, d, bs),
+                "bs {bs}: block of {d}"
+            );
+        }
         assert_eq!(pair.used.0, pair.used.1.unwrap(), "bs {bs}: blocks used");
         // The kernel reads our tree as its own.
         let tree = kernel_tree(ours, &pair.scratch.0.join("kmnt2"));

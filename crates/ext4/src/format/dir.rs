@@ -285,6 +285,47 @@ pub fn init_dir_block(b: &mut [u8], ino: u32, parent: u32, tail: bool) {
     put_entry(b, 12, parent, end - 12, b"..", FT_DIR);
 }
 
+/// Make `b` the one block an inline directory moves out to, as the
+/// kernel's `ext4_finish_convert_inline_dir`: `.` (inode `ino`) and `..`
+/// of 12 bytes each, then `inline` (the inline space: the parent's number
+/// in its first 4 bytes, then entries that fill the rest, as checked when
+/// read) copied as it is, so that every entry moves by 20 bytes and keeps
+/// its place, and the last entry stretched to the end (before the tail).
+/// False, with `b` untouched, when `inline` is shorter than its parent
+/// field, does not fit, or its entries do not chain to its end.
+pub fn from_inline(b: &mut [u8], ino: u32, inline: &[u8], tail: bool) -> bool {
+    let end = if tail { b.len() - TAIL_SIZE } else { b.len() };
+    let Some(len) = inline.len().checked_sub(4) else {
+        return false;
+    };
+    if len == 0 || 24 + len > end {
+        return false;
+    }
+    // The last entry of the copied run: rec_lens must chain to its end.
+    let body = &inline[4..];
+    let (mut off, mut last) = (0, 0);
+    while off < len {
+        let rl = if off + ENTRY_HEADER <= len {
+            usize::from(le16(body, off + 4))
+        } else {
+            0
+        };
+        if rl < ENTRY_HEADER || off + rl > len {
+            return false;
+        }
+        last = off;
+        off += rl;
+    }
+    let parent = le32(inline, 0);
+    init_block(b, tail);
+    put_entry(b, 0, ino, 12, b".", FT_DIR);
+    put_entry(b, 12, parent, 12, b"..", FT_DIR);
+    b[24..24 + len].copy_from_slice(body);
+    let stretched = (end - 24 - last) as u16;
+    b[24 + last + 4..24 + last + 6].copy_from_slice(&stretched.to_le_bytes());
+    true
+}
+
 /// Recompute the checksum in a leaf block's tail.
 pub fn set_tail_csum(b: &mut [u8], csum_seed: u32) {
     let off = b.len() - TAIL_SIZE;
@@ -395,6 +436,46 @@ mod tests {
             n += 1;
         }
         assert_eq!(n, 2, "three 264-byte entries fit in 1012 bytes, not four");
+    }
+
+    /// An inline directory's space moves into a block entry for entry,
+    /// 20 bytes on, the last entry stretched to the tail; a space whose
+    /// rec_lens do not chain to its end, or that does not fit, is refused
+    /// with the block untouched.
+    #[test]
+    fn from_inline_keeps_each_entry_in_place() {
+        // Parent 2, then 56 bytes: "a" (12), a free 20, "bb" to the end.
+        let mut inline = vec![0u8; 60];
+        inline[..4].copy_from_slice(&2u32.to_le_bytes());
+        put_entry(&mut inline[4..], 0, 12, 12, b"a", FT_REG);
+        put_entry(&mut inline[4..], 12, 0, 20, b"", 0);
+        put_entry(&mut inline[4..], 32, 13, 24, b"bb", FT_DIR);
+        let mut b = vec![0u8; 1024];
+        assert!(from_inline(&mut b, 11, &inline, true));
+        let v = entries(&b, true, true, &what).unwrap();
+        let got: Vec<_> = v
+            .iter()
+            .map(|e| (e.offset, e.rec_len, e.inode, e.name))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (0, 12, 11, &b"."[..]),
+                (12, 12, 2, b".."),
+                (24, 12, 12, b"a"),
+                (36, 20, 0, b""),
+                (56, 1024 - TAIL_SIZE - 56, 13, b"bb"),
+            ]
+        );
+        assert!(has_tail(&b));
+        // A rec_len past the end of the space; a space too long.
+        let mut bad = inline.clone();
+        bad[4 + 32 + 4] = 28;
+        let mut b = vec![7u8; 1024];
+        assert!(!from_inline(&mut b, 11, &bad, true));
+        assert!(!from_inline(&mut b, 11, &[0u8; 1024], true));
+        assert!(!from_inline(&mut b, 11, &[0u8; 3], true));
+        assert!(b.iter().all(|&x| x == 7), "untouched");
     }
 
     /// `scan` visits what `entries` lists, in order, and stops where its
