@@ -814,12 +814,9 @@ impl Ext4 {
         let sb = &self.sb;
         let privileged = scalevfs::caller::current(|c| match c {
             None => true,
-            Some(c) => {
-                c.is_root()
-                    || c.uid == u32::from(sb.def_resuid)
-                    || (sb.def_resgid != 0 && c.in_group(u32::from(sb.def_resgid)))
-            }
-        });
+            Some(c) => c.is_root() || c.uid == u32::from(sb.def_resuid),
+        }) || (sb.def_resgid != 0
+            && scalevfs::caller::in_group(u32::from(sb.def_resgid)) == Some(true));
         // Relaxed: a setting, read alone.
         let resv = self
             .rw

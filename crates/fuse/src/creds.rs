@@ -17,6 +17,15 @@ pub(crate) fn request_cred(uid: u32, gid: u32, pid: u32) -> Cred {
     Cred { uid, gid, groups }
 }
 
+/// Supplementary groups of thread `pid` (none for pid 0, a request the
+/// kernel makes itself).
+pub(crate) fn groups_of(pid: u32) -> Vec<u32> {
+    if pid == 0 {
+        return Vec::new();
+    }
+    proc_groups(pid)
+}
+
 /// Supplementary groups of thread `pid`; empty if it is gone (a request from
 /// a thread that has exited gets no supplementary groups, as nothing can
 /// observe the difference any more).

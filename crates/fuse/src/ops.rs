@@ -359,16 +359,17 @@ impl Shared {
 
 /// Run `f`, file I/O on the base task, on behalf of the request's
 /// caller ([`scalevfs::caller`]: ext4 lets only root, or its resuid and
-/// resgid, take the reserved blocks). The supplementary groups are not
-/// read for this (a /proc read per write): only `s_def_resgid` would
-/// look at them. Writeback with no caller (uid -1) runs as the
-/// filesystem's own work.
+/// members of its resgid, take the reserved blocks). The supplementary
+/// groups are read from /proc only if a check needs them (an image with
+/// a resgid, a caller whose own gid is not it). Writeback with no caller
+/// (uid -1) runs as the filesystem's own work.
 fn as_requester<R>(req: &Request, f: impl FnOnce() -> R) -> R {
     if req.uid() == u32::MAX {
         return f();
     }
     let cred = scalevfs::Cred::user(req.uid(), req.gid());
-    scalevfs::caller::with(&cred, f)
+    let pid = req.pid();
+    scalevfs::caller::with_groups(&cred, &|| crate::creds::groups_of(pid), f)
 }
 
 /// The scalevfs filesystem as fuser sees it.

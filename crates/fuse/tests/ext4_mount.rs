@@ -173,6 +173,18 @@ struct ImageMount {
 }
 
 fn mount_fresh_image(tag: &str, args: &[&str], size: &str, options: &[&str]) -> Option<ImageMount> {
+    mount_tuned_image(tag, args, &[], size, options)
+}
+
+/// `mount_fresh_image`, with `tune2fs TUNE` run on the image before it
+/// is opened (when `tune` is not empty).
+fn mount_tuned_image(
+    tag: &str,
+    args: &[&str],
+    tune: &[&str],
+    size: &str,
+    options: &[&str],
+) -> Option<ImageMount> {
     if fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -199,6 +211,14 @@ fn mount_fresh_image(tag: &str, args: &[&str], size: &str, options: &[&str]) -> 
         .output()
         .unwrap();
     assert!(out.status.success());
+    if !tune.is_empty() {
+        let out = Command::new(mkfs.with_file_name("tune2fs"))
+            .args(tune)
+            .arg(&img)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "tune2fs {tune:?}: {out:?}");
+    }
     let ext4 = Ext4::open(
         &img,
         Ext4Options {
@@ -224,6 +244,68 @@ fn mount_fresh_image(tag: &str, args: &[&str], size: &str, options: &[&str]) -> 
         mnt,
         m,
     })
+}
+
+/// A member of the image's resgid by a supplementary group only (the
+/// FUSE request carries the uid and gid, not the groups: the daemon
+/// reads them from /proc when the check needs them) takes the reserved
+/// blocks, as on the kernel's ext4 (`in_group_p`); a user outside the
+/// group does not. Before, the groups were not read and the member was
+/// refused.
+#[test]
+fn ext4_reserved_blocks_through_fuse_follow_the_callers_groups() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        skip("not root: cannot write as another user");
+        return;
+    }
+    let Ok(setpriv) = which("setpriv") else {
+        skip("setpriv not found (util-linux)");
+        return;
+    };
+    let Some(im) = mount_tuned_image(
+        "resgid",
+        &["-b", "4096"],
+        &["-g", "4242"],
+        "24M",
+        &["allow_other"],
+    ) else {
+        return;
+    };
+    let reserved = sb_number(&im.mkfs, &im.img, "Reserved block count");
+    let pool = (sb_number(&im.mkfs, &im.img, "Block count") / 50).min(4096);
+    let work = std::panic::catch_unwind(|| {
+        fs::set_permissions(&im.mnt, fs::Permissions::from_mode(0o777)).unwrap();
+        dd_until_full(&im.mnt.join("outsider"), Some(65534));
+        assert_eq!(statvfs_free(&im.mnt).0, reserved + pool, "outsider");
+        let mut c = Command::new(&setpriv);
+        c.args(["--reuid=65533", "--regid=65533", "--groups=4242", "dd"]);
+        dd_full(c, &im.mnt.join("member"));
+        assert_eq!(
+            statvfs_free(&im.mnt).0,
+            pool,
+            "a member of the resgid by a supplementary group left the pool only"
+        );
+    });
+    let _ = im.m.unmount();
+    im.ext4.unmount().unwrap();
+    drop(im.ext4);
+    if let Err(p) = work {
+        std::panic::resume_unwind(p);
+    }
+    fsck_clean(&im.mkfs, &im.img);
+    let _ = fs::remove_dir_all(&im.base);
+}
+
+/// The path of program `name` on PATH.
+fn which(name: &str) -> Result<std::path::PathBuf, ()> {
+    std::env::var_os("PATH")
+        .and_then(|p| {
+            std::env::split_paths(&p)
+                .map(|d| d.join(name))
+                .find(|f| f.is_file())
+        })
+        .ok_or(())
 }
 
 #[test]
@@ -278,12 +360,17 @@ fn sb_number(mkfs: &Path, img: &Path, name: &str) -> u64 {
 fn dd_until_full(file: &Path, uid: Option<u32>) {
     use std::os::unix::process::CommandExt;
     let mut c = Command::new("dd");
-    c.arg("if=/dev/zero")
-        .arg(format!("of={}", file.display()))
-        .args(["bs=65536", "count=100000"]);
     if let Some(u) = uid {
         c.uid(u).gid(u);
     }
+    dd_full(c, file);
+}
+
+/// `dd_until_full` through `cmd` (dd, or a program that runs it).
+fn dd_full(mut c: Command, file: &Path) {
+    c.arg("if=/dev/zero")
+        .arg(format!("of={}", file.display()))
+        .args(["bs=65536", "count=100000"]);
     let out = c.output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
