@@ -273,6 +273,14 @@ impl Inode {
     }
 
     #[inline]
+    /// Wait until no writer, truncate or fallocate holds this inode's
+    /// data lock exclusive (taken shared and let go): a filesystem's reader
+    /// that found a multi-step change under way waits for it to end so.
+    /// The caller must hold no lock of this inode.
+    pub fn wait_for_data_writers(&self) {
+        drop(self.data_lock.read());
+    }
+
     pub fn ino(&self) -> u64 {
         self.hot.ino
     }

@@ -192,6 +192,14 @@ pub struct Ext4Inode {
     /// (set once before the inode is handed out); a stale read outside
     /// it only picks between two valid layouts.
     pub(crate) may_inline: AtomicBool,
+    /// A COLLAPSE_RANGE or INSERT_RANGE is under way (`Ext4::reshaping`),
+    /// which may take several handles (a large range punched first, a
+    /// tree shifted a leaf per handle): readers wait for it to end
+    /// (`file_read_settled`), as the kernel's wait on `invalidate_lock`,
+    /// so none sees the range punched but not yet shifted or the file
+    /// half shifted. Relaxed: set and cleared under the data lock held
+    /// exclusive, read under it held shared.
+    pub(crate) reshaping: AtomicBool,
 }
 
 impl Drop for Ext4Inode {
@@ -2103,6 +2111,7 @@ impl Ext4 {
                     last_tid: AtomicU64::new(current_tid()),
                     mapped,
                     may_inline: AtomicBool::new(inline_file),
+                    reshaping: AtomicBool::new(false),
                 }),
             )
             .with_generation(generation)
@@ -3732,7 +3741,7 @@ impl Filesystem for Ext4 {
             FileType::Regular => {}
             _ => return Err(Errno::EINVAL),
         }
-        let _g = self.file_read_lock(i);
+        let _g = self.file_read_settled(i);
         vfs(self.read_data(&Ext4::node(i)?, off, buf))
     }
 
@@ -3746,7 +3755,7 @@ impl Filesystem for Ext4 {
         // The tree lock of the kind the inode has, shared.
         let _g = match i.file_type() {
             FileType::Directory => self.dir_read_lock(i),
-            _ => self.file_read_lock(i),
+            _ => self.file_read_settled(i),
         };
         let len = self.fiemap_check(start, len, flags)?;
         vfs(self.fiemap_raw(&Ext4::node(i)?, start, len))
@@ -3769,7 +3778,7 @@ impl Filesystem for Ext4 {
     }
 
     fn seek_data_hole(&self, i: &Arc<Inode>, off: u64, data: bool) -> VfsResult<u64> {
-        let _g = self.file_read_lock(i);
+        let _g = self.file_read_settled(i);
         vfs(self.seek_raw(&Ext4::node(i)?, off, data))?.ok_or(Errno::ENXIO)
     }
 
@@ -3847,21 +3856,26 @@ impl Filesystem for Ext4 {
             // Neither adds data: the tree blocks they may need come from
             // every free block (`nofail`), as the kernel's split and
             // removal do (EXT4_GET_BLOCKS_METADATA_NOFAIL).
-            RangeOp::Collapse => nofail(|| {
-                let pre = vfs(self.journaled(|| self.collapse_prefree(inode, off, len)))?;
-                if let Some((from, to)) = pre {
-                    vfs(self.punch_rest(inode, from, to))?;
-                }
-                if vfs(self.journaled(|| self.file_collapse(inode, off, len)))? {
-                    return Ok(());
-                }
-                vfs(self.collapse_stepped(inode, off, len))
+            // Readers wait for either to end (`reshaping`).
+            RangeOp::Collapse => self.reshaping(inode, || {
+                nofail(|| {
+                    let pre = vfs(self.journaled(|| self.collapse_prefree(inode, off, len)))?;
+                    if let Some((from, to)) = pre {
+                        vfs(self.punch_rest(inode, from, to))?;
+                    }
+                    if vfs(self.journaled(|| self.file_collapse(inode, off, len)))? {
+                        return Ok(());
+                    }
+                    vfs(self.collapse_stepped(inode, off, len))
+                })
             }),
-            RangeOp::Insert => nofail(|| {
-                if vfs(self.journaled(|| self.file_insert(inode, off, len)))? {
-                    return Ok(());
-                }
-                vfs(self.insert_stepped(inode, off, len))
+            RangeOp::Insert => self.reshaping(inode, || {
+                nofail(|| {
+                    if vfs(self.journaled(|| self.file_insert(inode, off, len)))? {
+                        return Ok(());
+                    }
+                    vfs(self.insert_stepped(inode, off, len))
+                })
             }),
         }
     }

@@ -170,6 +170,57 @@ impl Ext4 {
         Some(i.private::<Ext4Inode>()?.data.read())
     }
 
+    /// `file_read_lock` once no collapse or insert of the file is under
+    /// way (`Ext4Inode::reshaping`): while one is, the lock is let go and
+    /// the reader waits for the VFS data lock, which the fallocate holds
+    /// exclusive throughout (a caller that drives the filesystem without
+    /// the VFS waits by yielding). No reader holds that lock then: the
+    /// fallocate does.
+    pub(crate) fn file_read_settled<'a>(
+        &self,
+        i: &'a Inode,
+    ) -> Option<scalevfs_sync::ordered::RwLockReadGuard<'a, ()>> {
+        loop {
+            let g = self.file_read_lock(i);
+            // Relaxed: read under the data lock shared (see the field).
+            let busy = g.is_some()
+                && i.private::<Ext4Inode>().is_some_and(|e| {
+                    e.reshaping
+                        .load(scalevfs_sync::primitive::Ordering::Relaxed)
+                });
+            if !busy {
+                return g;
+            }
+            drop(g);
+            i.wait_for_data_writers();
+            std::thread::yield_now();
+        }
+    }
+
+    /// Run `f`, a collapse or insert of `inode` that may take several
+    /// handles, with its readers held off (`Ext4Inode::reshaping`), also
+    /// when it fails or unwinds.
+    pub(crate) fn reshaping<R>(&self, inode: &Inode, f: impl FnOnce() -> R) -> R {
+        let Some(ei) = inode.private::<Ext4Inode>() else {
+            return f();
+        };
+        let set = |on: bool| {
+            let _g = ei.data.write();
+            // Relaxed: under the data lock exclusive (see the field).
+            ei.reshaping
+                .store(on, scalevfs_sync::primitive::Ordering::Relaxed);
+        };
+        struct Clear<F: Fn(bool)>(F);
+        impl<F: Fn(bool)> Drop for Clear<F> {
+            fn drop(&mut self) {
+                (self.0)(false);
+            }
+        }
+        set(true);
+        let _clear = Clear(set);
+        f()
+    }
+
     /// Where inode `ino` lies: its inode table block, the slot's offset
     /// in it, the slot's size.
     pub(crate) fn inode_slot(&self, ino: u32) -> Result<(u64, usize, usize)> {
