@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use common::*;
 use scalevfs::io::{FALLOC_FL_COLLAPSE_RANGE, FALLOC_FL_INSERT_RANGE};
-use scalevfs::{Vfs, O_CREAT, O_RDONLY, O_RDWR};
+use scalevfs::{O_CREAT, O_RDONLY, O_RDWR};
 
 const BS: u64 = 1024;
 /// Extents of one block, at every other block.
