@@ -50,6 +50,23 @@ impl Ext4 {
     /// for a file, the directory lock for a directory). Stores the inode;
     /// `raw` becomes the stored copy. Not inline: nothing to do.
     pub(crate) fn uninline(&self, raw: &mut RawInode) -> Result<()> {
+        self.uninline_padded(raw, false)
+    }
+
+    /// `uninline` of a directory that an insert found full
+    /// (`inline_dir_insert` said no): the kernel's
+    /// `ext4_try_add_inline_entry` first grows an empty `system.data`
+    /// value to all the room the body has (`ext4_update_inline_dir`, by
+    /// more than `MIN_GROWTH`) and only then moves the directory out, so
+    /// the block it gets holds that room as a free entry after the
+    /// `i_block` entries. The grown value is not stored here: a move
+    /// that fails (no block) leaves the directory as it was, where the
+    /// kernel's keeps the grown value (a size of 128 instead of 60).
+    pub(crate) fn uninline_for_insert(&self, raw: &mut RawInode) -> Result<()> {
+        self.uninline_padded(raw, true)
+    }
+
+    fn uninline_padded(&self, raw: &mut RawInode, grow: bool) -> Result<()> {
         if raw.flags & FL_INLINE_DATA == 0 {
             return Ok(());
         }
@@ -82,7 +99,14 @@ impl Ext4 {
             // keeps its place, 20 bytes on: readdir cookies keep their
             // meaning), as the kernel moves an inline directory out.
             self.inline_dir(raw)?;
-            let inline = self.inline_bytes(raw)?;
+            let mut inline = self.inline_bytes(raw)?;
+            let room = Self::inline_room(&st);
+            if grow && inline.len() == raw.block.len() && room > MIN_GROWTH {
+                // The grown value: one free entry over all of it.
+                let at = inline.len();
+                inline.resize(at + room, 0);
+                inline[at + 4..at + 6].copy_from_slice(&(room as u16).to_le_bytes());
+            }
             let tail = self.sb.has_metadata_csum();
             let mut b = BlockBuf::zeroed(bs);
             if !dir::from_inline(&mut b, raw.ino, &inline, tail) {
@@ -279,8 +303,8 @@ impl Ext4 {
     /// `i_block`, else to those in the `system.data` value, which `grow`
     /// first makes all the room the body has while it is empty (by more
     /// than `MIN_GROWTH`); a changed value is stored (the inode's size
-    /// follows it). False when neither region took the change (a value
-    /// grown for it is stored grown).
+    /// follows it). False, nothing stored, when neither region took the
+    /// change.
     fn inline_dir_edit(
         &self,
         draw: &mut RawInode,
@@ -298,8 +322,7 @@ impl Ext4 {
             return Ok(false);
         };
         let mut value = cur.value.clone();
-        let grown = grow && value.is_empty();
-        if grown {
+        if grow && value.is_empty() {
             let room = Self::inline_room(&st);
             if room <= MIN_GROWTH {
                 return Ok(false);
@@ -309,13 +332,9 @@ impl Ext4 {
         }
         let vlen = value.len();
         if !edit(&mut value, vlen) {
-            if grown {
-                // Grown all the same, as the kernel's
-                // `ext4_update_inline_dir` grows it before trying it: a
-                // directory that then moves out takes the grown free
-                // entry with it, and later names fill the block alike.
-                self.put_inline_value(draw, &st, value)?;
-            }
+            // Not stored: the directory moves out next
+            // (`uninline_for_insert` copies the grown room into the
+            // block as the kernel's would have it).
             return Ok(false);
         }
         self.put_inline_value(draw, &st, value)?;

@@ -434,7 +434,7 @@ impl Ext4 {
             if self.inline_dir_insert(draw, name, ino, ft)? {
                 return Ok(true);
             }
-            self.uninline(draw)?;
+            self.uninline_for_insert(draw)?;
         }
         if self.is_htree(draw) {
             return self.htree_insert(draw, name, ino, ft, grow);

@@ -396,3 +396,55 @@ fn inline_files_and_directories_move_out_when_changed() {
         assert_eq!(host_xattr_names(&km.0.join("attr")), ["user.extra"]);
     }
 }
+
+/// A create into a full inline directory on a full image: the directory
+/// cannot move out to a block (ENOSPC) and stays as it was, inline with
+/// its names and its size, and e2fsck passes the image. (A first version
+/// of the kernel's grow-then-move stored the grown `system.data` value
+/// before the move failed, leaving a size of 60 for 128 bytes of inline
+/// data: random kernel differential, seed 359 at 1 KiB.)
+#[test]
+fn a_full_inline_directory_that_cannot_move_out_stays_as_it_was() {
+    if !have_tools() {
+        return;
+    }
+    use scalevfs::{O_CREAT, O_WRONLY};
+    let s = Scratch::new("inline-full");
+    let img = fresh_with(&s.0, 1024, "8M", "inline_data,orphan_file");
+    let (e, vfs) = mount(&img);
+    let t = vfs.root_task();
+    t.mkdir("/d", 0o755).unwrap();
+    let names: Vec<String> = (0..4).map(|i| format!("n{i}")).collect();
+    for n in &names {
+        let fd = t
+            .open(&format!("/d/{n}"), O_CREAT | O_WRONLY, 0o644)
+            .unwrap();
+        t.close(fd).unwrap();
+    }
+    assert_eq!(t.stat("/d").unwrap().size, 60, "i_block full, no value yet");
+    // Fill the image.
+    let fd = t.open("/fill", O_CREAT | O_WRONLY, 0o644).unwrap();
+    let chunk = vec![7u8; 1 << 16];
+    let mut off = 0i64;
+    for len in [chunk.len(), 1024] {
+        while let Ok(n) = t.pwrite(fd, &chunk[..len], off) {
+            off += n as i64;
+        }
+    }
+    t.close(fd).unwrap();
+    let long = "x".repeat(100);
+    let r = t.open(&format!("/d/{long}"), O_CREAT | O_WRONLY, 0o644);
+    assert_eq!(r.err(), Some(scalevfs::Errno::ENOSPC));
+    assert_eq!(t.stat("/d").unwrap().size, 60, "the directory changed");
+    let mut listed: Vec<String> = t
+        .read_dir("/d")
+        .unwrap()
+        .into_iter()
+        .map(|d| String::from_utf8(d.name.to_vec()).unwrap())
+        .filter(|n| n != "." && n != "..")
+        .collect();
+    listed.sort();
+    assert_eq!(listed, names);
+    unmount_clean(t, vfs, e, &img);
+    assert!(inline(&img, "/d"), "/d moved out");
+}
