@@ -3731,6 +3731,18 @@ impl Filesystem for Ext4 {
     fn max_file_size_of(&self, inode: &Inode) -> u64 {
         match inode.private::<Ext4Inode>() {
             Some(ei) if ei.mapped => self.bitmap_max_size(),
+            // A file whose data is inline has no extent flag, and the
+            // kernel limits such a file as a block-mapped one (setattr,
+            // the write checks and llseek test EXT4_INODE_EXTENTS): a
+            // truncate past `s_bitmap_maxbytes` is EFBIG until the data
+            // has moved to blocks. `may_inline` (Relaxed: a hint, see the
+            // field) spares every other file the inode's lock.
+            Some(ei)
+                if ei.may_inline.load(Ordering::Relaxed)
+                    && ei.raw.lock().flags & inode::FL_INLINE_DATA != 0 =>
+            {
+                self.bitmap_max_size()
+            }
             _ => self.max_size(),
         }
     }
