@@ -172,6 +172,21 @@ struct ImageMount {
     m: scalevfs_fuse::FuseMount,
 }
 
+impl ImageMount {
+    /// Unmount (the FUSE mount, then the filesystem), pass on a panic of
+    /// `work`, check the image with e2fsck, remove the scratch files.
+    fn finish(self, work: std::thread::Result<()>) {
+        let _ = self.m.unmount();
+        self.ext4.unmount().unwrap();
+        drop(self.ext4);
+        if let Err(p) = work {
+            std::panic::resume_unwind(p);
+        }
+        fsck_clean(&self.mkfs, &self.img);
+        let _ = fs::remove_dir_all(&self.base);
+    }
+}
+
 fn mount_fresh_image(tag: &str, args: &[&str], size: &str, options: &[&str]) -> Option<ImageMount> {
     mount_tuned_image(tag, args, &[], size, options)
 }
@@ -287,14 +302,7 @@ fn ext4_reserved_blocks_through_fuse_follow_the_callers_groups() {
             "a member of the resgid by a supplementary group left the pool only"
         );
     });
-    let _ = im.m.unmount();
-    im.ext4.unmount().unwrap();
-    drop(im.ext4);
-    if let Err(p) = work {
-        std::panic::resume_unwind(p);
-    }
-    fsck_clean(&im.mkfs, &im.img);
-    let _ = fs::remove_dir_all(&im.base);
+    im.finish(work);
 }
 
 /// The path of program `name` on PATH.
@@ -419,12 +427,5 @@ fn ext4_reserved_blocks_through_fuse_follow_the_caller() {
         let (bfree, _) = statvfs_free(&im.mnt);
         assert_eq!(bfree, pool, "root left the pool");
     });
-    let _ = im.m.unmount();
-    im.ext4.unmount().unwrap();
-    drop(im.ext4);
-    if let Err(p) = work {
-        std::panic::resume_unwind(p);
-    }
-    fsck_clean(&im.mkfs, &im.img);
-    let _ = fs::remove_dir_all(&im.base);
+    im.finish(work);
 }
