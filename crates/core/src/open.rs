@@ -351,18 +351,13 @@ impl Task {
             // here again (a dangling link gets its target created), and
             // one with a trailing '/' is EISDIR before it is looked up
             // (`pw.trailing` above), so a link "d" -> "d/" is EISDIR, not
-            // ELOOP. The target is named relative to the link's directory
-            // (the path with its last component replaced).
+            // ELOOP. A relative target is walked from the link's directory
+            // (not re-walked from the path: links that name themselves
+            // through "./" would grow the path past PATH_MAX,
+            // ENAMETOOLONG, before the 40th link gave ELOOP).
             let target = self.readlinkat(dirfd, path)?;
-            let next = if target.first() == Some(&b'/') {
-                target
-            } else {
-                let cut = path.iter().rposition(|&c| c == b'/').map_or(0, |k| k + 1);
-                let mut v = path[..cut].to_vec();
-                v.extend_from_slice(&target);
-                v
-            };
-            return self.open_create(dirfd, &next, flags, mode, depth + 1);
+            let from = crate::handle::Handle::new((*pw.parent).clone());
+            return self.open_create(&from, &target, flags, mode, depth + 1);
         }
         Ok((self.cross_mounts(here), false))
     }

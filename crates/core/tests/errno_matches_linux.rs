@@ -616,6 +616,21 @@ fn scripts() -> Vec<Script> {
             Op::Open(D::Cwd, p("lf"), O_WRONLY, 0).e(ENOTDIR),
             symlink("missing/x/", "ln").ok(),
             Op::Open(D::Cwd, p("ln"), O_CREAT | O_WRONLY, 0o644).e(ENOENT),
+            // A link that names itself through a long run of "./", and a
+            // hard link to it: 40 links, then ELOOP (the body is walked
+            // from the link's directory each time; building the path
+            // instead ran past PATH_MAX first, ENAMETOOLONG).
+            symlink(&format!("{}self", "./".repeat(56)), "self").ok(),
+            Op::Link(D::Cwd, p("self"), D::Cwd, p("self2"), 0).ok(),
+            Op::Open(D::Cwd, p("self2"), O_CREAT | O_RDWR, 0o755).e(ELOOP),
+            Op::Open(D::Cwd, p("self"), O_CREAT | O_WRONLY, 0o644).e(ELOOP),
+            Op::Open(D::Cwd, p("self"), O_RDONLY, 0).e(ELOOP),
+            // Relative to the link's own directory, not the caller's.
+            mkdir("rel").ok(),
+            symlink("made", "rel/to").ok(),
+            Op::Open(D::Cwd, p("rel/to"), O_CREAT | O_WRONLY, 0o644).ok(),
+            lstat("rel/made"),
+            lstat("made").e(ENOENT),
         ]),
         sc("40 symlinks", chain),
         sc("name and path lengths", steps![
