@@ -3784,8 +3784,12 @@ impl Filesystem for Ext4 {
                 || raw.size == self.bs as u64);
         if dx {
             Some((i64::MAX as u64, i64::MAX as u64))
+        } else if raw.flags & inode::FL_EXTENTS == 0 {
+            // Block-mapped or inline (no extent flag): ext4_llseek's
+            // s_bitmap_maxbytes.
+            Some((raw.size, self.bitmap_max_size()))
         } else {
-            Some((raw.size, self.max_file_size_of(dir)))
+            Some((raw.size, self.max_size()))
         }
     }
 

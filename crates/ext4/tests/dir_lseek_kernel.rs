@@ -13,7 +13,7 @@ use std::path::Path;
 use common::*;
 use scalevfs::{O_CREAT, O_DIRECTORY, O_RDONLY, O_WRONLY};
 
-const SEEKS: [(u32, i64); 14] = [
+const SEEKS: [(u32, i64); 15] = [
     (2, 0),
     (2, -5),
     (2, 1),
@@ -27,6 +27,9 @@ const SEEKS: [(u32, i64); 14] = [
     (1, 5),
     (0, -1),
     (1, i64::MAX),
+    // Past s_bitmap_maxbytes at 1 KiB blocks (about 16 GiB): the limit of
+    // a linear directory without the extent flag (inline).
+    (0, 1 << 36),
     (0, 0),
 ];
 
@@ -101,6 +104,18 @@ fn compare(tag: &str, mkfs: &[&str]) {
 #[test]
 fn directory_lseek_like_kernel_hashed() {
     compare("dirseek-dx", &["-b", "4096"]);
+}
+
+/// Inline directories without dir_index are linear and have no extent
+/// flag: ext4_llseek limits them at s_bitmap_maxbytes (random kernel
+/// differential, seed 514, inline_data without dir_index: EINVAL there,
+/// a position here).
+#[test]
+fn directory_lseek_like_kernel_inline_linear() {
+    compare(
+        "dirseek-inline",
+        &["-b", "1024", "-O", "inline_data,^dir_index"],
+    );
 }
 
 #[test]
