@@ -3799,7 +3799,6 @@ impl Filesystem for Ext4 {
     }
 
     fn write(&self, inode: &Arc<Inode>, off: u64, buf: &[u8]) -> VfsResult<usize> {
-        let mut n = vfs(self.journaled(|| self.file_write(inode, off, buf)))?;
         // A write ends short when its allocations fill one step
         // (`Ext4::step_groups`; the rest goes in new handles, each may
         // commit first) or on an error after some bytes. The rest is
@@ -3809,10 +3808,22 @@ impl Filesystem for Ext4 {
         // file frees and needs the same space every round: generic/129
         // saw "short write: 32768 of 102400"); any failure then ends the
         // write with the bytes written so far.
+        let mut n = 0;
+        let mut trimmed = false;
         while n < buf.len() {
-            match self.journaled(|| self.file_write(inode, off + n as u64, &buf[n..])) {
-                Ok(0) | Err(_) => break,
+            let at = off + n as u64;
+            match self.journaled(|| self.file_write(inode, at, &buf[n..])) {
+                Ok(0) => break,
                 Ok(k) => n += k,
+                Err(e)
+                    if e.errno() == Errno::ENOSPC
+                        && !trimmed
+                        && self.trim_failed_write(inode, at, off + buf.len() as u64)? =>
+                {
+                    trimmed = true;
+                }
+                Err(e) if n == 0 => return Err(e.errno()),
+                Err(_) => break,
             }
         }
         Ok(n)
