@@ -792,7 +792,10 @@ impl Task {
             }
         };
         opw.parent.mnt.check_writable()?;
-        if oname.len() > NAME_MAX || nname.len() > NAME_MAX {
+        // do_renameat2 looks the old name up first (a name too long is
+        // ENAMETOOLONG there, a missing one ENOENT), the new one after:
+        // its length is checked once the source is found (below).
+        if oname.len() > NAME_MAX {
             return Err(Errno::ENAMETOOLONG);
         }
         let mut ch = self.changes();
@@ -829,6 +832,9 @@ impl Task {
             let _nl = self.name_lock2((&op.dentry, &oname), (&np.dentry, &nname));
             let src = self.lookup_child(op, &oname)?.ok_or(Errno::ENOENT)?;
             let si = src.inode().ok_or(Errno::ENOENT)?.clone();
+            if nname.len() > NAME_MAX {
+                return Err(Errno::ENAMETOOLONG);
+            }
             // `dst_any` may be a negative dentry: d_move must unhash it, or it
             // would stay hashed behind the moved dentry and, once that one is
             // evicted, hide the name (a later create would then overwrite it).

@@ -625,6 +625,14 @@ fn scripts() -> Vec<Script> {
             Op::Open(D::Cwd, p("self2"), O_CREAT | O_RDWR, 0o755).e(ELOOP),
             Op::Open(D::Cwd, p("self"), O_CREAT | O_WRONLY, 0o644).e(ELOOP),
             Op::Open(D::Cwd, p("self"), O_RDONLY, 0).e(ELOOP),
+            // rename looks the old name up before the new one: a missing
+            // source is ENOENT even beside a new name past NAME_MAX
+            // (random kernel differential seeds 911, 922, 983, 1033).
+            Op::Rename(D::Cwd, p("nosuch"), D::Cwd, p(&"N".repeat(256)), 0).e(ENOENT),
+            Op::Rename(D::Cwd, p("nosuch"), D::Cwd, p(&"N".repeat(256)), 2).e(ENOENT),
+            Op::Rename(D::Cwd, p(&"O".repeat(256)), D::Cwd, p("x"), 0).e(ENAMETOOLONG),
+            Op::Rename(D::Cwd, p("self"), D::Cwd, p(&"N".repeat(256)), 0).e(ENAMETOOLONG),
+            Op::Link(D::Cwd, p("nosuch"), D::Cwd, p(&"N".repeat(256)), 0).e(ENOENT),
             // Relative to the link's own directory, not the caller's.
             mkdir("rel").ok(),
             symlink("made", "rel/to").ok(),
