@@ -556,8 +556,19 @@ impl KMount {
 }
 
 impl Drop for KMount {
+    /// Unmount; while something still holds the mount (a descriptor
+    /// dropped after this, a child that has not exec'd yet), detach it
+    /// lazily instead, so that no test leaves a mount (and its loop
+    /// device) behind.
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.0).status();
+        let ok = Command::new("umount")
+            .arg(&self.0)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        }
     }
 }
 

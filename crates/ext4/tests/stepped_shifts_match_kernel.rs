@@ -84,8 +84,10 @@ enum Op {
 
 /// The kernel's side: the same ops on a loop-mounted copy.
 struct KSide {
-    _m: KMount,
+    // Dropped in this order: the file, then the mount (a mount with an
+    // open file cannot be unmounted).
     f: std::fs::File,
+    _m: KMount,
 }
 
 fn kernel_map(f: &std::fs::File) -> BTreeMap<u64, bool> {

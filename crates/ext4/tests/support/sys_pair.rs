@@ -215,8 +215,22 @@ pub fn pattern(n: usize, seed: u8) -> Vec<u8> {
 pub struct Umount(pub std::path::PathBuf);
 
 impl Drop for Umount {
+    /// Unmount, or detach lazily while something still holds the mount
+    /// (see `common::KMount`).
     fn drop(&mut self) {
-        let _ = std::process::Command::new("umount").arg(&self.0).status();
+        let umount = |lazy: bool| {
+            let mut c = std::process::Command::new("umount");
+            if lazy {
+                c.arg("-l");
+            }
+            c.arg(&self.0)
+                .stderr(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        if !umount(false) {
+            umount(true);
+        }
     }
 }
 
