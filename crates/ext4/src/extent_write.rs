@@ -1390,7 +1390,17 @@ impl Ext4 {
         }
         if !fresh.is_empty() || converted {
             raw.blocks += fresh.len() as u64 * (bs / 512);
-            let r = self.store_extents(&mut raw, leaf, ex, &tree);
+            // Tree blocks for the split of an unwritten extent the write
+            // converts may take every free block, the reserved pool too:
+            // the kernel converts at I/O completion, where its splits
+            // cannot fail (EXT4_GET_BLOCKS_METADATA_NOFAIL; checked on
+            // 6.18: with the pool all that was free, a write into the
+            // middle of an unwritten extent took a leaf from it).
+            let r = if converted {
+                crate::fs::nofail(|| self.store_extents(&mut raw, leaf, ex, &tree))
+            } else {
+                self.store_extents(&mut raw, leaf, ex, &tree)
+            };
             if let Err(e) = r {
                 for b in fresh {
                     let _ = self.free_block(b);
