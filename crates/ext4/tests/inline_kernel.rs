@@ -238,10 +238,15 @@ fn file_script() -> Vec<Step> {
         Write("/falloc", 0, 10, b'm'),
         Write("/overwrite", 0, 90, b'n'),
         Write("/overwrite", 20, 30, b'o'),
+        // Past i_block into the attribute, then grown far: moved out,
+        // zeros after the data (random kernel differential seed 990).
+        Write("/spilled", 0, 119, b'p'),
+        Truncate("/spilled", 779_861),
     ]
 }
 
-const FILES: [&str; 13] = [
+const FILES: [&str; 14] = [
+    "/spilled",
     "/small",
     "/hundred",
     "/max",
