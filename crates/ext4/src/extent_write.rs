@@ -1151,7 +1151,7 @@ impl Ext4 {
         let ei = inode
             .private::<Ext4Inode>()
             .ok_or_else(|| errno(libc::EIO))?;
-        let g = ei.data.write();
+        let mut g = ei.data.write();
         // The data leaves the inode or gets blocks (the kernel's
         // ext4_convert_inline_data clears EXT4_STATE_MAY_INLINE_DATA).
         // Relaxed: see `Ext4Inode::may_inline`.
@@ -1162,6 +1162,15 @@ impl Ext4 {
             // (the kernel's ext4 converts for fallocate too).
             self.check(self.uninline(&mut raw))?;
             ei.set_raw(raw.clone());
+            // The VFS's st_blocks counts the new block now, also when the
+            // caller then returns without a change of its own (a punch
+            // past EOF; review, stop 43). The attribute lock ranks before
+            // this one, as in `publish`; the caller's VFS data lock keeps
+            // other changers out meanwhile.
+            drop(g);
+            inode.update_attr(|a| a.blocks = raw.blocks);
+            g = ei.data.write();
+            raw = ei.raw();
         }
         if raw.flags & FL_EXTENTS == 0
             && (on_map == OnMap::Refuse

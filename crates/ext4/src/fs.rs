@@ -4058,8 +4058,9 @@ fn check_rw(sb: &Superblock, journal: bool) -> Result<()> {
                 .into(),
         ));
     }
-    // inline_data: inline files and directories move out to a block when
-    // they change (`inline_write.rs`); new ones are never inline.
+    // inline_data: written as the kernel's ext4 writes it
+    // (`inline_write.rs`): new directories and small files inline, moved
+    // out to a block when they outgrow the inode.
     // MMP needs its block kept alive. (EA_INODE is written: `ea_inode.rs`.)
     if sb.feature_incompat & INCOMPAT_MMP != 0 {
         return Err(Error::Incompatible(format!(

@@ -16,13 +16,17 @@
 //! directory's lock held exclusive, in the caller's handle: creates into
 //! an inline directory never take the shared-lock path.
 //!
-//! Files: an inline file (made by the kernel or `mke2fs -d`) moves out to
-//! one data block the first time it changes (`ext4_convert_inline_data`):
-//! a write, truncate, fallocate or punch (`file_raw`) converts it first,
-//! under its data lock and in the caller's handle. New files are never
-//! made inline, and a converted inode stays a block inode. Reads,
-//! attribute changes, extended attributes (the `system.data` entry is
-//! kept in place in the inode body) and unlinks need no conversion.
+//! Files (`ext4_try_to_write_inline_data`): a regular file this mount
+//! created, or one read inline (`Ext4Inode::may_inline`), takes a write
+//! that ends within the inline room into `i_block` and the `system.data`
+//! value (`inline_write`); a truncate that cuts an inline file keeps it
+//! inline (`inline_truncate`). Any other change (a write past the room,
+//! a truncate that grows it, fallocate of any mode, punch) moves the
+//! data out to one block first (`file_raw`, `ext4_convert_inline_data`),
+//! under its data lock and in the caller's handle; a converted inode
+//! stays a block inode. Reads, attribute changes, extended attributes
+//! (the `system.data` entry is kept in place in the inode body) and
+//! unlinks need no conversion.
 //!
 //! A converted inode: the inline flag cleared, the extent flag set, an
 //! extent root over one block (none for an empty file), `i_size` the

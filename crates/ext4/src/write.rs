@@ -170,6 +170,26 @@ impl Ext4 {
         Some(i.private::<Ext4Inode>()?.data.read())
     }
 
+    /// After an insert into directory `dir` failed: if the directory
+    /// moved out of its inode on the way (`draw`, the stored copy, is no
+    /// longer inline), its cached inode and attributes follow the stored
+    /// one, or its names would be read from a stale `i_block` and the
+    /// next insert would move it out again, leaking the first block
+    /// (review, stop 43). True when it moved. Called under the
+    /// directory's lock: the VFS's attributes (whose lock ranks before
+    /// it) are the caller's to update after it (`create_node` does; link
+    /// and rename leave them to the directory's next change).
+    pub(crate) fn keep_moved_out(dir: &Inode, draw: &RawInode) -> bool {
+        let Some(di) = dir.private::<Ext4Inode>() else {
+            return false;
+        };
+        let moved = draw.flags & FL_INLINE_DATA == 0 && di.raw().flags & FL_INLINE_DATA != 0;
+        if moved {
+            di.set_raw(draw.clone());
+        }
+        moved
+    }
+
     /// `file_read_lock` once no collapse or insert of the file is under
     /// way (`Ext4Inode::reshaping`): while one is, the lock is let go and
     /// the reader waits for the VFS data lock, which the fallocate holds
@@ -464,6 +484,14 @@ impl Ext4 {
                 return Ok(true);
             }
             self.uninline_for_insert(draw)?;
+            // Stored moved out: if the insert into the block fails, the
+            // caller's copy must be the stored one (`keep_moved_out`).
+            let stored = draw.clone();
+            let r = self.dir_insert_grow(draw, name, ino, ft, grow);
+            if r.is_err() {
+                *draw = stored;
+            }
+            return r;
         }
         if self.is_htree(draw) {
             return self.htree_insert(draw, name, ino, ft, grow);
@@ -1016,7 +1044,14 @@ impl Ext4 {
             self.dir_insert(&mut draw, name, ino, ft_code(mode))
         });
         if let Err(e) = r {
+            let moved = Self::keep_moved_out(dir, &draw);
             drop(dl);
+            if moved {
+                dir.update_attr(|a| {
+                    a.size = draw.size;
+                    a.blocks = draw.blocks;
+                });
+            }
             // Undo the allocations (a check that failed has stopped all
             // writing anyway).
             if !e.is_corrupt() {
@@ -1441,6 +1476,7 @@ impl Ext4 {
         let mut draw = di.raw();
         let inserted = self.dir_insert(&mut draw, name, iraw.ino, ft_code(u32::from(iraw.mode)));
         if let Err(e) = inserted {
+            let _ = Self::keep_moved_out(dir, &draw);
             if let (Some(entry), Ok((rw, _))) = (revived, self.rw()) {
                 // Still nameless: back on the list of inodes to free.
                 rw.unlinked.shard(u64::from(iraw.ino)).lock().push(entry);
@@ -1651,10 +1687,16 @@ impl Ext4 {
                 nd.set_raw(ndraw);
             }
         } else if same {
-            self.dir_insert(&mut odraw, new_name, mraw.ino, ft)?;
+            if let Err(e) = self.dir_insert(&mut odraw, new_name, mraw.ino, ft) {
+                let _ = Self::keep_moved_out(old_dir, &odraw);
+                return Err(e);
+            }
         } else {
             let mut ndraw = nd.raw();
-            self.dir_insert(&mut ndraw, new_name, mraw.ino, ft)?;
+            if let Err(e) = self.dir_insert(&mut ndraw, new_name, mraw.ino, ft) {
+                let _ = Self::keep_moved_out(new_dir, &ndraw);
+                return Err(e);
+            }
             self.write_inode(&ndraw, false)?;
             nd.set_raw(ndraw);
         }
