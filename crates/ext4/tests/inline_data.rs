@@ -422,29 +422,12 @@ fn a_full_inline_directory_that_cannot_move_out_stays_as_it_was() {
         t.close(fd).unwrap();
     }
     assert_eq!(t.stat("/d").unwrap().size, 60, "i_block full, no value yet");
-    // Fill the image.
-    let fd = t.open("/fill", O_CREAT | O_WRONLY, 0o644).unwrap();
-    let chunk = vec![7u8; 1 << 16];
-    let mut off = 0i64;
-    for len in [chunk.len(), 1024] {
-        while let Ok(n) = t.pwrite(fd, &chunk[..len], off) {
-            off += n as i64;
-        }
-    }
-    t.close(fd).unwrap();
+    fill(&t, "/fill");
     let long = "x".repeat(100);
     let r = t.open(&format!("/d/{long}"), O_CREAT | O_WRONLY, 0o644);
     assert_eq!(r.err(), Some(scalevfs::Errno::ENOSPC));
     assert_eq!(t.stat("/d").unwrap().size, 60, "the directory changed");
-    let mut listed: Vec<String> = t
-        .read_dir("/d")
-        .unwrap()
-        .into_iter()
-        .map(|d| String::from_utf8(d.name.to_vec()).unwrap())
-        .filter(|n| n != "." && n != "..")
-        .collect();
-    listed.sort();
-    assert_eq!(listed, names);
+    assert_eq!(names_in(&t, "/d", ""), names);
     unmount_clean(t, vfs, e, &img);
     assert!(inline(&img, "/d"), "/d moved out");
 }
@@ -483,29 +466,13 @@ fn a_directory_moved_out_by_a_failed_insert_keeps_its_names() {
     }
     eprintln!("size of /d: {}", t.stat("/d").unwrap().size);
     // Fill the image, then give one block back.
-    let fd = t.open("/fill", O_CREAT | O_WRONLY, 0o644).unwrap();
-    let chunk = vec![7u8; 1 << 16];
-    let mut off = 0i64;
-    for len in [chunk.len(), 1024] {
-        while let Ok(n) = t.pwrite(fd, &chunk[..len], off) {
-            off += n as i64;
-        }
-    }
-    t.ftruncate(fd, off - 1024).unwrap();
-    t.fsync(fd).unwrap();
-    t.close(fd).unwrap();
+    let off = fill(&t, "/fill");
+    t.truncate("/fill", off - 1024).unwrap();
     e.commit().unwrap();
     let long = "x".repeat(255);
     let r = t.open(&format!("/d/{long}"), O_CREAT | O_WRONLY, 0o644);
     eprintln!("create of the long name: {:?}", r.as_ref().err());
-    let mut listed: Vec<String> = t
-        .read_dir("/d")
-        .unwrap()
-        .into_iter()
-        .map(|d| String::from_utf8(d.name.to_vec()).unwrap())
-        .filter(|n| n != "." && n != ".." && n != &long)
-        .collect();
-    listed.sort();
+    let listed = names_in(&t, "/d", &long);
     names.sort();
     let stat = t.stat("/d").unwrap();
     eprintln!("after: size {} blocks {}", stat.size, stat.blocks);
@@ -515,14 +482,7 @@ fn a_directory_moved_out_by_a_failed_insert_keeps_its_names() {
     e.commit().unwrap();
     let r2 = t.open(&format!("/d/{long}"), O_CREAT | O_WRONLY, 0o644);
     eprintln!("second create: {:?}", r2.as_ref().err());
-    let mut listed2: Vec<String> = t
-        .read_dir("/d")
-        .unwrap()
-        .into_iter()
-        .map(|d| String::from_utf8(d.name.to_vec()).unwrap())
-        .filter(|n| n != "." && n != ".." && n != &long)
-        .collect();
-    listed2.sort();
+    let listed2 = names_in(&t, "/d", &long);
     drop(t);
     drop(vfs);
     e.unmount().unwrap();
@@ -572,4 +532,33 @@ fn punch_past_eof_of_inline_file_updates_st_blocks() {
         cached, on_disk,
         "st_blocks after the punch vs the inode's i_blocks"
     );
+}
+
+/// The names in directory `dir`, sorted, without `.`, `..` and `skip`.
+fn names_in(t: &scalevfs::Task, dir: &str, skip: &str) -> Vec<String> {
+    let mut v: Vec<String> = t
+        .read_dir(dir)
+        .unwrap()
+        .into_iter()
+        .map(|d| String::from_utf8(d.name.to_vec()).unwrap())
+        .filter(|n| n != "." && n != ".." && n != skip)
+        .collect();
+    v.sort();
+    v
+}
+
+/// Write file `path` until the image is full (64 KiB at a time, then a
+/// block at a time); its size.
+fn fill(t: &scalevfs::Task, path: &str) -> i64 {
+    use scalevfs::{O_CREAT, O_WRONLY};
+    let fd = t.open(path, O_CREAT | O_WRONLY, 0o644).unwrap();
+    let chunk = vec![7u8; 1 << 16];
+    let mut off = 0i64;
+    for len in [chunk.len(), 1024] {
+        while let Ok(n) = t.pwrite(fd, &chunk[..len], off) {
+            off += n as i64;
+        }
+    }
+    t.close(fd).unwrap();
+    off
 }
