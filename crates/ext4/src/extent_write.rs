@@ -1247,6 +1247,8 @@ impl Ext4 {
         let mut changed: Vec<u64> = Vec::new();
         let mut done = 0usize;
         let mut err = None;
+        // The first block of a page the step had no room for.
+        let mut stopped: Option<u64> = None;
         // One step (`step_groups`) per call: a write whose allocations
         // reach that many groups ends short, and the caller writes the
         // rest in a new handle (as the kernel maps a write extent by
@@ -1276,102 +1278,129 @@ impl Ext4 {
             }
             Ok(())
         };
-        while done < buf.len() {
+        // A write goes a page at a time, as the kernel's
+        // (`generic_perform_write`: `ext4_write_begin` maps every block
+        // of the page's part before any byte is copied). With blocks
+        // smaller than a page, a page whose mapping fails gets none of
+        // the data and ends the write at the page's start; the blocks it
+        // mapped stay, as zeros, where they lie inside the size (checked
+        // on 6.18, 1 KiB blocks, delalloc and nodelalloc: a 4 KiB write
+        // into a hole with 2 blocks free failed with ENOSPC and left 2
+        // zeroed blocks). `failed`: the first block of that page.
+        let page = self.bs.max(4096) as u64;
+        let mut failed: Option<u64> = None;
+        // The page part's blocks: (logical, physical, new).
+        let mut maps: Vec<(u64, u64, bool)> = Vec::new();
+        'pages: while done < buf.len() {
             let pos = off + done as u64;
-            let lblk = pos / bs;
-            let inb = (pos % bs) as usize;
-            let n = (self.bs - inb).min(buf.len() - done);
-            let i = ex.partition_point(|e| u64::from(e.block) <= lblk);
-            let hit = (i > 0)
-                .then(|| ex[i - 1])
-                .filter(|e| lblk < u64::from(e.block) + u64::from(e.len));
-            let (pblk, new) = match hit {
-                Some(e) if e.uninit => {
-                    // Written from now on: this block leaves the unwritten
-                    // extent (which splits around it).
-                    let p = e.start + (lblk - u64::from(e.block));
-                    convert_block(&mut ex, i - 1, lblk);
-                    converted = true;
-                    changed.push(lblk);
-                    (p, true)
-                }
-                Some(e) => (e.start + (lblk - u64::from(e.block)), false),
-                None if done > 0 && budget.is_some_and(|b| groups.len() >= b) => break,
-                None => {
-                    let goal = if i > 0 {
-                        ex[i - 1].start + u64::from(ex[i - 1].len)
-                    } else {
-                        group_goal
-                    };
-                    match self.alloc_block(goal) {
-                        Ok(p) => {
-                            fresh.push(p);
-                            changed.push(lblk);
-                            if budget.is_some() {
-                                groups.insert(self.group_of(p));
+            let part_end = ((pos / page + 1) * page).min(off + buf.len() as u64);
+            let first_l = pos / bs;
+            maps.clear();
+            for lblk in first_l..=(part_end - 1) / bs {
+                let i = ex.partition_point(|e| u64::from(e.block) <= lblk);
+                let hit = (i > 0)
+                    .then(|| ex[i - 1])
+                    .filter(|e| lblk < u64::from(e.block) + u64::from(e.len));
+                let (pblk, new) = match hit {
+                    Some(e) if e.uninit => {
+                        // Written from now on: this block leaves the
+                        // unwritten extent (which splits around it).
+                        let p = e.start + (lblk - u64::from(e.block));
+                        convert_block(&mut ex, i - 1, lblk);
+                        converted = true;
+                        changed.push(lblk);
+                        (p, true)
+                    }
+                    Some(e) => (e.start + (lblk - u64::from(e.block)), false),
+                    // The step is full: the write ends before this page
+                    // (what the page mapped so far is undone below).
+                    None if done > 0 && budget.is_some_and(|b| groups.len() >= b) => {
+                        stopped = Some(first_l);
+                        break 'pages;
+                    }
+                    None => {
+                        let goal = if i > 0 {
+                            ex[i - 1].start + u64::from(ex[i - 1].len)
+                        } else {
+                            group_goal
+                        };
+                        match self.alloc_block(goal) {
+                            Ok(p) => {
+                                fresh.push(p);
+                                changed.push(lblk);
+                                if budget.is_some() {
+                                    groups.insert(self.group_of(p));
+                                }
+                                insert_extent(
+                                    &mut ex,
+                                    Extent {
+                                        block: lblk as u32,
+                                        len: 1,
+                                        start: p,
+                                        uninit: false,
+                                    },
+                                );
+                                (p, true)
                             }
-                            insert_extent(
-                                &mut ex,
-                                Extent {
-                                    block: lblk as u32,
-                                    len: 1,
-                                    start: p,
-                                    uninit: false,
-                                },
-                            );
-                            (p, true)
-                        }
-                        Err(e) => {
-                            err = Some(e);
-                            break;
+                            Err(e) => {
+                                err = Some(e);
+                                failed = Some(first_l);
+                                break 'pages;
+                            }
                         }
                     }
+                };
+                maps.push((lblk, pblk, new));
+            }
+            for &(_, pblk, new) in &maps {
+                let pos = off + done as u64;
+                let inb = (pos % bs) as usize;
+                let n = (self.bs - inb).min(buf.len() - done);
+                if n == self.bs {
+                    // A whole block: joins the run being gathered when it
+                    // follows it on the device (it follows it in `buf`).
+                    match &mut run {
+                        Some((p, len)) if *p + (*len / self.bs) as u64 == pblk => *len += n,
+                        _ => {
+                            if let Err((len, e)) = flush(&mut run, done) {
+                                done -= len;
+                                err = Some(e);
+                                break 'pages;
+                            }
+                            run = Some((pblk, n));
+                        }
+                    }
+                    done += n;
+                    continue;
                 }
-            };
-            if n == self.bs {
-                // A whole block: joins the run being gathered when it
-                // follows it on the device (it follows it in `buf`).
-                match &mut run {
-                    Some((p, len)) if *p + (*len / self.bs) as u64 == pblk => *len += n,
-                    _ => {
-                        if let Err((len, e)) = flush(&mut run, done) {
-                            done -= len;
-                            err = Some(e);
-                            break;
-                        }
-                        run = Some((pblk, n));
+                if let Err((len, e)) = flush(&mut run, done) {
+                    done -= len;
+                    err = Some(e);
+                    break 'pages;
+                }
+                let chunk = &buf[done..done + n];
+                let r = {
+                    if new {
+                        blockbuf.fill(0);
+                    } else if let Err(e) = self.dev.read_at(pblk * bs, &mut blockbuf) {
+                        err = Some(e.into());
+                        break 'pages;
                     }
+                    blockbuf[inb..inb + n].copy_from_slice(chunk);
+                    self.dev.write_at(pblk * bs, &blockbuf)
+                };
+                if let Err(e) = r {
+                    err = Some(e.into());
+                    break 'pages;
                 }
                 done += n;
-                continue;
             }
-            if let Err((len, e)) = flush(&mut run, done) {
-                done -= len;
-                err = Some(e);
-                break;
-            }
-            let chunk = &buf[done..done + n];
-            let r = {
-                if new {
-                    blockbuf.fill(0);
-                } else if let Err(e) = self.dev.read_at(pblk * bs, &mut blockbuf) {
-                    err = Some(e.into());
-                    break;
-                }
-                blockbuf[inb..inb + n].copy_from_slice(chunk);
-                self.dev.write_at(pblk * bs, &blockbuf)
-            };
-            if let Err(e) = r {
-                err = Some(e.into());
-                break;
-            }
-            done += n;
         }
         if let Err((len, e)) = flush(&mut run, done) {
             done -= len;
             err.get_or_insert(e);
         }
-        if err.is_some() {
+        if err.is_some() || stopped.is_some() {
             // Blocks past what was written keep no mapping of this call:
             // a fresh block would show what its last owner left there (a
             // deleted file's data), an unwritten one would stop reading
@@ -1381,7 +1410,32 @@ impl Ext4 {
             // partial one: `off` is not on a block boundary); else the
             // written bytes end on a boundary or at the end of the buffer,
             // and the block they end in was written whole.
-            let from = if done == 0 {
+            // A page that could not be mapped whole (`failed`) keeps the
+            // blocks it mapped inside the size, written as zeros (the
+            // kernel's `folio_zero_new_buffers`); the rest goes (its
+            // `ext4_truncate_failed_write`). A page the step had no room
+            // for (`stopped`) goes whole.
+            let from = if let Some(first) = stopped {
+                first
+            } else if let Some(first) = failed {
+                let size = raw.size.max(off + done as u64);
+                let inside = size.div_ceil(bs).max(first);
+                let mut keep = inside;
+                blockbuf.fill(0);
+                for &l in changed.iter().filter(|&&l| l >= first && l < inside) {
+                    let p = ex
+                        .iter()
+                        .find(|e| {
+                            l >= u64::from(e.block) && l < u64::from(e.block) + u64::from(e.len)
+                        })
+                        .map(|e| e.start + (l - u64::from(e.block)));
+                    match p {
+                        Some(p) if self.dev.write_at(p * bs, &blockbuf).is_ok() => {}
+                        _ => keep = keep.min(l),
+                    }
+                }
+                keep
+            } else if done == 0 {
                 off / bs
             } else {
                 (off + done as u64).div_ceil(bs)
@@ -1397,7 +1451,8 @@ impl Ext4 {
             let back: std::collections::HashSet<u64> = back.into_iter().collect();
             fresh.retain(|p| !back.contains(p));
         }
-        if !fresh.is_empty() || converted {
+        let stored = !fresh.is_empty() || converted;
+        if stored {
             raw.blocks += fresh.len() as u64 * (bs / 512);
             // Tree blocks for the split of an unwritten extent the write
             // converts may take every free block, the reserved pool too:
@@ -1417,14 +1472,22 @@ impl Ext4 {
                 return Err(e);
             }
         }
+        let t = now();
         if done == 0 {
-            return Err(err.unwrap_or_else(|| errno(libc::EIO)));
+            let e = err.unwrap_or_else(|| errno(libc::EIO));
+            if stored {
+                // Blocks of a page that failed stay (zeros): the times
+                // change as the kernel's, which stamps before writing.
+                raw.mtime = t;
+                raw.ctime = t;
+                self.publish(inode, ei, g, raw)?;
+            }
+            return Err(e);
         }
         if let Ok((rw, _)) = self.rw() {
             // Relaxed: a statistic (s_kbytes_written).
             rw.written.fetch_add(done as u64, Ordering::Relaxed);
         }
-        let t = now();
         raw.size = raw.size.max(off + done as u64);
         raw.mtime = t;
         raw.ctime = t;
