@@ -1528,68 +1528,113 @@ impl Ext4 {
             u64::from(self.sb.first_data_block) + ipg_group * u64::from(self.sb.blocks_per_group);
         let mut blockbuf = BlockBuf::zeroed(self.bs);
         let (mut done, mut added, mut err) = (0usize, false, None);
-        while done < buf.len() {
+        // A page at a time, its blocks mapped before any byte goes out,
+        // as `file_write`; `failed`: the first block of a page that could
+        // not be mapped whole. The step's room is checked at each page's
+        // start (a page's few blocks fit in the half handle it keeps).
+        let page = self.bs.max(4096) as u64;
+        let mut failed: Option<u64> = None;
+        let mut maps: Vec<(u64, u64, bool)> = Vec::new();
+        'pages: while done < buf.len() {
             let pos = off + done as u64;
+            let part_end = ((pos / page + 1) * page).min(off + buf.len() as u64);
+            let first_l = pos / bs;
+            maps.clear();
             // Below `bitmap_max_size`, so within 32 bits.
-            let lblk = pos / bs;
-            let inb = (pos % bs) as usize;
-            let n = (self.bs - inb).min(buf.len() - done);
-            let found = match u32::try_from(lblk) {
-                Ok(l) => self.map_block(&raw, l),
-                Err(_) => Err(errno(libc::EFBIG)),
-            };
-            let (pblk, new) = match found {
-                Ok(crate::fs::Mapping::Data { pblk, .. }) => (pblk, false),
-                Ok(_) if done > 0 && budget.is_some_and(|b| groups.len() + logged.len() >= b) => {
-                    break
-                }
-                Ok(_) => match self.map_new_block(&mut raw, lblk, goal) {
-                    Ok((new, hooked)) => {
-                        added = true;
-                        if budget.is_some() {
-                            groups.extend(new.iter().map(|&b| self.group_of(b)));
-                            logged.extend(new[..new.len() - 1].iter().copied().chain(hooked));
-                        }
-                        (new[new.len() - 1], true)
+            for lblk in first_l..=(part_end - 1) / bs {
+                let found = match u32::try_from(lblk) {
+                    Ok(l) => self.map_block(&raw, l),
+                    Err(_) => Err(errno(libc::EFBIG)),
+                };
+                let (pblk, new) = match found {
+                    Ok(crate::fs::Mapping::Data { pblk, .. }) => (pblk, false),
+                    Ok(_)
+                        if done > 0
+                            && lblk == first_l
+                            && budget.is_some_and(|b| groups.len() + logged.len() >= b) =>
+                    {
+                        break 'pages
                     }
+                    Ok(_) => match self.map_new_block(&mut raw, lblk, goal) {
+                        Ok((new, hooked)) => {
+                            added = true;
+                            if budget.is_some() {
+                                groups.extend(new.iter().map(|&b| self.group_of(b)));
+                                logged.extend(new[..new.len() - 1].iter().copied().chain(hooked));
+                            }
+                            (new[new.len() - 1], true)
+                        }
+                        Err(e) => {
+                            err = Some(e);
+                            failed = Some(first_l);
+                            break 'pages;
+                        }
+                    },
                     Err(e) => {
                         err = Some(e);
-                        break;
+                        failed = Some(first_l);
+                        break 'pages;
                     }
-                },
-                Err(e) => {
-                    err = Some(e);
-                    break;
-                }
-            };
-            goal = pblk + 1;
-            let chunk = &buf[done..done + n];
-            let r = if n == self.bs {
-                self.dev.write_at(pblk * bs, chunk)
-            } else {
-                let r = if new {
-                    blockbuf.fill(0);
-                    Ok(())
-                } else {
-                    self.dev.read_at(pblk * bs, &mut blockbuf)
                 };
-                r.and_then(|()| {
-                    blockbuf[inb..inb + n].copy_from_slice(chunk);
-                    self.dev.write_at(pblk * bs, &blockbuf)
-                })
-            };
-            if let Err(e) = r {
-                err = Some(e.into());
-                if new {
-                    // The block just hooked in leaves the map again (with
-                    // the indirect blocks it brought): it holds what its
-                    // last owner left there, not this write's data.
-                    self.check(self.cut_block_map_range(&mut raw, lblk, lblk + 1))
+                goal = pblk + 1;
+                maps.push((lblk, pblk, new));
+            }
+            for k in 0..maps.len() {
+                let (_, pblk, new) = maps[k];
+                let pos = off + done as u64;
+                let inb = (pos % bs) as usize;
+                let n = (self.bs - inb).min(buf.len() - done);
+                let chunk = &buf[done..done + n];
+                let r = if n == self.bs {
+                    self.dev.write_at(pblk * bs, chunk)
+                } else {
+                    let r = if new {
+                        blockbuf.fill(0);
+                        Ok(())
+                    } else {
+                        self.dev.read_at(pblk * bs, &mut blockbuf)
+                    };
+                    r.and_then(|()| {
+                        blockbuf[inb..inb + n].copy_from_slice(chunk);
+                        self.dev.write_at(pblk * bs, &blockbuf)
+                    })
+                };
+                if let Err(e) = r {
+                    err = Some(e.into());
+                    // The blocks just hooked in from here leave the map
+                    // again (with the indirect blocks they brought): they
+                    // hold what their last owner left there, not this
+                    // write's data.
+                    for &(l, _, new) in &maps[k..] {
+                        if new {
+                            self.check(self.cut_block_map_range(&mut raw, l, l + 1))
+                                .map_err(|e| self.stop_writes(e))?;
+                        }
+                    }
+                    break 'pages;
+                }
+                done += n;
+            }
+        }
+        if let Some(first) = failed {
+            // The page that could not be mapped whole: its new blocks
+            // inside the size stay, as zeros, the rest of it leaves the
+            // map (the kernel's `folio_zero_new_buffers`, then
+            // `ext4_truncate_failed_write`).
+            let size = raw.size.max(off + done as u64);
+            let mut cut = size.div_ceil(bs).max(first);
+            blockbuf.fill(0);
+            for &(l, p, new) in &maps {
+                if new && l < cut && self.dev.write_at(p * bs, &blockbuf).is_err() {
+                    cut = l;
+                }
+            }
+            if let Some(&(last, _, _)) = maps.last() {
+                if last >= cut {
+                    self.check(self.cut_block_map_range(&mut raw, cut, last + 1))
                         .map_err(|e| self.stop_writes(e))?;
                 }
-                break;
             }
-            done += n;
         }
         if done == 0 && !added {
             return Err(err.unwrap_or_else(|| errno(libc::EIO)));
@@ -1600,8 +1645,11 @@ impl Ext4 {
         }
         // The map changed (blocks hooked in) whether or not their data
         // went out: stored in any case.
+        // A write that wrote nothing leaves the size as it was.
         let t = now();
-        raw.size = raw.size.max(off + done as u64);
+        if done > 0 {
+            raw.size = raw.size.max(off + done as u64);
+        }
         raw.mtime = t;
         raw.ctime = t;
         self.publish(inode, ei, g, raw)?;

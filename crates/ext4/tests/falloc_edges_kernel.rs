@@ -872,6 +872,18 @@ fn write_on_a_full_fs_fails_by_page_1k() {
     );
 }
 
+#[test]
+fn mapped_write_on_a_full_fs_fails_by_page_1k() {
+    diff(
+        "falloc-edges-page-mapped",
+        1024,
+        "8M",
+        "^extent,^64bit,^flex_bg",
+        true,
+        s_write_fails_by_page,
+    );
+}
+
 /// A tree of depth 3 (1 KiB blocks: more than 4 * 84 * 84 extents), then
 /// ranges across many leaves and index nodes.
 fn s_deep(l: &mut Log, b: i64, _max: i64) {
