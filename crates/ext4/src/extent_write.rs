@@ -89,6 +89,41 @@ fn joins(a: &Extent, b: &Extent) -> bool {
         && u32::from(a.len) + u32::from(b.len) <= u32::from(INIT_MAX_LEN) - u32::from(a.uninit)
 }
 
+/// The end of the folio that the kernel's buffered write of a range
+/// ending at `end` puts `pos` in, when none of the range is in its page
+/// cache (6.16 and later, ext4's large folios; checked on 6.18). Its
+/// `generic_perform_write` goes in chunks of the largest folio (2 MiB,
+/// `MAX_PAGECACHE_ORDER` on x86-64), and `__filemap_get_folio` takes a
+/// folio of the order of the chunk's length (`fgf_set_order`), lowered to
+/// the page index's alignment, one page where the write starts inside
+/// it. A folio whose blocks cannot all be mapped
+/// gets none of the data: a write that runs out of space ends at a folio's
+/// start (random kernel differential seeds 1148 and 1371 at 1 KiB: the
+/// kernel's 13 MiB write ended at 12.5 MiB, in a 256 KiB folio). Where
+/// the kernel has pages of the range cached, its folios are those pages'
+/// and may be smaller; that history is not modelled.
+pub(crate) fn folio_end(pos: u64, end: u64) -> u64 {
+    const PAGE_SHIFT: u32 = 12;
+    const MAX_ORDER: u32 = 9;
+    let chunk = 1u64 << (PAGE_SHIFT + MAX_ORDER);
+    let bytes = (chunk - (pos & (chunk - 1)))
+        .min(end.saturating_sub(pos))
+        .max(1);
+    let shift = bytes.ilog2();
+    let mut order = shift.saturating_sub(PAGE_SHIFT).min(MAX_ORDER);
+    let index = pos >> PAGE_SHIFT;
+    if pos & ((1 << PAGE_SHIFT) - 1) != 0 {
+        // A write that starts inside a page gets that page alone (seen
+        // on 6.18: 4 KiB blocks, one free, 8 KiB at offset 5 wrote 4091
+        // bytes, at offset 0 failed; at 8197 wrote 4091).
+        order = 0;
+    } else if index & ((1u64 << order) - 1) != 0 {
+        order = index.trailing_zeros();
+    }
+    // `order` is at most MAX_ORDER: the shift stays in range.
+    ((index >> order) + 1).saturating_mul(1u64 << (order + PAGE_SHIFT))
+}
+
 /// Undo, for the logical blocks at or past `from`, what a write did to
 /// `ex` before its data failed to reach them: each block of `changed` (in
 /// the order the write mapped them) that the write took from `fresh`
@@ -1278,22 +1313,23 @@ impl Ext4 {
             }
             Ok(())
         };
-        // A write goes a page at a time, as the kernel's
+        // A write goes a folio at a time, as the kernel's
         // (`generic_perform_write`: `ext4_write_begin` maps every block
-        // of the page's part before any byte is copied). With blocks
-        // smaller than a page, a page whose mapping fails gets none of
-        // the data and ends the write at the page's start; the blocks it
-        // mapped stay, as zeros, where they lie inside the size (checked
-        // on 6.18, 1 KiB blocks, delalloc and nodelalloc: a 4 KiB write
-        // into a hole with 2 blocks free failed with ENOSPC and left 2
-        // zeroed blocks). `failed`: the first block of that page.
-        let page = self.bs.max(4096) as u64;
+        // of the folio's part before any byte is copied; `folio_end`). A
+        // folio whose mapping fails gets none of the data and ends the
+        // write at the folio's start; the blocks it mapped stay, as
+        // zeros, where they lie inside the size (checked on 6.18, 1 KiB
+        // blocks, delalloc and nodelalloc: a 4 KiB write into a hole with
+        // 2 blocks free failed with ENOSPC and left 2 zeroed blocks).
+        // `failed`: the first block of that folio. Folios are placed by
+        // the whole write's end (`end`), so a write that ends short at a
+        // leaf and goes on in the next call sees the same ones.
         let mut failed: Option<u64> = None;
-        // The page part's blocks: (logical, physical, new).
+        // The folio part's blocks: (logical, physical, new).
         let mut maps: Vec<(u64, u64, bool)> = Vec::new();
         'pages: while done < buf.len() {
             let pos = off + done as u64;
-            let part_end = ((pos / page + 1) * page).min(off + buf.len() as u64);
+            let part_end = folio_end(pos, end).min(off + buf.len() as u64);
             let first_l = pos / bs;
             maps.clear();
             for lblk in first_l..=(part_end - 1) / bs {
@@ -1418,7 +1454,12 @@ impl Ext4 {
             let from = if let Some(first) = stopped {
                 first
             } else if let Some(first) = failed {
-                let size = raw.size.max(off + done as u64);
+                // The size the failed folio met: grown by what was written.
+                let size = if done > 0 {
+                    raw.size.max(off + done as u64)
+                } else {
+                    raw.size
+                };
                 let inside = size.div_ceil(bs).max(first);
                 let mut keep = inside;
                 blockbuf.fill(0);
@@ -1528,16 +1569,17 @@ impl Ext4 {
             u64::from(self.sb.first_data_block) + ipg_group * u64::from(self.sb.blocks_per_group);
         let mut blockbuf = BlockBuf::zeroed(self.bs);
         let (mut done, mut added, mut err) = (0usize, false, None);
-        // A page at a time, its blocks mapped before any byte goes out,
-        // as `file_write`; `failed`: the first block of a page that could
-        // not be mapped whole. The step's room is checked at each page's
-        // start (a page's few blocks fit in the half handle it keeps).
-        let page = self.bs.max(4096) as u64;
+        // A folio at a time (`folio_end`), its blocks mapped before any
+        // byte goes out, as `file_write`; `failed`: the first block of a
+        // folio that could not be mapped whole. The step's room is
+        // checked at each folio's start (a folio's blocks, at most 2 MiB,
+        // and their indirect blocks fit in the half handle it keeps).
+        let end = off + buf.len() as u64;
         let mut failed: Option<u64> = None;
         let mut maps: Vec<(u64, u64, bool)> = Vec::new();
         'pages: while done < buf.len() {
             let pos = off + done as u64;
-            let part_end = ((pos / page + 1) * page).min(off + buf.len() as u64);
+            let part_end = folio_end(pos, end).min(off + buf.len() as u64);
             let first_l = pos / bs;
             maps.clear();
             // Below `bitmap_max_size`, so within 32 bits.
@@ -1621,7 +1663,12 @@ impl Ext4 {
             // inside the size stay, as zeros, the rest of it leaves the
             // map (the kernel's `folio_zero_new_buffers`, then
             // `ext4_truncate_failed_write`).
-            let size = raw.size.max(off + done as u64);
+            // The size the failed folio met: grown by what was written.
+            let size = if done > 0 {
+                raw.size.max(off + done as u64)
+            } else {
+                raw.size
+            };
             let mut cut = size.div_ceil(bs).max(first);
             blockbuf.fill(0);
             for &(l, p, new) in &maps {

@@ -219,9 +219,10 @@ impl Ext4 {
 
     /// A buffered write into `inode` that ran out of space at `at` (the
     /// write ending at `end`), as the kernel's `ext4_write_begin` fails:
-    /// when the page being written reaches past the size, it drops the
-    /// file's blocks past the size (`ext4_truncate_failed_write`: blocks a
-    /// fallocate with KEEP_SIZE put there go too) and, when that freed
+    /// when the folio being written (`folio_end`) reaches past the size,
+    /// it drops the file's blocks past the size
+    /// (`ext4_truncate_failed_write`: blocks a fallocate with KEEP_SIZE
+    /// put there go too) and, when that freed
     /// something, allocates again (`ext4_should_retry_alloc`). True: the
     /// caller writes again. A regular file not inline only; the caller
     /// holds the VFS data lock exclusive (a write).
@@ -232,14 +233,11 @@ impl Ext4 {
         end: u64,
     ) -> scalevfs::VfsResult<bool> {
         use scalevfs::Filesystem;
-        /// The kernel's page (the unit of `ext4_write_begin`).
-        const PAGE: u64 = 4096;
         let raw = Ext4::node(inode)?;
         if raw.flags & FL_INLINE_DATA != 0 || raw.file_type_bits() != libc::S_IFREG {
             return Ok(false);
         }
-        let page_end = (at / PAGE + 1).saturating_mul(PAGE);
-        if end.min(page_end) <= raw.size {
+        if end.min(crate::extent_write::folio_end(at, end)) <= raw.size {
             return Ok(false);
         }
         self.truncate(inode, raw.size)?;
