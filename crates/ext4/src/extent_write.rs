@@ -1325,12 +1325,15 @@ impl Ext4 {
         // the whole write's end (`end`), so a write that ends short at a
         // leaf and goes on in the next call sees the same ones.
         let mut failed: Option<u64> = None;
+        // The folios written whole: (first block, bytes written before).
+        let mut parts: Vec<(u64, usize)> = Vec::new();
         // The folio part's blocks: (logical, physical, new).
         let mut maps: Vec<(u64, u64, bool)> = Vec::new();
         'pages: while done < buf.len() {
             let pos = off + done as u64;
             let part_end = folio_end(pos, end).min(off + buf.len() as u64);
             let first_l = pos / bs;
+            let before = done;
             maps.clear();
             for lblk in first_l..=(part_end - 1) / bs {
                 let i = ex.partition_point(|e| u64::from(e.block) <= lblk);
@@ -1431,6 +1434,7 @@ impl Ext4 {
                 }
                 done += n;
             }
+            parts.push((first_l, before));
         }
         if let Err((len, e)) = flush(&mut run, done) {
             done -= len;
@@ -1487,14 +1491,16 @@ impl Ext4 {
                 converted = false;
             }
             for &p in &back {
-                let _ = self.free_block(p);
+                let _ = self.free_fresh_block(p);
             }
             let back: std::collections::HashSet<u64> = back.into_iter().collect();
             fresh.retain(|p| !back.contains(p));
         }
-        let stored = !fresh.is_empty() || converted;
-        if stored {
-            raw.blocks += fresh.len() as u64 * (bs / 512);
+        let mut stored = !fresh.is_empty() || converted;
+        let base = raw.clone();
+        while stored {
+            let mut next = base.clone();
+            next.blocks += fresh.len() as u64 * (bs / 512);
             // Tree blocks for the split of an unwritten extent the write
             // converts may take every free block, the reserved pool too:
             // the kernel converts at I/O completion, where its splits
@@ -1502,15 +1508,40 @@ impl Ext4 {
             // 6.18: with the pool all that was free, a write into the
             // middle of an unwritten extent took a leaf from it).
             let r = if converted {
-                crate::fs::nofail(|| self.store_extents(&mut raw, leaf, ex, &tree))
+                crate::fs::nofail(|| self.store_extents(&mut next, leaf.clone(), ex.clone(), &tree))
             } else {
-                self.store_extents(&mut raw, leaf, ex, &tree)
+                self.store_extents(&mut next, leaf.clone(), ex.clone(), &tree)
             };
-            if let Err(e) = r {
-                for b in fresh {
-                    let _ = self.free_block(b);
+            let e = match r {
+                Ok(()) => {
+                    raw = next;
+                    break;
                 }
-                return Err(e);
+                Err(e) => e,
+            };
+            // The tree found no block: the data took the last ones, where
+            // the kernel's write takes its tree blocks as it goes. The
+            // write gives back its last folio (blocks free at once) and
+            // tries again, ending there.
+            parts.retain(|&(_, b)| b < done);
+            match parts.pop() {
+                Some((first, before)) if before > 0 && e.errno() == scalevfs::Errno::ENOSPC => {
+                    done = before;
+                    let back = unmap_unwritten(&mut ex, &changed, &fresh, first);
+                    changed.retain(|&l| l < first);
+                    for &p in &back {
+                        let _ = self.free_fresh_block(p);
+                    }
+                    let back: std::collections::HashSet<u64> = back.into_iter().collect();
+                    fresh.retain(|p| !back.contains(p));
+                    stored = !changed.is_empty();
+                }
+                _ => {
+                    for b in fresh {
+                        let _ = self.free_fresh_block(b);
+                    }
+                    return Err(e);
+                }
             }
         }
         let t = now();
