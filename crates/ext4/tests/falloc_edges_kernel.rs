@@ -79,6 +79,16 @@ impl Log<'_> {
     }
 }
 
+/// Write blocks of `fd` from 0, one at a time, until a write fails;
+/// how many went in.
+fn blocks_until_full(s: &dyn Sys, fd: i32, b: i64, seed: u8) -> i64 {
+    let mut n = 0;
+    while s.pwrite(fd, &pattern(b as usize, seed), n * b).is_ok() {
+        n += 1;
+    }
+    n
+}
+
 type Script = fn(&mut Log, i64, i64);
 
 /// Run `script` on our side and on the kernel's over copies of a fresh
@@ -729,10 +739,7 @@ fn s_write_trims_past_eof(l: &mut Log, b: i64, _max: i64) {
     );
     // Whatever the fallocate left, a block at a time.
     let f = s.open("fill", O).unwrap() as i32;
-    let mut n = 0;
-    while s.pwrite(f, &pattern(ub, 3), n * b).is_ok() {
-        n += 1;
-    }
+    blocks_until_full(s, f, b, 3);
     l.op("q write into its hole", s.pwrite(q, &pattern(ub, 4), 5 * b));
     l.op("p write at 0 (extends)", s.pwrite(p, &pattern(139, 5), 0));
     l.state("p", p);
@@ -761,10 +768,7 @@ fn s_convert_on_a_full_fs(l: &mut Log, b: i64, _max: i64) {
         l.op("f fallocate", s.fallocate(f, 0, 20 * k * b, 10 * b));
     }
     let g = s.open("fill", O).unwrap() as i32;
-    let mut n = 0;
-    while s.pwrite(g, &pattern(ub, 3), n * b).is_ok() {
-        n += 1;
-    }
+    blocks_until_full(s, g, b, 3);
     l.op(
         "f write into the middle of an unwritten extent",
         s.pwrite(f, &pattern(ub, 4), 25 * b),
@@ -820,10 +824,7 @@ fn s_write_fails_by_page(l: &mut Log, b: i64, _max: i64) {
     let e = s.open("e", O).unwrap() as i32;
     l.op("e head", s.pwrite(e, &pattern(ub, 2), 0));
     let f = s.open("fill", O).unwrap() as i32;
-    let mut n = 0;
-    while s.pwrite(f, &pattern(ub, 3), n * b).is_ok() {
-        n += 1;
-    }
+    let n = blocks_until_full(s, f, b, 3);
     // Free `k` more blocks at the fill's end.
     let mut freed = 0;
     let mut free = |l: &mut Log, k: i64| {
@@ -863,10 +864,7 @@ fn s_write_fails_by_page(l: &mut Log, b: i64, _max: i64) {
     l.state("e", e);
     // What is left free, a block at a time.
     let p = s.open("probe", O).unwrap() as i32;
-    let mut k = 0;
-    while s.pwrite(p, &pattern(ub, 9), k * b).is_ok() {
-        k += 1;
-    }
+    let k = blocks_until_full(s, p, b, 9);
     l.op("blocks left", Ok(k));
     for fd in t.into_iter().chain([e, f, p]) {
         l.op("close", s.close(fd));
@@ -891,13 +889,9 @@ fn write_on_a_full_fs_fails_by_page_1k() {
 /// seeds 1148 and 1371 at 1 KiB), also with 4 KiB blocks.
 fn s_write_fails_by_folio(l: &mut Log, b: i64, _max: i64) {
     let s = l.s;
-    let ub = b as usize;
     let t = s.open("t", O).unwrap() as i32;
     let f = s.open("fill", O).unwrap() as i32;
-    let mut n = 0;
-    while s.pwrite(f, &pattern(ub, 3), n * b).is_ok() {
-        n += 1;
-    }
+    let n = blocks_until_full(s, f, b, 3);
     let kib = |k: i64| k * 1024 / b;
     l.op("free", s.ftruncate(f, (n - kib(1300)) * b));
     // Folios [0, 1M) and [1M, 2M): the second cannot be mapped.
@@ -913,10 +907,7 @@ fn s_write_fails_by_folio(l: &mut Log, b: i64, _max: i64) {
     );
     l.state("u", u);
     let p = s.open("probe", O).unwrap() as i32;
-    let mut k = 0;
-    while s.pwrite(p, &pattern(ub, 9), k * b).is_ok() {
-        k += 1;
-    }
+    let k = blocks_until_full(s, p, b, 9);
     l.op("blocks left", Ok(k));
     for fd in [t, u, f, p] {
         l.op("close", s.close(fd));
