@@ -96,12 +96,12 @@ fn joins(a: &Extent, b: &Extent) -> bool {
 /// `MAX_PAGECACHE_ORDER` on x86-64), and `__filemap_get_folio` takes a
 /// folio of the order of the chunk's length (`fgf_set_order`), lowered to
 /// the page index's alignment, one page where the write starts inside
-/// it. A folio whose blocks cannot all be mapped
-/// gets none of the data: a write that runs out of space ends at a folio's
-/// start (random kernel differential seeds 1148 and 1371 at 1 KiB: the
-/// kernel's 13 MiB write ended at 12.5 MiB, in a 256 KiB folio). Where
-/// the kernel has pages of the range cached, its folios are those pages'
-/// and may be smaller; that history is not modelled.
+/// it. A folio whose blocks cannot all be mapped gets none of the data: a
+/// write that runs out of space ends at a folio's start (random kernel
+/// differential seeds 1148 and 1371 at 1 KiB: the kernel's 13 MiB write
+/// ended at 12.5 MiB, in a 256 KiB folio). Where the kernel has pages of
+/// the range cached, its folios are those pages' and may be smaller; that
+/// history is not modelled.
 pub(crate) fn folio_end(pos: u64, end: u64) -> u64 {
     const PAGE_SHIFT: u32 = 12;
     const MAX_ORDER: u32 = 9;
@@ -1282,7 +1282,7 @@ impl Ext4 {
         let mut changed: Vec<u64> = Vec::new();
         let mut done = 0usize;
         let mut err = None;
-        // The first block of a page the step had no room for.
+        // The first block of a folio the step had no room for.
         let mut stopped: Option<u64> = None;
         // One step (`step_groups`) per call: a write whose allocations
         // reach that many groups ends short, and the caller writes the
@@ -1351,8 +1351,8 @@ impl Ext4 {
                         (p, true)
                     }
                     Some(e) => (e.start + (lblk - u64::from(e.block)), false),
-                    // The step is full: the write ends before this page
-                    // (what the page mapped so far is undone below).
+                    // The step is full: the write ends before this folio
+                    // (what the folio mapped so far is undone below).
                     None if done > 0 && budget.is_some_and(|b| groups.len() >= b) => {
                         stopped = Some(first_l);
                         break 'pages;
@@ -1450,10 +1450,10 @@ impl Ext4 {
             // partial one: `off` is not on a block boundary); else the
             // written bytes end on a boundary or at the end of the buffer,
             // and the block they end in was written whole.
-            // A page that could not be mapped whole (`failed`) keeps the
+            // A folio that could not be mapped whole (`failed`) keeps the
             // blocks it mapped inside the size, written as zeros (the
             // kernel's `folio_zero_new_buffers`); the rest goes (its
-            // `ext4_truncate_failed_write`). A page the step had no room
+            // `ext4_truncate_failed_write`). A folio the step had no room
             // for (`stopped`) goes whole.
             let from = if let Some(first) = stopped {
                 first
@@ -1548,7 +1548,7 @@ impl Ext4 {
         if done == 0 {
             let e = err.unwrap_or_else(|| errno(libc::EIO));
             if stored {
-                // Blocks of a page that failed stay (zeros): the times
+                // Blocks of a folio that failed stay (zeros): the times
                 // change as the kernel's, which stamps before writing.
                 raw.mtime = t;
                 raw.ctime = t;
@@ -1690,7 +1690,7 @@ impl Ext4 {
             }
         }
         if let Some(first) = failed {
-            // The page that could not be mapped whole: its new blocks
+            // The folio that could not be mapped whole: its new blocks
             // inside the size stay, as zeros, the rest of it leaves the
             // map (the kernel's `folio_zero_new_buffers`, then
             // `ext4_truncate_failed_write`).
