@@ -293,9 +293,12 @@ fn ext4_reserved_blocks_through_fuse_follow_the_callers_groups() {
         fs::set_permissions(&im.mnt, fs::Permissions::from_mode(0o777)).unwrap();
         dd_until_full(&im.mnt.join("outsider"), Some(65534));
         assert_eq!(statvfs_free(&im.mnt).0, reserved + pool, "outsider");
-        let mut c = Command::new(&setpriv);
-        c.args(["--reuid=65533", "--regid=65533", "--groups=4242", "dd"]);
-        dd_full(c, &im.mnt.join("member"));
+        let member = || {
+            let mut c = Command::new(&setpriv);
+            c.args(["--reuid=65533", "--regid=65533", "--groups=4242", "dd"]);
+            c
+        };
+        dd_full(member, &im.mnt.join("member"));
         assert_eq!(
             statvfs_free(&im.mnt).0,
             pool,
@@ -367,24 +370,39 @@ fn sb_number(mkfs: &Path, img: &Path, name: &str) -> u64 {
 /// Fill the mount with `dd` as `uid` (None: root) until ENOSPC.
 fn dd_until_full(file: &Path, uid: Option<u32>) {
     use std::os::unix::process::CommandExt;
-    let mut c = Command::new("dd");
-    if let Some(u) = uid {
-        c.uid(u).gid(u);
-    }
-    dd_full(c, file);
+    let dd = || {
+        let mut c = Command::new("dd");
+        if let Some(u) = uid {
+            c.uid(u).gid(u);
+        }
+        c
+    };
+    dd_full(dd, file);
 }
 
-/// `dd_until_full` through `cmd` (dd, or a program that runs it).
-fn dd_full(mut c: Command, file: &Path) {
-    c.arg("if=/dev/zero")
-        .arg(format!("of={}", file.display()))
-        .args(["bs=65536", "count=100000"]);
-    let out = c.output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success() && err.contains("No space left"),
-        "dd did not fill the mount: {err}"
-    );
+/// `dd_until_full` through `cmd` (dd, or a program that runs it): 64 KiB
+/// writes, then the last blocks 4 KiB at a time (a write ends at the
+/// folio it cannot map whole, as the kernel's ext4 does, so the 64 KiB
+/// writes stop up to 15 blocks short).
+fn dd_full(make: impl Fn() -> Command, file: &Path) {
+    for (i, args) in [
+        ["bs=65536", "count=100000", "conv=notrunc"],
+        ["bs=4096", "oflag=append", "conv=notrunc"],
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut c = make();
+        c.arg("if=/dev/zero")
+            .arg(format!("of={}", file.display()))
+            .args(args);
+        let out = c.output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains("No space left"),
+            "dd (pass {i}) did not fill the mount: {err}"
+        );
+    }
 }
 
 fn statvfs_free(dir: &Path) -> (u64, u64) {
