@@ -1458,28 +1458,7 @@ impl Ext4 {
             let from = if let Some(first) = stopped {
                 first
             } else if let Some(first) = failed {
-                // The size the failed folio met: grown by what was written.
-                let size = if done > 0 {
-                    raw.size.max(off + done as u64)
-                } else {
-                    raw.size
-                };
-                let inside = size.div_ceil(bs).max(first);
-                let mut keep = inside;
-                blockbuf.fill(0);
-                for &l in changed.iter().filter(|&&l| l >= first && l < inside) {
-                    let p = ex
-                        .iter()
-                        .find(|e| {
-                            l >= u64::from(e.block) && l < u64::from(e.block) + u64::from(e.len)
-                        })
-                        .map(|e| e.start + (l - u64::from(e.block)));
-                    match p {
-                        Some(p) if self.dev.write_at(p * bs, &blockbuf).is_ok() => {}
-                        _ => keep = keep.min(l),
-                    }
-                }
-                keep
+                self.keep_failed_folio(&maps, first, raw.size, off, done)
             } else if done == 0 {
                 off / bs
             } else {
@@ -1565,6 +1544,37 @@ impl Ext4 {
         raw.ctime = t;
         self.publish(inode, ei, g, raw)?;
         Ok(done)
+    }
+
+    /// A folio that could not be mapped whole (its blocks `maps`: logical,
+    /// physical, new; its first block `first`), as the kernel's
+    /// `folio_zero_new_buffers` then `ext4_truncate_failed_write` leave
+    /// it: its new blocks inside the size stay, written as zeros. The
+    /// size is the file's (`size`) grown by the `done` bytes the write put
+    /// at `off` before this folio. Returns the first block that leaves
+    /// the map (a block whose zeros could not be written goes too).
+    fn keep_failed_folio(
+        &self,
+        maps: &[(u64, u64, bool)],
+        first: u64,
+        size: u64,
+        off: u64,
+        done: usize,
+    ) -> u64 {
+        let bs = self.bs as u64;
+        let size = if done > 0 {
+            size.max(off + done as u64)
+        } else {
+            size
+        };
+        let mut cut = size.div_ceil(bs).max(first);
+        let zeros = BlockBuf::zeroed(self.bs);
+        for &(l, p, new) in maps {
+            if new && l < cut && self.dev.write_at(p * bs, &zeros).is_err() {
+                cut = l;
+            }
+        }
+        cut
     }
 
     /// `file_write` for a block-mapped (ext2/3-style) file, which keeps its
@@ -1690,23 +1700,7 @@ impl Ext4 {
             }
         }
         if let Some(first) = failed {
-            // The folio that could not be mapped whole: its new blocks
-            // inside the size stay, as zeros, the rest of it leaves the
-            // map (the kernel's `folio_zero_new_buffers`, then
-            // `ext4_truncate_failed_write`).
-            // The size the failed folio met: grown by what was written.
-            let size = if done > 0 {
-                raw.size.max(off + done as u64)
-            } else {
-                raw.size
-            };
-            let mut cut = size.div_ceil(bs).max(first);
-            blockbuf.fill(0);
-            for &(l, p, new) in &maps {
-                if new && l < cut && self.dev.write_at(p * bs, &blockbuf).is_err() {
-                    cut = l;
-                }
-            }
+            let cut = self.keep_failed_folio(&maps, first, raw.size, off, done);
             if let Some(&(last, _, _)) = maps.last() {
                 if last >= cut {
                     self.check(self.cut_block_map_range(&mut raw, cut, last + 1))
