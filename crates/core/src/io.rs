@@ -154,14 +154,14 @@ impl Task {
     /// fails with ENOSPC (see `write_retrying`), each try unpinned.
     pub(crate) fn redo_enospc<R>(once: impl Fn() -> VfsResult<R>) -> VfsResult<R> {
         let mut r = once();
-        for k in 0..crate::namei::ENOSPC_RETRIES {
-            if !matches!(r, Err(Errno::ENOSPC)) {
+        let mut wait = None;
+        while matches!(r, Err(Errno::ENOSPC)) {
+            if !wait
+                .get_or_insert_with(crate::namei::EnospcWait::new)
+                .round()
+            {
                 break;
             }
-            if k > 0 {
-                std::thread::sleep(std::time::Duration::from_millis(1 << (k - 1)));
-            }
-            crate::flush_deferred_frees();
             r = once();
         }
         r
