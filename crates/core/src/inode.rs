@@ -159,6 +159,7 @@ const _: () = assert!(core::mem::size_of::<InodeHot>() == 64);
 
 impl Drop for Inode {
     fn drop(&mut self) {
+        crate::limbo::inode_dropped();
         // Relaxed: exclusive access (`&mut self`).
         // SAFETY: `&mut self`: nobody else can reach the list now, and a
         // reader that loaded it earlier held a reference to this inode.

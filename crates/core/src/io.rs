@@ -153,11 +153,15 @@ impl Task {
     /// Run `once` again after this thread's deferred frees ran while it
     /// fails with ENOSPC (see `write_retrying`), each try unpinned.
     pub(crate) fn redo_enospc<R>(once: impl Fn() -> VfsResult<R>) -> VfsResult<R> {
+        let once = || {
+            crate::namei::enospc_final_reset();
+            once()
+        };
         let mut r = once();
         let mut wait = None;
         while matches!(r, Err(Errno::ENOSPC)) {
             if !wait
-                .get_or_insert_with(crate::namei::EnospcWait::new)
+                .get_or_insert_with(|| crate::namei::EnospcWait::new(false))
                 .round()
             {
                 break;

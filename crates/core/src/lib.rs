@@ -45,6 +45,7 @@ pub use errno::{Errno, VfsResult};
 pub use fstype::Filesystem;
 pub use handle::{At, Handle, HandleId};
 pub use memfs::{flush_deferred_frees, MemFs, MemFsOptions};
+pub use namei::{enospc_final, enospc_final_reset, enospc_is_final};
 pub use scalevfs_orphan::OrphanVariant;
 pub use scalevfs_sync::LockRefVariant;
 pub use task::Task;

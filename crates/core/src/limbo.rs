@@ -111,11 +111,6 @@ impl Batch {
         let items = std::mem::take(unsafe { &mut *self.items.get() });
         #[cfg(loom)]
         let items = self.items.with_mut(|p| std::mem::take(unsafe { &mut *p }));
-        // Counted only while a thread waits for space: a line every
-        // thread would write otherwise. Relaxed (both): hints.
-        if !items.is_empty() && PRESSURE.load(std::sync::atomic::Ordering::Relaxed) != 0 {
-            FREES_RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
         for it in items {
             // SAFETY: `retire`'s contract: the grace period has passed.
             unsafe { (it.free)(it.ptr) };
@@ -187,9 +182,10 @@ impl Batch {
 struct Limbo {
     open: Vec<Item>,
     sealed: VecDeque<Arc<Batch>>,
-    /// A batch was sealed since the last `poll`: its deferral may still sit
-    /// in this thread's crossbeam bag, which reaches the global queue (and
-    /// a grace period) only when it holds 64 deferrals or is flushed.
+    /// A batch was sealed since the last flush under `Pressure`: its
+    /// deferral may still sit in this thread's crossbeam bag, which reaches
+    /// the global queue (and a grace period) only when it holds 64
+    /// deferrals or is flushed.
     unflushed: bool,
 }
 
@@ -242,14 +238,24 @@ impl Limbo {
 /// whose late sight only delays frees; loom does not model it.
 static PRESSURE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
-/// Batches freed by any thread while some thread waited for space: what
-/// such a thread watches for progress (`namei::EnospcWait`).
-static FREES_RUN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+/// Inodes dropped (their last reference gone: a removed file's space and
+/// inode given back) while some thread waited for space: what such a
+/// thread watches for progress (`namei::EnospcWait`). Counted only then,
+/// or every unlink would write this line.
+static INODES_DROPPED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
-/// Batches freed so far (`FREES_RUN`).
-pub(crate) fn frees_run() -> usize {
-    // Relaxed: a statistic.
-    FREES_RUN.load(std::sync::atomic::Ordering::Relaxed)
+/// An inode's last reference went (`Inode`'s drop).
+pub(crate) fn inode_dropped() {
+    // Relaxed (both): hints.
+    if PRESSURE.load(std::sync::atomic::Ordering::Relaxed) != 0 {
+        INODES_DROPPED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// `INODES_DROPPED` now.
+pub(crate) fn inodes_dropped() -> usize {
+    // Relaxed: a hint.
+    INODES_DROPPED.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// This thread waits for other threads' deferred frees (`PRESSURE`) while
@@ -443,23 +449,23 @@ pub(crate) fn poll() {
         let Ok(mut l) = l.try_borrow_mut() else {
             return Vec::new();
         };
-        // Some thread waits for space: seal what is open.
-        // Relaxed: a hint (see `PRESSURE`).
-        if !l.open.is_empty() && PRESSURE.load(std::sync::atomic::Ordering::Relaxed) != 0 {
-            l.seal();
-        }
-        // Hand the deferrals of batches sealed since the last call to the
-        // global queue (below, after the borrow): left in crossbeam's bag
+        // Some thread waits for space: seal what is open, and hand the
+        // deferrals of the batches sealed since the last flush to the
+        // global queue (below, after the borrow). Left in crossbeam's bag
         // of this thread, up to 64 of them (2,048 frees, each maybe the
-        // last reference of a removed inode) waited for the bag to fill,
-        // and 16 threads creating and removing files on an image with
-        // 2,036 free inodes got ENOSPC with every one of them held
-        // (tests/enospc_churn.rs). One flush per sealed batch (32 frees):
-        // a push to the global queue and a collection.
-        if std::mem::take(&mut l.unflushed) {
-            if crossbeam_epoch::is_pinned() {
-                l.unflushed = true;
-            } else {
+        // last reference of a removed inode) wait for the bag to fill: 16
+        // threads creating and removing files on an image with 2,036 free
+        // inodes got ENOSPC with every one of them held
+        // (tests/enospc_churn.rs). Not in normal running: a flush is a
+        // push to the global queue and a collection (one per sealed batch
+        // cost creat-clo about a tenth).
+        // Relaxed: a hint (see `PRESSURE`).
+        if PRESSURE.load(std::sync::atomic::Ordering::Relaxed) != 0 {
+            if !l.open.is_empty() {
+                l.seal();
+            }
+            if l.unflushed && !crossbeam_epoch::is_pinned() {
+                l.unflushed = false;
                 flush = true;
             }
         }

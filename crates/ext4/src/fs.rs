@@ -913,6 +913,9 @@ impl Ext4 {
             return f();
         };
         let nested = Handle::nested(j);
+        if !nested {
+            scalevfs::enospc_final_reset();
+        }
         let (r, partial) = {
             let _h = self.handle()?;
             let r = f();
@@ -928,7 +931,7 @@ impl Ext4 {
                 .rw
                 .as_ref()
                 .is_some_and(|rw| rw.alloc.holds_blocks() || !rw.unlinked.is_empty());
-        if enospc && !nested && waiting {
+        if enospc && !nested && waiting && !scalevfs::enospc_is_final() {
             self.commit()?;
             let _h = self.handle()?;
             return f();

@@ -494,6 +494,9 @@ impl Ext4 {
                 }
             }
             let Some((in_inode, b2, k2)) = placed else {
+                // Too large for the inode's room and a block whatever is
+                // freed: no retry (`scalevfs::enospc_final`).
+                scalevfs::enospc_final();
                 return Err(errno(libc::ENOSPC));
             };
             body = b2;

@@ -69,14 +69,14 @@ fn four_threads_create_and_remove_files_on_few_inodes() {
 }
 
 /// Many more threads than cores: a thread holding removed inodes in its
-/// deferred frees may wait long for a core. Before, 16 threads got ENOSPC
-/// within a few thousand iterations: each thread's epoch deferrals stayed
-/// in its own crossbeam bag until 64 of them gathered (up to 2,048 frees,
-/// `limbo::poll` now flushes after each sealed batch), open batches of 31
-/// frees were sealed only when full (now at every call while a thread
-/// waits for space, `limbo::Pressure`), and the 31 ms of retries ended
-/// before the holders got a core (now up to a second while frees run,
-/// `namei::EnospcWait`).
+/// deferred frees may wait long for a core. Before, 32 threads got ENOSPC
+/// within a few hundred iterations: open batches of 31 frees were sealed
+/// only when full, and sealed batches' epoch deferrals stayed in their
+/// thread's crossbeam bag until 64 of them gathered (up to 2,048 frees);
+/// now, while a thread waits for space, every thread seals and flushes at
+/// its next call (`limbo::Pressure`). And the 31 ms of retries ended
+/// before the holders got a core: now up to a second while inodes are
+/// being dropped (`namei::EnospcWait`).
 #[test]
 fn many_threads_create_and_remove_files_on_few_inodes() {
     if !have_tools() {
