@@ -236,13 +236,17 @@ impl Limbo {
 /// every one of them held (tests/enospc_churn.rs). A plain std atomic: a
 /// hint, read at each `poll` (a line nobody writes in normal running),
 /// whose late sight only delays frees; loom does not model it.
-static PRESSURE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+/// On a line of its own: read at every call, where a neighbour that other
+/// threads write would make each read a miss.
+static PRESSURE: crossbeam_utils::CachePadded<std::sync::atomic::AtomicUsize> =
+    crossbeam_utils::CachePadded::new(std::sync::atomic::AtomicUsize::new(0));
 
 /// Inodes dropped (their last reference gone: a removed file's space and
 /// inode given back) while some thread waited for space: what such a
 /// thread watches for progress (`namei::EnospcWait`). Counted only then,
 /// or every unlink would write this line.
-static INODES_DROPPED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static INODES_DROPPED: crossbeam_utils::CachePadded<std::sync::atomic::AtomicUsize> =
+    crossbeam_utils::CachePadded::new(std::sync::atomic::AtomicUsize::new(0));
 
 /// An inode's last reference went (`Inode`'s drop).
 pub(crate) fn inode_dropped() {
