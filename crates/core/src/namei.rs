@@ -1025,8 +1025,9 @@ fn parent_gone(pw: &ParentWalk) -> bool {
 /// try again, a few times with a short pause (no lock of the core is held
 /// here). Threads creating and removing files on an ext4 image with few
 /// free inodes got ENOSPC with thousands of removed inodes still held
-/// (review, stop 38). A full filesystem pays the flushes and 31 ms per
-/// failed name operation.
+/// (review, stop 38). The waits: `EnospcWait` (31 ms on a full
+/// filesystem, up to a second while inodes are being dropped, none for an
+/// ENOSPC the filesystem calls final).
 pub(crate) fn redo_counted_enospc<R>(f: impl Fn(bool) -> VfsResult<R>) -> VfsResult<R> {
     let once = || {
         enospc_final_reset();
