@@ -229,15 +229,14 @@ impl Limbo {
 
 /// Threads retrying an operation that found no space while removed files
 /// may still be held by deferred frees (`Pressure`). While any are, every
-/// thread seals its open batch at each `poll` instead of when it holds
-/// `BATCH` frees: 64 threads hold up to 64 x 31 frees in open batches,
-/// each maybe a removed inode's last reference, and 64 threads creating
-/// and removing files on an image with 2,036 free inodes ran out with
-/// every one of them held (tests/enospc_churn.rs). A plain std atomic: a
-/// hint, read at each `poll` (a line nobody writes in normal running),
-/// whose late sight only delays frees; loom does not model it.
-/// On a line of its own: read at every call, where a neighbour that other
-/// threads write would make each read a miss.
+/// thread hands the deferrals of the batches it sealed to the epoch at its
+/// next call (`poll`) instead of leaving them in crossbeam's bag of the
+/// thread until 64 gather: 16 threads creating and removing files on an
+/// image with 2,036 free inodes ran out with every one of them held
+/// (tests/enospc_churn.rs). (Sealing every thread's open batch at each
+/// call as well made 4 threads with ext4's commit thread run out: left
+/// out.) A plain std atomic: a hint, read at each `poll`, whose late sight
+/// only delays frees; loom does not model it.
 static PRESSURE: crossbeam_utils::CachePadded<std::sync::atomic::AtomicUsize> =
     crossbeam_utils::CachePadded::new(std::sync::atomic::AtomicUsize::new(0));
 
@@ -453,25 +452,20 @@ pub(crate) fn poll() {
         let Ok(mut l) = l.try_borrow_mut() else {
             return Vec::new();
         };
-        // Some thread waits for space: seal what is open, and hand the
-        // deferrals of the batches sealed since the last flush to the
-        // global queue (below, after the borrow). Left in crossbeam's bag
-        // of this thread, up to 64 of them (2,048 frees, each maybe the
-        // last reference of a removed inode) wait for the bag to fill: 16
-        // threads creating and removing files on an image with 2,036 free
-        // inodes got ENOSPC with every one of them held
-        // (tests/enospc_churn.rs). Not in normal running: a flush is a
-        // push to the global queue and a collection (one per sealed batch
-        // cost creat-clo about a tenth).
+        // Some thread waits for space: hand the deferrals of the batches
+        // sealed since the last flush to the global queue (below, after
+        // the borrow). Left in crossbeam's bag of this thread, up to 64 of
+        // them (2,048 frees, each maybe the last reference of a removed
+        // inode) wait for the bag to fill (`PRESSURE`). Not in normal
+        // running: a flush is a push to the global queue and a collection
+        // (one per sealed batch cost creat-clo about a tenth).
         // Relaxed: a hint (see `PRESSURE`).
-        if PRESSURE.load(std::sync::atomic::Ordering::Relaxed) != 0 {
-            if !l.open.is_empty() {
-                l.seal();
-            }
-            if l.unflushed && !crossbeam_epoch::is_pinned() {
-                l.unflushed = false;
-                flush = true;
-            }
+        if PRESSURE.load(std::sync::atomic::Ordering::Relaxed) != 0
+            && l.unflushed
+            && !crossbeam_epoch::is_pinned()
+        {
+            l.unflushed = false;
+            flush = true;
         }
         let mut due = Vec::new();
         let mut unpinned = false;

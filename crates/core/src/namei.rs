@@ -1079,8 +1079,8 @@ pub fn enospc_final_reset() {
 /// held by removed files whose last reference sits in a deferred free
 /// (limbo.rs), this thread's or another's. Each round flushes this
 /// thread's and pauses, 1, 2, 4, 8, 16 ms, then 16 ms each; while it
-/// lives every thread hands over its deferred frees at its next call
-/// (`limbo::Pressure`). Six rounds (31 ms) always; more, up to a second
+/// lives every thread hands its sealed batches of deferred frees to the
+/// epoch at its next call (`limbo::Pressure`). Six rounds (31 ms) always; more, up to a second
 /// in all, while inodes keep being dropped somewhere
 /// (`limbo::inodes_dropped`: a removed file's last reference going gives
 /// its space back): with many more threads than cores, a thread holding

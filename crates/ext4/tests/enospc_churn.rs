@@ -15,6 +15,11 @@ use std::sync::Arc;
 use common::*;
 use scalevfs::{Errno, O_CREAT, O_EXCL, O_WRONLY};
 
+/// The tests of this file one at a time: they share the process's epoch,
+/// and the 32 threads of one held back the other's frees (its 4 threads
+/// got ENOSPC in a debug build).
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn churn(opts: scalevfs_ext4::Ext4Options, dirs: bool, threads: usize, iterations: usize) {
     let s = Scratch::new("enospc-churn");
     let img = fresh(&s.0, 1024, "8M");
@@ -59,6 +64,7 @@ fn four_threads_create_and_remove_files_on_few_inodes() {
     if !have_tools() {
         return;
     }
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     churn(rw_journaled(), false, 4, 3000);
     churn(rw_journaled(), true, 4, 3000);
     let with_commit_thread = scalevfs_ext4::Ext4Options {
@@ -70,11 +76,10 @@ fn four_threads_create_and_remove_files_on_few_inodes() {
 
 /// Many more threads than cores: a thread holding removed inodes in its
 /// deferred frees may wait long for a core. Before, 32 threads got ENOSPC
-/// within a few hundred iterations: open batches of 31 frees were sealed
-/// only when full, and sealed batches' epoch deferrals stayed in their
-/// thread's crossbeam bag until 64 of them gathered (up to 2,048 frees);
-/// now, while a thread waits for space, every thread seals and flushes at
-/// its next call (`limbo::Pressure`). And the 31 ms of retries ended
+/// within a few hundred iterations: sealed batches' epoch deferrals stayed
+/// in their thread's crossbeam bag until 64 of them gathered (up to 2,048
+/// frees); now, while a thread waits for space, every thread flushes them
+/// at its next call (`limbo::Pressure`). And the 31 ms of retries ended
 /// before the holders got a core: now up to a second while inodes are
 /// being dropped (`namei::EnospcWait`).
 #[test]
@@ -82,5 +87,6 @@ fn many_threads_create_and_remove_files_on_few_inodes() {
     if !have_tools() {
         return;
     }
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     churn(rw_journaled(), false, 32, 1500);
 }
