@@ -107,6 +107,15 @@ impl FuseMount {
         let j = thread
             .join()
             .map_err(|_| io::Error::other("FUSE request thread panicked"))?;
+        // The kernel may end a session it was asked to unmount with
+        // ECONNABORTED (seen on 6.18 with several request threads; the
+        // CLI's `mount` takes it as a clean end too): once our unmount
+        // succeeded, that is the end we asked for (tests/mount_rss.rs
+        // failed on it once in CI).
+        let j = match j {
+            Err(e) if r.is_ok() && e.raw_os_error() == Some(libc::ECONNABORTED) => Ok(()),
+            j => j,
+        };
         r.and(j)
     }
 }
