@@ -31,7 +31,9 @@ pub struct MountArgs {
     /// fsname=..., dev, suid, ...), the kernel's cache timeouts as libfuse
     /// spells them (attr_timeout=S, entry_timeout=S, negative_timeout=S;
     /// default 60 s each), nodirect_wronly (write-only opens through the
-    /// page cache, as before issue 14), ext4's orphan=auto|file|list|none,
+    /// page cache, as before issue 14), noexport (no file handles of
+    /// evicted inodes; for overlayfs over this mount, see
+    /// docs/fuse-compat.md), ext4's orphan=auto|file|list|none,
     /// commit=SECONDS, mmap (the image mapped into memory, every block
     /// allocated first) and pwrite (the image written with pwrite, not
     /// through the default mapping allocated 1 MiB at a time on first

@@ -344,6 +344,15 @@ fn session_config(cfg: &MountConfig) -> io::Result<(fuser::Config, FuseConfig)> 
                 fuse.direct_write_only = false;
                 continue;
             }
+            // File handles of evicted inodes (`FuseConfig::export_handles`).
+            "export" => {
+                fuse.export_handles = true;
+                continue;
+            }
+            "noexport" => {
+                fuse.export_handles = false;
+                continue;
+            }
             // libfuse's spelling of the cache timeouts (seconds), so that
             // mount(8) and fstab can set them: `-o attr_timeout=1,
             // entry_timeout=1,negative_timeout=0` is the 1 s caching of
@@ -670,6 +679,15 @@ mod tests {
         assert!(f.direct_write_only);
         let (_, f) = session_config(&cfg(&["nodirect_wronly"])).unwrap();
         assert!(!f.direct_write_only);
+        assert!(f.export_handles);
+        let (c, f) = session_config(&cfg(&["noexport"])).unwrap();
+        assert!(!f.export_handles);
+        assert!(c
+            .mount_options
+            .iter()
+            .all(|o| !matches!(o, MountOption::CUSTOM(x) if x.contains("export"))));
+        let (_, f) = session_config(&cfg(&["noexport", "export"])).unwrap();
+        assert!(f.export_handles);
         for bad in ["attr_timeout=-1", "entry_timeout=x", "negative_timeout=inf"] {
             assert!(session_config(&cfg(&[bad])).is_err(), "{bad}");
         }

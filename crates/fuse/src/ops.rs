@@ -58,6 +58,19 @@ pub struct FuseConfig {
     /// pages. A write-only descriptor can be mapped by no one, so mmap is
     /// unaffected. `-o nodirect_wronly` turns it off.
     pub direct_write_only: bool,
+    /// Offer FUSE_EXPORT_SUPPORT: a file handle (name_to_handle_at) of an
+    /// inode the kernel evicted still opens (open_by_handle_at; the kernel
+    /// asks LOOKUP "." on the node id). On by default; `-o noexport` turns
+    /// it off, and such handles are then ESTALE once the kernel evicts the
+    /// inode. The reason to turn it off is overlayfs over this mount: a
+    /// copied-up file's origin is found by decoding its lower file's
+    /// handle, and the dentry the kernel makes for an evicted lower inode
+    /// fails the kernel's FUSE revalidation (measured on Linux 6.18, where
+    /// no request reaches the daemon), which overlayfs reports as ESTALE
+    /// (xfstests generic/631 under memory pressure). Without export
+    /// support the origin is simply unknown to overlayfs, as on any FUSE
+    /// filesystem that does not offer it. See docs/fuse-compat.md.
+    pub export_handles: bool,
 }
 
 /// The default of every timeout: long, because the adapter owns the truth.
@@ -83,6 +96,7 @@ impl Default for FuseConfig {
             readdirplus: true,
             posix_acl: false,
             direct_write_only: true,
+            export_handles: true,
         }
     }
 }
@@ -490,11 +504,13 @@ impl fuser::Filesystem for ScaleFs {
         // SETATTR (one more round trip per O_TRUNC open).
         let mut want = InitFlags::FUSE_PARALLEL_DIROPS
             | InitFlags::FUSE_HANDLE_KILLPRIV_V2
-            | InitFlags::FUSE_CACHE_SYMLINKS
+            | InitFlags::FUSE_CACHE_SYMLINKS;
+        if self.shared.cfg.export_handles {
             // name_to_handle_at/open_by_handle_at through the mount: the
             // kernel encodes (node id, generation) and, for a node it no
             // longer caches, looks up "." (and "..") on the node id.
-            | InitFlags::FUSE_EXPORT_SUPPORT;
+            want |= InitFlags::FUSE_EXPORT_SUPPORT;
+        }
         if self.shared.cfg.readdirplus {
             want |= InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO;
         }
