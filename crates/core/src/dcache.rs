@@ -1085,6 +1085,19 @@ pub(crate) enum RcuLookup<'g> {
     Retry,
 }
 
+/// Which dentries a sweep of one bucket may evict (`Dcache::sweep_bucket_with`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Victims {
+    /// Any unused, unpinned one (a second look for recently used ones).
+    Any,
+    /// Unused, unpinned negative ones.
+    Negative,
+    /// Unused negative ones whose parent is no longer hashed, at once.
+    DeadParentNegative,
+    /// Every unused one, pinned ones too, at once (teardown).
+    Forced,
+}
+
 impl Dcache {
     /// The entry counts (shared with each `Super`).
     pub(crate) fn counts(&self) -> &Arc<DentryCounts> {
@@ -1911,7 +1924,38 @@ impl Dcache {
         n
     }
 
+    /// Evict the unused negative dentries whose parent is no longer hashed
+    /// (a removed directory, or one evicted while they still pinned it),
+    /// wherever they hash: their references keep the removed directory's
+    /// dentry, and so its inode, alive, which on a disk filesystem keeps
+    /// the inode allocated (Linux prunes them at rmdir,
+    /// `shrink_dcache_parent`; this cache keeps no list of a directory's
+    /// children to do that). The whole table, one bucket at a time:
+    /// for a caller that needs the inodes back (a name operation that got
+    /// ENOSPC, `namei::redo_counted_enospc`), not for a fast path. Returns
+    /// how many were evicted.
+    pub fn prune_dead_negatives(&self) -> usize {
+        let mut evicted = 0;
+        for i in 0..self.buckets.len() {
+            evicted += self.sweep_bucket_with(i, usize::MAX, Victims::DeadParentNegative);
+        }
+        lockstat::add(Stat::DcacheReclaim, evicted as u64);
+        evicted
+    }
+
     fn sweep_bucket(&self, i: usize, max: usize, negative_only: bool, force: bool) -> usize {
+        let which = match (force, negative_only) {
+            (true, _) => Victims::Forced,
+            (false, true) => Victims::Negative,
+            (false, false) => Victims::Any,
+        };
+        self.sweep_bucket_with(i, max, which)
+    }
+
+    fn sweep_bucket_with(&self, i: usize, max: usize, which: Victims) -> usize {
+        let force = which == Victims::Forced;
+        let negative_only = matches!(which, Victims::Negative | Victims::DeadParentNegative);
+        let dead_parent_only = which == Victims::DeadParentNegative;
         let guard = epoch::pin();
         let b = &self.buckets[i];
         // Relaxed: a peek; rechecked under the lock.
@@ -1929,9 +1973,14 @@ impl Dcache {
                 let f = d.flags();
                 let eligible = (force || f & D_PINNED == 0)
                     && (!negative_only || d.is_negative())
-                    && d.lockref().count() == 0;
+                    && d.lockref().count() == 0
+                    // SAFETY: the parent is kept alive by d's reference
+                    // (d is linked; the bucket lock is held).
+                    && (!dead_parent_only || !unsafe { &*d.parent_ptr() }.is_attached());
                 if eligible {
-                    if f & D_REFERENCED != 0 && !force {
+                    // Recently used or not, a child of a removed directory
+                    // goes at once (no lookup can reach it).
+                    if f & D_REFERENCED != 0 && !force && !dead_parent_only {
                         d.clear_flag(D_REFERENCED);
                     } else {
                         let parent = d.parent_ptr();

@@ -408,7 +408,7 @@ impl Task {
         path: &P,
         mode: u32,
     ) -> VfsResult<()> {
-        redo_counted_enospc(|counted| {
+        redo_counted_enospc(self.vfs.dcache(), |counted| {
             let op = self.name_op(dirfd, as_bytes(path), Errno::EEXIST, counted)?;
             self.create_node(
                 &op,
@@ -451,7 +451,7 @@ impl Task {
         } else {
             0
         };
-        redo_counted_enospc(|counted| {
+        redo_counted_enospc(self.vfs.dcache(), |counted| {
             let op = self.name_op(dirfd, as_bytes(path), Errno::EEXIST, counted)?;
             self.create_node(
                 &op,
@@ -494,7 +494,7 @@ impl Task {
         if target.is_empty() {
             return Err(Errno::ENOENT);
         }
-        redo_counted_enospc(|counted| {
+        redo_counted_enospc(self.vfs.dcache(), |counted| {
             let op = self.name_op(dirfd, as_bytes(path), Errno::EEXIST, counted)?;
             self.create_node(&op, false, None, |fs, dir, owner, _, _| {
                 fs.create(dir, &op.name, NewNode::Symlink { target }, owner)
@@ -557,7 +557,9 @@ impl Task {
         newdirfd: impl Into<At<'a>> + Copy,
         new: &[u8],
     ) -> VfsResult<()> {
-        redo_counted_enospc(|counted| self.link_walked(&src, newdirfd, new, counted))
+        redo_counted_enospc(self.vfs.dcache(), |counted| {
+            self.link_walked(&src, newdirfd, new, counted)
+        })
     }
 
     /// `link_path` with the new name's parent walked counted or not
@@ -1027,8 +1029,13 @@ fn parent_gone(pw: &ParentWalk) -> bool {
 /// free inodes got ENOSPC with thousands of removed inodes still held
 /// (review, stop 38). The waits: `EnospcWait` (31 ms on a full
 /// filesystem, up to a second while inodes are being dropped, none for an
-/// ENOSPC the filesystem calls final).
-pub(crate) fn redo_counted_enospc<R>(f: impl Fn(bool) -> VfsResult<R>) -> VfsResult<R> {
+/// ENOSPC the filesystem calls final). Before the first wait, the cached
+/// negative names under removed directories are evicted
+/// (`Dcache::prune_dead_negatives`): they held those directories' inodes.
+pub(crate) fn redo_counted_enospc<R>(
+    dcache: &crate::dcache::Dcache,
+    f: impl Fn(bool) -> VfsResult<R>,
+) -> VfsResult<R> {
     let once = || {
         enospc_final_reset();
         redo_counted(&f)
@@ -1036,6 +1043,12 @@ pub(crate) fn redo_counted_enospc<R>(f: impl Fn(bool) -> VfsResult<R>) -> VfsRes
     let mut r = once();
     let mut wait = None;
     while matches!(r, Err(e) if e == Errno::ENOSPC) {
+        if wait.is_none() && !enospc_is_final() {
+            // Removed directories still held by cached negative names
+            // under them: their inodes come back once those go (see
+            // `Dcache::prune_dead_negatives`), in this wait's frees.
+            dcache.prune_dead_negatives();
+        }
         if !wait.get_or_insert_with(|| EnospcWait::new(true)).round() {
             break;
         }

@@ -269,7 +269,7 @@ impl Task {
         mode: u32,
         depth: u32,
     ) -> VfsResult<(PathRef, bool)> {
-        crate::namei::redo_counted_enospc(|counted| {
+        crate::namei::redo_counted_enospc(self.vfs.dcache(), |counted| {
             self.open_create_walked(dirfd, path, flags, mode, depth, counted)
         })
     }
