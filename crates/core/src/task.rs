@@ -434,6 +434,11 @@ impl Task {
     pub fn statfs<P: AsRef<[u8]> + ?Sized>(&self, path: &P) -> VfsResult<StatFs> {
         let path = as_bytes(path);
         check_path(path)?;
+        // What this thread removed is free when it asks (Linux frees an
+        // unlinked inode at its last reference; here its dentry, and with
+        // it the inode, goes a grace period later): flushed before this
+        // call pins the epoch, which would hold that grace period back.
+        crate::flush_deferred_frees();
         let g = epoch::pin();
         if path.is_empty() {
             return Err(Errno::ENOENT);
@@ -444,6 +449,8 @@ impl Task {
 
     /// `fstatfs(2)`.
     pub fn fstatfs<'a>(&self, fd: impl Into<At<'a>> + Copy) -> VfsResult<StatFs> {
+        // As `statfs`.
+        crate::flush_deferred_frees();
         self.with_held(fd, |p| p.mnt.sb.fs.statfs())
     }
 

@@ -1919,6 +1919,45 @@ impl Ext4 {
         k
     }
 
+    /// Free now, in a handle of its own, every unlinked inode whose last
+    /// reference went and that waits for a handle of the thread that
+    /// dropped it or for the next commit (`Ext4Inode::on_drop`). `statfs`
+    /// calls it, as the kernel frees such an inode when it evicts it, so
+    /// that `df` after `rm` shows the space free: through the FUSE mount
+    /// the inode goes at the kernel's FORGET, on a request thread that may
+    /// have no further request, and with nothing else dirty no commit came
+    /// either, so a removed 100 MiB file stayed counted as used until the
+    /// next change. Does nothing inside a handle, on a mount that stopped
+    /// writing, or when nothing waits; a failure is logged (it stops
+    /// writes, as any write error does).
+    fn reap_queued(&self) {
+        let (Some(rw), Some(j)) = (&self.rw, self.journal()) else {
+            return;
+        };
+        // Relaxed: see `rw`.
+        if rw.dead.is_empty()
+            || Handle::nested(j)
+            || rw.failed.load(Ordering::Relaxed)
+            || rw.unmounted.load(Ordering::Relaxed)
+        {
+            return;
+        }
+        let partial = {
+            let Ok(_h) = self.handle() else { return };
+            let dead = rw.dead.drain_all();
+            if dead.is_empty() {
+                return;
+            }
+            self.reap_some(false, Some(&dead)).unwrap_or_else(|e| {
+                eprintln!("scalevfs-ext4: freeing unlinked inodes failed: {e}");
+                Vec::new()
+            })
+        };
+        if let Err(e) = self.reap_rest(partial) {
+            eprintln!("scalevfs-ext4: freeing unlinked inodes failed: {e}");
+        }
+    }
+
     /// Finish freeing the unlinked inodes `partial` (`reap_some` freed a
     /// step of each): a step per inode per handle, outside the caller's
     /// handle, so that each handle may commit first.
@@ -3673,6 +3712,7 @@ impl Filesystem for Ext4 {
     }
 
     fn statfs(&self) -> StatFs {
+        self.reap_queued();
         let mut st = self.statfs;
         if let Some(rw) = &self.rw {
             let ratio = self.sb.cluster_ratio();
@@ -4119,8 +4159,6 @@ fn gdt_block(sb: &Superblock, gdb: u64) -> u64 {
     group * u64::from(sb.blocks_per_group) + u64::from(sb.first_data_block) + has_super
 }
 
-/// The commit thread: every `interval` seconds, commit what is dirty;
-/// ends when the filesystem is gone or unmounted.
 /// Dropped after the commit lock is released by a commit request: bump
 /// `Journal::released` and wake the threads sleeping on it
 /// (`Ext4::commit_until`).
@@ -4135,6 +4173,9 @@ impl Drop for Released<'_> {
     }
 }
 
+/// The commit thread: every `interval` seconds, commit what is dirty
+/// (and free the unlinked inodes that wait for it); ends when the
+/// filesystem is gone or unmounted.
 fn commit_thread(fs: std::sync::Weak<Ext4>, interval: u64) {
     let step = std::time::Duration::from_millis(100);
     let mut waited = 0u64;
@@ -4151,8 +4192,12 @@ fn commit_thread(fs: std::sync::Weak<Ext4>, interval: u64) {
             continue;
         }
         waited = 0;
-        let busy =
-            rw.bufs.dirty_count() > 0 || rw.journal.get().is_some_and(|j| !j.pending.is_empty());
+        // Unlinked inodes whose last reference went wait for a handle or
+        // a commit (`Ext4Inode::on_drop`): with nothing else to do, the
+        // commit frees them.
+        let busy = rw.bufs.dirty_count() > 0
+            || rw.journal.get().is_some_and(|j| !j.pending.is_empty())
+            || !rw.dead.is_empty();
         if busy {
             if let Err(e) = fs.commit() {
                 eprintln!("scalevfs-ext4: commit failed: {e}");

@@ -447,3 +447,49 @@ fn ext4_reserved_blocks_through_fuse_follow_the_caller() {
     });
     im.finish(work);
 }
+
+/// `df` right after `rm`: the space and the inode of a removed file are
+/// free at once, as on the kernel's ext4 (which frees an unlinked inode
+/// when it evicts it). The inode goes at the kernel's FORGET, on a
+/// request thread that may get no further request; before, it then
+/// waited for that thread's next change or a commit, and with nothing
+/// else dirty there was none: a removed 32 MiB file stayed counted as
+/// used (`Ext4::statfs` now frees such inodes first, and the commit
+/// thread frees them when nothing else is dirty).
+#[test]
+fn ext4_space_of_a_removed_file_is_free_at_once() {
+    let Some(im) = mount_fresh_image("rmdf", &["-b", "4096"], "64M", &["allow_other"]) else {
+        return;
+    };
+    let work = std::panic::catch_unwind(|| {
+        let files = |d: &Path| {
+            let c = std::ffi::CString::new(d.as_os_str().as_encoded_bytes()).unwrap();
+            // SAFETY: a zeroed statvfs is a valid out-parameter; the path
+            // is a valid C string.
+            let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+            // SAFETY: as above.
+            assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut s) }, 0);
+            s.f_ffree
+        };
+        let (free0, _) = statvfs_free(&im.mnt);
+        let ffree0 = files(&im.mnt);
+        let f = im.mnt.join("big");
+        fs::write(&f, vec![0x5au8; 32 << 20]).unwrap();
+        let (full, _) = statvfs_free(&im.mnt);
+        assert!(
+            free0 - full >= 8192,
+            "32 MiB written: {free0} -> {full} free"
+        );
+        assert_eq!(files(&im.mnt), ffree0 - 1);
+        fs::remove_file(&f).unwrap();
+        // The kernel's FORGET may still be on its way: a short grace.
+        let mut waited = 0;
+        while statvfs_free(&im.mnt).0 < free0 && waited < 50 {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            waited += 1;
+        }
+        assert_eq!(statvfs_free(&im.mnt).0, free0, "free blocks after rm");
+        assert_eq!(files(&im.mnt), ffree0, "free inodes after rm");
+    });
+    im.finish(work);
+}
