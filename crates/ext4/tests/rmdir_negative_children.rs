@@ -12,11 +12,8 @@
 
 mod common;
 
-use std::sync::Arc;
-
 use common::*;
-use scalevfs::{Errno, Filesystem, Vfs, VfsConfig};
-use scalevfs_ext4::{Ext4, Ext4Options};
+use scalevfs::Errno;
 
 #[test]
 fn removed_directories_probed_for_missing_names_give_their_inodes_back() {
@@ -31,16 +28,7 @@ fn removed_directories_probed_for_missing_names_give_their_inodes_back() {
         &["-b", "1024", "-N", "128", "-O", "orphan_file"],
         "4M",
     );
-    let e = Ext4::open(
-        &img,
-        Ext4Options {
-            ro: false,
-            ..Ext4Options::default()
-        },
-    )
-    .unwrap();
-    let fsd: Arc<dyn Filesystem> = e.clone();
-    let vfs = Vfs::with_root_fs(VfsConfig::default(), fsd);
+    let (e, vfs) = mount(&img);
     let t = vfs.root_task();
     let free = t.statfs("/").unwrap().ffree;
     assert!((50..=128).contains(&free), "{free} free inodes");
@@ -68,9 +56,5 @@ fn removed_directories_probed_for_missing_names_give_their_inodes_back() {
         t.close(fd).unwrap();
         t.unlink(&f).unwrap();
     }
-    drop(t);
-    drop(vfs);
-    e.unmount().unwrap();
-    drop(e);
-    fsck_clean(&img);
+    unmount_clean(t, vfs, e, &img);
 }

@@ -7,11 +7,7 @@
 
 mod common;
 
-use std::sync::Arc;
-
 use common::*;
-use scalevfs::{Filesystem, Vfs, VfsConfig};
-use scalevfs_ext4::{Ext4, Ext4Options};
 
 #[test]
 fn statfs_counts_a_removed_file_free_at_once_and_an_open_one_not() {
@@ -20,16 +16,7 @@ fn statfs_counts_a_removed_file_free_at_once_and_an_open_one_not() {
     }
     let s = Scratch::new("statfs-rm");
     let img = fresh(&s.0, 4096, "64M");
-    let e = Ext4::open(
-        &img,
-        Ext4Options {
-            ro: false,
-            ..Ext4Options::default()
-        },
-    )
-    .unwrap();
-    let fsd: Arc<dyn Filesystem> = e.clone();
-    let vfs = Vfs::with_root_fs(VfsConfig::default(), fsd);
+    let (e, vfs) = mount(&img);
     let t = vfs.root_task();
     let free = |t: &scalevfs::Task| {
         let st = t.statfs("/").unwrap();
@@ -60,9 +47,5 @@ fn statfs_counts_a_removed_file_free_at_once_and_an_open_one_not() {
     assert_eq!((st.bfree, st.ffree), full);
     t.close(fd).unwrap();
     assert_eq!(free(&t), start, "after the last close");
-    drop(t);
-    drop(vfs);
-    e.unmount().unwrap();
-    drop(e);
-    fsck_clean(&img);
+    unmount_clean(t, vfs, e, &img);
 }
