@@ -29,6 +29,8 @@
 #                     ^orphan_file: unlinked open files go on the orphan list)
 #   --block-size N    mkfs.ext4 -b for the images (default: mkfs's choice,
 #                     4096 on images of 512 MiB and more; e.g. 1024)
+#   --mount-options O more `scalevfs mount -o` options for both mounts,
+#                     comma separated (e.g. noexport, for overlayfs tests)
 #
 # What it does: builds xfstests if needed (make), creates the users and
 # groups the suite wants (fsgqa, fsgqa2, 123456-fsgqa), writes the mount
@@ -76,6 +78,7 @@ image_dir=/tmp/xfs-ext4
 image_size=2G
 features=orphan_file
 block_size=
+mount_opts=
 
 usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}"; }
 
@@ -92,6 +95,7 @@ while [ $# -gt 0 ]; do
     --image-size) image_size=$2; shift 2 ;;
     --features) features=$2; shift 2 ;;
     --block-size) block_size=$2; shift 2 ;;
+    --mount-options) mount_opts=$2; shift 2 ;;
     -h|--help) usage 0 ;;
     -*) echo "xfstests: unknown option $1"; usage 1 ;;
     *) break ;;
@@ -323,8 +327,8 @@ export SCRATCH_DEV=$scratch_dev
 export SCRATCH_MNT=$mnt/scratch
 export FSTYP=fuse
 export FUSE_SUBTYP=.scalevfs
-export MOUNT_OPTIONS="-oallow_other,default_permissions"
-export TEST_FS_MOUNT_OPTS="-oallow_other,default_permissions"
+export MOUNT_OPTIONS="-oallow_other,default_permissions${mount_opts:+,$mount_opts}"
+export TEST_FS_MOUNT_OPTS="-oallow_other,default_permissions${mount_opts:+,$mount_opts}"
 export RESULT_BASE=$work/results
 EOF
 
