@@ -13,7 +13,7 @@
 mod common;
 
 use common::*;
-use scalevfs::Errno;
+use scalevfs::{Errno, O_CREAT, O_WRONLY};
 
 #[test]
 fn removed_directories_probed_for_missing_names_give_their_inodes_back() {
@@ -51,7 +51,7 @@ fn removed_directories_probed_for_missing_names_give_their_inodes_back() {
         t.rmdir(&d).unwrap();
         let f = format!("/file{i}");
         let fd = t
-            .open(&f, (libc::O_CREAT | libc::O_WRONLY) as u32, 0o644)
+            .open(&f, O_CREAT | O_WRONLY, 0o644)
             .unwrap_or_else(|e| panic!("create {f}: {e:?}"));
         t.close(fd).unwrap();
         t.unlink(&f).unwrap();

@@ -4,10 +4,13 @@
 //! the file is still open. Before, the removed file's dentry (and with it
 //! the inode) went a grace period later and the freed inode then waited
 //! for a handle or a commit: an 8 MiB file stayed counted as used.
+//! (`statfs_after_unlink.rs` checks the step after: blocks freed in the
+//! running transaction count as free before its commit.)
 
 mod common;
 
 use common::*;
+use scalevfs::{O_CREAT, O_WRONLY};
 
 #[test]
 fn statfs_counts_a_removed_file_free_at_once_and_an_open_one_not() {
@@ -24,9 +27,7 @@ fn statfs_counts_a_removed_file_free_at_once_and_an_open_one_not() {
     };
     let start = free(&t);
     let write = |p: &str| {
-        let fd = t
-            .open(p, (libc::O_CREAT | libc::O_WRONLY) as u32, 0o644)
-            .unwrap();
+        let fd = t.open(p, O_CREAT | O_WRONLY, 0o644).unwrap();
         t.write(fd, &vec![0x5au8; 8 << 20]).unwrap();
         fd
     };
