@@ -971,7 +971,10 @@ impl<'a> WalkCtx<'a> {
         }
         lockstat::inc(Stat::DcacheMiss);
         let fs = &dir.mnt.sb.fs;
-        if fs.dcache_authoritative() {
+        // Linux's __lookup_slow: a removed directory (IS_DEADDIR) has no
+        // names, and asking the filesystem would only leave a negative
+        // dentry that pins the dead directory until pruned.
+        if fs.dcache_authoritative() || dir.inode().is_dead() {
             return Err(Errno::ENOENT);
         }
         let _nl = if name_locked {

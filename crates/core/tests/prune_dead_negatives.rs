@@ -38,3 +38,28 @@ fn only_negatives_under_removed_directories_are_pruned() {
     t.mkdir("/gone", 0o755).unwrap();
     assert_eq!(t.stat("/gone/a").unwrap_err(), Errno::ENOENT);
 }
+
+#[test]
+fn lookups_in_a_removed_directory_cache_nothing() {
+    let vfs = Vfs::with_config(VfsConfig {
+        memfs: MemFsOptions {
+            authoritative: false,
+            ..Default::default()
+        },
+        ..Default::default()
+    });
+    let t = vfs.root_task();
+    t.mkdir("/gone", 0o755).unwrap();
+    t.chdir("/gone").unwrap();
+    t.rmdir("/gone").unwrap();
+    // Linux's __lookup_slow: a dead directory answers ENOENT without asking
+    // the filesystem, so no negative name is cached under it.
+    for i in 0..100 {
+        assert_eq!(t.stat(&format!("n{i}")).unwrap_err(), Errno::ENOENT);
+        assert_eq!(t.mkdir(&format!("d{i}"), 0o755).unwrap_err(), Errno::ENOENT);
+    }
+    assert_eq!(vfs.dcache().prune_dead_negatives(), 0);
+    // "." and ".." still resolve (the cwd is held; its parent is the root).
+    assert!(t.stat(".").is_ok());
+    assert_eq!(t.stat("..").unwrap().ino, t.stat("/").unwrap().ino);
+}
