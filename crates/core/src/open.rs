@@ -512,7 +512,7 @@ impl Task {
         if out.len() < max {
             let locking = self.vfs.config().readdir_locking;
             let dc = self.vfs.dcache();
-            fs.readdir(&i, pos, &mut |e| {
+            let r = fs.readdir(&i, pos, &mut |e| {
                 if e.next_cookie > end {
                     // Its cookie (next_cookie - 1) is at or past the end.
                     return false;
@@ -530,7 +530,16 @@ impl Task {
                 pos = e.next_cookie;
                 out.push(e);
                 out.len() < max
-            })?;
+            });
+            // Linux's getdents64: an error after some entries (an
+            // unreadable block further on) returns those entries, and
+            // the next call, from the position after them, meets the
+            // error again; an error before any is returned.
+            if let Err(e) = r {
+                if out.is_empty() {
+                    return Err(e);
+                }
+            }
         }
         // Relaxed: a value, written under pos_lock.
         f.pos.store(pos, Ordering::Relaxed);

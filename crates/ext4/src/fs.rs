@@ -3689,20 +3689,25 @@ impl Filesystem for Ext4 {
         let mut cookie = cookie;
         loop {
             let mut batch = Vec::new();
-            {
+            let r = {
                 let _dl = self.dir_read_lock(d);
                 vfs(self.readdir_raw(&Ext4::node(d)?, cookie, &mut |e| {
                     batch.push(e);
                     batch.len() < BATCH
-                }))?;
-            }
+                }))
+            };
             let full = batch.len() == BATCH;
+            // The entries read before an error (a bad block further on)
+            // are handed out first, as the read-only path and the
+            // kernel's ext4_readdir do; the caller decides (getdents
+            // returns them and meets the error on its next call).
             for e in batch {
                 cookie = e.next_cookie;
                 if !emit(e) {
                     return Ok(());
                 }
             }
+            r?;
             // Each batch moves the cookie forward through a finite
             // directory.
             if !full {

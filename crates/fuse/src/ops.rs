@@ -1098,14 +1098,22 @@ impl fuser::Filesystem for ScaleFs {
             t.lseek(fd, off, scalevfs::io::SEEK_SET).map_err(errno)
         );
         let dev = tri!(reply, t.fstat(fd).map_err(errno)).dev;
+        let mut added = false;
         'outer: loop {
             // Small batches: what does not fit in the reply is read again
             // by the next READDIR (from its cookie); 128 read a third more
             // entries than were sent (listing 10,000 names: 4.2 -> 3.6 ms).
-            let batch = tri!(reply, t.getdents(fd, 32).map_err(errno));
+            // An error after some entries sends those, as getdents(2)
+            // does; the next READDIR meets the error again.
+            let batch = match t.getdents(fd, 32) {
+                Ok(b) => b,
+                Err(_) if added => break,
+                Err(e) => return reply.error(errno(e)),
+            };
             if batch.is_empty() {
                 break;
             }
+            added = true;
             for e in batch {
                 let id = s
                     .nodeid(&Stat {
@@ -1138,8 +1146,17 @@ impl fuser::Filesystem for ScaleFs {
         let off = tri!(reply, off_of(offset));
         let r = s.with_task(req, |t| -> Result<(), Errno> {
             t.lseek(fd, off, scalevfs::io::SEEK_SET)?;
+            // Entries already added are counted lookups: an error after
+            // them must still send them (as getdents(2) returns what it
+            // has), or the kernel never forgets those counts and the
+            // nodes pin their inodes until unmount.
+            let mut added = false;
             loop {
-                let batch = t.getdents(fd, 64)?;
+                let batch = match t.getdents(fd, 64) {
+                    Ok(b) => b,
+                    Err(_) if added => return Ok(()),
+                    Err(e) => return Err(e),
+                };
                 if batch.is_empty() {
                     return Ok(());
                 }
@@ -1183,6 +1200,7 @@ impl fuser::Filesystem for ScaleFs {
                         }
                         return Ok(());
                     }
+                    added = true;
                 }
             }
         });

@@ -718,8 +718,13 @@ fn plant(vfs: &Vfs) -> Vec<(&'static str, Vec<u8>)> {
     files
 }
 
-fn run(vfs: &Vfs, seed: u64, requests: u64, threads: usize) {
-    let planted = plant(vfs);
+/// The adapter serving `vfs` with `threads` request threads on a socket
+/// pair, past INIT: the kernel's end, the session's thread and the
+/// largest reply the socket carries.
+fn start(
+    vfs: &Vfs,
+    threads: usize,
+) -> (Kernel, std::thread::JoinHandle<std::io::Result<()>>, usize) {
     let fs = ScaleFs::new(vfs.clone(), FuseConfig::default()).expect("adapter");
     let (daemon_end, kernel_end) = socket_pair();
     let max_reply = widen_send_buffer(&daemon_end);
@@ -729,7 +734,6 @@ fn run(vfs: &Vfs, seed: u64, requests: u64, threads: usize) {
         unique: 0,
         buf: vec![0u8; 32 << 20],
     };
-
     // INIT first: Session::from_fd reads it before returning. Protocol
     // 7.40, the kernel offering the usual capabilities (no FUSE_INIT_EXT:
     // the short SETXATTR form).
@@ -744,6 +748,25 @@ fn run(vfs: &Vfs, seed: u64, requests: u64, threads: usize) {
     let (err, _) = k.reply(u, "INIT");
     assert_eq!(err, 0, "INIT refused");
     let daemon = std::thread::spawn(move || session.run());
+    (k, daemon, max_reply)
+}
+
+/// DESTROY to each request thread; the session must end without error.
+fn stop(mut k: Kernel, daemon: std::thread::JoinHandle<std::io::Result<()>>, threads: usize) {
+    // Each request thread ends at the DESTROY it reads (a kernel's
+    // unmount ends them all with ENODEV, which a socket cannot give).
+    for _ in 0..threads {
+        let u = k.send(DESTROY, 0, 0, &[]);
+        assert_eq!(k.reply(u, "DESTROY").0, 0);
+    }
+    drop(k);
+    let ended = daemon.join().expect("a daemon thread panicked");
+    assert!(ended.is_ok(), "the session ended with {ended:?}");
+}
+
+fn run(vfs: &Vfs, seed: u64, requests: u64, threads: usize) {
+    let planted = plant(vfs);
+    let (mut k, daemon, max_reply) = start(vfs, threads);
 
     let mut r = Rng(std::cell::Cell::new(seed.wrapping_mul(2) | 1));
     let mut p = Pools {
@@ -836,15 +859,7 @@ fn run(vfs: &Vfs, seed: u64, requests: u64, threads: usize) {
     cstr(&mut lk, b"pub");
     let u = k.send(LOOKUP, 1, 0, &lk);
     assert_eq!(k.reply(u, "final LOOKUP").0, 0);
-    // Each request thread ends at the DESTROY it reads (a kernel's
-    // unmount ends them all with ENODEV, which a socket cannot give).
-    for _ in 0..threads {
-        let u = k.send(DESTROY, 0, 0, &[]);
-        assert_eq!(k.reply(u, "DESTROY").0, 0);
-    }
-    drop(k);
-    let ended = daemon.join().expect("a daemon thread panicked");
-    assert!(ended.is_ok(), "the session ended with {ended:?}");
+    stop(k, daemon, threads);
 
     // What the unprivileged callers could not change is unchanged.
     let t = vfs.root_task();
@@ -891,14 +906,7 @@ fn fuzzed_requests_on_two_daemon_threads() {
 /// The same on an ext4 image, which `e2fsck -fn` then checks.
 #[test]
 fn fuzzed_requests_on_an_ext4_image_leave_it_consistent() {
-    let Some(mkfs) = [
-        "/usr/sbin/mkfs.ext4",
-        "/sbin/mkfs.ext4",
-        "/usr/bin/mkfs.ext4",
-    ]
-    .iter()
-    .map(std::path::Path::new)
-    .find(|p| p.exists()) else {
+    let Some(mkfs) = mkfs() else {
         eprintln!("SKIPPED: mkfs.ext4 not found (e2fsprogs)");
         return;
     };
@@ -936,5 +944,152 @@ fn fuzzed_requests_on_an_ext4_image_leave_it_consistent() {
         "e2fsck -fn after the fuzzed requests: {}",
         String::from_utf8_lossy(&out.stdout)
     );
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+fn mkfs() -> Option<&'static std::path::Path> {
+    [
+        "/usr/sbin/mkfs.ext4",
+        "/sbin/mkfs.ext4",
+        "/usr/bin/mkfs.ext4",
+    ]
+    .iter()
+    .map(std::path::Path::new)
+    .find(|p| p.exists())
+}
+
+/// (node id, offset, name) of each entry of a READDIRPLUS reply.
+fn direntplus(mut b: &[u8]) -> Vec<(u64, u64, Vec<u8>)> {
+    let mut out = Vec::new();
+    // fuse_entry_out (128 bytes), then fuse_dirent: ino, off, namelen,
+    // type, the name, padded to 8.
+    while b.len() >= 152 {
+        let node = u64::from_le_bytes(b[0..8].try_into().unwrap());
+        let off = u64::from_le_bytes(b[136..144].try_into().unwrap());
+        let namelen = u32::from_le_bytes(b[144..148].try_into().unwrap()) as usize;
+        let end = 152 + namelen;
+        assert!(end <= b.len(), "a direntplus cut short");
+        out.push((node, off, b[152..end].to_vec()));
+        b = &b[end.next_multiple_of(8).min(b.len())..];
+    }
+    assert!(b.is_empty(), "{} stray bytes after the entries", b.len());
+    out
+}
+
+/// A READDIRPLUS that meets an unreadable directory block after some
+/// entries sends those entries (as getdents(2) returns what it has): the
+/// kernel takes their lookup counts and forgets them later. It used to
+/// answer with the error alone, dropping entries the adapter had already
+/// counted, so their nodes pinned their inodes until unmount. The next
+/// READDIRPLUS, from the last entry's offset, gets the error.
+#[test]
+fn readdirplus_sends_the_entries_before_a_bad_block() {
+    let Some(mkfs) = mkfs() else {
+        eprintln!("SKIPPED: mkfs.ext4 not found (e2fsprogs)");
+        return;
+    };
+    let base = std::env::temp_dir().join(format!("scalevfs-fuse-badblock-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    std::fs::create_dir_all(&base).unwrap();
+    let img = base.join("img");
+    // A linear directory (no htree), so entries come in block order.
+    let out = Command::new(mkfs)
+        .args(["-q", "-F", "-b", "1024", "-O", "^dir_index"])
+        .arg(&img)
+        .arg("8M")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "mkfs.ext4: {out:?}");
+    let opts = || Ext4Options {
+        ro: false,
+        ..Ext4Options::default()
+    };
+    {
+        let ext4 = Ext4::open(&img, opts()).unwrap();
+        let vfs = Vfs::with_root_fs(VfsConfig::default(), ext4.clone());
+        let t = vfs.root_task();
+        t.mkdir("/d", 0o755).unwrap();
+        for i in 0..300 {
+            let fd = t
+                .open(&format!("/d/file-{i:04}"), O_CREAT | O_WRONLY, 0o644)
+                .unwrap();
+            t.close(fd).unwrap();
+        }
+        drop(t);
+        drop(vfs);
+        ext4.unmount().unwrap();
+    }
+    // Corrupt the directory's second block (its checksum then fails).
+    let out = Command::new(mkfs.with_file_name("debugfs"))
+        .args(["-R", "bmap /d 1"])
+        .arg(&img)
+        .output()
+        .unwrap();
+    let blk: u64 = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("debugfs bmap");
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new().write(true).open(&img).unwrap();
+        f.write_all_at(b"XXXX", blk * 1024 + 20).unwrap();
+    }
+
+    let ext4 = Ext4::open(&img, opts()).unwrap();
+    let vfs = Vfs::with_root_fs(VfsConfig::default(), ext4.clone());
+    let (mut k, daemon, max_reply) = start(&vfs, 1);
+    let mut b = Vec::new();
+    cstr(&mut b, b"d");
+    let u = k.send(LOOKUP, 1, 0, &b);
+    let (err, entry) = k.reply(u, "LOOKUP d");
+    assert_eq!(err, 0);
+    let dir = u64::from_le_bytes(entry[0..8].try_into().unwrap());
+    let mut b = Vec::new();
+    u32s(&mut b, &[0o200000, 0]);
+    let u = k.send(OPENDIR, dir, 0, &b);
+    let (err, open) = k.reply(u, "OPENDIR d");
+    assert_eq!(err, 0);
+    let fh = u64::from_le_bytes(open[0..8].try_into().unwrap());
+    let readdirplus = |k: &mut Kernel, off: u64| {
+        let mut b = Vec::new();
+        u64s(&mut b, &[fh, off]);
+        u32s(&mut b, &[max_reply.min(1 << 20) as u32, 0]);
+        u64s(&mut b, &[0]);
+        u32s(&mut b, &[0, 0]);
+        let u = k.send(READDIRPLUS, dir, 0, &b);
+        k.reply(u, "READDIRPLUS d")
+    };
+    let (err, data) = readdirplus(&mut k, 0);
+    assert_eq!(
+        err, 0,
+        "READDIRPLUS failed outright (errno {}) instead of sending the first block's entries",
+        -err
+    );
+    let got = direntplus(&data);
+    let named: Vec<_> = got.iter().filter(|e| e.2.starts_with(b"file-")).collect();
+    assert!(
+        !named.is_empty() && named.len() < 300,
+        "{} of the 300 names before the bad block",
+        named.len()
+    );
+    assert!(named.iter().all(|e| e.0 != 0));
+    let last = got.last().unwrap().1;
+    let (err, _) = readdirplus(&mut k, last);
+    assert!(err < 0, "the bad block is reported by the next READDIRPLUS");
+    // The kernel forgets what it was given; the session ends cleanly.
+    let mut b = Vec::new();
+    u32s(&mut b, &[named.len() as u32, 0]);
+    for e in &named {
+        u64s(&mut b, &[e.0, 1]);
+    }
+    k.send(BATCH_FORGET, 0, 0, &b);
+    stop(k, daemon, 1);
+    eprintln!(
+        "readdirplus_sends_the_entries_before_a_bad_block: {} entries before the bad block, then errno {}",
+        named.len(),
+        -err
+    );
+    drop(vfs);
+    drop(ext4);
     let _ = std::fs::remove_dir_all(&base);
 }
