@@ -141,9 +141,9 @@ impl Task {
         // must still refuse a non-directory.)
         let anyfd = flags & O_ANYFD != 0;
         let flags = flags & !(O_CREAT | O_EXCL | (O_TMPFILE & !O_DIRECTORY) | O_PATH | O_ANYFD);
-        if flags & O_ACCMODE == O_ACCMODE {
-            return Err(Errno::EINVAL);
-        }
+        // Access mode 3 (O_RDWR|O_WRONLY) is open(2)'s: read and write
+        // permission checked, an fd that can neither read nor write (for
+        // ioctls), as reopening /proc/self/fd/N with it gives on Linux.
         let p = self.held(fd)?;
         let file = Arc::new(self.open_resolved(p, flags)?);
         let cloexec = flags & O_CLOEXEC != 0;

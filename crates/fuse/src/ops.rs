@@ -998,20 +998,43 @@ impl fuser::Filesystem for ScaleFs {
         // carries a real non-root caller counts as well (generic/355);
         // writeback of mmap'ed pages carries no caller. The write is
         // authorised by the handle.
-        if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID)
-            || (req.uid() != u32::MAX && !caller_keeps_setid(req))
-        {
-            kill_suid_sgid(s, req, fd, Some(ino.0));
+        //
+        // After the write, unless it failed the checks Linux makes before
+        // file_remove_privs (generic_write_checks: EFBIG at the size
+        // limit, a bad fd or offset, an immutable file) or wrote nothing
+        // for an empty buffer: such a write changes no mode. Afterwards is
+        // as safe as before: the writer holds the file open for writing,
+        // so no one can exec it meanwhile (ETXTBSY).
+        let r = as_requester(req, || s.base.pwrite(fd, data, off));
+        let checked = match &r {
+            Ok(_) => !data.is_empty(),
+            Err(e) => !matches!(
+                *e,
+                Errno::EFBIG
+                    | Errno::EINVAL
+                    | Errno::EBADF
+                    | Errno::EPERM
+                    | Errno::ETXTBSY
+                    | Errno::EISDIR
+                    | Errno::EROFS
+            ),
+        };
+        if checked {
+            if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID)
+                || (req.uid() != u32::MAX && !caller_keeps_setid(req))
+            {
+                kill_suid_sgid(s, req, fd, Some(ino.0));
+            }
+            // A direct write skipped the kernel's file_remove_privs, which
+            // drops `security.capability` on every write (whoever writes,
+            // as Linux's cap_inode_killpriv): the daemon does it instead.
+            // (The core's own write drops only capabilities it saw set,
+            // `I_FCAPS`; not those an ext4 image brought along.)
+            if fh.0 & FH_DIRECT != 0 {
+                drop_file_caps(s, fd, ino);
+            }
         }
-        // A direct write skipped the kernel's file_remove_privs, which drops
-        // `security.capability` on every write (whoever writes, as Linux's
-        // cap_inode_killpriv): the daemon does it instead. (The core's own
-        // write drops only capabilities it saw set, `I_FCAPS`; not those an
-        // ext4 image brought along.)
-        if fh.0 & FH_DIRECT != 0 {
-            drop_file_caps(s, fd, ino);
-        }
-        match as_requester(req, || s.base.pwrite(fd, data, off)) {
+        match r {
             Ok(n) => reply.written(n as u32),
             Err(e) => reply.error(errno(e)),
         }
@@ -1380,7 +1403,14 @@ impl fuser::Filesystem for ScaleFs {
         } else if cmd == FSSETXATTR {
             let x = tri!(reply, word(in_data).ok_or(raw(libc::EINVAL)));
             let known = XMAP.iter().fold(0u32, |a, (_, x)| a | x);
-            if x & !known != 0 {
+            // fsx_extsize (4), fsx_projid (12), fsx_cowextsize (16): none
+            // is stored, so a value other than 0 is EOPNOTSUPP, as on
+            // tmpfs (fileattr_has_fsx) and ext4 without the project
+            // feature; fsx_nextents (8) is output only.
+            let unstored = [4, 12, 16]
+                .iter()
+                .any(|&o| in_data.get(o..).and_then(word).is_some_and(|v| v != 0));
+            if x & !known != 0 || unstored {
                 return reply.error(raw(libc::EOPNOTSUPP));
             }
             let fl = XMAP

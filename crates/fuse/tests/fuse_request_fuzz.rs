@@ -19,7 +19,12 @@
 //! it may not write exactly as they were; the filesystem still works
 //! afterwards and the session ends cleanly at DESTROY.
 //!
-//! `FUSE_FUZZ_REQUESTS` (default 6000) and `FUSE_FUZZ_SEED` change the run.
+//! `FUSE_FUZZ_REQUESTS` (default 10,000) and `FUSE_FUZZ_SEED` change the
+//! run.
+//!
+//! The same harness sends requests no kernel test can produce on demand:
+//! a READDIRPLUS over a directory with a corrupt block, a WRITE flagged
+//! FUSE_WRITE_KILL_SUIDGID that fails its size check.
 
 use std::io::IoSlice;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -1092,4 +1097,60 @@ fn readdirplus_sends_the_entries_before_a_bad_block() {
     drop(vfs);
     drop(ext4);
     let _ = std::fs::remove_dir_all(&base);
+}
+
+/// A WRITE flagged FUSE_WRITE_KILL_SUIDGID (a kernel with
+/// HANDLE_KILLPRIV_V2 leaves the set-id bits to the daemon) that fails
+/// the size check (EFBIG past the filesystem's limit) changes no mode, as
+/// Linux's generic_write_checks comes before file_remove_privs; one that
+/// lands clears setuid (and keeps setgid without group-exec for a caller
+/// in the file's group). The adapter used to clear them before writing.
+#[test]
+fn flagged_write_refused_for_size_keeps_set_id_bits() {
+    let vfs = Vfs::with_config(VfsConfig {
+        memfs: scalevfs::MemFsOptions {
+            max_file_size: 1 << 20,
+            ..Default::default()
+        },
+        ..Default::default()
+    });
+    let t = vfs.root_task();
+    let fd = t.open("/f", O_CREAT | O_WRONLY, 0o644).unwrap();
+    t.close(fd).unwrap();
+    t.chown("/f", USER, USER).unwrap();
+    t.chmod("/f", 0o6644).unwrap();
+    let mode = || t.stat("/f").unwrap().mode & 0o7777;
+    let (mut k, daemon, _) = start(&vfs, 1);
+    let mut b = Vec::new();
+    cstr(&mut b, b"f");
+    let u = k.send(LOOKUP, 1, 0, &b);
+    let (err, entry) = k.reply(u, "LOOKUP f");
+    assert_eq!(err, 0);
+    let node = u64::from_le_bytes(entry[0..8].try_into().unwrap());
+    let mut b = Vec::new();
+    u32s(&mut b, &[1, 0]);
+    let u = k.send(OPEN, node, USER, &b);
+    let (err, open) = k.reply(u, "OPEN f O_WRONLY");
+    assert_eq!(err, 0);
+    let fh = u64::from_le_bytes(open[0..8].try_into().unwrap());
+    const KILL_SUIDGID: u32 = 1 << 2;
+    let mut write = |off: u64| {
+        let mut b = Vec::new();
+        u64s(&mut b, &[fh, off]);
+        u32s(&mut b, &[4, KILL_SUIDGID]);
+        u64s(&mut b, &[0]);
+        u32s(&mut b, &[1, 0]);
+        b.extend_from_slice(b"data");
+        let u = k.send(WRITE, node, USER, &b);
+        k.reply(u, "WRITE").0
+    };
+    assert_eq!(write(2 << 20), -libc::EFBIG);
+    assert_eq!(
+        mode(),
+        0o6644,
+        "a write refused for its size changed the mode"
+    );
+    assert_eq!(write(0), 0);
+    assert_eq!(mode(), 0o2644, "a write that landed kept setuid");
+    stop(k, daemon, 1);
 }

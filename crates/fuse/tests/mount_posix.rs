@@ -673,3 +673,118 @@ fn extreme_times_match_tmpfs() {
     fs::write(m.p("after"), b"alive").unwrap();
     assert_eq!(fs::read(m.p("after")).unwrap(), b"alive");
 }
+
+/// errno of `f` (0 on success), through the mount and on the host's tmpfs.
+fn errno_or_0(r: i64) -> i32 {
+    if r < 0 {
+        std::io::Error::last_os_error().raw_os_error().unwrap_or(-1)
+    } else {
+        0
+    }
+}
+
+/// `open(path, O_RDWR|O_WRONLY)` (access mode 3: read and write permission
+/// checked, an fd for ioctls only) opens through the mount as on tmpfs; it
+/// was EINVAL (the adapter reopens its node with the caller's flags, and
+/// the core's reopen refused mode 3).
+#[test]
+fn access_mode_3_opens_as_on_tmpfs() {
+    if !fuse_ok("access_mode_3_opens_as_on_tmpfs") {
+        return;
+    }
+    let m = Mounted::new("accmode3", FuseConfig::default());
+    let host = std::env::temp_dir().join(format!("scalevfs-accmode3-{}", std::process::id()));
+    let host = if Path::new("/dev/shm").is_dir() {
+        Path::new("/dev/shm").join(host.file_name().unwrap())
+    } else {
+        host
+    };
+    fs::create_dir_all(&host).unwrap();
+    let mut results = Vec::new();
+    for base in [m.p(""), host.clone()] {
+        let f = base.join("f");
+        fs::write(&f, b"data").unwrap();
+        let c = cpath(&f);
+        // SAFETY: a NUL-terminated path; the fd is closed below.
+        let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDWR | libc::O_WRONLY) };
+        let open = errno_or_0(i64::from(fd));
+        let mut buf = [0u8; 4];
+        // SAFETY: `buf` is live and writable for its length.
+        let read = errno_or_0(unsafe { libc::read(fd, buf.as_mut_ptr().cast(), 4) } as i64);
+        // SAFETY: `buf` is live for its length.
+        let write = errno_or_0(unsafe { libc::write(fd, buf.as_ptr().cast(), 4) } as i64);
+        if fd >= 0 {
+            // SAFETY: an fd this test opened.
+            unsafe { libc::close(fd) };
+        }
+        results.push((open, read, write));
+        fs::remove_file(&f).unwrap();
+    }
+    let _ = fs::remove_dir_all(&host);
+    assert_eq!(
+        results[0],
+        (0, libc::EBADF, libc::EBADF),
+        "through the mount"
+    );
+    assert_eq!(results[0], results[1], "mount vs tmpfs");
+}
+
+/// FS_IOC_FSSETXATTR with fields scalevfs does not store (project id,
+/// extent size hints) is EOPNOTSUPP, as on tmpfs, and changes nothing; it
+/// used to read the flags word alone and report success.
+#[test]
+fn fssetxattr_unstored_fields_match_tmpfs() {
+    if !fuse_ok("fssetxattr_unstored_fields_match_tmpfs") {
+        return;
+    }
+    const FSSETXATTR: libc::c_ulong = 0x401c_5820;
+    const FS_IOC_GETFLAGS: libc::c_ulong = 0x8008_6601;
+    let m = Mounted::new("fssetxattr", FuseConfig::default());
+    let host = Path::new("/dev/shm").join(format!("scalevfs-fsx-{}", std::process::id()));
+    if !Path::new("/dev/shm").is_dir() {
+        eprintln!("SKIPPED: no /dev/shm to compare with");
+        return;
+    }
+    fs::create_dir_all(&host).unwrap();
+    // (xflags, extsize, nextents, projid, cowextsize); FS_XFLAG_NODUMP is
+    // 0x80 (stored: FS_NODUMP_FL), nextents is output only.
+    let cases: [(&str, [u32; 5]); 5] = [
+        ("project id", [0x80, 0, 0, 7, 0]),
+        ("extent size hint", [0x80, 4096, 0, 0, 0]),
+        ("cow extent size hint", [0x80, 0, 0, 0, 4096]),
+        ("nextents (ignored)", [0, 0, 5, 0, 0]),
+        ("nodump", [0x80, 0, 0, 0, 0]),
+    ];
+    for (what, v) in cases {
+        let mut got = Vec::new();
+        for base in [m.p(""), host.clone()] {
+            let f = base.join("f");
+            fs::write(&f, b"x").unwrap();
+            let file = fs::File::open(&f).unwrap();
+            let fd = std::os::fd::AsRawFd::as_raw_fd(&file);
+            let mut arg = [0u8; 28];
+            for (i, x) in v.iter().enumerate() {
+                arg[i * 4..i * 4 + 4].copy_from_slice(&x.to_ne_bytes());
+            }
+            // SAFETY: the ioctl reads a 28-byte struct fsxattr from `arg`.
+            let e = errno_or_0(i64::from(unsafe {
+                libc::ioctl(fd, FSSETXATTR, arg.as_ptr())
+            }));
+            let mut flags: libc::c_long = 0;
+            // SAFETY: the ioctl writes a long to a live local.
+            let r = unsafe { libc::ioctl(fd, FS_IOC_GETFLAGS, &mut flags) };
+            // tmpfs has FS_IOC_GETFLAGS since Linux 6.0; without it, only
+            // the errno is compared.
+            let fl = if r == 0 { Some(flags & 0x40) } else { None };
+            got.push((e, fl));
+            drop(file);
+            fs::remove_file(&f).unwrap();
+        }
+        let (mount, tmpfs) = (got[0], got[1]);
+        assert_eq!(mount.0, tmpfs.0, "{what}: errno through the mount vs tmpfs");
+        if let (Some(a), Some(b)) = (mount.1, tmpfs.1) {
+            assert_eq!(a, b, "{what}: nodump flag through the mount vs tmpfs");
+        }
+    }
+    let _ = fs::remove_dir_all(&host);
+}
