@@ -471,6 +471,20 @@ fn make_on_a_dirty_device_is_clean_too() {
         if !assert_fsck_clean(&img, &format!("dirty device, bs {bs}")) {
             return;
         }
+        // The log is zeroed past its superblock, as mke2fs does: an old
+        // log's transactions (same UUID: valid checksums) must not follow
+        // the new log's first one.
+        let dump = s.0.join("journal");
+        let _ = std::fs::remove_file(&dump);
+        debugfs_ro(&img, &format!("dump <8> {}", dump.display()));
+        let j = std::fs::read(&dump).unwrap();
+        assert!(
+            j.len() > 2 * bs as usize,
+            "journal dump of {} bytes",
+            j.len()
+        );
+        let stale = j[bs as usize..].iter().filter(|&&b| b != 0).count();
+        assert_eq!(stale, 0, "bs {bs}: {stale} old bytes left in the log");
     }
 }
 

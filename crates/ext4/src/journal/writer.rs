@@ -333,6 +333,16 @@ impl LogWriter {
                 return Err(corrupt(format!("block {home}"), "lies inside the journal"));
             }
         }
+        // Without the 64bit feature a tag or revoke record holds 32 bits:
+        // a higher block number would be logged truncated, and a replay
+        // would write it elsewhere.
+        let wide = |b: &u64| *b > u64::from(u32::MAX);
+        if !self.js.is_64bit() && (blocks.iter().any(|(h, _)| wide(h)) || revokes.iter().any(wide))
+        {
+            return Err(Error::Incompatible(
+                "a block beyond 2^32 and a journal without the 64bit feature".into(),
+            ));
+        }
         if !revokes.is_empty() && !self.js.has_incompat(format::INCOMPAT_REVOKE) {
             return Err(Error::Incompatible(
                 "the journal lacks the revoke feature".into(),
@@ -563,6 +573,32 @@ mod tests {
         let b = std::fs::read(&path).unwrap();
         std::fs::remove_file(&path).unwrap();
         b
+    }
+
+    /// A block number past 2^32 cannot be logged in a journal without the
+    /// 64bit feature (its tags hold 32 bits): refused, nothing written,
+    /// rather than logged truncated for a replay to misplace.
+    #[test]
+    fn wide_block_numbers_need_the_64bit_journal() {
+        let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(image(1024)));
+        let mut w = LogWriter::open(dev, true).unwrap();
+        assert!(!w.journal().is_64bit());
+        // As if the filesystem were that large.
+        w.fs_blocks = 1 << 33;
+        let wide = (1u64 << 32) + 5;
+        let data = vec![0u8; 1024];
+        let seq = w.next_sequence();
+        assert!(matches!(
+            w.commit(&[(wide, &data[..])], &[], 0),
+            Err(Error::Incompatible(_))
+        ));
+        assert!(matches!(
+            w.commit(&[(100, &data[..])], &[wide], 0),
+            Err(Error::Incompatible(_))
+        ));
+        assert_eq!(w.next_sequence(), seq, "a refused transaction took a sequence");
+        // A narrow block still commits.
+        w.commit(&[(100, &data[..])], &[], 0).unwrap();
     }
 
     /// The log writes a waiting thread does for the committer

@@ -1056,6 +1056,23 @@ fn write(dev: &dyn BlockDevice, l: &Layout, zeroed: bool) -> Result<Report> {
     if let Some(&(jstart, _)) = journal_runs.first() {
         io(jstart * bs, &enc.journal_superblock())?;
     }
+    if !zeroed {
+        // The log itself, as mke2fs zeroes it (without lazy_journal_init):
+        // an old filesystem's log with the same UUID, left in place, could
+        // hold a transaction 2 whose checksums (seeded with the UUID and
+        // the sequence) pass after the new log's transaction 1, and a
+        // replay after a crash would write the old metadata over the new.
+        let zero = vec![0u8; 1 << 20];
+        for (i, &(start, n)) in journal_runs.iter().enumerate() {
+            // The first run's first block is the journal superblock.
+            let (mut b, end) = (start + u64::from(i == 0), start + n);
+            while b < end {
+                let k = (end - b).min(zero.len() as u64 / bs);
+                io(b * bs, &zero[..(k * bs) as usize])?;
+                b += k;
+            }
+        }
+    }
     if let Some(ino) = orphan_ino {
         for b in runs_blocks(&orphan_runs) {
             io(b * bs, &enc.orphan_block(ino, b))?;
