@@ -183,7 +183,11 @@ impl Ext4 {
         let Some(di) = dir.private::<Ext4Inode>() else {
             return false;
         };
-        let moved = draw.flags & FL_INLINE_DATA == 0 && di.raw().flags & FL_INLINE_DATA != 0;
+        let old = di.raw();
+        // Moved out of the inode, or made indexed (`dir_insert_grow`):
+        // both stored before the insert that failed.
+        let moved = (draw.flags & FL_INLINE_DATA == 0 && old.flags & FL_INLINE_DATA != 0)
+            || (draw.flags & FL_INDEX != 0 && old.flags & FL_INDEX == 0);
         if moved {
             di.set_raw(draw.clone());
         }
@@ -517,9 +521,23 @@ impl Ext4 {
         }
         if nblk == 1 && self.sb.has_compat(COMPAT_DIR_INDEX) {
             // A full one-block directory becomes indexed, as the kernel's
-            // make_indexed_dir.
+            // make_indexed_dir, and is stored so at once: block 0 is an
+            // index now. If the insert then fails (ENOSPC for the leaf's
+            // split), the directory stays indexed with its one leaf, as
+            // the kernel leaves it, and the caller's copy is the stored
+            // one (`keep_moved_out`). Before, the caller dropped its copy
+            // and the commit wrote block 0 as an index of a directory the
+            // inode still called linear: every name was lost.
             self.make_indexed(draw, last)?;
-            return self.htree_insert(draw, name, ino, ft, true);
+            if let Err(e) = self.write_inode(draw, false) {
+                return Err(self.stop_writes(e));
+            }
+            let stored = draw.clone();
+            let r = self.htree_insert(draw, name, ino, ft, true);
+            if r.is_err() {
+                *draw = stored;
+            }
+            return r;
         }
         let pblk = self.dir_append_block(draw, last)?;
         rw.bufs.modify(io.dev, pblk, false, |b| {
@@ -627,8 +645,6 @@ impl Ext4 {
     /// an indexed one: block 0 becomes the dx_root, the entries move to a
     /// new leaf block 1.
     fn make_indexed(&self, draw: &mut RawInode, pblk0: u64) -> Result<()> {
-        let (rw, io) = self.rw()?;
-        let seed = self.csum_seed(draw);
         let mut b0 = BlockBuf::zeroed(self.bs);
         self.read_block(pblk0, &mut b0)?;
         let v = self
@@ -645,10 +661,29 @@ impl Ext4 {
             .map(|e| (e.inode, e.name.to_vec(), e.file_type))
             .collect();
         let pblk1 = self.dir_append_block(draw, pblk0)?;
+        // From here the change is under way: a failure (an I/O error in
+        // the cache) stops writing rather than leave block 1 allocated
+        // and unmapped, or block 0 half rewritten.
+        self.make_indexed_rest(draw, pblk0, pblk1, &moved, parent)
+            .map_err(|e| self.stop_writes(e))
+    }
+
+    /// `make_indexed` once block 1 is added: the entries go there, block
+    /// 0 becomes the dx_root.
+    fn make_indexed_rest(
+        &self,
+        draw: &mut RawInode,
+        pblk0: u64,
+        pblk1: u64,
+        moved: &[(u32, Vec<u8>, u8)],
+        parent: u32,
+    ) -> Result<()> {
+        let (rw, io) = self.rw()?;
+        let seed = self.csum_seed(draw);
         let end = self.bs - if seed.is_some() { dir::TAIL_SIZE } else { 0 };
         rw.bufs.modify(io.dev, pblk1, false, |b| {
             dir::init_block(b, seed.is_some());
-            for (i, n, t) in &moved {
+            for (i, n, t) in moved {
                 dir::insert(b, end, *i, n, *t);
             }
             if let Some(s) = seed {
@@ -808,16 +843,38 @@ impl Ext4 {
         // Add every block first: (logical, physical). Each starts as an
         // empty leaf until it is written below.
         let mut added: Vec<(u32, u64)> = Vec::with_capacity(splits + 2);
+        let before = draw.clone();
         for _ in 0..1 + splits + usize::from(add_level) {
-            let p = self.dir_append_block(draw, self.dir_last_pblk(draw)?)?;
-            let l = self.dir_blocks(draw)? - 1;
-            rw.bufs.modify(io.dev, p, false, |b| {
-                dir::init_block(b, seed.is_some());
-                if let Some(s) = seed {
-                    dir::set_tail_csum(b, s);
+            let step = (|| -> Result<(u32, u64)> {
+                let p = self.dir_append_block(draw, self.dir_last_pblk(draw)?)?;
+                let l = self.dir_blocks(draw)? - 1;
+                rw.bufs.modify(io.dev, p, false, |b| {
+                    dir::init_block(b, seed.is_some());
+                    if let Some(s) = seed {
+                        dir::set_tail_csum(b, s);
+                    }
+                })?;
+                Ok((l, p))
+            })();
+            match step {
+                Ok(a) => added.push(a),
+                // Nothing added yet: nothing to undo (`dir_append_block`
+                // gives back its own block).
+                Err(e) if added.is_empty() => return Err(e),
+                // Blocks added to the caller's copy only, its extents in
+                // the inode before and after: the copy goes back and the
+                // blocks with it, the index untouched.
+                Err(e) if extent_depth(&before) == Some(0) && extent_depth(draw) == Some(0) => {
+                    *draw = before;
+                    for (_, p) in added {
+                        self.free_block(p)?;
+                    }
+                    return Err(e);
                 }
-            })?;
-            added.push((l, p));
+                // Tree blocks may have been rewritten for the added ones:
+                // stop writing rather than commit half of it.
+                Err(e) => return Err(self.stop_writes(e)),
+            }
         }
         let mut added = added.into_iter();
         let mut next_block = || added.next().ok_or_else(|| corrupt(what(), "block plan"));
@@ -1925,4 +1982,11 @@ impl Ext4 {
         }
         Ok(())
     }
+}
+
+/// The depth of `raw`'s extent tree (0: the extents are in the inode),
+/// None for a block-mapped or inline inode.
+fn extent_depth(raw: &RawInode) -> Option<u16> {
+    (raw.flags & FL_EXTENTS != 0 && raw.flags & FL_INLINE_DATA == 0)
+        .then(|| u16::from_le_bytes([raw.block[6], raw.block[7]]))
 }

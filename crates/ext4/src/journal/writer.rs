@@ -596,7 +596,11 @@ mod tests {
             w.commit(&[(100, &data[..])], &[wide], 0),
             Err(Error::Incompatible(_))
         ));
-        assert_eq!(w.next_sequence(), seq, "a refused transaction took a sequence");
+        assert_eq!(
+            w.next_sequence(),
+            seq,
+            "a refused transaction took a sequence"
+        );
         // A narrow block still commits.
         w.commit(&[(100, &data[..])], &[], 0).unwrap();
     }
