@@ -1138,6 +1138,15 @@ impl Ext4 {
         }
     }
 
+    /// Whether writing has stopped (a failed commit, a failed check or
+    /// `stop_writes`): nothing more reaches the image.
+    pub(crate) fn writes_stopped(&self) -> bool {
+        // Relaxed: see `rw`.
+        self.rw
+            .as_ref()
+            .is_some_and(|rw| rw.failed.load(Ordering::Relaxed))
+    }
+
     /// EIO once a write failed (a failed commit stops the filesystem).
     fn check_failed(&self) -> Result<()> {
         // Relaxed: see `rw`.

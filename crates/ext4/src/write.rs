@@ -1107,9 +1107,12 @@ impl Ext4 {
                     a.blocks = draw.blocks;
                 });
             }
-            // Undo the allocations (a check that failed has stopped all
-            // writing anyway).
-            if !e.is_corrupt() {
+            // Undo the allocations, unless writing has stopped (a failed
+            // commit or check: nothing more reaches the image). A corrupt
+            // directory block found on the way (a bad leaf checksum) stops
+            // nothing, so its create is undone too: it left an allocated
+            // inode with one link and no name (review, stop 47).
+            if !self.writes_stopped() {
                 if let Some(b) = data_block {
                     let _ = self.free_block(b);
                 }
