@@ -478,12 +478,19 @@ fn populate(image: &Path, from: &Path, quiet: bool) -> Result<(u64, u64, u64), S
                 .map_err(|x| err(&p, "mknod", x))?;
         }
         set_attrs(&t, &p, &e.md).map_err(|x| err(&p, "set attributes of", x))?;
-        copy_xattrs(&t, &src, &p)?;
+        if !ft.is_dir() {
+            copy_xattrs(&t, &src, &p)?;
+        }
     }
-    // Directory times last (their children changed them), deepest first.
+    // Directory times last (their children changed them), deepest first,
+    // and their attributes: a default ACL set before the children were
+    // made would have been inherited by them (an access ACL on a file the
+    // host has none on, widening who may read it), where mke2fs -d copies
+    // each entry's attributes as they are.
     for e in entries.iter().rev().filter(|e| e.md.is_dir()) {
         let p = vpath(&e.rel);
         set_attrs(&t, &p, &e.md).map_err(|x| err(&p, "set attributes of", x))?;
+        copy_xattrs(&t, &from.join(&e.rel), &p)?;
     }
     set_attrs(&t, b"/", &top).map_err(|x| err(b"/", "set attributes of", x))?;
     copy_xattrs(&t, from, b"/")?;
