@@ -96,7 +96,7 @@ impl Options {
 
     /// Timing of one segment of a normal (alternated) configuration.
     pub fn segment_timing(&self) -> SegmentTiming {
-        let seg = self.duration / self.rounds.max(1) as u32;
+        let seg = self.duration / u32::try_from(self.rounds.max(1)).unwrap_or(u32::MAX);
         let quarter = (seg / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
         SegmentTiming {
             warmup: quarter,

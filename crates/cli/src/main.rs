@@ -61,7 +61,7 @@ enum Command {
 #[derive(Args, Debug)]
 struct FsyncArgs {
     /// Thread counts, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    #[arg(long, value_delimiter = ',', default_value = "1,2", value_parser = parse_threads)]
     threads: Vec<usize>,
     /// Seconds measured per configuration.
     #[arg(long, default_value_t = 1.0)]
@@ -89,11 +89,11 @@ struct FsyncArgs {
 #[derive(Args, Debug)]
 struct FuseArgs {
     /// Client thread counts, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    #[arg(long, value_delimiter = ',', default_value = "1,2", value_parser = parse_threads)]
     threads: Vec<usize>,
     /// Rounds (every case once per round, targets interleaved); the table
     /// gives medians.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_parser = parse_rounds)]
     rounds: usize,
     /// Operations per thread per case (readdir: this / 1000, at least 3).
     #[arg(long, default_value_t = 20_000)]
@@ -118,7 +118,7 @@ struct TreeArgs {
     #[arg(long, default_value_t = 200)]
     dirs: usize,
     /// Thread counts, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    #[arg(long, value_delimiter = ',', default_value = "1,2", value_parser = parse_threads)]
     threads: Vec<usize>,
     /// Targets, comma-separated (default: all): lib-memfs, lib-ext4,
     /// lib-ext4-mmap, fuse-memfs, fuse-ext4, fuse2fs, kernel, tmpfs.
@@ -144,7 +144,30 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     if !(v > 0.0 && v.is_finite()) {
         return Err(format!("{s:?}: must be a positive number of seconds"));
     }
-    Ok(Duration::from_secs_f64(v))
+    // At most a year: longer is a typo (and past u64 seconds, a panic in
+    // Duration::from_secs_f64).
+    if v > 365.0 * 86400.0 {
+        return Err(format!("{s:?}: more than a year"));
+    }
+    Duration::try_from_secs_f64(v).map_err(|e| format!("{s:?}: {e}"))
+}
+
+/// A thread count: 1..=1024, as `bench-tree` and `bench-fsync` check.
+fn parse_threads(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(n) if (1..=1024).contains(&n) => Ok(n),
+        Ok(_) => Err(format!("{s:?}: thread counts must be 1..=1024")),
+        Err(e) => Err(format!("{s:?}: {e}")),
+    }
+}
+
+/// A count of rounds: 1..=100,000.
+fn parse_rounds(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(n) if (1..=100_000).contains(&n) => Ok(n),
+        Ok(_) => Err(format!("{s:?}: rounds must be 1..=100000")),
+        Err(e) => Err(format!("{s:?}: {e}")),
+    }
 }
 
 #[derive(Args, Debug)]
@@ -156,7 +179,7 @@ struct BenchArgs {
     #[arg(long)]
     list: bool,
     /// Thread counts, comma-separated. Default: 1..=cores plus 2x cores.
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', value_parser = parse_threads)]
     threads: Vec<usize>,
     /// Measured seconds per configuration (over all rounds; default 0.4).
     /// Timeline workloads (stat-degrade) run at least 2 s per variant.
@@ -164,7 +187,7 @@ struct BenchArgs {
     #[arg(long, value_parser = parse_duration)]
     duration: Option<Duration>,
     /// Alternated rounds per configuration (A B A B ...).
-    #[arg(long, default_value_t = scalevfs_bench::DEFAULT_ROUNDS)]
+    #[arg(long, default_value_t = scalevfs_bench::DEFAULT_ROUNDS, value_parser = parse_rounds)]
     rounds: usize,
     /// Only these variants (names from --list), comma-separated or repeated.
     #[arg(long, value_delimiter = ',')]
@@ -205,7 +228,7 @@ struct StatsArgs {
     #[arg(long)]
     variant: Option<String>,
     /// Worker threads (default: cores).
-    #[arg(long)]
+    #[arg(long, value_parser = parse_threads)]
     threads: Option<usize>,
     /// Measured seconds.
     #[arg(long, value_parser = parse_duration, default_value = "1")]

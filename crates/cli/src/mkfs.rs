@@ -71,6 +71,16 @@ pub fn run(a: MkfsArgs) -> Result<(), String> {
         features: a.features,
         ..Default::default()
     };
+    // The source is read before the image is made: a typo in --from, a
+    // file where a directory should be or an unreadable subdirectory is
+    // an error that leaves an existing image as it was.
+    let entries = match &a.from {
+        Some(from) => Some(
+            scan_source(from, &a.image)
+                .map_err(|e| format!("mkfs --from {}: {e}", from.display()))?,
+        ),
+        None => None,
+    };
     let r = mkfs::make(&a.image, &o).map_err(|e| format!("mkfs {}: {e}", a.image.display()))?;
     if !a.quiet {
         println!(
@@ -97,9 +107,9 @@ pub fn run(a: MkfsArgs) -> Result<(), String> {
         }
         println!("free: {} blocks, {} inodes", r.free_blocks, r.free_inodes);
     }
-    if let Some(from) = &a.from {
+    if let (Some(from), Some((top, entries))) = (&a.from, entries) {
         watch_signals();
-        let n = populate(&a.image, from, a.quiet).map_err(|e| {
+        let n = populate(&a.image, from, top, entries, a.quiet).map_err(|e| {
             // A half-filled image must not pass for a good one.
             let wiped = match unmake(&a.image) {
                 Ok(()) => String::new(),
@@ -288,6 +298,30 @@ struct Entry {
     md: std::fs::Metadata,
 }
 
+/// The metadata of `from` (a directory) and its tree (`scan`), less the
+/// image itself should it lie inside (it would be copied into itself,
+/// half made): that entry is left out with a message.
+fn scan_source(from: &Path, image: &Path) -> Result<(std::fs::Metadata, Vec<Entry>), String> {
+    let top = std::fs::metadata(from).map_err(|e| format!("{}: {e}", from.display()))?;
+    if !top.is_dir() {
+        return Err(format!("{} is not a directory", from.display()));
+    }
+    let mut entries = scan(from)?;
+    if let Ok(img) = std::fs::metadata(image) {
+        entries.retain(|e| {
+            let own = e.md.dev() == img.dev() && e.md.ino() == img.ino();
+            if own {
+                eprintln!(
+                    "mkfs --from: leaving out {}: it is the image being made",
+                    from.join(&e.rel).display()
+                );
+            }
+            !own
+        });
+    }
+    Ok((top, entries))
+}
+
 /// The tree below `from`, parents before children (an explicit stack: no
 /// recursion, so a deep tree cannot overflow the stack).
 fn scan(from: &Path) -> Result<Vec<Entry>, String> {
@@ -373,12 +407,13 @@ fn write_nonzero(t: &Task, fd: i32, data: &[u8], pos: u64, bs: usize) -> scalevf
 
 /// Copy the tree at `from` into the image (made just before): returns the
 /// entries copied and the free blocks and inodes left.
-fn populate(image: &Path, from: &Path, quiet: bool) -> Result<(u64, u64, u64), String> {
-    let top = std::fs::metadata(from).map_err(|e| format!("{}: {e}", from.display()))?;
-    if !top.is_dir() {
-        return Err(format!("{} is not a directory", from.display()));
-    }
-    let entries = scan(from)?;
+fn populate(
+    image: &Path,
+    from: &Path,
+    top: std::fs::Metadata,
+    entries: Vec<Entry>,
+    quiet: bool,
+) -> Result<(u64, u64, u64), String> {
     let total: u64 = entries
         .iter()
         .filter(|e| e.md.is_file())
@@ -438,11 +473,15 @@ fn populate(image: &Path, from: &Path, quiet: bool) -> Result<(u64, u64, u64), S
                 .map_err(|x| err(&p, "create", x))?;
             // Only the host's data runs are read, and all-zero blocks in
             // them skipped; the size is set at the end, so holes stay
-            // holes (as mke2fs -d keeps sparse files sparse).
-            let size = e.md.len();
+            // holes (as mke2fs -d keeps sparse files sparse). The size is
+            // the open file's (it may have changed since the scan).
+            let size = f
+                .metadata()
+                .map_err(|x| format!("{}: {x}", src.display()))?
+                .len();
             let r = (|| -> Result<(), String> {
                 let mut seen = 0u64;
-                for (start, end) in data_runs(&f, size) {
+                'runs: for (start, end) in data_runs(&f, size) {
                     let mut pos = start;
                     while pos < end {
                         check_interrupt()?;
@@ -451,8 +490,15 @@ fn populate(image: &Path, from: &Path, quiet: bool) -> Result<(u64, u64, u64), S
                             .read_at(&mut buf[..want], pos)
                             .map_err(|x| format!("{}: {x}", src.display()))?;
                         if n == 0 {
-                            // The file shrank while being copied.
-                            break;
+                            // Fewer bytes than its size (it shrank while
+                            // being copied, or a /proc or /sys file that
+                            // reports a size it does not hold): the rest
+                            // would read as zeros in the image.
+                            eprintln!(
+                                "mkfs --from: {}: ended at byte {pos} of {size}; the rest is zeros in the image",
+                                src.display()
+                            );
+                            break 'runs;
                         }
                         write_nonzero(&t, fd, &buf[..n], pos, bs)
                             .map_err(|x| err(&p, "write", x))?;

@@ -259,8 +259,25 @@ fn detach_stdio() {
 
 /// `scalevfs mount DIR ...`: mount, serve until unmounted (`fusermount3
 /// -u`, `umount`, SIGINT, SIGTERM or SIGHUP), then exit.
-pub fn run(args: MountArgs) -> ExitCode {
+/// Whether `-o` asks for a read-only mount: the last of `ro` and `rw`
+/// (mount(8) reads options left to right).
+fn read_only(options: &[String]) -> bool {
+    options
+        .iter()
+        .rev()
+        .find(|o| *o == "ro" || *o == "rw")
+        .is_some_and(|o| o == "ro")
+}
+
+pub fn run(mut args: MountArgs) -> ExitCode {
     ensure_std_fds();
+    // `-o "allow_other, ro"`: each option as the kernel would read it, so
+    // that every check below sees `ro` (an untrimmed " ro" once opened
+    // the image read-write while the kernel side was read-only).
+    for o in &mut args.options {
+        *o = o.trim().to_string();
+    }
+    args.options.retain(|o| !o.is_empty());
     if let Err(m) = preflight(&args) {
         return fail(m);
     }
@@ -367,7 +384,8 @@ pub fn run(args: MountArgs) -> ExitCode {
     // Open the image before detaching, so its errors reach the terminal.
     let ext4 = match &args.image {
         Some(img) => {
-            let ro = args.options.iter().any(|o| o == "ro");
+            // The last of `ro` and `rw` decides, as for the kernel side.
+            let ro = read_only(&args.options);
             // A journal left by a crash is replayed as the kernel does at
             // mount: onto the image read-write, in memory read-only.
             let o = scalevfs_ext4::Ext4Options {
@@ -570,6 +588,17 @@ mod tests {
         assert!(!mountinfo_has(info, std::path::Path::new("/tmp/a")));
         assert!(!mountinfo_has(info, std::path::Path::new("/mnt/x/y")));
         assert!(!mountinfo_has("garbage\n\n", std::path::Path::new("/")));
+    }
+
+    #[test]
+    fn read_only_is_the_last_of_ro_and_rw() {
+        let o = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(read_only(&o(&["allow_other", "ro"])));
+        assert!(!read_only(&o(&["ro", "rw"])));
+        assert!(read_only(&o(&["rw", "noatime", "ro"])));
+        assert!(!read_only(&o(&["allow_other"])));
+        // `run` trims first: " ro" is `ro` by then.
+        assert!(!read_only(&o(&[" ro"])));
     }
 
     #[test]

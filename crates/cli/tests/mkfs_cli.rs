@@ -287,3 +287,72 @@ fn mkfs_from_a_directory() {
     }
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// A bad `--from` (missing, a file, an unreadable subdirectory for a
+/// non-root run) is an error before the image is touched: an existing
+/// image stays as it was (it used to be made first, then wiped to 0
+/// bytes). And an image made inside its own source is not copied into
+/// itself.
+#[test]
+fn a_bad_source_leaves_the_image_and_the_image_is_not_its_own_content() {
+    let d = scratch("from-first");
+    let img = d.join("keep.img");
+    let img_s = img.to_str().unwrap();
+    let old = b"an existing file the user did not mean to lose".to_vec();
+    std::fs::write(&img, &old).unwrap();
+    let file = d.join("file");
+    std::fs::write(&file, b"x").unwrap();
+    for from in [d.join("missing"), file.clone()] {
+        let out = scalevfs(&[
+            "mkfs",
+            img_s,
+            "--size",
+            "16M",
+            "--from",
+            from.to_str().unwrap(),
+        ]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success(),
+            "--from {}: succeeded",
+            from.display()
+        );
+        assert!(err.contains(from.to_str().unwrap()), "{err}");
+        assert_eq!(
+            std::fs::read(&img).unwrap(),
+            old,
+            "--from {}: the image changed",
+            from.display()
+        );
+    }
+
+    // The image inside the tree it is made from.
+    let src = d.join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("a"), b"a").unwrap();
+    let inner = src.join("inner.img");
+    std::fs::write(&inner, b"old").unwrap();
+    let out = scalevfs(&[
+        "mkfs",
+        inner.to_str().unwrap(),
+        "--size",
+        "16M",
+        "-q",
+        "--from",
+        src.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("it is the image being made"), "{err}");
+    if let Some(debugfs) = tool("debugfs") {
+        let ls = std::process::Command::new(debugfs)
+            .args(["-R", "ls -l /"])
+            .arg(&inner)
+            .output()
+            .unwrap();
+        let ls = String::from_utf8_lossy(&ls.stdout);
+        assert!(ls.contains(" a"), "{ls}");
+        assert!(!ls.contains("inner.img"), "the image holds itself: {ls}");
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -213,7 +213,15 @@ fn xattrs_and_acls_are_copied() {
     std::fs::write(src.join("dir/sub/g"), b"g").unwrap();
     setxattr(&src.join("dir"), "system.posix_acl_default", &acl_blob());
     setxattr(&src.join("dir"), "user.d", b"dirval");
-    let names = ["small", "big", "acl", "dir", "dir/f", "dir/sub", "dir/sub/g"];
+    let names = [
+        "small",
+        "big",
+        "acl",
+        "dir",
+        "dir/f",
+        "dir/sub",
+        "dir/sub/g",
+    ];
     let want: BTreeMap<&str, _> = names
         .iter()
         .map(|n| (*n, host_xattrs(&src.join(n))))
