@@ -34,7 +34,8 @@ pub struct MountArgs {
     /// page cache, as before issue 14), noexport (no file handles of
     /// evicted inodes; for overlayfs over this mount, see
     /// docs/fuse-compat.md), ext4's orphan=auto|file|list|none,
-    /// commit=SECONDS, mmap (the image mapped into memory, every block
+    /// commit=SECONDS (default 5; 0 means 5, as for the kernel's ext4),
+    /// mmap (the image mapped into memory, every block
     /// allocated first) and pwrite (the image written with pwrite, not
     /// through the default mapping allocated 1 MiB at a time on first
     /// write, which is used for image files on tmpfs, ext4 and XFS), with
@@ -341,10 +342,20 @@ pub fn run(mut args: MountArgs) -> ExitCode {
         }
         let r = match o.trim().split_once('=') {
             Some(("orphan", v)) => v.parse().map(|m| ext4_opts.orphans = m),
-            Some(("commit", v)) => v
-                .parse()
-                .map(|n| ext4_opts.commit_interval = n)
-                .map_err(|_| format!("commit={v}: expected seconds")),
+            // As the kernel's ext4: 0 is the default (5 s), and more than
+            // INT_MAX / HZ (HZ = 1000) seconds is refused.
+            Some(("commit", v)) => match v.parse::<u64>() {
+                Ok(0) => {
+                    ext4_opts.commit_interval = 5;
+                    Ok(())
+                }
+                Ok(n) if n <= 2_147_483 => {
+                    ext4_opts.commit_interval = n;
+                    Ok(())
+                }
+                Ok(_) => Err(format!("commit={v}: at most 2147483 seconds")),
+                Err(_) => Err(format!("commit={v}: expected seconds")),
+            },
             _ => {
                 fuse_opts.push(o.clone());
                 continue;
@@ -355,6 +366,19 @@ pub fn run(mut args: MountArgs) -> ExitCode {
         }
         if args.image.is_none() {
             return fail(format!("-o {o} applies to ext4 images (--image) only"));
+        }
+    }
+    // memfs's limits mean nothing to an image (its size is its own): an
+    // error rather than a silent no-op.
+    if args.image.is_some() {
+        let memfs_only = fuse_opts
+            .iter()
+            .find(|o| o.starts_with("size=") || o.starts_with("nr_inodes="));
+        if let Some(o) = memfs_only {
+            return fail(format!("-o {o} applies to memfs only, not to --image"));
+        }
+        if args.size.is_some() {
+            return fail("--size applies to memfs only, not to --image".to_string());
         }
     }
     let options = match scalevfs_fuse::mount::fs_options(&fuse_opts, &mut vcfg) {

@@ -72,6 +72,19 @@ fn ext4_options_are_checked() {
     let (ok, err) = mount(&[d, "-f", img[0], img[1], "-o", "commit=soon"]);
     assert!(!ok);
     assert!(err.contains("commit=soon: expected seconds"), "{err}");
+    // Past the kernel's bound (INT_MAX / HZ): refused, not overflowed.
+    let (ok, err) = mount(&[d, "-f", img[0], img[1], "-o", "commit=18446744073709552"]);
+    assert!(!ok);
+    assert!(err.contains("at most 2147483 seconds"), "{err}");
+    // memfs's limits with an image: refused, not ignored.
+    for o in ["size=1g", "nr_inodes=100"] {
+        let (ok, err) = mount(&[d, "-f", img[0], img[1], "-o", o]);
+        assert!(!ok);
+        assert!(err.contains("applies to memfs only"), "{o}: {err}");
+    }
+    let (ok, err) = mount(&[d, "-f", img[0], img[1], "--size", "1G"]);
+    assert!(!ok);
+    assert!(err.contains("applies to memfs only"), "--size: {err}");
     for o in ["orphan=list", "mmap", "pwrite"] {
         let (ok, err) = mount(&[d, "-f", "-o", o]);
         assert!(!ok);
