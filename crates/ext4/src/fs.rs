@@ -4202,7 +4202,7 @@ fn commit_thread(fs: std::sync::Weak<Ext4>, interval: u64) {
         if rw.unmounted.load(Ordering::Relaxed) || rw.failed.load(Ordering::Relaxed) {
             return;
         }
-        if waited < interval * 1000 {
+        if waited < interval.saturating_mul(1000) {
             continue;
         }
         waited = 0;
