@@ -205,16 +205,22 @@ impl Ext4 {
             return Err(e);
         }
         raw.blocks += data.len() as u64 * (bs as u64 / 512);
-        // The whole value, each block written whole (its tail zeroed).
-        for (chunk, &b) in value.chunks(bs).zip(&data) {
-            rw.bufs.modify(io.dev, b, false, |d| {
-                d[..chunk.len()].copy_from_slice(chunk);
-                d[chunk.len()..].fill(0);
-            })?;
-        }
-        // Written new (crtime now), then the count goes over the ctime.
-        self.write_inode(&raw, true)?;
-        self.ea_ref_update(ino, |_| Ok(1))?;
+        // From here the inode and its blocks are taken and mapped: a
+        // failure stops writes rather than commit them unowned (review,
+        // stop 47).
+        (|| -> Result<()> {
+            // The whole value, each block written whole (its tail zeroed).
+            for (chunk, &b) in value.chunks(bs).zip(&data) {
+                rw.bufs.modify(io.dev, b, false, |d| {
+                    d[..chunk.len()].copy_from_slice(chunk);
+                    d[chunk.len()..].fill(0);
+                })?;
+            }
+            // Written new (crtime now), then the count goes over the ctime.
+            self.write_inode(&raw, true)?;
+            self.ea_ref_update(ino, |_| Ok(1)).map(|_| ())
+        })()
+        .map_err(|e| self.stop_writes(e))?;
         Ok((ino, hash))
     }
 

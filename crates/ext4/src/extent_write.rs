@@ -1218,7 +1218,12 @@ impl Ext4 {
     }
 
     /// Store `raw` (on disk and in the inode), drop the tree lock `g`,
-    /// then publish the attributes (whose lock ranks above it).
+    /// then publish the attributes (whose lock ranks above it). Every
+    /// caller has changed the tree or the bitmaps for `raw` by now (blocks
+    /// freed for a truncate, mapped for a write): a failure storing it (an
+    /// I/O error reading the inode table block) stops writes, so that the
+    /// half-made change never commits (freed blocks still mapped by the
+    /// stored inode could be handed out again; review, stop 47).
     pub(crate) fn publish(
         &self,
         inode: &Inode,
@@ -1226,7 +1231,8 @@ impl Ext4 {
         g: RwLockWriteGuard<'_, ()>,
         raw: RawInode,
     ) -> Result<()> {
-        self.write_inode(&raw, false)?;
+        self.write_inode(&raw, false)
+            .map_err(|e| self.stop_writes(e))?;
         ei.set_raw(raw);
         drop(g);
         inode.update_attr(|a| {

@@ -1755,70 +1755,79 @@ impl Ext4 {
                 let _ = Self::keep_moved_out(new_dir, &ndraw);
                 return Err(e);
             }
-            self.write_inode(&ndraw, false)?;
+            self.write_inode(&ndraw, false)
+                .map_err(|e| self.stop_writes(e))?;
             nd.set_raw(ndraw);
         }
-        // Found afresh: an insert into the same directory may have split
-        // its block or moved it out of its inode.
-        self.remove_entry(&mut odraw, old_name)?;
-        let mut ndraw = if same { None } else { Some(nd.raw()) };
-        if moved_dir && !same {
-            self.move_dotdot(mi, new_dir.ino() as u32)?;
-            if odraw.links_count > 2 {
-                odraw.links_count -= 1;
-            }
-            if let Some(n) = ndraw.as_mut() {
-                if rraw.is_none() && n.links_count != 1 {
-                    n.links_count = if n.links_count + 1 > LINK_MAX {
-                        1
-                    } else {
-                        n.links_count + 1
-                    };
+        // The new name is in place: from here a failure (an I/O error,
+        // a damaged block met on the way) stops writes rather than
+        // commit both names on one link, or a moved directory's ".."
+        // half moved (review, stop 47).
+        (|| -> Result<()> {
+            // Found afresh: an insert into the same directory may have split
+            // its block or moved it out of its inode.
+            self.remove_entry(&mut odraw, old_name)?;
+            let mut ndraw = if same { None } else { Some(nd.raw()) };
+            if moved_dir && !same {
+                self.move_dotdot(mi, new_dir.ino() as u32)?;
+                if odraw.links_count > 2 {
+                    odraw.links_count -= 1;
                 }
-            }
-        }
-        if let Some(rr) = rraw.as_mut() {
-            let rdir = rr.file_type_bits() == libc::S_IFDIR;
-            rr.links_count = if rdir {
-                0
-            } else {
-                rr.links_count.saturating_sub(1)
-            };
-            rr.ctime = t;
-            if rdir && same && odraw.links_count > 2 {
-                // The replaced directory's ".." link goes.
-                odraw.links_count -= 1;
-            }
-            if rdir && !same {
                 if let Some(n) = ndraw.as_mut() {
-                    if n.links_count > 2 && !moved_dir {
-                        n.links_count -= 1;
+                    if rraw.is_none() && n.links_count != 1 {
+                        n.links_count = if n.links_count + 1 > LINK_MAX {
+                            1
+                        } else {
+                            n.links_count + 1
+                        };
                     }
                 }
             }
-            self.write_inode(rr, false)?;
-        }
-        // Only the moved inode's ctime changes: a stamp of that one field, so a
-        // write changing its size or extents meanwhile keeps them.
-        self.advance_times(mi, mraw.ino, t, false)?;
-        odraw.mtime = t;
-        odraw.ctime = t;
-        self.write_inode(&odraw, false)?;
-        od.set_raw(odraw);
-        if let Some(mut n) = ndraw {
-            n.mtime = t;
-            n.ctime = t;
-            self.write_inode(&n, false)?;
-            nd.set_raw(n);
-        }
-        if let (Some(r), Some(rr)) = (replaced, rraw) {
-            let ri = priv_of(r)?;
-            let gone = rr.links_count == 0;
-            ri.set_raw(rr);
-            if gone {
-                self.forget_inode(r)?;
+            if let Some(rr) = rraw.as_mut() {
+                let rdir = rr.file_type_bits() == libc::S_IFDIR;
+                rr.links_count = if rdir {
+                    0
+                } else {
+                    rr.links_count.saturating_sub(1)
+                };
+                rr.ctime = t;
+                if rdir && same && odraw.links_count > 2 {
+                    // The replaced directory's ".." link goes.
+                    odraw.links_count -= 1;
+                }
+                if rdir && !same {
+                    if let Some(n) = ndraw.as_mut() {
+                        if n.links_count > 2 && !moved_dir {
+                            n.links_count -= 1;
+                        }
+                    }
+                }
+                self.write_inode(rr, false)?;
             }
-        }
+            // Only the moved inode's ctime changes: a stamp of that one field, so a
+            // write changing its size or extents meanwhile keeps them.
+            self.advance_times(mi, mraw.ino, t, false)?;
+            odraw.mtime = t;
+            odraw.ctime = t;
+            self.write_inode(&odraw, false)?;
+            od.set_raw(odraw);
+            if let Some(mut n) = ndraw {
+                n.mtime = t;
+                n.ctime = t;
+                self.write_inode(&n, false)?;
+                nd.set_raw(n);
+            }
+            if let (Some(r), Some(rr)) = (replaced, rraw) {
+                let ri = priv_of(r)?;
+                let gone = rr.links_count == 0;
+                ri.set_raw(rr);
+                if gone {
+                    self.forget_inode(r)?;
+                }
+            }
+            Ok(())
+        })()
+        .map_err(|e| self.stop_writes(e))?;
         drop(rg);
         drop(l2);
         drop(l1);
