@@ -572,7 +572,17 @@ impl Alloc {
             let used = ipg - (gd.itable_unused as usize).min(ipg);
             if i >= used {
                 if gd.flags & BG_INODE_ZEROED == 0 {
-                    Self::zero_inodes(io, &gd, used, i + 1)?;
+                    if let Err(e) = Self::zero_inodes(io, &gd, used, i + 1) {
+                        // The slot goes back (its bit was set above, its
+                        // count not taken yet; the descriptor copy is not
+                        // stored): a bit set with the count unchanged is
+                        // what e2fsck calls bitmap differences (review,
+                        // stop 47).
+                        let _ = io
+                            .bufs
+                            .modify(io.dev, gd.inode_bitmap, true, |b| clear_bit(b, i));
+                        return Err(e);
+                    }
                 }
                 gd.itable_unused = (ipg - i - 1) as u32;
             }
