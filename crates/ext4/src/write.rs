@@ -1431,10 +1431,16 @@ impl Ext4 {
                     let t = now();
                     iraw.links_count = 0;
                     iraw.ctime = t;
-                    self.write_inode(&iraw, false)?;
-                    ii.set_raw(iraw);
-                    self.forget_inode(inode)?;
-                    self.advance_dir_times(di, dir.ino() as u32, t)?;
+                    // The name is gone: a failure now stops writes rather
+                    // than commit an inode with a link count and no name
+                    // (review, stop 47).
+                    (|| -> Result<()> {
+                        self.write_inode(&iraw, false)?;
+                        ii.set_raw(iraw);
+                        self.forget_inode(inode)?;
+                        self.advance_dir_times(di, dir.ino() as u32, t)
+                    })()
+                    .map_err(|e| self.stop_writes(e))?;
                     drop(vg);
                     drop(shared);
                     dir.update_attr(|a| {
@@ -1476,14 +1482,19 @@ impl Ext4 {
         }
         draw.mtime = t;
         draw.ctime = t;
-        self.write_inode(&draw, false)?;
-        di.set_raw(draw);
-        self.write_inode(&iraw, false)?;
-        let gone = iraw.links_count == 0;
-        ii.set_raw(iraw);
-        if gone {
-            self.forget_inode(inode)?;
-        }
+        // The name is gone (see above).
+        (|| -> Result<()> {
+            self.write_inode(&draw, false)?;
+            di.set_raw(draw);
+            self.write_inode(&iraw, false)?;
+            let gone = iraw.links_count == 0;
+            ii.set_raw(iraw);
+            if gone {
+                self.forget_inode(inode)?;
+            }
+            Ok(())
+        })()
+        .map_err(|e| self.stop_writes(e))?;
         drop(vg);
         drop(dl);
         dir.update_attr(|a| {
@@ -1541,19 +1552,27 @@ impl Ext4 {
             }
             return Err(e);
         }
-        if let Some((_, _, slot)) = revived {
-            self.orphan_remove_live(slot, &mut iraw)?;
-            self.icache_put(inode);
-        }
-        let t = now();
-        draw.mtime = t;
-        draw.ctime = t;
-        self.write_inode(&draw, false)?;
-        di.set_raw(draw);
-        iraw.links_count += 1;
-        iraw.ctime = t;
-        self.write_inode(&iraw, false)?;
-        ii.set_raw(iraw);
+        // The name is in place: a failure now stops writes rather than
+        // commit a name on an inode whose orphan record stays (the next
+        // mount would free it under the name) or whose count is one short
+        // (review, stop 47).
+        (|| -> Result<()> {
+            if let Some((_, _, slot)) = revived {
+                self.orphan_remove_live(slot, &mut iraw)?;
+                self.icache_put(inode);
+            }
+            let t = now();
+            draw.mtime = t;
+            draw.ctime = t;
+            self.write_inode(&draw, false)?;
+            di.set_raw(draw);
+            iraw.links_count += 1;
+            iraw.ctime = t;
+            self.write_inode(&iraw, false)?;
+            ii.set_raw(iraw);
+            Ok(())
+        })()
+        .map_err(|e| self.stop_writes(e))?;
         drop(vg);
         drop(dl);
         dir.update_attr(|a| {
