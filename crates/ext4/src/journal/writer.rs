@@ -557,9 +557,14 @@ mod tests {
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
     fn image(bs: u32) -> Vec<u8> {
+        // One file per call: tests run in parallel, and mkfs takes the
+        // image's flock.
+        static N: AtomicUsize = AtomicUsize::new(0);
         let path = std::env::temp_dir().join(format!(
-            "scalevfs-writer-shared-{}-{bs}.img",
-            std::process::id()
+            "scalevfs-writer-shared-{}-{bs}-{}.img",
+            std::process::id(),
+            // Relaxed: only uniqueness matters.
+            N.fetch_add(1, Ordering::Relaxed)
         ));
         let o = MkfsOptions {
             size: 8 << 20,
