@@ -111,3 +111,64 @@ fn list(t: &scalevfs::Task, dir: &str) -> Vec<Vec<u8>> {
     t.close(fd).unwrap();
     out
 }
+
+/// An insert whose split needs two blocks (a new leaf and a new index
+/// level, once the root is full) with one block free: the first block
+/// was taken and, when the second could not be had, kept by no one (the
+/// caller dropped its copy of the directory): e2fsck found it in the
+/// bitmap. Now it goes back. The test keeps exactly one block free while
+/// it adds names (1 KiB blocks, 200-byte names: four to a leaf, the root
+/// full after about 120 leaves) until an insert fails.
+#[test]
+fn a_split_short_of_its_second_block_gives_the_first_back() {
+    if !have_tools() {
+        return;
+    }
+    let s = Scratch::new("htree-split-enospc");
+    let img = fresh(&s.0, 1024, "16M");
+    let (e, vfs) = mount(&img);
+    let t = vfs.root_task();
+    t.mkdir("/d", 0o755).unwrap();
+    // Indexed already (the conversion is the other test's case).
+    const FIRST: usize = 12;
+    for i in 0..FIRST {
+        let f = t
+            .open(&format!("/d/{}", long(i)), O_CREAT | O_WRONLY, 0o644)
+            .unwrap();
+        t.close(f).unwrap();
+    }
+    let fd = t.open("/fill", O_CREAT | O_WRONLY, 0o600).unwrap();
+    let chunk = vec![0x5au8; 64 << 10];
+    while matches!(t.write(fd, &chunk), Ok(n) if n == chunk.len()) {}
+    t.fsync(fd).unwrap();
+    let chunk = vec![0x5au8; 1024];
+    while matches!(t.write(fd, &chunk), Ok(n) if n == chunk.len()) {}
+    t.fsync(fd).unwrap();
+    // What is left is the pool no create may take.
+    let pool = t.statfs("/").unwrap().bfree;
+    let mut size = t.fstat(fd).unwrap().size / 1024 * 1024;
+    let mut failed = None;
+    for i in FIRST..5000 {
+        // Exactly one block free for the next insert.
+        while t.statfs("/").unwrap().bfree < pool + 1 {
+            size -= 1024;
+            t.ftruncate(fd, size as i64).unwrap();
+            t.fsync(fd).unwrap();
+        }
+        let name = format!("/d/{}", long(i));
+        match t.open(&name, O_CREAT | O_WRONLY, 0o644) {
+            Ok(f) => t.close(f).unwrap(),
+            Err(e) => {
+                failed = Some((i, e));
+                break;
+            }
+        }
+    }
+    let (n, err) = failed.expect("no insert needed two blocks");
+    assert_eq!(err, Errno::ENOSPC, "after {n} names");
+    assert!(n > 100, "failed after only {n} names");
+    t.close(fd).unwrap();
+    let names = list(&t, "/d");
+    assert_eq!(names.len(), n, "names lost");
+    unmount_clean(t, vfs, e, &img);
+}
