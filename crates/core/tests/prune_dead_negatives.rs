@@ -4,17 +4,21 @@
 
 use scalevfs::{Errno, MemFsOptions, Vfs, VfsConfig};
 
-#[test]
-fn only_negatives_under_removed_directories_are_pruned() {
-    // A memfs that caches negative names, as a disk filesystem's are (the
-    // default memfs needs none: its dcache holds every name).
-    let vfs = Vfs::with_config(VfsConfig {
+/// A memfs that caches negative names, as a disk filesystem's are (the
+/// default memfs needs none: its dcache holds every name).
+fn negative_caching_vfs() -> Vfs {
+    Vfs::with_config(VfsConfig {
         memfs: MemFsOptions {
             authoritative: false,
             ..Default::default()
         },
         ..Default::default()
-    });
+    })
+}
+
+#[test]
+fn only_negatives_under_removed_directories_are_pruned() {
+    let vfs = negative_caching_vfs();
     let t = vfs.root_task();
     t.mkdir("/live", 0o755).unwrap();
     t.mkdir("/gone", 0o755).unwrap();
@@ -41,13 +45,7 @@ fn only_negatives_under_removed_directories_are_pruned() {
 
 #[test]
 fn lookups_in_a_removed_directory_cache_nothing() {
-    let vfs = Vfs::with_config(VfsConfig {
-        memfs: MemFsOptions {
-            authoritative: false,
-            ..Default::default()
-        },
-        ..Default::default()
-    });
+    let vfs = negative_caching_vfs();
     let t = vfs.root_task();
     t.mkdir("/gone", 0o755).unwrap();
     t.chdir("/gone").unwrap();
