@@ -244,8 +244,15 @@ fn host_xattrs(p: &Path) -> Result<Xattrs, String> {
 fn copy_xattrs(t: &Task, src: &Path, p: &[u8]) -> Result<(), String> {
     for (name, value) in host_xattrs(src)? {
         t.lsetxattr(p, &name, &value, 0).map_err(|x| {
+            // ENOSPC here is ext4's limit on one file's attributes (the
+            // inode and one block), with room left in the image.
+            let hint = if x == scalevfs::Errno::ENOSPC {
+                " (the attributes do not fit the inode and one block)"
+            } else {
+                ""
+            };
             format!(
-                "setxattr {} {}: {}",
+                "setxattr {} {}: {}{hint}",
                 String::from_utf8_lossy(p),
                 String::from_utf8_lossy(&name),
                 x.message()
@@ -439,8 +446,24 @@ fn populate(
         );
         b
     };
+    // ENOSPC says which of the image's limits the source passed.
     let err = |p: &[u8], what: &str, e: scalevfs::Errno| {
-        format!("{} {}: {}", what, String::from_utf8_lossy(p), e.message())
+        let hint = match (e, t.statfs("/")) {
+            (scalevfs::Errno::ENOSPC, Ok(st)) if st.ffree == 0 => format!(
+                " (all {} inodes are used: a smaller --inode-ratio or a larger --size gives more)",
+                st.files
+            ),
+            (scalevfs::Errno::ENOSPC, _) => {
+                " (no free blocks left: --size is too small for the source)".to_string()
+            }
+            _ => String::new(),
+        };
+        format!(
+            "{} {}: {}{hint}",
+            what,
+            String::from_utf8_lossy(p),
+            e.message()
+        )
     };
     let mut links: HashMap<(u64, u64), Vec<u8>> = HashMap::new();
     let mut buf = vec![0u8; 1 << 20];

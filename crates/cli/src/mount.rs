@@ -19,9 +19,10 @@ use scalevfs_fuse::{FuseConfig, MountConfig};
 pub struct MountArgs {
     /// Mount point: an existing, empty directory.
     pub dir: PathBuf,
-    /// Filesystem type to serve: `memfs`, or `ext4` (implied by `--image`).
-    #[arg(long = "fs", default_value = "memfs")]
-    pub fs: String,
+    /// Filesystem type to serve: `memfs` (the default), or `ext4` (implied
+    /// by `--image`).
+    #[arg(long = "fs")]
+    pub fs: Option<String>,
     /// Serve this ext4 image (or block device) instead of a memfs;
     /// read-write unless `-o ro`.
     #[arg(long)]
@@ -111,7 +112,10 @@ fn on_path(bin: &str) -> bool {
 
 /// Everything that can be checked before mounting, with a clear message.
 fn preflight(args: &MountArgs) -> Result<(), String> {
-    match (args.fs.as_str(), &args.image) {
+    match (args.fs.as_deref().unwrap_or("memfs"), &args.image) {
+        ("memfs", Some(_)) if args.fs.is_some() => {
+            return Err("--fs memfs and --image: an image is served as ext4".into())
+        }
         ("memfs" | "ext4", Some(_)) => {}
         ("ext4", None) => return Err("--fs ext4 needs --image IMAGE".into()),
         ("memfs", None) => {}

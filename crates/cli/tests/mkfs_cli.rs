@@ -356,3 +356,47 @@ fn a_bad_source_leaves_the_image_and_the_image_is_not_its_own_content() {
     }
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// A source larger than the image says which limit it passed: its inodes
+/// (with what to change) or its blocks, not a bare ENOSPC.
+#[test]
+fn a_source_too_large_names_the_limit() {
+    let d = scratch("limits");
+    let src = d.join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    for i in 0..600 {
+        std::fs::write(src.join(format!("f{i}")), b"").unwrap();
+    }
+    let img = d.join("img");
+    let run = |size: &str| {
+        let out = scalevfs(&[
+            "mkfs",
+            img.to_str().unwrap(),
+            "--size",
+            size,
+            "-q",
+            "--from",
+            src.to_str().unwrap(),
+        ]);
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    // 1 MiB: 128 inodes for 600 files.
+    let err = run("1M");
+    assert!(
+        err.contains("inodes are used: a smaller --inode-ratio"),
+        "{err}"
+    );
+    // Few files, more data than the image holds (not zeros: those stay
+    // holes).
+    for i in 0..600 {
+        std::fs::remove_file(src.join(format!("f{i}"))).unwrap();
+    }
+    let data: Vec<u8> = (0..(3u32 << 20))
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8 | 1)
+        .collect();
+    std::fs::write(src.join("big"), data).unwrap();
+    let err = run("2M");
+    assert!(err.contains("no free blocks left"), "{err}");
+    let _ = std::fs::remove_dir_all(&d);
+}

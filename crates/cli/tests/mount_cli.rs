@@ -85,6 +85,10 @@ fn ext4_options_are_checked() {
     let (ok, err) = mount(&[d, "-f", img[0], img[1], "--size", "1G"]);
     assert!(!ok);
     assert!(err.contains("applies to memfs only"), "--size: {err}");
+    // An explicit memfs with an image: refused, not served as ext4.
+    let (ok, err) = mount(&[d, "-f", "--fs", "memfs", img[0], img[1]]);
+    assert!(!ok);
+    assert!(err.contains("an image is served as ext4"), "{err}");
     for o in ["orphan=list", "mmap", "pwrite"] {
         let (ok, err) = mount(&[d, "-f", "-o", o]);
         assert!(!ok);

@@ -92,8 +92,10 @@ fn invalid(msg: impl Into<String>) -> Error {
     Error::Incompatible(msg.into())
 }
 
-/// Parse a size as mke2fs does: a number with an optional K, M, G or T
-/// suffix (powers of 1024); a bare number is bytes.
+/// Parse a size: a number with an optional K, M, G or T suffix (powers of
+/// 1024), as mke2fs reads them; a bare number is bytes (mke2fs reads a
+/// bare number as 1 KiB blocks: `--size 65536` is 64 KiB here, 64 MiB
+/// there).
 pub fn parse_size(s: &str) -> Result<u64> {
     let s = s.trim();
     let (num, mul) = match s.char_indices().last() {
