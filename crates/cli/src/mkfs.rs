@@ -434,6 +434,18 @@ fn populate(
         },
     )
     .map_err(|e| format!("{}: {e}", image.display()))?;
+    // On an error return the filesystem is unmounted here, after the task
+    // and the VFS go (declared after it, they drop first) and before the
+    // caller wipes the image: nothing is written after the wipe (the last
+    // reference could otherwise go in the commit thread, later, and write
+    // back into the truncated file). A second unmount does nothing.
+    struct UnmountOnDrop(std::sync::Arc<Ext4>);
+    impl Drop for UnmountOnDrop {
+        fn drop(&mut self) {
+            let _ = self.0.unmount();
+        }
+    }
+    let _unmount = UnmountOnDrop(fs.clone());
     let vfs = Vfs::with_root_fs(Default::default(), fs.clone());
     let t = vfs.root_task();
     let bar = if quiet {

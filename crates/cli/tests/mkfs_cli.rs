@@ -379,6 +379,8 @@ fn a_source_too_large_names_the_limit() {
             src.to_str().unwrap(),
         ]);
         assert!(!out.status.success());
+        // Wiped, and nothing written back into it after the wipe.
+        assert_eq!(std::fs::metadata(&img).map(|m| m.len()).unwrap_or(0), 0);
         String::from_utf8_lossy(&out.stderr).into_owned()
     };
     // 1 MiB: 128 inodes for 600 files.
