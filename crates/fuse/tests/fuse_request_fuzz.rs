@@ -911,29 +911,10 @@ fn fuzzed_requests_on_two_daemon_threads() {
 /// The same on an ext4 image, which `e2fsck -fn` then checks.
 #[test]
 fn fuzzed_requests_on_an_ext4_image_leave_it_consistent() {
-    let Some(mkfs) = mkfs() else {
-        eprintln!("SKIPPED: mkfs.ext4 not found (e2fsprogs)");
+    let Some((mkfs, base, img)) = fresh_image("fuzz", &["-b", "1024"], "32M") else {
         return;
     };
-    let base = std::env::temp_dir().join(format!("scalevfs-fuse-fuzz-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&base);
-    std::fs::create_dir_all(&base).unwrap();
-    let img = base.join("img");
-    let out = Command::new(mkfs)
-        .args(["-q", "-F", "-b", "1024"])
-        .arg(&img)
-        .arg("32M")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "mkfs.ext4: {out:?}");
-    let ext4 = Ext4::open(
-        &img,
-        Ext4Options {
-            ro: false,
-            ..Ext4Options::default()
-        },
-    )
-    .unwrap();
+    let ext4 = open_rw(&img);
     let vfs = Vfs::with_root_fs(VfsConfig::default(), ext4.clone());
     run(&vfs, seed().wrapping_add(2), requests(), 2);
     drop(vfs);
@@ -963,6 +944,49 @@ fn mkfs() -> Option<&'static std::path::Path> {
     .find(|p| p.exists())
 }
 
+/// A fresh `mkfs.ext4 -q -F ARGS` image of `size` in a scratch directory
+/// named after `tag`: (mkfs.ext4's path, the directory, the image). None,
+/// with the reason printed, without e2fsprogs.
+fn fresh_image(
+    tag: &str,
+    args: &[&str],
+    size: &str,
+) -> Option<(
+    &'static std::path::Path,
+    std::path::PathBuf,
+    std::path::PathBuf,
+)> {
+    let Some(mkfs) = mkfs() else {
+        eprintln!("SKIPPED: mkfs.ext4 not found (e2fsprogs)");
+        return None;
+    };
+    let base = std::env::temp_dir().join(format!("scalevfs-fuse-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    std::fs::create_dir_all(&base).unwrap();
+    let img = base.join("img");
+    let out = Command::new(mkfs)
+        .args(["-q", "-F"])
+        .args(args)
+        .arg(&img)
+        .arg(size)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "mkfs.ext4: {out:?}");
+    Some((mkfs, base, img))
+}
+
+/// `img` opened read-write.
+fn open_rw(img: &std::path::Path) -> std::sync::Arc<Ext4> {
+    Ext4::open(
+        img,
+        Ext4Options {
+            ro: false,
+            ..Ext4Options::default()
+        },
+    )
+    .unwrap()
+}
+
 /// (node id, offset, name) of each entry of a READDIRPLUS reply.
 fn direntplus(mut b: &[u8]) -> Vec<(u64, u64, Vec<u8>)> {
     let mut out = Vec::new();
@@ -989,28 +1013,14 @@ fn direntplus(mut b: &[u8]) -> Vec<(u64, u64, Vec<u8>)> {
 /// READDIRPLUS, from the last entry's offset, gets the error.
 #[test]
 fn readdirplus_sends_the_entries_before_a_bad_block() {
-    let Some(mkfs) = mkfs() else {
-        eprintln!("SKIPPED: mkfs.ext4 not found (e2fsprogs)");
+    // A linear directory (no htree), so entries come in block order.
+    let Some((mkfs, base, img)) =
+        fresh_image("badblock", &["-b", "1024", "-O", "^dir_index"], "8M")
+    else {
         return;
     };
-    let base = std::env::temp_dir().join(format!("scalevfs-fuse-badblock-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&base);
-    std::fs::create_dir_all(&base).unwrap();
-    let img = base.join("img");
-    // A linear directory (no htree), so entries come in block order.
-    let out = Command::new(mkfs)
-        .args(["-q", "-F", "-b", "1024", "-O", "^dir_index"])
-        .arg(&img)
-        .arg("8M")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "mkfs.ext4: {out:?}");
-    let opts = || Ext4Options {
-        ro: false,
-        ..Ext4Options::default()
-    };
     {
-        let ext4 = Ext4::open(&img, opts()).unwrap();
+        let ext4 = open_rw(&img);
         let vfs = Vfs::with_root_fs(VfsConfig::default(), ext4.clone());
         let t = vfs.root_task();
         t.mkdir("/d", 0o755).unwrap();
@@ -1040,7 +1050,7 @@ fn readdirplus_sends_the_entries_before_a_bad_block() {
         f.write_all_at(b"XXXX", blk * 1024 + 20).unwrap();
     }
 
-    let ext4 = Ext4::open(&img, opts()).unwrap();
+    let ext4 = open_rw(&img);
     let vfs = Vfs::with_root_fs(VfsConfig::default(), ext4.clone());
     let (mut k, daemon, max_reply) = start(&vfs, 1);
     let mut b = Vec::new();
