@@ -2,7 +2,7 @@
 //! (`scalevfs_ext4::mkfs`), as `mke2fs -t ext4` would.
 
 use std::collections::HashMap;
-use std::ffi::CString;
+use std::ffi::{CString, OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::os::unix::fs::MetadataExt;
@@ -12,7 +12,8 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use scalevfs::{
-    Task, Timespec, Vfs, AT_FDCWD, AT_SYMLINK_NOFOLLOW, O_CREAT, O_EXCL, O_WRONLY, S_IFMT,
+    Task, Timespec, Vfs, AT_FDCWD, AT_SYMLINK_NOFOLLOW, O_CREAT, O_DIRECTORY, O_EXCL, O_NOFOLLOW,
+    O_PATH, O_WRONLY, S_IFMT,
 };
 use scalevfs_ext4::mkfs::{self, MkfsOptions};
 use scalevfs_ext4::{Ext4, Ext4Options};
@@ -81,6 +82,22 @@ pub fn run(a: MkfsArgs) -> Result<(), String> {
         ),
         None => None,
     };
+    if let (Some(from), Some((_, entries))) = (&a.from, &entries) {
+        // A source with more entries than the image has inodes fails
+        // here, before the image is made, not after copying most of it.
+        let free = mkfs::plan(&o)
+            .map_err(|e| format!("mkfs {}: {e}", a.image.display()))?
+            .free_inodes();
+        let need = inodes_needed(entries);
+        if need > free {
+            return Err(format!(
+                "mkfs --from {}: the source has {need} files and directories, more than the \
+                 {free} free inodes the image would have (a smaller --inode-ratio or a larger \
+                 --size gives more)",
+                from.display()
+            ));
+        }
+    }
     let r = mkfs::make(&a.image, &o).map_err(|e| format!("mkfs {}: {e}", a.image.display()))?;
     if !a.quiet {
         println!(
@@ -299,10 +316,37 @@ fn data_runs(f: &std::fs::File, size: u64) -> Vec<(u64, u64)> {
     out
 }
 
-/// One host entry to copy: its path below the source and its metadata.
+/// One host entry to copy, in depth-first order (a directory before its
+/// children, its children before its next sibling): its depth below the
+/// source (0 for the source's own children), its name and its metadata.
+/// Entries hold names, not paths: a tree deeper than PATH_MAX is walked
+/// one directory at a time (`Cwd`), as mke2fs -d walks it.
 struct Entry {
-    rel: PathBuf,
+    depth: usize,
+    name: OsString,
     md: std::fs::Metadata,
+}
+
+/// An inode's identity on the host: (device, inode number).
+fn host_id(md: &std::fs::Metadata) -> (u64, u64) {
+    (md.dev(), md.ino())
+}
+
+/// The inodes a copy of `entries` takes: one per directory (less a
+/// top-level lost+found, which goes into the one mkfs made) and one per
+/// other inode, however many names it has.
+fn inodes_needed(entries: &[Entry]) -> u64 {
+    let mut linked = std::collections::HashSet::new();
+    entries
+        .iter()
+        .filter(|e| {
+            if e.md.is_dir() {
+                !(e.depth == 0 && e.name == "lost+found")
+            } else {
+                e.md.nlink() == 1 || linked.insert(host_id(&e.md))
+            }
+        })
+        .count() as u64
 }
 
 /// The metadata of `from` (a directory) and its tree (`scan`), less the
@@ -313,53 +357,131 @@ fn scan_source(from: &Path, image: &Path) -> Result<(std::fs::Metadata, Vec<Entr
     if !top.is_dir() {
         return Err(format!("{} is not a directory", from.display()));
     }
-    let mut entries = scan(from)?;
-    if let Ok(img) = std::fs::metadata(image) {
-        entries.retain(|e| {
-            let own = e.md.dev() == img.dev() && e.md.ino() == img.ino();
-            if own {
-                eprintln!(
-                    "mkfs --from: leaving out {}: it is the image being made",
-                    from.join(&e.rel).display()
-                );
-            }
-            !own
-        });
-    }
+    let own = std::fs::metadata(image).ok().map(|m| host_id(&m));
+    let entries = scan(from, &top, own)?;
     Ok((top, entries))
 }
 
-/// The tree below `from`, parents before children (an explicit stack: no
-/// recursion, so a deep tree cannot overflow the stack).
-fn scan(from: &Path) -> Result<Vec<Entry>, String> {
-    let mut out = Vec::new();
-    let mut stack = vec![PathBuf::new()];
-    while let Some(rel) = stack.pop() {
-        let dir = from.join(&rel);
-        let rd = std::fs::read_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        let mut names: Vec<_> = rd
-            .map(|e| e.map(|e| e.file_name()))
-            .collect::<Result<_, _>>()
-            .map_err(|e| format!("{}: {e}", dir.display()))?;
-        names.sort();
-        for name in names {
-            let rel = rel.join(name);
-            let path = from.join(&rel);
-            let md =
-                std::fs::symlink_metadata(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-            if md.is_dir() {
-                stack.push(rel.clone());
-            }
-            out.push(Entry { rel, md });
-        }
+/// The process's working directory, gone back to when this drops: the
+/// walks below change it as they go (the only way to reach a directory
+/// whose path is longer than PATH_MAX without holding a descriptor per
+/// level).
+struct Cwd(std::fs::File);
+
+impl Cwd {
+    fn save() -> Result<Cwd, String> {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
+            .open(".")
+            .map(Cwd)
+            .map_err(|e| format!("the working directory: {e}"))
     }
-    Ok(out)
 }
 
-fn vpath(rel: &Path) -> Vec<u8> {
-    let mut v = b"/".to_vec();
-    v.extend_from_slice(rel.as_os_str().as_bytes());
-    v
+impl Drop for Cwd {
+    fn drop(&mut self) {
+        use std::os::unix::io::AsRawFd;
+        // SAFETY: fchdir on a descriptor this value owns.
+        if unsafe { libc::fchdir(self.0.as_raw_fd()) } != 0 {
+            eprintln!(
+                "mkfs --from: cannot return to the working directory: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+}
+
+/// Make host directory `name` (below the working directory, not through
+/// a symlink) the working directory, if it is still the inode `md`
+/// describes.
+fn host_enter(name: &OsStr, md: &std::fs::Metadata) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::io::AsRawFd;
+    let d = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+        .open(name)?;
+    if host_id(&d.metadata()?) != host_id(md) {
+        return Err(std::io::Error::other("replaced during the copy"));
+    }
+    // SAFETY: fchdir on an open directory descriptor.
+    if unsafe { libc::fchdir(d.as_raw_fd()) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Go up to the parent directory, which must be the inode `parent`
+/// identifies (the tree is not expected to move while it is copied).
+fn host_leave(parent: (u64, u64)) -> std::io::Result<()> {
+    std::env::set_current_dir("..")?;
+    if host_id(&std::fs::metadata(".")?) != parent {
+        return Err(std::io::Error::other("moved during the copy"));
+    }
+    Ok(())
+}
+
+/// The names in the working directory, sorted, last first (popped in
+/// order).
+fn dir_names() -> std::io::Result<Vec<OsString>> {
+    let mut names: Vec<OsString> = std::fs::read_dir(".")?
+        .map(|e| e.map(|e| e.file_name()))
+        .collect::<Result<_, _>>()?;
+    names.sort_unstable_by(|a, b| b.cmp(a));
+    Ok(names)
+}
+
+/// The tree below `from` (metadata `top`) in depth-first order, leaving
+/// out the inode `own` (the image). An explicit stack, not recursion: a
+/// deep tree cannot overflow the stack.
+fn scan(
+    from: &Path,
+    top: &std::fs::Metadata,
+    own: Option<(u64, u64)>,
+) -> Result<Vec<Entry>, String> {
+    let _back = Cwd::save()?;
+    let mut rel = PathBuf::new();
+    let at = |rel: &Path| from.join(rel).display().to_string();
+    std::env::set_current_dir(from).map_err(|e| format!("{}: {e}", from.display()))?;
+    if host_id(&std::fs::metadata(".").map_err(|e| format!("{}: {e}", at(&rel)))?) != host_id(top) {
+        return Err(format!("{}: replaced during the copy", from.display()));
+    }
+    // Per open level: the names left to visit and the directory's id.
+    let mut stack = vec![(
+        dir_names().map_err(|e| format!("{}: {e}", at(&rel)))?,
+        host_id(top),
+    )];
+    let mut out = Vec::new();
+    while let Some((names, _)) = stack.last_mut() {
+        let Some(name) = names.pop() else {
+            stack.pop();
+            if let Some(&(_, parent)) = stack.last() {
+                host_leave(parent).map_err(|e| format!("{}/..: {e}", at(&rel)))?;
+                rel.pop();
+            }
+            continue;
+        };
+        let depth = stack.len() - 1;
+        let md = std::fs::symlink_metadata(&name)
+            .map_err(|e| format!("{}: {e}", at(&rel.join(&name))))?;
+        if Some(host_id(&md)) == own && !md.is_dir() {
+            eprintln!(
+                "mkfs --from: leaving out {}: it is the image being made",
+                at(&rel.join(&name))
+            );
+            continue;
+        }
+        if md.is_dir() {
+            rel.push(&name);
+            host_enter(&name, &md).map_err(|e| format!("{}: {e}", at(&rel)))?;
+            let names = dir_names().map_err(|e| format!("{}: {e}", at(&rel)))?;
+            stack.push((names, host_id(&md)));
+        }
+        out.push(Entry { depth, name, md });
+    }
+    Ok(out)
 }
 
 /// Owner, mode (after the owner: a chown clears set-id bits) and times of
@@ -413,7 +535,10 @@ fn write_nonzero(t: &Task, fd: i32, data: &[u8], pos: u64, bs: usize) -> scalevf
 }
 
 /// Copy the tree at `from` into the image (made just before): returns the
-/// entries copied and the free blocks and inodes left.
+/// entries copied and the free blocks and inodes left. Both walks go one
+/// directory at a time: the host's working directory and the image task's
+/// follow the entry being copied, so every call names one entry (no path
+/// is longer than a name, however deep the tree).
 fn populate(
     image: &Path,
     from: &Path,
@@ -458,9 +583,108 @@ fn populate(
         );
         b
     };
-    // ENOSPC says which of the image's limits the source passed.
-    let err = |p: &[u8], what: &str, e: scalevfs::Errno| {
-        let hint = match (e, t.statfs("/")) {
+    // The host's working directory comes back when this returns (after
+    // the image was opened by its path: a relative one still names it).
+    let _back = Cwd::save()?;
+    std::env::set_current_dir(from).map_err(|e| format!("{}: {e}", from.display()))?;
+    if std::fs::metadata(".").map(|m| host_id(&m)).ok() != Some(host_id(&top)) {
+        return Err(format!("{}: replaced during the copy", from.display()));
+    }
+    let mut w = Walk {
+        t: &t,
+        from,
+        rel: PathBuf::new(),
+        vp: b"/".to_vec(),
+        open: vec![(None, host_id(&top))],
+    };
+    let mut links: HashMap<(u64, u64), Vec<u8>> = HashMap::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let bs = fs.block_size();
+    for (i, e) in entries.iter().enumerate() {
+        check_interrupt()?;
+        while w.open.len() > e.depth + 1 {
+            w.leave(&entries)?;
+        }
+        let name = e.name.as_bytes();
+        let ft = e.md.file_type();
+        if !ft.is_dir() && e.md.nlink() > 1 {
+            // Any other name of an inode already copied is a link to it
+            // (files, symlinks, FIFOs, sockets and devices alike).
+            if let Some(first) = links.get(&host_id(&e.md)) {
+                link_long(&t, first, name).map_err(|x| w.err(name, "link", x))?;
+                continue;
+            }
+            links.insert(host_id(&e.md), w.image_path(name));
+        }
+        if ft.is_dir() {
+            match t.mkdir(name, 0o700) {
+                // mkfs made /lost+found: the source's goes into it.
+                Err(x) if x == scalevfs::Errno::EEXIST && w.vp == b"/" && name == b"lost+found" => {
+                }
+                r => r.map_err(|x| w.err(name, "mkdir", x))?,
+            }
+            w.enter(i, e)?;
+            continue;
+        }
+        if ft.is_file() {
+            copy_file(&w, e, &mut buf, bs, &bar)?;
+        } else if ft.is_symlink() {
+            let target = std::fs::read_link(&e.name).map_err(|x| w.host_err(&e.name, x))?;
+            t.symlinkat(target.as_os_str().as_bytes(), AT_FDCWD, name)
+                .map_err(|x| w.err(name, "symlink", x))?;
+        } else {
+            // FIFOs, sockets, character and block devices.
+            t.mknodat(AT_FDCWD, name, e.md.mode() & (S_IFMT | 0o7777), e.md.rdev())
+                .map_err(|x| w.err(name, "mknod", x))?;
+        }
+        set_attrs(&t, name, &e.md).map_err(|x| w.err(name, "set attributes of", x))?;
+        copy_xattrs(&t, Path::new(&e.name), name).map_err(|x| w.in_dir(x))?;
+    }
+    while w.open.len() > 1 {
+        w.leave(&entries)?;
+    }
+    set_attrs(&t, b"/", &top).map_err(|x| w.err(b"", "set attributes of", x))?;
+    copy_xattrs(&t, Path::new("."), b"/").map_err(|x| w.in_dir(x))?;
+    check_interrupt()?;
+    bar.finish_and_clear();
+    let st = t.statfs("/").map_err(|x| w.err(b"", "statfs", x))?;
+    drop(t);
+    drop(vfs);
+    fs.unmount()
+        .map_err(|e| format!("{}: {e}", image.display()))?;
+    Ok((entries.len() as u64, st.bfree, st.ffree))
+}
+
+/// Where a fill stands: the directory being filled, on the host and in
+/// the image (both also the working directories), and the directories
+/// open above it.
+struct Walk<'a> {
+    t: &'a Task,
+    from: &'a Path,
+    /// The host directory below `from`, for messages.
+    rel: PathBuf,
+    /// The image directory, "/" or "/a/b" (for messages and hard links).
+    vp: Vec<u8>,
+    /// Per directory entered: its entry's index (None for the top) and its
+    /// host id.
+    open: Vec<(Option<usize>, (u64, u64))>,
+}
+
+impl Walk<'_> {
+    /// Image path of `name` in the current directory.
+    fn image_path(&self, name: &[u8]) -> Vec<u8> {
+        let mut p = self.vp.clone();
+        if p.len() > 1 {
+            p.push(b'/');
+        }
+        p.extend_from_slice(name);
+        p
+    }
+
+    /// A message for an image call on `name` that failed: ENOSPC says
+    /// which of the image's limits the source passed.
+    fn err(&self, name: &[u8], what: &str, e: scalevfs::Errno) -> String {
+        let hint = match (e, self.t.statfs("/")) {
             (scalevfs::Errno::ENOSPC, Ok(st)) if st.ffree == 0 => format!(
                 " (all {} inodes are used: a smaller --inode-ratio or a larger --size gives more)",
                 st.files
@@ -473,114 +697,154 @@ fn populate(
         format!(
             "{} {}: {}{hint}",
             what,
-            String::from_utf8_lossy(p),
+            String::from_utf8_lossy(&self.image_path(name)),
             e.message()
         )
-    };
-    let mut links: HashMap<(u64, u64), Vec<u8>> = HashMap::new();
-    let mut buf = vec![0u8; 1 << 20];
-    let bs = fs.block_size();
-    for e in &entries {
-        check_interrupt()?;
-        let p = vpath(&e.rel);
-        let src = from.join(&e.rel);
-        let ft = e.md.file_type();
-        if !ft.is_dir() && e.md.nlink() > 1 {
-            // Any other name of an inode already copied is a link to it
-            // (files, symlinks, FIFOs, sockets and devices alike).
-            if let Some(first) = links.get(&(e.md.dev(), e.md.ino())) {
-                t.linkat(AT_FDCWD, first, AT_FDCWD, &p, 0)
-                    .map_err(|x| err(&p, "link", x))?;
-                continue;
-            }
-            links.insert((e.md.dev(), e.md.ino()), p.clone());
+    }
+
+    /// A message for a host call on `name` that failed.
+    fn host_err(&self, name: &OsStr, e: std::io::Error) -> String {
+        format!("{}: {e}", self.from.join(&self.rel).join(name).display())
+    }
+
+    /// A message from a helper that named a host path relative to the
+    /// current directory: where that directory is.
+    fn in_dir(&self, m: String) -> String {
+        format!("{m} (in {})", self.from.join(&self.rel).display())
+    }
+
+    /// Step into directory entry `i` (`e`), just made in the image.
+    fn enter(&mut self, i: usize, e: &Entry) -> Result<(), String> {
+        let name = e.name.as_bytes();
+        host_enter(&e.name, &e.md).map_err(|x| self.host_err(&e.name, x))?;
+        if let Err(x) = self.t.chdir(name) {
+            // Back out on the host too, so both stay in step.
+            let parent = self.open.last().map(|o| o.1).unwrap_or_default();
+            let _ = host_leave(parent);
+            return Err(self.err(name, "chdir", x));
         }
-        if ft.is_dir() {
-            match t.mkdir(&p, 0o700) {
-                // mkfs made /lost+found: the source's goes into it.
-                Err(x) if x == scalevfs::Errno::EEXIST && p == b"/lost+found" => {}
-                r => r.map_err(|x| err(&p, "mkdir", x))?,
-            }
-        } else if ft.is_file() {
-            let f = std::fs::File::open(&src).map_err(|x| format!("{}: {x}", src.display()))?;
-            let fd = t
-                .open(&p, O_CREAT | O_EXCL | O_WRONLY, 0o600)
-                .map_err(|x| err(&p, "create", x))?;
-            // Only the host's data runs are read, and all-zero blocks in
-            // them skipped; the size is set at the end, so holes stay
-            // holes (as mke2fs -d keeps sparse files sparse). The size is
-            // the open file's (it may have changed since the scan).
-            let size = f
-                .metadata()
-                .map_err(|x| format!("{}: {x}", src.display()))?
-                .len();
-            let r = (|| -> Result<(), String> {
-                let mut seen = 0u64;
-                'runs: for (start, end) in data_runs(&f, size) {
-                    let mut pos = start;
-                    while pos < end {
-                        check_interrupt()?;
-                        let want = ((end - pos) as usize).min(buf.len());
-                        let n = f
-                            .read_at(&mut buf[..want], pos)
-                            .map_err(|x| format!("{}: {x}", src.display()))?;
-                        if n == 0 {
-                            // Fewer bytes than its size (it shrank while
-                            // being copied, or a /proc or /sys file that
-                            // reports a size it does not hold): the rest
-                            // would read as zeros in the image.
-                            eprintln!(
-                                "mkfs --from: {}: ended at byte {pos} of {size}; the rest is zeros in the image",
-                                src.display()
-                            );
-                            break 'runs;
-                        }
-                        write_nonzero(&t, fd, &buf[..n], pos, bs)
-                            .map_err(|x| err(&p, "write", x))?;
-                        pos += n as u64;
-                    }
-                    // The hole before the run and the run itself.
-                    bar.inc(end.saturating_sub(seen));
-                    seen = end;
+        self.rel.push(&e.name);
+        self.vp = self.image_path(name);
+        self.open.push((Some(i), host_id(&e.md)));
+        Ok(())
+    }
+
+    /// Step out of the current directory, done: it gets its attributes
+    /// now, after its children changed its times and were made (a default
+    /// ACL set before them would have been inherited by them, widening
+    /// who may read files the host has no ACL on, where mke2fs -d copies
+    /// each entry's attributes as they are).
+    fn leave(&mut self, entries: &[Entry]) -> Result<(), String> {
+        let Some((Some(i), _)) = self.open.pop() else {
+            return Ok(());
+        };
+        let parent = self.open.last().map(|o| o.1).unwrap_or_default();
+        host_leave(parent).map_err(|x| self.host_err(OsStr::new(".."), x))?;
+        self.t
+            .chdir(b"..")
+            .map_err(|x| self.err(b"..", "chdir", x))?;
+        self.rel.pop();
+        let cut = self.vp.iter().rposition(|&b| b == b'/').unwrap_or(0);
+        self.vp.truncate(cut.max(1));
+        let e = &entries[i];
+        let name = e.name.as_bytes();
+        set_attrs(self.t, name, &e.md).map_err(|x| self.err(name, "set attributes of", x))?;
+        copy_xattrs(self.t, Path::new(&e.name), name).map_err(|x| self.in_dir(x))
+    }
+}
+
+/// Copy regular file `e` (in the current directory) into a new file of
+/// that name in the image's current directory.
+fn copy_file(
+    w: &Walk,
+    e: &Entry,
+    buf: &mut [u8],
+    bs: usize,
+    bar: &ProgressBar,
+) -> Result<(), String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let (t, name) = (w.t, e.name.as_bytes());
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&e.name)
+        .map_err(|x| w.host_err(&e.name, x))?;
+    let fd = t
+        .open(name, O_CREAT | O_EXCL | O_WRONLY, 0o600)
+        .map_err(|x| w.err(name, "create", x))?;
+    // Only the host's data runs are read, and all-zero blocks in them
+    // skipped; the size is set at the end, so holes stay holes (as mke2fs
+    // -d keeps sparse files sparse). The size is the open file's (it may
+    // have changed since the scan).
+    let r = (|| -> Result<(), String> {
+        let size = f.metadata().map_err(|x| w.host_err(&e.name, x))?.len();
+        let mut seen = 0u64;
+        'runs: for (start, end) in data_runs(&f, size) {
+            let mut pos = start;
+            while pos < end {
+                check_interrupt()?;
+                let want = ((end - pos) as usize).min(buf.len());
+                let n = f
+                    .read_at(&mut buf[..want], pos)
+                    .map_err(|x| w.host_err(&e.name, x))?;
+                if n == 0 {
+                    // Fewer bytes than its size (it shrank while being
+                    // copied, or a /proc or /sys file that reports a size
+                    // it does not hold): the rest would read as zeros in
+                    // the image.
+                    eprintln!(
+                        "mkfs --from: {}: ended at byte {pos} of {size}; the rest is zeros in the image",
+                        w.from.join(&w.rel).join(&e.name).display()
+                    );
+                    break 'runs;
                 }
-                bar.inc(size.saturating_sub(seen));
-                let size = i64::try_from(size).map_err(|_| "file too large".to_string())?;
-                t.ftruncate(fd, size).map_err(|x| err(&p, "truncate", x))
-            })();
-            t.close(fd).map_err(|x| err(&p, "close", x))?;
-            r?;
-        } else if ft.is_symlink() {
-            let target = std::fs::read_link(&src).map_err(|x| format!("{}: {x}", src.display()))?;
-            t.symlinkat(target.as_os_str().as_bytes(), AT_FDCWD, &p)
-                .map_err(|x| err(&p, "symlink", x))?;
-        } else {
-            // FIFOs, sockets, character and block devices.
-            t.mknodat(AT_FDCWD, &p, e.md.mode() & (S_IFMT | 0o7777), e.md.rdev())
-                .map_err(|x| err(&p, "mknod", x))?;
+                write_nonzero(t, fd, &buf[..n], pos, bs).map_err(|x| w.err(name, "write", x))?;
+                pos += n as u64;
+            }
+            // The hole before the run and the run itself.
+            bar.inc(end.saturating_sub(seen));
+            seen = end;
         }
-        set_attrs(&t, &p, &e.md).map_err(|x| err(&p, "set attributes of", x))?;
-        if !ft.is_dir() {
-            copy_xattrs(&t, &src, &p)?;
+        bar.inc(size.saturating_sub(seen));
+        let size = i64::try_from(size).map_err(|_| "file too large".to_string())?;
+        t.ftruncate(fd, size)
+            .map_err(|x| w.err(name, "truncate", x))
+    })();
+    t.close(fd).map_err(|x| w.err(name, "close", x))?;
+    r
+}
+
+/// `linkat(first, name)` in the current directory, where `first` is an
+/// absolute image path of any length: one longer than a path may be is
+/// reached a piece at a time from the root.
+fn link_long(t: &Task, first: &[u8], name: &[u8]) -> scalevfs::VfsResult<()> {
+    const PIECE: usize = 3072;
+    if first.len() < PIECE {
+        return t.linkat(AT_FDCWD, first, AT_FDCWD, name, 0);
+    }
+    let cut = first.iter().rposition(|&b| b == b'/').unwrap_or(0);
+    let (dir, last) = (&first[..cut], &first[cut + 1..]);
+    let mut fd = t.open(b"/", O_PATH | O_DIRECTORY, 0)?;
+    let r = (|| {
+        let mut rest = dir.strip_prefix(b"/").unwrap_or(dir);
+        while !rest.is_empty() {
+            // The longest run of whole names that fits in a piece.
+            let take = if rest.len() <= PIECE {
+                rest.len()
+            } else {
+                rest[..=PIECE]
+                    .iter()
+                    .rposition(|&b| b == b'/')
+                    .filter(|&k| k > 0)
+                    .ok_or(scalevfs::Errno::ENAMETOOLONG)?
+            };
+            let next = t.openat(fd, &rest[..take], O_PATH | O_DIRECTORY | O_NOFOLLOW, 0)?;
+            let _ = t.close(fd);
+            fd = next;
+            rest = rest[take..].strip_prefix(b"/").unwrap_or(&rest[take..]);
         }
-    }
-    // Directory times last (their children changed them), deepest first,
-    // and their attributes: a default ACL set before the children were
-    // made would have been inherited by them (an access ACL on a file the
-    // host has none on, widening who may read it), where mke2fs -d copies
-    // each entry's attributes as they are.
-    for e in entries.iter().rev().filter(|e| e.md.is_dir()) {
-        let p = vpath(&e.rel);
-        set_attrs(&t, &p, &e.md).map_err(|x| err(&p, "set attributes of", x))?;
-        copy_xattrs(&t, &from.join(&e.rel), &p)?;
-    }
-    set_attrs(&t, b"/", &top).map_err(|x| err(b"/", "set attributes of", x))?;
-    copy_xattrs(&t, from, b"/")?;
-    check_interrupt()?;
-    bar.finish_and_clear();
-    let st = t.statfs("/").map_err(|x| err(b"/", "statfs", x))?;
-    drop(t);
-    drop(vfs);
-    fs.unmount()
-        .map_err(|e| format!("{}: {e}", image.display()))?;
-    Ok((entries.len() as u64, st.bfree, st.ffree))
+        t.linkat(fd, last, AT_FDCWD, name, 0)
+    })();
+    let _ = t.close(fd);
+    r
 }

@@ -383,12 +383,32 @@ fn a_source_too_large_names_the_limit() {
         assert_eq!(std::fs::metadata(&img).map(|m| m.len()).unwrap_or(0), 0);
         String::from_utf8_lossy(&out.stderr).into_owned()
     };
-    // 1 MiB: 128 inodes for 600 files.
+    // 1 MiB: 128 inodes for 600 files, found before the image is made.
     let err = run("1M");
     assert!(
-        err.contains("inodes are used: a smaller --inode-ratio"),
+        err.contains("the source has 600 files and directories, more than the 117 free inodes")
+            && err.contains("a smaller --inode-ratio"),
         "{err}"
     );
+    // An image already there is left as it was.
+    let ok = scalevfs(&["mkfs", img.to_str().unwrap(), "--size", "1M", "-q"]);
+    assert!(ok.status.success());
+    let before = std::fs::read(&img).unwrap();
+    let out = scalevfs(&[
+        "mkfs",
+        img.to_str().unwrap(),
+        "--size",
+        "1M",
+        "-q",
+        "--from",
+        src.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        std::fs::read(&img).unwrap() == before,
+        "the old image changed"
+    );
+    std::fs::remove_file(&img).unwrap();
     // Few files, more data than the image holds (not zeros: those stay
     // holes).
     for i in 0..600 {

@@ -642,3 +642,175 @@ fn inline_data_image_from_a_directory() {
     names.sort();
     assert_eq!(names, ["max", "past", "sixty", "small", "sub"]);
 }
+
+/// `openat(dirfd, name)` for a directory (made first when `make`), one
+/// step of a walk too deep for a path.
+fn step_dir(dirfd: i32, name: &str, make: bool) -> i32 {
+    let n = CString::new(name).unwrap();
+    // SAFETY: plain syscalls on a valid C string and a descriptor.
+    unsafe {
+        if make {
+            assert_eq!(libc::mkdirat(dirfd, n.as_ptr(), 0o755), 0, "mkdirat {name}");
+        }
+        let fd = libc::openat(
+            dirfd,
+            n.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        );
+        assert!(
+            fd >= 0,
+            "openat {name}: {}",
+            std::io::Error::last_os_error()
+        );
+        fd
+    }
+}
+
+/// The metadata of `name` in directory `dirfd`, not following a symlink,
+/// as (inode, nlink, mode, mtime).
+fn stat_at(dirfd: i32, name: &str) -> (u64, u64, u32, i64) {
+    let n = CString::new(name).unwrap();
+    // SAFETY: `st` is written by fstatat before it is read.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        assert_eq!(
+            libc::fstatat(dirfd, n.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW),
+            0,
+            "fstatat {name}: {}",
+            std::io::Error::last_os_error()
+        );
+        (st.st_ino, st.st_nlink, st.st_mode, st.st_mtime)
+    }
+}
+
+/// A tree deeper than PATH_MAX (24 directories of 200-byte names, 4.8 KB
+/// of path to the bottom) is copied whole, as mke2fs -d copies it: the
+/// file, symlink, xattr and directory attributes at the bottom, a hard
+/// link from the top to a file at the bottom (its first name too long for
+/// one path) and one from the bottom to a file at the top. Before, the
+/// scan stopped at "File name too long".
+#[test]
+fn tree_deeper_than_path_max_is_copied() {
+    let Some(()) = ready("tree_deeper_than_path_max_is_copied") else {
+        return;
+    };
+    let s = Scratch::new("mkfs-from-deep");
+    let src = s.0.join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("a.txt"), b"top file").unwrap();
+    let names: Vec<String> = (0..24)
+        .map(|i| format!("d{i:02}{}", "x".repeat(197)))
+        .collect();
+    assert!(names.iter().map(|n| n.len() + 1).sum::<usize>() > libc::PATH_MAX as usize);
+    let top = std::fs::File::open(&src).unwrap();
+    let mut fds = Vec::new();
+    let mut cur = std::os::unix::io::AsRawFd::as_raw_fd(&top);
+    for n in &names {
+        cur = step_dir(cur, n, true);
+        fds.push(cur);
+    }
+    let c = |s: &str| CString::new(s).unwrap();
+    // SAFETY: plain syscalls on valid C strings and open descriptors.
+    unsafe {
+        let f = libc::openat(
+            cur,
+            c("leaf").as_ptr(),
+            libc::O_CREAT | libc::O_WRONLY,
+            0o640,
+        );
+        assert!(f >= 0);
+        assert_eq!(libc::write(f, b"deep data".as_ptr().cast(), 9), 9);
+        let (k, v) = (c("user.where"), b"bottom");
+        assert_eq!(
+            libc::fsetxattr(f, k.as_ptr(), v.as_ptr().cast(), v.len(), 0),
+            0
+        );
+        libc::close(f);
+        assert_eq!(
+            libc::symlinkat(c("leaf").as_ptr(), cur, c("sl").as_ptr()),
+            0
+        );
+        let topfd = std::os::unix::io::AsRawFd::as_raw_fd(&top);
+        // One name at the top for the file at the bottom, one at the
+        // bottom for the file at the top.
+        assert_eq!(
+            libc::linkat(cur, c("leaf").as_ptr(), topfd, c("leaf-link").as_ptr(), 0),
+            0
+        );
+        assert_eq!(
+            libc::linkat(topfd, c("a.txt").as_ptr(), cur, c("a-link").as_ptr(), 0),
+            0
+        );
+        // The bottom directory's own mode and time, set after its
+        // children were made.
+        assert_eq!(libc::fchmod(cur, 0o750), 0);
+        let t = [
+            libc::timespec {
+                tv_sec: 1_000_000_000,
+                tv_nsec: 0,
+            },
+            libc::timespec {
+                tv_sec: 1_234_567_890,
+                tv_nsec: 0,
+            },
+        ];
+        assert_eq!(libc::futimens(cur, t.as_ptr()), 0);
+        for fd in fds.drain(..) {
+            libc::close(fd);
+        }
+    }
+    let img = s.0.join("ours.img");
+    ok(
+        &our_mkfs(&img, "16M", &[], &src),
+        "scalevfs mkfs --from (deep tree)",
+    );
+    fsck_clean(&img, "scalevfs");
+    let mnt = s.0.join("mnt");
+    let Some(_m) = kmount(&img, &mnt) else {
+        return;
+    };
+    let root = std::fs::File::open(&mnt).unwrap();
+    let rootfd = std::os::unix::io::AsRawFd::as_raw_fd(&root);
+    let mut cur = rootfd;
+    for n in &names {
+        cur = step_dir(cur, n, false);
+        fds.push(cur);
+    }
+    let (leaf_ino, leaf_nlink, leaf_mode, _) = stat_at(cur, "leaf");
+    let (top_ino, _, _, _) = stat_at(rootfd, "leaf-link");
+    assert_eq!((leaf_ino, leaf_nlink), (top_ino, 2), "leaf and leaf-link");
+    assert_eq!(leaf_mode & 0o7777, 0o640);
+    let (a_ino, a_nlink, _, _) = stat_at(rootfd, "a.txt");
+    assert_eq!(
+        (stat_at(cur, "a-link").0, a_nlink),
+        (a_ino, 2),
+        "a.txt and a-link"
+    );
+    let (_, _, dmode, dmtime) = stat_at(fds[fds.len() - 2], names.last().unwrap());
+    assert_eq!(
+        (dmode & 0o7777, dmtime),
+        (0o750, 1_234_567_890),
+        "bottom directory"
+    );
+    // SAFETY: plain syscalls on valid buffers and descriptors.
+    unsafe {
+        let f = libc::openat(cur, c("leaf").as_ptr(), libc::O_RDONLY);
+        assert!(f >= 0);
+        let mut buf = [0u8; 64];
+        let n = libc::read(f, buf.as_mut_ptr().cast(), buf.len());
+        assert_eq!(&buf[..n as usize], b"deep data");
+        let n = libc::fgetxattr(
+            f,
+            c("user.where").as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        );
+        assert_eq!(&buf[..n.max(0) as usize], b"bottom", "xattr at the bottom");
+        libc::close(f);
+        let n = libc::readlinkat(cur, c("sl").as_ptr(), buf.as_mut_ptr().cast(), buf.len());
+        assert_eq!(&buf[..n.max(0) as usize], b"leaf");
+        for fd in fds.drain(..) {
+            libc::close(fd);
+        }
+    }
+}

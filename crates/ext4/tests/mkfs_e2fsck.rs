@@ -582,3 +582,26 @@ fn many_inodes_shrink_the_groups_as_mke2fs() {
         }
     }
 }
+
+#[test]
+fn planned_free_inodes_match_the_made_image() {
+    // `mkfs --from` checks the source against `plan(..).free_inodes()`
+    // before it makes the image: it must be the count the image has.
+    for (size, bs, features) in [
+        ("4M", 1024, ""),
+        ("16M", 1024, "^orphan_file"),
+        ("64M", 4096, ""),
+        ("300M", 4096, "^orphan_file"),
+    ] {
+        let o = opts(size, bs, features);
+        let planned = mkfs::plan(&o).unwrap().free_inodes();
+        let bytes = o.size as usize;
+        let dev = MemDevice::new(vec![0; bytes]);
+        let r = mkfs::make_on(&dev, &o, true).unwrap();
+        assert_eq!(
+            planned,
+            u64::from(r.free_inodes),
+            "{size} bs {bs} {features}"
+        );
+    }
+}

@@ -345,6 +345,23 @@ impl Layout {
         u64::from(self.block_size)
     }
 
+    /// The last inode number mkfs uses (lost+found's, or the orphan
+    /// file's after it); those up to it are taken, the rest are free.
+    fn last_used_ino(&self) -> u32 {
+        if self.orphan_blocks > 0 {
+            FIRST_INO + 1
+        } else {
+            LOST_FOUND_INO
+        }
+    }
+
+    /// The inodes the new filesystem has free (the files and directories
+    /// `mkfs --from` may copy into it).
+    pub fn free_inodes(&self) -> u64 {
+        u64::from(self.groups) * u64::from(self.inodes_per_group)
+            - u64::from(self.last_used_ino().min(self.inodes_per_group))
+    }
+
     fn has_super(&self, g: u32) -> bool {
         if g <= 1 || !self.features.has("sparse_super") {
             return true;
@@ -942,12 +959,8 @@ fn write(dev: &dyn BlockDevice, l: &Layout, zeroed: bool) -> Result<Report> {
     let ino_size = usize::from(l.inode_size);
 
     // Inodes of group 0 (all special inodes live there).
-    let orphan_ino = if l.orphan_blocks > 0 {
-        Some(FIRST_INO + 1)
-    } else {
-        None
-    };
-    let last_used_ino = orphan_ino.unwrap_or(LOST_FOUND_INO);
+    let orphan_ino = (l.orphan_blocks > 0).then_some(FIRST_INO + 1);
+    let last_used_ino = l.last_used_ino();
     if last_used_ino > l.inodes_per_group {
         return Err(invalid("too few inodes per group for the special inodes"));
     }
