@@ -416,8 +416,15 @@ impl Task {
         let fs = &p.mnt.sb().fs;
         let mut new_mode = None;
         match (ns, set) {
-            (XattrNs::Acl { default }, Some((value, flags))) => {
-                let acl = parse_acl(value)?;
+            // set_posix_acl: setting and removing alike are the owner's
+            // (or root's), never on a symlink, and take no
+            // XATTR_CREATE/REPLACE (Linux ignores them for ACLs; removing
+            // an ACL the file lacks succeeds).
+            (XattrNs::Acl { default }, set) => {
+                let acl = match set {
+                    Some((value, _)) => parse_acl(value)?,
+                    None => None,
+                };
                 if i.file_type() == FileType::Symlink {
                     return Err(Errno::EOPNOTSUPP);
                 }
@@ -448,9 +455,7 @@ impl Task {
                 };
                 let stored = store.is_some();
                 match store {
-                    Some(v) => {
-                        crate::caller::with(self.cred(), || fs.setxattr(i, name, &v, flags))?
-                    }
+                    Some(v) => crate::caller::with(self.cred(), || fs.setxattr(i, name, &v, 0))?,
                     None => match fs.removexattr(i, name) {
                         Ok(()) | Err(Errno::ENODATA) => {}
                         Err(e) => return Err(e),
@@ -469,14 +474,9 @@ impl Task {
                     i.set_flag(crate::inode::I_FCAPS);
                 }
             }
-            (ns, None) => {
+            (_, None) => {
                 // A shared xattr block is copied before it changes.
                 crate::caller::with(self.cred(), || fs.removexattr(i, name))?;
-                match ns {
-                    XattrNs::Acl { default: true } => i.mark_default_acl(false),
-                    XattrNs::Acl { default: false } => i.set_access_acl(None),
-                    _ => {}
-                }
             }
         }
         let set = SetAttr {

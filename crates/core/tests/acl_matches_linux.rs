@@ -431,6 +431,27 @@ fn root_part(s: &dyn Sys, l: &mut Log) {
     );
     l.r("remove r", s.remove("r", POSIX_ACL_ACCESS));
     l.r("get r", s.get("r", POSIX_ACL_ACCESS));
+    // Removing an ACL that is not there, and a default ACL of a file.
+    l.r("remove r again", s.remove("r", POSIX_ACL_ACCESS));
+    l.r("remove r default", s.remove("r", POSIX_ACL_DEFAULT));
+    l.r("remove j default again", s.remove("j", POSIX_ACL_DEFAULT));
+    // The user's part tries to remove these.
+    l.r("creat x", s.creat("x", 0o644));
+    l.r(
+        "set x",
+        s.set(
+            "x",
+            POSIX_ACL_ACCESS,
+            &acl(&[
+                (USER_OBJ, 6, U),
+                (USER, 0, 1000),
+                (GROUP_OBJ, 4, U),
+                (MASK, 4, U),
+                (OTHER, 4, U),
+            ]),
+        ),
+    );
+    l.r("mode x", s.mode("x"));
 }
 
 /// As uid 1000 (gid 1000, no other groups).
@@ -461,6 +482,12 @@ fn user_part(s: &dyn Sys, l: &mut Log) {
             &acl(&[(USER_OBJ, 7, U), (GROUP_OBJ, 7, U), (OTHER, 7, U)]),
         ),
     );
+    // Nor remove one (it would widen what the ACL denies), even one that
+    // is not there.
+    l.r("user read x", s.open("x", RD));
+    l.r("user remove x", s.remove("x", POSIX_ACL_ACCESS));
+    l.r("user read x again", s.open("x", RD));
+    l.r("user remove j default", s.remove("j", POSIX_ACL_DEFAULT));
 }
 
 /// Whether the host can run the script, or why not.
@@ -522,6 +549,11 @@ fn acls_match_tmpfs() {
         "mode i/f: Ok(\"660\")".to_string(),
         format!("get q: Err({})", libc::ENODATA),
         "mode q: Ok(\"751\")".to_string(),
+        "remove r again: Ok(\"ok\")".to_string(),
+        format!("user read x: {eacces}"),
+        format!("user remove x: Err({})", libc::EPERM),
+        format!("user read x again: {eacces}"),
+        format!("user remove j default: Err({})", libc::EPERM),
     ] {
         assert!(has(&want), "missing {want:?} in {ol:#?}");
     }

@@ -7,7 +7,9 @@ mod common;
 
 use std::sync::Arc;
 
-use scalevfs::xattr::{parse_acl, POSIX_ACL_ACCESS, POSIX_ACL_DEFAULT};
+use scalevfs::xattr::{
+    parse_acl, POSIX_ACL_ACCESS, POSIX_ACL_DEFAULT, XATTR_CREATE, XATTR_REPLACE,
+};
 use scalevfs::*;
 
 use common::*;
@@ -151,7 +153,20 @@ fn acl_set_updates_mode_and_reads_back() {
     assert_eq!(mode(&t, "/d"), 0o755, "a default ACL leaves the mode");
     assert_eq!(t.xattr_value("/d", POSIX_ACL_DEFAULT, 0).unwrap(), want);
     t.removexattr("/d", POSIX_ACL_DEFAULT).unwrap();
-    assert_eq!(t.removexattr("/d", POSIX_ACL_DEFAULT), Err(Errno::ENODATA));
+    // Removing an ACL the file lacks succeeds (set_posix_acl(NULL); the
+    // host's tmpfs agrees), as does removing a default ACL of a file.
+    t.removexattr("/d", POSIX_ACL_DEFAULT).unwrap();
+    t.removexattr("/f", POSIX_ACL_DEFAULT).unwrap();
+    assert_eq!(
+        t.lremovexattr("/l", POSIX_ACL_ACCESS),
+        Err(Errno::EOPNOTSUPP)
+    );
+    // XATTR_CREATE and XATTR_REPLACE are ignored for ACLs.
+    t.setxattr("/d", POSIX_ACL_DEFAULT, &full, XATTR_REPLACE)
+        .unwrap();
+    t.setxattr("/d", POSIX_ACL_DEFAULT, &full, XATTR_CREATE)
+        .unwrap();
+    assert_eq!(t.xattr_value("/d", POSIX_ACL_DEFAULT, 0).unwrap(), want);
     // Not on a symlink itself.
     assert_eq!(
         t.lsetxattr("/l", POSIX_ACL_ACCESS, &full, 0),
@@ -172,8 +187,23 @@ fn acl_set_updates_mode_and_reads_back() {
         0o2751,
         "the owner is in the group: setgid stays"
     );
-    // Anyone may read an ACL.
+    // Anyone may read an ACL; only the owner (or root) removes one, even
+    // one that is not there (the host's tmpfs: EPERM both).
     assert_eq!(other.xattr_value("/f", POSIX_ACL_ACCESS, 0).unwrap(), want);
+    assert_eq!(other.removexattr("/f", POSIX_ACL_ACCESS), Err(Errno::EPERM));
+    assert_eq!(other.xattr_value("/f", POSIX_ACL_ACCESS, 0).unwrap(), want);
+    t.chown("/d", 1000, 1000).unwrap();
+    assert_eq!(
+        other.removexattr("/d", POSIX_ACL_DEFAULT),
+        Err(Errno::EPERM)
+    );
+    assert_eq!(t.xattr_value("/d", POSIX_ACL_DEFAULT, 0).unwrap(), want);
+    owner.removexattr("/d", POSIX_ACL_DEFAULT).unwrap();
+    owner.removexattr("/f", POSIX_ACL_ACCESS).unwrap();
+    assert_eq!(
+        t.xattr_value("/f", POSIX_ACL_ACCESS, 0),
+        Err(Errno::ENODATA)
+    );
 }
 
 #[test]
