@@ -8,10 +8,12 @@
 //!   concurrent lookup that still sees it stays safe.
 //! - `File::pos` is an atomic. `lseek` stores it (SEEK_CUR: an atomic
 //!   update); `read` publishes its new position with a compare-exchange and
-//!   retries if the position moved meanwhile, so reads on a shared
+//!   retries if an lseek moved it meanwhile, so reads on a shared
 //!   description never return the same bytes twice. `File::pos_lock` (mutex,
-//!   Linux's `f_pos_lock`) serialises position-using `write`s of one
-//!   description; it nests outside the inode's data lock. A write that races
+//!   Linux's `f_pos_lock`) serialises the position-using `read`s and
+//!   `write`s of a regular file's description (a read and a write starting
+//!   at one position would otherwise both move it, and the next write go
+//!   over the first one's tail); it nests outside the inode's data lock. A write that races
 //!   with an lseek keeps the lseek's position (as if the lseek came after),
 //!   so a SEEK_CUR racing with a write behaves like a SEEK_SET, which is also
 //!   what Linux's generic_file_llseek documents. `getdents` holds `pos_lock`

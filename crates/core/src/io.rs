@@ -13,8 +13,9 @@
 //!   memfs: inside one existing page, published by compare-and-exchange, so
 //!   such writers of one page still do not lose each other's bytes). Reads
 //!   take no lock: memfs's page store is read lock-free (`pages.rs`).
-//! - `File::pos_lock` (mutex) serialises position-using writes of one open
-//!   file description; order: `pos_lock` -> `data_lock` -> the inode's
+//! - `File::pos_lock` (mutex) serialises position-using reads and writes
+//!   (O_APPEND ones too) of one open regular file's description, as
+//!   Linux's `f_pos_lock`; order: `pos_lock` -> `data_lock` -> the inode's
 //!   orphan registration lock (`orphan.rs`) -> the orphan file's locks.
 //! - lseek on a regular file takes no lock (variant `Lockless`, seed 003):
 //!   SEEK_SET/SEEK_END are stores, SEEK_CUR an atomic update, SEEK_END reads
@@ -77,9 +78,14 @@ impl Task {
         Ok(f)
     }
 
-    /// `read(2)`. On a shared description the new position is published
-    /// with a compare-exchange; if another read, write or lseek moved it
-    /// meanwhile, the read is redone at the new position.
+    /// `read(2)`. A regular file's read holds the description's
+    /// `pos_lock`, as a write does (Linux's `f_pos_lock` for
+    /// FMODE_ATOMIC_POS files): a read and a write of one description
+    /// cannot both start at one position (the write would land where the
+    /// read had already moved past, and the next write over its tail). The
+    /// new position is published with a compare-exchange; if an lseek
+    /// (which takes no lock) moved it meanwhile, the read is redone at the
+    /// new position.
     pub fn read(&self, fd: i32, buf: &mut [u8]) -> VfsResult<usize> {
         let g = epoch::pin();
         let f = self.io_file(fd, &g)?;
@@ -88,6 +94,9 @@ impl Task {
         }
         let len = buf.len().min(MAX_RW_COUNT);
         let buf = &mut buf[..len];
+        // Not for FIFOs and the like, whose read may wait for a writer of
+        // the same description.
+        let _pl = (f.inode().file_type() == FileType::Regular).then(|| f.pos_lock.lock());
         loop {
             let pos = f.position();
             verify_area(pos, len)?;
@@ -190,8 +199,12 @@ impl Task {
         let regular = f.inode().file_type() == FileType::Regular;
         if f.is_append() {
             verify_area(0, buf.len())?;
+            // Under the position lock: two appends of one description
+            // publish their ends in the order they wrote (an unlocked
+            // store could move the position back).
+            let _pl = regular.then(|| f.pos_lock.lock());
             let (n, end) = file_write(f, None, buf, self.cred())?;
-            // Relaxed: the position is a value.
+            // Relaxed: the position is a value, stored under `pos_lock`.
             f.pos.store(end, Ordering::Relaxed);
             if n > 0 {
                 ch.inode(f.inode());

@@ -209,3 +209,56 @@ fn shared_description_reads_each_record_once() {
         });
     }
 }
+
+/// Reads and writes on one shared description (review, stop 48): a write
+/// of 16 bytes and a read of 8 that started at one position both moved it,
+/// the read's move won, and the next write went over the second half of
+/// the first. In any serial order the position only grows, so writes never
+/// overlap: every record written must be found whole.
+#[test]
+fn shared_description_reads_and_writes_do_not_overlap() {
+    let vfs = Vfs::new();
+    let t = vfs.root_task();
+    let fd = t.open("/rw", O_CREAT | O_RDWR, 0o644).unwrap();
+    // A long hole first: every read finds bytes and moves the position.
+    t.ftruncate(fd, 1 << 40).unwrap();
+    const PER: u64 = 20_000;
+    let done = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for w in 0..2u64 {
+            let (t, done) = (t.clone_thread(), &done);
+            s.spawn(move || {
+                for i in 0..PER {
+                    let id = (1 << 62) | (w << 32) | i;
+                    let mut rec = id.to_le_bytes().to_vec();
+                    rec.extend_from_slice(&(!id).to_le_bytes());
+                    assert_eq!(t.write(fd, &rec), Ok(16));
+                }
+                done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            });
+        }
+        for _ in 0..2 {
+            let (t, done) = (t.clone_thread(), &done);
+            s.spawn(move || {
+                let mut b = [0u8; 8];
+                while done.load(std::sync::atomic::Ordering::Relaxed) < 2 {
+                    t.read(fd, &mut b).unwrap();
+                }
+            });
+        }
+    });
+    // Every record lies below the final position.
+    let size = t.lseek(fd, 0, SEEK_CUR).unwrap() as usize;
+    let mut data = vec![0u8; size];
+    assert_eq!(t.pread(fd, &mut data, 0), Ok(size));
+    let mut found = 0u64;
+    for k in (0..size.saturating_sub(15)).step_by(8) {
+        let a = u64::from_le_bytes(data[k..k + 8].try_into().unwrap());
+        let b = u64::from_le_bytes(data[k + 8..k + 16].try_into().unwrap());
+        if a >> 62 == 1 && b == !a {
+            found += 1;
+        }
+    }
+    assert_eq!(found, 2 * PER, "records overwritten ({size} bytes)");
+    t.close(fd).unwrap();
+}
