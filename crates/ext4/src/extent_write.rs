@@ -1210,7 +1210,7 @@ impl Ext4 {
         if raw.flags & FL_EXTENTS == 0
             && (on_map == OnMap::Refuse
                 || raw.file_type_bits() != libc::S_IFREG
-                || !crate::fs::block_mapped(&raw, self.bs))
+                || !crate::fs::block_mapped(&raw, self.bs, self.has_ea_inode()))
         {
             return Err(errno(libc::EOPNOTSUPP));
         }
@@ -2828,7 +2828,8 @@ impl Ext4 {
                 return Ok(false);
             }
             let mut raw = self.read_inode(ino)?;
-            let mapped = raw.flags & FL_EXTENTS == 0 && crate::fs::block_mapped(&raw, self.bs);
+            let mapped = raw.flags & FL_EXTENTS == 0
+                && crate::fs::block_mapped(&raw, self.bs, self.has_ea_inode());
             if raw.flags & FL_EXTENTS == 0 && !mapped {
                 return Ok(false);
             }
@@ -2875,7 +2876,7 @@ impl Ext4 {
             return Ok(Release::Fits(Vec::new()));
         };
         if raw.flags & FL_EXTENTS == 0 {
-            if !crate::fs::block_mapped(raw, self.bs) {
+            if !crate::fs::block_mapped(raw, self.bs, self.has_ea_inode()) {
                 return Ok(Release::Fits(self.groups_of(std::iter::empty(), raw)));
             }
             // An ext2/3-style file: freed whole (`release_inode`) when it
@@ -2951,7 +2952,7 @@ impl Ext4 {
     pub(crate) fn check_orphan_map(&self, raw: &RawInode) -> Result<()> {
         if raw.flags & FL_EXTENTS != 0 {
             self.collect_extents(raw)?;
-        } else if crate::fs::block_mapped(raw, self.bs) {
+        } else if crate::fs::block_mapped(raw, self.bs, self.has_ea_inode()) {
             self.collect_block_map(raw)?;
         }
         Ok(())
@@ -2962,7 +2963,9 @@ impl Ext4 {
     /// (`ea_inode.rs`) and the inode itself (dtime set).
     pub(crate) fn release_inode(&self, mut raw: RawInode) -> Result<()> {
         let is_dir = raw.file_type_bits() == libc::S_IFDIR;
-        if raw.flags & FL_EXTENTS == 0 && crate::fs::block_mapped(&raw, self.bs) {
+        if raw.flags & FL_EXTENTS == 0
+            && crate::fs::block_mapped(&raw, self.bs, self.has_ea_inode())
+        {
             // An ext2/3-style file (an image that got the extent feature
             // later keeps its old files so): its data and map blocks.
             for b in self.collect_block_map(&raw)? {

@@ -2160,7 +2160,8 @@ impl Ext4 {
         let generation = raw.generation;
         let chattr = raw.flags & scalevfs::inode::FS_FL_SETTABLE;
         let acl_raw = (raw.ibody_xattrs || raw.file_acl != 0).then(|| raw.clone());
-        let mapped = raw.file_type_bits() == libc::S_IFREG && block_mapped(&raw, self.bs);
+        let mapped = raw.file_type_bits() == libc::S_IFREG
+            && block_mapped(&raw, self.bs, self.has_ea_inode());
         let inline_file =
             raw.file_type_bits() == libc::S_IFREG && raw.flags & inode::FL_INLINE_DATA != 0;
         let new = Arc::new(
@@ -2169,7 +2170,7 @@ impl Ext4 {
                 self.devno,
                 attr,
                 Box::new(Ext4Inode {
-                    link: fast_link(&raw, self.bs).map(Box::from),
+                    link: fast_link(&raw, self.bs, self.has_ea_inode()).map(Box::from),
                     raw: OMutex::new(Class::Ext4Raw, raw),
                     dir_lock: ORwLock::new(Class::Ext4Dir, ()),
                     data: ORwLock::new(Class::Ext4File, ()),
@@ -3348,7 +3349,7 @@ impl Ext4 {
         if len == 0 || len > 4096 {
             return Err(corrupt(what(), format!("length {len}")));
         }
-        if let Some(t) = fast_link(raw, self.bs) {
+        if let Some(t) = fast_link(raw, self.bs, self.has_ea_inode()) {
             return Ok(t.to_vec());
         }
         if raw.flags & inode::FL_INLINE_DATA != 0 {
@@ -3485,13 +3486,14 @@ pub(crate) enum Release {
 
 /// Whether `raw` (without the extents flag) maps blocks through `i_block`
 /// (ext2/3 style): a regular file, directory or slow symlink, not inline.
-/// Devices keep their number there, fast symlinks their target.
-pub(crate) fn block_mapped(raw: &RawInode, bs: usize) -> bool {
+/// Devices keep their number there, fast symlinks their target
+/// (`fast_link`; `ea_inode`: the filesystem has the ea_inode feature).
+pub(crate) fn block_mapped(raw: &RawInode, bs: usize, ea_inode: bool) -> bool {
     matches!(
         raw.file_type_bits(),
         libc::S_IFREG | libc::S_IFDIR | libc::S_IFLNK
     ) && raw.flags & (inode::FL_EXTENTS | inode::FL_INLINE_DATA) == 0
-        && fast_link(raw, bs).is_none()
+        && fast_link(raw, bs, ea_inode).is_none()
 }
 
 /// Whether the extent root in `raw`'s `i_block` maps nothing (a new
@@ -3502,15 +3504,28 @@ pub(crate) fn extent_root_empty(raw: &RawInode) -> bool {
 }
 
 /// The target of a fast symlink (stored in `i_block`), as the kernel's
-/// ext4_inode_is_fast_symlink decides: no data blocks besides an xattr block.
-fn fast_link(raw: &RawInode, bs: usize) -> Option<&[u8]> {
-    let ea = if raw.file_acl != 0 {
-        bs as u64 / 512
-    } else {
-        0
-    };
-    if raw.file_type_bits() != libc::S_IFLNK || raw.blocks != ea || raw.size >= 60 {
+/// ext4_inode_is_fast_symlink decides: no data blocks besides an xattr
+/// block; with the ea_inode feature, by its size alone (1 to 59 bytes),
+/// since `i_blocks` there also counts the value inodes' blocks its
+/// attributes hold (a symlink with a large attribute would otherwise be
+/// taken for a slow one, and its target's bytes for block numbers).
+fn fast_link(raw: &RawInode, bs: usize, ea_inode: bool) -> Option<&[u8]> {
+    if raw.file_type_bits() != libc::S_IFLNK || raw.size >= 60 {
         return None;
+    }
+    if ea_inode {
+        if raw.size == 0 || raw.flags & inode::FL_INLINE_DATA != 0 {
+            return None;
+        }
+    } else {
+        let ea = if raw.file_acl != 0 {
+            bs as u64 / 512
+        } else {
+            0
+        };
+        if raw.blocks != ea {
+            return None;
+        }
     }
     raw.block.get(..raw.size as usize)
 }

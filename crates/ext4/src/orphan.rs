@@ -271,7 +271,8 @@ impl Ext4 {
                         done = Some(true);
                     } else if raw.links_count > 0
                         && raw.file_type_bits() == libc::S_IFREG
-                        && (raw.flags & FL_EXTENTS != 0 || crate::fs::block_mapped(&raw, self.bs))
+                        && (raw.flags & FL_EXTENTS != 0
+                            || crate::fs::block_mapped(&raw, self.bs, self.has_ea_inode()))
                     {
                         self.check(self.finish_truncate(&mut raw))?;
                         self.write_inode(&raw, false)?;

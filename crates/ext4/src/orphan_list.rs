@@ -308,8 +308,8 @@ impl Ext4 {
                         done = Some(true);
                     } else {
                         let is_reg = raw.file_type_bits() == libc::S_IFREG;
-                        let mapped =
-                            raw.flags & FL_EXTENTS != 0 || crate::fs::block_mapped(&raw, self.bs);
+                        let mapped = raw.flags & FL_EXTENTS != 0
+                            || crate::fs::block_mapped(&raw, self.bs, self.has_ea_inode());
                         if is_reg && mapped {
                             self.check(self.finish_truncate(&mut raw))?;
                         }

@@ -580,7 +580,7 @@ impl Ext4 {
             // An ext3-style directory keeps its block map, as in the
             // kernel's ext4: the new block (and any indirect block it
             // needs) hooked into it.
-            if !crate::fs::block_mapped(draw, self.bs) {
+            if !crate::fs::block_mapped(draw, self.bs, self.has_ea_inode()) {
                 return Err(errno(libc::EOPNOTSUPP));
             }
             let nblk = self.dir_blocks(draw)?;
@@ -1125,7 +1125,7 @@ impl Ext4 {
                 raw.blocks = 0;
                 if raw.flags & FL_EXTENTS != 0 {
                     raw.block = empty_extent_root();
-                } else if crate::fs::block_mapped(&raw, self.bs) {
+                } else if crate::fs::block_mapped(&raw, self.bs, self.has_ea_inode()) {
                     raw.block = [0; I_BLOCK_LEN];
                 }
                 let _ = self.write_inode(&raw, false);

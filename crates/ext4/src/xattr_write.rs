@@ -511,6 +511,15 @@ impl Ext4 {
                         e.hash = hash;
                     }
                 }
+                // The value inode the entry already named (the same value
+                // set again, or one another name shares): the entry and
+                // everything else are as stored, so the user just counted
+                // is one too many (the kernel counts the new one up and
+                // the old one down). Nothing else to write.
+                let old_block = st.block.as_ref().map_or(&[][..], |(_, b)| &b[..]);
+                if body == st.body && block == old_block {
+                    return self.ea_inode_put(ino).map_err(|e| self.stop_writes(e));
+                }
             }
         } else {
             body.retain(|e| !same(e, index, suffix));
