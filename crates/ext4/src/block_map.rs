@@ -55,6 +55,7 @@ impl Ext4 {
             if b < first || b >= self.sb.blocks_count {
                 return Err(corrupt(what(), format!("block pointer {p}")));
             }
+            self.check_not_meta(raw.ino, b, 1)?;
             if !seen.insert(b) {
                 return Err(corrupt(what(), format!("block {p} mapped twice")));
             }
@@ -134,6 +135,7 @@ impl Ext4 {
             if b < first || b >= self.sb.blocks_count || chain.contains(&b) {
                 return Err(corrupt(what(), format!("block pointer {p}")));
             }
+            self.check_not_meta(raw.ino, b, 1)?;
             chain.push(b);
             self.read_block(b, &mut buf)?;
             p = crate::format::le32(&buf, idx * 4);

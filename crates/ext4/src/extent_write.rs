@@ -498,6 +498,7 @@ impl Ext4 {
         let fs_blocks = self.sb.blocks_count;
         let seed = self.sb.has_metadata_csum().then_some(raw.csum_seed);
         let mut node = extent::parse_node(&raw.block, &what, None, None, fs_blocks)?;
+        self.check_node_not_meta(raw.ino, &node)?;
         let (mut lo, mut hi) = (0u64, 1u64 << 32);
         let mut at = None;
         let mut path = Vec::new();
@@ -549,6 +550,7 @@ impl Ext4 {
                         let ends = [0, n.saturating_sub(1)].map(|k| extent::extent_at(&buf, k));
                         for e in ex.iter().chain(ends.iter().take(if n > 0 { 2 } else { 0 })) {
                             extent::check_extent(e, &w, fs_blocks)?;
+                            self.check_not_meta(raw.ino, e.start, u64::from(e.len))?;
                             if u64::from(e.block) < lo || u64::from(e.block) + u64::from(e.len) > hi
                             {
                                 return Err(corrupt(what(), "an extent outside its index range"));
@@ -581,6 +583,7 @@ impl Ext4 {
                     // here, where every entry is decoded anyway).
                     let check = seed.filter(|_| !r.verified);
                     let next = extent::parse_node(&buf, &w, Some(h.depth - 1), check, fs_blocks)?;
+                    self.check_node_not_meta(raw.ino, &next)?;
                     if !r.verified {
                         self.verified_meta(&r);
                     }
@@ -981,13 +984,20 @@ impl Ext4 {
         }
     }
 
-    /// The extent list of `raw` and the tree blocks holding it.
+    /// The extent list of `raw` and the tree blocks holding it. Each tree
+    /// block is read once (one named twice is corruption: a few blocks
+    /// naming each other could otherwise stand for billions of extents),
+    /// and the extents must come in order as they are gathered, so what
+    /// this holds is bounded by the tree's real blocks.
     pub(crate) fn collect_extents(&self, raw: &RawInode) -> Result<(Vec<Extent>, Vec<u64>)> {
         let what = || format!("inode {}", raw.ino);
         let fs_blocks = self.sb.blocks_count;
         let seed = self.sb.has_metadata_csum().then_some(raw.csum_seed);
-        let mut ex = Vec::new();
+        let mut ex: Vec<Extent> = Vec::new();
         let mut tree = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        // The end of the last extent gathered.
+        let mut end = 0u64;
         // (node bytes, depth expected): the root first.
         let root = extent::parse_node(&raw.block, &what, None, None, fs_blocks)?;
         let mut stack = vec![root];
@@ -998,7 +1008,14 @@ impl Ext4 {
                     if ex.len() + v.len() > fs_blocks as usize {
                         return Err(corrupt(what(), "more extents than blocks"));
                     }
-                    ex.extend(v);
+                    for x in v {
+                        if u64::from(x.block) < end {
+                            return Err(corrupt(what(), "extents overlap or out of order"));
+                        }
+                        end = u64::from(x.block) + u64::from(x.len);
+                        self.check_not_meta(raw.ino, x.start, u64::from(x.len))?;
+                        ex.push(x);
+                    }
                 }
                 ExtNode::Index(h, v) => {
                     // Children pushed in reverse so they pop in order.
@@ -1006,6 +1023,13 @@ impl Ext4 {
                         if tree.len() as u64 >= fs_blocks {
                             return Err(corrupt(what(), "extent tree larger than the fs"));
                         }
+                        if !seen.insert(ix.leaf) {
+                            return Err(corrupt(
+                                what(),
+                                format!("extent block {} named twice", ix.leaf),
+                            ));
+                        }
+                        self.check_not_meta(raw.ino, ix.leaf, 1)?;
                         tree.push(ix.leaf);
                         let r = self.read_meta(ix.leaf, &mut buf)?;
                         let w = || format!("inode {} extent block {}", raw.ino, ix.leaf);
@@ -1023,12 +1047,6 @@ impl Ext4 {
                     }
                 }
             }
-        }
-        if ex
-            .windows(2)
-            .any(|w| u64::from(w[0].block) + u64::from(w[0].len) > u64::from(w[1].block))
-        {
-            return Err(corrupt(what(), "extents overlap or out of order"));
         }
         Ok((ex, tree))
     }

@@ -2277,12 +2277,55 @@ impl Ext4 {
         (blocks << bits).min(i64::MAX as u64)
     }
 
-    /// Where logical block `lblk` of `raw` lives.
+    /// Where logical block `lblk` of `raw` lives. Data that would lie in
+    /// the filesystem's metadata is EFSCORRUPTED (`check_not_meta`).
     pub fn map_block(&self, raw: &RawInode, lblk: u32) -> Result<Mapping> {
-        if raw.flags & inode::FL_EXTENTS != 0 {
-            self.map_extent(raw, lblk)
+        let m = if raw.flags & inode::FL_EXTENTS != 0 {
+            self.map_extent(raw, lblk)?
         } else {
-            self.map_indirect(raw, lblk)
+            self.map_indirect(raw, lblk)?
+        };
+        if let Mapping::Data { pblk, count, .. } = m {
+            self.check_not_meta(raw.ino, pblk, count)?;
+        }
+        Ok(m)
+    }
+
+    /// EFSCORRUPTED where blocks `[start, start + len)`, which inode `ino`
+    /// names as data or as blocks of its tree or map, overlap the
+    /// filesystem's metadata (`MetaZone`: superblocks, descriptors,
+    /// bitmaps, inode tables, the journal), as the kernel's
+    /// `ext4_inode_block_valid`: a write there would go over an inode
+    /// table or a bitmap, a free would hand the block out again. The
+    /// journal's and the resize inode's own blocks are theirs.
+    pub(crate) fn check_not_meta(&self, ino: u32, start: u64, len: u64) -> Result<()> {
+        /// The resize inode's number (EXT2_RESIZE_INO).
+        const RESIZE_INO: u32 = 7;
+        if ino == RESIZE_INO || (ino == self.sb.journal_inum && ino != 0) {
+            return Ok(());
+        }
+        if self
+            .meta_zone()?
+            .overlaps(start, start.saturating_add(len.max(1)))
+        {
+            return Err(corrupt(
+                format!("inode {ino}"),
+                format!("blocks {start}+{len} overlap the filesystem's metadata"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// `check_not_meta` for every block extent node `node` of inode `ino`
+    /// names (its extents, or its children).
+    pub(crate) fn check_node_not_meta(&self, ino: u32, node: &extent::Node) -> Result<()> {
+        match node {
+            extent::Node::Index(_, v) => v
+                .iter()
+                .try_for_each(|ix| self.check_not_meta(ino, ix.leaf, 1)),
+            extent::Node::Leaf(_, v) => v
+                .iter()
+                .try_for_each(|x| self.check_not_meta(ino, x.start, u64::from(x.len))),
         }
     }
 

@@ -32,8 +32,13 @@ impl MetaZone {
 
     /// Whether `blk` is a metadata block.
     pub(crate) fn contains(&self, blk: u64) -> bool {
-        let i = self.ranges.partition_point(|r| r.1 <= blk);
-        self.ranges.get(i).is_some_and(|r| r.0 <= blk)
+        self.overlaps(blk, blk.saturating_add(1))
+    }
+
+    /// Whether any block of `[start, end)` is a metadata block.
+    pub(crate) fn overlaps(&self, start: u64, end: u64) -> bool {
+        let i = self.ranges.partition_point(|r| r.1 <= start);
+        self.ranges.get(i).is_some_and(|r| r.0 < end)
     }
 }
 
@@ -52,5 +57,17 @@ mod tests {
             assert!(!z.contains(b), "{b}");
         }
         assert!(!MetaZone::default().contains(0));
+        // Ranges: a start inside, an end inside, one around, none.
+        for (a, b, want) in [
+            (0, 1, true),
+            (2, 10, false),
+            (2, 11, true),
+            (21, 30, true),
+            (22, 30, false),
+            (5, 40, true),
+            (31, u64::MAX, false),
+        ] {
+            assert_eq!(z.overlaps(a, b), want, "[{a}, {b})");
+        }
     }
 }

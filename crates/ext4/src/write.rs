@@ -419,6 +419,7 @@ impl Ext4 {
         }
         let what = || format!("inode {}", raw.ino);
         let node = extent::parse_node(&raw.block, &what, None, None, self.sb.blocks_count)?;
+        self.check_node_not_meta(raw.ino, &node)?;
         let ExtNode::Leaf(_, mut ex) = node else {
             return Err(errno(libc::EOPNOTSUPP));
         };
@@ -592,6 +593,18 @@ impl Ext4 {
         let pblk = self.alloc_block(last + 1)?;
         let grown = (|| -> Result<()> {
             let (mut ex, tree) = self.collect_extents(draw)?;
+            // The block past the size must be a hole (a size short of
+            // the mapped blocks would otherwise get an overlapping extent).
+            let at = u64::from(nblk);
+            if ex
+                .iter()
+                .any(|e| u64::from(e.block) <= at && at < u64::from(e.block) + u64::from(e.len))
+            {
+                return Err(corrupt(
+                    format!("directory inode {}", draw.ino),
+                    format!("block {nblk} past its size is mapped"),
+                ));
+            }
             crate::extent_write::insert_extent(
                 &mut ex,
                 extent::Extent {

@@ -205,7 +205,7 @@ impl Ext4 {
     /// The filesystem's metadata blocks ([`MetaZone`]), built at the first
     /// call (a failure, a journal inode that cannot be mapped, is returned
     /// and the next call tries again).
-    fn meta_zone(&self) -> Result<&MetaZone> {
+    pub(crate) fn meta_zone(&self) -> Result<&MetaZone> {
         if let Some(z) = self.meta_zone.get() {
             return Ok(z);
         }
