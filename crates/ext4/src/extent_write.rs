@@ -643,7 +643,32 @@ impl Ext4 {
     /// else (a tree whose keys do not match its nodes, no room for more
     /// depth) by rewriting the whole tree with the leaf's old extents
     /// replaced.
-    fn store_leaf(&self, raw: &mut RawInode, mut l: LeafAt, mut ex: Vec<Extent>) -> Result<()> {
+    fn store_leaf(&self, raw: &mut RawInode, l: LeafAt, ex: Vec<Extent>) -> Result<()> {
+        let r = self.store_leaf_inner(raw, l, ex);
+        self.stop_unless_enospc(r)
+    }
+
+    /// A tree change that failed: ENOSPC comes before anything changed
+    /// (every block is allocated first); any other error (a parent index
+    /// block that cannot be read back, say) may come after a leaf or a
+    /// node was rewritten in the buffer cache, so writes stop and the
+    /// half-made tree never commits (`stop_writes`), whichever path asked.
+    fn stop_unless_enospc(&self, r: Result<()>) -> Result<()> {
+        r.map_err(|e| {
+            if e.errno() == scalevfs::Errno::ENOSPC {
+                e
+            } else {
+                self.stop_writes(e)
+            }
+        })
+    }
+
+    fn store_leaf_inner(
+        &self,
+        raw: &mut RawInode,
+        mut l: LeafAt,
+        mut ex: Vec<Extent>,
+    ) -> Result<()> {
         let per = extent::entries_per_block(self.bs);
         let first = |v: &[Extent]| v.first().map(|e| e.block);
         let one_leaf = l.path.len() == 1 && l.path[0].ix.len() == 1;
@@ -1103,6 +1128,11 @@ impl Ext4 {
         ex: &[Extent],
         old: &[u64],
     ) -> Result<()> {
+        let r = self.rebuild_tree_inner(raw, ex, old);
+        self.stop_unless_enospc(r)
+    }
+
+    fn rebuild_tree_inner(&self, raw: &mut RawInode, ex: &[Extent], old: &[u64]) -> Result<()> {
         self.check_tree_rewrite(ex.len(), old.len())?;
         let per = extent::entries_per_block(self.bs);
         let seed = raw.csum_seed;
@@ -1908,10 +1938,21 @@ impl Ext4 {
         }
         // With a budget, a range that empties leaves goes the whole-tree
         // way, whose steps reach further (each step of the callers reads
-        // the whole list anyway); in one handle, leaf by leaf.
-        let leaf = self
-            .descend(raw, to - 1, (from, to - 1))?
-            .filter(|l| budget.is_none() || l.holds_outside(from.max(l.lo), to));
+        // the whole list anyway), where the tree's rewrite fits one
+        // transaction; a larger tree (a small log, tens of thousands of
+        // extents) goes leaf by leaf, as in one handle, or a truncate to 0
+        // or an unlink of it failed with ENOSPC at every step.
+        let leaf = match self.descend(raw, to - 1, (from, to - 1))? {
+            Some(l) if budget.is_some() && !l.holds_outside(from.max(l.lo), to) => {
+                let (ex, tree) = self.collect_extents(raw)?;
+                if self.tree_rewrite_fits(ex.len(), tree.len()) {
+                    None
+                } else {
+                    Some(l)
+                }
+            }
+            l => l,
+        };
         let (mut ex, tree, tree_len) = self.extents_of(raw, &leaf)?;
         let from = leaf.as_ref().map_or(from, |l| from.max(l.lo));
         let cut = budget.map_or(from, |b| self.tail_cut(&ex, tree_len, from, to, b));
@@ -2805,9 +2846,13 @@ impl Ext4 {
                 ix[p.at].block = new;
                 match p.block {
                     Some(b) => {
+                        // The leaf (or a lower node) has its new keys
+                        // already: a failure here leaves keys that no
+                        // longer match their first extents.
                         self.store_node(b, true, seed, |d| {
                             extent::encode_index(d, per, p.depth, &ix);
-                        })?;
+                        })
+                        .map_err(|e| self.stop_writes(e))?;
                     }
                     None => {
                         let gen = raw.block[8..12].to_vec();

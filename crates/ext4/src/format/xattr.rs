@@ -32,18 +32,18 @@ pub const ENTRY_LEN: usize = 16;
 pub const VALUE_MAX: u32 = 65536;
 
 /// The prefix of name index `i` (e2fsprogs' and the kernel's table);
-/// `None` for an index nobody defines (such entries are not shown, as
-/// Linux shows none without a handler).
+/// `None` for an index Linux's ext4 has no handler for (such entries are
+/// not shown, as Linux shows none): 0 (no prefix: an entry whose stored
+/// name is "user.x" must not answer for `user.x`) and 8 (richacl, never
+/// merged) among them.
 pub fn prefix(i: u8) -> Option<&'static [u8]> {
     Some(match i {
-        0 => b"",
         1 => b"user.",
         2 => b"system.posix_acl_access",
         3 => b"system.posix_acl_default",
         4 => b"trusted.",
         6 => b"security.",
         7 => b"system.",
-        8 => b"system.richacl",
         _ => return None,
     })
 }
@@ -674,6 +674,30 @@ mod tests {
             parse_block(&c, 8, Some(99)).is_err(),
             "the block number is in the sum"
         );
+    }
+
+    #[test]
+    fn entries_without_a_linux_handler_are_not_shown() {
+        // Index 0 with the stored name "user.x", index 8 (richacl) and an
+        // undefined 5, beside a plain user.k: only user.k is shown.
+        let mut b = vec![0u8; 1024];
+        b[0..4].copy_from_slice(&XATTR_MAGIC.to_le_bytes());
+        b[4..8].copy_from_slice(&1u32.to_le_bytes());
+        b[8..12].copy_from_slice(&1u32.to_le_bytes());
+        let mut pos = 32;
+        for (k, (name, index)) in [(&b"k"[..], 1u8), (b"user.x", 0), (b"r", 8), (b"u", 5)]
+            .into_iter()
+            .enumerate()
+        {
+            let offs = 1000 - 8 * k as u16;
+            let e = entry(name, index, offs, 1, entry_hash(name, b"v", false));
+            b[pos..pos + e.len()].copy_from_slice(&e);
+            pos += e.len();
+            b[usize::from(offs)] = b'v';
+        }
+        let e = parse_block(&b, 7, None).unwrap();
+        let names: Vec<&[u8]> = e.iter().map(|e| &e.name[..]).collect();
+        assert_eq!(names, [&b"user.k"[..]]);
     }
 
     /// A block of `entries` (name, offset, value bytes written there):
