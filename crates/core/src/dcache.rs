@@ -854,12 +854,24 @@ fn free_dentry(d: *mut Dentry) {
         let _ = p;
         return;
     }
+    // The dentry of a removed file may hold the last count of its inode,
+    // and with it the file's data (`limbo::retire_heavy`).
+    let heavy = dent.inode().is_some_and(|i| {
+        let a = i.attr();
+        a.nlink == 0 && a.blocks > 0
+    });
     // SAFETY: d came from Box::into_raw in `alloc`, is unreachable, and is
     // freed exactly once (only the thread that marked it dead gets here);
     // `retire` waits for pinned readers. Freed by this thread at its next
     // system call when it can (limbo.rs: a free by the other core costs
     // line transfers).
-    unsafe { crate::limbo::retire(drop_dentry, p.0 as *mut ()) };
+    unsafe {
+        if heavy {
+            crate::limbo::retire_heavy(drop_dentry, p.0 as *mut ())
+        } else {
+            crate::limbo::retire(drop_dentry, p.0 as *mut ())
+        }
+    };
 }
 
 /// The deferred half of `free_dentry`.

@@ -901,10 +901,19 @@ fn release_slot(old: Shared<'_, Arc<File>>, g: &Guard) {
             unsafe { g.defer_destroy(old) };
             return;
         }
+        // A removed file's description, maybe the last holder of its data.
+        let a = f.inode().attr();
+        let heavy = a.nlink == 0 && a.blocks > 0;
         // SAFETY: unreachable from the table now; `retire` waits for pinned
         // readers, then `drop_slot_file` frees the box once. Freed by this
         // thread at its next system call when it can (limbo.rs).
-        unsafe { crate::limbo::retire(drop_slot_file, old.as_raw() as *mut ()) };
+        unsafe {
+            if heavy {
+                crate::limbo::retire_heavy(drop_slot_file, old.as_raw() as *mut ())
+            } else {
+                crate::limbo::retire(drop_slot_file, old.as_raw() as *mut ())
+            }
+        };
     }
 }
 

@@ -454,6 +454,12 @@ impl Task {
 
     fn fallocate_once(&self, fd: i32, mode: u32, off: i64, len: i64) -> VfsResult<()> {
         use crate::fstype::RangeOp;
+        // Reported when this drops, after `_w` (and with `g` unpinned).
+        let mut ch = self.changes();
+        let g = epoch::pin();
+        // A bad fd first (ksys_fallocate's fdget), then vfs_fallocate's
+        // argument checks, then the access mode.
+        let f = self.io_file(fd, &g)?;
         if off < 0 || len <= 0 {
             return Err(Errno::EINVAL);
         }
@@ -470,10 +476,6 @@ impl Task {
             }
             _ => return Err(Errno::EOPNOTSUPP),
         }
-        // Reported when this drops, after `_w` (and with `g` unpinned).
-        let mut ch = self.changes();
-        let g = epoch::pin();
-        let f = self.io_file(fd, &g)?;
         if !f.can_write() {
             return Err(Errno::EBADF);
         }

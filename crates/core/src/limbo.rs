@@ -137,6 +137,21 @@ impl Batch {
         }
     }
 
+    /// The owner takes the batch's frees back, whatever its grace period
+    /// (to defer them again, later: `retire_heavy`); none when a thief or
+    /// an exit took them already.
+    pub(crate) fn take_items(&self) -> Vec<Item> {
+        if !(self.take_from(PENDING) || self.take_from(READY)) {
+            return Vec::new();
+        }
+        // SAFETY: this thread moved the state to TAKEN (exclusive access).
+        #[cfg(not(loom))]
+        let items = std::mem::take(unsafe { &mut *self.items.get() });
+        #[cfg(loom)]
+        let items = self.items.with_mut(|p| std::mem::take(unsafe { &mut *p }));
+        items
+    }
+
     /// A grace period after READY: free it if the owner has not.
     pub(crate) fn steal(&self) {
         if self.take_from(READY) {
@@ -286,6 +301,8 @@ thread_local! {
     /// the collection it may run). Const, no destructor: usable while the
     /// thread exits.
     static PINNING: Cell<bool> = const { Cell::new(false) };
+    /// A heavy object was retired in this system call (`retire_heavy`).
+    static FLUSH_DUE: Cell<bool> = const { Cell::new(false) };
     /// Deferrals asked for under `Pin::Nested`, newest first.
     static LATER: Cell<*mut Later> = const { Cell::new(std::ptr::null_mut()) };
 }
@@ -408,6 +425,65 @@ pub(crate) unsafe fn retire(free: unsafe fn(*mut ()), ptr: *mut ()) {
         let g = pin();
         // SAFETY: as this function's contract.
         unsafe { g.defer_unchecked(move || (item.free)(item.ptr)) };
+    }
+}
+
+/// `retire` for an object whose free may give space back (the last count
+/// of a removed file's inode that holds data, or the description or
+/// dentry that holds it). It and everything this thread still holds (its
+/// open batch and the sealed batches it has not freed: a description
+/// closed just before the unlink holds the same inode) leave the
+/// thread's batches for one crossbeam deferral of their own, handed to
+/// the global queue at the end of the system call (`flush_if_due`),
+/// where any thread's collection frees them after a grace period
+/// (another's wait for space among them). In the batches they waited for
+/// this thread to retire 31 more objects or to call again: a thread that
+/// removed a large file and then only read, or parked, kept its space
+/// from every other thread, which could only wait (`statfs` still counted
+/// it; a write got ENOSPC). tmpfs gives the space back at the unlink or
+/// last close. The cross-thread frees the batches avoid cost nothing that
+/// matters here: such removals are rare.
+///
+/// # Safety
+/// As `retire`.
+pub(crate) unsafe fn retire_heavy(free: unsafe fn(*mut ()), ptr: *mut ()) {
+    let mut items = Vec::new();
+    let _ = LIMBO.try_with(|l| {
+        if let Ok(mut l) = l.try_borrow_mut() {
+            items.append(&mut l.open);
+            for b in l.sealed.drain(..) {
+                items.extend(b.take_items());
+            }
+        }
+    });
+    items.push(Item { free, ptr });
+    let g = pin();
+    // SAFETY: each item was unreachable before this thread pinned here
+    // (`retire`'s contract, and this one's), so freeing them all after
+    // the grace period this deferral waits for is sound; taken out of
+    // their batches (`take_items`), they are freed here only.
+    unsafe {
+        g.defer_unchecked(move || {
+            for it in items {
+                (it.free)(it.ptr);
+            }
+        })
+    };
+    let _ = FLUSH_DUE.try_with(|f| f.set(true));
+}
+
+/// At the end of a system call that retired a heavy object
+/// (`retire_heavy`), unpinned and holding no lock of the core: hand this
+/// thread's deferrals to the global queue (one push and a collection,
+/// only after such a removal). A free run by that collection may retire
+/// another heavy object (a description's drop puts its dentry), whose
+/// deferral is handed over the same way, a few rounds at most.
+pub(crate) fn flush_if_due() {
+    for _ in 0..4 {
+        if crossbeam_epoch::is_pinned() || FLUSH_DUE.try_with(|f| f.replace(false)) != Ok(true) {
+            return;
+        }
+        crossbeam_epoch::pin().flush();
     }
 }
 

@@ -319,8 +319,9 @@ impl InodeCell {
     }
 
     /// Take the count out (the entry is out of the index) and drop it
-    /// after a grace period, on this thread when it can.
-    fn detach(&self) {
+    /// after a grace period, on this thread when it can; `last`: the
+    /// inode's last name went (`remove_entry`).
+    fn detach(&self, last: bool) {
         if cfg!(loom) {
             // Loom's threads share std's thread-locals (limbo.rs): the
             // count stays with the node.
@@ -330,9 +331,18 @@ impl InodeCell {
         // drop).
         let p = self.0.swap(ptr::null_mut(), Ordering::AcqRel);
         if !p.is_null() {
+            // SAFETY: `p` is a strong count we hold (taken out above).
+            let heavy = last && unsafe { &*p }.attr().blocks > 0;
             // SAFETY: `p` is this cell's count, now ours alone; `retire`
             // waits for readers pinned in `with`.
-            unsafe { crate::limbo::retire(drop_inode_count, p as *mut ()) };
+            unsafe {
+                if heavy {
+                    // Its last name: maybe its last count, holding data.
+                    crate::limbo::retire_heavy(drop_inode_count, p as *mut ())
+                } else {
+                    crate::limbo::retire(drop_inode_count, p as *mut ())
+                }
+            };
         }
     }
 }
@@ -994,14 +1004,17 @@ impl MemFs {
     /// Remove the entry `name` (see `insert_entry`) and return its cookie;
     /// None if absent. Its count on the inode leaves with this thread
     /// (`InodeCell::detach`).
-    fn remove_entry(&self, d: &MemDir, name: &[u8]) -> Option<u64> {
+    /// `last`: the name is the inode's last (an unlink or a replacing
+    /// rename is taking it): its count may then be the one holding the
+    /// file's data.
+    fn remove_entry(&self, d: &MemDir, name: &[u8], last: bool) -> Option<u64> {
         let e = d.remove_name(name)?;
         let slot = e.value();
         d.trace(true, Some((name, slot.cookie)));
         if let Some(l) = d.by_cookie.get(cookie_shard(slot.cookie)) {
             l.remove(&slot.cookie);
         }
-        slot.inode.detach();
+        slot.inode.detach(last);
         Some(slot.cookie)
     }
 }
@@ -1184,7 +1197,8 @@ impl Filesystem for MemFs {
 
     fn unlink(&self, d: &Arc<Inode>, name: &[u8], inode: &Arc<Inode>) -> VfsResult<()> {
         let md = dir(d)?;
-        self.remove_entry(md, name).ok_or(Errno::ENOENT)?;
+        let last = inode.attr().nlink <= 1;
+        self.remove_entry(md, name, last).ok_or(Errno::ENOENT)?;
         let now = Timespec::now();
         let more = inode.update_attr(|a| {
             a.nlink = a.nlink.saturating_sub(1);
@@ -1205,7 +1219,7 @@ impl Filesystem for MemFs {
         if !dir(inode)?.by_name.is_empty() {
             return Err(Errno::ENOTEMPTY);
         }
-        let cookie = self.remove_entry(md, name).ok_or(Errno::ENOENT)?;
+        let cookie = self.remove_entry(md, name, true).ok_or(Errno::ENOENT)?;
         let now = Timespec::now();
         inode.update_attr(|a| {
             a.nlink = 0;
@@ -1264,7 +1278,8 @@ impl Filesystem for MemFs {
                 if r.is_dir() && !dir(r)?.by_name.is_empty() {
                     return Err(Errno::ENOTEMPTY);
                 }
-                let gone = self.remove_entry(nd, new_name);
+                let last = r.is_dir() || r.attr().nlink <= 1;
+                let gone = self.remove_entry(nd, new_name, last);
                 let more = r.update_attr(|a| {
                     a.nlink = if r.is_dir() {
                         0
@@ -1283,7 +1298,7 @@ impl Filesystem for MemFs {
                 }
             }
             if cross {
-                let old = self.remove_entry(od, old_name);
+                let old = self.remove_entry(od, old_name, false);
                 let new = self.insert_entry(nd, new_name, moved.clone());
                 if moved.is_dir() {
                     if let Ok(md) = dir(moved) {

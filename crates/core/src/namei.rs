@@ -658,7 +658,9 @@ impl Task {
         }
         let path = as_bytes(path);
         let rmdir = flags & AT_REMOVEDIR != 0;
-        redo_counted(|counted| self.unlink_walked(dirfd, path, rmdir, counted))
+        let r = redo_counted(|counted| self.unlink_walked(dirfd, path, rmdir, counted));
+        crate::limbo::flush_if_due();
+        r
     }
 
     /// `unlinkat` after its flag checks, with the parent walked counted or
@@ -758,7 +760,12 @@ impl Task {
         // character device 0:0 with no permission bits owned by the caller,
         // as tmpfs makes it. No CAP_MKNOD needed (Linux 5.8 and later).
         let (old, new) = (as_bytes(old), as_bytes(new));
-        redo_counted(|counted| self.rename_walked(olddirfd, old, newdirfd, new, flags, counted))
+        let r = redo_counted(|counted| {
+            self.rename_walked(olddirfd, old, newdirfd, new, flags, counted)
+        });
+        // A file the rename replaced may have given its data up.
+        crate::limbo::flush_if_due();
+        r
     }
 
     /// `renameat2` after its flag checks, with the parents walked counted

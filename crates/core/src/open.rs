@@ -408,7 +408,9 @@ impl Task {
     pub fn close(&self, fd: i32) -> VfsResult<()> {
         // This thread's deferred frees that are due (limbo.rs).
         crate::limbo::poll();
-        self.files.close(fd)
+        let r = self.files.close(fd);
+        crate::limbo::flush_if_due();
+        r
     }
 
     /// `dup(2)`.

@@ -1246,26 +1246,41 @@ impl FileData {
             return Err(Errno::EINVAL);
         }
         let size = inode.attr().size;
-        if off >= size {
-            return Err(Errno::EINVAL);
-        }
+        // In ext4_insert_range's order: the size limit, then the offset.
         if len > max.saturating_sub(size) {
             return Err(Errno::EFBIG);
+        }
+        if off >= size {
+            return Err(Errno::EINVAL);
         }
         let g = epoch::pin();
         let (lo, k) = (off / p, len / p);
         let eof_page = size / p;
         // Pages to move, highest first, with the replacements of those at or
         // past the old EOF page (bounded by the pages the file has).
-        let mut moves = Vec::new();
+        let mut moves: Vec<(u64, Page<'_>, Option<Page<'static>>)> = Vec::new();
         let mut from = lo;
         while let Some((idx, pg)) = self.next_present(from, &g) {
             let np = if idx < eof_page {
                 None
-            } else if pg.is_written() {
-                Some(pg.copy().ok_or(Errno::ENOMEM)?)
             } else {
-                Some(Page::new(false).ok_or(Errno::ENOMEM)?)
+                let np = if pg.is_written() {
+                    pg.copy()
+                } else {
+                    Page::new(false)
+                };
+                let Some(np) = np else {
+                    // The copies made so far were never published: freed
+                    // (after a grace period, as any page).
+                    for (_, _, np) in moves {
+                        if let Some(np) = np {
+                            // SAFETY: unpublished, reachable by no one.
+                            unsafe { np.retire(&g) };
+                        }
+                    }
+                    return Err(Errno::ENOMEM);
+                };
+                Some(np)
             };
             moves.push((idx, pg, np));
             match idx.checked_add(1) {

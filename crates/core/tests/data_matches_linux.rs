@@ -713,6 +713,9 @@ fn data_io(s: &dyn Sys, l: &mut Log) {
     l.any("fstat bad", s.fstat(99));
     l.r("fcntl bad", s.fcntl(99, F_GETFL, 0));
     l.r("fallocate bad", s.fallocate(99, 0, 0, 1));
+    // A bad fd is EBADF before the arguments are looked at.
+    l.r("fallocate bad fd bad range", s.fallocate(99, 0, -1, 0));
+    l.r("fallocate bad fd bad mode", s.fallocate(99, 0x4000, 0, 1));
     l.r("ftruncate bad", s.ftruncate(99, 0));
 }
 
