@@ -628,6 +628,26 @@ fn limbo_grace_vs_owner_exit() {
     });
 }
 
+/// `retire_heavy`: the owner takes a batch's frees back (to defer them
+/// again) while its grace-period deferral and steal run: the frees run
+/// exactly once, by whichever side won.
+#[test]
+fn limbo_grace_and_steal_vs_owner_take_items() {
+    use scalevfs_sync::primitive::{AtomicUsize, Ordering};
+    model(3, || {
+        let counter = Arc::new(AtomicUsize::new(0));
+        let b = limbo_batch(&counter);
+        let grace = limbo_grace(&b);
+        for it in b.take_items() {
+            // SAFETY: the model's own free (`limbo_batch`), taken once.
+            unsafe { (it.free)(it.ptr) };
+        }
+        grace.join().unwrap();
+        let n = counter.load(Ordering::SeqCst);
+        assert_eq!(n, 1, "frees ran {n} times");
+    });
+}
+
 /// PARENT REFERENCES (dcache.rs, spares.rs): one thread makes a child of
 /// `d` and drops it (its reference on `d` comes from, and goes back to,
 /// that thread's spares: a batch taken from `d`'s count, kept only while
