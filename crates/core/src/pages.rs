@@ -314,6 +314,15 @@ impl Node {
         }
     }
 
+    /// Whether no slot holds anything (writer only: data lock held).
+    fn is_empty(&self, g: &Guard) -> bool {
+        match &self.slots {
+            // Relaxed: writer-side walk, serialised by the data lock.
+            Slots::Leaf(p) => p.iter().all(|s| s.load(Ordering::Relaxed, g).is_null()),
+            Slots::Inner(k) => k.iter().all(|s| s.load(Ordering::Relaxed, g).is_null()),
+        }
+    }
+
     fn count_pages(&self) -> u64 {
         // SAFETY: called by the writer (data lock held) or the owner; nodes
         // reachable from `self` are alive.
@@ -674,6 +683,16 @@ impl FileData {
                             unsafe { g.defer_destroy(c) };
                         } else {
                             removed += rec(cn, a, lo.max(a), hi.min(b), g);
+                            // A node the removal emptied goes too: kept,
+                            // a punch per gigabyte left three nodes each
+                            // (uncounted by `size=`, memory without bound).
+                            if cn.is_empty(g) {
+                                // Release: as for pages.
+                                k[i].store(Shared::null(), Ordering::Release);
+                                // SAFETY: unreachable now; it holds nothing
+                                // to free but itself, after the grace period.
+                                unsafe { g.defer_destroy(c) };
+                            }
                         }
                     }
                 }
@@ -694,7 +713,14 @@ impl FileData {
             unsafe { g.defer_destroy(r) };
             return n;
         }
-        rec(rn, 0, u128::from(lo), u128::from(hi), g)
+        let n = rec(rn, 0, u128::from(lo), u128::from(hi), g);
+        if rn.is_empty(g) {
+            // Release: readers that load null see the size stored before.
+            self.root.store(Shared::null(), Ordering::Release);
+            // SAFETY: unreachable now; pinned readers are waited for.
+            unsafe { g.defer_destroy(r) };
+        }
+        n
     }
 
     /// Replace the page at `idx` (if any) with a copy whose bytes `[from, to)`
@@ -843,11 +869,15 @@ impl FileData {
                     let rest = (in_page + buf.len() - done).div_ceil(PAGE) as u64;
                     reserved = q.take_upto(rest.min(RESERVE));
                     if reserved == 0 {
+                        // The nodes made on the way to the slot go again
+                        // (a failed write per terabyte left a path each).
+                        self.remove_range(idx, idx + 1, &g);
                         err = Some(Errno::ENOSPC);
                         break;
                     }
                 }
                 let Some(mut p) = Page::new(true) else {
+                    self.remove_range(idx, idx + 1, &g);
                     err = Some(Errno::ENOMEM);
                     break;
                 };
