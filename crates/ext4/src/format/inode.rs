@@ -159,7 +159,14 @@ impl RawInode {
             flags,
             block,
             generation,
-            file_acl: u64::from(le32(b, 0x68)) | (u64::from(le16(b, 0x76)) << 32),
+            // The high half only with 64bit, as the kernel and e2fsprogs
+            // read it (other layouts keep other things there).
+            file_acl: u64::from(le32(b, 0x68))
+                | if sb.is_64bit() {
+                    u64::from(le16(b, 0x76)) << 32
+                } else {
+                    0
+                },
             atime: decode_time(le32(b, 0x8), extra(0x8C)),
             ctime: decode_time(le32(b, 0xC), extra(0x84)),
             mtime: decode_time(le32(b, 0x10), extra(0x88)),
