@@ -772,6 +772,16 @@ fn give_parent_ref(parent: *mut Dentry) -> bool {
     }
     let table = &p.cold.sb.dentries.spares;
     match table.give(parent as spares::Key, || p.may_keep_spares()) {
+        // A batch back from an entry over its limit: this thread's given
+        // reference was the only one it held, so these may be the last
+        // (an rmdir may have unhashed `p` and recalled the rest since):
+        // the last goes through `dput`, which kills an unhashed dentry
+        // (a plain subtract left it at 0, alive, for ever; review, stop
+        // 48).
+        Some(spares::PutBack::Own(n)) => {
+            put_spares(parent as spares::Key, n);
+            true
+        }
         Some(back) => {
             put_back(p, back);
             true
@@ -791,10 +801,9 @@ fn put_back(own: &Dentry, back: spares::PutBack) {
 }
 
 /// Drop `n` (at least 1) references on the dentry at `key`, taken out of
-/// the spare table (an evicted entry, or a drain). It is hashed or a live
-/// mount's root (the table keeps spares of those only, and an unhasher or
-/// retirer holds its own reference until it recalled them), so the last
-/// one at most makes it unused and never cascades.
+/// the spare table (an evicted entry, a drain, or a batch handed back to a
+/// thread that gave its last reference: `give_parent_ref`); the last goes
+/// through `dput`, so a dentry unhashed meanwhile dies there.
 fn put_spares(key: spares::Key, n: u32) {
     let d = key as *mut Dentry;
     if n > 1 {

@@ -355,6 +355,13 @@ impl Task {
             // (not re-walked from the path: links that name themselves
             // through "./" would grow the path past PATH_MAX,
             // ENAMETOOLONG, before the 40th link gave ELOOP).
+            // The walk goes on from the parent, after its locks went: an
+            // uncounted parent (kept by the guard alone) may die
+            // meanwhile, and a count taken on a dead dentry would free it
+            // twice. Redone with a counted parent (review, stop 48).
+            if !pw.counted {
+                return Err(Errno::RESTART_WALK);
+            }
             let target = self.readlinkat(dirfd, path)?;
             let from = crate::handle::Handle::new((*pw.parent).clone());
             return self.open_create(&from, &target, flags, mode, depth + 1);

@@ -3119,8 +3119,12 @@ impl Ext4 {
         let mut b = BlockBuf::zeroed(self.bs);
         let start_major = ((start >> 31).min(u64::from(u32::MAX >> 1)) as u32) << 1;
         let (mut frames, levels, version) = self.htree_path(raw, &mut b, &mut |_| start_major)?;
-        // Leaves visited: at most one per block.
+        // Leaves visited: at most one per block, each once (an index that
+        // names one leaf again and again would gather its names that
+        // many times, gigabytes from a few crafted blocks; review, stop
+        // 48).
         let mut left = nblocks;
+        let mut seen = std::collections::HashSet::new();
         let mut done = false;
         while !done {
             // (position, name, inode, file type) of one group of leaves.
@@ -3133,6 +3137,9 @@ impl Ext4 {
                 }
                 if left == 0 {
                     return Err(corrupt(what(), "more leaves than blocks"));
+                }
+                if !seen.insert(leaf) {
+                    return Err(corrupt(what(), format!("leaf block {leaf} indexed twice")));
                 }
                 left -= 1;
                 let r = self.dir_block(raw, leaf, &mut b)?;

@@ -113,7 +113,7 @@ impl Ext4 {
             }
             let tail = self.sb.has_metadata_csum();
             let mut b = BlockBuf::zeroed(bs);
-            if !dir::from_inline(&mut b, raw.ino, &inline, tail) {
+            if !dir::from_inline(&mut b, raw.ino, &inline, tail, self.dot_ft()) {
                 return Err(corrupt(
                     what(),
                     format!("{} bytes of entries", inline.len()),

@@ -30,6 +30,30 @@ use scalevfs_sync::ordered::Class;
 /// (dir_nlink).
 const LINK_MAX: u16 = 65000;
 
+impl Ext4 {
+    /// The file type a directory's `.` and `..` entries get: `FT_DIR`,
+    /// or 0 without the filetype feature (the kernel's
+    /// `ext4_set_de_type`; e2fsck flags a type set there).
+    pub(crate) fn dot_ft(&self) -> u8 {
+        if self.sb.has_incompat(INCOMPAT_FILETYPE) {
+            dir::FT_DIR
+        } else {
+            0
+        }
+    }
+}
+
+/// A directory's link count with one more subdirectory (dir_nlink): past
+/// `LINK_MAX` it sticks at 1, as the kernel's `ext4_inc_count`; computed
+/// without overflow (a count of 65535 on an image must not wrap to 0).
+fn link_up(n: u16) -> u16 {
+    if n >= LINK_MAX {
+        1
+    } else {
+        n + 1
+    }
+}
+
 /// The `i_extra_isize` new inodes get and short ones grow to in an inode
 /// slot of `isz` (> 128) bytes: the kernel's 32 (`s_want_extra_isize`), or
 /// the room the slot has.
@@ -706,11 +730,12 @@ impl Ext4 {
         let bs = self.bs;
         let hv = self.sb.def_hash_version;
         let ino = draw.ino;
+        let ft = self.dot_ft();
         rw.bufs.modify(io.dev, pblk0, true, |b| {
             b.fill(0);
             dir::init_block(b, false);
-            dir::insert(b, bs, ino, b".", dir::FT_DIR);
-            dir::insert(b, bs, parent, b"..", dir::FT_DIR);
+            dir::insert(b, bs, ino, b".", ft);
+            dir::insert(b, bs, parent, b"..", ft);
             // dx_root_info: reserved, hash version, info length, levels.
             let ri = htree::ROOT_INFO_OFF;
             b[ri..ri + 8].fill(0);
@@ -889,78 +914,85 @@ impl Ext4 {
                 Err(e) => return Err(self.stop_writes(e)),
             }
         }
-        let mut added = added.into_iter();
-        let mut next_block = || added.next().ok_or_else(|| corrupt(what(), "block plan"));
-        let encode_node = |p: u64, coff: usize, lim: u16, e: &[(u32, u32)]| {
-            rw.bufs.modify(io.dev, p, false, |b| {
-                // The fake entry spanning the block that hides the index.
-                b.fill(0);
-                b[4..6].copy_from_slice(&(bs as u16).to_le_bytes());
-                htree::encode_entries(b, coff, lim, e, seed)
-            })
-        };
-        let new_levels = levels + u8::from(add_level);
-        if add_level {
-            // The root is full: its entries move to a new index node.
-            let (nl, np) = next_block()?;
-            encode_node(np, htree::NODE_COUNT_OFF, node_limit, &[])?;
-            let old = std::mem::replace(&mut path[0].3, vec![(0, nl)]);
-            let at = std::mem::replace(&mut path[0].4, 0);
-            path.insert(1, (nl, htree::NODE_COUNT_OFF, node_limit, old, at));
-        }
-        for j in first_split..path.len() {
-            // A full index node splits; its parent (with room now) gets
-            // the upper half. The half off the path is written here, the
-            // one on it with the rest of the path below.
-            let (nl, np) = next_block()?;
-            let (ol, coff, lim, entries, at) = std::mem::take(&mut path[j]);
-            let half = entries.len() / 2;
-            let (lower, upper) = (entries[..half].to_vec(), entries[half..].to_vec());
-            let pa = path[j - 1].4;
-            path[j - 1].3.insert(pa + 1, (upper[0].0, nl));
-            if at >= half {
-                path[j - 1].4 = pa + 1;
-                encode_node(self.dir_pblk(draw, ol)?, coff, lim, &lower)?;
-                path[j] = (nl, coff, lim, upper, at - half);
-            } else {
-                encode_node(np, coff, lim, &upper)?;
-                path[j] = (ol, coff, lim, lower, at);
+        // The blocks are in the directory: a failure from here on (a
+        // block that cannot be read back, the index or the leaf half
+        // rewritten) stops writes, so that a half-split index never
+        // commits (review, stop 48).
+        let r = (|| -> Result<bool> {
+            let mut added = added.into_iter();
+            let mut next_block = || added.next().ok_or_else(|| corrupt(what(), "block plan"));
+            let encode_node = |p: u64, coff: usize, lim: u16, e: &[(u32, u32)]| {
+                rw.bufs.modify(io.dev, p, false, |b| {
+                    // The fake entry spanning the block that hides the index.
+                    b.fill(0);
+                    b[4..6].copy_from_slice(&(bs as u16).to_le_bytes());
+                    htree::encode_entries(b, coff, lim, e, seed)
+                })
+            };
+            let new_levels = levels + u8::from(add_level);
+            if add_level {
+                // The root is full: its entries move to a new index node.
+                let (nl, np) = next_block()?;
+                encode_node(np, htree::NODE_COUNT_OFF, node_limit, &[])?;
+                let old = std::mem::replace(&mut path[0].3, vec![(0, nl)]);
+                let at = std::mem::replace(&mut path[0].4, 0);
+                path.insert(1, (nl, htree::NODE_COUNT_OFF, node_limit, old, at));
             }
-        }
-        let (newl, newp) = next_block()?;
-        // Every entry fits (split_point checked the sizes); `fitted` stays
-        // true unless that arithmetic and dir::insert disagree.
-        let mut fitted = true;
-        let mut fill = |b: &mut [u8], part: &[(u32, u32, Vec<u8>, u8)]| {
-            dir::init_block(b, seed.is_some());
-            for (_, i, n, t) in part {
-                fitted &= dir::insert(b, end, *i, n, *t);
+            for j in first_split..path.len() {
+                // A full index node splits; its parent (with room now) gets
+                // the upper half. The half off the path is written here, the
+                // one on it with the rest of the path below.
+                let (nl, np) = next_block()?;
+                let (ol, coff, lim, entries, at) = std::mem::take(&mut path[j]);
+                let half = entries.len() / 2;
+                let (lower, upper) = (entries[..half].to_vec(), entries[half..].to_vec());
+                let pa = path[j - 1].4;
+                path[j - 1].3.insert(pa + 1, (upper[0].0, nl));
+                if at >= half {
+                    path[j - 1].4 = pa + 1;
+                    encode_node(self.dir_pblk(draw, ol)?, coff, lim, &lower)?;
+                    path[j] = (nl, coff, lim, upper, at - half);
+                } else {
+                    encode_node(np, coff, lim, &upper)?;
+                    path[j] = (ol, coff, lim, lower, at);
+                }
             }
-            if let Some(s) = seed {
-                dir::set_tail_csum(b, s);
+            let (newl, newp) = next_block()?;
+            // Every entry fits (split_point checked the sizes); `fitted` stays
+            // true unless that arithmetic and dir::insert disagree.
+            let mut fitted = true;
+            let mut fill = |b: &mut [u8], part: &[(u32, u32, Vec<u8>, u8)]| {
+                dir::init_block(b, seed.is_some());
+                for (_, i, n, t) in part {
+                    fitted &= dir::insert(b, end, *i, n, *t);
+                }
+                if let Some(s) = seed {
+                    dir::set_tail_csum(b, s);
+                }
+            };
+            let (lo, hi) = ents.split_at(split);
+            rw.bufs.modify(io.dev, pblk, true, |b| fill(b, lo))?;
+            rw.bufs.modify(io.dev, newp, false, |b| fill(b, hi))?;
+            let f = path.len() - 1;
+            let at = path[f].4;
+            path[f].3.insert(at + 1, (split_hash, newl));
+            for (l, coff, lim, e, _) in &path {
+                let p = self.dir_pblk(draw, *l)?;
+                if *l == 0 {
+                    rw.bufs.modify(io.dev, p, true, |b| {
+                        b[htree::ROOT_INFO_OFF + 6] = new_levels;
+                        htree::encode_entries(b, *coff, *lim, e, seed)
+                    })?;
+                } else {
+                    encode_node(p, *coff, *lim, e)?;
+                }
             }
-        };
-        let (lo, hi) = ents.split_at(split);
-        rw.bufs.modify(io.dev, pblk, true, |b| fill(b, lo))?;
-        rw.bufs.modify(io.dev, newp, false, |b| fill(b, hi))?;
-        let f = path.len() - 1;
-        let at = path[f].4;
-        path[f].3.insert(at + 1, (split_hash, newl));
-        for (l, coff, lim, e, _) in &path {
-            let p = self.dir_pblk(draw, *l)?;
-            if *l == 0 {
-                rw.bufs.modify(io.dev, p, true, |b| {
-                    b[htree::ROOT_INFO_OFF + 6] = new_levels;
-                    htree::encode_entries(b, *coff, *lim, e, seed)
-                })?;
-            } else {
-                encode_node(p, *coff, *lim, e)?;
+            if !fitted {
+                return Err(corrupt(what(), "no room after a leaf split"));
             }
-        }
-        if !fitted {
-            return Err(corrupt(what(), "no room after a leaf split"));
-        }
-        Ok(true)
+            Ok(true)
+        })();
+        r.map_err(|e| self.stop_writes(e))
     }
 
     /// The physical block of directory block `lblk`.
@@ -1064,9 +1096,10 @@ impl Ext4 {
                     self.new_map(&mut raw);
                     self.map_first(&mut raw, pblk)?;
                     let tail = self.sb.has_metadata_csum();
+                    let ft = self.dot_ft();
                     let (rw, io) = self.rw()?;
                     rw.bufs.modify(io.dev, pblk, false, |b| {
-                        dir::init_dir_block(b, ino, pino, tail);
+                        dir::init_dir_block(b, ino, pino, tail, ft);
                         if tail {
                             dir::set_tail_csum(b, csum_seed);
                         }
@@ -1149,13 +1182,15 @@ impl Ext4 {
         if is_dir {
             draw.links_count = match draw.links_count {
                 1 => 1,
-                n if n + 1 > LINK_MAX => 1,
-                n => n + 1,
+                n => link_up(n),
             };
         }
         draw.mtime = t;
         draw.ctime = t;
-        self.write_inode(&draw, false)?;
+        // The name is in place (and maybe a new block): the directory's
+        // inode must follow, or writes stop (review, stop 48).
+        self.write_inode(&draw, false)
+            .map_err(|e| self.stop_writes(e))?;
         di.set_raw(draw);
         drop(dl);
         // The attribute writer lock ranks above the directory's: copy the
@@ -1807,11 +1842,7 @@ impl Ext4 {
                 }
                 if let Some(n) = ndraw.as_mut() {
                     if rraw.is_none() && n.links_count != 1 {
-                        n.links_count = if n.links_count + 1 > LINK_MAX {
-                            1
-                        } else {
-                            n.links_count + 1
-                        };
+                        n.links_count = link_up(n.links_count);
                     }
                 }
             }
@@ -1967,53 +1998,56 @@ impl Ext4 {
             braw.ino,
             ft_code(u32::from(braw.mode)),
         )?;
-        // One directory: both entries in `odraw` (the one written).
-        let nd_raw = if same { &mut odraw } else { &mut ndraw };
-        self.retarget_named(nd_raw, new_name, araw.ino, ft_code(u32::from(araw.mode)))?;
-        let t = now();
-        if !same {
-            if adir {
-                self.move_dotdot(ai, ndraw.ino)?;
-            }
-            if bdir {
-                self.move_dotdot(bi, odraw.ino)?;
-            }
-            // A directory moving one way and not the other moves a link.
-            let bump = |r: &mut RawInode, up: bool| {
-                if r.links_count == 1 {
-                    return;
+        // The first entry changed: a failure from here on stops writes,
+        // as in rename, so that half an exchange (one name swapped, a
+        // `..` or a link count not) never commits (review, stop 48).
+        let r = (|| -> Result<()> {
+            // One directory: both entries in `odraw` (the one written).
+            let nd_raw = if same { &mut odraw } else { &mut ndraw };
+            self.retarget_named(nd_raw, new_name, araw.ino, ft_code(u32::from(araw.mode)))?;
+            let t = now();
+            if !same {
+                if adir {
+                    self.move_dotdot(ai, ndraw.ino)?;
                 }
-                if up {
-                    r.links_count = if r.links_count + 1 > LINK_MAX {
-                        1
-                    } else {
-                        r.links_count + 1
-                    };
-                } else if r.links_count > 2 {
-                    r.links_count -= 1;
+                if bdir {
+                    self.move_dotdot(bi, odraw.ino)?;
                 }
-            };
-            if adir && !bdir {
-                bump(&mut odraw, false);
-                bump(&mut ndraw, true);
-            } else if bdir && !adir {
-                bump(&mut ndraw, false);
-                bump(&mut odraw, true);
+                // A directory moving one way and not the other moves a link.
+                let bump = |r: &mut RawInode, up: bool| {
+                    if r.links_count == 1 {
+                        return;
+                    }
+                    if up {
+                        r.links_count = link_up(r.links_count);
+                    } else if r.links_count > 2 {
+                        r.links_count -= 1;
+                    }
+                };
+                if adir && !bdir {
+                    bump(&mut odraw, false);
+                    bump(&mut ndraw, true);
+                } else if bdir && !adir {
+                    bump(&mut ndraw, false);
+                    bump(&mut odraw, true);
+                }
             }
-        }
-        // Only their ctimes change: stamps of that field (see rename).
-        self.advance_times(ai, araw.ino, t, false)?;
-        self.advance_times(bi, braw.ino, t, false)?;
-        odraw.mtime = t;
-        odraw.ctime = t;
-        self.write_inode(&odraw, false)?;
-        od.set_raw(odraw);
-        if !same {
-            ndraw.mtime = t;
-            ndraw.ctime = t;
-            self.write_inode(&ndraw, false)?;
-            nd.set_raw(ndraw);
-        }
+            // Only their ctimes change: stamps of that field (see rename).
+            self.advance_times(ai, araw.ino, t, false)?;
+            self.advance_times(bi, braw.ino, t, false)?;
+            odraw.mtime = t;
+            odraw.ctime = t;
+            self.write_inode(&odraw, false)?;
+            od.set_raw(odraw);
+            if !same {
+                ndraw.mtime = t;
+                ndraw.ctime = t;
+                self.write_inode(&ndraw, false)?;
+                nd.set_raw(ndraw);
+            }
+            Ok(())
+        })();
+        r.map_err(|e| self.stop_writes(e))?;
         drop(l2);
         drop(l1);
         for (i, e) in [(old_dir, od), (new_dir, nd), (a, ai), (b, bi)] {

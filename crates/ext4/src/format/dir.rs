@@ -277,12 +277,13 @@ pub fn init_block(b: &mut [u8], tail: bool) {
 }
 
 /// Make `b` the first block of a new directory: `.` and `..` (the latter
-/// spanning the rest up to the tail).
-pub fn init_dir_block(b: &mut [u8], ino: u32, parent: u32, tail: bool) {
+/// spanning the rest up to the tail), with file type `ft` (`FT_DIR`, or 0
+/// without the filetype feature, as the kernel's `ext4_set_de_type`).
+pub fn init_dir_block(b: &mut [u8], ino: u32, parent: u32, tail: bool, ft: u8) {
     init_block(b, tail);
     let end = if tail { b.len() - TAIL_SIZE } else { b.len() };
-    put_entry(b, 0, ino, 12, b".", FT_DIR);
-    put_entry(b, 12, parent, end - 12, b"..", FT_DIR);
+    put_entry(b, 0, ino, 12, b".", ft);
+    put_entry(b, 12, parent, end - 12, b"..", ft);
 }
 
 /// Make `b` the one block an inline directory moves out to, as the
@@ -291,9 +292,10 @@ pub fn init_dir_block(b: &mut [u8], ino: u32, parent: u32, tail: bool) {
 /// in its first 4 bytes, then entries that fill the rest, as checked when
 /// read) copied as it is, so that every entry moves by 20 bytes and keeps
 /// its place, and the last entry stretched to the end (before the tail).
+/// `ft`: the file type `.` and `..` get (`init_dir_block`).
 /// False, with `b` untouched, when `inline` is shorter than its parent
 /// field, does not fit, or its entries do not chain to its end.
-pub fn from_inline(b: &mut [u8], ino: u32, inline: &[u8], tail: bool) -> bool {
+pub fn from_inline(b: &mut [u8], ino: u32, inline: &[u8], tail: bool, ft: u8) -> bool {
     let end = if tail { b.len() - TAIL_SIZE } else { b.len() };
     let Some(len) = inline.len().checked_sub(4) else {
         return false;
@@ -318,8 +320,8 @@ pub fn from_inline(b: &mut [u8], ino: u32, inline: &[u8], tail: bool) -> bool {
     }
     let parent = le32(inline, 0);
     init_block(b, tail);
-    put_entry(b, 0, ino, 12, b".", FT_DIR);
-    put_entry(b, 12, parent, 12, b"..", FT_DIR);
+    put_entry(b, 0, ino, 12, b".", ft);
+    put_entry(b, 12, parent, 12, b"..", ft);
     b[24..24 + len].copy_from_slice(body);
     let stretched = (end - 24 - last) as u16;
     b[24 + last + 4..24 + last + 6].copy_from_slice(&stretched.to_le_bytes());
@@ -451,7 +453,7 @@ mod tests {
         put_entry(&mut inline[4..], 12, 0, 20, b"", 0);
         put_entry(&mut inline[4..], 32, 13, 24, b"bb", FT_DIR);
         let mut b = vec![0u8; 1024];
-        assert!(from_inline(&mut b, 11, &inline, true));
+        assert!(from_inline(&mut b, 11, &inline, true, FT_DIR));
         let v = entries(&b, true, true, &what).unwrap();
         let got: Vec<_> = v
             .iter()
@@ -472,9 +474,9 @@ mod tests {
         let mut bad = inline.clone();
         bad[4 + 32 + 4] = 28;
         let mut b = vec![7u8; 1024];
-        assert!(!from_inline(&mut b, 11, &bad, true));
-        assert!(!from_inline(&mut b, 11, &[0u8; 1024], true));
-        assert!(!from_inline(&mut b, 11, &[0u8; 3], true));
+        assert!(!from_inline(&mut b, 11, &bad, true, FT_DIR));
+        assert!(!from_inline(&mut b, 11, &[0u8; 1024], true, FT_DIR));
+        assert!(!from_inline(&mut b, 11, &[0u8; 3], true, FT_DIR));
         assert!(b.iter().all(|&x| x == 7), "untouched");
     }
 
