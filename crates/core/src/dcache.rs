@@ -958,6 +958,13 @@ pub struct Dcache {
     counts: Arc<DentryCounts>,
     clock_hand: AtomicUsize,
     sweeping: SpinLock<()>,
+    /// The entry count at which a sweep last came up short (0: none):
+    /// what is left is pinned (an authoritative filesystem's names) or in
+    /// use. No sweep again until the cache grows past it by a sixteenth
+    /// of the limit, or shrinks below it: else, past the limit, every
+    /// create swept the whole table twice and evicted nothing (review,
+    /// stop 48).
+    short_at: AtomicUsize,
     /// The entry limit: `max_entries`, or fewer if `max_bytes` says so.
     limit: usize,
 }
@@ -1162,6 +1169,7 @@ impl Dcache {
             counts: Arc::new(DentryCounts::default()),
             clock_hand: AtomicUsize::new(0),
             sweeping: SpinLock::new(Class::DcacheSweep, lockstat::LockClass::Other, ()),
+            short_at: AtomicUsize::new(0),
             limit,
         }
     }
@@ -1181,6 +1189,13 @@ impl Dcache {
     /// Number of cached negative dentries.
     pub fn negative_len(&self) -> usize {
         self.counts.nr_negative.sum()
+    }
+
+    /// Buckets the reclaim sweeps have looked at so far (the clock hand's
+    /// steps): what a sweep costs, for tests and benchmarks.
+    pub fn sweep_steps(&self) -> usize {
+        // Relaxed: a counter read.
+        self.clock_hand.load(Ordering::Relaxed)
     }
 
     /// Hash a component for lookups under `parent`.
@@ -1888,12 +1903,17 @@ impl Dcache {
         }
         let total = self.len();
         let neg = self.negative_len();
+        let slack = self.limit / 16 + 64;
+        // Relaxed: a hint; a stale look costs one sweep or skips one.
+        let short = self.short_at.load(Ordering::Relaxed);
+        if short != 0 && total >= short && total < short + slack && neg <= neg_cap + slack {
+            return;
+        }
         // One sweeper at a time; others go on (a lookup never waits for it).
         let Some(_s) = self.sweeping.try_lock() else {
             // Unless the sweeper falls behind (descheduled while adders run
             // on): then an adder evicts a batch itself, without the sweeping
             // lock (shrink is safe concurrently), so the limit is a bound.
-            let slack = self.limit / 16 + 64;
             if total > self.limit + slack {
                 self.shrink(64, false);
             } else if neg > neg_cap + slack {
@@ -1903,8 +1923,12 @@ impl Dcache {
         };
         let want = total
             .saturating_sub(self.limit)
-            .max(neg.saturating_sub(neg_cap));
-        self.shrink(want.max(64), neg > neg_cap);
+            .max(neg.saturating_sub(neg_cap))
+            .max(64);
+        let evicted = self.shrink(want, neg > neg_cap);
+        // Relaxed: a hint (above).
+        self.short_at
+            .store(if evicted < want { total } else { 0 }, Ordering::Relaxed);
     }
 
     /// Evict up to `n` unused dentries by a CLOCK sweep; with
