@@ -415,20 +415,7 @@ fn root_part(s: &dyn Sys, l: &mut Log) {
     l.r("mode j/g", s.mode("j/g"));
     // Removing an access ACL: the mode alone decides again.
     l.r("creat r", s.creat("r", 0o644));
-    l.r(
-        "set r",
-        s.set(
-            "r",
-            POSIX_ACL_ACCESS,
-            &acl(&[
-                (USER_OBJ, 6, U),
-                (USER, 0, 1000),
-                (GROUP_OBJ, 4, U),
-                (MASK, 4, U),
-                (OTHER, 4, U),
-            ]),
-        ),
-    );
+    l.r("set r", s.set("r", POSIX_ACL_ACCESS, &deny_1000()));
     l.r("remove r", s.remove("r", POSIX_ACL_ACCESS));
     l.r("get r", s.get("r", POSIX_ACL_ACCESS));
     // Removing an ACL that is not there, and a default ACL of a file.
@@ -437,21 +424,20 @@ fn root_part(s: &dyn Sys, l: &mut Log) {
     l.r("remove j default again", s.remove("j", POSIX_ACL_DEFAULT));
     // The user's part tries to remove these.
     l.r("creat x", s.creat("x", 0o644));
-    l.r(
-        "set x",
-        s.set(
-            "x",
-            POSIX_ACL_ACCESS,
-            &acl(&[
-                (USER_OBJ, 6, U),
-                (USER, 0, 1000),
-                (GROUP_OBJ, 4, U),
-                (MASK, 4, U),
-                (OTHER, 4, U),
-            ]),
-        ),
-    );
+    l.r("set x", s.set("x", POSIX_ACL_ACCESS, &deny_1000()));
     l.r("mode x", s.mode("x"));
+}
+
+/// `user::rw- user:1000:--- group::r-- mask::r-- other::r--`: everyone
+/// may read but uid 1000.
+fn deny_1000() -> Vec<u8> {
+    acl(&[
+        (USER_OBJ, 6, U),
+        (USER, 0, 1000),
+        (GROUP_OBJ, 4, U),
+        (MASK, 4, U),
+        (OTHER, 4, U),
+    ])
 }
 
 /// As uid 1000 (gid 1000, no other groups).

@@ -932,3 +932,17 @@ pub fn with_wfd(
     t.close(fd).map_err(e)?;
     r
 }
+
+/// The number after `key` in `text` (its leading digits: "3-129" is 3).
+pub fn num_after(text: &str, key: &str) -> u64 {
+    text.split(key)
+        .nth(1)
+        .map(|r| {
+            r.trim_start()
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect::<String>()
+        })
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no number after {key:?} in {text}"))
+}

@@ -21,20 +21,6 @@ use scalevfs::{Errno, O_RDWR};
 
 use common::*;
 
-/// The number after `key` in `text` (its leading digits).
-fn num_after(text: &str, key: &str) -> u64 {
-    text.split(key)
-        .nth(1)
-        .map(|r| {
-            r.trim_start()
-                .chars()
-                .take_while(char::is_ascii_digit)
-                .collect::<String>()
-        })
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no number after {key:?} in {text}"))
-}
-
 /// The inode table block holding inode `ino`.
 fn itable_block_of(img: &Path, ino: u32) -> u64 {
     num_after(

@@ -59,23 +59,19 @@ fn check_vfs(t: &Task, path: &str, at: &Layout, what: &str) {
     t.close(fd).unwrap();
 }
 
-#[test]
-fn insert_and_collapse_shift_a_tree_larger_than_the_log_leaf_by_leaf() {
-    if !have_tools() {
-        return;
-    }
-    let s = Scratch::new("shiftbig");
-    let src = s.0.join("src");
+/// An image in `dir` with the smallest log (1024 blocks of 1 KiB) and
+/// the files `names`, each of `n` one-block extents (data in every other
+/// block: sparse on the host, and mke2fs -d keeps the holes).
+fn sparse_image(dir: &std::path::Path, names: &[&str], n: u64) -> std::path::PathBuf {
+    let src = dir.join("src");
     std::fs::create_dir(&src).unwrap();
-    {
-        // Sparse on the host: mke2fs -d keeps the holes, so each data
-        // block is an extent of its own.
-        let f = std::fs::File::create(src.join("f")).unwrap();
-        for k in 0..EXTENTS {
+    for name in names {
+        let f = std::fs::File::create(src.join(name)).unwrap();
+        for k in 0..n {
             f.write_at(&block(k), (2 * k + 1) * BS).unwrap();
         }
     }
-    let img = s.0.join("img");
+    let img = dir.join("img");
     let out = Command::new(mkfs().unwrap())
         .args(["-q", "-F", "-b", "1024", "-J", "size=1", "-m", "0"])
         .arg("-d")
@@ -90,6 +86,16 @@ fn insert_and_collapse_shift_a_tree_larger_than_the_log_leaf_by_leaf() {
         String::from_utf8_lossy(&out.stderr)
     );
     std::fs::remove_dir_all(&src).unwrap();
+    img
+}
+
+#[test]
+fn insert_and_collapse_shift_a_tree_larger_than_the_log_leaf_by_leaf() {
+    if !have_tools() {
+        return;
+    }
+    let s = Scratch::new("shiftbig");
+    let img = sparse_image(&s.0, &["f"], EXTENTS);
     let e = Ext4::open(&img, rw_journaled()).unwrap();
     let vfs = Vfs::with_root_fs(Default::default(), e.clone());
     let t = vfs.root_task();
@@ -188,25 +194,7 @@ fn truncate_and_unlink_a_tree_larger_than_the_log() {
     }
     const N: u64 = 70_000;
     let s = Scratch::new("dropbig");
-    let src = s.0.join("src");
-    std::fs::create_dir(&src).unwrap();
-    for name in ["f", "g"] {
-        let f = std::fs::File::create(src.join(name)).unwrap();
-        for k in 0..N {
-            f.write_at(&block(k), (2 * k + 1) * BS).unwrap();
-        }
-    }
-    let img = s.0.join("img");
-    let out = Command::new(mkfs().unwrap())
-        .args(["-q", "-F", "-b", "1024", "-J", "size=1", "-m", "0"])
-        .arg("-d")
-        .arg(&src)
-        .arg(&img)
-        .arg("200M")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "mkfs: {out:?}");
-    std::fs::remove_dir_all(&src).unwrap();
+    let img = sparse_image(&s.0, &["f", "g"], N);
     let free_before = common::sb_field(&img, "Free blocks");
     let e = Ext4::open(&img, rw_journaled()).unwrap();
     {

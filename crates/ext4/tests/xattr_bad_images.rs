@@ -27,20 +27,6 @@ use common::*;
 
 const BS: u64 = 1024;
 
-/// The number after `key` in `text` (its leading digits: "3-129" is 3).
-fn num_after(text: &str, key: &str) -> u64 {
-    text.split(key)
-        .nth(1)
-        .map(|r| {
-            r.trim_start()
-                .chars()
-                .take_while(char::is_ascii_digit)
-                .collect::<String>()
-        })
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no number after {key:?} in {text}"))
-}
-
 /// `i_file_acl` of `p`.
 fn file_acl(img: &Path, p: &str) -> u64 {
     num_after(&debugfs_ro(img, &format!("stat {p}")), "File ACL:")
