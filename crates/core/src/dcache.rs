@@ -867,7 +867,7 @@ fn free_dentry(d: *mut Dentry) {
     // and with it the file's data (`limbo::retire_heavy`).
     let heavy = dent.inode().is_some_and(|i| {
         let a = i.attr();
-        a.nlink == 0 && a.blocks > 0
+        crate::limbo::is_heavy(a.nlink, a.blocks)
     });
     // SAFETY: d came from Box::into_raw in `alloc`, is unreachable, and is
     // freed exactly once (only the thread that marked it dead gets here);

@@ -903,7 +903,7 @@ fn release_slot(old: Shared<'_, Arc<File>>, g: &Guard) {
         }
         // A removed file's description, maybe the last holder of its data.
         let a = f.inode().attr();
-        let heavy = a.nlink == 0 && a.blocks > 0;
+        let heavy = crate::limbo::is_heavy(a.nlink, a.blocks);
         // SAFETY: unreachable from the table now; `retire` waits for pinned
         // readers, then `drop_slot_file` frees the box once. Freed by this
         // thread at its next system call when it can (limbo.rs).

@@ -428,9 +428,25 @@ pub(crate) unsafe fn retire(free: unsafe fn(*mut ()), ptr: *mut ()) {
     }
 }
 
-/// `retire` for an object whose free may give space back (the last count
-/// of a removed file's inode that holds data, or the description or
-/// dentry that holds it). It and everything this thread still holds (its
+/// Data a removed file must hold (its `st_blocks`, in 512-byte units) for
+/// its last counts to go by `retire_heavy`: 1 MiB. Each such removal
+/// costs a flush and a collection (and the frees run on whichever thread
+/// collects), which doubled the delete phase of `bench-tree` at two
+/// threads when every removed file with data took it; a smaller file's
+/// space comes back at the remover's next call, or once 32 more frees
+/// seal its batch (and to its own calls at once: `namei::EnospcWait`).
+pub(crate) const HEAVY_BLOCKS: u64 = (1 << 20) / 512;
+
+/// Whether the removal of a file with these attributes (its last name
+/// gone: `nlink` 0, or `last`) gives back enough space to free its last
+/// counts through `retire_heavy`.
+pub(crate) fn is_heavy(nlink: u32, blocks: u64) -> bool {
+    nlink == 0 && blocks >= HEAVY_BLOCKS
+}
+
+/// `retire` for an object whose free may give a large space back (the
+/// last count of a removed file's inode that holds at least
+/// `HEAVY_BLOCKS`, or the description or dentry that holds it). It and everything this thread still holds (its
 /// open batch and the sealed batches it has not freed: a description
 /// closed just before the unlink holds the same inode) leave the
 /// thread's batches for one crossbeam deferral of their own, handed to

@@ -332,7 +332,7 @@ impl InodeCell {
         let p = self.0.swap(ptr::null_mut(), Ordering::AcqRel);
         if !p.is_null() {
             // SAFETY: `p` is a strong count we hold (taken out above).
-            let heavy = last && unsafe { &*p }.attr().blocks > 0;
+            let heavy = last && crate::limbo::is_heavy(0, unsafe { &*p }.attr().blocks);
             // SAFETY: `p` is this cell's count, now ours alone; `retire`
             // waits for readers pinned in `with`.
             unsafe {

@@ -237,8 +237,8 @@ fn a_write_right_after_an_unlink_gets_the_space() {
     t.close(f).unwrap();
 }
 
-/// A file removed by one thread gives its space to another, though the
-/// remover then makes no call (review, stop 48): before, the removed
+/// A large file removed by one thread gives its space to another, though
+/// the remover then makes no call (review, stop 48): before, the removed
 /// inode's last count waited in the remover's open batch of deferred
 /// frees until it retired 31 more objects or called again, so the other
 /// thread's write failed with ENOSPC and `statfs` counted the space used.
@@ -246,10 +246,12 @@ fn a_write_right_after_an_unlink_gets_the_space() {
 /// unlinked are covered.
 #[test]
 fn space_removed_by_an_idle_thread_comes_back() {
+    // 2 MiB: past the 1 MiB a removal must give back to go to other
+    // threads at once (`limbo::HEAVY_BLOCKS`).
     for close_last in [false, true] {
-        let vfs = small(64, 16);
+        let vfs = small(512, 16);
         let t = vfs.root_task();
-        let all = vec![7u8; 64 * PAGE as usize];
+        let all = vec![7u8; 512 * PAGE as usize];
         let (parked_tx, parked_rx) = std::sync::mpsc::channel();
         let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
         std::thread::scope(|s| {
@@ -275,8 +277,8 @@ fn space_removed_by_an_idle_thread_comes_back() {
             let _go = go_tx;
             let f = t.open("/f", O_CREAT | O_RDWR, 0o644).unwrap();
             assert_eq!(
-                t.write(f, &all[..48 * PAGE as usize]),
-                Ok(48 * PAGE as usize),
+                t.write(f, &all[..384 * PAGE as usize]),
+                Ok(384 * PAGE as usize),
                 "close_last {close_last}: the removed file's space"
             );
             t.close(f).unwrap();
