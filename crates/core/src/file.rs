@@ -77,9 +77,12 @@ pub struct File {
     /// Opened to execute (`FMODE_EXEC`): holds the inode's writers off for
     /// the same span.
     exec: bool,
-    /// Whether `writer`'s or `exec`'s counts are held now.
-    access_held: AtomicBool,
-    /// fd-table slots holding this file.
+    /// The fd-table slots holding this file (the low bits) and, in
+    /// [`HELD`], whether `writer`'s or `exec`'s counts are held now: one
+    /// word, so an install that finds the counts held and the close of the
+    /// last other slot agree on who has them (as two words, a close could
+    /// give them back after a racing dup had seen them held and taken
+    /// none, leaving an fd open for writing with no writer counted).
     slots: AtomicUsize,
     /// Serialises position-using writes (see LOCKING RULES).
     pub(crate) pos_lock: Mutex<()>,
@@ -144,8 +147,7 @@ impl File {
             inode,
             writer,
             exec,
-            access_held: AtomicBool::new(writer || exec),
-            slots: AtomicUsize::new(0),
+            slots: AtomicUsize::new(if writer || exec { HELD } else { 0 }),
             flags: AtomicU32::new(flags),
             pos: AtomicU64::new(0),
             pos_lock: Mutex::new(Class::PosLock, ()),
@@ -187,13 +189,18 @@ impl File {
     /// inode's write access, or the exec's hold on writers.
     fn release_access(&self) {
         // SeqCst: with the mount's writer count (see `Vfs::remount_at`).
-        if (self.writer || self.exec) && self.access_held.swap(false, Ordering::SeqCst) {
-            if self.writer {
-                self.inode.put_write_access();
-                self.path.mnt.drop_writer();
-            } else {
-                self.inode.allow_write_access();
-            }
+        if self.slots.fetch_and(!HELD, Ordering::SeqCst) & HELD != 0 {
+            self.give_back_access();
+        }
+    }
+    /// The counts `writer` or `exec` stand for, given back (their holder
+    /// cleared `HELD`, or never set it).
+    fn give_back_access(&self) {
+        if self.writer {
+            self.inode.put_write_access();
+            self.path.mnt.drop_writer();
+        } else if self.exec {
+            self.inode.allow_write_access();
         }
     }
     /// Whether this is a counted writer on a mount that is read-only now:
@@ -835,32 +842,59 @@ fn account(file: &Arc<File>) {
     // Each slot holds its file's mount busy (umount's EBUSY), from here
     // to the slot's close, not to the deferred drop.
     file.path.mnt.hold();
-    // Relaxed: a count (tables of different tasks may share the file:
-    // an RMW); the last decrement in `release_slot` is AcqRel.
-    file.slots.fetch_add(1, Ordering::Relaxed);
-    // SeqCst: a file installed again after its last slot closed (an
-    // `Arc<File>` kept by a library user) counts as a writer again. Its
-    // write access (or exec hold) is taken again only if that is
-    // possible now; otherwise the description goes on without it.
-    if (file.writer || file.exec) && !file.access_held.load(Ordering::SeqCst) {
-        let ok = if file.writer {
-            file.inode.get_write_access().is_ok()
-        } else {
-            file.inode.deny_write_access().is_ok()
-        };
-        if ok && !file.access_held.swap(true, Ordering::SeqCst) {
+    // SeqCst: the count and `HELD` are one word; a file installed again
+    // after its last slot closed (an `Arc<File>` kept by a library user)
+    // counts as a writer again. Its write access (or exec hold) is taken
+    // again only if that is possible now; otherwise the description goes
+    // on without it. A count found with `HELD` set keeps the counts held
+    // whatever closes race with this: the last close gives them back only
+    // by clearing `HELD` from a word with no slot (`release_slot`).
+    slot_added(
+        &file.slots,
+        file.writer || file.exec,
+        || {
             if file.writer {
-                file.path.mnt.add_writer();
-            }
-        } else if ok {
-            // Another install took it first: give ours back.
-            if file.writer {
-                file.inode.put_write_access();
+                let ok = file.inode.get_write_access().is_ok();
+                if ok {
+                    file.path.mnt.add_writer();
+                }
+                ok
             } else {
-                file.inode.allow_write_access();
+                file.inode.deny_write_access().is_ok()
             }
-        }
+        },
+        || file.give_back_access(),
+    );
+}
+
+/// `File::slots`'s bit: the file's write access (or exec hold) is held.
+pub(crate) const HELD: usize = 1 << (usize::BITS - 1);
+
+/// One slot more in `word` (`File::slots`) of a file that holds counts
+/// (`counted`): if they are not held, `take` takes them (true: it could)
+/// and they are published with `HELD`, or given back with `give` if a
+/// racing install published its own first. (The loom model
+/// `file_access_vs_last_close` runs this and `slot_removed`.)
+pub(crate) fn slot_added(
+    word: &AtomicUsize,
+    counted: bool,
+    take: impl FnOnce() -> bool,
+    give: impl FnOnce(),
+) {
+    let prev = word.fetch_add(1, Ordering::SeqCst);
+    if counted && prev & HELD == 0 && take() && word.fetch_or(HELD, Ordering::SeqCst) & HELD != 0 {
+        give();
     }
+}
+
+/// One slot fewer in `word`; true when the caller must give the counts
+/// back: this was the last slot, the counts were held, and no slot came
+/// before `HELD` was cleared.
+pub(crate) fn slot_removed(word: &AtomicUsize) -> bool {
+    word.fetch_sub(1, Ordering::SeqCst) == HELD | 1
+        && word
+            .compare_exchange(HELD, 0, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
 }
 
 /// A slot's file pointer taken out of the table (null: nothing): its
@@ -887,10 +921,13 @@ fn release_slot(old: Shared<'_, Arc<File>>, g: &Guard) {
     // only by the deferred destruction below.
     if let Some(f) = unsafe { old.as_ref() } {
         f.path.mnt.release();
-        // AcqRel: the last slot's close gives write access back now, not at the
-        // deferred drop (a read-only remount right after close succeeds).
-        if f.slots.fetch_sub(1, Ordering::AcqRel) == 1 {
-            f.release_access();
+        // SeqCst: the last slot's close gives write access back now, not at
+        // the deferred drop (a read-only remount right after close
+        // succeeds), unless a slot came meanwhile (a dup or fork racing
+        // with this close saw `HELD` and took nothing): only the clearing
+        // of `HELD` from a word with no slot gives the counts back.
+        if slot_removed(&f.slots) {
+            f.give_back_access();
         }
         if cfg!(loom) {
             // Loom's threads share std's thread-locals: the global queue.

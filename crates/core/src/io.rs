@@ -39,6 +39,7 @@ use crate::file::{File, O_LARGEFILE_KERNEL};
 use crate::fileops::*;
 use crate::task::Task;
 use crate::types::*;
+use crate::vfs::Changes;
 
 pub const SEEK_SET: u32 = 0;
 pub const SEEK_CUR: u32 = 1;
@@ -70,7 +71,7 @@ pub const FD_CLOEXEC: u32 = libc::FD_CLOEXEC as u32;
 impl Task {
     /// The description at `fd`, borrowed under `g` (no count taken); O_PATH
     /// descriptions are EBADF for I/O, as `fdget` does.
-    fn io_file<'g>(&self, fd: i32, g: &'g Guard) -> VfsResult<&'g File> {
+    fn io_file<'g>(&self, fd: i32, g: &'g Guard) -> VfsResult<&'g Arc<File>> {
         let f = self.files().get(fd, g)?;
         if f.is_path_only() {
             return Err(Errno::EBADF);
@@ -185,14 +186,21 @@ impl Task {
     /// description are serialised by its `pos_lock`. Out of space, see
     /// `write_retrying`.
     pub fn write(&self, fd: i32, buf: &[u8]) -> VfsResult<usize> {
-        Self::write_retrying(buf.len(), |from| self.write_once(fd, &buf[from..]))
+        let held = Held::default();
+        Self::write_retrying(buf.len(), |from| {
+            // Reported when this drops, after the try's locks, unpinned.
+            let mut ch = self.changes();
+            let g = epoch::pin();
+            let f = held.file(self, fd, &g)?;
+            let r = self.write_once(f, &buf[from..], &mut ch);
+            held.keep_unless_done(f, r, buf.len() - from)
+        })
     }
 
-    fn write_once(&self, fd: i32, buf: &[u8]) -> VfsResult<(usize, bool)> {
-        // Reported when this drops, after `_pl` (and with `g` unpinned).
-        let mut ch = self.changes();
-        let g = epoch::pin();
-        let f = self.io_file(fd, &g)?;
+    /// One try of a write on `f` (the caller pins): how much it wrote,
+    /// and whether a short count may go on (a regular file, not O_APPEND:
+    /// an append's second part could land after another appender's).
+    fn write_once(&self, f: &File, buf: &[u8], ch: &mut Changes) -> VfsResult<(usize, bool)> {
         if !f.can_write() {
             return Err(Errno::EBADF);
         }
@@ -204,12 +212,15 @@ impl Task {
             // store could move the position back).
             let _pl = regular.then(|| f.pos_lock.lock());
             let (n, end) = file_write(f, None, buf, self.cred())?;
-            // Relaxed: the position is a value, stored under `pos_lock`.
-            f.pos.store(end, Ordering::Relaxed);
+            // Only a write of something moves the position (Linux stores
+            // the end when the write returned more than 0: an empty write
+            // leaves it where it was).
             if n > 0 {
+                // Relaxed: the position is a value, stored under `pos_lock`.
+                f.pos.store(end, Ordering::Relaxed);
                 ch.inode(f.inode());
             }
-            return Ok((n, regular));
+            return Ok((n, false));
         }
         let _pl = f.pos_lock.lock();
         let pos = f.position();
@@ -232,16 +243,24 @@ impl Task {
         if off < 0 {
             return Err(Errno::EINVAL);
         }
+        let held = Held::default();
         Self::write_retrying(buf.len(), |from| {
-            self.pwrite_once(fd, &buf[from..], off.saturating_add(from as i64))
+            let mut ch = self.changes();
+            let g = epoch::pin();
+            let f = held.file(self, fd, &g)?;
+            let r = self.pwrite_once(f, &buf[from..], off.saturating_add(from as i64), &mut ch);
+            held.keep_unless_done(f, r, buf.len() - from)
         })
     }
 
-    fn pwrite_once(&self, fd: i32, buf: &[u8], off: i64) -> VfsResult<(usize, bool)> {
-        // Reported when this drops, after `g` is unpinned.
-        let mut ch = self.changes();
-        let g = epoch::pin();
-        let f = self.io_file(fd, &g)?;
+    /// One try of a pwrite on `f` (the caller pins); as `write_once`.
+    fn pwrite_once(
+        &self,
+        f: &File,
+        buf: &[u8],
+        off: i64,
+        ch: &mut Changes,
+    ) -> VfsResult<(usize, bool)> {
         if is_pipe_like(f.inode().file_type()) {
             return Err(Errno::ESPIPE);
         }
@@ -258,7 +277,10 @@ impl Task {
         if n > 0 {
             ch.inode(f.inode());
         }
-        Ok((n, f.inode().file_type() == FileType::Regular))
+        Ok((
+            n,
+            at.is_some() && f.inode().file_type() == FileType::Regular,
+        ))
     }
 
     /// `readv(2)`: one read (so one position update), scattered.
@@ -289,11 +311,13 @@ impl Task {
         let g = epoch::pin();
         let f = self.io_file(fd, &g)?;
         let i = f.inode();
-        if is_pipe_like(i.file_type()) {
-            return Err(Errno::ESPIPE);
-        }
+        // ksys_lseek: an unknown whence is EINVAL before the file's own
+        // llseek says ESPIPE.
         if whence > SEEK_HOLE {
             return Err(Errno::EINVAL);
+        }
+        if is_pipe_like(i.file_type()) {
+            return Err(Errno::ESPIPE);
         }
         if i.is_dir() {
             // tmpfs's dcache_dir_lseek: SEEK_SET and SEEK_CUR only; a
@@ -449,17 +473,30 @@ impl Task {
     /// period later; the kernel frees them at the last close), continuing
     /// from what the failed try kept.
     pub fn fallocate(&self, fd: i32, mode: u32, off: i64, len: i64) -> VfsResult<()> {
-        Self::redo_enospc(|| self.fallocate_once(fd, mode, off, len))
+        let held = Held::default();
+        Self::redo_enospc(|| {
+            // Reported when this drops, after the try's `_w`, unpinned.
+            let mut ch = self.changes();
+            let g = epoch::pin();
+            // A bad fd first (ksys_fallocate's fdget), then vfs_fallocate's
+            // argument checks, then the access mode.
+            let f = held.file(self, fd, &g)?;
+            let r = self.fallocate_once(f, mode, off, len, &mut ch);
+            held.keep_unless_done(f, r.map(|()| (0, false)), 0)
+                .map(drop)
+        })
     }
 
-    fn fallocate_once(&self, fd: i32, mode: u32, off: i64, len: i64) -> VfsResult<()> {
+    /// One try of a fallocate on `f` (the caller pins).
+    fn fallocate_once(
+        &self,
+        f: &File,
+        mode: u32,
+        off: i64,
+        len: i64,
+        ch: &mut Changes,
+    ) -> VfsResult<()> {
         use crate::fstype::RangeOp;
-        // Reported when this drops, after `_w` (and with `g` unpinned).
-        let mut ch = self.changes();
-        let g = epoch::pin();
-        // A bad fd first (ksys_fallocate's fdget), then vfs_fallocate's
-        // argument checks, then the access mode.
-        let f = self.io_file(fd, &g)?;
         if off < 0 || len <= 0 {
             return Err(Errno::EINVAL);
         }
@@ -752,5 +789,44 @@ impl Task {
             ch.inode(io);
         }
         Ok(done as usize)
+    }
+}
+
+/// The open file a call's first try found at its fd, kept for the call's
+/// later tries (an ENOSPC wait, a short write's second part), which run
+/// unpinned: meanwhile another thread may close the fd and open another
+/// file at its number, and the rest of the call must still go to the file
+/// it started on, as Linux's write holds its file from `fdget` to `fdput`.
+/// Counted only when a try did not finish the call, so a write done at
+/// once adds no count to the file (no shared line between two threads'
+/// writes through one description).
+#[derive(Default)]
+struct Held(std::cell::OnceCell<Arc<File>>);
+
+impl Held {
+    /// The file to try on: the one kept, else the one at `fd` now.
+    fn file<'a>(&'a self, t: &Task, fd: i32, g: &'a Guard) -> VfsResult<&'a Arc<File>> {
+        match self.0.get() {
+            Some(f) => Ok(f),
+            None => t.io_file(fd, g),
+        }
+    }
+
+    /// Pass `r` on, keeping `f` for another try unless `r` wrote all of
+    /// the `want` bytes left.
+    fn keep_unless_done(
+        &self,
+        f: &Arc<File>,
+        r: VfsResult<(usize, bool)>,
+        want: usize,
+    ) -> VfsResult<(usize, bool)> {
+        let done = match &r {
+            Ok((n, _)) => *n >= want,
+            Err(e) => *e != Errno::ENOSPC,
+        };
+        if !done {
+            let _ = self.0.get_or_init(|| f.clone());
+        }
+        r
     }
 }

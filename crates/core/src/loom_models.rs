@@ -410,6 +410,61 @@ fn mount_count_refs_vs_detach() {
     });
 }
 
+/// An open file's write access against its slots (`file.rs`:
+/// `slot_added`, `slot_removed`): the last slot's close gives the counts
+/// back at once, while a dup or fork may be installing the file in a new
+/// slot. Whatever the interleaving, a file left in a slot holds its counts
+/// (`HELD`, and the inode's write count 1), and one left in none holds
+/// nothing. (Checked: with the count and the flag as two words, as before,
+/// a dup that saw the flag set took nothing and the close then gave the
+/// counts back: an fd open for writing with no writer counted.)
+#[test]
+fn file_access_vs_last_close() {
+    use crate::file::{slot_added, slot_removed, HELD};
+    use scalevfs_sync::primitive::{AtomicI64, AtomicUsize, Ordering};
+    for installs in [1, 2] {
+        model(3, move || {
+            // One slot, counts held; the inode's write count is 1.
+            let word = Arc::new(AtomicUsize::new(HELD | 1));
+            let wc = Arc::new(AtomicI64::new(1));
+            let add = |word: &AtomicUsize, wc: &AtomicI64| {
+                slot_added(
+                    word,
+                    true,
+                    || {
+                        wc.fetch_add(1, Ordering::SeqCst);
+                        true
+                    },
+                    || {
+                        wc.fetch_sub(1, Ordering::SeqCst);
+                    },
+                )
+            };
+            let closer = {
+                let (word, wc) = (word.clone(), wc.clone());
+                thread::spawn(move || {
+                    if slot_removed(&word) {
+                        wc.fetch_sub(1, Ordering::SeqCst);
+                    }
+                })
+            };
+            let other = (installs == 2).then(|| {
+                let (word, wc) = (word.clone(), wc.clone());
+                thread::spawn(move || add(&word, &wc))
+            });
+            add(&word, &wc);
+            closer.join().unwrap();
+            if let Some(h) = other {
+                h.join().unwrap();
+            }
+            let w = word.load(Ordering::SeqCst);
+            assert_eq!(w & !HELD, installs, "slots");
+            assert!(w & HELD != 0, "a file in a slot without its counts");
+            assert_eq!(wc.load(Ordering::SeqCst), 1, "write count");
+        });
+    }
+}
+
 /// The fd table's lowest-fd hint against a lock-free close (`FdTable`:
 /// `reserve_from` and `close`/`lower_hint`), on the protocol's own atomics
 /// (the table's slots are crossbeam `Atomic`s, which loom does not see):

@@ -573,9 +573,6 @@ impl Task {
     ) -> VfsResult<()> {
         let mut ch = self.changes();
         let op = self.name_op(newdirfd, new, Errno::EEXIST, counted)?;
-        if !MntRef::ptr_eq(&src.mnt, &op.pw.parent.mnt) {
-            return Err(Errno::EXDEV);
-        }
         let inode = src.inode().clone();
         let parent = &op.pw.parent;
         let dir = parent.inode();
@@ -587,7 +584,12 @@ impl Task {
             return Err(Errno::ENOENT);
         }
         parent.mnt.check_writable()?;
-        // do_linkat: may_linkat (EPERM) before vfs_link's may_create.
+        // do_linkat: EXDEV after filename_create (EEXIST, the trailing
+        // slash's ENOENT, EROFS), then may_linkat (EPERM) before vfs_link's
+        // may_create.
+        if !MntRef::ptr_eq(&src.mnt, &op.pw.parent.mnt) {
+            return Err(Errno::EXDEV);
+        }
         self.may_linkat(&inode)?;
         self.may_create(parent)?;
         // vfs_link: an immutable or append-only file gets no new name.
@@ -598,7 +600,13 @@ impl Task {
             return Err(Errno::EPERM);
         }
         // vfs_link: a file with no name stays nameless, unless it is an
-        // O_TMPFILE file opened without O_EXCL (I_LINKABLE).
+        // O_TMPFILE file opened without O_EXCL (I_LINKABLE). Checked and
+        // the name added under the inode's data lock, which unlink and
+        // rename hold on the inode they take a name from (Linux: the
+        // inode's i_rwsem): else a link that saw nlink 1 could add its
+        // name after the last unlink had put the open file on the orphan
+        // file, which would free it at the last close.
+        let _il = inode.data_lock.write();
         let revive = inode.attr().nlink == 0;
         if revive && inode.flags() & crate::inode::I_LINKABLE == 0 {
             return Err(Errno::ENOENT);
@@ -721,6 +729,9 @@ impl Task {
                 fs.rmdir(dir, &name, &vi)?;
                 vi.set_flag(crate::inode::I_DEAD);
             } else {
+                // Against a link of this inode (see `link_walked`) and a
+                // second unlink or rename of another of its names.
+                let _il = vi.data_lock.write();
                 fs.unlink(dir, &name, &vi)?;
                 if vi.attr().nlink == 0 {
                     // Still open somewhere: onto the orphan file (orphan.rs).
@@ -932,6 +943,12 @@ impl Task {
                         continue;
                     }
                 },
+                _ => None,
+            };
+            // A file replaced: its name goes under its data lock, as an
+            // unlink's (see `link_walked`).
+            let _il = match (&di, exchange) {
+                (Some(d), false) if !d.is_dir() => Some(d.data_lock.write()),
                 _ => None,
             };
             // The whiteout, made once the name is free, with the rename

@@ -482,8 +482,9 @@ impl Task {
         // was one: conflict matrix, issue 16). A removal racing with such a
         // listing is linearized after it (the directory was empty).
         let _dl = fs.readdir_needs_dir_lock().then(|| self.dir_shared(&i));
+        // iterate_dir: a removed directory lists nothing, ENOENT.
         if i.is_dead() {
-            return Ok(Vec::new());
+            return Err(Errno::ENOENT);
         }
         let mut out = Vec::new();
         let mut pos = f.position();

@@ -369,6 +369,11 @@ impl Task {
             {
                 return Err(Errno::EROFS);
             }
+            // inode_permission: no write to an immutable inode, whoever
+            // asks (root included), after the read-only mount's EROFS.
+            if mode & W_OK != 0 && i.is_immutable() {
+                return Err(Errno::EPERM);
+            }
             if i.permission_ok(&a, cred, mode) {
                 Ok(())
             } else {

@@ -628,8 +628,22 @@ impl<'a> WalkCtx<'a> {
             counted,
             guard: None,
         };
-        if !pw.parent.inode().is_dir() {
+        let dir = pw.parent.inode();
+        if !dir.is_dir() {
             return Err(Errno::ENOTDIR);
+        }
+        // Search permission on the last directory, before anything looks
+        // the last name up (Linux's link_path_walk runs may_lookup before
+        // every component, the last included): else a name operation in a
+        // directory the caller may not search would tell existing names
+        // from missing ones, and open(O_CREAT) would open an existing file
+        // there. The walks above check each directory only before stepping
+        // into the next one.
+        if !matches!(pw.last, Last::Root)
+            && !dir.search_for_all()
+            && !dir.permission_ok(&dir.attr_stored(), self.cred, X_OK)
+        {
+            return Err(Errno::EACCES);
         }
         Ok(pw)
     }

@@ -587,6 +587,8 @@ fn open_flags(s: &dyn Sys, l: &mut Log) {
     l.r("mkfifo", s.mkfifo("d/p"));
     let f = l.fd("fifo rdwr", s.open("d/p", O_RDWR | O_NONBLOCK, 0));
     l.r("fifo lseek", s.lseek(f, 0, SEEK_CUR));
+    // ksys_lseek: an unknown whence is EINVAL before the pipe's ESPIPE.
+    l.r("fifo lseek bad whence", s.lseek(f, 0, 99));
     l.data("fifo pread", s.pread(f, 1, 0));
     l.r("fifo pwrite", s.pwrite(f, b"x", 0));
     l.r("fifo ftruncate", s.ftruncate(f, 0));
@@ -696,6 +698,12 @@ fn data_io(s: &dyn Sys, l: &mut Log) {
     l.data("pread wronly", s.pread(w, 1, 0));
     l.r("append", s.write(w, b"APP"));
     l.r("append pos", s.lseek(w, 0, SEEK_CUR));
+    // An empty write does not move an O_APPEND position to the end.
+    l.r("seek back", s.lseek(w, 1, SEEK_SET));
+    l.r("empty append", s.write(w, b""));
+    l.r("pos after empty append", s.lseek(w, 0, SEEK_CUR));
+    l.r("empty append writev", s.writev(w, &[b"", b""]));
+    l.r("pos after empty writev", s.lseek(w, 0, SEEK_CUR));
     l.r("pwrite append", s.pwrite(w, b"PW", 0));
     l.r("size", s.stat_size("f"));
     l.r("writev", s.writev(w, &[b"ab", b"", b"cde"]));

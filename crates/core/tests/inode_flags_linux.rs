@@ -39,6 +39,7 @@ trait Sys {
     /// `None`: both to now; `Some(t)`: both to `t` seconds.
     fn utimes(&self, p: &str, t: Option<i64>) -> R;
     fn size(&self, p: &str) -> R;
+    fn access(&self, p: &str, mode: u32) -> R;
 }
 
 struct Host {
@@ -146,6 +147,10 @@ impl Sys for Host {
             .map(|m| std::os::unix::fs::MetadataExt::size(&m) as i64)
             .map_err(|e| e.raw_os_error().unwrap_or(0))
     }
+    fn access(&self, p: &str, mode: u32) -> R {
+        // SAFETY: a plain syscall on valid pointers that outlive it.
+        cr(unsafe { libc::access(self.c(p).as_ptr(), mode as i32) } as i64)
+    }
 }
 
 struct Ours {
@@ -219,6 +224,9 @@ impl Sys for Ours {
     fn size(&self, s: &str) -> R {
         e(self.t.stat(&p(s)).map(|st| st.size as i64))
     }
+    fn access(&self, s: &str, mode: u32) -> R {
+        e(self.t.access(&p(s), mode).map(|_| 0))
+    }
 }
 
 #[derive(Default, Debug, PartialEq)]
@@ -246,6 +254,11 @@ fn root_part(s: &dyn Sys, l: &mut Log) {
     l.r("open wr", s.open("f", WO));
     l.r("open rw", s.open("f", RW));
     l.r("open ro trunc", s.open("f", RO | TRUNC));
+    // inode_permission: MAY_WRITE on an immutable inode is EPERM, for
+    // root too; reading is not.
+    l.r("access w", s.access("f", libc::W_OK as u32));
+    l.r("access rw", s.access("f", (libc::R_OK | libc::W_OK) as u32));
+    l.r("access r", s.access("f", libc::R_OK as u32));
     let r = s.open("f", RO);
     l.r("open ro", r.map(|_| 0));
     if let Ok(r) = r {
@@ -313,6 +326,8 @@ fn root_part(s: &dyn Sys, l: &mut Log) {
     let d = s.open("d", RO).unwrap() as i32;
     l.r("dir set immutable", s.setflags(d, FS_IMMUTABLE_FL));
     l.r("create in immutable dir", s.open("d/y", CREAT));
+    l.r("access immutable dir w", s.access("d", libc::W_OK as u32));
+    l.r("access immutable dir x", s.access("d", libc::X_OK as u32));
     l.r("mkdir in immutable dir", s.mkdir("d/z"));
     l.r("unlink in immutable dir", s.unlink("d/x"));
     l.r("rename out of immutable dir", s.rename("d/x", "x2"));
