@@ -62,7 +62,6 @@ use scalevfs_sync::primitive::{AtomicU32, AtomicU64, Ordering};
 use crate::bufcache::BufCache;
 use crate::device::BlockDevice;
 use crate::error::{corrupt, Error, Result};
-use crate::format::features::INCOMPAT_META_BG;
 use crate::format::group_desc::{
     self, GroupDesc, BG_BLOCK_UNINIT, BG_INODE_UNINIT, BG_INODE_ZEROED,
 };
@@ -312,18 +311,13 @@ impl Alloc {
     fn init_block_bitmap(io: &Io, g: usize, gd: &GroupDesc, b: &mut [u8]) -> Result<()> {
         let sb = io.sb;
         let what = || format!("group {g} (BLOCK_UNINIT)");
-        if sb.has_incompat(INCOMPAT_META_BG) {
-            return Err(corrupt(what(), "uninitialised group with meta_bg"));
-        }
         b.fill(0);
         let first = Self::group_first_block(sb, g);
         let n = Self::group_nblocks(sb, g);
-        let mut meta = 0usize;
-        if sb.group_has_super(g as u64) {
-            let per_block = (sb.block_size() / usize::from(sb.desc_size())) as u64;
-            let gdt = sb.group_count().div_ceil(per_block);
-            meta = 1 + gdt as usize + usize::from(sb.reserved_gdt_blocks);
-        }
+        // The superblock copy and descriptor blocks (with meta_bg, the meta
+        // group's own descriptor block, which groups without a superblock
+        // copy hold too).
+        let meta = usize::try_from(sb.base_meta_blocks(g as u64)).unwrap_or(usize::MAX);
         for i in 0..meta.min(n) {
             set_bit(b, i);
         }

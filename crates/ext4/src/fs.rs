@@ -3448,27 +3448,8 @@ impl Ext4 {
         } else {
             let mut o = u64::from(sb.first_data_block);
             let itb = group_desc::inode_table_blocks(sb);
-            let per_block = (self.bs / usize::from(sb.desc_size())) as u64;
-            let gdt_blocks = ngroups.div_ceil(per_block);
             for g in 0..ngroups {
-                o += 2 + itb;
-                if sb.group_has_super(g) {
-                    o += 1;
-                    if sb.has_incompat(INCOMPAT_META_BG) {
-                        // Only the descriptor block of its own meta group.
-                        let mg = g / per_block;
-                        let first = g % per_block;
-                        if mg >= u64::from(sb.first_meta_bg) {
-                            if first == 0 || first == 1 || first == per_block - 1 {
-                                o += 1;
-                            }
-                        } else {
-                            o += u64::from(sb.first_meta_bg) + u64::from(sb.reserved_gdt_blocks);
-                        }
-                    } else {
-                        o += gdt_blocks + u64::from(sb.reserved_gdt_blocks);
-                    }
-                }
+                o += 2 + itb + sb.base_meta_blocks(g);
             }
             if sb.has_compat(COMPAT_HAS_JOURNAL) && sb.journal_inum != 0 {
                 let j = self.read_inode(sb.journal_inum)?;

@@ -72,7 +72,7 @@ use scalevfs::inode::Inode;
 
 use crate::ea_inode;
 use crate::error::{corrupt, Error, Result};
-use crate::format::features::{COMPAT_HAS_JOURNAL, COMPAT_RESIZE_INODE, INCOMPAT_META_BG};
+use crate::format::features::{COMPAT_HAS_JOURNAL, COMPAT_RESIZE_INODE};
 use crate::format::group_desc;
 use crate::format::inode::{RawInode, GOOD_OLD_INODE_SIZE};
 use crate::format::xattr::{self, RawEntry};
@@ -220,9 +220,6 @@ impl Ext4 {
         let sb = &self.sb;
         let first_data = u64::from(sb.first_data_block);
         let bpg = u64::from(sb.blocks_per_group);
-        let meta_bg = sb.has_incompat(INCOMPAT_META_BG);
-        let per_block = (self.bs / usize::from(sb.desc_size())) as u64;
-        let gdt_blocks = sb.group_count().div_ceil(per_block);
         let itb = group_desc::inode_table_blocks(sb);
         // The boot block and the superblock's (the kernel's
         // `start_blk <= s_first_data_block`).
@@ -232,22 +229,7 @@ impl Ext4 {
             // `ext4_num_base_meta_blocks`: the superblock copy, the
             // descriptor blocks (of the whole table, or with meta_bg the
             // group's own meta group's) and the reserved ones.
-            let has_super = sb.group_has_super(g);
-            let mut base = u64::from(has_super);
-            if !meta_bg || g < u64::from(sb.first_meta_bg) * per_block {
-                if has_super {
-                    base += if meta_bg {
-                        u64::from(sb.first_meta_bg)
-                    } else {
-                        gdt_blocks
-                    } + u64::from(sb.reserved_gdt_blocks);
-                }
-            } else {
-                let first = g - g % per_block;
-                if g == first || g == first + 1 || g == first + per_block - 1 {
-                    base += 1;
-                }
-            }
+            let mut base = sb.base_meta_blocks(g);
             // 1 KiB blocks with bigalloc: the superblock is in block 1 of
             // group 0, which starts at block 0 (`gdt_block`).
             if g == 0 && self.bs == 1024 && first_data == 0 {

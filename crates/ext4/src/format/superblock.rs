@@ -287,6 +287,37 @@ impl Superblock {
         }
     }
 
+    /// The blocks at the start of `group` that hold the superblock copy
+    /// and descriptor blocks (the kernel's `ext4_num_base_meta_blocks`):
+    /// in a group with a superblock copy, the whole descriptor table and
+    /// the reserved descriptor blocks; with meta_bg, past the first meta
+    /// groups, only its own meta group's descriptor block, which the
+    /// first, second and last group of the meta group hold (superblock
+    /// copy or not). The boot block of 1 KiB bigalloc images is not
+    /// counted (block 1 of group 0, which starts at block 0).
+    pub fn base_meta_blocks(&self, group: u64) -> u64 {
+        let has_super = self.group_has_super(group);
+        let per_block = (self.block_size() / usize::from(self.desc_size())) as u64;
+        let meta_bg = self.has_incompat(INCOMPAT_META_BG);
+        let mut base = u64::from(has_super);
+        if !meta_bg || group < u64::from(self.first_meta_bg).saturating_mul(per_block) {
+            if has_super {
+                let table = if meta_bg {
+                    u64::from(self.first_meta_bg)
+                } else {
+                    self.group_count().div_ceil(per_block)
+                };
+                base += table + u64::from(self.reserved_gdt_blocks);
+            }
+        } else {
+            let first = group - group % per_block;
+            if group == first || group == first + 1 || group == first + per_block - 1 {
+                base += 1;
+            }
+        }
+        base
+    }
+
     /// Whether `group` holds a superblock backup (and so a copy of the
     /// group descriptor table).
     pub fn group_has_super(&self, group: u64) -> bool {
