@@ -328,9 +328,19 @@ pub(crate) fn pin() -> Pin {
     if PINNING.with(Cell::get) {
         return Pin::Nested;
     }
+    /// Clears `PINNING` however `crossbeam_epoch::pin` leaves (a
+    /// deferred free that panics in its collection, caught by a caller,
+    /// must not leave every later `pin` of this thread `Nested`, unpinned).
+    struct Unmark;
+    impl Drop for Unmark {
+        fn drop(&mut self) {
+            PINNING.with(|p| p.set(false));
+        }
+    }
     PINNING.with(|p| p.set(true));
+    let unmark = Unmark;
     let g = crossbeam_epoch::pin();
-    PINNING.with(|p| p.set(false));
+    drop(unmark);
     // Deferrals asked for during the collection: to this guard.
     let mut l = LATER.with(|l| l.replace(std::ptr::null_mut()));
     while !l.is_null() {

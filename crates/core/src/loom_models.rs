@@ -623,6 +623,50 @@ fn cookie_batches_vs_listing_bound() {
     });
 }
 
+/// The same bound when two threads share a shard (thread indexes that
+/// agree modulo the shard count, common in a long-running process): one
+/// thread refills the shard with a fresh batch, another hands out a number
+/// from it and publishes that it did; a listing that saw the flag must
+/// bound that number. (Checked: with the shard read and refilled Relaxed,
+/// as before, the listing's bound may miss the refiller's batch.)
+#[test]
+fn cookie_batches_shared_shard() {
+    use crate::percpu::{InoAllocator, INO_BATCH};
+    use scalevfs_sync::primitive::{AtomicBool, AtomicU64, Ordering};
+    model(3, || {
+        let a = Arc::new(InoAllocator::new(3));
+        // Batch 0 used up by a third thread on another shard, so the
+        // refill below takes batch 1 (a bound of 0 and 1 then differ).
+        a.next_from_batch_on(1, 0);
+        let _ = a.next_from_batch_on(1, 1);
+        let taken = Arc::new(AtomicBool::new(false));
+        let got = Arc::new(AtomicU64::new(0));
+        let refiller = {
+            let a = a.clone();
+            thread::spawn(move || a.next_from_batch_on(0, 0))
+        };
+        let taker = {
+            let (a, taken, got) = (a.clone(), taken.clone(), got.clone());
+            thread::spawn(move || {
+                let n = a.next_from_batch_on(0, 0);
+                got.store(n, Ordering::Relaxed);
+                taken.store(true, Ordering::Release);
+            })
+        };
+        if taken.load(Ordering::Acquire) {
+            let n = got.load(Ordering::Relaxed);
+            let k = a.bound_batch();
+            assert!(
+                n < k * INO_BATCH,
+                "{n} taken before the listing, not below {k}"
+            );
+        }
+        let r = refiller.join().unwrap();
+        taker.join().unwrap();
+        assert_ne!(r, got.load(Ordering::Relaxed), "a number handed out twice");
+    });
+}
+
 /// `limbo::Batch` (per-thread deferred frees): the grace-period deferral
 /// (READY, then a steal), the owner's claim at a system call and the
 /// owner's exit race; the batch's frees run exactly once whoever wins.

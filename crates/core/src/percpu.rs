@@ -245,7 +245,14 @@ impl LimitedCounter {
 
     /// Count one more unless that would pass `limit`.
     pub fn try_inc(&self, limit: u64) -> bool {
-        let limit = limit.min(i64::MAX as u64 / 2) as i64;
+        self.try_inc_signed(limit.min(i64::MAX as u64 / 2) as i64)
+    }
+
+    /// `try_inc` with a limit that may be below 0 (the count may be too:
+    /// ext4 counts blocks taken since mount, and a limit is what was free
+    /// at mount less a reserve, which may be more than was free then).
+    pub fn try_inc_signed(&self, limit: i64) -> bool {
+        let limit = limit.min(i64::MAX / 2);
         let s = self.mine();
         // Relaxed (every access below): the counter orders nothing but
         // itself; exactness comes from the RMWs' atomicity. Callers may
@@ -364,36 +371,51 @@ impl InoAllocator {
     /// at or above that bound (memfs's directory cookies after a listing
     /// started, `readdir_end`).
     pub(crate) fn next_from_batch(&self, min_batch: u64) -> u64 {
-        let s = &self.slots[thread_index() & (self.slots.len() - 1)];
-        // Relaxed (every access below): uniqueness comes from each RMW's
-        // atomicity; the numbers publish nothing. A fresh batch is at or
-        // above `min_batch` when the `bound_batch` load that produced it
-        // happened before this call: the RMW on `next_batch` then reads
-        // that value or a later one (read-write coherence).
-        let mut v = s.load(Ordering::Relaxed);
+        self.next_from_batch_on(thread_index(), min_batch)
+    }
+
+    /// `next_from_batch` from shard `shard` (modulo the shard count):
+    /// threads whose indexes agree modulo it share a shard.
+    pub(crate) fn next_from_batch_on(&self, shard: usize, min_batch: u64) -> u64 {
+        let s = &self.slots[shard & (self.slots.len() - 1)];
+        // Uniqueness comes from each RMW's atomicity. The bound
+        // (`bound_batch`) needs more: a number handed out must be below
+        // the bound read by any call that happens after the hand-out, so
+        // the batch's `next_batch` RMW must happen before the hand-out,
+        // though another thread sharing the shard may have done it. Hence
+        // the refill publishes the batch with Release and a hand-out reads
+        // the shard with Acquire (the shard's RMWs extend the release
+        // sequence, so every later taker synchronises with the refiller).
+        // A fresh batch is at or above `min_batch` when the `bound_batch`
+        // load that produced it happened before this call: the RMW on
+        // `next_batch` then reads that value or a later one (read-write
+        // coherence).
+        let mut v = s.load(Ordering::Acquire);
         loop {
             if !v.is_multiple_of(INO_BATCH) && v / INO_BATCH >= min_batch {
-                match s.compare_exchange_weak(v, v + 1, Ordering::Relaxed, Ordering::Relaxed) {
+                match s.compare_exchange_weak(v, v + 1, Ordering::Acquire, Ordering::Acquire) {
                     Ok(_) => return v,
                     Err(now) => v = now,
                 }
                 continue;
             }
-            // Used up (or never filled): a fresh batch, all ours.
+            // Used up (or never filled): a fresh batch, all ours. Relaxed:
+            // ordered before the hand-outs by the Release below.
             let k = self.next_batch.fetch_add(1, Ordering::Relaxed);
             let base = k.checked_mul(INO_BATCH).expect("inode numbers exhausted");
             let start = if k == 0 { self.first } else { base };
             // Keep the rest of it in the slot unless another thread sharing
             // the slot refilled it meanwhile (then the rest is skipped:
-            // still unique).
-            let _ = s.compare_exchange(v, start + 1, Ordering::Relaxed, Ordering::Relaxed);
+            // still unique). Release: see above.
+            let _ = s.compare_exchange(v, start + 1, Ordering::Release, Ordering::Relaxed);
             return start;
         }
     }
 
     /// The batch index above every number returned so far (a number whose
-    /// `next` happened before this call is below `bound_batch() *
-    /// INO_BATCH`: the Relaxed load reads that RMW or a later one).
+    /// hand-out happened before this call is below `bound_batch() *
+    /// INO_BATCH`: its batch's RMW happened before it, see
+    /// `next_from_batch_on`, and this load reads that RMW or a later one).
     pub(crate) fn bound_batch(&self) -> u64 {
         // Relaxed: see above.
         self.next_batch.load(Ordering::Relaxed)
@@ -477,6 +499,27 @@ mod tests {
         assert!(c.try_inc(limit));
         assert!(!c.try_inc(limit));
         assert_eq!(c.sum(), limit as i64);
+    }
+
+    /// ext4's block counter: blocks taken since mount, below 0 after
+    /// frees; the limit for a non-root caller is what was free at mount
+    /// less the reserve, below 0 when the filesystem was mounted inside
+    /// its reserve (review, stop 49: the limit was saturated to 0, so such
+    /// a caller could take every block root had freed, though the free
+    /// space stayed inside the reserve).
+    #[test]
+    fn limited_counter_takes_a_limit_below_zero() {
+        let c = LimitedCounter::default();
+        for _ in 0..100 {
+            c.dec();
+        }
+        // Mounted with 500 free and a reserve of 1000: limit -500. Root
+        // freed 100 (count -100): still 400 inside the reserve.
+        assert!(!c.try_inc_signed(-500));
+        // A reserve of 550 (limit -50): 50 may be taken, no more.
+        let taken = (0..100).filter(|_| c.try_inc_signed(-50)).count();
+        assert_eq!(taken, 50);
+        assert_eq!(c.sum(), -50);
     }
 
     #[test]

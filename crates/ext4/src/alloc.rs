@@ -49,8 +49,11 @@
 //!   transaction that freed it may still be lost in a crash, which would
 //!   leave the old owner pointing at the new owner's bytes (ext4 keeps such
 //!   blocks out of its buddy cache until the commit callback, for the same
-//!   reason). The held blocks are few (one transaction's frees) and kept
-//!   with their group, under its lock.
+//!   reason). The held blocks are kept with their group, under its lock,
+//!   as runs (a file's blocks freed in order are one entry); a group's
+//!   runs of durable commits go at its next allocation or free. So a group
+//!   holds at most the runs of its last freeing commit plus those of
+//!   commits not yet durable, not one entry per block ever freed.
 
 use std::cell::Cell;
 
@@ -80,11 +83,78 @@ pub fn enospc() -> Error {
 }
 
 /// A group's descriptor and the blocks of it held back from allocation
-/// until the commit that freed them is durable (commit number, bit).
+/// until the commit that freed them is durable.
 #[derive(Clone)]
 struct GroupState {
     gd: GroupDesc,
-    held: Vec<(u64, u32)>,
+    /// In the order they were freed, which is commit order (a commit's
+    /// frees run before the next commit's handles start).
+    held: std::collections::VecDeque<HeldRun>,
+    /// The blocks in `held`.
+    held_blocks: u32,
+}
+
+/// Blocks `start..start + len` of a group, freed by commit `commit`.
+#[derive(Clone, Copy, Debug)]
+struct HeldRun {
+    commit: u64,
+    start: u32,
+    len: u32,
+}
+
+impl HeldRun {
+    fn bits(self) -> std::ops::Range<usize> {
+        self.start as usize..self.start as usize + self.len as usize
+    }
+}
+
+impl GroupState {
+    /// Drop the runs of commits up to `durable`; how many blocks they held.
+    fn prune(&mut self, durable: u64) -> u32 {
+        let before = self.held_blocks;
+        self.held.retain(|r| r.commit > durable);
+        self.held_blocks = self.held.iter().map(|r| r.len).sum();
+        before - self.held_blocks
+    }
+
+    /// `prune` of the oldest runs only, as far as they are durable: what a
+    /// free does, in time independent of how many runs are held (they are
+    /// in commit order; `prune`, at the next allocation here, catches any
+    /// that are not).
+    fn prune_front(&mut self, durable: u64) -> u32 {
+        let mut gone = 0;
+        while let Some(r) = self.held.front() {
+            if r.commit > durable {
+                break;
+            }
+            gone += r.len;
+            self.held.pop_front();
+        }
+        self.held_blocks -= gone;
+        gone
+    }
+
+    /// Hold bit `i` for commit `commit`: the last run grows when `i` is
+    /// next to it, else a new run starts.
+    fn hold(&mut self, commit: u64, i: u32) {
+        self.held_blocks += 1;
+        if let Some(r) = self.held.back_mut() {
+            if r.commit == commit && r.start.checked_add(r.len) == Some(i) {
+                r.len += 1;
+                return;
+            }
+            if r.commit == commit && i.checked_add(1) == Some(r.start) {
+                r.start = i;
+                r.len += 1;
+                return;
+            }
+        }
+        self.held.push_back(HeldRun {
+            commit,
+            start: i,
+            len: 1,
+        });
+    }
 }
 
 impl std::ops::Deref for GroupState {
@@ -228,7 +298,8 @@ impl Alloc {
                         Class::Ext4Group,
                         GroupState {
                             gd: g.clone(),
-                            held: Vec::new(),
+                            held: Default::default(),
+                            held_blocks: 0,
                         },
                     ))
                 })
@@ -269,6 +340,19 @@ impl Alloc {
     /// A copy of group `g`'s descriptor.
     pub fn desc(&self, g: usize) -> GroupDesc {
         self.groups[g].lock().gd.clone()
+    }
+
+    /// The group of block `blk` (tests).
+    #[cfg(test)]
+    pub(crate) fn group_of(&self, io: &Io, blk: u64) -> usize {
+        ((blk - u64::from(io.sb.first_data_block)) / u64::from(io.sb.blocks_per_group)) as usize
+    }
+
+    /// Group `g`'s held runs and blocks (tests).
+    #[cfg(test)]
+    pub(crate) fn held_runs(&self, g: usize) -> (usize, u32) {
+        let gs = self.groups[g].lock();
+        (gs.held.len(), gs.held_blocks)
     }
 
     /// Commit `n` is durable: the blocks it freed may be used again.
@@ -349,11 +433,14 @@ impl Alloc {
     /// (a block number, 0 for none), leaving at least `keep` free
     /// (the reserves the caller may not use: `Ext4::alloc_block`).
     pub fn alloc_block(&self, io: &Io, goal: u64, keep: u64) -> Result<u64> {
-        let reserve = keep;
-        if !self
-            .claimed
-            .try_inc(self.free_at_mount.saturating_sub(reserve))
-        {
+        // Signed: a filesystem mounted with less free than the reserve
+        // (`keep`) has a limit below 0, and after frees the count is below
+        // 0 too; a saturated limit of 0 would let a non-root caller take
+        // what root freed while the free space is still inside the reserve.
+        let limit = i64::try_from(self.free_at_mount)
+            .unwrap_or(i64::MAX)
+            .saturating_sub(i64::try_from(keep).unwrap_or(i64::MAX));
+        if !self.claimed.try_inc_signed(limit) {
             return Err(enospc());
         }
         let r = self.alloc_block_claimed(io, goal);
@@ -385,13 +472,10 @@ impl Alloc {
                 continue;
             }
             if !gd.held.is_empty() {
-                let d = self.durable();
-                let before = gd.held.len();
-                gd.held.retain(|&(c, _)| c > d);
+                let gone = gd.prune(self.durable());
                 // Relaxed: see `holds_blocks`.
-                self.held
-                    .fetch_sub((before - gd.held.len()) as u64, Ordering::Relaxed);
-                if gd.held.len() >= gd.free_blocks_count as usize {
+                self.held.fetch_sub(u64::from(gone), Ordering::Relaxed);
+                if gd.held_blocks >= gd.free_blocks_count {
                     continue;
                 }
             }
@@ -414,12 +498,12 @@ impl Alloc {
                 // Held blocks look used to the search: set for it, cleared
                 // again before anyone else sees the block (this closure
                 // has it alone).
-                for &(_, i) in held {
-                    set_bit(b, i as usize);
+                for i in held.iter().flat_map(|r| r.bits()) {
+                    set_bit(b, i);
                 }
                 let bit = find_zero(b, n, from);
-                for &(_, i) in held {
-                    clear_bit(b, i as usize);
+                for i in held.iter().flat_map(|r| r.bits()) {
+                    clear_bit(b, i);
                 }
                 if let Some(i) = bit {
                     set_bit(b, i);
@@ -481,8 +565,14 @@ impl Alloc {
         // Relaxed: mirror of the count just changed under the lock.
         self.free_blocks[g].store(gd.free_blocks_count, Ordering::Relaxed);
         // Relaxed: a hint (`durable` orders the use of the block).
-        if commit > self.durable.load(Ordering::Relaxed) {
-            gd.held.push((commit, i as u32));
+        let durable = self.durable.load(Ordering::Relaxed);
+        if !gd.held.is_empty() {
+            let gone = gd.prune_front(durable);
+            // Relaxed: see `holds_blocks`.
+            self.held.fetch_sub(u64::from(gone), Ordering::Relaxed);
+        }
+        if commit > durable {
+            gd.hold(commit, i as u32);
             self.held.fetch_add(1, Ordering::Relaxed);
         }
         self.claimed.dec();

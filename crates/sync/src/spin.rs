@@ -108,7 +108,10 @@ impl<T: ?Sized> SpinLock<T> {
         } else {
             self.record(false, 0);
         }
-        SpinGuard { lock: self }
+        SpinGuard {
+            lock: self,
+            _not_send: std::marker::PhantomData,
+        }
     }
 
     #[cold]
@@ -158,7 +161,10 @@ impl<T: ?Sized> SpinLock<T> {
                 .is_ok()
         {
             self.record(false, 0);
-            Some(SpinGuard { lock: self })
+            Some(SpinGuard {
+                lock: self,
+                _not_send: std::marker::PhantomData,
+            })
         } else {
             None
         }
@@ -207,6 +213,10 @@ impl<T: ?Sized + fmt::Debug> fmt::Debug for SpinLock<T> {
 #[must_use = "dropping the guard unlocks the lock immediately"]
 pub struct SpinGuard<'a, T: ?Sized> {
     lock: &'a SpinLock<T>,
+    /// Not `Send` (see below): the lock-order checker's record of the
+    /// lock (`ordered::SpinGuard`) is this thread's, and an unlock from
+    /// another thread would leave it behind.
+    _not_send: std::marker::PhantomData<*const ()>,
 }
 
 // SAFETY: a shared guard only gives `&T`, so sending `&SpinGuard` to another
