@@ -800,11 +800,20 @@ impl FdTable {
                 }
             });
         }
+        // Every fd is copied, those at or above a limit lowered after they
+        // were opened too (Linux's dup_fd copies the table whatever the
+        // rlimit): the limit is raised past them while they go in, then
+        // set back. A fresh table has no reservation.
+        let limit = t.max();
+        if let Some(&(top, _, _)) = files.last() {
+            // Relaxed: as above; nobody else sees `t` yet.
+            t.max.store(limit.max(top + 1), Ordering::Relaxed);
+        }
         for (i, f, cloexec) in files {
-            // Within the limit (copied from ours); a fresh table has no
-            // reservation.
             let _ = t.install_at(i as i32, f, cloexec);
         }
+        // Relaxed: as above.
+        t.max.store(limit, Ordering::Relaxed);
         t
     }
 

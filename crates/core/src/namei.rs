@@ -726,6 +726,11 @@ impl Task {
                     self.wait_victim(&vi);
                     continue;
                 };
+                // Again under the victim's lock, which a mount on it holds
+                // shared (`Vfs::mount_at`).
+                if victim.is_mounted() {
+                    return Err(Errno::EBUSY);
+                }
                 fs.rmdir(dir, &name, &vi)?;
                 vi.set_flag(crate::inode::I_DEAD);
             } else {
@@ -945,6 +950,10 @@ impl Task {
                 },
                 _ => None,
             };
+            // Again under the victim's lock (see `unlink_walked`).
+            if _vl.is_some() && dst.as_ref().is_some_and(|d| d.is_mounted()) {
+                return Err(Errno::EBUSY);
+            }
             // A file replaced: its name goes under its data lock, as an
             // unlink's (see `link_walked`).
             let _il = match (&di, exchange) {

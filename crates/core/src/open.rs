@@ -362,7 +362,14 @@ impl Task {
             if !pw.counted {
                 return Err(Errno::RESTART_WALK);
             }
-            let target = self.readlinkat(dirfd, path)?;
+            // The body of the link found here, not of whatever the path
+            // names by now (a rename or unlink racing with this open would
+            // make a second walk of `path` fail, or read another link).
+            let fs = &here.mnt.sb.fs;
+            let target = match fs.get_link_cached(here.inode()) {
+                Some(b) => b.to_vec(),
+                None => fs.readlink(here.inode())?,
+            };
             let from = crate::handle::Handle::new((*pw.parent).clone());
             return self.open_create(&from, &target, flags, mode, depth + 1);
         }

@@ -652,6 +652,10 @@ fn cwd_path(cwd: &PathRef, root: &PathRef) -> VfsResult<Vec<u8>> {
     let mut d: *const Dentry = cwd.dentry.as_ptr();
     let mut parts: Vec<Vec<u8>> = Vec::new();
     let mut len = 0usize;
+    // The top of the namespace reached without meeting the root (a cwd
+    // outside a chroot): Linux returns the path from the top with
+    // "(unreachable)" in front, which names nothing inside the root.
+    let mut unreachable = false;
     loop {
         if std::ptr::eq(mnt.as_ptr(), root.mnt.as_ptr()) && std::ptr::eq(d, root.dentry.as_ptr()) {
             break;
@@ -663,7 +667,10 @@ fn cwd_path(cwd: &PathRef, root: &PathRef) -> VfsResult<Vec<u8>> {
                     mnt = pm;
                     continue;
                 }
-                None => break,
+                None => {
+                    unreachable = true;
+                    break;
+                }
             }
         }
         // SAFETY: `cwd` holds a reference on its dentry and every live
@@ -682,12 +689,19 @@ fn cwd_path(cwd: &PathRef, root: &PathRef) -> VfsResult<Vec<u8>> {
         parts.push(name);
         d = de.parent_ptr();
     }
-    let mut out = Vec::with_capacity(len.max(1));
+    const UNREACHABLE: &[u8] = b"(unreachable)";
+    if unreachable && len.max(1) + UNREACHABLE.len() + 1 > PATH_MAX {
+        return Err(Errno::ENAMETOOLONG);
+    }
+    let mut out = Vec::with_capacity(len.max(1) + UNREACHABLE.len());
+    if unreachable {
+        out.extend_from_slice(UNREACHABLE);
+    }
     for p in parts.iter().rev() {
         out.push(b'/');
         out.extend_from_slice(p);
     }
-    if out.is_empty() {
+    if parts.is_empty() {
         out.push(b'/');
     }
     Ok(out)

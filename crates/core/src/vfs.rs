@@ -276,6 +276,17 @@ impl Vfs {
             return Err(Errno::ENOTDIR);
         }
         let _l = self.inner.mount_lock.lock();
+        // The mount point's own directory lock, shared: an rmdir (or a
+        // rename over it) holds it exclusive while it removes the
+        // directory and marks it dead, and checks for a mount again under
+        // it. So either this mount comes first (the removal is EBUSY) or it
+        // finds the directory dead: ENOENT, as Linux's do_lock_mount
+        // (cant_mount). Before, a removed working directory could be
+        // mounted on, unreachable, and the mount above it stayed busy.
+        let _dl = at.inode().dir_lock.read();
+        if at.inode().is_dead() {
+            return Err(Errno::ENOENT);
+        }
         let guard = epoch::pin();
         let cur = self.table(&guard);
         let key = (at.mnt.as_ptr() as usize, at.dentry.as_ptr() as usize);

@@ -871,6 +871,8 @@ fn scripts() -> Vec<Script> {
             rmdir(".").e(EINVAL),
             // iterate_dir: listing a removed directory is ENOENT.
             readdir(".").e(ENOENT),
+            // do_lock_mount: no mount on a removed directory.
+            Op::Mount(p(".")).e(ENOENT),
             Op::Chdir(p("..")).ok(),
             stat("gone").e(ENOENT),
             mkdir("gone").ok(),

@@ -533,3 +533,87 @@ fn listing_a_directory_sets_its_atime_as_on_tmpfs() {
     std::fs::remove_dir_all(&d).unwrap();
     assert!(host > 2000, "tmpfs set atime on a listing too: {host}");
 }
+
+/// fork copies every fd, those at or above a limit lowered after they
+/// were opened too, as Linux's dup_fd copies the whole table (review,
+/// stop 49: they were dropped from the child).
+#[test]
+fn fork_keeps_fds_above_a_lowered_limit() {
+    let vfs = Vfs::new();
+    let t = vfs.root_task();
+    let fd = t.open("/f", O_CREAT | O_RDWR, 0o600).unwrap();
+    assert_eq!(t.write(fd, b"high"), Ok(4));
+    assert_eq!(t.dup2(fd, 500), Ok(500));
+    t.files().set_max(100).unwrap();
+    let child = t.fork();
+    let mut b = [0u8; 4];
+    assert_eq!(child.pread(500, &mut b, 0), Ok(4));
+    assert_eq!(&b, b"high");
+    // The limit itself is copied: no new fd at or above it.
+    assert_eq!(child.files().max(), 100);
+    assert_eq!(child.dup2(fd, 200), Err(Errno::EBADF));
+    child.close(500).unwrap();
+}
+
+/// getcwd with the cwd outside the root (chroot leaves the cwd where it
+/// was): the path from the top with "(unreachable)" in front, as Linux's
+/// getcwd returns (checked on the host: a process chrooted into
+/// /dev/shm/gc/j with its cwd at /dev/shm/gc/out gets
+/// "(unreachable)/dev/shm/gc/out"). Before, "/out", a path that inside
+/// the root names another directory or none.
+#[test]
+fn getcwd_outside_the_root_is_unreachable() {
+    let vfs = Vfs::new();
+    let t = vfs.root_task();
+    t.mkdir("/j", 0o755).unwrap();
+    t.mkdir("/out", 0o755).unwrap();
+    t.mkdir("/out/deeper", 0o755).unwrap();
+    let c = t.fork();
+    c.chdir("/out/deeper").unwrap();
+    c.chroot("/j").unwrap();
+    assert_eq!(c.getcwd().unwrap(), b"(unreachable)/out/deeper");
+    c.chdir("/").unwrap();
+    assert_eq!(c.getcwd().unwrap(), b"/");
+}
+
+/// open(O_CREAT) of a name that is a symlink follows the body of the link
+/// it found, whatever happens to the name meanwhile (review, stop 49: it
+/// read the body by walking the path again, so a rename of a regular file
+/// over the link in between made the open fail with EINVAL, which Linux
+/// never returns here). Another thread keeps replacing the name with a
+/// link and with a regular file; every open must succeed.
+#[test]
+fn open_creat_through_a_link_being_replaced() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let vfs = Vfs::new();
+    let t = vfs.root_task();
+    t.symlink("t", "/l").unwrap();
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let t2 = t.clone_thread();
+        let stop = &stop;
+        s.spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                t2.symlink("t", "/nl").unwrap();
+                t2.rename("/nl", "/l").unwrap();
+                let fd = t2.open("/nf", O_CREAT | O_WRONLY, 0o644).unwrap();
+                t2.close(fd).unwrap();
+                t2.rename("/nf", "/l").unwrap();
+            }
+        });
+        let mut bad = Vec::new();
+        for _ in 0..20_000 {
+            match t.open("/l", O_CREAT | O_RDWR, 0o644) {
+                Ok(fd) => t.close(fd).unwrap(),
+                Err(e) => bad.push(e),
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        assert!(
+            bad.is_empty(),
+            "{} opens failed: {:?}",
+            bad.len(),
+            &bad[..bad.len().min(5)]
+        );
+    });
+}
