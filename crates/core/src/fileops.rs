@@ -95,6 +95,8 @@ pub(crate) fn truncate_inode(p: &PathRef, size: u64, cred: &Cred) -> VfsResult<(
     if size > fs.max_file_size_of(i) || size > i64::MAX as u64 {
         return Err(Errno::EFBIG);
     }
+    // Counted busy and written while it runs (see `file_write`).
+    let _ww = p.mnt.want_write()?;
     let _pin = epoch::pin();
     let _w = i.data_lock.write();
     remove_privs(p, cred)?;
@@ -174,6 +176,13 @@ pub(crate) fn file_write(
     if i.is_dir() {
         return Err(Errno::EISDIR);
     }
+    // The mount counted busy and written while this write runs (a close
+    // of the fd by another thread does not end that: `want_write`).
+    let _ww = if i.file_type() == FileType::Regular {
+        Some(f.path().mnt.want_write()?)
+    } else {
+        None
+    };
     let fs = &f.path().mnt.sb.fs;
     // A positioned overwrite that changes no size or allocation runs
     // beside others of the same file, under the data lock shared, if the

@@ -542,6 +542,8 @@ impl Task {
             0 | FALLOC_FL_PUNCH_HOLE => None,
             _ => return Err(Errno::EOPNOTSUPP),
         };
+        // Counted busy and written while it runs (see `file_write`).
+        let _ww = f.path().mnt.want_write()?;
         let _w = i.data_lock.write();
         // vfs_fallocate's file_modified, every mode (tmpfs and ext4 too,
         // before their own checks).

@@ -114,8 +114,34 @@ impl Mount {
     pub(crate) fn drop_writer(&self) {
         self.writers.add(-1);
     }
+    /// A change of data in progress through this mount (Linux's
+    /// `mnt_want_write` with its count, and the file reference a write
+    /// holds): counted as a writer and a user until the guard drops, so a
+    /// read-only remount or an unmount is EBUSY meanwhile, though another
+    /// thread closed the fd the change came through (its slot's counts
+    /// went with the close). EROFS if the mount is read-only already.
+    /// Per-thread slots: two threads' writes share no line here.
+    pub(crate) fn want_write(&self) -> crate::errno::VfsResult<WantWrite<'_>> {
+        self.users.add(1);
+        // SeqCst inside, then the SeqCst load: the Dekker pair with
+        // `Vfs::remount_at` (see `is_readonly`).
+        self.add_writer();
+        let g = WantWrite(self);
+        self.check_writable()?;
+        Ok(g)
+    }
     pub fn sb(&self) -> &Arc<Super> {
         &self.sb
+    }
+}
+
+/// See [`Mount::want_write`].
+pub(crate) struct WantWrite<'a>(&'a Mount);
+
+impl Drop for WantWrite<'_> {
+    fn drop(&mut self) {
+        self.0.drop_writer();
+        self.0.release();
     }
 }
 
