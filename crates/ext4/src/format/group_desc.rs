@@ -92,6 +92,7 @@ impl GroupDesc {
                 return Err(corrupt(what(), format!("{n} bitmap at {blk}")));
             }
         }
+        check_placement(sb, group, &gd, itb).map_err(|m| corrupt(what(), m))?;
         if gd.free_inodes_count > sb.inodes_per_group {
             return Err(corrupt(
                 what(),
@@ -100,6 +101,68 @@ impl GroupDesc {
         }
         Ok(gd)
     }
+}
+
+/// The kernel's `ext4_check_descriptors` placement rules: a group's
+/// bitmaps and inode table lie inside the group (anywhere in the
+/// filesystem with flex_bg) and not on the superblock or group 0's
+/// descriptor blocks. Without them a crafted descriptor could make the
+/// allocator set bits in the superblock or the descriptor table. (The
+/// kernel lets a read-only mount through with a warning for the two
+/// overlaps; this refuses every mount of such an image.)
+fn check_placement(
+    sb: &Superblock,
+    group: u64,
+    gd: &GroupDesc,
+    itb: u64,
+) -> std::result::Result<(), String> {
+    let bpg = u64::from(sb.blocks_per_group);
+    let first_data = u64::from(sb.first_data_block);
+    let (first, last) = if sb.has_incompat(super::features::INCOMPAT_FLEX_BG) {
+        (first_data, sb.blocks_count.saturating_sub(1))
+    } else {
+        let f = group
+            .checked_mul(bpg)
+            .and_then(|o| o.checked_add(first_data))
+            .ok_or("group past the block count")?;
+        (
+            f,
+            f.saturating_add(bpg - 1)
+                .min(sb.blocks_count.saturating_sub(1)),
+        )
+    };
+    // The superblock's block, and group 0's descriptor blocks after it
+    // (`ext4_bg_num_gdb(sb, 0)`: the whole table, or with meta_bg the
+    // first meta groups' blocks, or one).
+    let sb_block = 1024 / sb.block_size() as u64;
+    let per_block = (sb.block_size() / usize::from(sb.desc_size())) as u64;
+    let gdb0 = if !sb.has_incompat(super::features::INCOMPAT_META_BG) {
+        sb.group_count().div_ceil(per_block)
+    } else if sb.first_meta_bg > 0 {
+        u64::from(sb.first_meta_bg)
+    } else {
+        1
+    };
+    let last_gdb = sb_block + gdb0;
+    let check = |what: &str, start: u64, end: u64| -> std::result::Result<(), String> {
+        if start == sb_block {
+            return Err(format!("{what} at {start} overlaps the superblock"));
+        }
+        if start > sb_block && start <= last_gdb {
+            return Err(format!("{what} at {start} overlaps the group descriptors"));
+        }
+        if start < first || end > last {
+            return Err(format!("{what} at {start} not in group ({first}..={last})"));
+        }
+        Ok(())
+    };
+    check("block bitmap", gd.block_bitmap, gd.block_bitmap)?;
+    check("inode bitmap", gd.inode_bitmap, gd.inode_bitmap)?;
+    check(
+        "inode table",
+        gd.inode_table,
+        gd.inode_table + itb.max(1) - 1,
+    )
 }
 
 /// Write the mutable fields of `gd` (counts, flags, bitmap checksums) into
