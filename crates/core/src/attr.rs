@@ -55,9 +55,6 @@ impl Task {
         flags: u32,
     ) -> VfsResult<()> {
         let p = self.setattr_target(dirfd, as_bytes(path), flags)?;
-        if flags & AT_SYMLINK_NOFOLLOW != 0 && p.inode().file_type() == FileType::Symlink {
-            return Err(Errno::EOPNOTSUPP);
-        }
         self.chmod_path(&p, mode)
     }
 
@@ -67,7 +64,7 @@ impl Task {
 
     /// `fchmod(2)`.
     pub fn fchmod<'a>(&self, fd: impl Into<At<'a>> + Copy, mode: u32) -> VfsResult<()> {
-        let p = self.held(fd)?;
+        let p = self.held_open(fd)?;
         self.chmod_path(&p, mode)
     }
 
@@ -130,7 +127,16 @@ impl Task {
         p.mnt.check_writable()?;
         let a = i.attr();
         // notify_change: no mode change on an immutable or append-only file.
-        if !self.is_owner(&a) || i.is_immutable() || i.is_append_only() {
+        if i.is_immutable() || i.is_append_only() {
+            return Err(Errno::EPERM);
+        }
+        // notify_change: a symlink's mode never changes, however it was
+        // reached (AT_SYMLINK_NOFOLLOW, an O_PATH fd with AT_EMPTY_PATH, a
+        // handle), after EROFS and the flags' EPERM.
+        if i.file_type() == FileType::Symlink {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        if !self.is_owner(&a) {
             return Err(Errno::EPERM);
         }
         let mut m = mode & 0o7777;
@@ -182,7 +188,7 @@ impl Task {
 
     /// `fchown(2)`.
     pub fn fchown<'a>(&self, fd: impl Into<At<'a>> + Copy, uid: u32, gid: u32) -> VfsResult<()> {
-        let p = self.held(fd)?;
+        let p = self.held_open(fd)?;
         self.chown_path(&p, uid, gid)
     }
 
@@ -197,8 +203,10 @@ impl Task {
             return Err(Errno::EPERM);
         }
         if !self.cred.is_root() {
+            // chown_ok: only the owner may "change" the owner, and only to
+            // itself (a non-owner naming the current owner is EPERM too).
             if let Some(u) = uid {
-                if u != a.uid {
+                if u != a.uid || self.cred.uid != a.uid {
                     return Err(Errno::EPERM);
                 }
             }
@@ -225,7 +233,30 @@ impl Task {
                 m &= !S_ISGID;
             }
             if m != a.mode & 0o7777 {
+                // setattr_prepare: the bits chown_common clears are a mode
+                // change, which needs ownership (a non-owner's chown(-1,
+                // -1) of a set-id file is EPERM, not a way to clear its
+                // bits).
+                if !self.is_owner(&a) {
+                    return Err(Errno::EPERM);
+                }
                 set.mode = Some(m);
+            }
+            // ATTR_KILL_PRIV: the file capabilities go on every chown of a
+            // non-directory, by root too (cap_inode_killpriv), under the
+            // data lock as a write removes them (`remove_privs`).
+            if i.flags() & crate::inode::I_FCAPS != 0 {
+                let _pin = epoch::pin();
+                let _w = i.data_lock.write();
+                if i.flags() & crate::inode::I_FCAPS != 0 {
+                    match p.mnt.sb.fs.removexattr(i, b"security.capability") {
+                        Ok(()) | Err(Errno::ENODATA) => {}
+                        Err(e) => return Err(e),
+                    }
+                    i.clear_flag(crate::inode::I_FCAPS);
+                }
+                drop(_w);
+                return self.setattr_and_report(p, &set);
             }
         }
         self.setattr_and_report(p, &set)
@@ -259,7 +290,7 @@ impl Task {
         }
         // Linux's do_utimes checks the times before it looks at the fd.
         check_times(&times)?;
-        let p = self.held(fd)?;
+        let p = self.held_open(fd)?;
         self.utimens_path(&p, times)
     }
 

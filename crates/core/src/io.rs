@@ -698,9 +698,16 @@ impl Task {
         flags: u32,
     ) -> VfsResult<usize> {
         let mut ch = self.changes();
-        let g = epoch::pin();
-        let fin = self.io_file(fd_in, &g)?;
-        let fout = self.io_file(fd_out, &g)?;
+        // Counted handles, not a pin held across the copy: up to 2 GiB
+        // moved in chunks, and a pinned thread would hold every thread's
+        // reclamation back for all of it (and a pinned wait for space would
+        // wait for itself).
+        let (fin, fout) = {
+            let g = epoch::pin();
+            let fin = self.io_file(fd_in, &g)?.clone();
+            (fin, self.io_file(fd_out, &g)?.clone())
+        };
+        let (fin, fout) = (&*fin, &*fout);
         if flags != 0 {
             return Err(Errno::EINVAL);
         }
@@ -770,7 +777,11 @@ impl Task {
             if n == 0 {
                 break;
             }
-            let w = match file_write(fout, Some(pos_out + done), &buf[..n], self.cred()) {
+            // Out of space, waits for removed files' space as `write`
+            // does (`redo_enospc`), then ends short.
+            let w = match Self::redo_enospc(|| {
+                file_write(fout, Some(pos_out + done), &buf[..n], self.cred())
+            }) {
                 Ok((w, _)) => w,
                 Err(e) if done == 0 => return Err(e),
                 Err(_) => break,

@@ -339,6 +339,23 @@ impl Task {
         self.with_held(fd, PathRef::clone)
     }
 
+    /// `held` for the calls that take an open file and no path (fchmod,
+    /// fchown, futimens): an O_PATH fd is EBADF there (Linux's `fdget`
+    /// refuses FMODE_PATH files); a handle is taken as it is.
+    pub(crate) fn held_open<'a>(&self, fd: impl Into<At<'a>> + Copy) -> VfsResult<PathRef> {
+        match fd.into() {
+            At::Fd(fd) => {
+                let g = epoch::pin();
+                let f = self.files.get(fd, &g)?;
+                if f.is_path_only() {
+                    return Err(Errno::EBADF);
+                }
+                Ok(f.path.clone())
+            }
+            At::Handle(h) => Ok(h.path().clone()),
+        }
+    }
+
     /// `faccessat2(2)`. `mode`: F_OK or R_OK|W_OK|X_OK; flags: AT_EACCESS,
     /// AT_SYMLINK_NOFOLLOW, AT_EMPTY_PATH.
     pub fn faccessat<'a, P: AsRef<[u8]> + ?Sized>(

@@ -19,11 +19,12 @@
 //!
 //! POSIX ACLs are stored and returned, in the `posix_acl_xattr` format
 //! (version 2, then 8-byte entries); a value that is not a valid ACL is
-//! EINVAL (EOPNOTSUPP for another version, as Linux). Setting the access ACL updates the mode's permission bits as
-//! Linux does (an ACL the mode says in full is not stored at all). ACLs are
-//! not enforced (permission checks read the mode only), a chmod does not
-//! rewrite a stored access ACL, and a default ACL is not inherited by new
-//! files: those come later.
+//! EINVAL (EOPNOTSUPP for another version, as Linux), and an empty value
+//! removes the ACL. Setting the access ACL updates the mode's permission
+//! bits as Linux does (an ACL the mode says in full is not stored at all).
+//! ACLs are enforced by the permission checks (`Inode::permission_ok`), a
+//! chmod rewrites the stored access ACL's mask or group entry, and new
+//! files and directories inherit a directory's default ACL (`namei.rs`).
 
 use crossbeam_epoch::{self as epoch, Atomic, Owned};
 use crossbeam_skiplist::SkipMap;
@@ -131,11 +132,23 @@ pub struct AclEntry {
     pub id: u32,
 }
 
-/// Parse and validate an ACL in xattr form (`posix_acl_from_xattr` then
-/// `posix_acl_valid`): `Ok(None)` for an empty ACL (a header only), which
-/// means "no ACL". EOPNOTSUPP for another version; EINVAL for a short
-/// header, a size, tag, permission, id, order or a missing entry.
+/// Parse and validate an ACL in xattr form (`parse_acl_format` then
+/// `validate_acl`): `Ok(None)` for an empty ACL (a header only), which
+/// means "no ACL".
 pub fn parse_acl(v: &[u8]) -> VfsResult<Option<Vec<AclEntry>>> {
+    let acl = parse_acl_format(v)?;
+    if let Some(a) = &acl {
+        validate_acl(a)?;
+    }
+    Ok(acl)
+}
+
+/// An ACL in xattr form, as `posix_acl_from_xattr` reads it: `Ok(None)`
+/// for a header only; EOPNOTSUPP for another version; EINVAL for a short
+/// header, a size that is not whole entries, an unknown tag, or a named
+/// user or group of id -1. The entries' order and permission bits are
+/// `validate_acl`'s (Linux checks them later, after the owner check).
+pub fn parse_acl_format(v: &[u8]) -> VfsResult<Option<Vec<AclEntry>>> {
     if v.len() < 4 {
         return Err(Errno::EINVAL);
     }
@@ -152,61 +165,48 @@ pub fn parse_acl(v: &[u8]) -> VfsResult<Option<Vec<AclEntry>>> {
     }
     // At most XATTR_SIZE_MAX / 8 entries: the value's size is checked first.
     let mut out = Vec::with_capacity(body.len() / 8);
-    // posix_acl_valid's state machine: the entries come in tag order, named
-    // users and groups each by ascending id, once each.
-    let mut state = ACL_USER_OBJ;
-    let mut needs_mask = false;
-    let mut last_id: Option<u32> = None;
     for e in body.chunks_exact(8) {
         let tag = u16::from_le_bytes([e[0], e[1]]);
         let perm = u16::from_le_bytes([e[2], e[3]]);
         let id = u32::from_le_bytes([e[4], e[5], e[6], e[7]]);
-        // An id of -1 maps to no user or group (make_kuid fails).
-        if perm & !7 != 0 || (matches!(tag, ACL_USER | ACL_GROUP) && id == ACL_UNDEFINED_ID) {
-            return Err(Errno::EINVAL);
-        }
         let id = match tag {
-            ACL_USER_OBJ if state == ACL_USER_OBJ => {
-                state = ACL_USER;
-                ACL_UNDEFINED_ID
-            }
-            ACL_USER if state == ACL_USER => {
-                if last_id.is_some_and(|l| id <= l) {
-                    return Err(Errno::EINVAL);
-                }
-                last_id = Some(id);
-                needs_mask = true;
-                id
-            }
-            ACL_GROUP_OBJ if state == ACL_USER => {
-                state = ACL_GROUP;
-                last_id = None;
-                ACL_UNDEFINED_ID
-            }
-            ACL_GROUP if state == ACL_GROUP => {
-                if last_id.is_some_and(|l| id <= l) {
-                    return Err(Errno::EINVAL);
-                }
-                last_id = Some(id);
-                needs_mask = true;
-                id
-            }
-            ACL_MASK if state == ACL_GROUP => {
-                state = ACL_OTHER;
-                ACL_UNDEFINED_ID
-            }
-            ACL_OTHER if state == ACL_OTHER || (state == ACL_GROUP && !needs_mask) => {
-                state = 0;
-                ACL_UNDEFINED_ID
-            }
+            ACL_USER_OBJ | ACL_GROUP_OBJ | ACL_MASK | ACL_OTHER => ACL_UNDEFINED_ID,
+            // An id of -1 maps to no user or group (make_kuid fails).
+            ACL_USER | ACL_GROUP if id != ACL_UNDEFINED_ID => id,
             _ => return Err(Errno::EINVAL),
         };
         out.push(AclEntry { tag, perm, id });
     }
+    Ok(Some(out))
+}
+
+/// `posix_acl_valid`: permission bits rwx only; the entries in tag order
+/// (owner, named users, owning group, named groups, mask, other), one
+/// owner, owning group and other, and a mask where there are named
+/// entries. Like Linux 6.x, neither the order of named entries' ids nor
+/// duplicates are checked (the first match wins when permissions are
+/// checked).
+pub fn validate_acl(acl: &[AclEntry]) -> VfsResult<()> {
+    let mut state = ACL_USER_OBJ;
+    let mut needs_mask = false;
+    for e in acl {
+        if e.perm & !7 != 0 {
+            return Err(Errno::EINVAL);
+        }
+        match e.tag {
+            ACL_USER_OBJ if state == ACL_USER_OBJ => state = ACL_USER,
+            ACL_USER if state == ACL_USER => needs_mask = true,
+            ACL_GROUP_OBJ if state == ACL_USER => state = ACL_GROUP,
+            ACL_GROUP if state == ACL_GROUP => needs_mask = true,
+            ACL_MASK if state == ACL_GROUP => state = ACL_OTHER,
+            ACL_OTHER if state == ACL_OTHER || (state == ACL_GROUP && !needs_mask) => state = 0,
+            _ => return Err(Errno::EINVAL),
+        }
+    }
     if state != 0 {
         return Err(Errno::EINVAL);
     }
-    Ok(Some(out))
+    Ok(())
 }
 
 /// An ACL in xattr form.

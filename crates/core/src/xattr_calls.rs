@@ -165,8 +165,9 @@ impl Task {
         let ns = XattrNs::of(name);
         ns.resolve(name)?;
         if let XattrNs::Acl { .. } = ns {
+            // get_posix_acl (Linux >= 6.2): a symlink has no get_acl.
             if i.file_type() == FileType::Symlink {
-                return Err(Errno::ENODATA);
+                return Err(Errno::EOPNOTSUPP);
             }
         }
         p.mnt.sb().fs.getxattr(i, name)
@@ -421,16 +422,15 @@ impl Task {
             // XATTR_CREATE/REPLACE (Linux ignores them for ACLs; removing
             // an ACL the file lacks succeeds).
             (XattrNs::Acl { default }, set) => {
+                // Linux's order: the value's format (posix_acl_from_xattr;
+                // an empty value is no ACL: removal), the symlink, a default
+                // ACL on a non-directory, the owner, then posix_acl_valid.
                 let acl = match set {
-                    Some((value, _)) => parse_acl(value)?,
-                    None => None,
+                    Some((value, _)) if !value.is_empty() => parse_acl_format(value)?,
+                    _ => None,
                 };
                 if i.file_type() == FileType::Symlink {
                     return Err(Errno::EOPNOTSUPP);
-                }
-                let a = i.attr();
-                if !(self.cred().is_root() || self.cred().uid == a.uid) {
-                    return Err(Errno::EPERM);
                 }
                 if default && !i.is_dir() {
                     return if acl.is_some() {
@@ -439,7 +439,26 @@ impl Task {
                         Ok(())
                     };
                 }
+                let a = i.attr();
+                if !(self.cred().is_root() || self.cred().uid == a.uid) {
+                    return Err(Errno::EPERM);
+                }
+                if let Some(acl) = &acl {
+                    validate_acl(acl)?;
+                }
                 let store = match &acl {
+                    // posix_acl_update_mode with no ACL: the mode stays, but
+                    // setgid goes for an owner outside the file's group.
+                    None if !default => {
+                        let m = a.mode & 0o7777;
+                        if m & S_ISGID != 0
+                            && !self.cred().is_root()
+                            && !self.cred().in_group(a.gid)
+                        {
+                            new_mode = Some(m & !S_ISGID);
+                        }
+                        None
+                    }
                     None => None,
                     Some(acl) if !default => {
                         // posix_acl_update_mode.

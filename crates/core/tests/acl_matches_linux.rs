@@ -422,6 +422,36 @@ fn root_part(s: &dyn Sys, l: &mut Log) {
     l.r("remove r again", s.remove("r", POSIX_ACL_ACCESS));
     l.r("remove r default", s.remove("r", POSIX_ACL_DEFAULT));
     l.r("remove j default again", s.remove("j", POSIX_ACL_DEFAULT));
+    // Named users out of id order and twice: Linux 6.x's posix_acl_valid
+    // takes them (the first match wins).
+    l.r("creat o", s.creat("o", 0o640));
+    l.r(
+        "set o unordered",
+        s.set(
+            "o",
+            POSIX_ACL_ACCESS,
+            &acl(&[
+                (USER_OBJ, 6, U),
+                (USER, 4, 1001),
+                (USER, 6, 1000),
+                (USER, 0, 1000),
+                (GROUP_OBJ, 4, U),
+                (MASK, 6, U),
+                (OTHER, 0, U),
+            ]),
+        ),
+    );
+    l.r("get o", s.get("o", POSIX_ACL_ACCESS));
+    // An empty value is no ACL: the stored one goes, the mode stays.
+    l.r("set o empty", s.set("o", POSIX_ACL_ACCESS, b""));
+    l.r("get o after empty", s.get("o", POSIX_ACL_ACCESS));
+    l.r("mode o", s.mode("o"));
+    // setgid on a file of uid 1000 in group 0 (not the user's): the
+    // user's part removes its ACL.
+    l.r("creat sg", s.creat("sg", 0o640));
+    l.r("chown sg", s.chown("sg", 1000, 0));
+    l.r("chmod sg", s.chmod("sg", 0o2740));
+    l.r("mode sg", s.mode("sg"));
     // The user's part tries to remove these.
     l.r("creat x", s.creat("x", 0o644));
     l.r("set x", s.set("x", POSIX_ACL_ACCESS, &deny_1000()));
@@ -474,6 +504,26 @@ fn user_part(s: &dyn Sys, l: &mut Log) {
     l.r("user remove x", s.remove("x", POSIX_ACL_ACCESS));
     l.r("user read x again", s.open("x", RD));
     l.r("user remove j default", s.remove("j", POSIX_ACL_DEFAULT));
+    // set_posix_acl's order: a default ACL on a non-directory before the
+    // owner check (EACCES to set, nothing to remove), and posix_acl_valid
+    // (a permission bit past rwx) after it (EPERM for a non-owner).
+    l.r(
+        "user set x default",
+        s.set("x", POSIX_ACL_DEFAULT, &deny_1000()),
+    );
+    l.r("user remove x default", s.remove("x", POSIX_ACL_DEFAULT));
+    l.r(
+        "user set a bad perm",
+        s.set(
+            "a",
+            POSIX_ACL_ACCESS,
+            &acl(&[(USER_OBJ, 8, U), (GROUP_OBJ, 7, U), (OTHER, 7, U)]),
+        ),
+    );
+    // posix_acl_update_mode on removal: the owner, outside the file's
+    // group, loses setgid.
+    l.r("user remove sg", s.remove("sg", POSIX_ACL_ACCESS));
+    l.r("user mode sg", s.mode("sg"));
 }
 
 /// Whether the host can run the script, or why not.

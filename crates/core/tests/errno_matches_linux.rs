@@ -193,7 +193,7 @@ const NOW: i64 = UTIME_NOW;
 const OMIT: i64 = UTIME_OMIT;
 
 use libc::{
-    EACCES, EBUSY, EEXIST, EINVAL, EISDIR, ELOOP, ENAMETOOLONG, ENOENT, ENOTDIR, ENOTEMPTY,
+    EACCES, EBADF, EBUSY, EEXIST, EINVAL, EISDIR, ELOOP, ENAMETOOLONG, ENOENT, ENOTDIR, ENOTEMPTY,
     EOPNOTSUPP, EPERM, EXDEV,
 };
 
@@ -719,6 +719,10 @@ fn scripts() -> Vec<Script> {
             Op::Chown(D::Slot(1), p(""), 7, 8, AT_EMPTY_PATH).ok(),
             Op::Stat(D::Slot(1), p(""), AT_EMPTY_PATH),
             Op::Chown(D::Slot(2), p(""), 9, 9, AT_EMPTY_PATH).ok(),
+            // notify_change: no mode change on a symlink, however reached.
+            Op::Chmod(D::Slot(2), p(""), 0o600, AT_EMPTY_PATH).e(EOPNOTSUPP),
+            // futimens on an O_PATH fd: fdget refuses it.
+            Op::Futimens(2, None).e(EBADF),
             lstat("s"),
             Op::Access(D::Slot(0), p(""), R_OK, AT_EMPTY_PATH),
             Op::Fchdir(0).ok(),
@@ -1059,7 +1063,16 @@ fn scripts() -> Vec<Script> {
             chmod("d/r", 0o2644),
             chown("d/r", u32::MAX, u32::MAX).ok(),
             stat("d/r"),
+            createm("d/root", 0o644),
+            chmod("d/root", 0o4755),
+            createm("d/plain", 0o644),
             Op::SetCred(NOBODY, NOBODY, vec![NOBODY]),
+            // chown_ok: a non-owner naming the current owner is EPERM; and
+            // the set-id bits chown clears are a mode change, the owner's.
+            chown("d/root", 0, u32::MAX).e(EPERM),
+            chown("d/root", u32::MAX, u32::MAX).e(EPERM),
+            stat("d/root"),
+            chown("d/plain", u32::MAX, u32::MAX).ok(),
             chown("d/a", u32::MAX, u32::MAX).ok(),
             stat("d/a"),
             chown("d/b", u32::MAX, u32::MAX).ok(),

@@ -408,6 +408,11 @@ fn root_part(s: &dyn Sys, l: &mut Log) {
         s.set("l", b"trusted.a", b"x", 0, true),
     );
     l.r("llist symlink", s.list("l", 1000, true));
+    // get_posix_acl (Linux >= 6.2): a symlink has no ACL operations.
+    l.r(
+        "acl on symlink",
+        s.get("l", b"system.posix_acl_access", 100, true),
+    );
     l.r("user on fifo", s.set("p", b"user.a", b"x", 0, false));
     l.r("get user on fifo", s.get("p", b"user.a", 10, false));
     l.r("remove user on fifo", s.remove("p", b"user.a", false));
