@@ -336,6 +336,18 @@ struct InodeCache {
     recent: VecDeque<(u32, Arc<Inode>)>,
     /// Map size after the last sweep of dead entries.
     swept: usize,
+    /// `iget`s of this shard between their miss and their insert (they
+    /// read the inode with no lock held).
+    loading: usize,
+    /// Bumped by every `forget_inode` of this shard.
+    forget_gen: u64,
+    /// The inodes forgotten while some `iget` was loading, with the
+    /// `forget_gen` of their forget: a load that started before it read a
+    /// copy from before the unlink and must read again, not insert a stale
+    /// inode (one that still has its name's link and its freed blocks).
+    /// Emptied whenever no load is in flight, so it holds only the forgets
+    /// that overlap loads.
+    forgot: HashMap<u32, u64>,
 }
 
 /// An ext4 filesystem (read-only unless opened with `ro: false`).
@@ -578,6 +590,9 @@ impl Ext4 {
                         map: HashMap::new(),
                         recent: VecDeque::new(),
                         swept: 0,
+                        loading: 0,
+                        forget_gen: 0,
+                        forgot: HashMap::new(),
                     },
                 ))
             })
@@ -1704,6 +1719,11 @@ impl Ext4 {
         let gone: Option<Arc<Inode>> = {
             let mut c = self.icache(ino);
             c.map.remove(&ino);
+            c.forget_gen += 1;
+            if c.loading > 0 {
+                let g = c.forget_gen;
+                c.forgot.insert(ino, g);
+            }
             // On the recent list at most once (pushed when it entered the
             // map); dropped after the shard's lock (nothing is taken under
             // it).
@@ -2104,15 +2124,89 @@ impl Ext4 {
         RawInode::parse(&self.sb, ino, &b[inb..inb + isz])
     }
 
-    /// The VFS inode for `ino` (cached).
+    /// The VFS inode for `ino` (cached). A miss reads the inode with no
+    /// lock held; if the inode was forgotten (its last name went) during
+    /// that read, the copy is from before and it reads again (`forgot`).
     pub fn iget(&self, ino: u32) -> Result<Arc<Inode>> {
-        {
-            let c = self.icache(ino);
+        let mut start = {
+            let mut c = self.icache(ino);
             if let Some(i) = c.map.get(&ino).and_then(Weak::upgrade) {
                 return Ok(i);
             }
+            c.loading += 1;
+            c.forget_gen
+        };
+        // Bounded: each retry follows a forget of this very inode during
+        // the read before it (one per unlink of a name it had).
+        let mut tries = 0;
+        loop {
+            let r = self.load_inode(ino);
+            let mut c = self.icache(ino);
+            let stale = c.forgot.get(&ino).is_some_and(|&g| g > start);
+            if r.is_ok() && stale && tries < 8 {
+                tries += 1;
+                start = c.forget_gen;
+                continue;
+            }
+            c.loading -= 1;
+            if c.loading == 0 {
+                c.forgot.clear();
+            }
+            drop(c);
+            if stale {
+                return Err(corrupt(
+                    format!("inode {ino}"),
+                    "removed again and again while being read",
+                ));
+            }
+            return self.icache_insert(ino, r?);
+        }
+    }
+
+    /// The type of the inode a directory entry names, for an entry that
+    /// does not carry one (images without `filetype`): from the cached
+    /// inode, else from the stored mode, read without the checks and the
+    /// cache of `iget` (an unlink running beside the listing may have
+    /// freed it: the listing goes on, as the kernel's, which reads no
+    /// inode at all). What cannot be read lists as a regular file (the VFS
+    /// has no DT_UNKNOWN).
+    fn entry_type(&self, ino: u32) -> FileType {
+        // The shard's lock is gone before the inode may drop.
+        let cached = self.icache(ino).map.get(&ino).and_then(Weak::upgrade);
+        if let Some(i) = cached {
+            return i.file_type();
+        }
+        self.read_inode(ino)
+            .ok()
+            .and_then(|r| FileType::from_mode(u32::from(r.mode)))
+            .unwrap_or(FileType::Regular)
+    }
+
+    /// Read inode `ino` and make its VFS inode (not cached yet). The
+    /// filesystem's own inodes (below `first_ino` but the root, the
+    /// journal, the orphan file, quota files, xattr value inodes) are
+    /// never files a name may reach: a directory entry naming one is
+    /// corruption, as the kernel's `__ext4_iget` says, not a way to write
+    /// into the journal or free the orphan file's blocks.
+    fn load_inode(&self, ino: u32) -> Result<Arc<Inode>> {
+        let sb = &self.sb;
+        let special = (ino < sb.first_ino() && ino != inode::ROOT_INO)
+            || (ino == sb.journal_inum && sb.has_compat(COMPAT_HAS_JOURNAL))
+            || (ino == sb.orphan_file_inum && sb.orphan_file_inum != 0)
+            || (ino != 0 && sb.quota_inums().contains(&ino));
+        if special {
+            return Err(corrupt(
+                format!("inode {ino}"),
+                "a name refers to a reserved inode",
+            ));
         }
         let raw = self.read_inode(ino)?;
+        if raw.flags & inode::FL_EA_INODE != 0 {
+            return Err(corrupt(
+                format!("inode {ino}"),
+                "a name refers to an xattr value inode",
+            ));
+        }
         if raw.links_count == 0 {
             return Err(corrupt(
                 format!("inode {ino}"),
@@ -2192,6 +2286,12 @@ impl Ext4 {
         if let Some(raw) = acl_raw {
             self.load_acls(&new, &raw);
         }
+        Ok(new)
+    }
+
+    /// Put `new` (just read) in the cache, unless another thread put one
+    /// for `ino` there meanwhile (then that one: one inode per number).
+    fn icache_insert(&self, ino: u32, new: Arc<Inode>) -> Result<Arc<Inode>> {
         // Inodes the recent list lets go are dropped after the shard's lock
         // (nothing is taken under it; a last reference's drop may take
         // other locks).
@@ -3026,7 +3126,7 @@ impl Ext4 {
             {
                 let file_type = match ft_from_dirent(e.file_type) {
                     Some(t) => t,
-                    None => self.iget(e.inode)?.file_type(),
+                    None => self.entry_type(e.inode),
                 };
                 let ent = DirEntry {
                     ino: u64::from(e.inode),
@@ -3073,7 +3173,7 @@ impl Ext4 {
                 }
                 let file_type = match ft_from_dirent(e.file_type) {
                     Some(t) => t,
-                    None => self.iget(e.inode)?.file_type(),
+                    None => self.entry_type(e.inode),
                 };
                 let ent = DirEntry {
                     ino: u64::from(e.inode),
@@ -3199,7 +3299,7 @@ impl Ext4 {
             };
             let file_type = match ft_from_dirent(ft) {
                 Some(t) => t,
-                None => self.iget(ino)?.file_type(),
+                None => self.entry_type(ino),
             };
             let ent = DirEntry {
                 ino: u64::from(ino),
@@ -3586,6 +3686,15 @@ impl Filesystem for Ext4 {
         let raw = &Ext4::node(d)?;
         match vfs(self.lookup_ino(raw, name))? {
             None => Ok(None),
+            // A name (not "." or "..") for the directory itself: the
+            // kernel's ext4_lookup calls it corrupt (a loop in the tree).
+            Some(ino) if u64::from(ino) == d.ino() && name != b"." && name != b".." => {
+                Err(corrupt(
+                    format!("directory {ino}"),
+                    "an entry names the directory itself",
+                )
+                .errno())
+            }
             Some(ino) => Ok(Some(vfs(self.iget(ino))?)),
         }
     }

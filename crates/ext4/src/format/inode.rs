@@ -218,6 +218,14 @@ impl RawInode {
         .into_iter()
         .chain(crtime.map(|t| (t, 0x90, 0x94)))
         {
+            // Without its `_extra` word a time is 32-bit signed seconds:
+            // clamped to that range (the kernel's EXT4_INODE_SET_XTIME),
+            // not wrapped (2040 would read back as 1904).
+            let t = if has(extra) {
+                t
+            } else {
+                (t.0.clamp(i64::from(i32::MIN), i64::from(i32::MAX)), t.1)
+            };
             let (lo, hi) = encode_time(t);
             if base == 0x90 {
                 if has(0x90) {

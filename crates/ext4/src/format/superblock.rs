@@ -63,6 +63,8 @@ pub struct Superblock {
     pub backup_bgs: [u32; 2],
     pub checksum_seed: u32,
     pub orphan_file_inum: u32,
+    /// `s_usr_quota_inum`, `s_grp_quota_inum`, `s_prj_quota_inum` (0: none).
+    pub quota_inums: [u32; 3],
     pub checksum: u32,
 }
 
@@ -122,6 +124,7 @@ impl Superblock {
             backup_bgs: [le32(b, 0x24C), le32(b, 0x250)],
             checksum_seed: le32(b, 0x270),
             orphan_file_inum: le32(b, 0x280),
+            quota_inums: [le32(b, 0x240), le32(b, 0x244), le32(b, 0x26C)],
             checksum: le32(b, SB_CSUM_OFF),
         };
         if sb.has_ro_compat(RO_COMPAT_METADATA_CSUM) {
@@ -316,6 +319,11 @@ impl Superblock {
             }
         }
         base
+    }
+
+    /// The quota files' inodes (0 where there is none).
+    pub fn quota_inums(&self) -> [u32; 3] {
+        self.quota_inums
     }
 
     /// Whether `group` holds a superblock backup (and so a copy of the
