@@ -125,7 +125,6 @@ impl Task {
     pub(crate) fn chmod_path(&self, p: &PathRef, mode: u32) -> VfsResult<()> {
         let i = p.inode();
         p.mnt.check_writable()?;
-        let a = i.attr();
         // notify_change: no mode change on an immutable or append-only file.
         if i.is_immutable() || i.is_append_only() {
             return Err(Errno::EPERM);
@@ -136,6 +135,14 @@ impl Task {
         if i.file_type() == FileType::Symlink {
             return Err(Errno::EOPNOTSUPP);
         }
+        // Under the data lock, as every other writer of the mode (a write
+        // dropping set-id bits, chown, an ACL set): each reads the mode and
+        // stores a new one whole, and two of them unlocked could lose one
+        // change (a write's cleared setuid bit undoing a chmod 0700 into
+        // 0755). The attributes are read under it.
+        let _pin = epoch::pin();
+        let _w = i.data_lock.write();
+        let a = i.attr();
         if !self.is_owner(&a) {
             return Err(Errno::EPERM);
         }
@@ -148,21 +155,17 @@ impl Task {
             ctime: Some(Timespec::now()),
             ..Default::default()
         };
-        if i.flags() & crate::inode::I_ACL == 0 {
-            return self.setattr_and_report(p, &set);
-        }
-        // posix_acl_chmod: the stored access ACL takes the new bits, under
-        // the data lock as every change of the stored attributes.
-        let _pin = epoch::pin();
-        let _w = i.data_lock.write();
         crate::caller::with(self.cred(), || p.mnt.sb.fs.setattr(i, &set))?;
-        if let Some(mut acl) = i.access_acl() {
-            acl_chmod(&mut acl, m);
-            p.mnt
-                .sb
-                .fs
-                .setxattr(i, POSIX_ACL_ACCESS, &encode_acl(&acl), 0)?;
-            i.set_access_acl(Some(acl));
+        // posix_acl_chmod: the stored access ACL takes the new bits.
+        if i.flags() & crate::inode::I_ACL != 0 {
+            if let Some(mut acl) = i.access_acl() {
+                acl_chmod(&mut acl, m);
+                p.mnt
+                    .sb
+                    .fs
+                    .setxattr(i, POSIX_ACL_ACCESS, &encode_acl(&acl), 0)?;
+                i.set_access_acl(Some(acl));
+            }
         }
         drop(_w);
         self.changes().inode(i);
@@ -195,6 +198,10 @@ impl Task {
     pub(crate) fn chown_path(&self, p: &PathRef, uid: u32, gid: u32) -> VfsResult<()> {
         let i = p.inode();
         p.mnt.check_writable()?;
+        // Under the data lock, as chmod (see `chmod_path`): the set-id bits
+        // it clears are computed from the mode read under it.
+        let _pin = epoch::pin();
+        let _w = i.data_lock.write();
         let a = i.attr();
         let uid = (uid != u32::MAX).then_some(uid);
         let gid = (gid != u32::MAX).then_some(gid);
@@ -246,20 +253,17 @@ impl Task {
             // non-directory, by root too (cap_inode_killpriv), under the
             // data lock as a write removes them (`remove_privs`).
             if i.flags() & crate::inode::I_FCAPS != 0 {
-                let _pin = epoch::pin();
-                let _w = i.data_lock.write();
-                if i.flags() & crate::inode::I_FCAPS != 0 {
-                    match p.mnt.sb.fs.removexattr(i, b"security.capability") {
-                        Ok(()) | Err(Errno::ENODATA) => {}
-                        Err(e) => return Err(e),
-                    }
-                    i.clear_flag(crate::inode::I_FCAPS);
+                match p.mnt.sb.fs.removexattr(i, b"security.capability") {
+                    Ok(()) | Err(Errno::ENODATA) => {}
+                    Err(e) => return Err(e),
                 }
-                drop(_w);
-                return self.setattr_and_report(p, &set);
+                i.clear_flag(crate::inode::I_FCAPS);
             }
         }
-        self.setattr_and_report(p, &set)
+        crate::caller::with(self.cred(), || p.mnt.sb.fs.setattr(i, &set))?;
+        drop(_w);
+        self.changes().inode(i);
+        Ok(())
     }
 
     /// `utimensat(2)`: `times` of `None` sets both to now; a nanosecond of

@@ -220,8 +220,10 @@ impl RawInode {
         {
             // Without its `_extra` word a time is 32-bit signed seconds:
             // clamped to that range (the kernel's EXT4_INODE_SET_XTIME),
-            // not wrapped (2040 would read back as 1904).
-            let t = if has(extra) {
+            // not wrapped (2040 would read back as 1904). Not an xattr
+            // value inode's: its atime and ctime words hold the value's
+            // hash and reference count, 32 bits as they are.
+            let t = if has(extra) || self.flags & FL_EA_INODE != 0 {
                 t
             } else {
                 (t.0.clamp(i64::from(i32::MIN), i64::from(i32::MAX)), t.1)
