@@ -3,17 +3,11 @@
 //! comes back a grace period after the unlink, and other tests' pinned
 //! threads in the same process would hold the epoch back.
 
+mod common;
+
 use scalevfs::*;
 
 const PAGE: u64 = 4096;
-
-fn small(pages: u64, inodes: u64) -> Vfs {
-    let mut cfg = VfsConfig::default();
-    cfg.set("size", &format!("{}k", pages * PAGE / 1024))
-        .unwrap();
-    cfg.set("nr_inodes", &inodes.to_string()).unwrap();
-    Vfs::with_config(cfg)
-}
 
 /// `rm big; copy_file_range` on a full filesystem gets the removed file's
 /// space, as `rm big; write` does (its last count is freed a grace period
@@ -22,7 +16,7 @@ fn small(pages: u64, inodes: u64) -> Vfs {
 /// copy). tmpfs frees at the unlink, so the copy succeeds there.
 #[test]
 fn copy_file_range_waits_for_removed_space() {
-    let vfs = small(64, 16);
+    let vfs = common::memfs_with("size=256k,nr_inodes=16");
     let t = vfs.root_task();
     let page = PAGE as usize;
     let src = t.open("/src", O_CREAT | O_RDWR, 0o644).unwrap();

@@ -7,14 +7,14 @@ use crate::fs::Ext4Options;
 use crate::mkfs::{self, MkfsOptions};
 use crate::Ext4;
 
-/// A block freed by commit `n` is not handed out again until commit
-/// `n` is durable, even when the allocation asks for exactly that block
-/// as its goal; after `set_durable(n)` it is. When the held blocks are
-/// all a group has free, the allocation goes to another group instead
-/// of failing.
-#[test]
-fn freed_blocks_wait_for_their_commit() {
-    let path = std::env::temp_dir().join(format!("scalevfs-held-{}.img", std::process::id()));
+/// A fresh 16 MiB image with 1 KiB blocks (our mkfs), mounted read-write
+/// and journaled from memory, no commit thread. Also the lock-order tests'.
+pub(crate) fn rw_fs() -> std::sync::Arc<Ext4> {
+    let path = std::env::temp_dir().join(format!(
+        "scalevfs-rwfs-{}-{:?}.img",
+        std::process::id(),
+        std::thread::current().id()
+    ));
     let o = MkfsOptions {
         size: 16 << 20,
         block_size: Some(1024),
@@ -28,7 +28,17 @@ fn freed_blocks_wait_for_their_commit() {
         commit_interval: 0,
         ..Ext4Options::default()
     };
-    let fs = Ext4::open_device(Box::new(MemDevice::new(bytes)), opts).unwrap();
+    Ext4::open_device(Box::new(MemDevice::new(bytes)), opts).unwrap()
+}
+
+/// A block freed by commit `n` is not handed out again until commit
+/// `n` is durable, even when the allocation asks for exactly that block
+/// as its goal; after `set_durable(n)` it is. When the held blocks are
+/// all a group has free, the allocation goes to another group instead
+/// of failing.
+#[test]
+fn freed_blocks_wait_for_their_commit() {
+    let fs = rw_fs();
     let (rw, io) = fs.rw().unwrap();
     let a = &rw.alloc;
     let base = a.durable();
@@ -74,21 +84,7 @@ fn freed_blocks_wait_for_their_commit() {
 /// elsewhere (about 4 GB after deleting 1 TiB).
 #[test]
 fn held_blocks_are_runs_and_go_when_durable() {
-    let path = std::env::temp_dir().join(format!("scalevfs-runs-{}.img", std::process::id()));
-    let o = MkfsOptions {
-        size: 16 << 20,
-        block_size: Some(1024),
-        ..Default::default()
-    };
-    mkfs::make(&path, &o).unwrap();
-    let bytes = std::fs::read(&path).unwrap();
-    std::fs::remove_file(&path).unwrap();
-    let opts = Ext4Options {
-        ro: false,
-        commit_interval: 0,
-        ..Ext4Options::default()
-    };
-    let fs = Ext4::open_device(Box::new(MemDevice::new(bytes)), opts).unwrap();
+    let fs = rw_fs();
     let (rw, io) = fs.rw().unwrap();
     let a = &rw.alloc;
     let base = a.durable();

@@ -11,31 +11,11 @@ use std::sync::Arc;
 
 use scalevfs_sync::ordered::{self, Class};
 
-use crate::device::MemDevice;
-use crate::fs::{Ext4Inode, Ext4Options};
-use crate::mkfs::{self, MkfsOptions};
+use crate::fs::Ext4Inode;
 use crate::Ext4;
 
 fn journaled_fs() -> Arc<Ext4> {
-    let path = std::env::temp_dir().join(format!(
-        "scalevfs-lockorder-{}-{:?}.img",
-        std::process::id(),
-        std::thread::current().id()
-    ));
-    let o = MkfsOptions {
-        size: 16 << 20,
-        block_size: Some(1024),
-        ..Default::default()
-    };
-    mkfs::make(&path, &o).unwrap();
-    let bytes = std::fs::read(&path).unwrap();
-    std::fs::remove_file(&path).unwrap();
-    let opts = Ext4Options {
-        ro: false,
-        commit_interval: 0,
-        ..Ext4Options::default()
-    };
-    let fs = Ext4::open_device(Box::new(MemDevice::new(bytes)), opts).unwrap();
+    let fs = crate::alloc_held_tests::rw_fs();
     assert!(fs.journal().is_some(), "the test needs a journaled mount");
     fs
 }
