@@ -2401,7 +2401,8 @@ impl Ext4 {
     pub(crate) fn check_not_meta(&self, ino: u32, start: u64, len: u64) -> Result<()> {
         /// The resize inode's number (EXT2_RESIZE_INO).
         const RESIZE_INO: u32 = 7;
-        if ino == RESIZE_INO || (ino == self.sb.journal_inum && ino != 0) {
+        let own = ino == self.sb.journal_inum || ino == self.sb.orphan_file_inum;
+        if ino == RESIZE_INO || (own && ino != 0) {
             return Ok(());
         }
         if self

@@ -72,7 +72,7 @@ use scalevfs::inode::Inode;
 
 use crate::ea_inode;
 use crate::error::{corrupt, Error, Result};
-use crate::format::features::{COMPAT_HAS_JOURNAL, COMPAT_RESIZE_INODE};
+use crate::format::features::{COMPAT_HAS_JOURNAL, COMPAT_ORPHAN_FILE, COMPAT_RESIZE_INODE};
 use crate::format::group_desc;
 use crate::format::inode::{RawInode, GOOD_OLD_INODE_SIZE};
 use crate::format::xattr::{self, RawEntry};
@@ -250,10 +250,15 @@ impl Ext4 {
                 v.push((dind, dind + 1));
             }
         }
-        if sb.has_compat(COMPAT_HAS_JOURNAL) && sb.journal_inum != 0 {
-            // The journal's data blocks (`ext4_protect_reserved_inode`);
-            // each step covers a whole extent or hole (at least one block).
-            let j = self.read_inode(sb.journal_inum)?;
+        // The journal's and the orphan file's data blocks
+        // (`ext4_protect_reserved_inode`); each step covers a whole extent
+        // or hole (at least one block).
+        let own = [
+            (sb.has_compat(COMPAT_HAS_JOURNAL), sb.journal_inum),
+            (sb.has_compat(COMPAT_ORPHAN_FILE), sb.orphan_file_inum),
+        ];
+        for (_, ino) in own.into_iter().filter(|&(on, ino)| on && ino != 0) {
+            let j = self.read_inode(ino)?;
             let n = j
                 .size
                 .div_ceil(self.bs as u64)
