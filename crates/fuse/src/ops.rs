@@ -641,8 +641,21 @@ impl fuser::Filesystem for ScaleFs {
             && size.is_none()
             && atime.is_none()
             && mtime.is_none();
+        // Where the kernel checks permissions (`posix_acl` is set exactly
+        // then), an empty SETATTR from a caller without CAP_FSETID was
+        // authorised by it: a chown(-1, -1) the kernel let through, or the
+        // set-id clearing of a write-like call (fallocate's
+        // file_remove_privs, sent with ATTR_FORCE whoever the caller is).
+        // The core refuses a non-owner's chown that would clear set-id
+        // bits, so the bits go with the daemon's credentials, by the
+        // caller's groups (`kill_suid_sgid`), and the chown that stamps the
+        // ctime and drops file capabilities runs as the daemon too.
+        let kernel_killpriv = chown_only && s.cfg.posix_acl && !caller_keeps_setid(req);
         let r = s.with_task(req, |t| -> Result<Stat, Errno> {
-            if uid.is_some() || gid.is_some() || chown_only {
+            if kernel_killpriv {
+                kill_suid_sgid(s, req, fd, None);
+                s.base.fchown(fd, u32::MAX, u32::MAX)?;
+            } else if uid.is_some() || gid.is_some() || chown_only {
                 t.fchown(fd, uid.unwrap_or(u32::MAX), gid.unwrap_or(u32::MAX))?;
             }
             if let Some(m) = mode {
