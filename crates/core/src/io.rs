@@ -721,6 +721,13 @@ impl Task {
         if !fin.can_read() || !fout.can_write() || fout.is_append() {
             return Err(Errno::EBADF);
         }
+        // generic_copy_file_checks: files of two filesystem types (their
+        // file operations differ) are EXDEV before the immutable, offset
+        // and size checks; two mounts of one type are EXDEV after them
+        // (below), as between two tmpfs.
+        if fin.path().mnt.sb.fs.name() != fout.path().mnt.sb.fs.name() {
+            return Err(Errno::EXDEV);
+        }
         if io.is_immutable() {
             return Err(Errno::EPERM);
         }
