@@ -84,7 +84,8 @@ impl Task {
     }
 
     /// `ioctl(fd, FS_IOC_SETFLAGS, &flags)`, in Linux's order: EROFS on a
-    /// read-only mount, EPERM unless owner or root, EPERM when a non-root
+    /// read-only mount, ENOTTY for a file that is not regular or a
+    /// directory, EPERM unless owner or root, EPERM when a non-root
     /// task changes FS_IMMUTABLE_FL or FS_APPEND_FL (CAP_LINUX_IMMUTABLE),
     /// EOPNOTSUPP for a flag memfs does not keep (tmpfs's set). The ctime
     /// changes. Needs no write access to the file.
@@ -96,11 +97,13 @@ impl Task {
         }
         let i = f.inode();
         f.path().mnt.check_writable()?;
-        if !self.is_owner(&i.attr()) {
-            return Err(Errno::EPERM);
-        }
+        // vfs_fileattr_set: no fileattr operation (fifos, sockets,
+        // devices, symlinks) before the owner check.
         if !matches!(i.file_type(), FileType::Regular | FileType::Directory) {
             return Err(Errno::ENOTTY);
+        }
+        if !self.is_owner(&i.attr()) {
+            return Err(Errno::EPERM);
         }
         // Under the data lock, so a write or truncate that checked the
         // flags finishes first (Linux holds the inode lock here).

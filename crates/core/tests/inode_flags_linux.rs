@@ -392,6 +392,11 @@ fn user_part(s: &dyn Sys, l: &mut Log) {
     );
     l.r("user get imm", s.getflags(i));
     l.r("close", s.close(i));
+    // Another's fifo: vfs_fileattr_set says ENOTTY (no fileattr_set for
+    // it) before it checks the owner.
+    let q = s.open("p", RO | libc::O_NONBLOCK as u32).unwrap() as i32;
+    l.r("user set others' fifo", s.setflags(q, FS_NODUMP_FL));
+    l.r("close", s.close(q));
 }
 
 fn cleanup(s: &dyn Sys) {
