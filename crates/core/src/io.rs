@@ -93,14 +93,18 @@ impl Task {
         if !f.can_read() {
             return Err(Errno::EBADF);
         }
-        let len = buf.len().min(MAX_RW_COUNT);
+        // rw_verify_area checks the count asked for; only then is it cut
+        // to MAX_RW_COUNT (a read of 3 GiB near the end of the offsets is
+        // EINVAL, not a short read).
+        let asked = buf.len();
+        let len = asked.min(MAX_RW_COUNT);
         let buf = &mut buf[..len];
         // Not for FIFOs and the like, whose read may wait for a writer of
         // the same description.
         let _pl = (f.inode().file_type() == FileType::Regular).then(|| f.pos_lock.lock());
         loop {
             let pos = f.position();
-            verify_area(pos, len)?;
+            verify_area(pos, asked)?;
             let n = file_read(f, pos, buf)?;
             if n == 0 {
                 return Ok(0);
@@ -128,8 +132,9 @@ impl Task {
         if !f.can_read() {
             return Err(Errno::EBADF);
         }
+        // The whole count is checked, then cut (as `read`).
+        verify_area(off as u64, buf.len())?;
         let len = buf.len().min(MAX_RW_COUNT);
-        verify_area(off as u64, len)?;
         file_read(f, off as u64, &mut buf[..len])
     }
 
@@ -206,7 +211,10 @@ impl Task {
         }
         let regular = f.inode().file_type() == FileType::Regular;
         if f.is_append() {
-            verify_area(0, buf.len())?;
+            // Linux checks the description's position even for an append
+            // (`file_ppos`): an O_APPEND fd moved near the end of the
+            // offsets is EINVAL before anything is written.
+            verify_area(f.position(), buf.len())?;
             // Under the position lock: two appends of one description
             // publish their ends in the order they wrote (an unlocked
             // store could move the position back).
@@ -224,7 +232,8 @@ impl Task {
         }
         let _pl = f.pos_lock.lock();
         let pos = f.position();
-        verify_area(pos, buf.len().min(MAX_RW_COUNT))?;
+        // The whole count is checked (file_write cuts it to MAX_RW_COUNT).
+        verify_area(pos, buf.len())?;
         let (n, end) = file_write(f, Some(pos), buf, self.cred())?;
         if n > 0 {
             ch.inode(f.inode());
@@ -267,7 +276,7 @@ impl Task {
         if !f.can_write() {
             return Err(Errno::EBADF);
         }
-        verify_area(off as u64, buf.len().min(MAX_RW_COUNT))?;
+        verify_area(off as u64, buf.len())?;
         let at = if f.is_append() {
             None
         } else {

@@ -805,6 +805,40 @@ fn data_calls_match_linux() {
     diff("data_io", nothing, data_io, false);
 }
 
+/// Counts over MAX_RW_COUNT near the end of the offsets: Linux checks the
+/// count asked for (`rw_verify_area`) before cutting it, so these are
+/// EINVAL, not short reads or writes; and an O_APPEND write checks the
+/// description's position, not 0. The 3 GiB buffers are never touched
+/// (zeroed pages from the allocator), so they cost no memory.
+fn huge_counts(s: &dyn Sys, l: &mut Log) {
+    const HUGE: usize = 3 << 30;
+    let near = i64::MAX - (1 << 31);
+    let f = l.fd("creat", s.open("f", O_CREAT | O_RDWR, 0o644));
+    l.r("write", s.write(f, b"data"));
+    l.data("pread 3 GiB near max", s.pread(f, HUGE, near));
+    l.data("pread 3 GiB at 0", s.pread(f, HUGE, 0));
+    let zeros = vec![0u8; HUGE];
+    l.r("pwrite 3 GiB near max", s.pwrite(f, &zeros, near));
+    l.r("seek near max", s.lseek(f, near, SEEK_SET));
+    l.r("write 3 GiB near max", s.write(f, &zeros));
+    l.data("read 3 GiB near max", s.read(f, HUGE));
+    l.any("stat", s.fstat(f));
+    l.r("close", s.close(f));
+    let a = l.fd("open append", s.open("f", O_WRONLY | O_APPEND, 0));
+    l.r("seek append near end", s.lseek(a, i64::MAX - 5, SEEK_SET));
+    l.r("append past the offsets", s.write(a, b"0123456789"));
+    l.r("append pos", s.lseek(a, 0, SEEK_CUR));
+    l.r("seek append 0", s.lseek(a, 0, SEEK_SET));
+    l.r("append", s.write(a, b"0123456789"));
+    l.any("stat after append", s.fstat(a));
+    l.r("close append", s.close(a));
+}
+
+#[test]
+fn huge_counts_match_linux() {
+    diff("huge_counts", nothing, huge_counts, false);
+}
+
 #[test]
 fn dup_calls_match_linux() {
     diff("dups", nothing, dups, false);
