@@ -1811,11 +1811,24 @@ impl Ext4 {
 
     /// Bitmap groups one step of a long operation may touch (see the
     /// module comment): half of the handle limit, so that a step added to
-    /// a running transaction just under the limit still fits the log.
-    /// `None` without a journal: one step does everything.
+    /// a running transaction just under the limit still fits the log;
+    /// fewer (at least one) while other threads' steps hold the rest of
+    /// the log's room. Inside a handle each call reserves its step's log
+    /// blocks until the handle ends (`Journal::reserve_step`): a call
+    /// that asks again for the same step reserves again, which only
+    /// errs on the safe side. `None` without a journal: one step does
+    /// everything.
     pub(crate) fn step_groups(&self) -> Option<usize> {
         let j = self.journal()?;
-        Some((j.limit() / 2).max(1))
+        let full = (j.limit() / 2).max(1);
+        if !crate::txn::Handle::nested(j) {
+            return Some(full);
+        }
+        let est = self
+            .rw
+            .as_ref()
+            .map_or(0, |rw| j.txn_estimate(rw.bufs.dirty_count()));
+        Some(j.reserve_step(est, full))
     }
 
     /// Group of physical block `p`.
@@ -2348,7 +2361,11 @@ impl Ext4 {
                 Err(e) => e,
             };
             let more = e.errno() == scalevfs::Errno::ENOSPC && spares.len() < MOST;
-            let Some(p) = fresh.pop().filter(|_| more) else {
+            // Popped only when it will be tried: a block popped and then
+            // dropped would be in neither list, allocated and never
+            // freed (a leak e2fsck reports, seen with three threads
+            // filling the filesystem at once).
+            let Some(p) = (if more { fresh.pop() } else { None }) else {
                 fresh.extend(spares);
                 return Err(e);
             };

@@ -53,7 +53,14 @@
 //!   from the end in steps (the inode an orphan meanwhile, so a crash
 //!   between steps leaves an orphan that the next mount finishes), punch
 //!   hole frees from the end of the hole, fallocate and write allocate in
-//!   pieces (`extent_write.rs`).
+//!   pieces (`extent_write.rs`). Each step reserves its log blocks in the
+//!   running transaction (`Journal::reserve_step`, one shared counter
+//!   touched once per step) and shrinks, down to one group, when the
+//!   steps of other threads already hold the log's room: many long
+//!   operations at once then still fit one commit. A small handle
+//!   reserves nothing: the log's room past `limit` (three quarters of
+//!   it) covers the small handles that start before the next commit, up
+//!   to some hundred at once on the smallest journal.
 
 use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
@@ -178,6 +185,15 @@ pub(crate) struct Journal {
     /// Where the committer offers its log writes to the threads waiting
     /// for its commit.
     pub(crate) help: HelpSlot,
+    /// Log blocks the steps now inside handles have reserved in the
+    /// running transaction (`reserve_step`), on a line of its own: only
+    /// long operations' steps touch it, once per step. jbd2 counts every
+    /// handle's credits so (`t_outstanding_credits`); here a small handle
+    /// reserves nothing (see "Size" in the module comment).
+    reserved: CachePadded<AtomicUsize>,
+    /// What the steps may reserve in all: the log less its descriptor
+    /// blocks and a margin for revoke and commit blocks.
+    pool: usize,
 }
 
 impl Journal {
@@ -187,6 +203,7 @@ impl Journal {
             log.capacity() as usize,
             log.tags_per_block().max(1) as usize,
         );
+        let pool = capacity.saturating_sub(capacity / tags_per_desc + 16);
         Journal {
             gate: Gate::new(64),
             commit: Mutex::new(
@@ -214,7 +231,61 @@ impl Journal {
             last_batch: AtomicU64::new(1),
             pipeline: std::sync::atomic::AtomicU8::new(PIPELINE_AUTO),
             help: HelpSlot::new(),
+            reserved: CachePadded::new(AtomicUsize::new(0)),
+            pool,
         }
+    }
+
+    /// Reserve the log blocks of one step of a long operation in the
+    /// running transaction, for the calling thread's handle, and return
+    /// the step's size in bitmap groups: `full` when the log has room for
+    /// it beside the transaction so far (`est` blocks) and the steps of
+    /// other threads now running, else as many as it has room for, at
+    /// least one. A step of `g` groups changes at most a bitmap and a
+    /// descriptor block per group, and a few blocks more (the inode, its
+    /// tree path, an orphan record). Without this, twelve threads each
+    /// fallocating a step at once overflowed a 1 MiB journal: every step
+    /// fitted alone and the commit of them all did not, which stopped the
+    /// filesystem (tiny_journal_concurrent.rs). Released when the
+    /// handle ends (`release_steps`).
+    pub(crate) fn reserve_step(&self, est: usize, full: usize) -> usize {
+        let cost = |g: usize| 2 * g + 8;
+        // SeqCst: the reservation is a counter others compare against in
+        // their own compare-exchange; the strongest order keeps the
+        // reasoning simple and costs nothing next to a step's work.
+        let mut cur = self.reserved.load(Ordering::SeqCst);
+        loop {
+            let avail = self.pool.saturating_sub(est.saturating_add(cur));
+            let g = full.min(avail.saturating_sub(8) / 2).max(1);
+            match self.reserved.compare_exchange(
+                cur,
+                cur + cost(g),
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            ) {
+                Ok(_) => {
+                    STEP_RESERVED.with(|c| c.set(c.get() + cost(g)));
+                    return g;
+                }
+                Err(now) => cur = now,
+            }
+        }
+    }
+
+    /// Give back what this thread's steps reserved (its outer handle or
+    /// its commit ends).
+    fn release_steps(&self) {
+        let r = STEP_RESERVED.with(|c| c.replace(0));
+        if r > 0 {
+            // SeqCst: see `reserve_step`.
+            self.reserved.fetch_sub(r, Ordering::SeqCst);
+        }
+    }
+
+    /// Blocks reserved by steps now running (tests).
+    #[cfg(test)]
+    pub(crate) fn reserved(&self) -> usize {
+        self.reserved.load(Ordering::SeqCst)
     }
 
     /// Blocks the running transaction will log as far as handles can
@@ -259,6 +330,9 @@ thread_local! {
     static IN_HANDLE: Cell<usize> = const { Cell::new(0) };
     /// The commit that will carry this thread's current handle (0: none).
     static CUR_TID: Cell<u64> = const { Cell::new(0) };
+    /// Log blocks this thread's current handle reserved for its steps
+    /// (`Journal::reserve_step`).
+    static STEP_RESERVED: Cell<usize> = const { Cell::new(0) };
 }
 
 /// A number for the calling thread (never 0).
@@ -278,6 +352,7 @@ pub(crate) fn current_tid() -> u64 {
 pub(crate) struct Handle<'a> {
     _pass: Option<Pass<'a>>,
     outer: bool,
+    journal: Option<&'a Journal>,
 }
 
 impl Handle<'_> {
@@ -286,6 +361,7 @@ impl Handle<'_> {
         Handle {
             _pass: None,
             outer: false,
+            journal: None,
         }
     }
 
@@ -300,6 +376,7 @@ impl Handle<'_> {
             return Handle {
                 _pass: Some(j.gate.enter_nested()),
                 outer: false,
+                journal: Some(j),
             };
         }
         // Entering may wait for a commit (the gate closed): no ext4 lock
@@ -315,6 +392,7 @@ impl Handle<'_> {
         Handle {
             _pass: Some(p),
             outer: true,
+            journal: Some(j),
         }
     }
 }
@@ -322,17 +400,18 @@ impl Handle<'_> {
 /// The committer, while the gate is closed, counts as inside a handle: a
 /// deferred destructor it runs that changes the filesystem gets a nested
 /// handle instead of waiting for the gate it closed itself.
-pub(crate) struct CommitterMark;
+pub(crate) struct CommitterMark<'a>(&'a Journal);
 
-impl CommitterMark {
-    pub(crate) fn set(j: &Journal) -> CommitterMark {
+impl CommitterMark<'_> {
+    pub(crate) fn set(j: &Journal) -> CommitterMark<'_> {
         IN_HANDLE.with(|c| c.set(j as *const Journal as usize));
-        CommitterMark
+        CommitterMark(j)
     }
 }
 
-impl Drop for CommitterMark {
+impl Drop for CommitterMark<'_> {
     fn drop(&mut self) {
+        self.0.release_steps();
         IN_HANDLE.with(|c| c.set(0));
     }
 }
@@ -340,6 +419,9 @@ impl Drop for CommitterMark {
 impl Drop for Handle<'_> {
     fn drop(&mut self) {
         if self.outer {
+            if let Some(j) = self.journal {
+                j.release_steps();
+            }
             IN_HANDLE.with(|c| c.set(0));
             CUR_TID.with(|c| c.set(0));
         }
