@@ -320,10 +320,14 @@ impl BufCache {
     /// ones wait for their commit, committed ones for their checkpoint),
     /// so the shard may stay over its bound until the next commit.
     fn shrink(&self, dev: &dyn BlockDevice, s: &mut Shard) -> io::Result<()> {
-        // Relaxed: both set before writers run / advanced by the committer;
-        // a stale value only keeps a block longer.
+        // Relaxed: set before writers run.
         let journaled = self.journaled.load(Ordering::Relaxed);
-        let done = self.checkpointed.load(Ordering::Relaxed);
+        // Acquire: pairs with the Release in `checkpointed`. A block
+        // dropped here may be read again from the device; the checkpoint's
+        // writes of its home copy (stores into a shared mapping, for
+        // `MmapDevice`) must be visible to that read. A stale value only
+        // keeps a block longer.
+        let done = self.checkpointed.load(Ordering::Acquire);
         let mut by_age: Vec<(u64, u64)> = s
             .map
             .iter()
@@ -402,8 +406,9 @@ impl BufCache {
 
     /// Journaled mode: commits up to `commit` are written home.
     pub fn checkpointed(&self, commit: u64) {
-        // Relaxed: read by `shrink` as a bound; a late view keeps blocks.
-        self.checkpointed.fetch_max(commit, Ordering::Relaxed);
+        // Release: the checkpoint's home writes happen before a `shrink`
+        // that sees this value drops (and a later read reloads) a block.
+        self.checkpointed.fetch_max(commit, Ordering::Release);
     }
 
     /// Write every dirty block to the device (not flushed: the caller

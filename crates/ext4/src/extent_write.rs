@@ -1490,9 +1490,15 @@ impl Ext4 {
             }
             parts.push((first_l, before));
         }
+        // The run gathered last goes out after the loop, also when the
+        // loop ended at a folio the step had no room for (`stopped`) or
+        // could not map (`failed`): if it fails, its blocks lie before
+        // that folio, and the undo must start at the run.
+        let mut last_run_failed = false;
         if let Err((len, e)) = flush(&mut run, done) {
             done -= len;
             err.get_or_insert(e);
+            last_run_failed = true;
         }
         if err.is_some() || stopped.is_some() {
             // Blocks past what was written keep no mapping of this call:
@@ -1509,14 +1515,24 @@ impl Ext4 {
             // kernel's `folio_zero_new_buffers`); the rest goes (its
             // `ext4_truncate_failed_write`). A folio the step had no room
             // for (`stopped`) goes whole.
+            let written_to = if done == 0 {
+                off / bs
+            } else {
+                (off + done as u64).div_ceil(bs)
+            };
             let from = if let Some(first) = stopped {
                 first
             } else if let Some(first) = failed {
                 self.keep_failed_folio(&maps, first, raw.size, off, done)
-            } else if done == 0 {
-                off / bs
             } else {
-                (off + done as u64).div_ceil(bs)
+                written_to
+            };
+            // (A failed last run: from its first block, which lies before
+            // the stopped or failed folio.)
+            let from = if last_run_failed {
+                from.min(written_to)
+            } else {
+                from
             };
             let back = unmap_unwritten(&mut ex, &changed, &fresh, from);
             if changed.iter().all(|&l| l >= from) {

@@ -1250,7 +1250,7 @@ impl Ext4 {
     }
 
     fn new_raw(&self, ino: u32, mode: u32, owner: (u32, u32), t: (i64, i64)) -> RawInode {
-        let generation = crate::format::checksum::crc32c(ino, &t.1.to_le_bytes());
+        let generation = new_generation();
         let le = |v: u32| v.to_le_bytes();
         let csum_seed = crate::format::checksum::crc32c(
             crate::format::checksum::crc32c(self.sb.csum_seed(), &le(ino)),
@@ -2067,4 +2067,39 @@ impl Ext4 {
 fn extent_depth(raw: &RawInode) -> Option<u16> {
     (raw.flags & FL_EXTENTS != 0 && raw.flags & FL_INLINE_DATA == 0)
         .then(|| u16::from_le_bytes([raw.block[6], raw.block[7]]))
+}
+
+/// A new inode's generation: random, as the kernel's ext4
+/// (`get_random_u32`), so that a file handle of a removed file does not
+/// open the next file given its number. It was a hash of the number and
+/// the nanoseconds of the coarse clock, which repeat for a whole tick (4
+/// ms on the host, thousands of creates): the inode allocator hands a
+/// freed number straight back, so a file created in the same tick got
+/// the old file's number and generation. Per thread (a splitmix64
+/// sequence from a seed of std's per-process random hash keys): no shared
+/// write on the create path (issue 16).
+fn new_generation() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    thread_local! {
+        static STATE: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    }
+    STATE.with(|s| {
+        let mut x = s.get();
+        if x == 0 {
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_usize(s as *const _ as usize);
+            h.write_u128(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos()),
+            );
+            x = h.finish();
+        }
+        x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        s.set(x);
+        let mut z = x;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        (z ^ (z >> 31)) as u32
+    })
 }

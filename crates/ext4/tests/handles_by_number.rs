@@ -175,3 +175,58 @@ fn inodes_by_number_and_directories_by_parent() {
     let hf = t.handle_by_number(&root, file, None).unwrap();
     assert_eq!(hf.getattr().size, 4);
 }
+
+/// A number freed and given to the next file at once (the allocator takes
+/// the lowest free slot) comes with another generation, so a handle of
+/// the removed file is stale rather than the new file's. The generation
+/// was a hash of the number and the coarse clock's nanoseconds, equal for
+/// every create of one clock tick.
+#[test]
+fn a_reused_number_gets_another_generation() {
+    if !have_tools() {
+        return;
+    }
+    let s = Scratch::new("hgen");
+    let img = s.0.join("img");
+    std::fs::create_dir_all(s.0.join("src")).unwrap();
+    make_image(&s.0.join("src"), &img, 4096, "16M", "");
+    let (e, _vfs, t) = open(&img);
+    let root = t.handle_at(AT_FDCWD, "/", 0).unwrap();
+    let (mut same, mut reused) = (0, 0);
+    for _ in 0..50 {
+        let fd = t.open("/f", O_CREAT | O_WRONLY, 0o644).unwrap();
+        t.close(fd).unwrap();
+        let old = t.handle_at(AT_FDCWD, "/f", 0).unwrap().inode().clone();
+        let (ino, gen) = (old.ino(), old.generation());
+        drop(old);
+        t.unlink("/f").unwrap();
+        // The inode goes when its last reference does (a deferred free).
+        scalevfs::flush_deferred_frees();
+        e.commit().unwrap();
+        let fd = t.open("/g", O_CREAT | O_WRONLY, 0o644).unwrap();
+        t.close(fd).unwrap();
+        let new = t.handle_at(AT_FDCWD, "/g", 0).unwrap().inode().clone();
+        if new.ino() == ino {
+            reused += 1;
+            if new.generation() == gen {
+                same += 1;
+            }
+            assert_eq!(
+                t.handle_by_number(&root, ino, Some(gen))
+                    .map(|h| h.inode().ino())
+                    .unwrap_err(),
+                Errno::ESTALE,
+                "the old file's handle opened the new file"
+            );
+        }
+        drop(new);
+        t.unlink("/g").unwrap();
+        scalevfs::flush_deferred_frees();
+        e.commit().unwrap();
+    }
+    assert!(reused > 0, "no number was reused: the test tests nothing");
+    assert_eq!(
+        same, 0,
+        "numbers reused with their generation ({reused} reused)"
+    );
+}

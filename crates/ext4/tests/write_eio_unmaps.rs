@@ -63,7 +63,8 @@ fn fill_free_space(t: &Task, e: &Ext4) {
     }
     t.fsync(fd).unwrap();
     t.close(fd).unwrap();
-    assert!(t.statfs("/").unwrap().bfree < 64, "not full");
+    let bf = t.statfs("/").unwrap().bfree;
+    assert!(bf < 64, "not full: {bf}");
     t.unlink("/fill").unwrap();
     // The inode's drop is epoch-deferred: with other tests' threads
     // pinned it may come late, so flush and commit each round (a commit
@@ -353,4 +354,65 @@ fn a_failed_write_over_mixed_blocks_across_leaves_maps_only_what_it_wrote() {
     assert_eq!(stale, 0, "{stale} bytes of the deleted file show through");
     assert!(got == want, "content");
     finish(st, &want, "mixed");
+}
+
+// ---------------------------------------------------------------------
+// A failing last run before the step ends.
+//
+// A write gathers whole blocks that follow each other on the device into
+// one run and writes it when the run breaks or the write ends. A write
+// whose allocations reach its step's groups ends before the next folio
+// (the caller goes on in a new handle), and the run gathered before is
+// written last. If that write failed, the undo started at the folio the
+// step had no room for, so the blocks of the failed run stayed mapped as
+// written extents over what the deleted file left there.
+
+#[test]
+fn a_failed_last_run_before_the_step_ends_maps_none_of_its_blocks() {
+    if !have_tools() {
+        return;
+    }
+    // A fresh image (free space in long runs): 1 KiB blocks, 256-block
+    // groups. The file's blocks start after the flex group's metadata and
+    // run on without a gap up to the backup superblock of group 3; a step
+    // of two groups ends before it, so the run of the whole step goes out
+    // last, at once, and fails (the marker is in its block 3).
+    let s = Scratch::new("write-eio-last-run");
+    let img = s.0.join("img");
+    mkfs_args(
+        &img,
+        &["-b", "1024", "-g", "256", "-m", "0", "-O", "^resize_inode"],
+        "16M",
+    );
+    let mem = Arc::new(MemDevice::new(std::fs::read(&img).unwrap()));
+    let e = Ext4::open_device(Box::new(FailDev(mem.clone())), rw_journaled()).unwrap();
+    let vfs = Vfs::with_root_fs(Default::default(), e.clone());
+    let t = vfs.root_task();
+    // Steps of 4 groups, less the tree's margin: 2.
+    e.set_txn_limit(8);
+    const KB: usize = 1024;
+    let fd = t.open("/f", O_CREAT | O_RDWR, 0o644).unwrap();
+    // From 4 KiB on: the folios grow from one page (4 KiB, 8 KiB, ...),
+    // so the step ends at a folio boundary soon after its second group.
+    let mut buf = vec![0x11u8; 2000 * KB];
+    buf[3 * KB..3 * KB + MARK.len()].copy_from_slice(MARK);
+    let r = t.pwrite(fd, &buf, 4 * KB as i64);
+    assert_eq!(r, Err(Errno::EIO));
+    // Nothing written, nothing mapped: the blocks of the failed run
+    // stayed mapped past the size (e2fsck: "i_size is 0, should be").
+    let st_f = t.fstat(fd).unwrap();
+    assert_eq!((st_f.size, st_f.blocks), (0, 0), "blocks stay mapped");
+    t.close(fd).unwrap();
+    // Still writes; e2fsck judges the image.
+    let fd = t.open("/f", O_RDWR, 0).unwrap();
+    assert_eq!(t.pwrite(fd, &[0x22u8; 3000], 0), Ok(3000));
+    t.close(fd).unwrap();
+    drop(t);
+    drop(vfs);
+    e.unmount().unwrap();
+    drop(e);
+    let mut out = vec![0u8; mem.size() as usize];
+    mem.read_at(0, &mut out).unwrap();
+    std::fs::write(&img, &out).unwrap();
+    fsck_clean(&img);
 }
