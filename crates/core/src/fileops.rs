@@ -190,8 +190,8 @@ pub(crate) fn file_write(
     // existing page) and the write has no privileges to remove: no
     // capability flag (set under the data lock exclusive, so stable under
     // the shared side) and no set-id bit, both checked again under the
-    // lock. (A chmod without an ACL takes no data lock, so a set-id bit
-    // set during the write may stay, as beside an exclusive writer.)
+    // lock. (chmod stores the mode under the data lock exclusive, so the
+    // bits cannot change while a shared writer holds it.)
     if let Some(o) = off {
         let no_privs =
             || i.flags() & crate::inode::I_FCAPS == 0 && i.mode_hint() & (S_ISUID | S_ISGID) == 0;

@@ -349,23 +349,27 @@ impl Inode {
 
     /// Change the attributes under the seqlock's writer lock.
     pub fn update_attr<R>(&self, f: impl FnOnce(&mut Attr) -> R) -> R {
-        let mut mode = 0;
-        let r = self.attr.write(|a| {
+        self.attr.write(|a| {
             let r = f(a);
-            mode = a.mode;
+            // The walk's copy of the mode is stored under the writer lock,
+            // so the copies go in the order of the attribute writes. Stored
+            // after the lock, a create's mtime update that read the old
+            // mode could store it after a chmod had stored the new one,
+            // and the copy kept the old mode until the next change: a
+            // `chmod 700` racing a create let everyone search the
+            // directory (`search_for_all`), a `chmod u+s` racing a read
+            // let an unprivileged write keep the bit (`mode_hint`).
+            // Release: a walker that sees the new mode sees the attribute
+            // write that produced it. Stored only when it changed: the hot
+            // line is read by every walk through this directory, and a
+            // create in it (mtime, size) must not invalidate the walkers'
+            // copies. Relaxed load: under the writer lock, the last store
+            // is this thread's or one ordered before it by the lock.
+            if self.hot.mode.load(Ordering::Relaxed) != a.mode {
+                self.hot.mode.store(a.mode, Ordering::Release);
+            }
             r
-        });
-        // Release: a walker that sees the new mode sees the attribute write
-        // that produced it. (Racing chmods are ordered by the writer lock;
-        // the copy may briefly lag the seqlock, as a concurrent chmod may.)
-        // Stored only when it changed: the hot line is read by every walk
-        // through this directory, and a create in it (mtime, size) must not
-        // invalidate the walkers' copies. Relaxed load: a stale value only
-        // costs a redundant store.
-        if self.hot.mode.load(Ordering::Relaxed) != mode {
-            self.hot.mode.store(mode, Ordering::Release);
-        }
-        r
+        })
     }
 
     /// Search permission for everyone (`mode & 0o111 == 0o111`): the walk's
@@ -479,8 +483,12 @@ impl Inode {
     }
 
     pub fn flags(&self) -> u32 {
-        // Relaxed: flags are advisory bits checked again under the locks that set them.
-        self.hot.flags.load(Ordering::Relaxed)
+        // Acquire: pairs with the Release of `set_flag`/`clear_flag`. Most
+        // bits are checked again under the locks that set them, but the
+        // lock-free walk's permission checks (`search_for_all`,
+        // `permission_ok`) read `I_ACL` with no lock and then the ACL it
+        // announces: they must see the ACL stored before the flag.
+        self.hot.flags.load(Ordering::Acquire)
     }
     pub(crate) fn set_flag(&self, f: u32) {
         // Release: pairs with Acquire readers that then look at namespace state.
