@@ -49,7 +49,9 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::tree::{fuse_available, have, make_image, Mounted};
+use crate::tree::{
+    fuse_available, have, make_image, need_root, remove_workdir, ImageFile, Mounted,
+};
 
 /// Every target, in report order.
 pub const TARGETS: &[&str] = &[
@@ -454,6 +456,10 @@ fn run_one(
     let image = opts.workdir.join("durable.img");
     let mnt = opts.workdir.join("mnt");
     std::fs::create_dir_all(&mnt).map_err(|e| format!("{}: {e}", mnt.display()))?;
+    if target == "kernel" {
+        need_root()?;
+    }
+    let _image = ImageFile(&image);
     make_image(&image, opts.image_size)?;
     let err = |e: io::Error| format!("{target}: {e}");
     let mut stats = None;
@@ -534,7 +540,6 @@ fn run_one(
         }
         other => return Err(format!("unknown target {other:?} ({})", TARGETS.join(", "))),
     };
-    let _ = std::fs::remove_file(&image);
     Ok(DurableRow {
         workload: workload.into(),
         target: target.into(),
@@ -547,14 +552,33 @@ fn run_one(
     })
 }
 
-/// Run every workload on every target at every thread count.
-pub fn run(opts: &DurableOptions, progress: &mut dyn FnMut(&str)) -> Result<DurableReport, String> {
+/// Check the options before anything runs: a typo in a workload or target
+/// name must fail at once, not minutes into the run (a workload) or as a
+/// "skipped" row (a target).
+pub fn check_options(opts: &DurableOptions) -> Result<(), String> {
     if opts.threads.is_empty() || opts.threads.iter().any(|&t| t == 0 || t > 1024) {
         return Err("--threads: 1..=1024 each".into());
     }
     if !(0.05..=600.0).contains(&opts.seconds) {
         return Err("--seconds: 0.05..=600".into());
     }
+    for w in &opts.workloads {
+        if !WORKLOADS.contains(&w.as_str()) {
+            return Err(format!("unknown workload {w:?} ({})", WORKLOADS.join(", ")));
+        }
+    }
+    for t in &opts.targets {
+        if !TARGETS.contains(&t.as_str()) {
+            return Err(format!("unknown target {t:?} ({})", TARGETS.join(", ")));
+        }
+    }
+    Ok(())
+}
+
+/// Run every workload on every target at every thread count.
+pub fn run(opts: &DurableOptions, progress: &mut dyn FnMut(&str)) -> Result<DurableReport, String> {
+    check_options(opts)?;
+    let created = !opts.workdir.exists();
     std::fs::create_dir_all(&opts.workdir)
         .map_err(|e| format!("{}: {e}", opts.workdir.display()))?;
     let mut rep = DurableReport {
@@ -562,9 +586,6 @@ pub fn run(opts: &DurableOptions, progress: &mut dyn FnMut(&str)) -> Result<Dura
         skipped: Vec::new(),
     };
     for w in &opts.workloads {
-        if !WORKLOADS.contains(&w.as_str()) {
-            return Err(format!("unknown workload {w:?} ({})", WORKLOADS.join(", ")));
-        }
         for t in &opts.targets {
             for &n in &opts.threads {
                 progress(&format!("{w} on {t}, {n} thread(s)"));
@@ -584,7 +605,7 @@ pub fn run(opts: &DurableOptions, progress: &mut dyn FnMut(&str)) -> Result<Dura
             }
         }
     }
-    let _ = std::fs::remove_dir_all(&opts.workdir);
+    remove_workdir(&opts.workdir, created, &opts.workdir.join("durable.img"));
     Ok(rep)
 }
 
@@ -616,4 +637,48 @@ pub fn markdown(rep: &DurableReport) -> String {
         s += &format!("\nskipped {}: {}\n", k.target, k.why);
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(workdir: PathBuf) -> DurableOptions {
+        DurableOptions {
+            threads: vec![1, 2],
+            seconds: 1.0,
+            targets: TARGETS.iter().map(|s| s.to_string()).collect(),
+            workloads: WORKLOADS.iter().map(|s| s.to_string()).collect(),
+            image_size: 64 << 20,
+            workdir,
+            bin: PathBuf::from("scalevfs"),
+        }
+    }
+
+    #[test]
+    fn unknown_names_fail_before_anything_runs() {
+        let dir =
+            std::env::temp_dir().join(format!("scalevfs-durable-names-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let good = opts(dir.clone());
+        check_options(&good).unwrap();
+
+        let mut o = good.clone();
+        o.workloads.push("fsnyc".into());
+        let e = run(&o, &mut |s| panic!("ran {s}")).unwrap_err();
+        assert!(e.contains("unknown workload \"fsnyc\""), "{e}");
+
+        // A typo'd target is an error, not a "skipped" row at the end; the
+        // last target of the list is checked as well as the first.
+        let mut o = good.clone();
+        o.targets.push("kernal".into());
+        let e = run(&o, &mut |s| panic!("ran {s}")).unwrap_err();
+        assert!(e.contains("unknown target \"kernal\""), "{e}");
+
+        let mut o = good;
+        o.threads = vec![1, 0];
+        assert!(run(&o, &mut |s| panic!("ran {s}")).is_err());
+        // Nothing was made: the checks come before the work directory.
+        assert!(!dir.exists());
+    }
 }

@@ -23,6 +23,7 @@ use std::fs;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Barrier;
 use std::time::Instant;
 
 use serde::Serialize;
@@ -51,9 +52,9 @@ pub struct FuseOpsRow {
     pub caches: &'static str,
     pub op: &'static str,
     pub threads: usize,
-    /// Median over rounds of the time per operation seen by one thread.
+    /// Time per operation seen by one thread, from the median round time.
     pub us_per_op: f64,
-    /// Median over rounds of all threads' operations per second.
+    /// All threads' operations per second, from the same median round time.
     pub ops_per_s: f64,
 }
 
@@ -97,38 +98,73 @@ fn prepare(root: &Path, threads: usize, entries: usize) -> Result<(), String> {
     Ok(())
 }
 
-/// Run `op` on `threads` threads, `n` times each; returns (time per op of
-/// one thread in µs, total ops/s).
+/// List `dir` whole, as the `readdir` operation does: every entry must
+/// read back without error and the count must be the `expected` names the
+/// setup made (a listing cut short by an error, or one that lost or
+/// duplicated names, is a wrong answer, not a faster one).
+fn list_all(dir: &Path, expected: usize) -> Result<(), String> {
+    let e = |x: std::io::Error| format!("readdir {}: {x}", dir.display());
+    let mut k = 0;
+    for entry in fs::read_dir(dir).map_err(e)? {
+        entry.map_err(e)?;
+        k += 1;
+    }
+    if k != expected {
+        return Err(format!(
+            "{} listed {k} entries, {expected} expected",
+            dir.display()
+        ));
+    }
+    Ok(())
+}
+
+/// Run `op` on `threads` threads, `n` times each; returns the seconds from
+/// the common start (every thread done with its setup) to the last thread's
+/// end. `entries`: the names in `big` (checked by `readdir`).
 fn case(
     root: &Path,
     op: &str,
     threads: usize,
     n: usize,
     round: usize,
-) -> Result<(f64, f64), String> {
+    entries: usize,
+) -> Result<f64, String> {
+    if !OPS.contains(&op) {
+        return Err(format!("unknown operation {op}"));
+    }
     let d = root.join("d");
     let big = root.join("big");
-    let start = Instant::now();
-    let results: Vec<Result<(), String>> = std::thread::scope(|s| {
+    // Every client thread and this one: the clock starts when all threads
+    // have spawned and done their setup (the open of `read 4K`), so neither
+    // thread start-up nor setup is counted as operations.
+    let go = Barrier::new(threads + 1);
+    let (el, results): (f64, Vec<Result<(), String>>) = std::thread::scope(|s| {
         let hs: Vec<_> = (0..threads)
             .map(|t| {
-                let (d, big) = (&d, &big);
+                let (d, big, go) = (&d, &big, &go);
                 s.spawn(move || -> Result<(), String> {
                     let f = d.join(format!("f{t}"));
                     let e = |x: std::io::Error| format!("{op} {}: {x}", f.display());
-                    match op {
-                        "stat" => {
+                    let setup = match op {
+                        "read 4K" => fs::File::open(&f).map(Some).map_err(e),
+                        _ => Ok(None),
+                    };
+                    // Reached even when the setup failed: a thread that
+                    // returned before it would leave the others waiting.
+                    go.wait();
+                    let h = setup?;
+                    match (op, h) {
+                        ("stat", _) => {
                             for _ in 0..n {
                                 fs::metadata(&f).map_err(e)?;
                             }
                         }
-                        "open+close" => {
+                        ("open+close", _) => {
                             for _ in 0..n {
                                 drop(fs::File::open(&f).map_err(e)?);
                             }
                         }
-                        "read 4K" => {
-                            let h = fs::File::open(&f).map_err(e)?;
+                        ("read 4K", Some(h)) => {
                             let mut buf = [0u8; 4096];
                             for _ in 0..n {
                                 if h.read_at(&mut buf, 0).map_err(e)? != 4096 {
@@ -136,7 +172,7 @@ fn case(
                                 }
                             }
                         }
-                        "create+close+unlink" => {
+                        ("create+close+unlink", _) => {
                             for i in 0..n {
                                 let c = d.join(format!("c{t}-{round}-{i}"));
                                 drop(
@@ -149,40 +185,55 @@ fn case(
                                 fs::remove_file(&c).map_err(e)?;
                             }
                         }
-                        "readdir" => {
+                        ("readdir", _) => {
                             for _ in 0..n {
-                                let k = fs::read_dir(big).map_err(e)?.count();
-                                if k == 0 {
-                                    return Err(format!("{} listed empty", big.display()));
-                                }
+                                list_all(big, entries)?;
                             }
                         }
-                        _ => return Err(format!("unknown operation {op}")),
+                        _ => unreachable!("operations checked against OPS above"),
                     }
                     Ok(())
                 })
             })
             .collect();
-        hs.into_iter()
+        go.wait();
+        let start = Instant::now();
+        let results = hs
+            .into_iter()
             .map(|h| {
                 h.join()
                     .unwrap_or_else(|_| Err("client thread panicked".into()))
             })
-            .collect()
+            .collect();
+        (start.elapsed().as_secs_f64(), results)
     });
-    let el = start.elapsed().as_secs_f64();
     for r in results {
         r?;
     }
-    Ok((el / n as f64 * 1e6, (threads * n) as f64 / el))
+    Ok(el)
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    if v.is_empty() {
-        return f64::NAN;
+/// Operations per thread in one case: a `readdir` lists the whole
+/// directory, so it runs far fewer times.
+fn ops_per_case(op: &str, iters: usize) -> usize {
+    if op == "readdir" {
+        (iters / 1000).max(3)
+    } else {
+        iters
     }
-    v[v.len() / 2]
+}
+
+/// The figures of one case from its rounds' `elapsed` seconds: (time per
+/// operation of one thread in µs, all threads' operations per second).
+/// Both come from one median time (the harness's: the mean of the two
+/// middle rounds for an even count), so they describe the same run and
+/// `ops_per_s == threads * 1e6 / us_per_op` always holds; medians taken of
+/// each figure separately could come from different rounds.
+fn figures(elapsed: &[f64], threads: usize, n: usize) -> (f64, f64) {
+    match crate::harness::median(elapsed) {
+        Some(el) => (el / n as f64 * 1e6, (threads * n) as f64 / el),
+        None => (f64::NAN, f64::NAN),
+    }
 }
 
 /// Mount every target, run the rounds, unmount.
@@ -251,20 +302,15 @@ pub fn run(o: &FuseOpsOptions, progress: &mut dyn FnMut(&str)) -> Result<FuseOps
         progress(&format!("preparing {} (caches {})", t.name, t.caches));
         prepare(&t.root, maxt, o.entries)?;
     }
-    // (target, op, threads) -> samples
-    let mut samples: Vec<Vec<(f64, f64)>> =
-        vec![Vec::new(); targets.len() * OPS.len() * o.threads.len()];
+    // (target, op, threads) -> seconds per round
+    let mut samples: Vec<Vec<f64>> = vec![Vec::new(); targets.len() * OPS.len() * o.threads.len()];
     for round in 0..o.rounds {
         progress(&format!("round {}/{}", round + 1, o.rounds));
         for (oi, op) in OPS.iter().enumerate() {
             for (ti, &threads) in o.threads.iter().enumerate() {
-                let n = if *op == "readdir" {
-                    (o.iters / 1000).max(3)
-                } else {
-                    o.iters
-                };
+                let n = ops_per_case(op, o.iters);
                 for (gi, t) in targets.iter().enumerate() {
-                    let r = case(&t.root, op, threads, n, round)?;
+                    let r = case(&t.root, op, threads, n, round, o.entries)?;
                     samples[(gi * OPS.len() + oi) * o.threads.len() + ti].push(r);
                 }
             }
@@ -274,16 +320,16 @@ pub fn run(o: &FuseOpsOptions, progress: &mut dyn FnMut(&str)) -> Result<FuseOps
     for (gi, t) in targets.iter().enumerate() {
         for (oi, op) in OPS.iter().enumerate() {
             for (ti, &threads) in o.threads.iter().enumerate() {
+                let n = ops_per_case(op, o.iters);
                 let s = &samples[(gi * OPS.len() + oi) * o.threads.len() + ti];
-                let mut us: Vec<f64> = s.iter().map(|x| x.0).collect();
-                let mut ops: Vec<f64> = s.iter().map(|x| x.1).collect();
+                let (us_per_op, ops_per_s) = figures(s, threads, n);
                 rows.push(FuseOpsRow {
                     target: t.name.clone(),
                     caches: t.caches,
                     op,
                     threads,
-                    us_per_op: median(&mut us),
-                    ops_per_s: median(&mut ops),
+                    us_per_op,
+                    ops_per_s,
                 });
             }
         }
@@ -331,4 +377,75 @@ pub fn markdown(rep: &FuseOpsReport, threads: &[usize]) -> String {
         s.push_str(&format!("\nNot run: {t}: {why}\n"));
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fresh directory of this test's own under the system's temp dir.
+    fn scratch(name: &str) -> PathBuf {
+        let d =
+            std::env::temp_dir().join(format!("scalevfs-fuseops-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn figures_come_from_one_median_time() {
+        // Even count: the mean of the two middle rounds (2 s and 3 s), not
+        // the upper one.
+        let (us, ops) = figures(&[4.0, 1.0, 3.0, 2.0], 2, 1000);
+        assert_eq!(us, 2.5 / 1000.0 * 1e6);
+        assert_eq!(ops, 2000.0 / 2.5);
+        // Odd count: the middle round.
+        let (us, ops) = figures(&[9.0, 1.0, 5.0], 1, 10);
+        assert_eq!(us, 5.0 / 10.0 * 1e6);
+        assert_eq!(ops, 10.0 / 5.0);
+        // Both figures describe the same time.
+        let (us, ops) = figures(&[0.7, 0.1, 0.3, 0.9, 0.2, 0.4], 3, 77);
+        assert!((ops * us - 3.0 * 1e6).abs() < 1e-6 * ops * us, "{us} {ops}");
+        let (us, ops) = figures(&[], 1, 1);
+        assert!(us.is_nan() && ops.is_nan());
+    }
+
+    #[test]
+    fn readdir_requires_every_entry() {
+        let d = scratch("readdir");
+        let big = d.join("big");
+        fs::create_dir(&big).unwrap();
+        for i in 0..5 {
+            fs::File::create(big.join(format!("e{i}"))).unwrap();
+        }
+        list_all(&big, 5).unwrap();
+        let e = list_all(&big, 6).unwrap_err();
+        assert!(e.contains("listed 5 entries, 6 expected"), "{e}");
+        let e = list_all(&d.join("missing"), 0).unwrap_err();
+        assert!(e.contains("readdir"), "{e}");
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn cases_run_on_a_plain_directory_and_setup_failures_return() {
+        let d = scratch("cases");
+        prepare(&d, 2, 7).unwrap();
+        for op in OPS {
+            let n = ops_per_case(op, 50);
+            let el = case(&d, op, 2, n, 0, 7).unwrap_or_else(|e| panic!("{op}: {e}"));
+            assert!(el > 0.0, "{op}: {el}");
+        }
+        // A wrong entry count fails the readdir case.
+        let e = case(&d, "readdir", 1, 3, 0, 8).unwrap_err();
+        assert!(e.contains("7 entries, 8 expected"), "{e}");
+        // Thread 2 has no file to open: its setup fails, yet it still
+        // reaches the barrier, so the case returns the error instead of
+        // leaving the others waiting.
+        let e = case(&d, "read 4K", 3, 10, 0, 7).unwrap_err();
+        assert!(e.contains("f2"), "{e}");
+        assert!(case(&d, "chmod", 1, 1, 0, 7)
+            .unwrap_err()
+            .contains("unknown operation"));
+        fs::remove_dir_all(&d).unwrap();
+    }
 }

@@ -30,7 +30,9 @@ fn err<E: std::fmt::Debug>(e: E) -> String {
     format!("plot: {e:?}")
 }
 
-/// Draw lines; `log_y` for ranges spanning decades.
+/// Draw lines; `log_y` for ranges spanning decades. Returns whether a file
+/// was written: with no points at all there is nothing to draw and no file,
+/// and the caller must not list one.
 fn line_chart(
     path: &Path,
     title: &str,
@@ -38,7 +40,7 @@ fn line_chart(
     y_label: &str,
     series: &[Series],
     log_y: bool,
-) -> Result<(), String> {
+) -> Result<bool, String> {
     let pts = series.iter().flat_map(|s| s.points.iter());
     let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
     for (x, y) in pts {
@@ -48,7 +50,7 @@ fn line_chart(
         y1 = y1.max(*y);
     }
     if x0 > x1 {
-        return Ok(()); // nothing to draw
+        return Ok(false);
     }
     if x1 <= x0 {
         x1 = x0 + 1.0;
@@ -88,7 +90,7 @@ fn line_chart(
         draw_series(&mut chart, series)?;
     }
     root.present().map_err(err)?;
-    Ok(())
+    Ok(true)
 }
 
 fn draw_series<'a, DB, CT>(
@@ -169,15 +171,16 @@ pub fn write_plots(report: &Report, dir: &Path) -> Result<Vec<PathBuf>, String> 
                 })
                 .collect();
             let p = dir.join("depth.svg");
-            line_chart(
+            if line_chart(
                 &p,
                 "depth: ns per stat, 1 thread (log scale)",
                 "path depth (components)",
                 "ns per stat",
                 &series,
                 true,
-            )?;
-            written.push(p);
+            )? {
+                written.push(p);
+            }
             // Throughput against threads at depth 8.
             let d8: Vec<&Row> = rows
                 .iter()
@@ -186,28 +189,30 @@ pub fn write_plots(report: &Report, dir: &Path) -> Result<Vec<PathBuf>, String> 
                 .collect();
             if !d8.is_empty() {
                 let p = dir.join("depth-8-threads.svg");
-                line_chart(
+                if line_chart(
                     &p,
                     "depth 8: stat throughput vs threads",
                     "threads",
                     "ops/s",
                     &thread_series(&d8),
                     true,
-                )?;
-                written.push(p);
+                )? {
+                    written.push(p);
+                }
             }
             continue;
         }
         let p = dir.join(file_name(w, ""));
-        line_chart(
+        if line_chart(
             &p,
             &format!("{w}: throughput vs threads"),
             "threads",
             "ops/s (median of samples)",
             &thread_series(&rows),
             false,
-        )?;
-        written.push(p);
+        )? {
+            written.push(p);
+        }
         if w == "stat-degrade" {
             let t = headline_threads(
                 &rows.iter().map(|r| (*r).clone()).collect::<Vec<_>>(),
@@ -226,7 +231,7 @@ pub fn write_plots(report: &Report, dir: &Path) -> Result<Vec<PathBuf>, String> 
                 })
                 .collect();
             let p = dir.join("stat-degrade-timeline.svg");
-            line_chart(
+            if line_chart(
                 &p,
                 &format!(
                     "stat-degrade timeline, {t} threads (intruder lists the dir every 100 ms)"
@@ -235,8 +240,9 @@ pub fn write_plots(report: &Report, dir: &Path) -> Result<Vec<PathBuf>, String> 
                 "total ops/s per sample",
                 &series,
                 false,
-            )?;
-            written.push(p);
+            )? {
+                written.push(p);
+            }
         }
     }
     Ok(written)

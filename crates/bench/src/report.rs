@@ -382,11 +382,15 @@ fn walk_cell(r: &Row) -> String {
 
 /// The thread count headline figures are read at: the largest measured
 /// count not above the cores (oversubscription is shown in the full table).
+/// When every count is above the cores, the smallest measured one: a count
+/// that was not measured would find no rows and leave the headline empty.
+/// 1 only when there are no rows.
 pub fn headline_threads(rows: &[Row], cores: usize) -> usize {
-    rows.iter()
-        .map(|r| r.threads)
+    let measured = || rows.iter().map(|r| r.threads);
+    measured()
         .filter(|t| *t <= cores)
         .max()
+        .or_else(|| measured().min())
         .unwrap_or(1)
 }
 

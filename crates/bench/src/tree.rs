@@ -486,10 +486,7 @@ impl Mounted {
         })
     }
     pub(crate) fn kernel(image: &Path, dir: &Path) -> Result<Mounted, String> {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            return Err("a loop mount needs root".into());
-        }
+        need_root()?;
         run_cmd(
             Command::new("mount")
                 .args(["-t", "ext4", "-o", "loop"])
@@ -531,6 +528,99 @@ impl Drop for Mounted {
     }
 }
 
+/// The `kernel` targets loop-mount their image, which needs root: checked
+/// before the image is made, so a run without root spends no mkfs on it.
+pub(crate) fn need_root() -> Result<(), String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err("a loop mount needs root".into());
+    }
+    Ok(())
+}
+
+/// Removes a run's image file when dropped, so that every way out of a run
+/// (an error as well as success) leaves no image behind. Declare it before
+/// the mount or library that uses the image, so that it drops after them.
+pub(crate) struct ImageFile<'a>(pub(crate) &'a Path);
+
+impl Drop for ImageFile<'_> {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(self.0);
+    }
+}
+
+/// Clean up after a run in `workdir`. A work directory the run `created`
+/// goes whole (`remove_dir_all`: whatever a failed run left in it). One
+/// that existed before (a `--workdir` the user named) may hold the user's
+/// files, so there only the run's own `image` and empty mount point go.
+/// Nothing is removed while `workdir/mnt` is still a mount point: that
+/// would delete files inside the mounted filesystem.
+pub(crate) fn remove_workdir(workdir: &Path, created: bool, image: &Path) {
+    let mnt = workdir.join("mnt");
+    if is_mounted(&mnt) {
+        return;
+    }
+    if created {
+        let _ = std::fs::remove_dir_all(workdir);
+    } else {
+        let _ = std::fs::remove_file(image);
+        let _ = std::fs::remove_dir(&mnt);
+    }
+}
+
+/// Free bytes for an unprivileged user on the filesystem that holds `dir`
+/// (or, when `dir` does not exist yet, its nearest existing ancestor).
+fn free_bytes(dir: &Path) -> Result<u64, String> {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = if dir.is_absolute() {
+        dir.to_path_buf()
+    } else {
+        std::env::current_dir()
+            .map_err(|e| format!("current directory: {e}"))?
+            .join(dir)
+    };
+    let at = dir
+        .ancestors()
+        .find(|a| a.exists())
+        .ok_or_else(|| format!("{}: no existing ancestor", dir.display()))?;
+    let c = std::ffi::CString::new(at.as_os_str().as_bytes())
+        .map_err(|e| format!("{}: {e}", at.display()))?;
+    // SAFETY: all-zero bytes are a valid `statvfs` (integers only).
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a NUL-terminated path and `st` a writable statvfs
+    // that outlives the call.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(format!(
+            "statvfs {}: {}",
+            at.display(),
+            io::Error::last_os_error()
+        ));
+    }
+    #[allow(clippy::unnecessary_cast)] // the field types differ by target
+    Ok((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
+}
+
+/// `--image-mib` in bytes, checked: at least 16 MiB (mkfs.ext4's journal
+/// needs room) and at most the free space of the work directory's
+/// filesystem. The runs make one image at a time there, and the mmap
+/// targets allocate all of it, so a larger image would fail minutes into
+/// the run, or fill the filesystem (on /dev/shm: memory).
+pub fn image_size(image_mib: u64, workdir: &Path) -> Result<u64, String> {
+    let size = image_mib
+        .checked_mul(1 << 20)
+        .filter(|&s| s >= 16 << 20)
+        .ok_or("--image-mib must be at least 16 (and fit in 64 bits as bytes)")?;
+    let free = free_bytes(workdir)?;
+    if size > free {
+        return Err(format!(
+            "--image-mib {image_mib}: larger than the {} MiB free where the work directory {} is",
+            free >> 20,
+            workdir.display()
+        ));
+    }
+    Ok(size)
+}
+
 pub(crate) fn have(tool: &str) -> bool {
     Command::new("sh")
         .args(["-c", &format!("command -v {tool}")])
@@ -563,6 +653,7 @@ fn run_one(
     let image = opts.workdir.join("tree.img");
     let mnt = opts.workdir.join("mnt");
     std::fs::create_dir_all(&mnt).map_err(|e| format!("{}: {e}", mnt.display()))?;
+    let _image = ImageFile(&image);
     let mut mount_ms = None;
     let err = |e: io::Error| format!("{target}: {e}");
     let (secs, per_sec) = match target {
@@ -626,6 +717,7 @@ fn run_one(
             r?
         }
         "kernel" => {
+            need_root()?;
             make_image(&image, opts.image_size)?;
             let m = Mounted::kernel(&image, &mnt)?;
             let r = phases(&Host(m.dir.clone()), set, threads).map_err(err);
@@ -647,7 +739,6 @@ fn run_one(
             ))
         }
     };
-    let _ = std::fs::remove_file(&image);
     Ok(TreeRow {
         target: target.to_string(),
         threads,
@@ -676,6 +767,7 @@ pub fn run(opts: &TreeOptions, progress: &mut dyn FnMut(&str)) -> Result<TreeRep
             ));
         }
     }
+    let created = !opts.workdir.exists();
     std::fs::create_dir_all(&opts.workdir)
         .map_err(|e| format!("{}: {e}", opts.workdir.display()))?;
     let set = FileSet::new(opts.files, opts.dirs, opts.seed);
@@ -703,8 +795,7 @@ pub fn run(opts: &TreeOptions, progress: &mut dyn FnMut(&str)) -> Result<TreeRep
             }
         }
     }
-    let _ = std::fs::remove_dir(opts.workdir.join("mnt"));
-    let _ = std::fs::remove_dir(&opts.workdir);
+    remove_workdir(&opts.workdir, created, &opts.workdir.join("tree.img"));
     Ok(rep)
 }
 
@@ -805,6 +896,53 @@ pub fn markdown(rep: &TreeReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn image_size_is_bounded_by_free_space() {
+        let dir = std::env::temp_dir();
+        assert_eq!(image_size(16, &dir).unwrap(), 16 << 20);
+        assert!(image_size(15, &dir).unwrap_err().contains("at least 16"));
+        // Overflows u64 as bytes.
+        assert!(image_size(u64::MAX >> 10, &dir)
+            .unwrap_err()
+            .contains("at least 16"));
+        // 2^43 MiB = 8 EiB: more than any filesystem here has free.
+        let e = image_size(1 << 43, &dir).unwrap_err();
+        assert!(e.contains("MiB free"), "{e}");
+        // A work directory not made yet is judged by its nearest ancestor.
+        let later = dir.join("scalevfs-not-made-yet").join("deeper");
+        assert_eq!(image_size(16, &later).unwrap(), 16 << 20);
+        assert!(image_size(1 << 43, &later).is_err());
+    }
+
+    #[test]
+    fn cleanup_empties_only_a_work_directory_it_made() {
+        let base = std::env::temp_dir().join(format!("scalevfs-tree-clean-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        for created in [true, false] {
+            let w = base.join(format!("created-{created}"));
+            std::fs::create_dir_all(w.join("mnt")).unwrap();
+            std::fs::write(w.join("users-file"), b"keep").unwrap();
+            let image = w.join("tree.img");
+            {
+                // An image left by a run that failed part-way...
+                let _guard = ImageFile(&image);
+                std::fs::write(&image, b"image").unwrap();
+            }
+            // ...is removed on the way out.
+            assert!(!image.exists());
+            std::fs::write(&image, b"image").unwrap();
+            remove_workdir(&w, created, &image);
+            assert!(!image.exists(), "created {created}");
+            if created {
+                assert!(!w.exists());
+            } else {
+                assert!(!w.join("mnt").exists());
+                assert_eq!(std::fs::read(w.join("users-file")).unwrap(), b"keep");
+            }
+        }
+        std::fs::remove_dir_all(&base).unwrap();
+    }
 
     #[test]
     fn file_set_is_deterministic_and_mixed() {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use scalevfs_bench::harness::{
     alternation, median, run_segment, Instance, Sample, SegmentResult, SegmentTiming, WorkerCtx,
 };
-use scalevfs_bench::report::{fill_ratios, Measured, Meta, Report, Row};
+use scalevfs_bench::report::{fill_ratios, headline_threads, Measured, Meta, Report, Row};
 use scalevfs_bench::workloads::Variant;
 use scalevfs_sync::lockstat::{Snapshot, Stat};
 
@@ -262,4 +262,45 @@ fn json_schema_has_the_agreed_fields() {
     // The tables render.
     let text = report.render();
     assert!(text.contains("stat-same") && text.contains("depth"));
+}
+
+#[test]
+fn headline_threads_is_a_measured_count() {
+    let rows = |ts: &[usize]| -> Vec<Row> {
+        ts.iter()
+            .map(|&t| measured("new", false, true, t, 100.0).row())
+            .collect()
+    };
+    // The largest count not above the cores.
+    assert_eq!(headline_threads(&rows(&[1, 2, 4, 8]), 4), 4);
+    assert_eq!(headline_threads(&rows(&[1, 2, 4, 8]), 3), 2);
+    // Every count above the cores: the smallest measured, not an
+    // unmeasured 1 (which would find no rows for the headline).
+    assert_eq!(headline_threads(&rows(&[8, 4, 16]), 2), 4);
+    assert_eq!(headline_threads(&[], 2), 1);
+}
+
+#[test]
+fn plots_list_only_the_files_they_wrote() {
+    // A depth workload measured at 2 threads only: the 1-thread depth plot
+    // has no points and is not drawn; the depth-8 one is.
+    let mut d = measured("default", false, true, 2, 100.0);
+    d.workload = "depth".into();
+    d.depth = Some(8);
+    let report = Report::new(&[d], Vec::new(), Meta::default());
+    let dir = std::env::temp_dir().join(format!("scalevfs-plots-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let written = scalevfs_bench::plot::write_plots(&report, &dir).unwrap();
+    let names: Vec<String> = written
+        .iter()
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["depth-8-threads.svg"]);
+    assert!(written.iter().all(|p| p.is_file()), "{written:?}");
+    assert!(!dir.join("depth.svg").exists());
+    // The README links only what exists.
+    let readme = scalevfs_bench::plot::readme(&report, &written);
+    assert!(!readme.contains("](depth.svg)"), "{readme}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -70,7 +70,7 @@ struct FsyncArgs {
     /// creat-clo, randwrite, randread.
     #[arg(long, value_delimiter = ',')]
     workloads: Vec<String>,
-    /// Targets, comma-separated (default: all): lib-ext4, lib-ext4-list,
+    /// Targets, comma-separated (default: all): lib-ext4, lib-ext4-pwrite, lib-ext4-list,
     /// lib-ext4-none, lib-ext4-1ms, lib-ext4-mmap,
     /// fuse-ext4, fuse2fs, kernel.
     #[arg(long, value_delimiter = ',')]
@@ -400,11 +400,10 @@ fn stats(a: StatsArgs) -> Result<(), String> {
 
 fn bench_tree(a: TreeArgs) -> Result<(), String> {
     use scalevfs_bench::tree;
-    let image_size = a
-        .image_mib
-        .checked_mul(1 << 20)
-        .filter(|&s| s >= 16 << 20)
-        .ok_or("--image-mib must be at least 16")?;
+    let workdir = a
+        .workdir
+        .unwrap_or_else(|| PathBuf::from(format!("/dev/shm/scalevfs-tree-{}", std::process::id())));
+    let image_size = tree::image_size(a.image_mib, &workdir)?;
     let opts = tree::TreeOptions {
         files: a.files,
         dirs: a.dirs,
@@ -415,9 +414,7 @@ fn bench_tree(a: TreeArgs) -> Result<(), String> {
             a.targets
         },
         image_size,
-        workdir: a.workdir.unwrap_or_else(|| {
-            PathBuf::from(format!("/dev/shm/scalevfs-tree-{}", std::process::id()))
-        }),
+        workdir,
         bin: std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?,
         mount_args: a.mount_args,
         seed: 1,
@@ -427,12 +424,11 @@ fn bench_tree(a: TreeArgs) -> Result<(), String> {
 }
 
 fn bench_fsync(a: FsyncArgs) -> Result<(), String> {
-    use scalevfs_bench::durable;
-    let image_size = a
-        .image_mib
-        .checked_mul(1 << 20)
-        .filter(|&s| s >= 16 << 20)
-        .ok_or("--image-mib must be at least 16")?;
+    use scalevfs_bench::{durable, tree};
+    let workdir = a.workdir.unwrap_or_else(|| {
+        PathBuf::from(format!("/dev/shm/scalevfs-fsync-{}", std::process::id()))
+    });
+    let image_size = tree::image_size(a.image_mib, &workdir)?;
     let all = |v: Vec<String>, d: &[&str]| {
         if v.is_empty() {
             d.iter().map(|s| s.to_string()).collect()
@@ -446,9 +442,7 @@ fn bench_fsync(a: FsyncArgs) -> Result<(), String> {
         targets: all(a.targets, durable::TARGETS),
         workloads: all(a.workloads, durable::WORKLOADS),
         image_size,
-        workdir: a.workdir.unwrap_or_else(|| {
-            PathBuf::from(format!("/dev/shm/scalevfs-fsync-{}", std::process::id()))
-        }),
+        workdir,
         bin: std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?,
     };
     let rep = durable::run(&opts, &mut |s| eprintln!("bench-fsync: {s}"))?;

@@ -203,8 +203,9 @@ fn daemonize() -> Result<i32, ExitCode> {
         return Err(fail(format!("pipe: {}", io::Error::last_os_error())));
     }
     // SAFETY: called before this process starts any thread (run_mount forks
-    // before creating the Vfs or the session), so the child is a complete
-    // copy.
+    // before opening an image, whose commit thread a fork would not copy,
+    // and before creating the Vfs or the session), so the child is a
+    // complete copy.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
         return Err(fail(format!("fork: {}", io::Error::last_os_error())));
@@ -409,7 +410,20 @@ pub fn run(mut args: MountArgs) -> ExitCode {
         vcfg.protected_hardlinks_off = std::fs::read_to_string("/proc/sys/fs/protected_hardlinks")
             .is_ok_and(|v| v.trim() == "0");
     }
-    // Open the image before detaching, so its errors reach the terminal.
+    // Detach before the image is opened: opening it starts its commit
+    // thread (which a fork would not copy) and takes its claim (flock),
+    // and a parent holding an open image would unmount it on its way
+    // out (a final commit, the journal marked clean, the claim let go)
+    // under the daemon that serves it. Errors opening it reach the
+    // terminal through the status pipe.
+    let status_fd = if args.foreground {
+        None
+    } else {
+        match daemonize() {
+            Ok(fd) => Some(fd),
+            Err(code) => return code,
+        }
+    };
     let ext4 = match &args.image {
         Some(img) => {
             // The last of `ro` and `rw` decides, as for the kernel side.
@@ -458,21 +472,19 @@ pub fn run(mut args: MountArgs) -> ExitCode {
             }
             match opened {
                 Ok(fs) => Some(fs),
-                Err(e) => return fail(format!("{}: {e}", img.display())),
+                Err(e) => {
+                    let m = format!("{}: {e}", img.display());
+                    if let Some(fd) = status_fd {
+                        report(fd, false, &m);
+                    }
+                    return fail(m);
+                }
             }
         }
         None => None,
     };
     let root_fs: Option<Arc<dyn scalevfs::Filesystem>> =
         ext4.clone().map(|e| e as Arc<dyn scalevfs::Filesystem>);
-    let status_fd = if args.foreground {
-        None
-    } else {
-        match daemonize() {
-            Ok(fd) => Some(fd),
-            Err(code) => return code,
-        }
-    };
     let sigs = block_signals();
     let vfs = match root_fs {
         Some(fs) => Vfs::with_root_fs(vcfg, fs),

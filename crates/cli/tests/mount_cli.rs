@@ -176,6 +176,15 @@ fn a_mount_of_an_image_held_elsewhere_waits_for_it() {
     assert!(ok, "{err}");
     assert!(err.contains("waiting up to 10 s"), "{err}");
     std::fs::write(mnt.join("f"), b"mounted").unwrap();
+    // The daemon (a background mount) holds the image while it serves.
+    // The parent opened the image before forking, and on its way out
+    // unmounted it under the daemon (a final commit, the journal marked
+    // clean, the claim let go, so a second writer could mount it too).
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert!(
+        !try_claim(&std::fs::File::open(&img).unwrap()),
+        "the daemon's claim on the image was let go while it serves"
+    );
     let st = Command::new("fusermount3")
         .arg("-u")
         .arg(&mnt)

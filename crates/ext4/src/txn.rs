@@ -743,3 +743,73 @@ impl HelpSlot {
         w.is_some_and(|w| w.try_run())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A log of `cap` blocks that takes nothing (only its size matters).
+    struct Sized(u32);
+
+    impl LogSink for Sized {
+        fn begin(&mut self, _: Vec<(u64, Block)>, _: &[u64], _: u64) -> Result<Box<dyn LogWrite>> {
+            unreachable!("no commit in these tests")
+        }
+        fn wait_all(&self) -> Result<()> {
+            Ok(())
+        }
+        fn checkpoint(&mut self) -> Result<()> {
+            Ok(())
+        }
+        fn forget(&mut self, _: &[u64]) {}
+        fn room(&self) -> u32 {
+            self.0
+        }
+        fn capacity(&self) -> u32 {
+            self.0
+        }
+        fn tags_per_block(&self) -> u32 {
+            64
+        }
+        fn close(self: Box<Self>) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Steps of threads now in handles share the log's room: the first
+    /// gets its full size, later ones what is left (at least one group),
+    /// and the end of a handle gives its steps' room back.
+    #[test]
+    fn steps_share_the_log_and_give_it_back() {
+        let j = Journal::new(Box::new(Sized(1024)));
+        // The pool: 1024 less 16 descriptor blocks and 16 of margin.
+        let full = j.limit() / 2;
+        assert_eq!(full, 96);
+        let go = std::sync::Barrier::new(2);
+        std::thread::scope(|s| {
+            let (j, go) = (&j, &go);
+            let a = s.spawn(move || {
+                let _h = Handle::start(j);
+                let g = j.reserve_step(0, full);
+                go.wait();
+                go.wait();
+                g
+            });
+            go.wait();
+            // The first took 2 * 96 + 8 = 200 of 992.
+            assert_eq!(j.reserved(), 200);
+            let h = Handle::start(j);
+            // 992 - 700 - 200 = 92 left: (92 - 8) / 2 = 42 groups.
+            assert_eq!(j.reserve_step(700, full), 42);
+            assert_eq!(j.reserved(), 292);
+            // Nothing left: one group all the same (a step must progress).
+            assert_eq!(j.reserve_step(900, full), 1);
+            assert_eq!(j.reserved(), 302);
+            drop(h);
+            assert_eq!(j.reserved(), 200, "the handle's steps went back");
+            go.wait();
+            assert_eq!(a.join().unwrap(), full);
+        });
+        assert_eq!(j.reserved(), 0);
+    }
+}
