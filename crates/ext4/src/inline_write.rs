@@ -83,6 +83,8 @@ impl Ext4 {
             // Symlinks and the rest never change their data.
             _ => return Err(errno(libc::EOPNOTSUPP)),
         };
+        // The area read here is written back below (`settle_extra_isize`).
+        self.settle_extra_isize(raw.ino)?;
         let st = self.stored_xattrs(raw)?;
         let body: Vec<RawEntry> = st
             .body
@@ -321,6 +323,7 @@ impl Ext4 {
             draw.block = blk;
             return Ok(true);
         }
+        self.settle_extra_isize(draw.ino)?;
         let st = self.stored_xattrs(draw)?;
         let Some(cur) = st.body.iter().find(|e| is_inline_entry(e)) else {
             return Ok(false);
@@ -399,6 +402,7 @@ impl Ext4 {
         let Some(end) = off.checked_add(buf.len() as u64) else {
             return Ok(None);
         };
+        self.settle_extra_isize(raw.ino)?;
         let st = self.stored_xattrs(&raw)?;
         let room = Self::inline_room(&st);
         let i_block = raw.block.len();
@@ -435,6 +439,7 @@ impl Ext4 {
     /// and `i_block` past the size is zeroed. The caller holds the data
     /// lock and stores `raw`.
     pub(crate) fn inline_truncate(&self, raw: &mut RawInode, size: u64) -> Result<()> {
+        self.settle_extra_isize(raw.ino)?;
         let st = self.stored_xattrs(raw)?;
         let i_block = raw.block.len();
         let data = self.inline_bytes_stored(raw, &st);

@@ -382,6 +382,45 @@ impl Ext4 {
         self.check(r)
     }
 
+    /// Give inode `ino`'s slot its full `i_extra_isize` now, if it is
+    /// short (an inode written by an older kernel), in its own change of
+    /// the slot (the parsed slot encoded again, nothing of the caller's
+    /// copy). A path that reads the in-inode xattr area and writes it
+    /// back later (inline data: `inline_write`, `uninline`,
+    /// `inline_truncate`, `inline_dir_edit`) calls this first, under the
+    /// inode's lock, as `xattr_change` does: otherwise a rename's or a
+    /// create's time stamp of the inode, which takes none of its locks
+    /// (`advance_times`), could grow the area in between, and the write
+    /// back found the area moved and stopped all writing on the mount.
+    /// Once full the area never moves again.
+    pub(crate) fn settle_extra_isize(&self, ino: u32) -> Result<()> {
+        let (rw, io) = self.rw()?;
+        let (blk, inb, isz) = self.inode_slot(ino)?;
+        if isz <= 128 {
+            return Ok(());
+        }
+        let want = want_extra_isize(isz);
+        let extra = |b: &[u8]| usize::from(u16::from_le_bytes([b[inb + 0x80], b[inb + 0x81]]));
+        // A read first: the common case (a full area) dirties nothing.
+        let mut b = BlockBuf::zeroed(self.bs);
+        self.read_block(blk, &mut b)?;
+        if extra(&b) >= want {
+            return Ok(());
+        }
+        let sb = &self.sb;
+        let r = rw.bufs.modify(io.dev, blk, true, |b| {
+            if extra(b) >= want {
+                return Ok(());
+            }
+            let slot = &mut b[inb..inb + isz];
+            let r = RawInode::parse(sb, ino, slot)?;
+            grow_extra_isize(slot, ino);
+            r.encode(sb, slot, None);
+            Ok(())
+        })?;
+        self.check(r)
+    }
+
     /// The lock of a directory being removed (rmdir, or replaced by a
     /// rename) or moved to another parent (its `..` rewritten), taken with
     /// the parents' locks held: an emptied link count is set under it, so
