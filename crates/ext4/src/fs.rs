@@ -4044,10 +4044,17 @@ impl Filesystem for Ext4 {
             match self.journaled(|| self.file_write(inode, at, &buf[n..])) {
                 Ok(0) => break,
                 Ok(k) => n += k,
+                // A failed trim after some bytes went out: those bytes
+                // are written (the size already covers them), so the
+                // call reports them, not the trim's error.
                 Err(e)
                     if e.errno() == Errno::ENOSPC
                         && !trimmed
-                        && self.trim_failed_write(inode, at, off + buf.len() as u64)? =>
+                        && match self.trim_failed_write(inode, at, off + buf.len() as u64) {
+                            Ok(t) => t,
+                            Err(_) if n > 0 => break,
+                            Err(te) => return Err(te),
+                        } =>
                 {
                     trimmed = true;
                 }

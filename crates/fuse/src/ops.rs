@@ -364,7 +364,11 @@ impl Shared {
                 &self.cfg.attr_timeout,
                 &self.cfg.entry_timeout,
                 &file_attr(&st, id),
-                Generation(u64::from(generation)),
+                // The root node, 1 (a LOOKUP of ".." while the kernel decodes
+                // a handle, `fuse_get_parent`) has generation 0 for the
+                // kernel, which forces it so and logs "root generation
+                // should be zero" when told another.
+                Generation(if id == 1 { 0 } else { u64::from(generation) }),
             ),
             Err(e) => reply.error(errno(e)),
         }

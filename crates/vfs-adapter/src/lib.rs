@@ -214,10 +214,23 @@ impl FileSystem for ScaleFS {
     }
 
     fn move_file(&self, src: &str, dest: &str) -> VfsResult<()> {
-        Ok(self.fs.rename(self.path(src)?, self.path(dest)?)?)
+        across_mounts(self.fs.rename(self.path(src)?, self.path(dest)?))
     }
 
     fn move_dir(&self, src: &str, dest: &str) -> VfsResult<()> {
-        Ok(self.fs.rename(self.path(src)?, self.path(dest)?)?)
+        across_mounts(self.fs.rename(self.path(src)?, self.path(dest)?))
+    }
+}
+
+/// A rename between two mounts (EXDEV) is `NotSupported`, which `vfs`'s
+/// `VfsPath::move_file`/`move_dir` take as "copy, then remove", as they do
+/// for `PhysicalFS` (whose `move_dir` maps every failure so); other errors
+/// pass as they are.
+fn across_mounts(r: std::io::Result<()>) -> VfsResult<()> {
+    match r {
+        Err(e) if e.kind() == std::io::ErrorKind::CrossesDevices => {
+            Err(VfsErrorKind::NotSupported.into())
+        }
+        r => Ok(r?),
     }
 }

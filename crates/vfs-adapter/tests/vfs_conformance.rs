@@ -83,3 +83,46 @@ fn errors_keep_the_errno_and_the_root_confines() {
     root.join("d").unwrap().remove_dir_all().unwrap();
     assert!(!fs.exists("/srv/root/d"));
 }
+
+/// A move between two mounts of the served namespace (EXDEV) falls back
+/// to copy-then-remove, as `vfs` does for `PhysicalFS`: the adapter
+/// passed EXDEV through, and the move failed.
+#[test]
+fn moves_across_mounts_copy() {
+    use std::io::{Read, Write};
+    let vfs = scalevfs::Vfs::new();
+    let t = vfs.root_task();
+    t.mkdir("/m", 0o755).unwrap();
+    t.mount("/m", vfs.new_memfs(Default::default()), false)
+        .unwrap();
+    let root: vfs::VfsPath = ScaleFS::new(Fs::new(t)).into();
+    root.join("d").unwrap().create_dir().unwrap();
+    write!(root.join("d/f").unwrap().create_file().unwrap(), "moved").unwrap();
+    write!(root.join("g").unwrap().create_file().unwrap(), "file").unwrap();
+    root.join("d")
+        .unwrap()
+        .move_dir(&root.join("m/d").unwrap())
+        .unwrap();
+    root.join("g")
+        .unwrap()
+        .move_file(&root.join("m/g").unwrap())
+        .unwrap();
+    assert!(!root.join("d").unwrap().exists().unwrap());
+    assert!(!root.join("g").unwrap().exists().unwrap());
+    let mut s = String::new();
+    root.join("m/d/f")
+        .unwrap()
+        .open_file()
+        .unwrap()
+        .read_to_string(&mut s)
+        .unwrap();
+    assert_eq!(s, "moved");
+    s.clear();
+    root.join("m/g")
+        .unwrap()
+        .open_file()
+        .unwrap()
+        .read_to_string(&mut s)
+        .unwrap();
+    assert_eq!(s, "file");
+}
