@@ -387,6 +387,27 @@ fn session_config(cfg: &MountConfig) -> io::Result<(fuser::Config, FuseConfig)> 
                 ))
             }
         };
+        // mount(8): the last of a contradicting pair decides (`ro,rw` is
+        // read-write, as the CLI's `read_only` reads it); fuser refuses
+        // both at once, which came only after the image was opened and
+        // the daemon forked. A repeated option counts once.
+        let opposite = match opt {
+            MountOption::Dev => Some(MountOption::NoDev),
+            MountOption::NoDev => Some(MountOption::Dev),
+            MountOption::Suid => Some(MountOption::NoSuid),
+            MountOption::NoSuid => Some(MountOption::Suid),
+            MountOption::RO => Some(MountOption::RW),
+            MountOption::RW => Some(MountOption::RO),
+            MountOption::Exec => Some(MountOption::NoExec),
+            MountOption::NoExec => Some(MountOption::Exec),
+            MountOption::Atime => Some(MountOption::NoAtime),
+            MountOption::NoAtime => Some(MountOption::Atime),
+            MountOption::Sync => Some(MountOption::Async),
+            MountOption::Async => Some(MountOption::Sync),
+            _ => None,
+        };
+        c.mount_options
+            .retain(|x| *x != opt && Some(x) != opposite.as_ref());
         c.mount_options.push(opt);
     }
     if default_permissions && no_default_permissions {
@@ -653,6 +674,28 @@ mod tests {
         assert!(!has_default_permissions(&c));
         assert!(!f.entry_timeout.is_zero());
         assert!(session_config(&cfg(&["default_permissions", "no_default_permissions"])).is_err());
+    }
+
+    /// Contradicting pairs: the last decides, as mount(8) (fuser refuses
+    /// a configuration holding both); repeats count once.
+    #[test]
+    fn the_last_of_contradicting_options_decides() {
+        let (c, _) =
+            session_config(&cfg(&["ro", "nodev", "rw", "dev", "nosuid", "nosuid"])).unwrap();
+        let has = |o: MountOption| c.mount_options.iter().filter(|x| **x == o).count();
+        assert_eq!(has(MountOption::RW), 1);
+        assert_eq!(has(MountOption::RO), 0);
+        assert_eq!(has(MountOption::Dev), 1);
+        assert_eq!(has(MountOption::NoDev), 0);
+        assert_eq!(has(MountOption::NoSuid), 1);
+        let (c, _) =
+            session_config(&cfg(&["rw", "exec", "ro", "noexec", "async", "sync"])).unwrap();
+        assert!(c.mount_options.contains(&MountOption::RO));
+        assert!(!c.mount_options.contains(&MountOption::RW));
+        assert!(c.mount_options.contains(&MountOption::NoExec));
+        assert!(!c.mount_options.contains(&MountOption::Exec));
+        assert!(c.mount_options.contains(&MountOption::Sync));
+        assert!(!c.mount_options.contains(&MountOption::Async));
     }
 
     /// `-o attr_timeout=,entry_timeout=,negative_timeout=` (libfuse's
