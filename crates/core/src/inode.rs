@@ -2,8 +2,14 @@
 //!
 //! LOCKING RULES
 //! - `attr` is a `SeqLock<Attr>`: writers take its internal spinlock (innermost
-//!   lock of the whole VFS, never held across anything else); readers copy it
-//!   lock-free and retry on a concurrent write. `stat` never takes a lock.
+//!   lock of the VFS); readers copy it lock-free and retry on a concurrent
+//!   write. `stat` never takes a lock. One lock is taken inside it: ext4's
+//!   per-inode copy mutex (`Ext4Inode::raw`, level 30 of the table), for a
+//!   copy of the on-disk inode, so that racing updates store the newest
+//!   copy in the order they take the writer lock (read before it, an older
+//!   copy could be stored last). Nobody waits for the writer lock while
+//!   holding that mutex (it is held only for a clone or a store), so the
+//!   writer lock stays a leaf for deadlock (`SeqLock`'s rule).
 //! - `dir_lock` (directories only) is the namespace lock of the directory: name
 //!   operations inside it (create, unlink, rename of one name) take it SHARED,
 //!   so creates of different names do not serialise; operations that need the
