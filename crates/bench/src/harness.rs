@@ -307,7 +307,13 @@ pub fn run_segment(
                     gate,
                     arrived: std::cell::Cell::new(false),
                 };
-                let r = inst.worker(&ctx);
+                // A panic is this worker's failure, not the run's: caught,
+                // it fails the segment like an error (the sampler waiting
+                // for it at the gate would wait forever, and the scope
+                // would re-raise it and lose every figure measured so far).
+                let r =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| inst.worker(&ctx)))
+                        .unwrap_or_else(|p| Err(format!("panicked: {}", panic_text(&*p))));
                 // A worker that failed (or returned) before reaching the gate
                 // still counts as arrived, so the sampler never waits forever.
                 ctx.arrive_once();
@@ -324,7 +330,10 @@ pub fn run_segment(
             s.spawn(move || {
                 gate.wait_go();
                 while !gate.stopped() {
-                    if let Err(e) = inst.intruder() {
+                    let r =
+                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| inst.intruder()))
+                            .unwrap_or_else(|p| Err(format!("panicked: {}", panic_text(&*p))));
+                    if let Err(e) = r {
                         gate.fail();
                         push_err(format!("intruder: {e}"));
                         return;
@@ -342,6 +351,14 @@ pub fn run_segment(
         return Err(e);
     }
     result
+}
+
+/// The message of a caught panic.
+fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(no message)".into())
 }
 
 /// Sleep `d` in short slices, returning early once the gate stops.

@@ -127,6 +127,42 @@ impl Instance for FailsInSetup {
     }
 }
 
+struct PanicsInSetup;
+impl Instance for PanicsInSetup {
+    fn worker(&self, ctx: &WorkerCtx<'_>) -> Result<(), String> {
+        if ctx.index() == 0 {
+            panic!("a bug in the code under test");
+        }
+        ctx.run(|| Ok::<(), String>(()))
+    }
+}
+
+/// A worker that panics (before the start gate, where the sampler waits
+/// for every worker) ends its segment with an error: it hung the run, and
+/// a panic after the gate was re-raised and lost the report.
+#[test]
+fn a_panicking_worker_ends_the_segment_with_an_error() {
+    let e = run_segment(&PanicsInSetup, 2, timing(), &mut |_| {}).unwrap_err();
+    assert!(e.contains("a bug in the code under test"), "{e}");
+    assert!(e.contains("panicked"), "{e}");
+    let e = run_segment(&PanicsAfter(500), 2, timing(), &mut |_| {}).unwrap_err();
+    assert!(e.contains("late bug"), "{e}");
+}
+
+struct PanicsAfter(u64);
+impl Instance for PanicsAfter {
+    fn worker(&self, ctx: &WorkerCtx<'_>) -> Result<(), String> {
+        let mut n = 0;
+        ctx.run(|| {
+            n += 1;
+            if n > self.0 {
+                panic!("late bug");
+            }
+            Ok::<(), String>(())
+        })
+    }
+}
+
 #[test]
 fn failures_end_the_segment_with_the_error() {
     let e = run_segment(&FailsAfter(1000), 2, timing(), &mut |_| {}).unwrap_err();
