@@ -567,6 +567,15 @@ impl Dentry {
     /// A copy of the name. Racy against rename unless the caller holds the
     /// rename lock or validates with `seq`.
     pub fn name_vec(&self) -> Vec<u8> {
+        // Relaxed (the length and the inline words below): a name is
+        // stored before the dentry is published, or by a move, under the
+        // dentry's d_seq write section and inside locks the mover holds
+        // (the dentry's buckets, the VFS name stripe, for a directory the
+        // rename lock). A caller holding one of those for this dentry sees
+        // the name whole (the lock orders the stores before these loads);
+        // one holding none validates its copy with a sequence retry
+        // (`getcwd`: the rename sequence), so a torn copy is never used.
+        // Only `Debug` prints a racy copy.
         let len = self.hot.name_len.load(Ordering::Relaxed) as usize;
         if len > INLINE_NAME {
             // Acquire: see name_eq.
@@ -580,6 +589,7 @@ impl Dentry {
         }
         let mut out = Vec::with_capacity(INLINE_NAME);
         for w in &self.hot.name {
+            // Relaxed: see `len` above.
             out.extend_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
         }
         out.truncate(len);
@@ -1680,6 +1690,12 @@ impl Dcache {
         // SAFETY: the parent is kept alive by d's reference on it.
         let pd = unsafe { &*parent };
         let mut map = self.lock_children(pd);
+        // Relaxed: the hash changes only in a move (`d_move`, `d_exchange`),
+        // and the caller (unlink, rmdir) holds the VFS name stripe of `d`'s
+        // name (`VfsInner::name_locks`), which every move of `d` holds too:
+        // no move runs until we are done, and that lock orders the last
+        // one's store before this load. (So, unlike `evict_last_ref`, no
+        // re-check under the bucket's lock.)
         let b = self.bucket(d.hot.hash.load(Ordering::Relaxed));
         {
             let _l = b.lock.lock();
@@ -1725,6 +1741,12 @@ impl Dcache {
             // SAFETY: the old parent is kept alive by d's reference on it.
             let op = unsafe { &*old_parent };
             let (mut m1, mut m2) = self.lock_two_maps(op, new_parent);
+            // Relaxed (both hashes): only a move changes a dentry's hash,
+            // and the caller (`Task::rename`) holds the VFS name stripes of
+            // both names, which any other move of `d` or of `target` holds
+            // too: none runs meanwhile, and those locks order the last
+            // one's store before these loads, made before the buckets are
+            // chosen and locked.
             let old_b = d.hot.hash.load(Ordering::Relaxed) as usize & self.mask;
             let new_b = new_q.hash as usize & self.mask;
             let tb = target.map(|t| t.hot.hash.load(Ordering::Relaxed) as usize & self.mask);
@@ -1784,6 +1806,9 @@ impl Dcache {
         // SAFETY: parents are kept alive by their children's references.
         let (pad, pbd) = unsafe { (&*pa, &*pb) };
         let (mut m1, mut m2) = self.lock_two_maps(pad, pbd);
+        // Relaxed (both): as in `d_move`, the caller's VFS name stripes of
+        // both names keep every other move of `a` and `b` out and order
+        // the last one's hash store before these loads.
         let ba = a.hot.hash.load(Ordering::Relaxed) as usize & self.mask;
         let bb = b.hot.hash.load(Ordering::Relaxed) as usize & self.mask;
         let name_a = a.name_vec();

@@ -89,6 +89,10 @@ pub struct File {
     /// A directory listing's end (`Filesystem::readdir_end`), taken when a
     /// listing starts at position 0; u64::MAX: none. Under `pos_lock`.
     pub(crate) dir_end: AtomicU64,
+    /// The opener's credentials (`Cred::fingerprint`), Linux's `f_cred`
+    /// as far as `linkat(fd, "", AT_EMPTY_PATH)` asks: its caller needs
+    /// no CAP_DAC_READ_SEARCH for a file it opened itself.
+    pub(crate) opener: u64,
     /// No bytes: gives the description the alignment of a cache-line pair
     /// (crossbeam's `CachePadded`), so its `Arc` box starts on a line of
     /// its own and two descriptions never share one: a thread moving its
@@ -120,7 +124,7 @@ impl File {
     /// A regular file opened for writing takes write access (ETXTBSY while
     /// it runs as a program); one opened with [`FMODE_EXEC`] holds writers
     /// off while it is open (Linux's `deny_write_access`).
-    pub(crate) fn new(path: PathRef, flags: u32) -> VfsResult<File> {
+    pub(crate) fn new(path: PathRef, flags: u32, opener: &crate::types::Cred) -> VfsResult<File> {
         let inode = path.inode().clone();
         let exec = flags & O_PATH == 0 && flags & FMODE_EXEC != 0;
         let flags = if flags & O_PATH != 0 {
@@ -152,6 +156,7 @@ impl File {
             pos: AtomicU64::new(0),
             pos_lock: Mutex::new(Class::PosLock, ()),
             dir_end: AtomicU64::new(u64::MAX),
+            opener: opener.fingerprint(),
             _line: [],
         })
     }
@@ -389,6 +394,8 @@ impl FdTable {
         self.nr_open
     }
     pub fn max(&self) -> usize {
+        // Relaxed: see `set_max`; an allocation racing with a new limit may
+        // use either.
         self.max.load(Ordering::Relaxed)
     }
 
@@ -573,6 +580,10 @@ impl FdTable {
         let Some(slot) = usize::try_from(fd).ok().and_then(|i| self.slot(i, &g)) else {
             return;
         };
+        // Relaxed: the slot is reserved, so no one else writes its flag
+        // (`set_cloexec` sees no file, EBADF; dup2 onto it is EBUSY), and
+        // the Release compare-exchange below publishes the flag with the
+        // file to readers that load the file with Acquire first.
         slot.cloexec.store(cloexec, Ordering::Relaxed);
         account(&file);
         // Release: publish the File to lock-free readers. Only the reserving
@@ -748,9 +759,13 @@ impl FdTable {
         let g = epoch::pin();
         let i = usize::try_from(fd).map_err(|_| Errno::EBADF)?;
         let slot = self.slot(i, &g).ok_or(Errno::EBADF)?;
+        // Acquire: pairs with the install's Release, so the flag read below
+        // is the installing open's (stored before it published the file)
+        // or a later one, not that of the fd's previous file.
         if slot.file.load(Ordering::Acquire, &g).is_null() {
             return Err(Errno::EBADF);
         }
+        // Relaxed: ordered after the file's load by its Acquire.
         Ok(slot.cloexec.load(Ordering::Relaxed))
     }
 
@@ -759,9 +774,15 @@ impl FdTable {
         let _l = self.alloc.lock.lock();
         let i = usize::try_from(fd).map_err(|_| Errno::EBADF)?;
         let slot = self.slot(i, &g).ok_or(Errno::EBADF)?;
+        // Acquire: an install without the table lock (`install_reserved`)
+        // stores its flag before its Release publication of the file; seeing
+        // the file orders that store before ours, so fcntl's flag wins.
         if slot.file.load(Ordering::Acquire, &g).is_null() {
             return Err(Errno::EBADF);
         }
+        // Relaxed: the flag orders nothing else; stores to it are ordered
+        // by the table lock (dup2) or by the Acquire above (a lock-free
+        // install).
         slot.cloexec.store(on, Ordering::Relaxed);
         Ok(())
     }
@@ -793,6 +814,9 @@ impl FdTable {
             // holds file_lock too); the new table is filled after.
             let _l = self.alloc.lock.lock();
             self.for_each_slot(&g, |i, s| {
+                // Acquire: the File's contents and its flag, published by a
+                // lock-free install's Release (the lock we hold orders only
+                // dup2's), before we clone the file and read the flag.
                 let p = s.file.load(Ordering::Acquire, &g);
                 // SAFETY: live while in the slot (pinned).
                 if let Some(f) = unsafe { p.as_ref() } {
@@ -822,6 +846,10 @@ impl FdTable {
         let g = epoch::pin();
         let mut fds = Vec::new();
         self.for_each_slot(&g, |i, s| {
+            // Only candidates, each checked again by `is_cloexec` (file
+            // first, with Acquire) before it is closed: the flag is read
+            // before the file here, so the Acquire orders nothing and
+            // Relaxed would do.
             if s.cloexec.load(Ordering::Relaxed) && !s.file.load(Ordering::Acquire, &g).is_null() {
                 fds.push(i);
             }
@@ -838,6 +866,9 @@ impl FdTable {
         let g = epoch::pin();
         let mut n = 0;
         self.for_each_slot(&g, |_, s| {
+            // Acquire: more than needed (Relaxed would do): only whether
+            // the slot holds a file is read, for a count that is a
+            // snapshot anyway.
             if !s.file.load(Ordering::Acquire, &g).is_null() {
                 n += 1;
             }

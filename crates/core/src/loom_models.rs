@@ -54,6 +54,15 @@
 //!   the lock) against the locked search and a close: the same, and no fd
 //!   handed out twice.
 //!
+//! - **limited counter** (`percpu::LimitedCounter`: the lock-free take of
+//!   a unit reserved in the thread's slot, the bounded refill, the
+//!   last-unit path that first takes every reservation back, `dec`): never
+//!   a grant past the limit, a lone caller gets exactly what is left, a
+//!   `dec` makes room once, and a caller with a lower limit is refused once
+//!   a higher-limit grant reached it. (Checked: see each model.) A fifth
+//!   model, ignored, shows the lower limit passed when two threads share a
+//!   slot (`limited_counter_shared_slot_mixed_limits`).
+//!
 //! Two concessions to loom in the production code, both `cfg(loom)` only:
 //! the dcache may have a single hash bucket (which bucket a name falls in
 //! depends on a random seed and the parent's address; loom needs every
@@ -877,5 +886,173 @@ fn memfs_names_switch_is_seen_after_the_insert() {
         let b = lock.lock().unwrap().unwrap();
         assert!(n.spread(), "two inserters, no switch");
         assert!(a == 0 || b == 0, "neither insert went to list 0 first");
+    });
+}
+
+/// `percpu::LimitedCounter` (memfs's `nr_inodes`, ext4's free blocks) with
+/// one limit for every caller: two threads each ask for two units against
+/// a limit of 1, then of 2. The lock-free fast path (a unit reserved in the
+/// thread's own slot), the bounded refill of the shared total and the
+/// last-unit path (every slot's reservations taken back first) never grant
+/// past the limit; once the racers are done, a lone thread gets exactly
+/// what is left; the value is the number granted. (Checked: it fails with
+/// the last-unit path's `n < limit` made `n <= limit`, with the refill's or
+/// the last unit's RMW split into a load and a store, and with
+/// `unreserve_all`'s swap split likewise.)
+#[test]
+fn limited_counter_never_grants_past_the_limit() {
+    use crate::percpu::LimitedCounter;
+    for limit in [1u64, 2] {
+        model(3, move || {
+            let c = Arc::new(LimitedCounter::default());
+            let other = {
+                let c = c.clone();
+                thread::spawn(move || u64::from(c.try_inc(limit)) + u64::from(c.try_inc(limit)))
+            };
+            let mine = u64::from(c.try_inc(limit)) + u64::from(c.try_inc(limit));
+            let granted = mine + other.join().unwrap();
+            assert!(granted <= limit, "{granted} granted past the limit {limit}");
+            assert_eq!(c.sum(), granted as i64, "the value is not what was granted");
+            // Alone now: exactly what is left, the other thread's
+            // reservations included.
+            let mut more = 0;
+            while c.try_inc(limit) {
+                more += 1;
+                assert!(
+                    granted + more <= limit,
+                    "granted past the limit {limit} alone"
+                );
+            }
+            assert_eq!(
+                granted + more,
+                limit,
+                "a lone thread did not get what is left"
+            );
+            assert_eq!(c.sum(), limit as i64);
+        });
+    }
+}
+
+/// A `dec` makes room again, whichever thread gives the unit back: at the
+/// limit (1, held by this thread), another thread's `dec` (which keeps the
+/// unit as a reservation of its own slot) races with this thread's
+/// `try_inc`. The `try_inc` may or may not see the unit back; afterwards a
+/// lone `try_inc` gets it exactly when the racing one did not, and never a
+/// second. (Checked: it fails with the `unreserve_all` call before the last
+/// unit removed, and with its swap split into a load and a store.)
+#[test]
+fn limited_counter_dec_makes_room() {
+    use crate::percpu::LimitedCounter;
+    model(3, || {
+        let c = Arc::new(LimitedCounter::default());
+        assert!(c.try_inc(1));
+        assert!(!c.try_inc(1), "granted past the limit 1");
+        let giver = {
+            let c = c.clone();
+            thread::spawn(move || c.dec())
+        };
+        let raced = c.try_inc(1);
+        giver.join().unwrap();
+        assert_eq!(c.sum(), i64::from(raced));
+        assert_eq!(
+            c.try_inc(1),
+            !raced,
+            "the unit given back was lost or doubled"
+        );
+        assert!(!c.try_inc(1), "granted past the limit 1");
+        assert_eq!(c.sum(), 1);
+    });
+}
+
+/// Callers with different limits (ext4: root may take the reserved blocks,
+/// others not), each thread on its own slot. This thread first takes a
+/// unit under the higher limit 2 (a refill: one more stays reserved in its
+/// slot) and is then refused one under the lower limit 1 (the value is 1),
+/// reservation or not; it gives its unit back (`dec`: reserved again, value
+/// 0). Then it asks under limit 1 (`try_inc_signed`) while another thread
+/// asks under 2 and publishes that it got it: once that grant is seen (value
+/// 1), the low-limit request must be refused, whatever this thread's slot
+/// holds. Nothing passes the higher limit; the value is what was granted.
+/// (Checked: with the fast path's `total <= limit` test removed, it reports
+/// a unit granted under limit 1.)
+#[test]
+fn limited_counter_lower_limit_after_a_grant() {
+    use crate::percpu::LimitedCounter;
+    use scalevfs_sync::primitive::{AtomicBool, Ordering};
+    model(3, || {
+        let c = Arc::new(LimitedCounter::default());
+        assert!(c.try_inc(2));
+        assert!(
+            !c.try_inc_signed(1),
+            "a unit reserved under limit 2 spent under limit 1 at the limit"
+        );
+        c.dec();
+        let got = Arc::new(AtomicBool::new(false));
+        let high = {
+            let (c, got) = (c.clone(), got.clone());
+            thread::spawn(move || {
+                let ok = c.try_inc(2);
+                // Release: the grant happens before a reader of the flag.
+                got.store(ok, Ordering::Release);
+                ok
+            })
+        };
+        // Acquire: pairs with the store above.
+        let seen = got.load(Ordering::Acquire);
+        let low = c.try_inc_signed(1);
+        let high = high.join().unwrap();
+        assert!(
+            !(seen && low),
+            "a unit granted under limit 1 after the value reached 1"
+        );
+        let granted = i64::from(low) + i64::from(high);
+        assert_eq!(c.sum(), granted, "the value is not what was granted");
+        assert!(granted <= 2, "granted past the higher limit");
+    });
+}
+
+/// Callers with different limits on one shared slot (thread indexes that
+/// agree modulo the shard count, as in a process with more threads than
+/// shards). The value starts at 1; a caller with limit 1 must be refused,
+/// since the value never drops below 1; another thread on the same slot
+/// asks under limit 3 meanwhile. Needs the shard count to fit loom's thread
+/// limit (the threads before the racer take one index each); skipped
+/// otherwise.
+///
+/// (It failed before the fast path checked the total again after its take:
+/// the higher-limit caller could refill between the check and the take
+/// (total 1 -> 3, one unit reserved in the slot), and the low-limit caller
+/// spent that reservation: the value went to 3 under a limit of 1.)
+#[test]
+fn limited_counter_shared_slot_mixed_limits() {
+    use crate::percpu::{shard_count, thread_index, LimitedCounter};
+    let shards = shard_count();
+    if shards + 1 > loom::MAX_THREADS {
+        eprintln!("skipped: {shards} shards need more than loom's thread limit");
+        return;
+    }
+    model(3, move || {
+        // This thread first: index 0 in this execution.
+        let me = thread_index() & (shards - 1);
+        // One thread per other index, so the next thread shares our slot.
+        for _ in 1..shards {
+            thread::spawn(|| drop(thread_index())).join().unwrap();
+        }
+        let c = Arc::new(LimitedCounter::default());
+        assert!(c.try_inc(1)); // a grant of 1: nothing reserved
+        let low = {
+            let c = c.clone();
+            thread::spawn(move || {
+                assert_eq!(thread_index() & (shards - 1), me, "not on a shared slot");
+                c.try_inc(1)
+            })
+        };
+        let high = c.try_inc(3);
+        let low = low.join().unwrap();
+        assert!(
+            !low,
+            "a unit granted under limit 1 while the value was at least 1"
+        );
+        assert_eq!(c.sum(), 1 + i64::from(high) + i64::from(low));
     });
 }

@@ -252,6 +252,8 @@ impl Drop for MemNode {
             _ => 0,
         };
         if pages != 0 {
+            // Relaxed: as `pages::Quota::give`: the page count orders
+            // nothing but itself.
             self.stats.used_pages.fetch_sub(pages, Ordering::Relaxed);
         }
         // What this inode held on the heap, roughly (a directory's index

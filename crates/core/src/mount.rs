@@ -303,6 +303,10 @@ impl MntRef {
         let g = epoch::pin();
         if !self.refs.detach() {
             debug_assert!(false, "mount detached twice");
+            // Release, as the fold's store below, though nothing is
+            // published here (no fold was scheduled, nothing was freed):
+            // the flag only tells the waiters (`Vfs` drop and umount, with
+            // Acquire) not to wait; Relaxed would do.
             done.store(true, std::sync::atomic::Ordering::Release);
             return done;
         }

@@ -524,8 +524,21 @@ impl Task {
             return Err(Errno::EINVAL);
         }
         let old = as_bytes(old);
+        // flink: without CAP_DAC_READ_SEARCH only a file the caller opened
+        // itself (the same credentials as its opener; Linux 6.10's
+        // LOOKUP_LINKAT_EMPTY): an fd passed from a more privileged
+        // process stays ENOENT. The cwd (AT_FDCWD) is not checked, as
+        // there (it goes on to EPERM, a directory). Checked on the host.
         if flags & AT_EMPTY_PATH != 0 && !self.cred.is_root() && old.is_empty() {
-            return Err(Errno::ENOENT);
+            if let At::Fd(fd) = olddirfd.into() {
+                if fd != AT_FDCWD {
+                    let g = epoch::pin();
+                    let f = self.files().get(fd, &g)?;
+                    if f.opener != self.cred.fingerprint() {
+                        return Err(Errno::ENOENT);
+                    }
+                }
+            }
         }
         let src = self.resolve(
             olddirfd,

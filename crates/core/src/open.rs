@@ -115,7 +115,7 @@ impl Task {
             if flags & O_DIRECTORY != 0 && !p.inode().is_dir() {
                 return Err(Errno::ENOTDIR);
             }
-            return File::new(p, flags & (O_PATH | O_DIRECTORY | O_NOFOLLOW));
+            return File::new(p, flags & (O_PATH | O_DIRECTORY | O_NOFOLLOW), &self.cred);
         }
         if flags & O_CREAT != 0 && flags & O_DIRECTORY != 0 {
             return Err(Errno::EINVAL);
@@ -172,7 +172,7 @@ impl Task {
         created: bool,
     ) -> VfsResult<File> {
         if created {
-            return File::new(p, flags & !FMODE_EXEC);
+            return File::new(p, flags & !FMODE_EXEC, &self.cred);
         }
         let i = p.inode().clone();
         let ty = i.file_type();
@@ -238,7 +238,7 @@ impl Task {
         // holds writers off), so a running program is ETXTBSY before
         // anything is truncated (Linux's do_dentry_open, then
         // handle_truncate).
-        let file = File::new(p, flags)?;
+        let file = File::new(p, flags, &self.cred)?;
         if trunc {
             // O_RDONLY|O_TRUNC holds no write access: take it for the
             // truncate, as handle_truncate does.
@@ -415,6 +415,7 @@ impl Task {
                 dentry: d,
             },
             flags,
+            &self.cred,
         )
     }
 

@@ -622,6 +622,8 @@ impl FileData {
                     // Relaxed: writer-side read (data lock held).
                     Slots::Leaf(p) => {
                         trace_slot(&p[leaf_slot(i)], false);
+                        // Relaxed: as above; the slots change only under
+                        // the data lock, which this writer holds.
                         count += !p[leaf_slot(i)].load(Ordering::Relaxed, g).is_null() as u64
                     }
                     Slots::Inner(k) => {

@@ -24,8 +24,14 @@
 //! - [`InoAllocator`]: unique numbers handed out in per-shard batches of
 //!   `INO_BATCH` (Linux's `get_next_ino`): one shared RMW per batch.
 //!
-//! No locks; every ordering is Relaxed (each counter orders nothing but its
-//! own value; uniqueness of numbers needs only the RMWs' atomicity).
+//! No locks. Orderings: [`ShardedCounter`] and [`LimitedCounter`] are
+//! Relaxed (each orders nothing but its own value; exactness needs only the
+//! RMWs' atomicity). [`SplitCount`] is SeqCst: the "flag, then count"
+//! handshake of a read-only remount needs a single total order (see the
+//! type). [`InoAllocator`]'s uniqueness needs only atomicity, but a refill
+//! publishes its batch with Release and a hand-out reads the shard with
+//! Acquire, so that `bound_batch` bounds every number handed out before it
+//! (see `next_from_batch_on`); its `next_batch` RMW and load are Relaxed.
 
 use crossbeam_utils::CachePadded;
 use scalevfs_sync::primitive::{AtomicI64, AtomicU64, Ordering};
@@ -260,13 +266,30 @@ impl LimitedCounter {
         // others not), so a unit this slot reserved under a higher limit
         // is spent only while the total, reservations included, is
         // within this call's: the value stays below it.
+        // The take is Acquire, pairing with the refill's Release below: a
+        // unit taken from a batch comes with the total that batch raised,
+        // for the check after the take.
         if self.total.load(Ordering::Relaxed) <= limit
-            && s.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |r| {
+            && s.fetch_update(Ordering::Acquire, Ordering::Relaxed, |r| {
                 (r > 0).then_some(r - 1)
             })
             .is_ok()
         {
-            return true;
+            // Checked again after the take: a thread sharing this slot
+            // with a higher limit may have refilled it (raising the total
+            // past ours) between the check and the take, and the unit
+            // taken is then one of its batch; spent under our limit it
+            // put the value past it (the loom model
+            // `limited_counter_shared_slot_mixed_limits`: 3 under a limit
+            // of 1; ext4: a non-root caller into root's reserve). The
+            // total is at least the value (slots are never below 0), so
+            // a total within the limit now bounds the value with this
+            // unit in it; else the unit goes back and the slow path
+            // decides.
+            if self.total.load(Ordering::Relaxed) <= limit {
+                return true;
+            }
+            s.fetch_add(1, Ordering::Relaxed);
         }
         // Refill: a batch (or what is left below the limit) from the total.
         let mut grant = 0;
@@ -278,7 +301,8 @@ impl LimitedCounter {
             });
         if got.is_ok() {
             if grant > 1 {
-                s.fetch_add(grant - 1, Ordering::Relaxed);
+                // Release: see the take above (the batch's total first).
+                s.fetch_add(grant - 1, Ordering::Release);
             }
             return true;
         }

@@ -24,8 +24,10 @@
 //! - Nothing is taken under a shard lock and no reference is dropped
 //!   there: every function returns what its caller must put back, and the
 //!   caller does it after the lock is released. So the lock is a leaf
-//!   (`Class::Spares`, innermost in the lock order) and may be taken under
-//!   any other.
+//!   (`Class::Spares`, level 38: inner to every VFS, ext4 and FUSE-node
+//!   class) and may be taken under any of them; only the leaves
+//!   `Ext4DeviceChunk`, `FuseDevs` and `Ext4MemDevice` (39-41) come after it,
+//!   and nothing is taken under those.
 //!
 //! A shard belongs to the threads whose number (`percpu::shard_index`) maps
 //! to it: one thread per shard up to twice the machine's parallelism, as the

@@ -102,6 +102,10 @@ impl Drop for FsContext {
     fn drop(&mut self) {
         // May run inside a collection (limbo.rs, "Pins in frees").
         let pin = crate::limbo::pin();
+        // AcqRel, as in `replace`, though more than needed: `drop` has the
+        // context alone (`&mut self`; whoever handed it here synchronised
+        // with every earlier `replace`), so Relaxed would do. The swap only
+        // takes the snapshot for the deferred free below.
         let old = self
             .snap
             .swap(epoch::Shared::null(), Ordering::AcqRel, pin.loads());

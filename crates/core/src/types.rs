@@ -232,6 +232,20 @@ pub struct Cred {
 }
 
 impl Cred {
+    /// A fingerprint of these credentials (user, group, supplementary
+    /// groups), for "the same credentials as the opener" (Linux compares
+    /// the `struct cred` pointers: a process that changed none since the
+    /// open has the same). FNV-1a over the ids.
+    pub fn fingerprint(&self) -> u64 {
+        let ids = [self.uid, self.gid, self.groups.len() as u32];
+        ids.iter()
+            .chain(self.groups.iter())
+            .flat_map(|v| v.to_le_bytes())
+            .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+                (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+            })
+    }
+
     pub fn root() -> Cred {
         Cred {
             uid: 0,

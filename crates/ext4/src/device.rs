@@ -204,7 +204,11 @@ impl BlockDevice for FileDevice {
 ///   written through the mapping from then on (`Lazy::pages`), and so
 ///   are chunks the file already backed at open.
 ///
-/// The file must not be truncated by anyone while it is mapped (SIGBUS).
+/// The file must not be truncated by anyone while it is mapped (SIGBUS),
+/// nor written by another process (a data race with our copies through the
+/// mapping). A known limit, not enforced: the image's exclusive `flock`
+/// (read-write opens only) is advisory, and tools that take no lock
+/// (e2fsck, debugfs, a loop device, a plain `truncate`) ignore it.
 /// Regular files only.
 ///
 /// CONTRACT: no two threads read and write overlapping byte ranges at the
@@ -716,7 +720,12 @@ impl BlockDevice for MmapDevice {
         }
         // SAFETY: `at..at + buf.len()` lies inside the mapping (checked),
         // which lives as long as `self`; `buf` is a distinct allocation;
-        // no thread writes these bytes meanwhile (the type's contract).
+        // no thread of this process writes these bytes meanwhile (the
+        // type's contract). Other processes are only asked to keep out:
+        // the image's `flock` is advisory (and taken only read-write), so
+        // one that ignores it and writes these bytes makes this copy a
+        // data race, and one that truncates the file makes it fault
+        // (SIGBUS). A documented limit of the mmap device (the type's doc).
         unsafe {
             std::ptr::copy_nonoverlapping(self.map.as_ptr().add(at), buf.as_mut_ptr(), buf.len());
         }
@@ -809,7 +818,10 @@ impl MmapDevice {
         // and `open_lazy` map read-write exactly then); the range is
         // allocated in the file (`open` allocated all of it; `open_lazy`
         // these chunks in `write_mapped_at`, or a `pwrite` these pages:
-        // `pages_backed`), so no fault here can fail.
+        // `pages_backed`), so no fault here can fail, unless another
+        // process truncates the file (SIGBUS) or writes these bytes (a
+        // data race), which the advisory `flock` does not prevent: the
+        // mmap device's documented limit (see `read_at` and the type).
         unsafe {
             std::ptr::copy_nonoverlapping(
                 buf.as_ptr(),

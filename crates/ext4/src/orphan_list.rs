@@ -11,13 +11,16 @@
 //! `i_dtime` (or the superblock's head) takes its successor. A crash in
 //! between leaves the chain for the next mount (or e2fsck) to free.
 //!
-//! LOCKING. One mutex per list (`Class::Ext4OrphanList`, level 23; a
+//! LOCKING. One mutex per list (`Class::Ext4OrphanList`, level 25; a
 //! mount has one list at most), as the kernel's `s_orphan_lock`: the whole
 //! point of seed 002 is that every unlink of a last name and every free of
-//! such an inode takes it (on `orphan=list` mounts). The chain is mirrored in memory (`next`/`prev` maps), so a removal
-//! finds its predecessor without reading the chain. Under the mutex: the
-//! superblock's raw bytes (`sb_raw`, level 27) and buffer-cache shards
-//! (level 26) are taken to change the head and an inode's `i_dtime`.
+//! such an inode takes it (on `orphan=list` mounts). The chain is mirrored
+//! in memory (`next`/`prev` maps), so a removal finds its predecessor
+//! without reading the chain. Under the mutex, each briefly and one at a
+//! time: a buffer-cache shard (`Class::Ext4Buf`, level 28) to change an
+//! inode's `i_dtime` in its table block, then the superblock's raw bytes
+//! (`sb_raw`, `Class::Ext4Super`, level 29) to change the head; the levels
+//! are those of `scalevfs_sync::ordered::Class`.
 //!
 //! THE LINK LIVES IN THE ENCODING, NOT IN THE INODE COPY. Other threads
 //! write a listed inode (an unlinked file still open is still written)

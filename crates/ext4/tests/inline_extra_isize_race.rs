@@ -16,7 +16,6 @@ use std::process::{Command, Stdio};
 use std::sync::Barrier;
 
 use common::{fsck_clean, have_tools, mkfs, rw_journaled, tool, Scratch};
-use scalevfs::io::*;
 use scalevfs::{Vfs, O_RDONLY, O_RDWR};
 use scalevfs_ext4::Ext4;
 

@@ -2,7 +2,10 @@
 //!
 //! LOCKING RULES
 //! - Each shard is a reader-writer lock (`ordered::RwLock`, class
-//!   `FuseNodes`, the innermost of the lock-order table) over a hash map.
+//!   `FuseNodes`, level 37 of the lock-order table: inner to every VFS and
+//!   ext4 class; only the leaves `Spares`, `Ext4DeviceChunk`, `FuseDevs` and
+//!   `Ext4MemDevice` come after it) over a hash map. Nothing is taken under
+//!   it: no core call is made and no handle dropped while a shard is held.
 //!   Lookups of a known node (and every inode operation fetching its node)
 //!   take the shard's read lock; inserting a node and `forget` take the
 //!   write lock.

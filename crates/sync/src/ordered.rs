@@ -126,9 +126,19 @@ classes! {
     OrphanFile = 17, "OrphanFile::lock", No;
     /// The writer lock of an inode's attribute `SeqLock`.
     AttrWriter = 18, "Inode attr SeqLock writer", No;
-    /// `frames::POOL`: memfs's pool of free page frames. Innermost: pages
-    /// are allocated under the data lock and freed by epoch destructors,
-    /// which run wherever a thread pins.
+    /// `frames::POOL`: memfs's pool of free page frames; a leaf (nothing
+    /// is taken under it, `frames.rs`). Inner to every VFS class, not the
+    /// innermost: pages are allocated under the data lock, and freed by
+    /// epoch destructors, which run on whichever thread collects (at its
+    /// outermost pin, one in 128, or at a `Guard::flush`, which collects
+    /// even inside a pin) with whatever that thread holds. The VFS pins
+    /// before it locks (docs/design.md, "Pin before lock"), so its
+    /// collections run outside its locks or under ones below this level.
+    /// Nothing but that convention keeps a collection from running under
+    /// a class after this one (ext4, FUSE, device: 20-41), e.g. on an ext4
+    /// thread with no VFS guard whose first pin comes under its own locks
+    /// (`Inode::set_access_acl` from an inode load). That cannot deadlock,
+    /// the pool being a leaf, but the debug checker would report it.
     FramePool = 19, "frames::POOL", No;
     /// `ext4 Journal::commit`: one journal commit at a time (fsync, sync,
     /// the commit thread, unmount); taken with no ext4 lock and no journal
