@@ -238,13 +238,31 @@ fn daemonize() -> Result<i32, ExitCode> {
     Ok(fds[1])
 }
 
-fn report(fd: i32, ok: bool, msg: &str) {
+/// Tell the waiting parent how the mount went; false if it is gone (it
+/// was interrupted, Ctrl-C, while the daemon opened the image: the
+/// daemon then must not serve a mount nobody asked for any more).
+fn report(fd: i32, ok: bool, msg: &str) -> bool {
     let mut b = vec![if ok { 0u8 } else { 1u8 }];
     b.extend_from_slice(msg.as_bytes());
     // SAFETY: writing from a live buffer; closing our own descriptor.
+    // (SIGPIPE is ignored by the Rust runtime: a gone reader is EPIPE.)
     unsafe {
-        libc::write(fd, b.as_ptr().cast(), b.len());
+        let n = libc::write(fd, b.as_ptr().cast(), b.len());
         libc::close(fd);
+        n == b.len() as isize
+    }
+}
+
+/// A failure before serving: reported to the parent, which prints it
+/// (the daemon printing it too would show it twice), or printed here in
+/// the foreground.
+fn fail_early(status_fd: Option<i32>, m: String) -> ExitCode {
+    match status_fd {
+        Some(fd) => {
+            report(fd, false, &m);
+            ExitCode::FAILURE
+        }
+        None => fail(m),
     }
 }
 
@@ -472,13 +490,7 @@ pub fn run(mut args: MountArgs) -> ExitCode {
             }
             match opened {
                 Ok(fs) => Some(fs),
-                Err(e) => {
-                    let m = format!("{}: {e}", img.display());
-                    if let Some(fd) = status_fd {
-                        report(fd, false, &m);
-                    }
-                    return fail(m);
-                }
+                Err(e) => return fail_early(status_fd, format!("{}: {e}", img.display())),
             }
         }
         None => None,
@@ -497,10 +509,7 @@ pub fn run(mut args: MountArgs) -> ExitCode {
             if let Some(e) = &ext4 {
                 let _ = e.unmount();
             }
-            if let Some(fd) = status_fd {
-                report(fd, false, &m);
-            }
-            return fail(m);
+            return fail_early(status_fd, m);
         }
     };
     let mut unmounter = mounted.unmounter();
@@ -521,12 +530,18 @@ pub fn run(mut args: MountArgs) -> ExitCode {
             }
         });
     if let Err(e) = spawned {
-        return fail(format!("cannot start the signal thread: {e}"));
+        return fail_early(status_fd, format!("cannot start the signal thread: {e}"));
     }
     let dir = args.dir.canonicalize().unwrap_or_else(|_| args.dir.clone());
     match status_fd {
         Some(fd) => {
-            report(fd, true, "");
+            if !report(fd, true, "") {
+                // The parent is gone: unmount through the signal thread,
+                // as a Ctrl-C would; `serve` below then ends and the
+                // image is written back as at any unmount.
+                // SAFETY: sending a signal to ourselves.
+                unsafe { libc::kill(libc::getpid(), libc::SIGTERM) };
+            }
             detach_stdio();
             // Do not keep the caller's cwd busy.
             let _ = std::env::set_current_dir("/");

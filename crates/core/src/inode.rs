@@ -365,8 +365,13 @@ impl Inode {
             // `chmod 700` racing a create let everyone search the
             // directory (`search_for_all`), a `chmod u+s` racing a read
             // let an unprivileged write keep the bit (`mode_hint`).
-            // Release: a walker that sees the new mode sees the attribute
-            // write that produced it. Stored only when it changed: the hot
+            // (Stored before the seqlock publishes the attributes, the
+            // closure running first: a walker may see the new mode a moment
+            // before `attr()` has it, never after; every mode change holds
+            // the data lock too.) Release, paired with the walkers'
+            // Acquire loads: nothing they read depends on it today (the
+            // attributes are stored after it), so stronger than needed.
+            // Stored only when it changed: the hot
             // line is read by every walk through this directory, and a
             // create in it (mtime, size) must not invalidate the walkers'
             // copies. Relaxed load: under the writer lock, the last store

@@ -311,8 +311,16 @@ impl Task {
 
     /// `writev(2)`: gathered into one write, so an O_APPEND writev is atomic.
     pub fn writev(&self, fd: i32, bufs: &[&[u8]]) -> VfsResult<usize> {
-        iov_total(bufs.iter().map(|b| b.len()), bufs.len())?;
-        self.write(fd, &bufs.concat())
+        let total = iov_total(bufs.iter().map(|b| b.len()), bufs.len())?;
+        // import_iovec cuts the vector to MAX_RW_COUNT before
+        // rw_verify_area sees it (as `readv`): gathered whole, 3 GiB
+        // near the end of the offsets would be EINVAL where Linux writes.
+        let mut one = Vec::with_capacity(total.min(MAX_RW_COUNT));
+        for b in bufs {
+            let k = b.len().min(MAX_RW_COUNT - one.len());
+            one.extend_from_slice(&b[..k]);
+        }
+        self.write(fd, &one)
     }
 
     /// `lseek(2)`. See LOCKING RULES for what each variant locks.

@@ -174,7 +174,8 @@ impl Ext4 {
             }
         }
         let t = now();
-        let generation = crc32c(ino, &t.1.to_le_bytes());
+        // Random, as every new inode's (`write::new_generation`).
+        let generation = crate::write::new_generation();
         let csum_seed = crc32c(
             crc32c(self.sb.csum_seed(), &ino.to_le_bytes()),
             &generation.to_le_bytes(),

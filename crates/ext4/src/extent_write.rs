@@ -1829,11 +1829,11 @@ impl Ext4 {
     /// module comment): half of the handle limit, so that a step added to
     /// a running transaction just under the limit still fits the log;
     /// fewer (at least one) while other threads' steps hold the rest of
-    /// the log's room. Inside a handle each call reserves its step's log
-    /// blocks until the handle ends (`Journal::reserve_step`): a call
-    /// that asks again for the same step reserves again, which only
-    /// errs on the safe side. `None` without a journal: one step does
-    /// everything.
+    /// the log's room. Inside a handle the first call reserves the log
+    /// blocks of a step and of the reap that may follow it in the same
+    /// handle, until the handle ends (`Journal::reserve_step`); later
+    /// calls in the handle get the same size. `None` without a journal:
+    /// one step does everything.
     pub(crate) fn step_groups(&self) -> Option<usize> {
         let j = self.journal()?;
         let full = (j.limit() / 2).max(1);
@@ -2915,10 +2915,12 @@ impl Ext4 {
     /// fits one handle. Used for orphans: the record stays until that
     /// final step. True if it freed something (call again).
     pub(crate) fn orphan_step(&self, ino: u32) -> Result<bool> {
-        let Some(b) = self.step_groups() else {
+        if self.journal().is_none() {
             return Ok(false);
-        };
+        }
         self.journaled(|| {
+            // Inside the handle: the step's log room is reserved there.
+            let b = self.step_groups().unwrap_or(1);
             let (rw, io) = self.rw()?;
             if !rw.alloc.inode_in_use(&io, ino)? {
                 return Ok(false);

@@ -203,7 +203,10 @@ impl Journal {
             log.capacity() as usize,
             log.tags_per_block().max(1) as usize,
         );
-        let pool = capacity.saturating_sub(capacity / tags_per_desc + 16);
+        // The steps' share: the log less its descriptor blocks, a margin
+        // for revoke and commit blocks, and half the handle limit for the
+        // small handles that start beside them (they reserve nothing).
+        let pool = capacity.saturating_sub(capacity / tags_per_desc + 16 + limit / 2);
         Journal {
             gate: Gate::new(64),
             commit: Mutex::new(
@@ -236,35 +239,62 @@ impl Journal {
         }
     }
 
-    /// Reserve the log blocks of one step of a long operation in the
-    /// running transaction, for the calling thread's handle, and return
-    /// the step's size in bitmap groups: `full` when the log has room for
-    /// it beside the transaction so far (`est` blocks) and the steps of
-    /// other threads now running, else as many as it has room for, at
-    /// least one. A step of `g` groups changes at most a bitmap and a
-    /// descriptor block per group, and a few blocks more (the inode, its
+    /// Reserve the log blocks of the steps of the calling thread's
+    /// handle in the running transaction, and return their size in
+    /// bitmap groups: `full` when the log has room for them beside the
+    /// transaction so far (`est` blocks) and the steps of other threads
+    /// now running, else as many as it has room for, at least one. Once
+    /// per handle: a later call in the same handle gets the same size and
+    /// reserves nothing more. A handle holds one step of a long operation
+    /// and the reap that may follow it (`Ext4::journaled`, each at most
+    /// `g` groups, a reap at least 32): a group changes at most a bitmap
+    /// and a descriptor block, and each a few blocks more (the inode, its
     /// tree path, an orphan record). Without this, twelve threads each
     /// fallocating a step at once overflowed a 1 MiB journal: every step
     /// fitted alone and the commit of them all did not, which stopped the
-    /// filesystem (tiny_journal_concurrent.rs). Released when the
-    /// handle ends (`release_steps`).
+    /// filesystem (tiny_journal_concurrent.rs). Released when the handle
+    /// ends (`release_steps`). The reservations of all threads stay
+    /// within `pool`, which leaves room for the small handles that
+    /// reserve nothing. (They are not counted in the commit-first check
+    /// at handle start: while any step ran, every create would commit.)
     pub(crate) fn reserve_step(&self, est: usize, full: usize) -> usize {
-        let cost = |g: usize| 2 * g + 8;
+        let me = self as *const Journal as usize;
+        if let Some(g) = STEP_RESERVED.with(|c| {
+            c.borrow()
+                .iter()
+                .find(|r| r.journal == me)
+                .map(|r| r.groups)
+        }) {
+            return g;
+        }
+        let cost = |g: usize| (2 * g + 8) + (2 * g.max(32) + 8);
         // SeqCst: the reservation is a counter others compare against in
         // their own compare-exchange; the strongest order keeps the
         // reasoning simple and costs nothing next to a step's work.
         let mut cur = self.reserved.load(Ordering::SeqCst);
         loop {
             let avail = self.pool.saturating_sub(est.saturating_add(cur));
-            let g = full.min(avail.saturating_sub(8) / 2).max(1);
-            match self.reserved.compare_exchange(
-                cur,
-                cur + cost(g),
-                Ordering::SeqCst,
-                Ordering::SeqCst,
-            ) {
+            // The largest g with cost(g) <= avail (cost is 4g + 16 from
+            // 32 groups on, 2g + 80 below), within 1..=full.
+            let g = if avail >= cost(32) {
+                (avail - 16) / 4
+            } else {
+                avail.saturating_sub(80) / 2
+            }
+            .clamp(1, full.max(1));
+            let c = cost(g);
+            match self
+                .reserved
+                .compare_exchange(cur, cur + c, Ordering::SeqCst, Ordering::SeqCst)
+            {
                 Ok(_) => {
-                    STEP_RESERVED.with(|c| c.set(c.get() + cost(g)));
+                    STEP_RESERVED.with(|r| {
+                        r.borrow_mut().push(StepReservation {
+                            journal: me,
+                            blocks: c,
+                            groups: g,
+                        })
+                    });
                     return g;
                 }
                 Err(now) => cur = now,
@@ -272,20 +302,35 @@ impl Journal {
         }
     }
 
-    /// Give back what this thread's steps reserved (its outer handle or
-    /// its commit ends).
+    /// Give back what this thread's steps reserved in this journal (its
+    /// outer handle or its commit ends).
     fn release_steps(&self) {
-        let r = STEP_RESERVED.with(|c| c.replace(0));
+        let me = self as *const Journal as usize;
+        let r = STEP_RESERVED.with(|c| {
+            let mut v = c.borrow_mut();
+            let mut sum = 0;
+            v.retain(|r| {
+                if r.journal == me {
+                    sum += r.blocks;
+                    false
+                } else {
+                    true
+                }
+            });
+            sum
+        });
         if r > 0 {
             // SeqCst: see `reserve_step`.
-            self.reserved.fetch_sub(r, Ordering::SeqCst);
+            let before = self.reserved.fetch_sub(r, Ordering::SeqCst);
+            debug_assert!(before >= r, "step reservations given back twice");
         }
     }
 
-    /// Blocks reserved by steps now running (tests).
+    /// Blocks the running steps hold (`reserve_step`; tests).
     #[cfg(test)]
-    pub(crate) fn reserved(&self) -> usize {
-        self.reserved.load(Ordering::SeqCst)
+    pub(crate) fn steps_reserved(&self) -> usize {
+        // Relaxed: an estimate, as `txn_estimate`.
+        self.reserved.load(Ordering::Relaxed)
     }
 
     /// Blocks the running transaction will log as far as handles can
@@ -330,9 +375,18 @@ thread_local! {
     static IN_HANDLE: Cell<usize> = const { Cell::new(0) };
     /// The commit that will carry this thread's current handle (0: none).
     static CUR_TID: Cell<u64> = const { Cell::new(0) };
-    /// Log blocks this thread's current handle reserved for its steps
-    /// (`Journal::reserve_step`).
-    static STEP_RESERVED: Cell<usize> = const { Cell::new(0) };
+    /// What this thread's current handles reserved for their steps
+    /// (`Journal::reserve_step`), one entry per journal (a thread may
+    /// hold handles of two filesystems, one inside the other).
+    static STEP_RESERVED: std::cell::RefCell<Vec<StepReservation>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A handle's step reservation in one journal.
+struct StepReservation {
+    journal: usize,
+    blocks: usize,
+    groups: usize,
 }
 
 /// A number for the calling thread (never 0).
@@ -776,13 +830,14 @@ mod tests {
         }
     }
 
-    /// Steps of threads now in handles share the log's room: the first
-    /// gets its full size, later ones what is left (at least one group),
-    /// and the end of a handle gives its steps' room back.
+    /// Steps of threads now in handles share the log: the first gets its
+    /// full size, later ones what is left (at least one group); a handle
+    /// reserves once, and its end gives its steps' room back.
     #[test]
     fn steps_share_the_log_and_give_it_back() {
         let j = Journal::new(Box::new(Sized(1024)));
-        // The pool: 1024 less 16 descriptor blocks and 16 of margin.
+        // limit 192; the pool: 1024 less 16 descriptor blocks, 16 of
+        // margin and 96 for small handles = 896.
         let full = j.limit() / 2;
         assert_eq!(full, 96);
         let go = std::sync::Barrier::new(2);
@@ -791,25 +846,28 @@ mod tests {
             let a = s.spawn(move || {
                 let _h = Handle::start(j);
                 let g = j.reserve_step(0, full);
+                // Asked again in the same handle: the same, nothing more.
+                assert_eq!(j.reserve_step(0, full), g);
                 go.wait();
                 go.wait();
                 g
             });
             go.wait();
-            // The first took 2 * 96 + 8 = 200 of 992.
-            assert_eq!(j.reserved(), 200);
+            // The first took a step and a reap of 96 groups: 4 * 96 + 16.
+            assert_eq!(j.steps_reserved(), 400);
             let h = Handle::start(j);
-            // 992 - 700 - 200 = 92 left: (92 - 8) / 2 = 42 groups.
-            assert_eq!(j.reserve_step(700, full), 42);
-            assert_eq!(j.reserved(), 292);
-            // Nothing left: one group all the same (a step must progress).
-            assert_eq!(j.reserve_step(900, full), 1);
-            assert_eq!(j.reserved(), 302);
+            // 896 - 300 - 400 = 196 left: (196 - 16) / 4 = 45 groups.
+            assert_eq!(j.reserve_step(300, full), 45);
+            assert_eq!(j.steps_reserved(), 596);
             drop(h);
-            assert_eq!(j.reserved(), 200, "the handle's steps went back");
+            assert_eq!(j.steps_reserved(), 400, "the handle's steps went back");
+            let h = Handle::start(j);
+            // Nothing left: one group all the same (a step must progress).
+            assert_eq!(j.reserve_step(700, full), 1);
+            drop(h);
             go.wait();
             assert_eq!(a.join().unwrap(), full);
         });
-        assert_eq!(j.reserved(), 0);
+        assert_eq!(j.steps_reserved(), 0);
     }
 }

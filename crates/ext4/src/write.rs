@@ -2117,7 +2117,7 @@ fn extent_depth(raw: &RawInode) -> Option<u16> {
 /// the old file's number and generation. Per thread (a splitmix64
 /// sequence from a seed of std's per-process random hash keys): no shared
 /// write on the create path (issue 16).
-fn new_generation() -> u32 {
+pub(crate) fn new_generation() -> u32 {
     use std::hash::{BuildHasher, Hasher};
     thread_local! {
         static STATE: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };

@@ -364,11 +364,7 @@ impl Shared {
                 &self.cfg.attr_timeout,
                 &self.cfg.entry_timeout,
                 &file_attr(&st, id),
-                // The root node, 1 (a LOOKUP of ".." while the kernel decodes
-                // a handle, `fuse_get_parent`) has generation 0 for the
-                // kernel, which forces it so and logs "root generation
-                // should be zero" when told another.
-                Generation(if id == 1 { 0 } else { u64::from(generation) }),
+                node_generation(id, generation),
             ),
             Err(e) => reply.error(errno(e)),
         }
@@ -919,7 +915,7 @@ impl fuser::Filesystem for ScaleFs {
                 reply.created(
                     &s.cfg.entry_timeout,
                     &file_attr(&st, id),
-                    Generation(u64::from(generation)),
+                    node_generation(id, generation),
                     fh,
                     fl,
                 )
@@ -1232,7 +1228,7 @@ impl fuser::Filesystem for ScaleFs {
                         name,
                         &s.cfg.entry_timeout,
                         &file_attr(&st, id),
-                        Generation(u64::from(generation)),
+                        node_generation(id, generation),
                     );
                     if full {
                         if counted {
@@ -1677,4 +1673,12 @@ fn reply_empty(reply: ReplyEmpty, r: Result<(), scalevfs::Errno>) {
         Ok(()) => reply.ok(),
         Err(e) => reply.error(errno(e)),
     }
+}
+
+/// The generation a reply gives node `id`: the root node (1) has 0 for the
+/// kernel, which forces it so and logs "root generation should be zero"
+/// when told another (a LOOKUP of ".." while it decodes a handle,
+/// `fuse_get_parent`, or any entry that names the root).
+fn node_generation(id: u64, generation: u32) -> Generation {
+    Generation(if id == 1 { 0 } else { u64::from(generation) })
 }
