@@ -805,6 +805,17 @@ impl Ext4 {
             carry = sizes.len();
             level_sizes.push(sizes);
         }
+        // One handle must fit the log (jbd2 refuses a larger one): a split
+        // that changes more nodes than a handle may is ENOSPC before
+        // anything changes, and the write gives back its last folio and
+        // stores less (a step of a fragmented append on a small journal
+        // could add hundreds of leaves; rebuild_tree checks alike).
+        if self
+            .journal()
+            .is_some_and(|j| new_needed + l.path.len() + 1 > j.handle_room())
+        {
+            return Err(errno(libc::ENOSPC));
+        }
         let goal = l.block;
         let mut fresh = Vec::with_capacity(new_needed);
         for _ in 0..new_needed {
