@@ -537,13 +537,22 @@ impl KMount {
     }
     /// The same with the mount options `opts`.
     pub fn with_options(img: &Path, dir: &Path, opts: &str) -> Option<KMount> {
-        std::fs::create_dir_all(dir).ok()?;
-        let out = Command::new("mount")
+        if let Err(e) = std::fs::create_dir_all(dir) {
+            eprintln!("SKIP: cannot make the mount point {}: {e}", dir.display());
+            return None;
+        }
+        let out = match Command::new("mount")
             .args(["-t", "ext4", "-o", opts])
             .arg(img)
             .arg(dir)
             .output()
-            .ok()?;
+        {
+            Ok(out) => out,
+            Err(e) => {
+                eprintln!("SKIP: cannot run mount(8) to loop-mount ext4: {e}");
+                return None;
+            }
+        };
         if !out.status.success() {
             eprintln!(
                 "SKIP: cannot loop-mount ext4 here: {}",

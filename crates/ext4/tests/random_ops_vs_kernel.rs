@@ -1420,7 +1420,14 @@ fn can_run() -> bool {
         eprintln!("SKIP: not root (loop mounts need root)");
         return false;
     }
-    have_tools() && have_e2fsck()
+    if !have_tools() {
+        return false;
+    }
+    if !have_e2fsck() {
+        eprintln!("SKIP: e2fsck not found next to mkfs.ext4 (install e2fsprogs)");
+        return false;
+    }
+    true
 }
 
 /// A fresh image for `seed`: mkfs.ext4 defaults plus orphan_file, with a

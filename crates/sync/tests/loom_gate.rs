@@ -65,9 +65,17 @@ fn a_drained_gate_excludes_passes() {
     }
 }
 
-/// Two passes (one slot each) and a closer: still exclusive.
+/// Two passes (one slot each) and a closer: still exclusive, and each
+/// cell ends holding exactly what its pass and the closer added. Across
+/// the executions the closer must find the gate drained at least once and
+/// both passes must get in at least once (else the model checked nothing
+/// of the exclusion).
 #[test]
 fn two_passes_and_a_closer() {
+    // Outside the model (std, not loom): what some execution saw.
+    static DRAINED_SEEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    static BOTH_PASSED_SEEN: std::sync::atomic::AtomicBool =
+        std::sync::atomic::AtomicBool::new(false);
     let mut b = loom::model::Builder::new();
     b.preemption_bound = Some(2);
     b.check(|| {
@@ -78,16 +86,40 @@ fn two_passes_and_a_closer() {
         let t1 = pass_thread(s.clone(), 0, 0);
         let t2 = pass_thread(s.clone(), 1, 1);
         s.gate.shut();
-        if s.gate.drained() {
+        let drained = s.gate.drained();
+        if drained {
             for c in &s.data {
                 // SAFETY: shut and drained.
                 c.with_mut(|d| unsafe { *d += 10 });
             }
         }
         s.gate.open();
-        let _ = t1.join().unwrap();
-        let _ = t2.join().unwrap();
+        let passed = [t1.join().unwrap(), t2.join().unwrap()];
+        for (c, p) in s.data.iter().zip(passed) {
+            // SAFETY: both threads are done.
+            let end = c.with(|d| unsafe { *d });
+            assert_eq!(
+                end,
+                u64::from(p) + if drained { 10 } else { 0 },
+                "passed {passed:?}, drained {drained}"
+            );
+        }
+        // Relaxed: read after the model, on this thread.
+        if drained {
+            DRAINED_SEEN.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        if passed == [true, true] {
+            BOTH_PASSED_SEEN.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
     });
+    assert!(
+        DRAINED_SEEN.load(std::sync::atomic::Ordering::Relaxed),
+        "no execution found the gate drained"
+    );
+    assert!(
+        BOTH_PASSED_SEEN.load(std::sync::atomic::Ordering::Relaxed),
+        "no execution let both passes in"
+    );
 }
 
 /// A closer that finds a count in (a pass inside, or an entrant that
