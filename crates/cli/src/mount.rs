@@ -442,6 +442,13 @@ pub fn run(mut args: MountArgs) -> ExitCode {
             Err(code) => return code,
         }
     };
+    // Before any thread starts (the image's commit thread, the FUSE
+    // workers): every thread inherits the blocked set, and SIGINT, SIGTERM
+    // and SIGHUP reach only the signal thread's sigwait, which unmounts.
+    // A thread started before (the commit thread was) could take one and
+    // the default action end the process with the image not written back
+    // and the mount left dead.
+    let sigs = block_signals();
     let ext4 = match &args.image {
         Some(img) => {
             // The last of `ro` and `rw` decides, as for the kernel side.
@@ -497,7 +504,6 @@ pub fn run(mut args: MountArgs) -> ExitCode {
     };
     let root_fs: Option<Arc<dyn scalevfs::Filesystem>> =
         ext4.clone().map(|e| e as Arc<dyn scalevfs::Filesystem>);
-    let sigs = block_signals();
     let vfs = match root_fs {
         Some(fs) => Vfs::with_root_fs(vcfg, fs),
         None => Vfs::with_config(vcfg),

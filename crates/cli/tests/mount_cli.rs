@@ -210,3 +210,85 @@ fn a_mount_of_an_image_held_elsewhere_waits_for_it() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A background mount whose caller gives up (Ctrl-C, here SIGKILL) while
+/// the daemon still waits for the image: once the image is free, the
+/// daemon finds nobody to report to and unmounts instead of serving a
+/// mount nobody asked for any more (it detaches before opening the image,
+/// so the caller's signal does not reach it).
+#[test]
+fn a_background_mount_whose_caller_gave_up_does_not_serve() {
+    let fuse = std::path::Path::new("/dev/fuse").exists()
+        && Command::new("sh")
+            .args(["-c", "command -v fusermount3"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+    if !fuse {
+        eprintln!("SKIP: needs /dev/fuse and fusermount3");
+        return;
+    }
+    let dir = scratch("gaveup");
+    let img = dir.join("img");
+    let out = Command::new(env!("CARGO_BIN_EXE_scalevfs"))
+        .args(["mkfs", img.to_str().unwrap(), "--size", "8M"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mnt = dir.join("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    let held = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&img)
+        .unwrap();
+    assert!(try_claim(&held), "the image was free");
+    let mut caller = Command::new(env!("CARGO_BIN_EXE_scalevfs"))
+        .arg("mount")
+        .arg(&mnt)
+        .arg("--image")
+        .arg(&img)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // The daemon is waiting for the image (up to 10 s); its caller goes.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    caller.kill().unwrap();
+    caller.wait().unwrap();
+    drop(held);
+    let mounted = || {
+        std::fs::read_to_string("/proc/self/mounts")
+            .unwrap()
+            .lines()
+            .any(|l| l.split_whitespace().nth(1) == Some(mnt.to_str().unwrap()))
+    };
+    // A process serving `mnt`: the daemon (its command line names it).
+    let daemon = || {
+        std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+            std::fs::read(e.path().join("cmdline")).is_ok_and(|c| {
+                c.split(|&b| b == 0)
+                    .any(|a| a == mnt.as_os_str().as_encoded_bytes())
+            })
+        })
+    };
+    // The daemon opens the image, mounts, finds its caller gone and
+    // unmounts; then it writes the image back, lets it go and exits.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut gone = false;
+    while std::time::Instant::now() < deadline {
+        if !daemon() {
+            gone = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    gone = gone && !mounted() && try_claim(&std::fs::File::open(&img).unwrap());
+    if !gone && mounted() {
+        let _ = Command::new("fusermount3").arg("-u").arg(&mnt).status();
+    }
+    assert!(gone, "the daemon served a mount its caller had given up");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
