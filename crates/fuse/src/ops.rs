@@ -650,7 +650,22 @@ impl fuser::Filesystem for ScaleFs {
         // bits, so the bits go with the daemon's credentials, by the
         // caller's groups (`kill_suid_sgid`), and the chown that stamps the
         // ctime and drops file capabilities runs as the daemon too.
-        let kernel_killpriv = chown_only && s.cfg.posix_acl && !caller_keeps_setid(req);
+        //
+        // Not for any caller, though: the kernel makes no owner check on
+        // a SETATTR it emptied (setattr_prepare sees no ATTR_MODE), so a
+        // chown(f, -1, -1) by anyone arrives here too, and Linux refuses
+        // a non-owner that (EPERM: the set-id clearing is a mode change).
+        // The daemon clears the bits only for the owner or a caller who
+        // may write the file (who could clear them by writing anyway, as
+        // the fallocate case); anyone else's chown runs as themselves,
+        // and the core says EPERM.
+        let kernel_killpriv = chown_only
+            && s.cfg.posix_acl
+            && !caller_keeps_setid(req)
+            && s.with_task(req, |t| {
+                t.fstat(fd).is_ok_and(|st| st.uid == req.uid())
+                    || t.faccessat(fd, "", scalevfs::W_OK, AT_EMPTY_PATH).is_ok()
+            });
         let r = s.with_task(req, |t| -> Result<Stat, Errno> {
             if kernel_killpriv {
                 kill_suid_sgid(s, req, fd, None);

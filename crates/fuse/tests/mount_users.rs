@@ -317,6 +317,37 @@ fn write_by_another_user_clears_set_id_bits() {
     }
 }
 
+/// chown(f, -1, -1) by someone who neither owns the file nor may write
+/// it: Linux says EPERM when the file has set-id bits (clearing them is a
+/// mode change, the owner's); through the mount the kernel empties the
+/// SETATTR and checks no owner, and the daemon cleared the bits for
+/// anyone. The owner's own chown(-1, -1) clears them.
+#[test]
+fn chown_minus_one_by_a_stranger_keeps_set_id_bits() {
+    if !fuse_ok("chown_minus_one_by_a_stranger_keeps_set_id_bits") {
+        return;
+    }
+    let m = mounted("setid-chown", &["allow_other"], long_cache());
+    let f = m.p("prog");
+    fs::write(&f, b"#!/bin/sh\n").unwrap();
+    fs::set_permissions(&f, fs::Permissions::from_mode(0o6755)).unwrap();
+    let script = Path::new("chown -1, -1, $ARGV[0] or die \"chown: $!\\n\"");
+    let out = as_nobody(Path::new("/usr/bin/perl"), &[Path::new("-e"), script, &f]);
+    assert!(
+        !out.status.success(),
+        "a stranger's chown(-1, -1) succeeded: {out:?}"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("Operation not permitted"),
+        "{out:?}"
+    );
+    assert_eq!(mode_only(&f), 0o6755, "a stranger cleared the set-id bits");
+    // The owner's (root's) clears both (setgid with group-exec), as on
+    // the host's tmpfs.
+    std::os::unix::fs::chown(&f, None, None).unwrap();
+    assert_eq!(mode_only(&f), 0o755);
+}
+
 /// xfstests generic/683, 684: fallocate (and punch hole) by a caller
 /// without CAP_FSETID clears the set-id bits as a write does; setgid
 /// without group-exec goes too when the caller is not in the file's group
