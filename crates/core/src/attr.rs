@@ -62,6 +62,30 @@ impl Task {
         self.fchmodat(AT_FDCWD, path, mode, 0)
     }
 
+    /// Clear the set-id bits of the file at `fd` (and its file
+    /// capabilities) as a data change by `writer` would (Linux's
+    /// `file_remove_privs`: setuid always, setgid with group-exec or for
+    /// a writer outside the group, nothing for root), with this task's
+    /// authority and no permission check: for a front end whose kernel
+    /// decided the change (FUSE's emptied SETATTR of a non-owner's
+    /// fallocate). Under the data lock, as every writer of the mode, so a
+    /// racing chmod is not undone by a mode read before it. Whether
+    /// anything changed.
+    pub fn remove_privs_for<'a>(
+        &self,
+        fd: impl Into<At<'a>> + Copy,
+        writer: &Cred,
+    ) -> VfsResult<bool> {
+        let p = self.held(fd)?;
+        p.mnt.check_writable()?;
+        if p.inode().file_type() != FileType::Regular {
+            return Ok(false);
+        }
+        let _pin = epoch::pin();
+        let _w = p.inode().data_lock.write();
+        crate::fileops::remove_privs(&p, writer)
+    }
+
     /// `fchmod(2)`.
     pub fn fchmod<'a>(&self, fd: impl Into<At<'a>> + Copy, mode: u32) -> VfsResult<()> {
         let p = self.held_open(fd)?;

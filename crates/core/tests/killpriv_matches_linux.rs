@@ -209,3 +209,41 @@ fn host_chown() -> Option<Vec<bool>> {
     }
     host
 }
+
+/// `Task::remove_privs_for`: the set-id clearing of a data change by
+/// another writer (FUSE's emptied SETATTR), by Linux's rules: setuid
+/// always, setgid with group-exec or for a writer outside the file's
+/// group, nothing for root; only regular files.
+#[test]
+fn remove_privs_for_follows_the_writers_groups() {
+    let vfs = Vfs::new();
+    let t = vfs.root_task();
+    let fd = t.open("/f", O_CREAT | O_WRONLY, 0o644).unwrap();
+    t.fchown(fd, 1, 100).unwrap();
+    let mode = |t: &Task| t.stat("/f").unwrap().mode & 0o7777;
+    let stranger = Cred::user(1000, 1000);
+    let in_group = Cred {
+        uid: 1000,
+        gid: 1000,
+        groups: vec![100],
+    };
+    for (before, writer, after) in [
+        (0o6755, &stranger, 0o0755),
+        (0o6745, &stranger, 0o0745),
+        (0o6745, &in_group, 0o2745),
+        (0o6755, &in_group, 0o0755),
+        (0o6755, &Cred::root(), 0o6755),
+    ] {
+        t.fchmod(fd, before).unwrap();
+        let changed = t.remove_privs_for(fd, writer).unwrap();
+        assert_eq!(mode(&t), after, "{before:o} written by {writer:?}");
+        assert_eq!(changed, before != after, "{before:o} by {writer:?}");
+    }
+    t.mkdir("/d", 0o755).unwrap();
+    t.chmod("/d", 0o2755).unwrap();
+    assert_eq!(
+        t.remove_privs_for(t.open("/d", scalevfs::O_RDONLY, 0).unwrap(), &stranger),
+        Ok(false)
+    );
+    assert_eq!(t.stat("/d").unwrap().mode & 0o7777, 0o2755);
+}

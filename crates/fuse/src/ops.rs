@@ -19,7 +19,7 @@ use scalevfs::{
     At, Cred, Errno, Handle, Stat, Task, Vfs, AT_EACCESS, AT_EMPTY_PATH, AT_FDCWD, AT_REMOVEDIR,
     AT_SYMLINK_NOFOLLOW, O_ACCMODE, O_ANYFD, O_APPEND, O_CLOEXEC, O_CREAT, O_DIRECTORY, O_DSYNC,
     O_EXCL, O_NOATIME, O_NOFOLLOW, O_NONBLOCK, O_RDONLY, O_SYNC, O_TRUNC, O_WRONLY,
-    RENAME_EXCHANGE, RENAME_NOREPLACE, RENAME_WHITEOUT, S_ISGID, S_ISUID,
+    RENAME_EXCHANGE, RENAME_NOREPLACE, RENAME_WHITEOUT,
 };
 
 use scalevfs_sync::ordered::{Class, Mutex};
@@ -1613,24 +1613,14 @@ impl ScaleFs {
 /// is touched, so this cannot wait on the pages the request's own caller
 /// holds locked.
 fn kill_suid_sgid<'a>(s: &Shared, req: &Request, fd: impl Into<At<'a>> + Copy, tell: Option<u64>) {
-    if let Ok(st) = s.base.fstat(fd) {
-        if st.mode & libc::S_IFMT != libc::S_IFREG {
-            return;
-        }
-        let m = st.mode & 0o7777;
-        let mut new = m & !S_ISUID;
-        // Linux's setattr_should_drop_sgid: setgid goes with group-exec,
-        // or, without it, when the caller is not in the file's group
-        // (generic/683, 684).
-        if m & S_ISGID != 0
-            && (m & 0o010 != 0 || !request_cred(req.uid(), req.gid(), req.pid()).in_group(st.gid))
-        {
-            new &= !S_ISGID;
-        }
-        if new != m && s.base.fchmod(fd, new).is_ok() {
-            if let (Some(id), Some(n)) = (tell, s.notifier.get()) {
-                let _ = n.inval_inode(INodeNo(id), -1, 0);
-            }
+    // The core clears them under the file's data lock (a mode read here
+    // and stored whole, as this did, could undo a chmod racing it from
+    // another thread of the embedding program); setgid by the caller's
+    // groups (Linux's setattr_should_drop_sgid, generic/683, 684).
+    let writer = request_cred(req.uid(), req.gid(), req.pid());
+    if s.base.remove_privs_for(fd, &writer) == Ok(true) {
+        if let (Some(id), Some(n)) = (tell, s.notifier.get()) {
+            let _ = n.inval_inode(INodeNo(id), -1, 0);
         }
     }
 }
