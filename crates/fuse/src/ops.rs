@@ -928,7 +928,10 @@ impl fuser::Filesystem for ScaleFs {
             Ok((fd, id, st, generation)) => {
                 let (fh, fl) = self.handle_for(fd, flags as u32);
                 reply.created(
-                    &s.cfg.entry_timeout,
+                    // One TTL for the name and the attributes (fuser's
+                    // `created`): the shorter, so the attributes are not
+                    // cached past `attr_timeout`.
+                    &s.cfg.entry_timeout.min(s.cfg.attr_timeout),
                     &file_attr(&st, id),
                     node_generation(id, generation),
                     fh,
@@ -1241,7 +1244,8 @@ impl fuser::Filesystem for ScaleFs {
                         INodeNo(id),
                         e.next_cookie,
                         name,
-                        &s.cfg.entry_timeout,
+                        // One TTL for both, as `create`'s: the shorter.
+                        &s.cfg.entry_timeout.min(s.cfg.attr_timeout),
                         &file_attr(&st, id),
                         node_generation(id, generation),
                     );
