@@ -725,6 +725,55 @@ impl FileData {
         n
     }
 
+    /// Drop the nodes under `[lo, hi)` that hold no page (bottom up), and
+    /// the root if it is left empty; no page is removed. Insert and
+    /// collapse move pages to other indices and leave their old slots
+    /// null: without this each call left its emptied nodes behind (about
+    /// 700 bytes a call, uncounted by `size=`, kept after the file shrank
+    /// back). Work: the nodes of the range.
+    fn prune_empty(&self, lo: u64, hi: u64, g: &Guard) {
+        fn rec(n: &Node, base: u128, lo: u128, hi: u128, g: &Guard) {
+            let Slots::Inner(k) = &n.slots else {
+                return;
+            };
+            let span = n.span();
+            for (i, slot) in k.iter().enumerate() {
+                let a = base + i as u128 * span;
+                let b = a + span;
+                if b <= lo || a >= hi {
+                    continue;
+                }
+                // Relaxed: writer-side read (data lock held).
+                let c = slot.load(Ordering::Relaxed, g);
+                // SAFETY: alive, we are the only writer.
+                let Some(cn) = (unsafe { c.as_ref() }) else {
+                    continue;
+                };
+                rec(cn, a, lo.max(a), hi.min(b), g);
+                if cn.is_empty(g) {
+                    // Release: as in `remove_range`.
+                    slot.store(Shared::null(), Ordering::Release);
+                    // SAFETY: unreachable now; it holds nothing to free but
+                    // itself, after the grace period.
+                    unsafe { g.defer_destroy(c) };
+                }
+            }
+        }
+        // Relaxed: writer-side read (data lock held).
+        let r = self.root.load(Ordering::Relaxed, g);
+        // SAFETY: alive, we are the only writer.
+        let Some(rn) = (unsafe { r.as_ref() }) else {
+            return;
+        };
+        rec(rn, 0, u128::from(lo), u128::from(hi), g);
+        if rn.is_empty(g) {
+            // Release: readers that load null see the size stored before.
+            self.root.store(Shared::null(), Ordering::Release);
+            // SAFETY: unreachable now; pinned readers are waited for.
+            unsafe { g.defer_destroy(r) };
+        }
+    }
+
     /// Replace the page at `idx` (if any) with a copy whose bytes `[from, to)`
     /// are zero. A page never written is all zeros already and is left alone
     /// unless `always`: a shrink must replace even that one (module comment).
@@ -1233,6 +1282,7 @@ impl FileData {
         let (lo, k) = (off / p, len / p);
         let removed = self.remove_range(lo, lo + k, &g);
         let mut from = lo + k;
+        let mut last = None;
         while let Some((idx, pg)) = self.next_present(from, &g) {
             // Release: publish the page at its new index first, so a reader
             // finds it at one of the two.
@@ -1240,10 +1290,15 @@ impl FileData {
                 .store(pg.0, Ordering::Release);
             self.slot_for_write(idx, &g)
                 .store(Shared::null(), Ordering::Release);
+            last = Some(idx);
             match idx.checked_add(1) {
                 Some(n) => from = n,
                 None => break,
             }
+        }
+        // The old slots of the pages moved: their emptied nodes go.
+        if let Some(last) = last {
+            self.prune_empty(lo + k, last.saturating_add(1), &g);
         }
         q.give(removed);
         self.set_blocks(inode, -(removed as i64), None, None);
@@ -1320,6 +1375,8 @@ impl FileData {
                 None => break,
             }
         }
+        // The old slots of the pages moved (their emptied nodes go after).
+        let old_span = moves.first().map(|m| m.0).zip(moves.last().map(|m| m.0));
         for (idx, pg, np) in moves.into_iter().rev() {
             let dst = self.slot_for_write(idx + k, &g);
             match np {
@@ -1339,6 +1396,9 @@ impl FileData {
                         .store(Shared::null(), Ordering::Release);
                 }
             }
+        }
+        if let Some((first, last)) = old_span {
+            self.prune_empty(first.min(last), first.max(last).saturating_add(1), &g);
         }
         let now = Timespec::now();
         self.set_blocks(inode, 0, Some(now), Some(size + len));
