@@ -111,6 +111,33 @@ fn ext4_options_are_checked() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// An 8 MiB image made by `scalevfs mkfs` in `dir`, and an empty mount
+/// point beside it.
+fn image_and_mount_point(dir: &std::path::Path) -> (PathBuf, PathBuf) {
+    let img = dir.join("img");
+    let out = Command::new(env!("CARGO_BIN_EXE_scalevfs"))
+        .args(["mkfs", img.to_str().unwrap(), "--size", "8M"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mnt = dir.join("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    (img, mnt)
+}
+
+/// Whether FUSE mounts can be made here (/dev/fuse and fusermount3).
+fn fuse_available() -> bool {
+    std::path::Path::new("/dev/fuse").exists()
+        && Command::new("sh")
+            .args(["-c", "command -v fusermount3"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+}
+
 /// Take the exclusive `flock` a read-write scalevfs takes on an image,
 /// without waiting; whether it was free.
 fn try_claim(f: &std::fs::File) -> bool {
@@ -126,18 +153,7 @@ fn try_claim(f: &std::fs::File) -> bool {
 #[test]
 fn a_mount_of_an_image_held_elsewhere_waits_for_it() {
     let dir = scratch("held");
-    let img = dir.join("img");
-    let out = Command::new(env!("CARGO_BIN_EXE_scalevfs"))
-        .args(["mkfs", img.to_str().unwrap(), "--size", "8M"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mnt = dir.join("mnt");
-    std::fs::create_dir_all(&mnt).unwrap();
+    let (img, mnt) = image_and_mount_point(&dir);
     let hold = || {
         let f = std::fs::OpenOptions::new()
             .read(true)
@@ -160,11 +176,7 @@ fn a_mount_of_an_image_held_elsewhere_waits_for_it() {
     assert!(err.contains("open read-write elsewhere"), "{err}");
     assert!(t0.elapsed() >= std::time::Duration::from_secs(9));
     drop(held);
-    let fuse = std::path::Path::new("/dev/fuse").exists()
-        && Command::new("sh")
-            .args(["-c", "command -v fusermount3"])
-            .output()
-            .is_ok_and(|o| o.status.success());
+    let fuse = fuse_available();
     if !fuse {
         eprintln!("SKIP: the mount after the wait needs /dev/fuse and fusermount3");
         std::fs::remove_dir_all(&dir).unwrap();
@@ -218,28 +230,13 @@ fn a_mount_of_an_image_held_elsewhere_waits_for_it() {
 /// so the caller's signal does not reach it).
 #[test]
 fn a_background_mount_whose_caller_gave_up_does_not_serve() {
-    let fuse = std::path::Path::new("/dev/fuse").exists()
-        && Command::new("sh")
-            .args(["-c", "command -v fusermount3"])
-            .output()
-            .is_ok_and(|o| o.status.success());
+    let fuse = fuse_available();
     if !fuse {
         eprintln!("SKIP: needs /dev/fuse and fusermount3");
         return;
     }
     let dir = scratch("gaveup");
-    let img = dir.join("img");
-    let out = Command::new(env!("CARGO_BIN_EXE_scalevfs"))
-        .args(["mkfs", img.to_str().unwrap(), "--size", "8M"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mnt = dir.join("mnt");
-    std::fs::create_dir_all(&mnt).unwrap();
+    let (img, mnt) = image_and_mount_point(&dir);
     let held = std::fs::OpenOptions::new()
         .read(true)
         .write(true)

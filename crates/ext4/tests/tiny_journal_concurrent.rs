@@ -17,10 +17,9 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::{Arc, Barrier};
 
-use common::{fsck_clean, have_tools, mkfs, rw_journaled, sb_field, Scratch};
+use common::{fsck_clean, have_tools, mkfs_args, rw_journaled, sb_field, Scratch};
 use scalevfs::{Vfs, O_CREAT, O_RDWR};
 use scalevfs_ext4::Ext4;
 
@@ -30,17 +29,22 @@ const BS: i64 = 1024;
 /// `journal_mib` MiB, no reserved blocks.
 fn image(dir: &Path, journal_mib: u32) -> PathBuf {
     let img = dir.join("tiny.img");
-    let out = Command::new(mkfs().unwrap())
-        .args(["-q", "-F", "-b", "1024", "-g", "256", "-m", "0"])
-        .args(["-J", &format!("size={journal_mib}"), "-O", "^resize_inode"])
-        .arg(&img)
-        .arg("320M")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "mkfs: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let j = format!("size={journal_mib}");
+    mkfs_args(
+        &img,
+        &[
+            "-b",
+            "1024",
+            "-g",
+            "256",
+            "-m",
+            "0",
+            "-J",
+            &j,
+            "-O",
+            "^resize_inode",
+        ],
+        "320M",
     );
     img
 }

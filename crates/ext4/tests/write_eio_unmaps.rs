@@ -162,16 +162,23 @@ fn finish(st: Setup, want: &[u8], label: &str) {
     } = st;
     drop(t);
     drop(vfs);
-    e.unmount().unwrap();
-    drop(e);
-    let mut out = vec![0u8; mem.size() as usize];
-    mem.read_at(0, &mut out).unwrap();
-    std::fs::write(&img, &out).unwrap();
-    fsck_clean(&img);
+    unmount_and_check(e, &mem, &img);
     let (e, vfs) = mount(&img);
     let t = vfs.root_task();
     assert!(read_all(&t, "/f") == want, "{label}: after a remount");
     unmount_clean(t, vfs, e, &img);
+}
+
+/// Unmount `e`, write the memory device out to `img` and let e2fsck judge
+/// it (no block leaked or counted twice, i_blocks counting what stays
+/// mapped).
+fn unmount_and_check(e: Arc<Ext4>, mem: &MemDevice, img: &std::path::Path) {
+    e.unmount().unwrap();
+    drop(e);
+    let mut out = vec![0u8; mem.size() as usize];
+    mem.read_at(0, &mut out).unwrap();
+    std::fs::write(img, &out).unwrap();
+    fsck_clean(img);
 }
 
 fn run_case(mkfs: &[&str], prealloc: bool, label: &str) {
@@ -409,10 +416,5 @@ fn a_failed_last_run_before_the_step_ends_maps_none_of_its_blocks() {
     t.close(fd).unwrap();
     drop(t);
     drop(vfs);
-    e.unmount().unwrap();
-    drop(e);
-    let mut out = vec![0u8; mem.size() as usize];
-    mem.read_at(0, &mut out).unwrap();
-    std::fs::write(&img, &out).unwrap();
-    fsck_clean(&img);
+    unmount_and_check(e, &mem, &img);
 }
