@@ -15,7 +15,7 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::sync::Barrier;
 
-use common::{fsck_clean, have_tools, mkfs, rw_journaled, tool, Scratch};
+use common::{fsck_clean, have_tools, mkfs_args, rw_journaled, tool, Scratch};
 use scalevfs::{Vfs, O_RDONLY, O_RDWR};
 use scalevfs_ext4::Ext4;
 
@@ -28,17 +28,7 @@ fn inline_writes_racing_renames_of_short_extra_inodes_keep_the_mount_writing() {
     }
     let s = Scratch::new("inline-extra-race");
     let img = s.0.join("img");
-    let out = Command::new(mkfs().unwrap())
-        .args(["-q", "-F", "-b", "4096", "-O", "inline_data"])
-        .arg(&img)
-        .arg("16M")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    mkfs_args(&img, &["-b", "4096", "-O", "inline_data"], "16M");
     let small = s.0.join("small");
     std::fs::write(&small, b"hello").unwrap();
     // Each file: written inline, its system.data taken off, the fixed
