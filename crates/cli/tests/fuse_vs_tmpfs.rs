@@ -115,14 +115,31 @@ impl Mount {
 
     fn unmount(&mut self) {
         if let Some(mut c) = self.child.take() {
-            let ok = Command::new("fusermount3")
-                .arg("-u")
-                .arg(&self.dir)
-                .status()
-                .map(|s| s.success())
-                .unwrap_or(false);
-            if !ok {
-                let _ = Command::new("umount").arg(&self.dir).status();
+            // Another test's child (a daemon or a helper spawned while a
+            // descriptor of ours was open: `libc::open` here has no
+            // O_CLOEXEC) can hold a file of this mount for a while, and
+            // the unmount is EBUSY meanwhile. Retry, then detach lazily:
+            // killing the daemon of a busy mount left it behind, dead.
+            let unmount = |lazy: bool| {
+                let mut c = Command::new("fusermount3");
+                c.arg("-u");
+                if lazy {
+                    c.arg("-z");
+                }
+                c.arg(&self.dir)
+                    .stderr(Stdio::null())
+                    .status()
+                    .is_ok_and(|s| s.success())
+            };
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !unmount(false) {
+                if Instant::now() > deadline {
+                    if !unmount(true) {
+                        let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+                    }
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
             }
             let deadline = Instant::now() + Duration::from_secs(30);
             while c.try_wait().unwrap().is_none() {

@@ -256,6 +256,24 @@ std::thread_local! {
 /// holds 64 deferred functions).
 const FLUSH_EVERY: u32 = 64;
 
+/// A long read or write re-pins every `REPIN_PAGES` pages (256 KiB): the
+/// epoch can then advance past the pages it and others retired meanwhile
+/// (a 256 MiB overwrite under one pin held all 256 MiB it replaced until it
+/// returned). No page or slot pointer is kept across the re-pin; each page
+/// is looked up again from the root. Without effect when the caller is
+/// pinned too (crossbeam re-pins only a thread's single guard): the VFS
+/// holds a count on the file instead of a pin for calls this long
+/// (`UNPINNED_IO` in io.rs).
+const REPIN_PAGES: u64 = 64;
+
+/// Re-pin when `end` (the byte after a copied chunk) ends a page that
+/// completes a run of `REPIN_PAGES`.
+fn repin_at_page_end(g: &mut Guard, end: u64) {
+    if end.is_multiple_of(PAGE as u64 * REPIN_PAGES) {
+        g.repin();
+    }
+}
+
 /// See `RETIRED`.
 pub(crate) fn retired_pending() -> usize {
     RETIRED.sum()
@@ -857,7 +875,7 @@ impl FileData {
             return 0;
         }
         let want = buf.len().min((size - off).min(usize::MAX as u64) as usize);
-        let g = epoch::pin();
+        let mut g = epoch::pin();
         let mut done = 0;
         while done < want {
             let pos = off + done as u64;
@@ -879,6 +897,7 @@ impl FileData {
                 None => out.fill(0),
             }
             done += chunk;
+            repin_at_page_end(&mut g, pos + chunk as u64);
         }
         done
     }
@@ -896,7 +915,7 @@ impl FileData {
         if buf.is_empty() {
             return Ok(0);
         }
-        let g = epoch::pin();
+        let mut g = epoch::pin();
         let size = inode.attr().size;
         let mut done = 0;
         let mut added = 0i64;
@@ -967,6 +986,7 @@ impl FileData {
                 unsafe { Page(old).retire(&g) };
             }
             done += chunk;
+            repin_at_page_end(&mut g, pos + chunk as u64);
         }
         q.give(reserved);
         if done == 0 {
