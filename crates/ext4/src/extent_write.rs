@@ -2942,7 +2942,12 @@ impl Ext4 {
             if raw.flags & FL_EXTENTS == 0 && !mapped {
                 return Ok(false);
             }
-            let keep = if raw.links_count == 0 {
+            let keep = if raw.links_count == 0 && raw.mode == 0 {
+                // No type: `process_orphans` leaves such an inode alone
+                // (the kernel's iget refuses it: ESTALE), so its blocks
+                // stay too, not freed under an inode still in use.
+                return Ok(false);
+            } else if raw.links_count == 0 {
                 0
             } else if raw.file_type_bits() == libc::S_IFREG {
                 raw.size.div_ceil(self.bs as u64)

@@ -655,7 +655,7 @@ impl Ext4 {
             if fs.rw_journaled() {
                 let r = fs
                     .load_orphan_file()
-                    .and_then(|od| od.map_or(Ok(Vec::new()), |od| fs.scan_orphans(&od)))
+                    .and_then(|od| od.map_or(Ok(()), |od| fs.scan_orphans(&od)))
                     .and_then(|_| fs.scan_orphan_list());
                 if let Err(e) = r {
                     fs.abandon();
@@ -2182,6 +2182,18 @@ impl Ext4 {
             .unwrap_or(FileType::Regular)
     }
 
+    /// Whether `ino` is one of the filesystem's own inodes (below
+    /// `first_ino`, the root included, the journal, the orphan file, quota
+    /// files), which no name and no orphan record may name (the kernel's
+    /// `__ext4_iget` with `EXT4_IGET_NORMAL`).
+    pub(crate) fn is_reserved_ino(&self, ino: u32) -> bool {
+        let sb = &self.sb;
+        ino < sb.first_ino()
+            || (ino == sb.journal_inum && sb.has_compat(COMPAT_HAS_JOURNAL))
+            || (ino == sb.orphan_file_inum && sb.orphan_file_inum != 0)
+            || sb.quota_inums().contains(&ino)
+    }
+
     /// Read inode `ino` and make its VFS inode (not cached yet). The
     /// filesystem's own inodes (below `first_ino` but the root, the
     /// journal, the orphan file, quota files, xattr value inodes) are
@@ -2189,12 +2201,7 @@ impl Ext4 {
     /// corruption, as the kernel's `__ext4_iget` says, not a way to write
     /// into the journal or free the orphan file's blocks.
     fn load_inode(&self, ino: u32) -> Result<Arc<Inode>> {
-        let sb = &self.sb;
-        let special = (ino < sb.first_ino() && ino != inode::ROOT_INO)
-            || (ino == sb.journal_inum && sb.has_compat(COMPAT_HAS_JOURNAL))
-            || (ino == sb.orphan_file_inum && sb.orphan_file_inum != 0)
-            || (ino != 0 && sb.quota_inums().contains(&ino));
-        if special {
+        if self.is_reserved_ino(ino) && ino != inode::ROOT_INO {
             return Err(corrupt(
                 format!("inode {ino}"),
                 "a name refers to a reserved inode",

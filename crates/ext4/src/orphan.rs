@@ -51,20 +51,34 @@ impl Ext4 {
         let raw = self.read_inode(sb.orphan_file_inum)?;
         let bs = self.bs as u64;
         let what = || format!("orphan file (inode {})", sb.orphan_file_inum);
+        if raw.file_type_bits() != libc::S_IFREG {
+            return Err(corrupt(what(), format!("mode {:#o}", raw.mode)));
+        }
         if raw.size % bs != 0 || raw.size == 0 || raw.size / bs > 1 << 16 {
             return Err(corrupt(what(), format!("size {}", raw.size)));
         }
         let n = (raw.size / bs) as u32;
         let mut blocks = Vec::with_capacity(n as usize);
+        // Not over other metadata (bitmaps, inode tables, the journal):
+        // records written there would corrupt it.
+        let zone = self.build_meta_zone(sb.orphan_file_inum)?;
         for l in 0..n {
             match self.map_block(&raw, l)? {
                 Mapping::Data {
                     pblk,
                     uninit: false,
                     ..
-                } if pblk < sb.blocks_count => blocks.push(pblk),
+                } if pblk < sb.blocks_count && !zone.contains(pblk) => blocks.push(pblk),
                 _ => return Err(corrupt(what(), format!("block {l} is not mapped"))),
             }
+        }
+        // Two slots of one disk word would overwrite each other's record
+        // (a crash then leaks an inode); the kernel's file never maps a
+        // block twice.
+        let mut sorted = blocks.clone();
+        sorted.sort_unstable();
+        if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
+            return Err(corrupt(what(), format!("block {} is mapped twice", w[0])));
         }
         let seed = sb.has_metadata_csum().then(|| {
             let s = crc32c(sb.csum_seed(), &sb.orphan_file_inum.to_le_bytes());
@@ -253,7 +267,29 @@ impl Ext4 {
         let Some(od) = self.orphan_disk() else {
             return Ok((0, 0));
         };
-        let listed = self.scan_orphans(od)?;
+        // A block at a time (checked again as it is read; the whole file
+        // was checked at open, before the first write): the listed
+        // inodes of a big orphan file are never all in memory at once.
+        let (mut freed, mut truncated) = (0, 0);
+        for block in 0..od.blocks.len() {
+            let mut listed = Vec::new();
+            self.scan_orphan_blocks(od, block..block + 1, |pblk, k, ino, in_use| {
+                listed.push((pblk, k, ino, in_use));
+                Ok(())
+            })?;
+            let (f, t) = self.process_orphan_block(od, listed)?;
+            freed += f;
+            truncated += t;
+        }
+        Ok((freed, truncated))
+    }
+
+    /// `process_orphans` for the slots of one block.
+    fn process_orphan_block(
+        &self,
+        od: &OrphanDisk,
+        listed: Vec<(u64, usize, u32, bool)>,
+    ) -> Result<(usize, usize)> {
         let (mut freed, mut truncated) = (0, 0);
         for (pblk, k, ino, in_use) in listed {
             while in_use && self.orphan_step(ino)? {}
@@ -295,14 +331,26 @@ impl Ext4 {
     }
 
     /// Read and check every orphan block (magic, checksum, inode numbers
-    /// in range, in-use ones readable); the listed inodes as (block, slot,
-    /// inode, in use). Reads only.
-    #[allow(clippy::type_complexity)]
-    pub(crate) fn scan_orphans(&self, od: &OrphanDisk) -> Result<Vec<(u64, usize, u32, bool)>> {
+    /// in range and not the filesystem's own, in-use ones readable).
+    /// Reads only.
+    pub(crate) fn scan_orphans(&self, od: &OrphanDisk) -> Result<()> {
+        self.scan_orphan_blocks(od, 0..od.blocks.len(), |_, _, _, _| Ok(()))
+    }
+
+    /// Check the orphan blocks `range` as `scan_orphans` does, and give
+    /// `each` every listed inode as (block, slot, inode, in use).
+    fn scan_orphan_blocks(
+        &self,
+        od: &OrphanDisk,
+        range: std::ops::Range<usize>,
+        mut each: impl FnMut(u64, usize, u32, bool) -> Result<()>,
+    ) -> Result<()> {
         let bs = self.bs;
-        let mut listed = Vec::new();
         let mut b = vec![0u8; bs];
-        for (i, &pblk) in od.blocks.iter().enumerate() {
+        for i in range {
+            let Some(&pblk) = od.blocks.get(i) else {
+                break;
+            };
             self.read_block(pblk, &mut b)?;
             let what = || format!("orphan file block {i}");
             let magic = u32::from_le_bytes(b[bs - 8..bs - 4].try_into().expect("4 bytes"));
@@ -319,7 +367,10 @@ impl Ext4 {
                 if ino == 0 {
                     continue;
                 }
-                if ino < self.sb.first_ino || ino > self.sb.inodes_count {
+                // The filesystem's own inodes (the orphan file itself,
+                // quota files) are never orphans: freeing one would hand
+                // its blocks out while it still uses them.
+                if self.is_reserved_ino(ino) || ino > self.sb.inodes_count {
                     return Err(corrupt(what(), format!("lists inode {ino}")));
                 }
                 // An inode not in use is only cleared from the slot (as
@@ -337,9 +388,9 @@ impl Ext4 {
                         return Err(corrupt(what(), format!("lists inode {ino}: {e}")));
                     }
                 }
-                listed.push((pblk, k, ino, in_use));
+                each(pblk, k, ino, in_use)?;
             }
         }
-        Ok(listed)
+        Ok(())
     }
 }

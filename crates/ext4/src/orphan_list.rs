@@ -258,7 +258,10 @@ impl Ext4 {
         let what = "orphan list";
         let (rw, io) = self.rw()?;
         while ino != 0 {
-            if ino < self.sb.first_ino || ino > self.sb.inodes_count {
+            // The filesystem's own inodes (the orphan file, quota files)
+            // are never orphans: freeing one would hand its blocks out
+            // while it still uses them.
+            if self.is_reserved_ino(ino) || ino > self.sb.inodes_count {
                 return Err(corrupt(what, format!("lists inode {ino}")));
             }
             // Each number once: the loop ends after at most

@@ -209,12 +209,14 @@ impl Ext4 {
         if let Some(z) = self.meta_zone.get() {
             return Ok(z);
         }
-        let z = self.build_meta_zone()?;
+        let z = self.build_meta_zone(0)?;
         // Two first callers build the same zone; one is kept.
         Ok(self.meta_zone.get_or_init(move || z))
     }
 
-    fn build_meta_zone(&self) -> Result<MetaZone> {
+    /// The zone, without the data blocks of inode `skip` (the orphan
+    /// file's own check of its map: `load_orphan_file`; 0: none skipped).
+    pub(crate) fn build_meta_zone(&self, skip: u32) -> Result<MetaZone> {
         /// The resize inode's number (EXT2_RESIZE_INO).
         const RESIZE_INO: u32 = 7;
         let sb = &self.sb;
@@ -257,7 +259,10 @@ impl Ext4 {
             (sb.has_compat(COMPAT_HAS_JOURNAL), sb.journal_inum),
             (sb.has_compat(COMPAT_ORPHAN_FILE), sb.orphan_file_inum),
         ];
-        for (_, ino) in own.into_iter().filter(|&(on, ino)| on && ino != 0) {
+        for (_, ino) in own
+            .into_iter()
+            .filter(|&(on, ino)| on && ino != 0 && ino != skip)
+        {
             let j = self.read_inode(ino)?;
             let n = j
                 .size

@@ -134,6 +134,76 @@ fn arbitrary_slots_are_refused_or_cleared() {
     assert!(ok > 0 && refused > 0);
 }
 
+/// Run `debugfs -w -R cmd` on `img`.
+fn debugfs_w(img: &Path, cmd: &str) {
+    let st = Command::new(common::tool("debugfs"))
+        .args(["-w", "-R", cmd])
+        .arg(img)
+        .output()
+        .unwrap();
+    assert!(st.status.success(), "debugfs {cmd}: {st:?}");
+}
+
+/// The orphan file listing itself, with no link left (review, stop 51):
+/// recovery took it for an unlinked orphan and freed it, handing its
+/// blocks out while the mount kept writing records into them. The
+/// kernel's iget refuses the filesystem's own inodes; so does the mount
+/// now, before it writes anything.
+#[test]
+fn the_orphan_file_listing_itself_is_refused() {
+    if !have_tools() {
+        eprintln!("skipped: mkfs.ext4/e2fsck not found");
+        return;
+    }
+    let s = Scratch::new("orphanself");
+    let bs = 4096;
+    let img = fresh(&s.0, bs, "16M");
+    let (oino, blocks) = orphan_blocks(&img);
+    debugfs_w(&img, &format!("sif <{oino}> links_count 0"));
+    let mut im = std::fs::read(&img).unwrap();
+    let off = blocks[0] as usize * bs + 8;
+    im[off..off + 4].copy_from_slice(&oino.to_le_bytes());
+    fix_tail(&mut im, bs, blocks[0], oino);
+    std::fs::write(&img, &im).unwrap();
+    let e = Ext4::open(&img, rw_journaled()).err();
+    let msg = format!("{e:?}");
+    assert!(msg.contains(&format!("lists inode {oino}")), "{msg}");
+    assert!(std::fs::read(&img).unwrap() == im, "image written");
+}
+
+/// An orphan file whose map names one block twice (logical 0 and 1):
+/// two slots would share a disk word, one record overwriting the other
+/// (a crash then leaks an inode). Refused at mount, image untouched.
+#[test]
+fn an_orphan_file_mapping_a_block_twice_is_refused() {
+    if !have_tools() {
+        eprintln!("skipped: mkfs.ext4/e2fsck not found");
+        return;
+    }
+    let s = Scratch::new("orphandup");
+    let img = fresh(&s.0, 4096, "16M");
+    let (oino, blocks) = orphan_blocks(&img);
+    let n = blocks.len() as u64;
+    assert!(n >= 2 && blocks.windows(2).all(|w| w[1] == w[0] + 1));
+    // One extent (0-(n-1)) made two: (0) at the first block, (1-(n-1))
+    // starting at the same block. i_block words: header (magic, entries),
+    // then 3 words per extent (first logical, length, start).
+    for cmd in [
+        "block[0] 0x0002F30A".to_string(),
+        "block[4] 1".to_string(),
+        "block[6] 1".to_string(),
+        format!("block[7] {}", n - 1),
+        format!("block[8] {}", blocks[0]),
+    ] {
+        debugfs_w(&img, &format!("sif <{oino}> {cmd}"));
+    }
+    let before = std::fs::read(&img).unwrap();
+    let e = Ext4::open(&img, rw_journaled()).err();
+    let msg = format!("{e:?}");
+    assert!(msg.contains("mapped twice"), "{msg}");
+    assert!(std::fs::read(&img).unwrap() == before, "image written");
+}
+
 #[test]
 fn an_open_unlinked_file_left_by_a_crash_is_freed_at_mount() {
     if !have_tools() {

@@ -5,7 +5,10 @@
 //! truncate, is recorded here so that a crash cannot leak its space: recovery
 //! walks the file and finishes the job. The file has a fixed number of
 //! blocks; each block is an array of 32-bit inode numbers (0 = free slot)
-//! followed by an 8-byte tail (magic, then crc32c of everything before it).
+//! followed by an 8-byte tail (magic, then a crc32c). This crate holds the
+//! in-memory side (slots, free counts); the bytes on disk and their
+//! checksum are the ext4 type's (`scalevfs-ext4`'s `orphan.rs`: the
+//! kernel's seed, orphan inode number and generation, block number).
 //!
 //! In memory each block also has an atomic count of free slots. Adding an
 //! inode:
@@ -26,8 +29,8 @@
 //! full file instead: the ext4 type then records the inode on its on-disk
 //! orphan list, as the kernel falls back to it.
 //!
-//! The checksum is computed only when a block is written out
-//! ([`OrphanFile::write_out`]), never on the add/delete path.
+//! The checksum is computed only when a block is written out (by the ext4
+//! type, at its commit), never on the add/delete path.
 //!
 //! Variants ([`OrphanVariant`]): `Lockless` (the above, default), `Locked`
 //! (one spinlock around the whole file, the pre-2021 scheme) and `None` (no
@@ -130,17 +133,6 @@ impl std::fmt::Debug for OrphanFile {
     }
 }
 
-/// A block read back from storage failed its checks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BadBlock {
-    /// Not `BLOCK_SIZE` bytes.
-    Size,
-    /// The tail's magic is wrong.
-    Magic,
-    /// The checksum does not match.
-    Checksum,
-}
-
 impl OrphanFile {
     /// An empty orphan file of `blocks` full-size blocks (at least one).
     pub fn new(variant: OrphanVariant, blocks: usize) -> OrphanFile {
@@ -227,10 +219,20 @@ impl OrphanFile {
                     return;
                 };
                 let _l = (self.variant == OrphanVariant::Locked).then(|| self.lock.lock());
-                // Release: the zero must be visible before the reservation is
-                // given back (an adder that reserves through our increment
-                // must find this slot free).
-                s.store(0, Ordering::Release);
+                // Only a slot that holds `ino` is given back: a second
+                // remove of one record (a caller's bug) would otherwise
+                // count a free slot that is not there, and the next
+                // adder's `claim` would look for it for ever.
+                // Release: the zero must be visible before the reservation
+                // is given back (an adder that reserves through our
+                // increment must find this slot free); Relaxed on failure:
+                // nothing changes.
+                if ino > u64::from(u32::MAX)
+                    || s.compare_exchange(ino as u32, 0, Ordering::Release, Ordering::Relaxed)
+                        .is_err()
+                {
+                    return;
+                }
                 // Release: publishes the zeroed slot to the next reserver
                 // (pairs with the Acquire of its dec_if_positive).
                 b.free.fetch_add(1, Ordering::Release);
@@ -290,11 +292,12 @@ impl OrphanFile {
             .iter()
             .position(|b| b.free.load(Ordering::Relaxed) > 0)?;
         let b = &self.blocks[i];
-        b.free.fetch_sub(1, Ordering::Relaxed);
+        // The zero slot first: the count goes down only with a claim.
         let j = b
             .slots
             .iter()
             .position(|s| s.load(Ordering::Relaxed) == 0)?;
+        b.free.fetch_sub(1, Ordering::Relaxed);
         b.slots[j].store(ino, Ordering::Relaxed);
         Some(OrphanSlot::Slot {
             block: i as u32,
@@ -350,43 +353,6 @@ impl OrphanFile {
         (0..self.blocks.len()).all(|b| self.free_slots(b) as usize == self.slots_per_block)
             && self.overflow.lock().is_empty()
     }
-
-    /// The on-disk image of block `b`: little-endian slots (unused tail of a
-    /// reduced-geometry block zero), then magic and crc32c of everything
-    /// before the checksum. Computed here, not on every change.
-    pub fn write_out(&self, b: usize) -> Option<Vec<u8>> {
-        let blk = self.blocks.get(b)?;
-        let mut out = vec![0u8; BLOCK_SIZE];
-        for (i, s) in blk.slots.iter().enumerate() {
-            // Acquire: see the inode numbers claimed before.
-            out[i * 4..i * 4 + 4].copy_from_slice(&s.load(Ordering::Acquire).to_le_bytes());
-        }
-        let t = BLOCK_SIZE - TAIL_SIZE;
-        out[t..t + 4].copy_from_slice(&ORPHAN_MAGIC.to_le_bytes());
-        let crc = crc32c::crc32c(&out[..t + 4]);
-        out[t + 4..].copy_from_slice(&crc.to_le_bytes());
-        Some(out)
-    }
-}
-
-/// Check an orphan block read back from storage and return its non-zero
-/// inode numbers.
-pub fn parse_block(data: &[u8]) -> Result<Vec<u32>, BadBlock> {
-    if data.len() != BLOCK_SIZE {
-        return Err(BadBlock::Size);
-    }
-    let t = BLOCK_SIZE - TAIL_SIZE;
-    let word = |i: usize| u32::from_le_bytes([data[i], data[i + 1], data[i + 2], data[i + 3]]);
-    if word(t) != ORPHAN_MAGIC {
-        return Err(BadBlock::Magic);
-    }
-    if word(t + 4) != crc32c::crc32c(&data[..t + 4]) {
-        return Err(BadBlock::Checksum);
-    }
-    Ok((0..SLOTS_PER_BLOCK)
-        .map(|i| word(i * 4))
-        .filter(|&x| x != 0)
-        .collect())
 }
 
 /// Decrement `c` if it is positive; true if it was.
@@ -462,21 +428,34 @@ mod tests {
     }
 
     #[test]
-    fn write_out_round_trips() {
+    fn numbers_beyond_32_bits_overflow() {
         let f = OrphanFile::new(OrphanVariant::Lockless, 4);
-        let s = f.add(42, 1);
-        let OrphanSlot::Slot { block, .. } = s else {
-            panic!("{s:?}")
-        };
-        let img = f.write_out(block as usize).unwrap();
-        assert_eq!(parse_block(&img).unwrap(), vec![42]);
-        let mut bad = img.clone();
-        bad[0] ^= 1;
-        assert_eq!(parse_block(&bad), Err(BadBlock::Checksum));
-        bad[BLOCK_SIZE - 8] ^= 1;
-        assert_eq!(parse_block(&bad), Err(BadBlock::Magic));
-        assert_eq!(parse_block(&img[..10]), Err(BadBlock::Size));
+        assert!(matches!(f.add(42, 1), OrphanSlot::Slot { .. }));
         assert_eq!(f.add(u64::from(u32::MAX) + 1, 0), OrphanSlot::Overflow);
+        assert_eq!(f.try_add(u64::from(u32::MAX) + 1, 0), None);
+    }
+
+    /// A record removed twice, or removed with another inode's number,
+    /// gives nothing back: counted free with no zero slot behind it, the
+    /// next add of a full block looked for a zero for ever.
+    #[test]
+    fn a_wrong_remove_gives_no_slot_back() {
+        for v in [OrphanVariant::Lockless, OrphanVariant::Locked] {
+            let f = OrphanFile::with_geometry(v, 1, 2);
+            let a = f.add(10, 0);
+            let b = f.add(11, 0);
+            assert_eq!(f.free_slots(0), 0);
+            f.remove(a, 10);
+            f.remove(a, 10);
+            f.remove(b, 12);
+            assert_eq!(f.free_slots(0), 1, "{v:?}");
+            let c = f.add(13, 0);
+            assert!(matches!(c, OrphanSlot::Slot { .. }));
+            assert_eq!(f.try_add(14, 0), None, "{v:?}: the block is full again");
+            f.remove(b, 11);
+            f.remove(c, 13);
+            assert!(f.is_empty());
+        }
     }
 
     #[test]
