@@ -1,7 +1,7 @@
 //! `FS_IOC_FIEMAP` on ext4 (read side; any mount): the extents of a file
 //! or directory as the kernel's `ext4_fiemap` reports them through iomap.
 //!
-//! - The range is clipped to the maximum file size, then walked at block
+//! - The range is clipped to the file's maximum size (`fiemap_check`), then walked at block
 //!   granularity: the first extent reported starts at the block holding
 //!   `start`, the last one ends with the block holding `start + len - 1`
 //!   (iomap asks ext4_map_blocks for those blocks only). Holes are
@@ -47,11 +47,40 @@ const FIEMAP_EXTENT_DATA_INLINE: u32 = 0x200;
 const I_BLOCK_OFFSET: u64 = 0x28;
 
 impl Ext4 {
-    /// The checks of ext4_fiemap_check_ranges and fiemap_prep, in their
-    /// order: `len` 0 is EINVAL, `start` at or past the maximum size
-    /// EFBIG, an unsupported flag EBADR; returns `len` clipped to the
-    /// maximum size.
-    pub(crate) fn fiemap_check(&self, start: u64, len: u64, flags: u32) -> VfsResult<u64> {
+    /// The checks of ext4_fiemap_check_ranges, then fiemap_prep's, in the
+    /// kernel's order; returns `len` clipped. The first limit is the
+    /// file's own (`s_bitmap_maxbytes` without the extent flag: block
+    /// mapped or inline): `len` 0 is EINVAL, `start` past it EFBIG, the
+    /// range cut at it. Then the filesystem's (`s_maxbytes`): a `len` cut
+    /// to 0 is EINVAL, `start` at or past it EFBIG. Last, an unsupported
+    /// flag is EBADR. (Host kernel, 4 KiB blocks: `start` = s_maxbytes
+    /// is EINVAL on an extent file, 8 TiB is EFBIG on a block-mapped one.)
+    pub(crate) fn fiemap_check(
+        &self,
+        raw: &RawInode,
+        start: u64,
+        len: u64,
+        flags: u32,
+    ) -> VfsResult<u64> {
+        let clip = |len: u64, max: u64| {
+            if len > max || max - len < start {
+                max - start
+            } else {
+                len
+            }
+        };
+        let own = if raw.flags & FL_EXTENTS != 0 {
+            self.max_size()
+        } else {
+            self.bitmap_max_size()
+        };
+        if len == 0 {
+            return Err(Errno::EINVAL);
+        }
+        if start > own {
+            return Err(Errno::EFBIG);
+        }
+        let len = clip(len, own);
         let max = self.max_size();
         if len == 0 {
             return Err(Errno::EINVAL);
@@ -59,10 +88,11 @@ impl Ext4 {
         if start >= max {
             return Err(Errno::EFBIG);
         }
+        let len = clip(len, max);
         if flags & !(FIEMAP_FLAG_SYNC | FIEMAP_FLAG_CACHE) != 0 {
             return Err(Errno::EBADR);
         }
-        Ok(len.min(max - start))
+        Ok(len)
     }
 
     /// The FIEMAP answer for `raw` over `[start, start + len)`, checked by

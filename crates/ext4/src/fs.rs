@@ -4005,8 +4005,9 @@ impl Filesystem for Ext4 {
             FileType::Directory => self.dir_read_lock(i),
             _ => self.file_read_settled(i),
         };
-        let len = self.fiemap_check(start, len, flags)?;
-        vfs(self.fiemap_raw(&Ext4::node(i)?, start, len))
+        let raw = Ext4::node(i)?;
+        let len = self.fiemap_check(&raw, start, len, flags)?;
+        vfs(self.fiemap_raw(&raw, start, len))
     }
 
     /// As the kernel's ext4_dir_llseek: a hashed directory (dir_index and
