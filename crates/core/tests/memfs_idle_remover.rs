@@ -4,18 +4,9 @@
 //! deferred frees and the resident-memory readings of the tests in
 //! `memfs_limits.rs` running beside it (a CI run failed two of them so).
 
+mod common;
+use common::small_memfs;
 use scalevfs::*;
-
-const PAGE: u64 = 4096;
-
-/// A Vfs whose memfs holds `pages` pages and `inodes` inodes.
-fn small(pages: u64, inodes: u64) -> Vfs {
-    let mut cfg = VfsConfig::default();
-    cfg.set("size", &format!("{}k", pages * PAGE / 1024))
-        .unwrap();
-    cfg.set("nr_inodes", &inodes.to_string()).unwrap();
-    Vfs::with_config(cfg)
-}
 
 /// Twenty files, each below the 1 MiB that hands a removal over at
 /// once: they waited in the remover's batches, and the other thread's
@@ -24,7 +15,7 @@ fn small(pages: u64, inodes: u64) -> Vfs {
 #[test]
 fn space_of_many_smaller_files_removed_by_an_idle_thread_comes_back() {
     // 24 MiB.
-    let vfs = small(6144, 64);
+    let vfs = small_memfs(6144, 64);
     let t = vfs.root_task();
     let chunk = vec![7u8; 1020 << 10];
     let (parked_tx, parked_rx) = std::sync::mpsc::channel();

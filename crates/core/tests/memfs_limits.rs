@@ -5,6 +5,8 @@
 //! the filesystem, `statfs` from the limits, and size checks done
 //! arithmetically before any per-page work.
 
+mod common;
+use common::small_memfs;
 use scalevfs::io::*;
 use scalevfs::*;
 
@@ -30,14 +32,6 @@ fn settle(mut cond: impl FnMut() -> bool) -> bool {
 }
 
 /// A Vfs whose root memfs holds `pages` pages and `inodes` inodes.
-fn small(pages: u64, inodes: u64) -> Vfs {
-    let mut cfg = VfsConfig::default();
-    cfg.set("size", &format!("{}k", pages * PAGE / 1024))
-        .unwrap();
-    cfg.set("nr_inodes", &inodes.to_string()).unwrap();
-    Vfs::with_config(cfg)
-}
-
 /// Issue 12 (2): an absurd fallocate counted pages one by one under the
 /// data lock (weeks of work) before the space check. tmpfs (Linux 6.x on
 /// /dev/shm): fallocate(fd, 0, 0, 1<<62) = ENOSPC, the same with
@@ -81,7 +75,7 @@ fn absurd_fallocate_fails_at_once() {
 /// space comes back after a truncate; statfs reports the limit.
 #[test]
 fn enospc_at_size_limit() {
-    let vfs = small(16, 100);
+    let vfs = small_memfs(16, 100);
     let t = vfs.root_task();
     let s = t.statfs("/").unwrap();
     assert_eq!((s.blocks, s.bfree, s.bavail, s.bsize), (16, 16, 16, PAGE));
@@ -122,7 +116,7 @@ fn enospc_at_size_limit() {
 /// mkdir are ENOSPC; statfs files/ffree follow.
 #[test]
 fn enospc_at_inode_limit() {
-    let vfs = small(16, 4);
+    let vfs = small_memfs(16, 4);
     let t = vfs.root_task();
     let s = t.statfs("/").unwrap();
     assert_eq!((s.files, s.ffree), (4, 3));
@@ -174,7 +168,7 @@ fn size_options_parse() {
 /// together they fill it exactly; each file holds what its writes returned.
 #[test]
 fn concurrent_writers_fill_exactly() {
-    let vfs = small(300, 100);
+    let vfs = small_memfs(300, 100);
     std::thread::scope(|s| {
         for n in 0..4 {
             let vfs = &vfs;
@@ -217,7 +211,7 @@ fn concurrent_writers_fill_exactly() {
 /// file's last count goes a grace period after its name.
 #[test]
 fn a_write_right_after_an_unlink_gets_the_space() {
-    let vfs = small(64, 16);
+    let vfs = small_memfs(64, 16);
     let t = vfs.root_task();
     let big = t.open("/big", O_CREAT | O_RDWR, 0o644).unwrap();
     let all = vec![7u8; 64 * PAGE as usize];
@@ -249,7 +243,7 @@ fn space_removed_by_an_idle_thread_comes_back() {
     // 2 MiB: past the 1 MiB a removal must give back to go to other
     // threads at once (`limbo::HEAVY_BLOCKS`).
     for close_last in [false, true] {
-        let vfs = small(512, 16);
+        let vfs = small_memfs(512, 16);
         let t = vfs.root_task();
         let all = vec![7u8; 512 * PAGE as usize];
         let (parked_tx, parked_rx) = std::sync::mpsc::channel();
@@ -312,7 +306,7 @@ fn insert_range_checks_the_limit_first() {
 /// gives its space to the next write.
 #[test]
 fn space_of_a_file_closed_after_its_unlink_comes_back() {
-    let vfs = small(64, 16);
+    let vfs = small_memfs(64, 16);
     let t = vfs.root_task();
     let all = vec![7u8; 64 * PAGE as usize];
     let fd = t.open("/big", O_CREAT | O_RDWR, 0o644).unwrap();

@@ -5,18 +5,10 @@
 //! `space_of_a_file_closed_after_its_unlink_comes_back` failing beside it:
 //! the 100,000 punches' deferred frees queued ahead of that file's).
 
+mod common;
+use common::small_memfs;
 use scalevfs::io::*;
 use scalevfs::*;
-
-const PAGE: u64 = 4096;
-
-fn small(pages: u64, inodes: u64) -> Vfs {
-    let mut cfg = VfsConfig::default();
-    cfg.set("size", &format!("{}k", pages * PAGE / 1024))
-        .unwrap();
-    cfg.set("nr_inodes", &inodes.to_string()).unwrap();
-    Vfs::with_config(cfg)
-}
 
 /// This process's resident memory in bytes (/proc/self/statm).
 fn rss() -> u64 {
@@ -33,7 +25,7 @@ fn rss() -> u64 {
 /// 31 ms for deferred frees, too slow to repeat here.)
 #[test]
 fn emptied_tree_nodes_are_freed() {
-    let vfs = small(64, 16);
+    let vfs = small_memfs(64, 16);
     let t = vfs.root_task();
     let f = t.open("/f", O_CREAT | O_RDWR, 0o644).unwrap();
     const N: i64 = 100_000;

@@ -90,3 +90,12 @@ impl Drop for HostTmpfs {
         let _ = std::fs::remove_dir(&self.0);
     }
 }
+
+/// A Vfs whose memfs holds `pages` pages of 4 KiB and `inodes` inodes
+/// (tmpfs's `size=` and `nr_inodes=`).
+pub fn small_memfs(pages: u64, inodes: u64) -> scalevfs::Vfs {
+    let mut cfg = scalevfs::VfsConfig::default();
+    cfg.set("size", &format!("{}k", pages * 4)).unwrap();
+    cfg.set("nr_inodes", &inodes.to_string()).unwrap();
+    scalevfs::Vfs::with_config(cfg)
+}
