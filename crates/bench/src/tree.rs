@@ -442,6 +442,63 @@ fn is_mounted(dir: &Path) -> bool {
         .unwrap_or(false)
 }
 
+/// Why `dir` cannot take a new mount for a run: it is already a mount
+/// point (one an earlier run left, say). The wait for the new mount
+/// (`is_mounted`) would end at once, before the new filesystem is up, and
+/// the run would measure the old one under the new name.
+fn already_mounted(dir: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let busy = |why: &str| {
+        Some(format!(
+            "{} is already a mount point ({why}): unmount it first (fusermount3 -u or umount)",
+            dir.display()
+        ))
+    };
+    if is_mounted(dir) {
+        return busy("left from an earlier run?");
+    }
+    // Without `mountpoint` or where it cannot tell: a dead FUSE mount
+    // answers ENOTCONN, and a mount of another filesystem has another
+    // device than its parent directory.
+    match std::fs::metadata(dir) {
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => busy("its FUSE daemon is gone"),
+        Ok(m) => match dir.parent().map(std::fs::metadata) {
+            Some(Ok(p)) if p.dev() != m.dev() => busy("another device than its parent"),
+            _ => None,
+        },
+        Err(_) => None,
+    }
+}
+
+/// An unnamed file for a daemon's stderr, in `dir` (the run's scratch
+/// directory): unlike a pipe no one reads once the mount is up, it never
+/// fills and blocks a chatty daemon, and being unlinked at once it is
+/// gone with the run, however it ends. Returns the daemon's end and the
+/// one read back for an error message.
+fn daemon_log(dir: &Path) -> io::Result<(std::fs::File, std::fs::File)> {
+    let path = dir.join(format!(".scalevfs-daemon-{}.log", std::process::id()));
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)?;
+    std::fs::remove_file(&path)?;
+    let daemon = f.try_clone()?;
+    Ok((daemon, f))
+}
+
+/// The end of what a daemon wrote to its log (`daemon_log`), at most
+/// 4 KiB of it, for an error message.
+fn log_tail(log: &std::fs::File) -> String {
+    use std::os::unix::fs::FileExt;
+    let len = log.metadata().map(|m| m.len()).unwrap_or(0);
+    let from = len.saturating_sub(4096);
+    let mut buf = vec![0u8; (len - from) as usize];
+    let n = log.read_at(&mut buf, from).unwrap_or(0);
+    String::from_utf8_lossy(&buf[..n]).trim().to_string()
+}
+
 /// A mount made for one run: unmounted (and its daemon reaped) on drop.
 pub(crate) struct Mounted {
     dir: PathBuf,
@@ -451,31 +508,40 @@ pub(crate) struct Mounted {
 
 impl Mounted {
     /// Start `cmd` (a foreground FUSE daemon) and wait for `dir` to be a
-    /// mount point.
+    /// mount point. `dir` must not be one already (`already_mounted`).
+    /// The daemon's stderr goes to an unnamed file in `dir`'s parent (the
+    /// run's scratch directory), read back if it exits before mounting.
     pub(crate) fn fuse(mut cmd: Command, dir: &Path) -> Result<Mounted, String> {
+        if let Some(e) = already_mounted(dir) {
+            return Err(e);
+        }
+        let scratch = dir.parent().unwrap_or(Path::new("."));
+        let (to_daemon, log) =
+            daemon_log(scratch).map_err(|e| format!("daemon log in {}: {e}", scratch.display()))?;
         let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::piped())
+            .stderr(to_daemon)
             .spawn()
             .map_err(|e| format!("{:?}: {e}", cmd.get_program()))?;
         let deadline = Instant::now() + Duration::from_secs(10);
         while !is_mounted(dir) {
             if let Ok(Some(st)) = child.try_wait() {
-                let mut err = String::new();
-                if let Some(mut e) = child.stderr.take() {
-                    let _ = e.read_to_string(&mut err);
-                }
                 return Err(format!(
                     "{:?} exited ({st}): {}",
                     cmd.get_program(),
-                    err.trim()
+                    log_tail(&log)
                 ));
             }
             if Instant::now() > deadline {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(format!("{:?}: no mount after 10 s", cmd.get_program()));
+                let said = log_tail(&log);
+                return Err(if said.is_empty() {
+                    format!("{:?}: no mount after 10 s", cmd.get_program())
+                } else {
+                    format!("{:?}: no mount after 10 s: {said}", cmd.get_program())
+                });
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -487,6 +553,11 @@ impl Mounted {
     }
     pub(crate) fn kernel(image: &Path, dir: &Path) -> Result<Mounted, String> {
         need_root()?;
+        // Mounted over an old mount, the unmount on drop would leave the
+        // old one for the next run to trip on.
+        if let Some(e) = already_mounted(dir) {
+            return Err(e);
+        }
         run_cmd(
             Command::new("mount")
                 .args(["-t", "ext4", "-o", "loop"])
@@ -501,22 +572,51 @@ impl Mounted {
     }
 }
 
+/// Unmount `dir` (a kernel mount, else FUSE). A mount can be busy for a
+/// moment after a run (a file the kernel or a daemon thread still holds
+/// as the last references go): retried for about a second, then detached
+/// lazily, so that it is never left mounted for the next run (or for
+/// `remove_workdir`, which leaves a mounted work directory alone).
+fn unmount(dir: &Path, kernel: bool) {
+    let quiet = |c: &mut Command| {
+        c.stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false)
+    };
+    let plain = || {
+        if kernel {
+            quiet(Command::new("umount").arg(dir))
+        } else {
+            quiet(Command::new("fusermount3").arg("-u").arg(dir))
+        }
+    };
+    for _ in 0..10 {
+        // Unmounted, or not mounted any more (a failure for another
+        // reason than a busy mount): nothing to retry.
+        if plain() || !is_mounted(dir) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let lazy = if kernel {
+        quiet(Command::new("umount").arg("-l").arg(dir))
+    } else {
+        quiet(Command::new("fusermount3").args(["-u", "-z"]).arg(dir))
+            || quiet(Command::new("umount").arg("-l").arg(dir))
+    };
+    if !lazy {
+        eprintln!(
+            "warning: {} is still mounted; unmount it by hand (fusermount3 -u -z or umount -l)",
+            dir.display()
+        );
+    }
+}
+
 impl Drop for Mounted {
     fn drop(&mut self) {
-        if self.kernel {
-            let _ = Command::new("umount").arg(&self.dir).status();
-        } else {
-            let ok = Command::new("fusermount3")
-                .arg("-u")
-                .arg(&self.dir)
-                .stderr(Stdio::null())
-                .status()
-                .map(|s| s.success())
-                .unwrap_or(false);
-            if !ok {
-                let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
-            }
-        }
+        unmount(&self.dir, self.kernel);
         if let Some(mut c) = self.daemon.take() {
             let deadline = Instant::now() + Duration::from_secs(10);
             while matches!(c.try_wait(), Ok(None)) && Instant::now() < deadline {
@@ -896,6 +996,53 @@ pub fn markdown(rep: &TreeReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_mount_point_in_use_is_refused() {
+        // /proc is a mount point wherever these tests run.
+        let proc_dir = Path::new("/proc");
+        assert!(already_mounted(proc_dir).is_some());
+        // The daemon (here `true`, which mounts nothing) is not started:
+        // the old mount would pass for the new one at once.
+        match Mounted::fuse(Command::new("true"), proc_dir) {
+            Err(e) => assert!(e.contains("already a mount point"), "{e}"),
+            Ok(m) => {
+                // Not dropped: its drop would unmount /proc.
+                std::mem::forget(m);
+                panic!("a mount over /proc was taken for the new one");
+            }
+        }
+        let d = std::env::temp_dir().join(format!("scalevfs-tree-mnt-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        assert_eq!(already_mounted(&d), None);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn a_daemon_that_fails_is_quoted_from_its_log() {
+        let d = std::env::temp_dir().join(format!("scalevfs-tree-log-{}", std::process::id()));
+        let mnt = d.join("mnt");
+        std::fs::create_dir_all(&mnt).unwrap();
+        // Far more than a pipe holds (64 KiB), then an error and exit:
+        // with a pipe no one reads, this daemon would block, not exit.
+        let mut cmd = Command::new("sh");
+        cmd.args([
+            "-c",
+            "i=0; while [ $i -lt 2000 ]; do echo 'chatter chatter chatter chatter chatter chatter' >&2; i=$((i+1)); done; echo 'fuse: bad mount point' >&2; exit 3",
+        ]);
+        let e = match Mounted::fuse(cmd, &mnt) {
+            Err(e) => e,
+            Ok(m) => {
+                std::mem::forget(m);
+                panic!("mounted");
+            }
+        };
+        assert!(e.contains("exited") && e.contains("bad mount point"), "{e}");
+        // The log was unlinked at once: only the mount point is left.
+        let left: Vec<_> = std::fs::read_dir(&d).unwrap().collect();
+        assert_eq!(left.len(), 1);
+        let _ = std::fs::remove_dir_all(&d);
+    }
 
     #[test]
     fn image_size_is_bounded_by_free_space() {

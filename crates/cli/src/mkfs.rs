@@ -72,6 +72,13 @@ pub fn run(a: MkfsArgs) -> Result<(), String> {
         features: a.features,
         ..Default::default()
     };
+    // With --from the termination signals are taken from here on, before
+    // the scan and the make: a Ctrl-C during either is seen (the scan
+    // stops; a made image is wiped) rather than killing the process with
+    // a made but empty image that passes for the filled one.
+    if a.from.is_some() {
+        watch_signals();
+    }
     // The source is read before the image is made: a typo in --from, a
     // file where a directory should be or an unreadable subdirectory is
     // an error that leaves an existing image as it was.
@@ -99,6 +106,13 @@ pub fn run(a: MkfsArgs) -> Result<(), String> {
         }
     }
     let r = mkfs::make(&a.image, &o).map_err(|e| format!("mkfs {}: {e}", a.image.display()))?;
+    if let (Some(from), Err(e)) = (&a.from, check_interrupt()) {
+        return Err(format!(
+            "mkfs --from {}: {e}{}",
+            from.display(),
+            wipe_note(&a.image)
+        ));
+    }
     if !a.quiet {
         println!(
             "{}: ext4, {} blocks of {} bytes, {} inodes, {} groups, journal {} blocks",
@@ -125,15 +139,8 @@ pub fn run(a: MkfsArgs) -> Result<(), String> {
         println!("free: {} blocks, {} inodes", r.free_blocks, r.free_inodes);
     }
     if let (Some(from), Some((top, entries))) = (&a.from, entries) {
-        watch_signals();
-        let n = populate(&a.image, from, top, entries, a.quiet).map_err(|e| {
-            // A half-filled image must not pass for a good one.
-            let wiped = match unmake(&a.image) {
-                Ok(()) => String::new(),
-                Err(w) => format!(" (and wiping the half-filled image failed: {w})"),
-            };
-            format!("mkfs --from {}: {e}{wiped}", from.display())
-        })?;
+        let n = fill_or_wipe(&a.image, || populate(&a.image, from, top, entries, a.quiet))
+            .map_err(|e| format!("mkfs --from {}: {e}", from.display()))?;
         if !a.quiet {
             println!("copied {} entries from {}", n.0, from.display());
             println!("free after copying: {} blocks, {} inodes", n.1, n.2);
@@ -142,9 +149,9 @@ pub fn run(a: MkfsArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// Set when SIGINT, SIGTERM or SIGHUP arrives during a fill
-/// (`watch_signals`): the fill stops at its next entry or chunk, and the
-/// half-filled image is wiped (`unmake`) before the process exits.
+/// Set when SIGINT, SIGTERM or SIGHUP arrives during `mkfs --from`
+/// (`watch_signals`): the scan or the fill stops at its next entry or
+/// chunk, and a made image is wiped (`unmake`) before the process exits.
 static INTERRUPTED: AtomicI32 = AtomicI32::new(0);
 
 /// Take the termination signals from here on: they are blocked in every
@@ -174,6 +181,35 @@ fn check_interrupt() -> Result<(), String> {
     match INTERRUPTED.load(Ordering::SeqCst) {
         0 => Ok(()),
         sig => Err(format!("interrupted by signal {sig}")),
+    }
+}
+
+/// Run `fill` (the copy into the made `image`); where it fails, or
+/// panics, wipe the image (`unmake`): a half-filled image must not pass
+/// for a good one. A panic (a bug, here or in the ext4 type) becomes an
+/// error like any other, so the command fails with the image wiped
+/// rather than unwinding past the wipe. `fill` unmounts the image as it
+/// returns or unwinds (populate's UnmountOnDrop), before the wipe.
+fn fill_or_wipe<T>(image: &Path, fill: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
+    // AssertUnwindSafe: after a panic nothing `fill` touched is used
+    // again; only the image, by its path, is cut.
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(fill)).unwrap_or_else(|p| {
+        let what = p
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "no message".to_string());
+        Err(format!("internal error (panic: {what})"))
+    });
+    r.map_err(|e| format!("{e}{}", wipe_note(image)))
+}
+
+/// Wipe `image` after a failed or interrupted fill (`unmake`): nothing
+/// to add to the error where that worked, else why it did not.
+fn wipe_note(image: &Path) -> String {
+    match unmake(image) {
+        Ok(()) => String::new(),
+        Err(w) => format!(" (and wiping the half-filled image failed: {w})"),
     }
 }
 
@@ -455,6 +491,9 @@ fn scan(
     )];
     let mut out = Vec::new();
     while let Some((names, _)) = stack.last_mut() {
+        // A large tree takes a while to scan: a Ctrl-C stops it here,
+        // before the image is touched.
+        check_interrupt()?;
         let Some(name) = names.pop() else {
             stack.pop();
             if let Some(&(_, parent)) = stack.last() {
@@ -753,6 +792,60 @@ impl Walk<'_> {
     }
 }
 
+/// Open host regular file `path` for reading, if it is still the inode
+/// `md` (from the scan) describes. The name is opened again long after
+/// the scan, and meanwhile may name something else: a FIFO (whose
+/// blocking open would hang the copy, past Ctrl-C, which only sets a
+/// flag), a device (not to be read as data) or another file (whose data
+/// would be copied under the scanned inode's owner, mode and links).
+/// O_NONBLOCK makes the open of a FIFO or device return at once, and the
+/// descriptor's own identity is checked before anything is read; the
+/// flag is cleared after (reads of a regular file never block anyway, but
+/// the descriptor then behaves as an ordinary one).
+///
+/// A WouldBlock error is the scanned file under a lease (O_NONBLOCK does
+/// not wait for its holder to let go): the caller tries again.
+fn open_scanned(path: &Path, md: &std::fs::Metadata) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::io::AsRawFd;
+    let same = |now: &std::fs::Metadata| {
+        if !now.is_file() {
+            Err(std::io::Error::other(
+                "replaced during the copy (no longer a regular file)",
+            ))
+        } else if host_id(now) != host_id(md) {
+            Err(std::io::Error::other(
+                "replaced during the copy (a different file)",
+            ))
+        } else {
+            Ok(())
+        }
+    };
+    let f = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+    {
+        Ok(f) => f,
+        // Only a lease on the scanned file is waited for: anything else
+        // that answers so (a device, say) is not the scanned file.
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+            same(&std::fs::symlink_metadata(path)?)?;
+            return Err(e);
+        }
+        Err(e) => return Err(e),
+    };
+    same(&f.metadata()?)?;
+    let fd = f.as_raw_fd();
+    // SAFETY: F_GETFL/F_SETFL on a descriptor `f` owns and keeps open.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    // SAFETY: as above; only O_NONBLOCK changes.
+    if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(f)
+}
+
 /// Copy regular file `e` (in the current directory) into a new file of
 /// that name in the image's current directory.
 fn copy_file(
@@ -762,13 +855,19 @@ fn copy_file(
     bs: usize,
     bar: &ProgressBar,
 ) -> Result<(), String> {
-    use std::os::unix::fs::OpenOptionsExt;
     let (t, name) = (w.t, e.name.as_bytes());
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&e.name)
-        .map_err(|x| w.host_err(&e.name, x))?;
+    // A file under a lease (a file server's, say) answers WouldBlock until
+    // its holder lets go, at most the kernel's lease-break-time: wait for
+    // it, as a blocking open would, but a Ctrl-C still ends the wait.
+    let f = loop {
+        match open_scanned(Path::new(&e.name), &e.md) {
+            Err(x) if x.kind() == std::io::ErrorKind::WouldBlock => {
+                check_interrupt()?;
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            r => break r.map_err(|x| w.host_err(&e.name, x))?,
+        }
+    };
     let fd = t
         .open(name, O_CREAT | O_EXCL | O_WRONLY, 0o600)
         .map_err(|x| w.err(name, "create", x))?;
@@ -847,4 +946,109 @@ fn link_long(t: &Task, first: &[u8], name: &[u8]) -> scalevfs::VfsResult<()> {
     })();
     let _ = t.close(fd);
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn scratch(tag: &str) -> PathBuf {
+        let d =
+            std::env::temp_dir().join(format!("scalevfs-mkfs-unit-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    /// `open_scanned(p, md)` on a thread, given `secs` to answer: a hang
+    /// (a blocking open of a FIFO) fails the test instead of the run.
+    fn open_in_time(p: PathBuf, md: std::fs::Metadata, secs: u64) -> std::io::Result<()> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(open_scanned(&p, &md).map(|_| ()));
+        });
+        rx.recv_timeout(Duration::from_secs(secs))
+            .expect("open_scanned hung")
+    }
+
+    #[test]
+    fn open_scanned_takes_the_scanned_file() {
+        let d = scratch("same");
+        let p = d.join("f");
+        std::fs::write(&p, b"data").unwrap();
+        let md = std::fs::symlink_metadata(&p).unwrap();
+        let f = open_scanned(&p, &md).unwrap();
+        // The descriptor is an ordinary blocking one again.
+        use std::os::unix::io::AsRawFd;
+        // SAFETY: F_GETFL on a descriptor `f` owns.
+        let flags = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_GETFL) };
+        assert_eq!(flags & libc::O_NONBLOCK, 0);
+        let mut s = String::new();
+        use std::io::Read;
+        (&f).read_to_string(&mut s).unwrap();
+        assert_eq!(s, "data");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn open_scanned_refuses_a_fifo_at_once() {
+        let d = scratch("fifo");
+        let p = d.join("f");
+        std::fs::write(&p, b"data").unwrap();
+        let md = std::fs::symlink_metadata(&p).unwrap();
+        // The scanned file is replaced by a FIFO no one writes to.
+        std::fs::remove_file(&p).unwrap();
+        let c = CString::new(p.as_os_str().as_bytes()).unwrap();
+        // SAFETY: `c` is a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let e = open_in_time(p, md, 10).unwrap_err();
+        assert!(e.to_string().contains("replaced"), "{e}");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn open_scanned_refuses_another_file() {
+        let d = scratch("other");
+        let p = d.join("f");
+        std::fs::write(&p, b"data").unwrap();
+        let md = std::fs::symlink_metadata(&p).unwrap();
+        // Another file renamed over it: a new inode under the same name.
+        let q = d.join("g");
+        std::fs::write(&q, b"other").unwrap();
+        std::fs::rename(&q, &p).unwrap();
+        let e = open_in_time(p.clone(), md, 10).unwrap_err();
+        assert!(e.to_string().contains("replaced"), "{e}");
+        // A symlink to the scanned file is not followed either.
+        let r = d.join("r");
+        std::fs::write(&r, b"data").unwrap();
+        let md = std::fs::symlink_metadata(&r).unwrap();
+        std::fs::remove_file(&p).unwrap();
+        std::os::unix::fs::symlink(&r, &p).unwrap();
+        assert!(open_in_time(p, md, 10).is_err());
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn a_fill_that_panics_wipes_the_image() {
+        let d = scratch("panic");
+        let img = d.join("i.img");
+        std::fs::write(&img, vec![1u8; 4096]).unwrap();
+        let r: Result<(), String> = fill_or_wipe(&img, || panic!("fill went wrong"));
+        let e = r.unwrap_err();
+        assert!(
+            e.contains("internal error") && e.contains("fill went wrong"),
+            "{e}"
+        );
+        assert_eq!(std::fs::metadata(&img).unwrap().len(), 0);
+        // An error return wipes it too; success leaves it.
+        std::fs::write(&img, vec![1u8; 4096]).unwrap();
+        let e = fill_or_wipe::<()>(&img, || Err("no room".into())).unwrap_err();
+        assert_eq!(e, "no room");
+        assert_eq!(std::fs::metadata(&img).unwrap().len(), 0);
+        std::fs::write(&img, vec![1u8; 4096]).unwrap();
+        assert_eq!(fill_or_wipe(&img, || Ok(7)), Ok(7));
+        assert_eq!(std::fs::metadata(&img).unwrap().len(), 4096);
+        let _ = std::fs::remove_dir_all(&d);
+    }
 }

@@ -580,9 +580,10 @@ fn failed_fill_on_a_block_device_leaves_no_filesystem() {
 }
 
 /// A write lease (`F_SETLEASE`, F_WRLCK) on `p`, held while this lives:
-/// another process's open of `p` blocks in the kernel (`__break_lease`)
-/// until the lease is dropped, which is how a test stops a fill at a
-/// chosen file. The break is not signalled (no SIGIO: its owner is
+/// another process's open of `p` waits until the lease is dropped (a
+/// blocking open in the kernel's `__break_lease`; the fill's O_NONBLOCK
+/// open gets EWOULDBLOCK and tries again), which is how a test stops a
+/// fill at a chosen file. The break is not signalled (no SIGIO: its owner is
 /// cleared), it is seen by polling `breaking`.
 struct Lease(std::fs::File);
 
@@ -642,6 +643,57 @@ fn signal_pending(pid: u32) -> bool {
         })
 }
 
+/// A source file under a lease is waited for, as mke2fs -d's blocking
+/// open waits, and copied once the lease goes: the fill's non-blocking
+/// open (which keeps a FIFO swapped in from hanging it) answers
+/// EWOULDBLOCK meanwhile, which is no reason to fail.
+#[test]
+fn a_leased_file_is_copied_once_its_lease_goes() {
+    let s = Scratch::new("mkfs-from-lease");
+    let src = s.0.join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("leased"), b"under a lease").unwrap();
+    let lease = match Lease::take(&src.join("leased")) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("SKIP a_leased_file_is_copied_once_its_lease_goes: no file lease: {e}");
+            return;
+        }
+    };
+    let img = s.0.join("ours.img");
+    let mut child = Command::new(bin())
+        .arg("mkfs")
+        .arg(&img)
+        .args(["--size", "8M", "-q", "--from"])
+        .arg(&src)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The deadline only guards against a hang.
+    let t0 = Instant::now();
+    while !lease.breaking() {
+        if child.try_wait().unwrap().is_some() {
+            break; // finished without the file: the asserts below say how
+        }
+        if t0.elapsed() > Duration::from_secs(40) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("mkfs --from never opened the leased file in 40 s");
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    // Still waiting for the lease a while later, not failed.
+    std::thread::sleep(Duration::from_millis(200));
+    let waiting = child.try_wait().unwrap().is_none();
+    drop(lease);
+    let out = child.wait_with_output().unwrap();
+    ok(&out, "scalevfs mkfs --from (leased file)");
+    assert!(waiting, "mkfs --from did not wait for the lease");
+    if tool("e2fsck").is_some() {
+        fsck_clean(&img, "scalevfs");
+    }
+}
+
 /// A fill interrupted (SIGTERM) half way must not leave an image that the
 /// kernel mounts and e2fsck "recovers" into a half-filled filesystem: the
 /// primary superblock should only become valid once the copy is done
@@ -650,7 +702,7 @@ fn signal_pending(pid: u32) -> bool {
 ///
 /// The signal lands mid-copy by construction, not by timing: the source
 /// holds 8 MiB of data, then a file under a write lease that this test
-/// holds. The fill's open of that file blocks until the lease goes; the
+/// holds. The fill's open of that file waits until the lease goes; the
 /// test sees the lease being broken (the fill is there, past the first
 /// file), sends SIGTERM, waits for the fill to take the signal, then lets
 /// the open go on. A fill that finishes without ever opening the leased

@@ -486,7 +486,14 @@ pub fn plan(o: &MkfsOptions) -> Result<Layout> {
     // as in ext2fs_initialize, kept when smaller groups restart the plan.
     let mut reserved = asked_blocks * 5 / 100;
     loop {
-        let groups64 = div_ceil(blocks - first_data_block, u64::from(bpg));
+        let groups64 = div_ceil(blocks.saturating_sub(first_data_block), u64::from(bpg));
+        // Dropping a short last group can leave none at all (one group whose
+        // leftover holds its metadata but not 50 blocks more): as in
+        // ext2fs_initialize's retry, that is "too small", and it keeps the
+        // divisions by the group count below from seeing zero.
+        if groups64 == 0 {
+            return Err(too_small("no block group left"));
+        }
         let groups = u32::try_from(groups64).map_err(|_| too_small("group count"))?;
         let desc_blocks = div_ceil(groups64, u64::from(gdpb)) as u32;
         // Inodes: the ratio, spread over the groups, rounded to fill whole
@@ -561,6 +568,13 @@ pub fn plan(o: &MkfsOptions) -> Result<Layout> {
             return Err(too_small("the metadata of one block group does not fit"));
         }
         if rem != 0 && rem < last_overhead + 50 {
+            // With one group, dropping its short tail leaves no group:
+            // say so here rather than planning an empty filesystem.
+            if groups == 1 {
+                return Err(too_small(
+                    "one block group's metadata leaves fewer than 50 blocks",
+                ));
+            }
             blocks -= rem;
             reserved = reserved_blocks(asked_blocks, blocks);
             continue;
