@@ -933,6 +933,69 @@ fn limited_counter_never_grants_past_the_limit() {
     }
 }
 
+/// memfs's attribute budget (`xattr::XattrBudget`): attributes' bytes held
+/// as whole units of the inode counter. Two threads charge 600 bytes each
+/// at once (a unit each if both start from a count of 0: one of them loses
+/// its compare-exchange, gives its unit back and tries again from 600).
+/// Whatever the interleaving: never more than the pool, the units held are
+/// `ceil(bytes / 1024)` once both are done and again after a release (a
+/// lost retry's unit would be held for ever; one given back twice would let
+/// more in than the pool), and a lone caller then fills the pool exactly
+/// (600-byte charges: 1 in one unit, 3 in two). A racing charge may be
+/// refused near the limit, as the inode counter's racing takes may
+/// (`LimitedCounter`: a refill's units are in flight to its slot).
+/// (Checked: fails with the retry's units not given back after a lost
+/// compare-exchange.)
+#[test]
+fn xattr_budget_units_follow_the_bytes() {
+    use crate::percpu::LimitedCounter;
+    use crate::xattr::XattrBudget;
+    for max_units in [1u64, 2] {
+        model(3, move || {
+            let bytes = Arc::new(AtomicU64::new(0));
+            let units = Arc::new(LimitedCounter::default());
+            let other = {
+                let (bytes, units) = (bytes.clone(), units.clone());
+                thread::spawn(move || {
+                    let b = XattrBudget {
+                        bytes: &bytes,
+                        units: &units,
+                        max_units,
+                    };
+                    b.charge(600).is_ok()
+                })
+            };
+            let b = XattrBudget {
+                bytes: &bytes,
+                units: &units,
+                max_units,
+            };
+            let mine = b.charge(600).is_ok();
+            let theirs = other.join().unwrap();
+            let mut ok = u64::from(mine) + u64::from(theirs);
+            let held = bytes.load(SeqCst);
+            assert_eq!(held, 600 * ok);
+            assert!(held <= max_units * 1024, "the pool overrun");
+            assert_eq!(
+                units.sum() as u64,
+                held.div_ceil(1024),
+                "units do not follow the bytes"
+            );
+            while b.charge(600).is_ok() {
+                ok += 1;
+            }
+            assert_eq!(
+                ok,
+                max_units * 1024 / 600,
+                "a lone caller did not fill the pool"
+            );
+            b.release(600);
+            let held = bytes.load(SeqCst);
+            assert_eq!(units.sum() as u64, held.div_ceil(1024), "after a release");
+        });
+    }
+}
+
 /// A `dec` makes room again, whichever thread gives the unit back: at the
 /// limit (1, held by this thread), another thread's `dec` (which keeps the
 /// unit as a reservation of its own slot) races with this thread's

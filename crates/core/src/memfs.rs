@@ -215,12 +215,36 @@ fn parse_suffixed(v: &str) -> Result<u64, String> {
         .ok_or_else(|| "too large".to_string())
 }
 
+/// The budget attribute `name` is charged to: none for the POSIX ACLs,
+/// which tmpfs keeps in the inode (`i_acl`), not in its attribute store,
+/// and does not count against its inode space (checked on the host: an
+/// ACL set on a full pool succeeds). Their values are bounded by
+/// validation and there are two per inode at most.
+fn charged<'a>(name: &[u8], b: &'a XattrBudget<'a>) -> Option<&'a XattrBudget<'a>> {
+    let acl = name == crate::xattr::POSIX_ACL_ACCESS || name == crate::xattr::POSIX_ACL_DEFAULT;
+    (!acl).then_some(b)
+}
+
 #[derive(Debug, Default)]
 pub(crate) struct MemStats {
+    /// Units of `nr_inodes` taken: inodes, extra names, and the whole
+    /// KiBs attributes hold (`XattrBudget`).
     live_inodes: LimitedCounter,
     used_pages: AtomicI64,
     /// Bytes charged by extended attributes (`xattr::xattr_space`).
     xattr_bytes: AtomicU64,
+}
+
+impl MemStats {
+    /// The attributes' share of the inode space (`XattrBudget`); only a
+    /// release when `max_units` is 0.
+    fn xattr_budget(&self, max_units: u64) -> XattrBudget<'_> {
+        XattrBudget {
+            bytes: &self.xattr_bytes,
+            units: &self.live_inodes,
+            max_units,
+        }
+    }
 }
 
 /// memfs's per-inode data.
@@ -243,8 +267,7 @@ impl Drop for MemNode {
         self.stats.live_inodes.dec();
         let x = self.xattrs.space();
         if x != 0 {
-            // Relaxed: a bounded counter (see `XattrBudget`).
-            self.stats.xattr_bytes.fetch_sub(x, Ordering::Relaxed);
+            self.stats.xattr_budget(0).release(x);
         }
         let pages = match &self.kind {
             MemKind::File(f) => f.npages() as i64,
@@ -882,7 +905,8 @@ impl MemFs {
 
     /// Units of `nr_inodes` in use: inodes alive (named or open), the
     /// root included, plus one per name of a file past its first (hard
-    /// links take units, as tmpfs's `shmem_link`).
+    /// links take units, as tmpfs's `shmem_link`), plus the whole KiBs
+    /// extended attributes take (as tmpfs's `free_ispace`).
     pub fn live_inodes(&self) -> i64 {
         self.stats.live_inodes.sum()
     }
@@ -894,13 +918,10 @@ impl MemFs {
         }
     }
 
-    /// The extended attributes' space limit: as tmpfs's `free_ispace`,
-    /// 1 KiB per inode of `nr_inodes`.
+    /// The extended attributes' space: tmpfs's `free_ispace`, shared with
+    /// the inodes (`XattrBudget`).
     fn xattr_budget(&self) -> XattrBudget<'_> {
-        XattrBudget {
-            used: &self.stats.xattr_bytes,
-            max: self.opts.max_inodes.saturating_mul(1024),
-        }
+        self.stats.xattr_budget(self.opts.max_inodes)
     }
 
     fn new_inode(&self, attr: Attr, kind: MemKind) -> VfsResult<Arc<Inode>> {
@@ -1340,15 +1361,15 @@ impl Filesystem for MemFs {
     }
 
     fn setxattr(&self, inode: &Arc<Inode>, name: &[u8], value: &[u8], flags: u32) -> VfsResult<()> {
+        let b = self.xattr_budget();
         node(inode)
             .xattrs
-            .change(name, Some(value), flags, &self.xattr_budget())
+            .change(name, Some(value), flags, charged(name, &b))
     }
 
     fn removexattr(&self, inode: &Arc<Inode>, name: &[u8]) -> VfsResult<()> {
-        node(inode)
-            .xattrs
-            .change(name, None, 0, &self.xattr_budget())
+        let b = self.xattr_budget();
+        node(inode).xattrs.change(name, None, 0, charged(name, &b))
     }
 
     fn readlink(&self, inode: &Arc<Inode>) -> VfsResult<Vec<u8>> {
