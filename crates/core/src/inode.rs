@@ -40,7 +40,7 @@ use std::any::Any;
 use scalevfs_sync::primitive::{AtomicI64, AtomicU32, Ordering};
 use scalevfs_sync::SeqLock;
 
-use crate::types::{Attr, Cred, FileType, Stat, S_IFMT};
+use crate::types::{Attr, Cred, FileType, Stat, Timespec, S_IFMT};
 use crate::xattr::{acl_permits, AclEntry};
 use crossbeam_epoch::{self as epoch, Atomic, Owned, Shared};
 
@@ -95,6 +95,12 @@ pub struct Inode {
     /// Tells this inode from an earlier one with the same number (file
     /// handles): set once by the filesystem at creation.
     generation: u32,
+    /// When the inode was made (statx's `stx_btime`, std's
+    /// `Metadata::created`): the ctime it was made with, or what the
+    /// filesystem says (`with_birth`: ext4's `i_crtime`, none where its
+    /// inodes are too small to hold one). Never changes: read without the
+    /// attribute sequence lock.
+    birth: Option<Timespec>,
     /// Attributes the filesystem keeps itself (`with_attr_fn`): `attr()`
     /// lets `attr_fn(self, &mut copy)` fill them in over the stored ones.
     /// memfs directories: the size from their entry count, which every
@@ -205,6 +211,7 @@ impl Inode {
             attr: SeqLock::new(attr),
             dir_lock: BrLock::new(Class::DirParent),
             generation: 0,
+            birth: Some(attr.ctime()),
             attr_fn: None,
             acl: Atomic::null(),
             orphan: Default::default(),
@@ -219,6 +226,18 @@ impl Inode {
     pub fn with_blkbits(mut self, bits: u8) -> Inode {
         self.hot.blkbits = bits.clamp(9, 16);
         self
+    }
+
+    /// This inode with birth time `birth` (`None`: unknown), for a
+    /// filesystem that keeps one (default: the ctime it was made with).
+    pub fn with_birth(mut self, birth: Option<Timespec>) -> Inode {
+        self.birth = birth;
+        self
+    }
+
+    /// When the inode was made, if known (see `with_birth`).
+    pub fn birth(&self) -> Option<Timespec> {
+        self.birth
     }
 
     /// This inode with generation number `generation` (see [`Inode::generation`]).
@@ -541,7 +560,9 @@ impl Inode {
     /// `struct stat` from a consistent attribute copy.
     pub fn stat(&self) -> Stat {
         let a = self.attr();
-        stat_from_attr(self.hot.ino, self.hot.dev, 1 << self.hot.blkbits, &a)
+        let mut st = stat_from_attr(self.hot.ino, self.hot.dev, 1 << self.hot.blkbits, &a);
+        st.btime = self.birth;
+        st
     }
 }
 
@@ -560,6 +581,7 @@ pub(crate) fn stat_from_attr(ino: u64, dev: u64, blksize: u32, a: &Attr) -> Stat
         atime: a.atime(),
         mtime: a.mtime(),
         ctime: a.ctime(),
+        btime: None,
     }
 }
 

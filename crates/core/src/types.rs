@@ -195,6 +195,9 @@ pub struct Stat {
     pub atime: Timespec,
     pub mtime: Timespec,
     pub ctime: Timespec,
+    /// The birth time (statx's `stx_btime`), where the filesystem keeps
+    /// one.
+    pub btime: Option<Timespec>,
 }
 
 impl Stat {

@@ -197,6 +197,7 @@ impl Ext4 {
             atime: (i64::from(hash), 0),
             ctime: t,
             mtime: t,
+            crtime: None,
             dtime: 0,
             csum_seed,
             ibody_xattrs: false,

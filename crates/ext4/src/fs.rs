@@ -2259,6 +2259,9 @@ impl Ext4 {
             ctime_nsec: raw.ctime.1,
         };
         let generation = raw.generation;
+        let crtime = raw
+            .crtime
+            .map(|(sec, nsec)| scalevfs::types::Timespec { sec, nsec });
         let chattr = raw.flags & scalevfs::inode::FS_FL_SETTABLE;
         let acl_raw = (raw.ibody_xattrs || raw.file_acl != 0).then(|| raw.clone());
         let mapped = raw.file_type_bits() == libc::S_IFREG
@@ -2284,6 +2287,7 @@ impl Ext4 {
                 }),
             )
             .with_generation(generation)
+            .with_birth(crtime)
             .with_blkbits(self.bs.trailing_zeros() as u8),
         );
         // chattr flags as stored (immutable and append-only are enforced by

@@ -1310,6 +1310,9 @@ impl Ext4 {
             atime: t,
             ctime: t,
             mtime: t,
+            // Written by the first encode where the inode has room
+            // (`i_extra_isize` of a new inode: 32 bytes, past the field).
+            crtime: (self.sb.inode_size() >= 160).then_some(t),
             dtime: 0,
             csum_seed,
             ibody_xattrs: false,

@@ -46,6 +46,9 @@ pub struct RawInode {
     pub atime: (i64, i64),
     pub ctime: (i64, i64),
     pub mtime: (i64, i64),
+    /// `i_crtime` where the inode holds it (`i_extra_isize` reaches it):
+    /// read only; `encode` writes it for a new inode from its argument.
+    pub crtime: Option<(i64, i64)>,
     pub dtime: u32,
     /// The seed of this inode's extent, directory and htree checksums.
     pub csum_seed: u32,
@@ -170,6 +173,7 @@ impl RawInode {
             atime: decode_time(le32(b, 0x8), extra(0x8C)),
             ctime: decode_time(le32(b, 0xC), extra(0x84)),
             mtime: decode_time(le32(b, 0x10), extra(0x88)),
+            crtime: extra(0x90).map(|lo| decode_time(lo, extra(0x94))),
             dtime: le32(b, 0x14),
             csum_seed,
             // parse checked 128 + extra_isize <= the inode size.

@@ -1,0 +1,32 @@
+//! A memfs inode keeps the time it was made (statx's `stx_btime`, std's
+//! `Metadata::created`): the ctime it was made with, unchanged by later
+//! changes of its ctime, mtime and atime. Before, `Stat` had no birth time
+//! and `created()` was always Unsupported, where tmpfs reports one
+//! (review of the std::fs layer, stop 51).
+
+use scalevfs::*;
+
+#[test]
+fn the_birth_time_is_the_making_and_stays() {
+    let vfs = Vfs::new();
+    let t = vfs.root_task();
+    let fd = t.open("/f", O_CREAT | O_RDWR, 0o644).unwrap();
+    let st = t.fstat(fd).unwrap();
+    assert_eq!(st.btime, Some(st.ctime));
+    let born = st.btime.unwrap();
+    // Changes of every other time.
+    let at = |sec, nsec| Timespec { sec, nsec };
+    t.futimens(fd, Some([at(5, 6), at(7, 8)])).unwrap();
+    t.write(fd, b"data").unwrap();
+    t.chmod("/f", 0o600).unwrap();
+    t.rename("/f", "/g").unwrap();
+    let st = t.stat("/g").unwrap();
+    assert_eq!(st.btime, Some(born));
+    assert!(st.ctime >= born);
+    // Each inode its own: a later one is born no earlier.
+    t.mkdir("/d", 0o755).unwrap();
+    let d = t.stat("/d").unwrap();
+    assert_eq!(d.btime, Some(d.ctime));
+    assert!(d.btime.unwrap() >= born);
+    t.close(fd).unwrap();
+}
