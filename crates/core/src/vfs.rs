@@ -583,5 +583,13 @@ impl Drop for VfsInner {
         // them so the filesystems can go. Ones still referenced by a leaked
         // handle stay.
         self.dc.shrink_all();
+        // The shrink's frees wait for a grace period, and the last count on
+        // a filesystem (its superblock's, its inodes') goes with them: run
+        // them now (bounded), so that a filesystem the caller drops next is
+        // the last count and is shut down then (an ext4 image written back
+        // and marked clean), not whenever this thread frees again — never,
+        // if the program exits first (an embedded ext4 dropped before exit
+        // left its journal needing recovery and its last writes unseen).
+        crate::flush_deferred_frees();
     }
 }
