@@ -120,6 +120,10 @@ impl Fs {
     pub fn options(&self) -> OpenOptions {
         OpenOptions::new(self)
     }
+    /// A builder for directories (`std::fs::DirBuilder::new()`).
+    pub fn dir_builder(&self) -> DirBuilder {
+        DirBuilder::new(self)
+    }
     /// `File::open`: read-only.
     pub fn open<P: AsRef<Path>>(&self, path: P) -> io::Result<File> {
         self.options().read(true).open(path)
@@ -137,18 +141,24 @@ impl Fs {
         self.options().write(true).create_new(true).open(path)
     }
 
-    /// `std::fs::read`.
+    /// `std::fs::read`. As std's, the buffer gets the file's size
+    /// (fstat) before the first read, and OutOfMemory if that cannot be
+    /// had: a huge (sparse) file fails at once instead of growing a buffer
+    /// toward its size until memory runs out.
     pub fn read<P: AsRef<Path>>(&self, path: P) -> io::Result<Vec<u8>> {
-        let mut f = self.open(path)?;
+        let f = self.open(path)?;
         let mut v = Vec::new();
-        f.read_to_end(&mut v)?;
+        v.try_reserve_exact(f.size_hint())?;
+        Unreserved(&f).read_to_end(&mut v)?;
         Ok(v)
     }
-    /// `std::fs::read_to_string`: InvalidData if the content is not UTF-8.
+    /// `std::fs::read_to_string`: InvalidData if the content is not UTF-8;
+    /// the size reserved first, as [`Fs::read`].
     pub fn read_to_string<P: AsRef<Path>>(&self, path: P) -> io::Result<String> {
-        let mut f = self.open(path)?;
+        let f = self.open(path)?;
         let mut s = String::new();
-        f.read_to_string(&mut s)?;
+        s.try_reserve_exact(f.size_hint())?;
+        Unreserved(&f).read_to_string(&mut s)?;
         Ok(s)
     }
     /// `std::fs::write`: create or truncate, then write everything.
@@ -255,7 +265,14 @@ impl Fs {
         while let Some(lv) = stack.last_mut() {
             let dfd = lv.fd.1;
             if lv.pending.is_empty() && !lv.done {
-                let batch = t.getdents(dfd, DIR_BATCH).map_err(err)?;
+                let batch = match t.getdents(dfd, DIR_BATCH) {
+                    Ok(b) => b,
+                    // Removed by someone else since it was opened: Linux's
+                    // getdents says ENOENT, which glibc's readdir (and so
+                    // std's walk) takes as the end of the directory.
+                    Err(Errno::ENOENT) => Vec::new(),
+                    Err(x) => return Err(err(x)),
+                };
                 lv.done = batch.is_empty();
                 lv.pending.extend(
                     batch
@@ -393,7 +410,7 @@ impl Fs {
         let mut out: Vec<u8> = if p[0] == b'/' {
             b"/".to_vec()
         } else {
-            t.getcwd().map_err(err)?
+            self.getcwd()?
         };
         // What is left to resolve; a symlink's target is put in front.
         let mut rest: Vec<u8> = p.to_vec();
@@ -444,11 +461,13 @@ impl Fs {
                     out.clear();
                     out.push(b'/');
                 }
+                // No bound on the new remainder (glibc has none either): the
+                // part after the link is the caller's own path, already
+                // allocated, and what links add is bounded by MAX_SYMLINKS
+                // targets of under PATH_MAX bytes each; the resolved path
+                // `out` keeps its PATH_MAX limit above.
                 let mut next = target;
                 next.extend_from_slice(&rest[end..]);
-                if next.len() >= PATH_MAX * (MAX_SYMLINKS as usize + 2) {
-                    return Err(err(Errno::ENAMETOOLONG));
-                }
                 rest = next;
                 start = 0;
                 continue;
@@ -504,10 +523,21 @@ impl Fs {
             .map_err(err)
     }
 
-    /// `std::env::current_dir`: the task's cwd (getcwd).
+    /// `std::env::current_dir`: the task's cwd (getcwd); ENOENT for a cwd
+    /// outside the task's root, as glibc's getcwd.
     pub fn current_dir(&self) -> io::Result<PathBuf> {
+        Ok(PathBuf::from(OsString::from_vec(self.getcwd()?)))
+    }
+    /// getcwd as glibc's wrapper returns it: the kernel's answer for a cwd
+    /// outside the root (after a chroot) is "(unreachable)/..." and names
+    /// nothing from the root, so glibc refuses any result not starting
+    /// with '/' as ENOENT (and realpath of a relative path with it).
+    fn getcwd(&self) -> io::Result<Vec<u8>> {
         let v = self.task.getcwd().map_err(err)?;
-        Ok(PathBuf::from(OsString::from_vec(v)))
+        if v.first() != Some(&b'/') {
+            return Err(err(Errno::ENOENT));
+        }
+        Ok(v)
     }
     /// `std::env::set_current_dir`: the task's cwd (chdir); shared by the
     /// clones of this `Fs` and by the task's threads.
@@ -686,6 +716,63 @@ impl OpenOptions {
 }
 
 // ---------------------------------------------------------------------
+// DirBuilder
+// ---------------------------------------------------------------------
+
+/// `std::fs::DirBuilder`, made by [`Fs::dir_builder`]: `mkdir` with a
+/// mode, optionally of every missing ancestor too.
+#[derive(Debug)]
+pub struct DirBuilder {
+    fs: Fs,
+    mode: u32,
+    recursive: bool,
+}
+
+/// `std::os::unix::fs::DirBuilderExt` for [`DirBuilder`].
+pub trait DirBuilderExt {
+    /// The mode of the directories made (default 0o777, less the umask).
+    fn mode(&mut self, mode: u32) -> &mut Self;
+}
+
+impl DirBuilderExt for DirBuilder {
+    fn mode(&mut self, mode: u32) -> &mut Self {
+        self.mode = mode;
+        self
+    }
+}
+
+impl DirBuilder {
+    /// Not recursive, mode 0o777 (as `std::fs::DirBuilder::new`).
+    pub fn new(fs: &Fs) -> DirBuilder {
+        DirBuilder {
+            fs: fs.clone(),
+            mode: 0o777,
+            recursive: false,
+        }
+    }
+    /// Whether `create` makes the missing ancestors too (each with the
+    /// mode), and takes an existing directory as success.
+    pub fn recursive(&mut self, recursive: bool) -> &mut Self {
+        self.recursive = recursive;
+        self
+    }
+    /// Same as [`DirBuilderExt::mode`], without importing the trait.
+    pub fn mode(&mut self, mode: u32) -> &mut Self {
+        self.mode = mode;
+        self
+    }
+    /// Make the directory: as `Fs::create_dir` (AlreadyExists if it is
+    /// there), or, recursive, as `Fs::create_dir_all`; with the mode.
+    pub fn create<P: AsRef<Path>>(&self, path: P) -> io::Result<()> {
+        if self.recursive {
+            self.fs.create_dir_all_mode(path.as_ref(), self.mode)
+        } else {
+            self.fs.mkdir(path.as_ref(), self.mode)
+        }
+    }
+}
+
+// ---------------------------------------------------------------------
 // File
 // ---------------------------------------------------------------------
 
@@ -749,16 +836,68 @@ impl File {
     pub fn set_permissions(&self, perm: Permissions) -> io::Result<()> {
         self.task.fchmod(self.fd, perm.mode()).map_err(err)
     }
+    /// The file's size (fstat), 0 if it cannot be had (std's `fs::read`
+    /// goes on without a reservation then). A size past `usize::MAX` is
+    /// `usize::MAX`, which no reservation gets.
+    fn size_hint(&self) -> usize {
+        self.task
+            .fstat(self.fd)
+            .map_or(0, |st| usize::try_from(st.size).unwrap_or(usize::MAX))
+    }
+    /// What a read to the end still needs (std's `buffer_capacity_required`):
+    /// the size less the position, 0 if either cannot be had.
+    fn remaining_hint(&self) -> usize {
+        let (Ok(st), Ok(pos)) = (
+            self.task.fstat(self.fd),
+            self.task.lseek(self.fd, 0, SEEK_CUR),
+        ) else {
+            return 0;
+        };
+        usize::try_from(st.size.saturating_sub(pos)).unwrap_or(usize::MAX)
+    }
+    /// `File::set_times` (futimens): the times `times` has, the others
+    /// left as they are (UTIME_OMIT). InvalidInput for a time the kernel's
+    /// timespec cannot hold, before any call, as std's.
+    pub fn set_times(&self, times: FileTimes) -> io::Result<()> {
+        let ts = |t: Option<SystemTime>| match t {
+            Some(t) => to_timespec(t),
+            None => Ok(Timespec {
+                sec: 0,
+                nsec: UTIME_OMIT,
+            }),
+        };
+        let both = [ts(times.accessed)?, ts(times.modified)?];
+        self.task.futimens(self.fd, Some(both)).map_err(err)
+    }
     /// `File::set_modified` (futimens; the access time is left as it is).
     pub fn set_modified(&self, t: SystemTime) -> io::Result<()> {
-        let mtime = to_timespec(t)?;
-        let omit = Timespec {
-            sec: 0,
-            nsec: UTIME_OMIT,
-        };
-        self.task
-            .futimens(self.fd, Some([omit, mtime]))
-            .map_err(err)
+        self.set_times(FileTimes::new().set_modified(t))
+    }
+}
+
+/// `std::fs::FileTimes`: the times [`File::set_times`] sets; one not set
+/// is left as the file has it. (std's `set_created` exists on Apple and
+/// Windows only; Linux cannot set a birth time.)
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FileTimes {
+    accessed: Option<SystemTime>,
+    modified: Option<SystemTime>,
+}
+
+impl FileTimes {
+    /// No times: `set_times` with it changes nothing.
+    pub fn new() -> FileTimes {
+        FileTimes::default()
+    }
+    /// The last access time to set.
+    pub fn set_accessed(mut self, t: SystemTime) -> FileTimes {
+        self.accessed = Some(t);
+        self
+    }
+    /// The last modification time to set.
+    pub fn set_modified(mut self, t: SystemTime) -> FileTimes {
+        self.modified = Some(t);
+        self
     }
 }
 
@@ -847,6 +986,29 @@ impl Read for &File {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         self.task.read(self.fd, buf).map_err(err)
     }
+    /// As std's: room for the rest of the file (size less position) is
+    /// reserved first, OutOfMemory if it cannot be had.
+    fn read_to_end(&mut self, buf: &mut Vec<u8>) -> io::Result<usize> {
+        buf.try_reserve(self.remaining_hint())?;
+        Unreserved(self).read_to_end(buf)
+    }
+    /// As `read_to_end`; InvalidData (and `buf` as it was) if what is read
+    /// is not UTF-8.
+    fn read_to_string(&mut self, buf: &mut String) -> io::Result<usize> {
+        buf.try_reserve(self.remaining_hint())?;
+        Unreserved(self).read_to_string(buf)
+    }
+}
+
+/// A [`File`] read through `read` alone, so that `Read`'s provided
+/// `read_to_end`/`read_to_string` (std's `default_read_to_end`, which is
+/// not public) do the reading once `File`'s own have reserved the room.
+struct Unreserved<'a>(&'a File);
+
+impl Read for Unreserved<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.0.task.read(self.0.fd, buf).map_err(err)
+    }
 }
 impl Write for &File {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
@@ -871,6 +1033,12 @@ impl Seek for &File {
 impl Read for File {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         (&*self).read(buf)
+    }
+    fn read_to_end(&mut self, buf: &mut Vec<u8>) -> io::Result<usize> {
+        (&*self).read_to_end(buf)
+    }
+    fn read_to_string(&mut self, buf: &mut String) -> io::Result<usize> {
+        (&*self).read_to_string(buf)
     }
 }
 impl Write for File {
@@ -929,13 +1097,16 @@ impl Metadata {
     pub fn accessed(&self) -> io::Result<SystemTime> {
         time(self.0.atime)
     }
-    /// The birth time: the core keeps none, so Unsupported, as std's on a
-    /// filesystem without one.
+    /// The birth time (`Stat::btime`); Unsupported where the filesystem
+    /// keeps none (ext4 inodes of 128 bytes), as std's (its message).
     pub fn created(&self) -> io::Result<SystemTime> {
-        Err(io::Error::new(
-            io::ErrorKind::Unsupported,
-            "creation time is not available for the filesystem",
-        ))
+        match self.0.btime {
+            Some(t) => time(t),
+            None => Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "creation time is not available for the filesystem",
+            )),
+        }
     }
 }
 
@@ -1095,6 +1266,10 @@ impl Iterator for ReadDir {
             match self.dir.task.getdents(self.dir.fd, DIR_BATCH) {
                 Ok(v) if v.is_empty() => self.end = true,
                 Ok(v) => self.pending.extend(v),
+                // The directory was removed: Linux's getdents says ENOENT,
+                // which glibc's readdir takes as the end (POSIX: a removed
+                // directory lists nothing), so std's iterator just ends.
+                Err(Errno::ENOENT) => self.end = true,
                 Err(e) => {
                     // As std: the error once, then the end.
                     self.end = true;

@@ -30,3 +30,16 @@ fn the_birth_time_is_the_making_and_stays() {
     assert!(d.btime.unwrap() >= born);
     t.close(fd).unwrap();
 }
+
+/// std's `Metadata::created` through the std::fs-shaped layer: the birth
+/// time, where it was Unsupported.
+#[test]
+fn created_is_the_birth_time() {
+    let vfs = Vfs::new();
+    let fs = scalevfs::fs::Fs::new(vfs.root_task());
+    fs.write("/f", b"x").unwrap();
+    let st = vfs.root_task().stat("/f").unwrap();
+    let born = st.btime.unwrap();
+    let want = std::time::UNIX_EPOCH + std::time::Duration::new(born.sec as u64, born.nsec as u32);
+    assert_eq!(fs.metadata("/f").unwrap().created().unwrap(), want);
+}
