@@ -275,6 +275,13 @@ fn write_list(out: &mut dyn Write) -> std::io::Result<()> {
             )?;
         }
     }
+    // Not in `workloads::all()`: `bench` runs it only when named alone.
+    writeln!(
+        out,
+        "{:<16} Commuter-style conflict matrix of operation pairs (needs the \
+         counting build: --features trace-lines; not run by default)",
+        "commute"
+    )?;
     Ok(())
 }
 

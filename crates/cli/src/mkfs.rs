@@ -32,7 +32,8 @@ pub struct MkfsArgs {
     /// Inode size in bytes (default 256).
     #[arg(long, short = 'I')]
     inode_size: Option<u16>,
-    /// Bytes per inode (default as mke2fs: 4096 below 512M, else 16384).
+    /// Bytes per inode (default as mke2fs: 8192 below 3M, 4096 below 512M,
+    /// 16384 below 4T, 32768 below 16T, else 65536).
     #[arg(long, short = 'i')]
     inode_ratio: Option<u32>,
     /// Volume label (at most 16 bytes).

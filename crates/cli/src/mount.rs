@@ -71,8 +71,9 @@ pub struct MountArgs {
     /// `-o negative_timeout=`.
     #[arg(long)]
     pub negative_timeout: Option<f64>,
-    /// Print the requests served, by operation, on stderr at unmount (with
-    /// --foreground; a detached daemon has no stderr).
+    /// Print the requests served, by operation, on stderr at unmount.
+    /// Needs --foreground (refused without it: a detached daemon has no
+    /// stderr).
     #[arg(long)]
     pub stats: bool,
     /// Do not offer READDIRPLUS.
@@ -302,6 +303,15 @@ pub fn run(mut args: MountArgs) -> ExitCode {
         *o = o.trim().to_string();
     }
     args.options.retain(|o| !o.is_empty());
+    // A detached daemon's stderr is /dev/null: --stats alone would print
+    // nothing, so it is a usage error (exit 2, as clap's).
+    if args.stats && !args.foreground {
+        eprintln!(
+            "scalevfs mount: --stats needs --foreground (-f): a detached daemon has no \
+             terminal to print the counts on"
+        );
+        return ExitCode::from(2);
+    }
     if let Err(m) = preflight(&args) {
         return fail(m);
     }

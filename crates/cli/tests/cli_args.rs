@@ -37,3 +37,21 @@ fn out_of_range_numbers_are_usage_errors() {
     let (code, err) = scalevfs(&["bench", "--list", "--threads", "1,2", "--rounds", "3"]);
     assert_eq!(code, 0, "{err}");
 }
+
+/// `mount --stats` without `--foreground` printed nothing (the detached
+/// daemon's stderr is /dev/null) and still mounted: now a usage error,
+/// refused before anything is checked or mounted. The mount point does not
+/// exist, so a regression fails on it (exit 1) and never mounts.
+#[test]
+fn mount_stats_needs_foreground() {
+    let dir = std::env::temp_dir().join(format!("scalevfs-no-such-dir-{}", std::process::id()));
+    let d = dir.to_str().unwrap();
+    let (code, err) = scalevfs(&["mount", d, "--stats"]);
+    assert_eq!(code, 2, "exit {code}, stderr: {err}");
+    assert!(err.contains("--stats needs --foreground"), "stderr: {err}");
+    // With -f the same arguments get past the check (to the missing mount
+    // point).
+    let (code, err) = scalevfs(&["mount", d, "--stats", "-f"]);
+    assert_eq!(code, 1, "exit {code}, stderr: {err}");
+    assert!(!err.contains("--stats"), "stderr: {err}");
+}

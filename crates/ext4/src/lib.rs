@@ -5,12 +5,33 @@
 //! through the jbd2 journal where the image has one; see `docs/ext4.md`
 //! for what is supported.
 //!
+//! `Ext4Options::default()` opens the image read-only:
+//!
 //! ```no_run
 //! use std::sync::Arc;
 //! use scalevfs_ext4::{Ext4, Ext4Options};
 //! let fs: Arc<dyn scalevfs::Filesystem> = Ext4::open("disk.img".as_ref(), Ext4Options::default())?;
 //! let vfs = scalevfs::Vfs::with_root_fs(Default::default(), fs);
 //! # Ok::<(), scalevfs_ext4::Error>(())
+//! ```
+//!
+//! Read-write: `ro: false` (through the journal where the image has one;
+//! `journal: true` is the default). Call [`Ext4::unmount`] before the
+//! program exits: it commits the journal, writes the image back, marks it
+//! clean and lets go of the image's `flock`, and says if any of it
+//! failed. Dropping the last `Arc<Ext4>` (after the `Vfs` and every
+//! handle) does the same, but cannot report an error.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use scalevfs_ext4::{Ext4, Ext4Options};
+//! let opts = Ext4Options { ro: false, ..Default::default() };
+//! let e: Arc<Ext4> = Ext4::open("disk.img".as_ref(), opts)?;
+//! let vfs = scalevfs::Vfs::with_root_fs(Default::default(), e.clone());
+//! vfs.root_task().mkdir("/new", 0o755)?;
+//! drop(vfs);
+//! e.unmount()?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
 pub mod alloc;
