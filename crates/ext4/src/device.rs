@@ -72,11 +72,53 @@ impl<D: BlockDevice + ?Sized> BlockDevice for std::sync::Arc<D> {
     }
 }
 
+/// What a device's `flush` found: once one failed, every later one fails
+/// too (EIO). The host reports a writeback error once per open file, and
+/// the filesystem's threads share one: the commit thread's flush could
+/// take the error and a later fsync's flush report success for data that
+/// never reached the image. A flush also checks that the image file is
+/// not shorter than at open: another program truncating it (the `flock`
+/// is advisory) made writes past its new end grow it again with zeros in
+/// between, silently (and would make a mapped access past it SIGBUS);
+/// the flush is where every commit and fsync passes, so the filesystem
+/// stops there instead of reporting the data durable.
+#[derive(Debug, Default)]
+struct FlushState {
+    failed: AtomicBool,
+}
+
+impl FlushState {
+    fn run(&self, file: &File, size: u64, sync: impl FnOnce() -> io::Result<()>) -> io::Result<()> {
+        // Relaxed: a flag that only ever goes up; the errors it stands for
+        // were returned by the flush that set it.
+        if self.failed.load(Ordering::Relaxed) {
+            return Err(io::Error::from_raw_os_error(libc::EIO));
+        }
+        let r = sync().and_then(|()| {
+            let md = file.metadata()?;
+            // A block device's metadata says 0: only regular files.
+            if md.file_type().is_file() && md.len() < size {
+                return Err(io::Error::other(format!(
+                    "the image was cut short from outside: {} bytes, {size} at open",
+                    md.len()
+                )));
+            }
+            Ok(())
+        });
+        if r.is_err() {
+            // Relaxed: as above.
+            self.failed.store(true, Ordering::Relaxed);
+        }
+        r
+    }
+}
+
 /// A regular file (an image) or a block device node, through `pread`/`pwrite`.
 #[derive(Debug)]
 pub struct FileDevice {
     file: File,
     size: u64,
+    flushed: FlushState,
 }
 
 impl FileDevice {
@@ -94,7 +136,11 @@ impl FileDevice {
             use std::io::Seek;
             size = (&file).seek(io::SeekFrom::End(0))?;
         }
-        Ok(FileDevice { file, size })
+        Ok(FileDevice {
+            file,
+            size,
+            flushed: FlushState::default(),
+        })
     }
 }
 
@@ -162,7 +208,8 @@ impl BlockDevice for FileDevice {
         Ok(())
     }
     fn flush(&self) -> io::Result<()> {
-        self.file.sync_data()
+        self.flushed
+            .run(&self.file, self.size, || self.file.sync_data())
     }
     fn size(&self) -> u64 {
         self.size
@@ -208,7 +255,17 @@ impl BlockDevice for FileDevice {
 /// nor written by another process (a data race with our copies through the
 /// mapping). A known limit, not enforced: the image's exclusive `flock`
 /// (read-write opens only) is advisory, and tools that take no lock
-/// (e2fsck, debugfs, a loop device, a plain `truncate`) ignore it.
+/// (e2fsck, debugfs, a loop device, a plain `truncate`) ignore it. Every
+/// flush checks the file's size (`FlushState`): a commit or fsync after a
+/// truncation fails and the filesystem stops, instead of reporting data
+/// durable that a `pwrite` past the new end put back among zeros. A
+/// read-only device reads through `pread` (holes stay holes). Other host
+/// errors that a mapped access meets (a read error on a page the host
+/// evicted, a host filesystem shut down) are SIGBUS too; and on a
+/// copy-on-write host (btrfs) `fallocate` does not reserve room for the
+/// copies a write fault makes: [`crate::Ext4::open`] maps only on tmpfs,
+/// ext4 and XFS (whose reflinked blocks `allocate` unshares), and `-o
+/// pwrite` keeps every access a system call.
 /// Regular files only.
 ///
 /// CONTRACT: no two threads read and write overlapping byte ranges at the
@@ -228,6 +285,7 @@ pub struct MmapDevice {
     writable: bool,
     /// `open_lazy`: the file and which chunks are allocated.
     lazy: Option<Lazy>,
+    flushed: FlushState,
 }
 
 /// Allocation on first write, per chunk of `1 << CHUNK_SHIFT` bytes.
@@ -318,11 +376,29 @@ impl std::fmt::Debug for MmapDevice {
 }
 
 /// `fallocate(fd, 0, off, len)`: allocate without changing contents or size.
+/// On XFS `FALLOC_FL_UNSHARE_RANGE` too: an image copied with reflinks
+/// (`cp` does so by default there) shares its blocks, and mode 0 leaves
+/// them shared, so the first write fault through the mapping must copy
+/// them and, on a full host, raises SIGBUS; unshared now, that is ENOSPC
+/// here (falls back to mode 0 where the kernel refuses the flag).
 fn allocate(file: &File, off: u64, len: u64) -> io::Result<()> {
     use std::os::unix::io::AsRawFd;
+    const FALLOC_FL_UNSHARE_RANGE: libc::c_int = 0x40;
     let (Ok(off), Ok(len)) = (libc::off_t::try_from(off), libc::off_t::try_from(len)) else {
         return Err(io::Error::from_raw_os_error(libc::EFBIG));
     };
+    if host_fs_magic(file) == Some(XFS_MAGIC) {
+        // SAFETY: a plain syscall on a descriptor we own; unsharing
+        // allocates private copies and changes no byte or size.
+        let r = unsafe { libc::fallocate(file.as_raw_fd(), FALLOC_FL_UNSHARE_RANGE, off, len) };
+        if r == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if !matches!(e.raw_os_error(), Some(libc::EINVAL | libc::EOPNOTSUPP)) {
+            return Err(e);
+        }
+    }
     // SAFETY: a plain syscall on a descriptor we own; mode 0 only
     // allocates (the contents and the size stay as they are).
     let r = unsafe { libc::fallocate(file.as_raw_fd(), 0, off, len) };
@@ -437,6 +513,7 @@ impl MmapDevice {
             writable: write,
             file,
             lazy: None,
+            flushed: FlushState::default(),
         })
     }
 
@@ -465,6 +542,7 @@ impl MmapDevice {
             size,
             writable: true,
             file,
+            flushed: FlushState::default(),
             lazy: Some(Lazy {
                 allocating: (0..STRIPES)
                     .map(|_| Mutex::new(Class::Ext4DeviceChunk, ()))
@@ -576,7 +654,8 @@ impl MmapDevice {
     /// written through `pwrite` (`Lazy::pages`).
     fn pages_backed(&self, off: u64, len: usize) -> bool {
         let Some(lazy) = &self.lazy else {
-            return true;
+            // As `allocated`: all of a read-write one, none of a read-only.
+            return self.writable;
         };
         if lazy.pages.is_empty() {
             return false;
@@ -662,7 +741,12 @@ impl MmapDevice {
     /// a device that is not lazy).
     fn allocated(&self, off: u64, len: usize) -> bool {
         let Some(lazy) = &self.lazy else {
-            return true;
+            // Read-write: allocated whole at open. Read-only: nothing is
+            // known allocated, so reads go through `pread`: a read fault
+            // in a hole of a sparse image on tmpfs allocates a page, which
+            // on a full tmpfs is SIGBUS (and on any, memory a read-only
+            // mount should not take).
+            return self.writable;
         };
         len == 0
             || Self::chunks(off, len).all(|c| {
@@ -772,7 +856,7 @@ impl BlockDevice for MmapDevice {
         }
     }
     fn flush(&self) -> io::Result<()> {
-        self.map.flush()
+        self.flushed.run(&self.file, self.size, || self.map.flush())
     }
     fn size(&self) -> u64 {
         self.size

@@ -1373,7 +1373,16 @@ impl Ext4 {
                 ));
             }
             if (log.room() as usize) <= need {
-                log.checkpoint()?;
+                // A failed checkpoint stops the filesystem too: the dirty
+                // blocks were taken above (`prepare_commit`) and commit
+                // `n` is counted as started, so returning with writes
+                // still allowed dropped the transaction (a later commit
+                // marked it done) or hung its waiters (`wait_in_flight`).
+                if let Err(e) = log.checkpoint() {
+                    // Relaxed: see `rw`.
+                    rw.failed.store(true, Ordering::Relaxed);
+                    return Err(e);
+                }
                 rw.bufs.checkpointed(n - 1);
                 st.logged.clear();
             }
@@ -3934,6 +3943,10 @@ impl Filesystem for Ext4 {
         let t = e.last_tid.load(Ordering::Relaxed);
         // SeqCst: see `Journal::next_commit`.
         if t <= j.done.load(Ordering::SeqCst) {
+            // A stopped filesystem reports it here too: its commit may have
+            // failed after this inode's (an overwrite in place since then
+            // never reached the image).
+            vfs(self.check_failed())?;
             // Relaxed: a statistic.
             j.requests.fetch_add(1, Ordering::Relaxed);
             return vfs(self.dev.flush().map_err(Error::Io));
