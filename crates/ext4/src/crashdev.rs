@@ -39,15 +39,19 @@ impl<D: BlockDevice> RecordingDevice<D> {
     }
 
     fn record(&self, op: Op) -> io::Result<()> {
-        // Relaxed: the counter only hands out distinct slots; the OnceLock
-        // publishes the operation itself.
-        let i = self.next.fetch_add(1, Ordering::Relaxed);
-        let slot = self
-            .slots
-            .get(i)
-            .ok_or_else(|| io::Error::other("recording device: log full"))?;
+        let slot = self.claim()?;
         let _ = slot.set(op);
         Ok(())
+    }
+
+    /// The next slot of the log. Relaxed: the counter only hands out
+    /// distinct slots (in an order consistent with happens-before, as
+    /// every RMW of one atomic is); the OnceLock publishes the operation.
+    fn claim(&self) -> io::Result<&OnceLock<Op>> {
+        let i = self.next.fetch_add(1, Ordering::Relaxed);
+        self.slots
+            .get(i)
+            .ok_or_else(|| io::Error::other("recording device: log full"))
     }
 
     /// The operations recorded so far, in the order they claimed slots
@@ -92,8 +96,16 @@ impl<D: BlockDevice> BlockDevice for RecordingDevice<D> {
         self.write_at(off, &bufs.concat())
     }
     fn flush(&self) -> io::Result<()> {
+        // A flush makes durable what completed before it began: its place
+        // in the log is taken first, so a write that completes (and is
+        // recorded) while it runs comes after it, still in flight. Taken
+        // after, such a write counted as flushed: a filesystem relying on
+        // another thread's flush for it would have passed. A failed flush
+        // leaves its slot empty (`ops` skips it): it made nothing durable.
+        let slot = self.claim()?;
         self.inner.flush()?;
-        self.record(Op::Flush)
+        let _ = slot.set(Op::Flush);
+        Ok(())
     }
     fn size(&self) -> u64 {
         self.inner.size()
@@ -212,6 +224,67 @@ impl CrashLog {
 mod tests {
     use super::*;
     use crate::device::MemDevice;
+
+    /// A device whose flush waits until `go` is set, telling `started`.
+    struct SlowFlush {
+        inner: MemDevice,
+        started: std::sync::atomic::AtomicBool,
+        go: std::sync::atomic::AtomicBool,
+    }
+
+    impl BlockDevice for SlowFlush {
+        fn read_at(&self, off: u64, buf: &mut [u8]) -> io::Result<()> {
+            self.inner.read_at(off, buf)
+        }
+        fn write_at(&self, off: u64, buf: &[u8]) -> io::Result<()> {
+            self.inner.write_at(off, buf)
+        }
+        fn flush(&self) -> io::Result<()> {
+            self.started.store(true, Ordering::SeqCst);
+            while !self.go.load(Ordering::SeqCst) {
+                std::thread::yield_now();
+            }
+            Ok(())
+        }
+        fn size(&self) -> u64 {
+            self.inner.size()
+        }
+    }
+
+    /// A write that completes while another thread's flush runs is after
+    /// that flush in the log (in flight, not flushed by it): it was
+    /// recorded before, because a flush took its place when it finished.
+    #[test]
+    fn a_write_during_a_flush_comes_after_it() {
+        let d = std::sync::Arc::new(RecordingDevice::new(
+            SlowFlush {
+                inner: MemDevice::new(vec![0; 16]),
+                started: Default::default(),
+                go: Default::default(),
+            },
+            16,
+        ));
+        let flusher = {
+            let d = d.clone();
+            std::thread::spawn(move || d.flush().unwrap())
+        };
+        while !d.inner().started.load(Ordering::SeqCst) {
+            std::thread::yield_now();
+        }
+        d.write_at(0, &[9]).unwrap();
+        d.inner().go.store(true, Ordering::SeqCst);
+        flusher.join().unwrap();
+        assert_eq!(
+            d.ops(),
+            vec![
+                Op::Flush,
+                Op::Write {
+                    off: 0,
+                    data: vec![9]
+                }
+            ]
+        );
+    }
 
     #[test]
     fn records_and_generates_every_flush_prefix_and_subsets() {
