@@ -346,17 +346,17 @@ impl Fs {
     pub fn metadata<P: AsRef<Path>>(&self, path: P) -> io::Result<Metadata> {
         let st = self
             .task
-            .fstatat(AT_FDCWD, path_bytes(path.as_ref())?, 0)
+            .statx(AT_FDCWD, path_bytes(path.as_ref())?, 0)
             .map_err(err)?;
-        Ok(Metadata(st))
+        Ok(Metadata::of(st))
     }
     /// `std::fs::symlink_metadata` (lstat).
     pub fn symlink_metadata<P: AsRef<Path>>(&self, path: P) -> io::Result<Metadata> {
         let st = self
             .task
-            .fstatat(AT_FDCWD, path_bytes(path.as_ref())?, AT_SYMLINK_NOFOLLOW)
+            .statx(AT_FDCWD, path_bytes(path.as_ref())?, AT_SYMLINK_NOFOLLOW)
             .map_err(err)?;
-        Ok(Metadata(st))
+        Ok(Metadata::of(st))
     }
 
     /// `std::fs::rename`.
@@ -807,7 +807,7 @@ impl File {
     }
     /// `File::metadata` (fstat).
     pub fn metadata(&self) -> io::Result<Metadata> {
-        self.task.fstat(self.fd).map(Metadata).map_err(err)
+        self.task.fstatx(self.fd).map(Metadata::of).map_err(err)
     }
     /// `File::set_len` (ftruncate): InvalidInput past `i64::MAX`, as std.
     pub fn set_len(&self, size: u64) -> io::Result<()> {
@@ -1059,11 +1059,14 @@ impl Seek for File {
 // Metadata, FileType
 // ---------------------------------------------------------------------
 
-/// `std::fs::Metadata`: a `stat` result.
+/// `std::fs::Metadata`: a `statx` result (std's comes from statx too).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Metadata(Stat);
+pub struct Metadata(Stat, Option<Timespec>);
 
 impl Metadata {
+    fn of(x: Statx) -> Metadata {
+        Metadata(x.stat, x.btime)
+    }
     /// The core's `stat` fields.
     pub fn stat(&self) -> &Stat {
         &self.0
@@ -1100,7 +1103,7 @@ impl Metadata {
     /// The birth time (`Stat::btime`); Unsupported where the filesystem
     /// keeps none (ext4 inodes of 128 bytes), as std's (its message).
     pub fn created(&self) -> io::Result<SystemTime> {
-        match self.0.btime {
+        match self.1 {
             Some(t) => time(t),
             None => Err(io::Error::new(
                 io::ErrorKind::Unsupported,
@@ -1311,8 +1314,8 @@ impl DirEntry {
     pub fn metadata(&self) -> io::Result<Metadata> {
         self.dir
             .task
-            .fstatat(self.dir.fd, self.name.as_bytes(), AT_SYMLINK_NOFOLLOW)
-            .map(Metadata)
+            .statx(self.dir.fd, self.name.as_bytes(), AT_SYMLINK_NOFOLLOW)
+            .map(Metadata::of)
             .map_err(err)
     }
     /// The type the directory reports for the entry (d_type): no call.

@@ -560,9 +560,15 @@ impl Inode {
     /// `struct stat` from a consistent attribute copy.
     pub fn stat(&self) -> Stat {
         let a = self.attr();
-        let mut st = stat_from_attr(self.hot.ino, self.hot.dev, 1 << self.hot.blkbits, &a);
-        st.btime = self.birth;
-        st
+        stat_from_attr(self.hot.ino, self.hot.dev, 1 << self.hot.blkbits, &a)
+    }
+
+    /// `stat` with the birth time (`Task::statx`).
+    pub fn statx(&self) -> crate::types::Statx {
+        crate::types::Statx {
+            stat: self.stat(),
+            btime: self.birth,
+        }
     }
 }
 
@@ -581,7 +587,6 @@ pub(crate) fn stat_from_attr(ino: u64, dev: u64, blksize: u32, a: &Attr) -> Stat
         atime: a.atime(),
         mtime: a.mtime(),
         ctime: a.ctime(),
-        btime: None,
     }
 }
 

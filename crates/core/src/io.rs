@@ -88,10 +88,27 @@ impl Task {
     /// (which takes no lock) moved it meanwhile, the read is redone at the
     /// new position.
     pub fn read(&self, fd: i32, buf: &mut [u8]) -> VfsResult<usize> {
-        let held = Held::default();
-        held.count_if_big(self, fd, buf.len())?;
-        let g = held.pin();
-        let f = held.file(self, fd, g.as_ref())?;
+        if buf.len() >= UNPINNED_IO {
+            // Counted, not pinned (`UNPINNED_IO`); the common small read
+            // below pays for none of it.
+            let f = self.counted_io_file(fd)?;
+            return self.read_on(&f, buf);
+        }
+        let g = epoch::pin();
+        let f = self.io_file(fd, &g)?;
+        self.read_on(f, buf)
+    }
+
+    /// A descriptor's file, counted (for calls of `UNPINNED_IO` or more).
+    #[cold]
+    fn counted_io_file(&self, fd: i32) -> VfsResult<Arc<File>> {
+        let g = epoch::pin();
+        Ok(self.io_file(fd, &g)?.clone())
+    }
+
+    /// `read` on `f` (pinned or counted by the caller).
+    #[inline(always)]
+    fn read_on(&self, f: &File, buf: &mut [u8]) -> VfsResult<usize> {
         if !f.can_read() {
             return Err(Errno::EBADF);
         }
@@ -126,10 +143,18 @@ impl Task {
         if off < 0 {
             return Err(Errno::EINVAL);
         }
-        let held = Held::default();
-        held.count_if_big(self, fd, buf.len())?;
-        let g = held.pin();
-        let f = held.file(self, fd, g.as_ref())?;
+        if buf.len() >= UNPINNED_IO {
+            let f = self.counted_io_file(fd)?;
+            return Self::pread_on(&f, buf, off);
+        }
+        let g = epoch::pin();
+        let f = self.io_file(fd, &g)?;
+        Self::pread_on(f, buf, off)
+    }
+
+    /// `pread` on `f` (pinned or counted by the caller; `off` checked).
+    #[inline(always)]
+    fn pread_on(f: &File, buf: &mut [u8], off: i64) -> VfsResult<usize> {
         if is_pipe_like(f.inode().file_type()) {
             return Err(Errno::ESPIPE);
         }

@@ -291,6 +291,34 @@ impl Task {
         path: &P,
         flags: u32,
     ) -> VfsResult<Stat> {
+        self.stat_with(dirfd, path, flags, Inode::stat)
+    }
+
+    /// `statx(2)`, as far as this crate goes: `fstatat`'s answer and the
+    /// birth time (`Statx`). Same flags.
+    pub fn statx<'a, P: AsRef<[u8]> + ?Sized>(
+        &self,
+        dirfd: impl Into<At<'a>> + Copy,
+        path: &P,
+        flags: u32,
+    ) -> VfsResult<Statx> {
+        self.stat_with(dirfd, path, flags, Inode::statx)
+    }
+
+    /// `statx` of an open file (`statx(fd, "", AT_EMPTY_PATH)`).
+    pub fn fstatx<'a>(&self, fd: impl Into<At<'a>> + Copy) -> VfsResult<Statx> {
+        self.with_held(fd, |p| p.inode().statx())
+    }
+
+    /// `fstatat` with `of` for the answer, taken from the leaf's inode.
+    #[inline(always)]
+    fn stat_with<'a, P: AsRef<[u8]> + ?Sized, R>(
+        &self,
+        dirfd: impl Into<At<'a>> + Copy,
+        path: &P,
+        flags: u32,
+        of: fn(&Inode) -> R,
+    ) -> VfsResult<R> {
         let path = as_bytes(path);
         check_path(path)?;
         if flags & !(AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH | libc::AT_NO_AUTOMOUNT as u32) != 0 {
@@ -301,11 +329,14 @@ impl Task {
             if flags & AT_EMPTY_PATH == 0 {
                 return Err(Errno::ENOENT);
             }
-            return Ok(self.empty_path_target(dirfd, &g)?.inode().stat());
+            return Ok(of(self.empty_path_target(dirfd, &g)?.inode()));
         }
         let start = self.start(dirfd, path, &g)?;
         let follow = flags & AT_SYMLINK_NOFOLLOW == 0;
-        self.ctx(&g).with_leaf(&g, start, path, follow, stat_of)
+        self.ctx(&g)
+            .with_leaf(&g, start, path, follow, |_m: &Mount, d: &Dentry| {
+                Ok(of(d.inode().ok_or(Errno::ENOENT)?))
+            })
     }
 
     /// `stat(2)`.
@@ -726,11 +757,6 @@ fn cwd_path(cwd: &PathRef, root: &PathRef) -> VfsResult<Vec<u8>> {
         out.push(b'/');
     }
     Ok(out)
-}
-
-fn stat_of(m: &Mount, d: &Dentry) -> VfsResult<Stat> {
-    let _ = m;
-    Ok(d.inode().ok_or(Errno::ENOENT)?.stat())
 }
 
 /// Tasks are made from a `Vfs` (here, above it: the `Vfs` layer knows no

@@ -195,8 +195,15 @@ pub struct Stat {
     pub atime: Timespec,
     pub mtime: Timespec,
     pub ctime: Timespec,
-    /// The birth time (statx's `stx_btime`), where the filesystem keeps
-    /// one.
+}
+
+/// What `Task::statx` returns: `Stat` and the birth time (statx's
+/// `stx_btime`), where the filesystem keeps one. Apart from `Stat` so that
+/// `stat`/`fstat` copy no more than `struct stat` holds (a birth time in
+/// `Stat` made fstat 17% slower on the 2-core VM).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Statx {
+    pub stat: Stat,
     pub btime: Option<Timespec>,
 }
 

@@ -41,7 +41,7 @@ fn birth_times_cross_between_scalevfs_and_the_kernel() {
         let t = vfs.root_task();
         t.close(t.open("/ours", O_CREAT | O_RDWR, 0o644).unwrap())
             .unwrap();
-        let born = t.stat("/ours").unwrap().btime;
+        let born = t.statx(scalevfs::AT_FDCWD, "/ours", 0).unwrap().btime;
         unmount_clean(t, vfs, e, &img);
         if isize == "128" {
             assert_eq!(born, None, "a 128-byte inode has no crtime");
@@ -50,7 +50,11 @@ fn birth_times_cross_between_scalevfs_and_the_kernel() {
         }
         let (e, vfs) = mount(&img);
         let t = vfs.root_task();
-        assert_eq!(t.stat("/ours").unwrap().btime, born, "after a remount");
+        assert_eq!(
+            t.statx(scalevfs::AT_FDCWD, "/ours", 0).unwrap().btime,
+            born,
+            "after a remount"
+        );
         unmount_clean(t, vfs, e, &img);
         // The kernel's view, and a file the kernel makes.
         let dir = s.0.join(format!("mnt{isize}"));
@@ -73,7 +77,11 @@ fn birth_times_cross_between_scalevfs_and_the_kernel() {
         drop(m);
         let (e, vfs) = mount(&img);
         let t = vfs.root_task();
-        let got = t.stat("/theirs").unwrap().btime.map(|b| (b.sec, b.nsec));
+        let got = t
+            .statx(scalevfs::AT_FDCWD, "/theirs", 0)
+            .unwrap()
+            .btime
+            .map(|b| (b.sec, b.nsec));
         assert_eq!(got, theirs, "we read the kernel's");
         unmount_clean(t, vfs, e, &img);
     }
