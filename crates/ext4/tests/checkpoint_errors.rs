@@ -20,35 +20,6 @@ use common::*;
 use scalevfs::{Vfs, O_CREAT, O_RDWR};
 use scalevfs_ext4::{BlockDevice, Ext4, MemDevice};
 
-/// A device whose writes outside the journal fail (EIO) while armed.
-struct FailHome {
-    inner: Arc<MemDevice>,
-    journal: BTreeSet<u64>,
-    armed: Arc<AtomicBool>,
-    bs: u64,
-}
-
-impl BlockDevice for FailHome {
-    fn read_at(&self, off: u64, buf: &mut [u8]) -> std::io::Result<()> {
-        self.inner.read_at(off, buf)
-    }
-    fn write_at(&self, off: u64, buf: &[u8]) -> std::io::Result<()> {
-        let first = off / self.bs;
-        let last = (off + buf.len() as u64).div_ceil(self.bs);
-        let home = (first..last).any(|b| !self.journal.contains(&b));
-        if home && self.armed.load(Ordering::SeqCst) {
-            return Err(std::io::Error::from_raw_os_error(libc::EIO));
-        }
-        self.inner.write_at(off, buf)
-    }
-    fn flush(&self) -> std::io::Result<()> {
-        self.inner.flush()
-    }
-    fn size(&self) -> u64 {
-        self.inner.size()
-    }
-}
-
 #[test]
 fn a_failed_checkpoint_stops_the_filesystem() {
     if !have_tools() {
@@ -67,12 +38,16 @@ fn a_failed_checkpoint_stops_the_filesystem() {
     assert!(journal.len() >= 1024, "{} journal blocks", journal.len());
     let mem = Arc::new(MemDevice::new(std::fs::read(&img).unwrap()));
     let armed = Arc::new(AtomicBool::new(false));
-    let dev = FailHome {
-        inner: mem.clone(),
-        journal,
-        armed: armed.clone(),
-        bs: 1024,
-    };
+    // Writes outside the journal fail (EIO) once armed.
+    let mut dev = Hooked::new(mem.clone());
+    let on = armed.clone();
+    dev.on_write = Box::new(move |off, buf| {
+        let (first, last) = (off / 1024, (off + buf.len() as u64).div_ceil(1024));
+        if on.load(Ordering::SeqCst) && (first..last).any(|b| !journal.contains(&b)) {
+            return Err(std::io::Error::from_raw_os_error(libc::EIO));
+        }
+        Ok(())
+    });
     let mut opts = rw_journaled();
     // No background commits: every commit is one of ours.
     opts.commit_interval = 0;

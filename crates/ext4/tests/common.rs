@@ -955,3 +955,46 @@ pub fn num_after(text: &str, key: &str) -> u64 {
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no number after {key:?} in {text}"))
 }
+
+/// A device that forwards to `inner` after asking a hook, for the tests of
+/// error paths and of how a filesystem writes: `on_read` sees each read's
+/// offset and length, `on_write` each write's offset and bytes; either
+/// may count, or fail the call with its error (the device untouched).
+pub struct Hooked<D> {
+    pub inner: D,
+    pub on_read: ReadHook,
+    pub on_write: WriteHook,
+}
+
+/// `Hooked::on_read`: the offset and length of a read.
+pub type ReadHook = Box<dyn Fn(u64, usize) -> std::io::Result<()> + Send + Sync>;
+/// `Hooked::on_write`: the offset and bytes of a write.
+pub type WriteHook = Box<dyn Fn(u64, &[u8]) -> std::io::Result<()> + Send + Sync>;
+
+impl<D: scalevfs_ext4::BlockDevice> Hooked<D> {
+    /// `inner` with hooks that let everything through.
+    pub fn new(inner: D) -> Hooked<D> {
+        Hooked {
+            inner,
+            on_read: Box::new(|_, _| Ok(())),
+            on_write: Box::new(|_, _| Ok(())),
+        }
+    }
+}
+
+impl<D: scalevfs_ext4::BlockDevice> scalevfs_ext4::BlockDevice for Hooked<D> {
+    fn read_at(&self, off: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        (self.on_read)(off, buf.len())?;
+        self.inner.read_at(off, buf)
+    }
+    fn write_at(&self, off: u64, buf: &[u8]) -> std::io::Result<()> {
+        (self.on_write)(off, buf)?;
+        self.inner.write_at(off, buf)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+}

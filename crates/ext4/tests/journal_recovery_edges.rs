@@ -209,30 +209,6 @@ fn torn_uncommitted_descriptor_past_the_log_end() {
     assert!(differences(&a, &b).is_empty());
 }
 
-/// A device that fails the write of one block (a crash just before it).
-struct FailAt {
-    inner: MemDevice,
-    off: u64,
-}
-
-impl BlockDevice for FailAt {
-    fn read_at(&self, off: u64, buf: &mut [u8]) -> std::io::Result<()> {
-        self.inner.read_at(off, buf)
-    }
-    fn write_at(&self, off: u64, buf: &[u8]) -> std::io::Result<()> {
-        if off == self.off {
-            return Err(std::io::Error::other("crash"));
-        }
-        self.inner.write_at(off, buf)
-    }
-    fn flush(&self) -> std::io::Result<()> {
-        self.inner.flush()
-    }
-    fn size(&self) -> u64 {
-        self.inner.size()
-    }
-}
-
 /// The log holds a copy of the superblock's block (a new volume name) and
 /// the journal was aborted (s_errno -5). recover() writes the home blocks
 /// *except* the superblock's, flushes, writes the journal superblock
@@ -276,11 +252,16 @@ fn a_crash_before_the_superblock_write_keeps_the_replayed_superblock() {
         assert_ne!(want[1024 + 0x3A] & 2, 0, "EXT2_ERROR_FS from s_errno");
 
         // Crash just before the superblock's write, then recover again.
-        let crashing = Arc::new(FailAt {
-            inner: MemDevice::new(base.clone()),
-            off: sbblk * bs as u64,
+        // The write of the superblock's block fails (a crash just before it).
+        let mut crashing = common::Hooked::new(MemDevice::new(base.clone()));
+        let at = sbblk * bs as u64;
+        crashing.on_write = Box::new(move |off, _| {
+            if off == at {
+                return Err(std::io::Error::other("crash"));
+            }
+            Ok(())
         });
-        let dev: Arc<dyn BlockDevice> = crashing.clone();
+        let dev: Arc<dyn BlockDevice> = Arc::new(crashing);
         assert!(journal::recover(&dev).is_err());
         let state = snapshot(&*dev);
         assert_ne!(state[1024 + 0x60] & 4, 0, "still needs_recovery");

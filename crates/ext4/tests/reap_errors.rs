@@ -16,33 +16,6 @@ use common::*;
 use scalevfs::{Vfs, O_CREAT, O_RDWR};
 use scalevfs_ext4::{BlockDevice, Ext4, MemDevice};
 
-/// A device whose reads of one block fail (EIO) while `fail` names it.
-struct FailDev {
-    inner: Arc<MemDevice>,
-    fail: Arc<AtomicU64>,
-    bs: u64,
-}
-
-impl BlockDevice for FailDev {
-    fn read_at(&self, off: u64, buf: &mut [u8]) -> std::io::Result<()> {
-        let f = self.fail.load(Ordering::SeqCst);
-        let (a, b) = (off / self.bs, (off + buf.len() as u64 - 1) / self.bs);
-        if f != 0 && a <= f && f <= b {
-            return Err(std::io::Error::from_raw_os_error(libc::EIO));
-        }
-        self.inner.read_at(off, buf)
-    }
-    fn write_at(&self, off: u64, buf: &[u8]) -> std::io::Result<()> {
-        self.inner.write_at(off, buf)
-    }
-    fn flush(&self) -> std::io::Result<()> {
-        self.inner.flush()
-    }
-    fn size(&self) -> u64 {
-        self.inner.size()
-    }
-}
-
 #[test]
 fn a_read_error_while_freeing_an_unlinked_inode_stops_writes() {
     if !have_tools() {
@@ -68,11 +41,17 @@ fn a_read_error_while_freeing_an_unlinked_inode_stops_writes() {
     assert_ne!(acl, 0);
     let mem = Arc::new(MemDevice::new(std::fs::read(&img).unwrap()));
     let fail = Arc::new(AtomicU64::new(0));
-    let dev = FailDev {
-        inner: mem.clone(),
-        fail: fail.clone(),
-        bs: 4096,
-    };
+    // Reads of the block `fail` names fail (EIO).
+    let mut dev = Hooked::new(mem.clone());
+    let f = fail.clone();
+    dev.on_read = Box::new(move |off, len| {
+        let b = f.load(Ordering::SeqCst);
+        let (a, z) = (off / 4096, (off + len as u64 - 1) / 4096);
+        if b != 0 && a <= b && b <= z {
+            return Err(std::io::Error::from_raw_os_error(libc::EIO));
+        }
+        Ok(())
+    });
     let e = Ext4::open_device(Box::new(dev), rw_journaled()).unwrap();
     let vfs = Vfs::with_root_fs(Default::default(), e.clone());
     let t = vfs.root_task();

@@ -9,32 +9,9 @@ mod common;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use common::{fresh, fsck_clean, have_tools, rw_journaled, Scratch};
+use common::{fresh, fsck_clean, have_tools, rw_journaled, Hooked, Scratch};
 use scalevfs::{Vfs, O_CREAT, O_RDWR};
-use scalevfs_ext4::{BlockDevice, Ext4, FileDevice};
-
-/// Counts `write_at` calls.
-struct Counting {
-    inner: FileDevice,
-    writes: Arc<AtomicU64>,
-}
-
-impl BlockDevice for Counting {
-    fn read_at(&self, off: u64, buf: &mut [u8]) -> std::io::Result<()> {
-        self.inner.read_at(off, buf)
-    }
-    fn write_at(&self, off: u64, buf: &[u8]) -> std::io::Result<()> {
-        // Relaxed: a counter read after the writer returned.
-        self.writes.fetch_add(1, Ordering::Relaxed);
-        self.inner.write_at(off, buf)
-    }
-    fn flush(&self) -> std::io::Result<()> {
-        self.inner.flush()
-    }
-    fn size(&self) -> u64 {
-        self.inner.size()
-    }
-}
+use scalevfs_ext4::{Ext4, FileDevice};
 
 #[test]
 fn contiguous_whole_blocks_are_written_in_one_call() {
@@ -45,10 +22,14 @@ fn contiguous_whole_blocks_are_written_in_one_call() {
     let s = Scratch::new("writeruns");
     let img = fresh(&s.0, 4096, "64M");
     let writes = Arc::new(AtomicU64::new(0));
-    let dev = Counting {
-        inner: FileDevice::open(&img, true).unwrap(),
-        writes: writes.clone(),
-    };
+    // Counts `write_at` calls.
+    let mut dev = Hooked::new(FileDevice::open(&img, true).unwrap());
+    let w = writes.clone();
+    dev.on_write = Box::new(move |_, _| {
+        // Relaxed: a counter read after the writer returned.
+        w.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    });
     let e = Ext4::open_device(Box::new(dev), rw_journaled()).unwrap();
     let vfs = Vfs::with_root_fs(Default::default(), e.clone());
     let t = vfs.root_task();
