@@ -1382,28 +1382,13 @@ impl Ext4 {
         Ok(())
     }
 
-    /// setattr; a size change that starts a long truncate returns its
-    /// orphan record (`file_truncate`): the caller finishes it.
-    pub(crate) fn set_attr(
-        &self,
-        inode: &Arc<Inode>,
-        set: &SetAttr,
-    ) -> Result<Option<scalevfs_orphan::OrphanSlot>> {
+    /// setattr of everything but the size, in the caller's handle (the
+    /// size goes first, through the truncate's own handles: `Ext4::setattr`).
+    pub(crate) fn set_attr(&self, inode: &Arc<Inode>, set: &SetAttr) -> Result<()> {
         self.rw()?;
         let ei = inode
             .private::<Ext4Inode>()
             .ok_or_else(|| errno(libc::EIO))?;
-        let mut long = None;
-        if let Some(size) = set.size {
-            if inode.file_type() != FileType::Regular {
-                return Err(errno(libc::EINVAL));
-            }
-            if size > scalevfs::fstype::Filesystem::max_file_size(self) {
-                return Err(errno(libc::EFBIG));
-            }
-            // Takes the data lock itself.
-            long = self.file_truncate(inode, size)?;
-        }
         let g = self.inode_change_lock(inode, ei);
         let mut raw = ei.raw();
         if let Some(m) = set.mode {
@@ -1428,7 +1413,7 @@ impl Ext4 {
         ei.set_raw(raw);
         drop(g);
         inode.update_attr(|a| scalevfs::fstype::apply_setattr(a, set));
-        Ok(long)
+        Ok(())
     }
 
     /// Find the live entry `name` in directory `draw`: (physical block,
