@@ -84,6 +84,12 @@ pub struct File {
     /// give them back after a racing dup had seen them held and taken
     /// none, leaving an fd open for writing with no writer counted).
     slots: AtomicUsize,
+    /// BSD file lock state (`flock.rs`): `flock::USED` once the
+    /// description has asked for a lock (its last close then releases it),
+    /// and `flock::SH` or `flock::EX` while it holds one (changed under the
+    /// inode's shard lock of the flock table). 0 for a file never locked:
+    /// its close reads this word and nothing else of the feature.
+    pub(crate) flock: AtomicU32,
     /// Serialises position-using writes (see LOCKING RULES).
     pub(crate) pos_lock: Mutex<()>,
     /// A directory listing's end (`Filesystem::readdir_end`), taken when a
@@ -152,6 +158,7 @@ impl File {
             writer,
             exec,
             slots: AtomicUsize::new(if writer || exec { HELD } else { 0 }),
+            flock: AtomicU32::new(0),
             flags: AtomicU32::new(flags),
             pos: AtomicU64::new(0),
             pos_lock: Mutex::new(Class::PosLock, ()),
@@ -216,6 +223,15 @@ impl File {
     pub fn is_append(&self) -> bool {
         self.flags() & O_APPEND != 0
     }
+    /// The view of this description the flock table works on.
+    pub(crate) fn flock_desc(&self) -> crate::flock::Desc<'_> {
+        crate::flock::Desc {
+            word: &self.flock,
+            slots: &self.slots,
+            held_bit: HELD,
+            key: Arc::as_ptr(&self.inode) as usize,
+        }
+    }
     /// Current position.
     pub fn position(&self) -> u64 {
         // Relaxed: a position is a value, not a publication of other data.
@@ -228,6 +244,10 @@ impl Drop for File {
     /// truncated (`orphan::file_closed`).
     fn drop(&mut self) {
         self.release_access();
+        // A safety net: the close of the last fd slot released the flock
+        // already, unless the description was never installed or a grant
+        // raced with that close (both handled there; this costs a load).
+        crate::flock::unlock(&self.flock_desc());
         crate::orphan::file_closed(&self.path.mnt.sb.orphans, &self.inode);
     }
 }
@@ -927,14 +947,26 @@ pub(crate) fn slot_added(
     }
 }
 
-/// One slot fewer in `word`; true when the caller must give the counts
-/// back: this was the last slot, the counts were held, and no slot came
-/// before `HELD` was cleared.
-pub(crate) fn slot_removed(word: &AtomicUsize) -> bool {
-    word.fetch_sub(1, Ordering::SeqCst) == HELD | 1
-        && word
-            .compare_exchange(HELD, 0, Ordering::SeqCst, Ordering::SeqCst)
-            .is_ok()
+/// What [`slot_removed`] found.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Removed {
+    /// The slot count went from 1 to 0 (the description's last fd closed).
+    pub(crate) last: bool,
+    /// The caller must give the counts back: this was the last slot, the
+    /// counts were held, and no slot came before `HELD` was cleared.
+    pub(crate) give_back: bool,
+}
+
+/// One slot fewer in `word`.
+pub(crate) fn slot_removed(word: &AtomicUsize) -> Removed {
+    let prev = word.fetch_sub(1, Ordering::SeqCst);
+    Removed {
+        last: prev & !HELD == 1,
+        give_back: prev == HELD | 1
+            && word
+                .compare_exchange(HELD, 0, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok(),
+    }
 }
 
 /// A slot's file pointer taken out of the table (null: nothing): its
@@ -966,8 +998,15 @@ fn release_slot(old: Shared<'_, Arc<File>>, g: &Guard) {
         // succeeds), unless a slot came meanwhile (a dup or fork racing
         // with this close saw `HELD` and took nothing): only the clearing
         // of `HELD` from a word with no slot gives the counts back.
-        if slot_removed(&f.slots) {
+        let r = slot_removed(&f.slots);
+        if r.give_back {
             f.give_back_access();
+        }
+        // The last fd's close releases the description's flock now (Linux
+        // releases it before close returns), after the decrement above:
+        // the close's half of the Dekker pair with a grant (`flock.rs`).
+        if r.last && crate::flock::used(&f.flock) {
+            crate::flock::unlock(&f.flock_desc());
         }
         if cfg!(loom) {
             // Loom's threads share std's thread-locals: the global queue.

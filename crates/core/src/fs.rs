@@ -873,6 +873,74 @@ impl File {
     pub fn set_modified(&self, t: SystemTime) -> io::Result<()> {
         self.set_times(FileTimes::new().set_modified(t))
     }
+    /// `File::lock` (flock `LOCK_EX`): waits until no other open file
+    /// description holds a lock on the file. The lock belongs to this
+    /// description (shared with `try_clone`s) and goes with [`File::unlock`]
+    /// or when its last fd closes.
+    pub fn lock(&self) -> io::Result<()> {
+        self.task.flock(self.fd, LOCK_EX).map_err(err)
+    }
+    /// `File::lock_shared` (flock `LOCK_SH`): waits until no other
+    /// description holds an exclusive lock.
+    pub fn lock_shared(&self) -> io::Result<()> {
+        self.task.flock(self.fd, LOCK_SH).map_err(err)
+    }
+    /// `File::try_lock` (flock `LOCK_EX | LOCK_NB`):
+    /// [`TryLockError::WouldBlock`] if another description holds a lock.
+    pub fn try_lock(&self) -> Result<(), TryLockError> {
+        try_flock(self.task.flock(self.fd, LOCK_EX | LOCK_NB))
+    }
+    /// `File::try_lock_shared` (flock `LOCK_SH | LOCK_NB`):
+    /// [`TryLockError::WouldBlock`] if another description holds the
+    /// exclusive lock.
+    pub fn try_lock_shared(&self) -> Result<(), TryLockError> {
+        try_flock(self.task.flock(self.fd, LOCK_SH | LOCK_NB))
+    }
+    /// `File::unlock` (flock `LOCK_UN`): nothing if no lock is held.
+    pub fn unlock(&self) -> io::Result<()> {
+        self.task.flock(self.fd, LOCK_UN).map_err(err)
+    }
+}
+
+fn try_flock(r: Result<(), Errno>) -> Result<(), TryLockError> {
+    match r {
+        Ok(()) => Ok(()),
+        Err(Errno::EAGAIN) => Err(TryLockError::WouldBlock),
+        Err(e) => Err(TryLockError::Error(err(e))),
+    }
+}
+
+/// `std::fs::TryLockError` (std 1.89), mirrored: the crate's minimum Rust
+/// (1.80) predates it. Converts into an `io::Error` as std's does (with
+/// EWOULDBLOCK as its `raw_os_error()`, kind `WouldBlock`).
+#[derive(Debug)]
+pub enum TryLockError {
+    /// The lock could not be taken for another reason than a conflict.
+    Error(io::Error),
+    /// Another open file description holds a conflicting lock.
+    WouldBlock,
+}
+
+impl fmt::Display for TryLockError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TryLockError::Error(e) => fmt::Display::fmt(e, f),
+            TryLockError::WouldBlock => {
+                f.write_str("lock acquisition failed because the operation would block")
+            }
+        }
+    }
+}
+
+impl std::error::Error for TryLockError {}
+
+impl From<TryLockError> for io::Error {
+    fn from(e: TryLockError) -> io::Error {
+        match e {
+            TryLockError::Error(e) => e,
+            TryLockError::WouldBlock => err(Errno::EAGAIN),
+        }
+    }
 }
 
 /// `std::fs::FileTimes`: the times [`File::set_times`] sets; one not set

@@ -925,3 +925,42 @@ impl Held {
         r
     }
 }
+
+/// `flock(2)` (the table and its rules: `flock.rs`).
+impl Task {
+    /// `flock(2)`: `op` is one of [`LOCK_SH`], [`LOCK_EX`], [`LOCK_UN`],
+    /// optionally with [`LOCK_NB`], as Linux's. The lock belongs to the
+    /// open file description (shared by dup and fork), is per inode (all
+    /// hard links), and goes at `LOCK_UN` or when the description's last fd
+    /// closes. A second request on a description converts its lock (the
+    /// old one is dropped first, so a failed `LOCK_NB` conversion leaves
+    /// none). Errors in Linux's order: an op with [`LOCK_MAND`] succeeds
+    /// and does nothing; any other op but SH, EX or UN (with or without
+    /// NB) is EINVAL; a closed or O_PATH fd is EBADF; a conflict with
+    /// `LOCK_NB` is EWOULDBLOCK (`Errno::EAGAIN`). Without `LOCK_NB` a
+    /// conflicting request sleeps until it can be granted.
+    pub fn flock(&self, fd: i32, op: u32) -> VfsResult<()> {
+        if op & LOCK_MAND != 0 {
+            return Ok(());
+        }
+        let kind = match op & !LOCK_NB {
+            LOCK_SH => Some(false),
+            LOCK_EX => Some(true),
+            LOCK_UN => None,
+            _ => return Err(Errno::EINVAL),
+        };
+        // Counted, not borrowed under a pin: the call may sleep, and a
+        // thread pinned that long would hold every deferred free back.
+        let f = self.files().get_arc(fd)?;
+        if f.is_path_only() {
+            return Err(Errno::EBADF);
+        }
+        match kind {
+            Some(exclusive) => crate::flock::lock(&f.flock_desc(), exclusive, op & LOCK_NB == 0),
+            None => {
+                crate::flock::unlock(&f.flock_desc());
+                Ok(())
+            }
+        }
+    }
+}

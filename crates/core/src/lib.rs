@@ -13,6 +13,7 @@ pub mod dcache;
 pub mod errno;
 pub mod file;
 pub(crate) mod fileops;
+mod flock;
 pub(crate) mod frames;
 pub mod fs;
 pub mod fstype;
@@ -42,6 +43,8 @@ mod loom_models;
 
 pub use dcache::{DcacheConfig, DcacheIndex, DentryLayout};
 pub use errno::{Errno, VfsResult};
+#[doc(hidden)]
+pub use flock::table_entries as flock_table_entries;
 pub use fstype::Filesystem;
 pub use handle::{At, Handle, HandleId};
 pub use memfs::{flush_deferred_frees, MemFs, MemFsOptions};

@@ -47,6 +47,9 @@
 //!   is left behind on an unhashed dentry. (Checked: with
 //!   `Dentry::may_keep_spares` not looking at `D_HASHED`, it fails.)
 //!
+//! - **flock grant vs last close** (`flock.rs`: a lock granted while the
+//!   description's last fd closes): no lock outlives the close.
+//!
 //! - **fd hint vs close** (`FdTable`'s lowest-fd hint against a lock-free
 //!   close, on the protocol's own atomics): no free fd is left below the
 //!   hint. (Checked: without the search's re-check it fails.) And
@@ -477,7 +480,7 @@ fn file_access_vs_last_close() {
             let closer = {
                 let (word, wc) = (word.clone(), wc.clone());
                 thread::spawn(move || {
-                    if slot_removed(&word) {
+                    if slot_removed(&word).give_back {
                         wc.fetch_sub(1, Ordering::SeqCst);
                     }
                 })
@@ -497,6 +500,44 @@ fn file_access_vs_last_close() {
             assert_eq!(wc.load(Ordering::SeqCst), 1, "write count");
         });
     }
+}
+
+/// A BSD lock's grant against the close of its description's last fd
+/// (`flock.rs`, LOCKING RULES: `mark_used`, `used`, `orphaned` and
+/// `slot_removed`, with the shard lock a loom mutex over "held"): the
+/// close decrements the slots and releases under the lock if the
+/// description asked for a lock; the grant marks that, then grants under
+/// the lock and undoes itself if no slot is left. Whatever the
+/// interleaving, no lock outlives the last close. (Checked: with the grant
+/// not re-checking the slots it fails.)
+#[test]
+fn flock_grant_vs_last_close() {
+    use crate::file::{slot_removed, HELD};
+    use crate::flock::{mark_used, orphaned, used};
+    use scalevfs_sync::primitive::{AtomicU32, AtomicUsize};
+    model(3, || {
+        let slots = Arc::new(AtomicUsize::new(1));
+        let flock = Arc::new(AtomicU32::new(0));
+        let held = Arc::new(loom::sync::Mutex::new(false));
+        let closer = {
+            let (slots, flock, held) = (slots.clone(), flock.clone(), held.clone());
+            thread::spawn(move || {
+                if slot_removed(&slots).last && used(&flock) {
+                    *held.lock().unwrap() = false;
+                }
+            })
+        };
+        mark_used(&flock);
+        {
+            let mut h = held.lock().unwrap();
+            *h = true;
+            if orphaned(&slots, HELD) {
+                *h = false;
+            }
+        }
+        closer.join().unwrap();
+        assert!(!*held.lock().unwrap(), "a lock outlived the last close");
+    });
 }
 
 /// The fd table's lowest-fd hint against a lock-free close (`FdTable`:

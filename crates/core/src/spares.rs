@@ -26,8 +26,8 @@
 //!   caller does it after the lock is released. So the lock is a leaf
 //!   (`Class::Spares`, level 38: inner to every VFS, ext4 and FUSE-node
 //!   class) and may be taken under any of them; only the leaves
-//!   `Ext4DeviceChunk`, `FuseDevs` and `Ext4MemDevice` (39-41) come after it,
-//!   and nothing is taken under those.
+//!   `Ext4DeviceChunk`, `FuseDevs`, `Ext4MemDevice` and `FlockShard`
+//!   (39-42) come after it, and nothing is taken under those.
 //!
 //! A shard belongs to the threads whose number (`percpu::shard_index`) maps
 //! to it: one thread per shard up to twice the machine's parallelism, as the

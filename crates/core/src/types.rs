@@ -315,6 +315,15 @@ pub const X_OK: u32 = 1;
 pub const W_OK: u32 = 2;
 pub const R_OK: u32 = 4;
 
+/// `flock` operations.
+pub const LOCK_SH: u32 = libc::LOCK_SH as u32;
+pub const LOCK_EX: u32 = libc::LOCK_EX as u32;
+pub const LOCK_NB: u32 = libc::LOCK_NB as u32;
+pub const LOCK_UN: u32 = libc::LOCK_UN as u32;
+/// Linux's deprecated mandatory-lock flag: an op with it set succeeds and
+/// does nothing.
+pub const LOCK_MAND: u32 = 32;
+
 /// `renameat2` flags.
 pub const RENAME_NOREPLACE: u32 = 1;
 pub const RENAME_EXCHANGE: u32 = 2;

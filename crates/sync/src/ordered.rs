@@ -238,6 +238,13 @@ classes! {
     /// crash simulations); a leaf, held only across one copy in or out,
     /// under whatever a device read or write is done under.
     Ext4MemDevice = 41, "ext4 MemDevice::data", No;
+    /// `flock::Shard`: one shard of the BSD file lock table (`core/src/
+    /// flock.rs`), inode address -> holders and waiters; a leaf, held only
+    /// around its map (nothing is taken, pinned or dropped under it, no
+    /// sleep), so it may be taken under any lock above: the last close
+    /// runs under `FdTable::lock` (dup2 over an open fd) and a `File`'s
+    /// drop wherever an epoch collection runs.
+    FlockShard = 42, "flock::Shard", No;
 }
 
 impl fmt::Display for Class {
