@@ -2,7 +2,7 @@
 # ThreadSanitizer over the concurrency tests: the sync crate's tests (LockRef,
 # seqlock, spinlock, lockstat), the orphan crate's, and the core's
 # multi-threaded integration tests (rename_races, append_atomicity,
-# orphan_lifecycle, dcache_bounded, change_listener).
+# orphan_lifecycle, dcache_bounded, change_listener, flock_matches_linux).
 #
 # Nightly only: `-Zsanitizer=thread` with `-Zbuild-std` (std instrumented
 # too, else every std lock and channel is a false report). Own target
@@ -28,7 +28,7 @@ echo "== tsan: scalevfs-orphan"
 run -p scalevfs-orphan --tests -- --test-threads="$threads" "${@}"
 echo "== tsan: scalevfs (concurrency tests)"
 run -p scalevfs --test append_atomicity --test orphan_lifecycle --test dcache_bounded \
-  --test change_listener -- --test-threads="$threads" "${@}"
+  --test change_listener --test flock_matches_linux -- --test-threads="$threads" "${@}"
 # rename_races: the lock-free walk against renames, every variant (~40 s
 # under TSan on 2 cores). Its other two tests (non-authoritative memfs with
 # eviction, the reference walk) take ~80 s more and add little TSan can see
