@@ -211,21 +211,30 @@ pub(crate) fn lock(f: &Desc<'_>, exclusive: bool, wait: bool) -> VfsResult<()> {
     mark_used(f.word);
     let (key, shard) = shard_of(f);
     let mut m = shard.map.lock();
-    // Relaxed: holder bits are read and written under the shard lock.
-    let held = f.word.load(Ordering::Relaxed) & HOLDS;
-    if held == want {
-        return Ok(());
-    }
-    if held != 0 {
-        // A conversion: the old lock goes first and its waiters are woken
-        // (Linux's flock_lock_inode), then the new one is tried.
-        if drop_hold(&mut m, key, f, held) {
-            drop(m);
-            shard.wake.notify();
-            m = shard.map.lock();
-        }
-    }
     loop {
+        // What the description holds, read again on every pass: another
+        // thread on the same description may have been granted a lock, or
+        // changed it, while this one slept (as Linux's flock_lock_inode
+        // looks for the file's own lock on every retry). Read once, two
+        // threads of one description waiting for a shared lock both
+        // counted themselves on the entry with one holder bit between
+        // them: a count no unlock could take back, and every exclusive
+        // lock of the inode refused from then on.
+        // Relaxed: holder bits are read and written under the shard lock.
+        let held = f.word.load(Ordering::Relaxed) & HOLDS;
+        if held == want {
+            return Ok(());
+        }
+        if held != 0 {
+            // A conversion: the old lock goes first and its waiters are
+            // woken (Linux's flock_lock_inode), then the new one is tried.
+            if drop_hold(&mut m, key, f, held) {
+                drop(m);
+                shard.wake.notify();
+                m = shard.map.lock();
+            }
+            continue;
+        }
         let e = m.entry(key).or_default();
         if e.admits(exclusive) {
             if exclusive {
@@ -256,9 +265,15 @@ pub(crate) fn lock(f: &Desc<'_>, exclusive: bool, wait: bool) -> VfsResult<()> {
         drop(m);
         shard.wake.wait(seen);
         m = shard.map.lock();
-        m.get_mut(&key)
-            .expect("a waiter keeps its inode's entry")
-            .waiters -= 1;
+        let e = m.get_mut(&key).expect("a waiter keeps its inode's entry");
+        e.waiters -= 1;
+        // The pass below may return with nothing more to do for this
+        // inode (another thread of the description holds what was
+        // wanted): an entry that only this waiter kept goes now.
+        if e.idle() {
+            m.remove(&key);
+            shrink(&mut m);
+        }
     }
 }
 

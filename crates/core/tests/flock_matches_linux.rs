@@ -394,6 +394,62 @@ fn blocking_exclusive_waits_for_unlock() {
     assert_eq!(t.flock(a, LOCK_SH | LOCK_NB), Err(Errno::EAGAIN));
 }
 
+/// Two threads of one description wait for a shared lock behind another
+/// description's exclusive one: once it goes, the description holds one
+/// shared lock, and its unlock leaves the file free (review, stop 51: each
+/// waiter counted itself on the entry with one holder bit between them,
+/// the unlock took one back, and every exclusive lock of the inode was
+/// refused from then on). Likewise a thread waiting for an exclusive lock
+/// while another thread of its description is granted a shared one takes
+/// it over (a conversion) instead of waiting on its own description.
+#[test]
+fn waiters_of_one_description_share_its_lock() {
+    let (_vfs, t) = vfs_with_file();
+    let a = t.open("/f", O_RDWR, 0).unwrap();
+    let d = t.open("/f", O_RDWR, 0).unwrap();
+    let other = t.open("/f", O_RDWR, 0).unwrap();
+    t.flock(a, LOCK_EX).unwrap();
+    let released = Arc::new(AtomicBool::new(false));
+    let r1 = blocking(&t, d, LOCK_SH, &released);
+    let r2 = blocking(&t, d, LOCK_SH, &released);
+    // Both asleep behind `a` (if one is not yet, it finds the
+    // description's lock when it comes: the same end).
+    std::thread::sleep(Duration::from_millis(200));
+    released.store(true, Ordering::SeqCst);
+    t.flock(a, LOCK_UN).unwrap();
+    for rx in [r1, r2] {
+        let (r, _) = rx
+            .recv_timeout(Duration::from_secs(5))
+            .expect("still waiting");
+        assert_eq!(r, Ok(()));
+    }
+    assert_eq!(t.flock(other, LOCK_EX | LOCK_NB), Err(Errno::EAGAIN));
+    t.flock(d, LOCK_UN).unwrap();
+    assert_eq!(
+        t.flock(other, LOCK_EX | LOCK_NB),
+        Ok(()),
+        "the description's unlock left the file locked"
+    );
+    t.flock(other, LOCK_UN).unwrap();
+
+    // An exclusive waiter and a shared one of one description.
+    t.flock(a, LOCK_EX).unwrap();
+    let released = Arc::new(AtomicBool::new(false));
+    let rx_ex = blocking(&t, d, LOCK_EX, &released);
+    let rx_sh = blocking(&t, d, LOCK_SH, &released);
+    std::thread::sleep(Duration::from_millis(200));
+    released.store(true, Ordering::SeqCst);
+    t.flock(a, LOCK_UN).unwrap();
+    for rx in [rx_ex, rx_sh] {
+        let (r, _) = rx
+            .recv_timeout(Duration::from_secs(5))
+            .expect("a thread waits on its own description");
+        assert_eq!(r, Ok(()));
+    }
+    t.flock(d, LOCK_UN).unwrap();
+    assert_eq!(t.flock(other, LOCK_EX | LOCK_NB), Ok(()));
+}
+
 /// A shared waiter behind an exclusive holder is woken by the close of
 /// the holder's last fd; an upgrade waits for the other shared holder.
 #[test]
